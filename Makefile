@@ -1,0 +1,35 @@
+# Veil's two user-facing commands are `make demo` and `make test`; both create
+# .venv and install everything they need on first use.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.veil-installed
+RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
+
+.PHONY: demo test bench lint setup clean
+
+setup: $(STAMP)
+
+$(STAMP): $(RUST_SOURCES)
+	@bash scripts/bootstrap.sh
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/veil demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests
+	cargo test --release --workspace -q
+
+bench: $(STAMP)
+	$(VENV)/bin/veil bench crypto --json bench/crypto.json
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/mypy
+	cargo fmt --all -- --check
+	cargo clippy --release --workspace -q -- -D warnings
+
+clean:
+	rm -rf $(VENV) target

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Creates .venv and installs Veil with everything it needs. Idempotent: each
+# step checks first and only installs what is missing, so it is cheap to rerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(build-essential)
+[ -f /usr/include/gmp.h ] || [ -f /usr/include/x86_64-linux-gnu/gmp.h ] || need_apt+=(libgmp-dev)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "bootstrap: installing system packages: ${need_apt[*]}"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    else
+        echo "bootstrap: Rust (cargo) is needed to build veil._native; install it from rustup or apt (cargo)." >&2
+        exit 1
+    fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv"
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+echo "bootstrap: installing Veil and its dependencies into .venv (builds the Rust core)"
+.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/python -c 'import veil._native' && echo "bootstrap: ok"
