@@ -4,6 +4,12 @@
 //! (slices in, preallocated buffers out) because the callers encrypt and
 //! decrypt entire Arrow columns at a time.
 
+pub mod ecb;
 pub mod error;
+pub mod ff1;
+pub mod ope;
+pub mod rnd;
+pub mod search;
+pub mod siv;
 
 pub use error::KernelError;

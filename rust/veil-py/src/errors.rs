@@ -14,6 +14,7 @@ create_exception!(_native, NativeAuthenticationError, NativeError);
 create_exception!(_native, NativeMalformedError, NativeError);
 create_exception!(_native, NativeParameterError, NativeError);
 
+#[allow(dead_code)] // used by the scheme modules as they land
 pub fn to_py(err: KernelError) -> PyErr {
     let msg = err.to_string();
     match err {
@@ -30,8 +31,17 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("NativeError", py.get_type::<NativeError>())?;
     m.add("NativeDomainError", py.get_type::<NativeDomainError>())?;
-    m.add("NativeAuthenticationError", py.get_type::<NativeAuthenticationError>())?;
-    m.add("NativeMalformedError", py.get_type::<NativeMalformedError>())?;
-    m.add("NativeParameterError", py.get_type::<NativeParameterError>())?;
+    m.add(
+        "NativeAuthenticationError",
+        py.get_type::<NativeAuthenticationError>(),
+    )?;
+    m.add(
+        "NativeMalformedError",
+        py.get_type::<NativeMalformedError>(),
+    )?;
+    m.add(
+        "NativeParameterError",
+        py.get_type::<NativeParameterError>(),
+    )?;
     Ok(())
 }

@@ -1,13 +1,26 @@
 //! `veil._native`: thin PyO3 glue over `veil-kernels`.
 //!
 //! This crate converts types and maps errors; it holds no algorithm code.
+//! Each scheme's glue lives in its own module and registers its functions.
 
 use pyo3::prelude::*;
 
+mod ecb;
 mod errors;
+mod ff1;
+mod ope;
+mod rnd;
+mod search;
+mod siv;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
+    ecb::register(m)?;
+    ff1::register(m)?;
+    ope::register(m)?;
+    rnd::register(m)?;
+    search::register(m)?;
+    siv::register(m)?;
     Ok(())
 }
