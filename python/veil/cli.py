@@ -1,22 +1,48 @@
-"""The ``veil`` command line."""
+"""The ``veil`` command line.
+
+Each area of Veil contributes its own subcommands through a ``register``
+function in its ``cli`` module, so this file stays a short index.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 
 from veil.errors import VeilError
 
+# Modules that define ``register(subparsers)``; an area that is not installed
+# yet is skipped so the CLI works while Veil grows.
+COMMAND_MODULES = (
+    "veil.crypto.cli",
+    "veil.bench.cli",
+    "veil.kv.cli",
+    "veil.sql.cli",
+    "veil.tpch.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="veil", description="Veil: an encrypted database system.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(subparsers)
+    return parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="veil", description="Veil: an encrypted database system.")
-    parser.add_subparsers(dest="command", required=True)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        return int(args.handler(args) or 0)
     except VeilError as exc:
         print(f"veil: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("veil: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
