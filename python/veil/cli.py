@@ -28,9 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="veil", description="Veil: an encrypted database system.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        if importlib.util.find_spec(name) is not None:
+        if _installed(name):
             importlib.import_module(name).register(subparsers)
     return parser
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package does not exist yet
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

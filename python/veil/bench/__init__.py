@@ -1,0 +1,1 @@
+"""Benchmarks that compare Veil side by side with its baselines."""

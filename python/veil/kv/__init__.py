@@ -1,0 +1,1 @@
+"""MiniCrypt: encrypted, compressed key-value packs over unmodified stores."""
