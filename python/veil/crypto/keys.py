@@ -94,7 +94,7 @@ class MasterKey:
     def __repr__(self) -> str:
         return f"MasterKey(fingerprint={self.fingerprint()})"
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("a MasterKey is not picklable: keys never leave the client process")
 
 
@@ -187,7 +187,9 @@ def _unwrap(raw: bytes, kdf: object, passphrase: str, target: Path) -> bytes:
     if not isinstance(kdf, dict) or kdf.get("name") != "argon2id":
         raise KeyFileError(f"{target} uses an unknown key-derivation function")
     try:
-        return AESGCM(_stretch(passphrase, kdf)).decrypt(raw[:12], raw[12:], KEY_FILE_FORMAT.encode())
+        return AESGCM(_stretch(passphrase, kdf)).decrypt(
+            raw[:12], raw[12:], KEY_FILE_FORMAT.encode()
+        )
     except InvalidTag:
         raise WrongKeyError(f"wrong passphrase for key file {target}") from None
 
@@ -197,7 +199,9 @@ def _read_document(target: Path) -> dict[str, object]:
         mode = target.stat().st_mode
         text = target.read_text()
     except FileNotFoundError:
-        raise KeyFileError(f"key file {target} does not exist; create one with `veil keygen`") from None
+        raise KeyFileError(
+            f"key file {target} does not exist; create one with `veil keygen`"
+        ) from None
     except OSError as exc:
         raise KeyFileError(f"cannot read key file {target}: {exc.strerror}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
