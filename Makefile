@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
-	cargo test --release --workspace -q
+	cargo test --release -p veil-kernels -q
 
 bench: $(STAMP)
 	$(VENV)/bin/veil bench crypto --json bench/crypto.json

@@ -24,6 +24,11 @@ if ! command -v cargo >/dev/null; then
     fi
 fi
 
+# make lint needs rustfmt and clippy; rustup installs them when missing.
+if command -v rustup >/dev/null && ! cargo clippy --version >/dev/null 2>&1; then
+    rustup component add clippy rustfmt
+fi
+
 if [ ! -x .venv/bin/python ]; then
     echo "bootstrap: creating .venv"
     python3 -m venv .venv
