@@ -1,0 +1,56 @@
+"""Fixtures shared by the key-value (MiniCrypt) tests.
+
+``kv_url`` runs a test once per backend. SQLite always runs (a fresh file per
+test). Cassandra runs when a session fixture ``cassandra_url`` exists: the
+Cassandra helper defines it in ``tests/kv/test_cassandra_fixtures.py`` (it
+starts the server once per session and returns ``cassandra://host:port/ks``),
+and this file re-exports it so every parametrised test can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import uuid
+from pathlib import Path
+
+import pytest
+
+from veil.crypto.keys import write_key_file
+
+with contextlib.suppress(ImportError):  # the Cassandra helper's fixtures, when present
+    cassandra_url = importlib.import_module("test_cassandra_fixtures").cassandra_url
+
+BACKENDS = ["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)]
+
+
+@pytest.fixture(params=BACKENDS)
+def kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty store on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/kv.db"
+    try:
+        url: str = request.getfixturevalue("cassandra_url")
+    except pytest.FixtureLookupError:
+        pytest.skip("no cassandra_url fixture (Cassandra support not installed)")
+    return url
+
+
+@pytest.fixture
+def kv_table() -> str:
+    """A table name no other test uses (Cassandra keyspaces outlive one test)."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "veil.key"
+    write_key_file(path)
+    return path
+
+
+@pytest.fixture
+def other_key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "other.key"
+    write_key_file(path)
+    return path
