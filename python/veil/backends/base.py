@@ -1,0 +1,204 @@
+"""The one small interface every server backend offers Veil's query path.
+
+A backend is an untrusted server holding only ciphertexts under opaque names.
+It knows nothing of keys, plaintexts or the physical design: it runs the
+RemoteSQL statements it is given, bulk-loads Arrow data, and offers Veil's
+server functions (HOM sum, SEARCH match).
+
+Conventions shared by every backend:
+
+- SQL text is in the backend's ``dialect`` (a sqlglot dialect name). Query
+  parameters are positional and written ``$1``, ``$2`` ... on every backend;
+  ``render`` turns a sqlglot expression into such text (sqlglot itself would
+  write ``%(1)s`` for PostgreSQL).
+- Results are Arrow: ``execute`` returns a ``pa.Table``, ``execute_batches``
+  streams ``pa.RecordBatch`` es. Integer SUMs come back as decimal128(38, 0)
+  on both backends (DuckDB's HUGEINT and PostgreSQL's NUMERIC).
+- Table and column names must be plain identifiers (letters, digits, ``_``);
+  backends quote them, so their case is kept.
+- ``bulk_load`` is atomic per table: data goes into a staging table that
+  replaces the target in one transaction, so a failed load leaves the old table
+  (or none) and can simply be run again. Create indexes after loading.
+- Every statement the server receives, with its parameters, is passed to the
+  statement listeners first, so tests can check that no plaintext leaves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.errors import VeilError
+
+# Arrow data for a bulk load: a whole table, a reader, or any iterable of batches.
+ArrowData: TypeAlias = pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+Params = Sequence[object] | None
+StatementListener = Callable[[str, Params], None]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+STAGING_SUFFIX = "__veil_staging"
+
+
+class BackendError(VeilError):
+    """The server refused a statement or failed while running it."""
+
+    anchor = "backend"
+
+
+class ServerUnavailableError(BackendError):
+    """The server could not be reached (down, wrong URL, wrong credentials)."""
+
+    anchor = "server-unavailable"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the server's optimizer expects of a statement (from EXPLAIN)."""
+
+    rows: float
+    cost: float | None  # in the optimizer's own units; None where it reports none (DuckDB)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An untrusted SQL server that stores ciphertexts and runs RemoteSQL."""
+
+    url: str
+    dialect: str  # sqlglot dialect name: "duckdb" or "postgres"
+
+    def execute(self, sql: str, params: Params = None) -> pa.Table:
+        """Run one statement; a query's rows as a table, an empty table otherwise."""
+        ...
+
+    def execute_batches(
+        self, sql: str, params: Params = None, *, batch_rows: int = 65536
+    ) -> Iterator[pa.RecordBatch]:
+        """Run one query and stream its rows in batches of at most ``batch_rows``."""
+        ...
+
+    def bulk_load(self, table: str, data: ArrowData, *, schema: pa.Schema | None = None) -> int:
+        """Create or replace ``table`` with ``data`` atomically; returns the row count.
+
+        ``schema`` is needed only when ``data`` is an iterable that may be empty.
+        """
+        ...
+
+    def append(self, table: str, data: ArrowData) -> int:
+        """Append rows (columns matched by name) to an existing table; returns the count."""
+        ...
+
+    def drop_table(self, table: str, *, if_exists: bool = True) -> None: ...
+
+    def rename_table(self, old: str, new: str) -> None: ...
+
+    def table_names(self) -> list[str]: ...
+
+    def table_bytes(self, table: str) -> int:
+        """Space the server uses for ``table`` (for the space-overhead figure)."""
+        ...
+
+    def estimate(self, sql: str, params: Params = None) -> Estimate:
+        """The server optimizer's row count and cost for a statement (EXPLAIN)."""
+        ...
+
+    def hom_sum(self, ciphertexts: exp.Expression, n_square: exp.Expression) -> exp.Expression:
+        """Aggregate expression: the Paillier sum (product mod n^2) of a ciphertext column.
+
+        ``n_square`` is a BLOB/bytea expression holding n^2 as unsigned big-endian
+        bytes (see ``n_square_bytes``), usually a query parameter. The result is a
+        ciphertext in the column's format; NULLs are skipped; no rows -> NULL.
+        """
+        ...
+
+    def search_match(self, ciphertexts: exp.Expression, token: exp.Expression) -> exp.Expression:
+        """Boolean expression: does a SEARCH ciphertext contain the token's word."""
+        ...
+
+    def add_statement_listener(self, listener: StatementListener) -> Callable[[], None]:
+        """Call ``listener(sql, params)`` for every statement sent; returns its remover."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Run the statements inside the ``with`` block atomically."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def render(expression: exp.Expression, dialect: str) -> str:
+    """SQL text for ``expression`` in ``dialect``, placeholders written ``$1``, ``$2``...
+
+    Numbered placeholders (``exp.Placeholder(this="1")``) keep their number;
+    anonymous ones (``?``) are numbered in order of appearance.
+    """
+    counter = iter(range(1, 1_000_000))
+
+    def numbered(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Placeholder):
+            number = node.args.get("this")
+            return exp.var(f"${number if number is not None else next(counter)}")
+        return node
+
+    return expression.transform(numbered).sql(dialect=dialect)
+
+
+def n_square_bytes(n_square: int) -> bytes:
+    """n^2 as the unsigned big-endian bytes the server functions take."""
+    return n_square.to_bytes((n_square.bit_length() + 7) // 8, "big")
+
+
+def check_identifier(name: str) -> str:
+    """Reject names that are not plain identifiers, so quoting is always safe."""
+    if not _IDENTIFIER.match(name):
+        raise BackendError(
+            f"{name!r} is not a plain identifier; server table and column names "
+            "must be letters, digits and underscores"
+        )
+    return name
+
+
+def quote(name: str) -> str:
+    return f'"{check_identifier(name)}"'
+
+
+def as_batches(
+    data: ArrowData, schema: pa.Schema | None = None
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The schema and batches of any accepted bulk-load input."""
+    if isinstance(data, pa.Table):
+        return data.schema, iter(data.to_batches())
+    if isinstance(data, pa.RecordBatchReader):
+        return data.schema, iter(data)
+    batches: Iterator[pa.RecordBatch] = iter(data)
+    first = next(batches, None)
+    if first is None:
+        if schema is None:
+            raise BackendError("bulk load got no batches and no schema; pass schema=")
+        return schema, iter(())
+    return first.schema, _chain(first, batches)
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+class StatementLog:
+    """The listeners of one backend; backends call ``emit`` before sending a statement."""
+
+    def __init__(self) -> None:
+        self._listeners: list[StatementListener] = []
+
+    def add(self, listener: StatementListener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def emit(self, sql: str, params: Params) -> None:
+        for listener in list(self._listeners):
+            listener(sql, params)

@@ -1,0 +1,47 @@
+"""Fixtures shared by every test directory: server URLs for each backend.
+
+``backend_url`` gives each test a fresh, empty server on every backend: a DuckDB
+file under the test's tmp_path and, for tests that may use PostgreSQL, a new
+database in one throwaway cluster started for the whole session
+(``veil.backends.pgcluster``). PostgreSQL cases carry the ``postgres`` mark, so
+``-m "not postgres"`` skips them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_database_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One throwaway PostgreSQL 15 cluster for the session (stopped at the end)."""
+    pgcluster = pytest.importorskip("veil.backends.pgcluster")
+    cluster = pgcluster.ThrowawayCluster(tmp_path_factory.mktemp("postgres"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: object) -> str:
+    """A fresh, empty database in the session's cluster."""
+    return postgres_cluster.create_database(f"veil_test_{next(_database_numbers)}")  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def duckdb_url(tmp_path: Path) -> str:
+    return f"duckdb://{tmp_path / 'server.duckdb'}"
+
+
+@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, empty server on each backend in turn."""
+    return str(request.getfixturevalue(f"{request.param}_url"))

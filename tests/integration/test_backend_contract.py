@@ -1,0 +1,131 @@
+"""Every backend keeps the contract of veil.backends.base."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from veil.backends import Backend, BackendError, connect
+
+
+@pytest.fixture
+def backend(backend_url: str) -> Iterator[Backend]:
+    server = connect(backend_url)
+    yield server
+    server.close()
+
+
+def sample(rows: int = 5) -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array(range(rows), pa.int64()),
+            "small": pa.array([i % 3 for i in range(rows)], pa.int32()),
+            "c": pa.array(
+                [bytes([i % 256, 0, 255]) if i % 2 else None for i in range(rows)], pa.binary()
+            ),
+            "s": pa.array([f"v{i}" for i in range(rows)], pa.string()),
+            "flag": pa.array([i % 2 == 0 for i in range(rows)], pa.bool_()),
+        }
+    )
+
+
+def test_bulk_load_then_select_round_trips_arrow(backend: Backend) -> None:
+    data = sample()
+    assert backend.bulk_load("t_a1", data) == 5
+    back = backend.execute('SELECT * FROM "t_a1" ORDER BY "k"')
+    assert back.equals(data)
+
+
+def test_parameters_are_numbered(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample())
+    result = backend.execute(
+        'SELECT "k" FROM "t_a1" WHERE "k" >= $1 AND "c" = $2', [2, b"\x03\x00\xff"]
+    )
+    assert result.column(0).to_pylist() == [3]
+
+
+def test_execute_batches_streams_all_rows(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample(100))
+    batches = list(backend.execute_batches('SELECT "k" FROM "t_a1" ORDER BY "k"', batch_rows=30))
+    assert all(batch.num_rows <= 30 for batch in batches)
+    assert sum(batch.num_rows for batch in batches) == 100
+
+
+def test_failed_load_leaves_no_table_and_can_be_rerun(backend: Backend) -> None:
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield from sample().to_batches()
+        raise RuntimeError("encryption failed half way")
+
+    with pytest.raises(RuntimeError):
+        backend.bulk_load("t_a1", failing())
+    assert backend.table_names() == []
+    backend.bulk_load("t_a1", sample())
+    assert backend.table_names() == ["t_a1"]
+
+
+def test_failed_reload_keeps_the_old_table(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample(3))
+
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield from sample(7).to_batches()
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        backend.bulk_load("t_a1", failing())
+    assert backend.execute('SELECT count(*) FROM "t_a1"').column(0)[0].as_py() == 3
+
+
+def test_append_adds_rows(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample(3))
+    backend.append("t_a1", sample(2))
+    assert backend.execute('SELECT count(*) FROM "t_a1"').column(0)[0].as_py() == 5
+
+
+def test_rename_and_drop(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample())
+    backend.rename_table("t_a1", "t_b2")
+    assert backend.table_names() == ["t_b2"]
+    backend.drop_table("t_b2")
+    assert backend.table_names() == []
+
+
+def test_statement_listener_sees_every_statement(backend: Backend) -> None:
+    seen: list[tuple[str, object]] = []
+    remove = backend.add_statement_listener(lambda sql, params: seen.append((sql, params)))
+    backend.execute("SELECT $1::bigint", [42])
+    assert ("SELECT $1::bigint", [42]) in [(sql, list(p) if p else p) for sql, p in seen]
+    remove()
+    before = len(seen)
+    backend.execute("SELECT 1")
+    assert len(seen) == before
+
+
+def test_estimate_reports_rows(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample(50))
+    estimate = backend.estimate('SELECT * FROM "t_a1" WHERE "k" > $1', [10])
+    assert estimate.rows >= 0
+
+
+def test_transaction_rolls_back_on_error(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample(3))
+    with pytest.raises(RuntimeError), backend.transaction():
+        backend.execute('DELETE FROM "t_a1"')
+        raise RuntimeError("client failed")
+    assert backend.execute('SELECT count(*) FROM "t_a1"').column(0)[0].as_py() == 3
+
+
+def test_rejected_statement_raises_backend_error(backend: Backend) -> None:
+    with pytest.raises(BackendError):
+        backend.execute('SELECT * FROM "no_such_table"')
+
+
+def test_names_must_be_plain_identifiers(backend: Backend) -> None:
+    with pytest.raises(BackendError, match="plain identifier"):
+        backend.bulk_load('x"; DROP TABLE y; --', sample())
+
+
+def test_table_bytes_is_positive_after_load(backend: Backend) -> None:
+    backend.bulk_load("t_a1", sample(1000))
+    assert backend.table_bytes("t_a1") > 0
