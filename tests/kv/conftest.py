@@ -12,11 +12,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import veil.kv
 from veil.crypto.keys import write_key_file
+from veil.kv import Store
 
 with contextlib.suppress(ImportError):  # the Cassandra helper's fixtures, when present
     cassandra_url = importlib.import_module("test_cassandra_fixtures").cassandra_url
@@ -54,3 +58,30 @@ def other_key_file(tmp_path: Path) -> Path:
     path = tmp_path / "other.key"
     write_key_file(path)
     return path
+
+
+class StoreFactory:
+    """Opens stores on one URL and key file; closes them all at teardown."""
+
+    def __init__(self, url: str, key: Path, table: str):
+        self.url, self.key, self.table = url, key, table
+        self.opened: list[Store] = []
+
+    def __call__(self, mode: str = "generic", **options: Any) -> Store:
+        options.setdefault("table", self.table)
+        if mode == "append":
+            options.setdefault("background", False)
+        store = veil.kv.open(self.url, options.pop("key_file", self.key), mode, **options)
+        self.opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+@pytest.fixture
+def open_store(kv_url: str, key_file: Path, kv_table: str) -> Iterator[StoreFactory]:
+    factory = StoreFactory(kv_url, key_file, kv_table)
+    yield factory
+    factory.close()

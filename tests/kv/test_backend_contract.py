@@ -33,7 +33,7 @@ def test_floor_get_and_scan_follow_byte_order(backend: KVBackend, kv_table: str)
     assert backend.get(kv_table, 0, b"\x03") is None
     assert backend.floor(kv_table, 0, b"\x02a") == Row(b"\x02", b"v\x02", b"t")
     assert backend.floor(kv_table, 0, b"\x00") is None
-    assert backend.floor(kv_table, 0, b"\xff\xff").key == b"\xff"  # type: ignore[union-attr]
+    assert backend.floor(kv_table, 0, b"\xff\xff").key == b"\xff"
     keys = [r.key for r in backend.scan(kv_table, 0)]
     assert keys == [b"\x01", b"\x02", b"\x02a\xff", b"\x02b", b"\xff"]
     assert [r.key for r in backend.scan(kv_table, 0, b"\x02", b"\x02b")] == keys[1:4]

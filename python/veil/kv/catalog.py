@@ -1,0 +1,101 @@
+"""What a database remembers about its MiniCrypt tables, in the store itself.
+
+One backend table, ``veil_kv_catalog``, holds:
+
+* ``fingerprint`` -- the public fingerprint of the master key that wrote the
+  database (``MasterKey.fingerprint``). Opening with another key file fails up
+  front with :class:`~veil.errors.WrongKeyError` rather than finding an empty
+  store (table names are derived from the key) or failing later on every pack.
+* ``table/<name>`` -- each table's fixed configuration (JSON): mode,
+  pack_rows, partitions, pseudorandom packIDs, and the key type once the first
+  key is written. These must agree between clients: splits and merges are
+  deterministic only if every client cuts packs the same way.
+
+The backend names of a table's parts are derived from the key
+(``v<20 hex>p`` for packs, ``...e`` epochs, ``...m`` EM metadata, ``...s``
+epoch stats), so the server never sees the table names the application uses.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from veil.crypto.keys import KeyLabel, MasterKey
+from veil.errors import ParameterError, WrongKeyError
+from veil.kv.backends.base import KVBackend
+
+CATALOG_TABLE = "veil_kv_catalog"
+FINGERPRINT_ROW = b"fingerprint"
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    mode: str
+    pack_rows: int
+    partitions: int
+    prf_pack_ids: bool
+    key_kind: str | None = None
+
+    @property
+    def max_keys(self) -> int:
+        """Split threshold: 1.5 x the target pack size, as §5.2 suggests."""
+        return max(self.pack_rows + 1, (3 * self.pack_rows) // 2)
+
+
+def physical_base(master: MasterKey, table: str) -> str:
+    key = master.derive(KeyLabel("kv-name", "tables"))
+    return "v" + hmac.digest(key, table.encode(), "sha256").hex()[:20]
+
+
+def check_fingerprint(backend: KVBackend, master: MasterKey) -> None:
+    backend.ensure_table(CATALOG_TABLE)
+    ours = master.fingerprint().encode()
+    backend.insert_if_not_exists(CATALOG_TABLE, 0, FINGERPRINT_ROW, ours, os.urandom(16))
+    row = backend.get(CATALOG_TABLE, 0, FINGERPRINT_ROW)
+    if row is not None and row.value != ours:
+        raise WrongKeyError(
+            "this key-value database was written with a different key file "
+            f"(its key fingerprint is {row.value.decode(errors='replace')}, yours is "
+            f"{ours.decode()}); open it with the key file that created it"
+        )
+
+
+def load_config(backend: KVBackend, base: str, wanted: TableConfig, table: str) -> TableConfig:
+    """The table's stored configuration, creating it from ``wanted`` if new."""
+    row_key = f"table/{base}".encode()
+    fresh = json.dumps(asdict(wanted)).encode()
+    backend.insert_if_not_exists(CATALOG_TABLE, 0, row_key, fresh, os.urandom(16))
+    row = backend.get(CATALOG_TABLE, 0, row_key)
+    stored = TableConfig(**_json(row.value if row else fresh))
+    for field in ("mode", "prf_pack_ids"):
+        if getattr(stored, field) != getattr(wanted, field):
+            raise ParameterError(
+                f"key-value table {table!r} was created with {field}="
+                f"{getattr(stored, field)!r}; open it with the same setting"
+            )
+    return stored
+
+
+def record_key_kind(backend: KVBackend, base: str, config: TableConfig, kind: str) -> TableConfig:
+    """Fix the table's key type at its first write (update-if, so racers agree)."""
+    row_key = f"table/{base}".encode()
+    while True:
+        row = backend.get(CATALOG_TABLE, 0, row_key)
+        assert row is not None
+        current = TableConfig(**_json(row.value))
+        if current.key_kind is not None:
+            return current
+        updated = json.dumps(asdict(replace(current, key_kind=kind))).encode()
+        if backend.update_if(CATALOG_TABLE, 0, row_key, updated, os.urandom(16), row.tag):
+            return replace(current, key_kind=kind)
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ParameterError("corrupt key-value catalog entry")
+    return value

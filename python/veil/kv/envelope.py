@@ -1,0 +1,82 @@
+"""The stored form of a pack or of one APPEND-mode row.
+
+::
+
+    stored = version (0x01) | codec id (1 byte) | nonce (12 bytes) | AES-256-GCM(body)
+    body   = pad(compress(plaintext))       (see veil.kv.codec)
+
+The associated data binds the ciphertext to where it is stored: the table's
+scope, the kind of record (a pack or an epoch row) and its location (the
+packID, or the epoch and key). A server that moves a pack to another packID or
+another table, or swaps two packs, makes decryption fail with
+:class:`~veil.errors.AuthenticationError` instead of returning wrong rows.
+
+The update-if tag of a stored value is the first 16 bytes of its SHA-256:
+every write encrypts under a fresh random nonce, so two writes of even the same
+plaintext get different tags, and a client that read an old version can never
+overwrite a newer one by accident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from veil.errors import AuthenticationError, MalformedCiphertextError
+from veil.kv import codec
+
+ENVELOPE_VERSION = 0x01
+NONCE_BYTES = 12
+TAG_BYTES = 16
+_HEADER_BYTES = 2 + NONCE_BYTES
+
+
+def stored_tag(stored: bytes) -> bytes:
+    """The update-if tag ("hash" in the paper) of a stored value."""
+    return hashlib.sha256(stored).digest()[:TAG_BYTES]
+
+
+class Envelope:
+    """Seals and opens records of one table under its pack key."""
+
+    __slots__ = ("_aead", "_codec", "_scope", "_tiers")
+
+    def __init__(self, key: bytes, scope: str, codec_name: str, tiers: tuple[int, ...]):
+        self._aead = AESGCM(key)
+        self._scope = scope.encode()
+        self._codec = codec.codec_id(codec_name)
+        self._tiers = tiers
+
+    def seal(self, kind: bytes, location: bytes, plaintext: bytes) -> bytes:
+        header = bytes([ENVELOPE_VERSION, self._codec])
+        body = codec.pad(codec.compress(self._codec, plaintext), self._tiers)
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, body, self._aad(header, kind, location))
+        return header + nonce + sealed
+
+    def open(self, kind: bytes, location: bytes, stored: bytes) -> bytes:
+        if len(stored) < _HEADER_BYTES + TAG_BYTES:
+            raise MalformedCiphertextError("stored pack is truncated")
+        if stored[0] != ENVELOPE_VERSION:
+            raise MalformedCiphertextError(
+                f"stored pack has envelope version {stored[0]}; this Veil reads "
+                f"version {ENVELOPE_VERSION}"
+            )
+        header, nonce = stored[:2], stored[2:_HEADER_BYTES]
+        try:
+            body = self._aead.decrypt(
+                nonce, stored[_HEADER_BYTES:], self._aad(header, kind, location)
+            )
+        except InvalidTag:
+            raise AuthenticationError(
+                "a stored pack failed authentication: it was tampered with or moved on "
+                "the server, or this store was written with a different key file"
+            ) from None
+        return codec.decompress(header[1], codec.unpad(body))
+
+    def _aad(self, header: bytes, kind: bytes, location: bytes) -> bytes:
+        parts = (b"veil-kv", self._scope, kind, location, header)
+        return b"".join(len(p).to_bytes(4, "big") + p for p in parts)

@@ -1,0 +1,61 @@
+"""Order-preserving byte encoding of MiniCrypt keys.
+
+The backend orders rows by ``memcmp`` of their key bytes, so every key is
+encoded to bytes whose byte order is the key order:
+
+* a 64-bit signed integer -> ``0x01`` || 8 bytes big-endian with the sign bit
+  flipped (so -1 < 0 < 1 byte-wise),
+* a byte string -> ``0x02`` || the bytes themselves.
+
+The leading kind byte keeps the two key types apart (one store holds one
+type) and leaves ``0x00`` free for the *root pack* (packID ``0x00``), which
+sorts below every encoded key so that every floor lookup finds a pack.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from veil.errors import ParameterError
+
+Key = int | bytes
+KeyKind = Literal["int", "bytes"]
+
+INT_TAG = 0x01
+BYTES_TAG = 0x02
+ROOT_PACK_ID = b"\x00"
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+_SIGN = 1 << 63
+
+
+def key_kind(key: object) -> KeyKind:
+    """``"int"`` or ``"bytes"``; anything else is rejected with a clear error."""
+    if isinstance(key, bool) or not isinstance(key, int | bytes | bytearray | memoryview):
+        raise ParameterError(
+            f"a key must be an int (signed 64-bit) or bytes, got {type(key).__name__}"
+        )
+    return "int" if isinstance(key, int) else "bytes"
+
+
+def encode_key(key: Key) -> bytes:
+    """The order-preserving byte form of ``key`` (see the module docstring)."""
+    if key_kind(key) == "int":
+        assert isinstance(key, int)
+        if not INT64_MIN <= key <= INT64_MAX:
+            raise ParameterError(f"integer key {key} is outside the signed 64-bit range")
+        return bytes([INT_TAG]) + ((key + _SIGN) & (2**64 - 1)).to_bytes(8, "big")
+    return bytes([BYTES_TAG]) + bytes(key)
+
+
+def decode_key(encoded: bytes) -> Key:
+    """The key that :func:`encode_key` turned into ``encoded``."""
+    if encoded[:1] == bytes([INT_TAG]) and len(encoded) == 9:
+        return int.from_bytes(encoded[1:], "big") - _SIGN
+    if encoded[:1] == bytes([BYTES_TAG]):
+        return encoded[1:]
+    raise ParameterError("stored key has an unknown encoding; was it written by Veil?")
+
+
+def encoded_kind(encoded: bytes) -> KeyKind:
+    return "int" if encoded[:1] == bytes([INT_TAG]) else "bytes"

@@ -1,0 +1,93 @@
+"""A pack's plaintext layout: a compact, versioned, length-prefixed record list.
+
+Layout (before compression), all integers big-endian::
+
+    version (1 byte, 0x01) | count n (u32)
+    key lengths (n x u32) | value lengths (n x u32)
+    keys, concatenated | values, concatenated
+
+Keys are the encoded keys of :mod:`veil.kv.keys`, stored in the pack's order
+(by packID order: the encoded key itself, or its pseudorandom ID). Keeping
+keys together and values together lets the compressor see similar bytes side
+by side. Lengths are read with numpy, so parsing a pack is a few vectorised
+calls, not a loop of ``struct`` reads.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from veil.errors import MalformedCiphertextError
+
+PACK_FORMAT_VERSION = 1
+_HEADER = struct.Struct(">BI")
+_U32 = np.dtype(">u4")
+
+
+class Pack:
+    """The plaintext of one pack: encoded key -> value."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: dict[bytes, bytes] | None = None):
+        self.items: dict[bytes, bytes] = items if items is not None else {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def ordered(self, order: Callable[[bytes], bytes]) -> list[tuple[bytes, bytes]]:
+        """Entries sorted by ``order(encoded key)`` (the packID order)."""
+        return sorted(self.items.items(), key=lambda kv: order(kv[0]))
+
+    def serialize(self, order: Callable[[bytes], bytes]) -> bytes:
+        return serialize_entries(self.ordered(order))
+
+    @classmethod
+    def parse(cls, data: bytes) -> Pack:
+        keys, values = parse_entries(data)
+        return cls(dict(zip(keys, values, strict=True)))
+
+
+def serialize_entries(entries: Iterable[tuple[bytes, bytes]]) -> bytes:
+    pairs = list(entries)
+    keys = [k for k, _ in pairs]
+    values = [v for _, v in pairs]
+    key_lengths = np.fromiter((len(k) for k in keys), dtype=_U32, count=len(keys))
+    value_lengths = np.fromiter((len(v) for v in values), dtype=_U32, count=len(values))
+    return b"".join(
+        [
+            _HEADER.pack(PACK_FORMAT_VERSION, len(pairs)),
+            key_lengths.tobytes(),
+            value_lengths.tobytes(),
+            *keys,
+            *values,
+        ]
+    )
+
+
+def parse_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
+    if len(data) < _HEADER.size:
+        raise MalformedCiphertextError("pack plaintext is truncated")
+    version, count = _HEADER.unpack_from(data)
+    if version != PACK_FORMAT_VERSION:
+        raise MalformedCiphertextError(
+            f"pack format version {version} is unknown; upgrade Veil to read it"
+        )
+    lengths_end = _HEADER.size + 8 * count
+    if lengths_end > len(data):
+        raise MalformedCiphertextError("pack plaintext is truncated")
+    if count == 0:
+        if lengths_end != len(data):
+            raise MalformedCiphertextError("empty pack has trailing bytes")
+        return [], []
+    lengths = np.frombuffer(data, dtype=_U32, count=2 * count, offset=_HEADER.size)
+    ends = np.cumsum(lengths, dtype=np.int64) + lengths_end
+    if int(ends[-1]) != len(data):
+        raise MalformedCiphertextError("pack plaintext lengths do not add up")
+    starts = np.concatenate(([lengths_end], ends[:-1])).tolist()
+    stops = ends.tolist()
+    cut = [data[a:b] for a, b in zip(starts, stops, strict=True)]
+    return cut[:count], cut[count:]

@@ -1,0 +1,253 @@
+"""GENERIC-mode protocols over a table of packs (paper §4–§5).
+
+Invariants every operation keeps (they are what §5.4's argument rests on):
+
+* packs are never deleted, and a packID never changes its meaning;
+* the pack in charge of a key is the *floor pack*: the one with the largest
+  packID <= the key's position (there is always one: the root pack, packID
+  ``0x00``, is created on first use with insert-if-not-exists);
+* a pack may hold stale copies of keys at or above the next packID (left by a
+  client that died mid-split); they are invisible, because a get reads only
+  the floor pack and a range query keeps only keys below the next packID;
+* a pack holding more than ``max_keys`` keys is never modified except by a
+  split, and every client splits a given pack content the same way.
+
+put and delete (Figure 5): read the floor pack, split it first if it is too
+big, change it, write it back with update-if on the tag read; retry on
+conflict. split (Figure 6): cut the pack deterministically, insert the right
+piece(s) with insert-if-not-exists, then update-if the original packID with
+the left piece. Figure 6 cuts in two halves (left rounded up); Veil cuts into
+``ceil(n / pack_rows)`` balanced pieces, which is the same two halves for
+every pack that a put makes too big (n = max_keys + 1 <= 2 * pack_rows) and
+only differs for the oversized packs of a bulk load. Pieces are inserted
+right to left, so a client that dies after inserting some of them leaves a
+store where every key is in its floor pack: keys from the lowest inserted
+piece up are in the new pieces, the rest still in the original pack, whose
+next writer replays the same split (insert-if-not-exists keeps pieces that
+others may have updated since).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections.abc import Iterable, Iterator
+
+from veil.kv.backends.base import KVBackend, Row
+from veil.kv.envelope import Envelope, stored_tag
+from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT, crash_point
+from veil.kv.keys import ROOT_PACK_ID
+from veil.kv.layout import Layout
+from veil.kv.pack import Pack, serialize_entries
+
+PACK_KIND = b"pack"
+BULK_PACKS = 64  # a bulk load merges at most this many packs' worth into one pack
+
+
+class PackTable:
+    """One table of packs: get, put, delete, split, range and bulk load."""
+
+    def __init__(
+        self,
+        backend: KVBackend,
+        table: str,
+        envelope: Envelope,
+        layout: Layout,
+        pack_rows: int,
+        max_keys: int,
+    ):
+        self.backend = backend
+        self.table = table
+        self.envelope = envelope
+        self.layout = layout
+        self.pack_rows = pack_rows
+        self.max_keys = max_keys
+
+    # -- pack I/O -------------------------------------------------------
+    def open_pack(self, partition: int, row: Row) -> Pack:
+        plaintext = self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
+        return Pack.parse(plaintext)
+
+    def seal_pack(
+        self, partition: int, pack_id: bytes, entries: Iterable[tuple[bytes, bytes]]
+    ) -> tuple[bytes, bytes]:
+        stored = self.envelope.seal(
+            PACK_KIND, _location(partition, pack_id), serialize_entries(entries)
+        )
+        return stored, stored_tag(stored)
+
+    def _floor(self, partition: int, position: bytes) -> tuple[Row, Pack]:
+        """The floor pack of ``position``, creating the root pack if needed."""
+        while True:
+            row = self.backend.floor(self.table, partition, position)
+            if row is not None:
+                return row, self.open_pack(partition, row)
+            stored, tag = self.seal_pack(partition, ROOT_PACK_ID, [])
+            self.backend.insert_if_not_exists(self.table, partition, ROOT_PACK_ID, stored, tag)
+
+    # -- reads ----------------------------------------------------------
+    def get(self, encoded: bytes) -> bytes | None:
+        partition, position = self.layout.locate(encoded)
+        row = self.backend.floor(self.table, partition, position)
+        if row is None:
+            return None
+        return self.open_pack(partition, row).items.get(encoded)
+
+    def range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``low <= encoded key <= high``, ascending (Figure 4)."""
+        streams = [self._partition_range(p, low, high) for p in range(self.layout.partitions)]
+        if len(streams) == 1:
+            return streams[0]
+        return heapq.merge(*streams, key=lambda kv: kv[0])
+
+    def _partition_range(
+        self, partition: int, low: bytes, high: bytes
+    ) -> Iterator[tuple[bytes, bytes]]:
+        rows: Iterable[Row] = self.backend.scan(self.table, partition, low, high)
+        first = self.backend.floor(self.table, partition, low)
+        if first is not None and first.key < low:
+            rows = _chain(first, rows)
+        previous: Row | None = None
+        for row in rows:
+            if previous is not None:
+                yield from self._pack_slice(partition, previous, low, high, row.key)
+            previous = row
+        if previous is not None:
+            yield from self._pack_slice(partition, previous, low, high, None)
+
+    def _pack_slice(
+        self, partition: int, row: Row, low: bytes, high: bytes, bound: bytes | None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        # Keys at or above the next packID are stale copies: skip them.
+        pack = self.open_pack(partition, row)
+        for key in sorted(pack.items):
+            if low <= key <= high and (bound is None or key < bound):
+                yield key, pack.items[key]
+
+    # -- writes (Figure 5) ------------------------------------------------
+    def write(self, encoded: bytes, value: bytes | None) -> bool:
+        """Set (``value``) or delete (None) one key; True if the pack changed."""
+        partition, position = self.layout.locate(encoded)
+        attempt = 0
+        while True:
+            row, pack = self._floor(partition, position)
+            if len(pack) > self.max_keys:
+                self.split(partition, row, pack)
+                continue
+            if value is None:
+                if pack.items.pop(encoded, None) is None:
+                    return False
+            else:
+                pack.items[encoded] = value
+            if self._update(partition, row, pack):
+                return True
+            attempt = _backoff(attempt)
+
+    def _update(self, partition: int, row: Row, pack: Pack) -> bool:
+        stored, tag = self.seal_pack(partition, row.key, pack.ordered(self.layout.position))
+        return self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag)
+
+    # -- split (Figure 6) -------------------------------------------------
+    def split(self, partition: int, row: Row, pack: Pack) -> None:
+        """Cut an oversized pack deterministically; ignores the outcome.
+
+        Whether this client's writes won or another client's did, the caller
+        simply re-reads its floor pack afterwards.
+        """
+        entries = pack.ordered(self.layout.position)
+        pieces = split_points(len(entries), self.pack_rows)
+        for number, (start, stop) in enumerate(reversed(pieces[1:])):
+            piece = entries[start:stop]
+            piece_id = self.layout.position(piece[0][0])
+            stored, tag = self.seal_pack(partition, piece_id, piece)
+            self.backend.insert_if_not_exists(self.table, partition, piece_id, stored, tag)
+            if number == 0:
+                crash_point(SPLIT_AFTER_FIRST_PIECE)
+        crash_point(SPLIT_BEFORE_LEFT)
+        start, stop = pieces[0]
+        stored, tag = self.seal_pack(partition, row.key, entries[start:stop])
+        self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag)
+
+    # -- bulk load ----------------------------------------------------------
+    def write_many(self, items: dict[bytes, bytes]) -> None:
+        """Set many keys at once: one read-modify-write per floor pack touched."""
+        by_partition: dict[int, list[tuple[bytes, bytes, bytes]]] = {}
+        for encoded, value in items.items():
+            partition, position = self.layout.locate(encoded)
+            by_partition.setdefault(partition, []).append((position, encoded, value))
+        for partition, entries in by_partition.items():
+            entries.sort()
+            self._write_sorted(partition, entries)
+
+    def _write_sorted(self, partition: int, entries: list[tuple[bytes, bytes, bytes]]) -> None:
+        done, attempt = 0, 0
+        limit = BULK_PACKS * self.pack_rows
+        while done < len(entries):
+            row, pack = self._floor(partition, entries[done][0])
+            if len(pack) > self.max_keys:
+                self.split(partition, row, pack)
+                continue
+            bound = self._next_pack_id(partition, row.key)
+            stop = done
+            while stop < len(entries) and stop - done < limit:
+                if bound is not None and entries[stop][0] >= bound:
+                    break
+                pack.items[entries[stop][1]] = entries[stop][2]
+                stop += 1
+            stored, tag = self.seal_pack(partition, row.key, pack.ordered(self.layout.position))
+            if not self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag):
+                attempt = _backoff(attempt)
+                continue
+            if len(pack) > self.max_keys:
+                self.split(partition, Row(row.key, stored, tag), pack)
+            done, attempt = stop, 0
+
+    def _next_pack_id(self, partition: int, pack_id: bytes) -> bytes | None:
+        rows = list(self.backend.scan(self.table, partition, pack_id, None, limit=2))
+        following = [r.key for r in rows if r.key > pack_id]
+        return following[0] if following else None
+
+    def insert_new_packs(self, partition: int, entries: list[tuple[bytes, bytes]]) -> int:
+        """Insert ``entries`` (sorted) as fresh packs of pack_rows keys (APPEND merge).
+
+        Each pack goes in with insert-if-not-exists, so a second client
+        merging the same epoch never overwrites a pack (nor a later GENERIC
+        update of it). Returns how many packs this call inserted.
+        """
+        inserted = 0
+        for start in range(0, len(entries), self.pack_rows):
+            piece = entries[start : start + self.pack_rows]
+            piece_id = self.layout.position(piece[0][0])
+            stored, tag = self.seal_pack(partition, piece_id, piece)
+            inserted += self.backend.insert_if_not_exists(
+                self.table, partition, piece_id, stored, tag
+            )
+        return inserted
+
+
+def split_points(count: int, pack_rows: int) -> list[tuple[int, int]]:
+    """Balanced [start, stop) cuts of ``count`` entries into ceil(count/pack_rows) >= 2 pieces.
+
+    Cut i sits at ceil(i * count / pieces), so two pieces are Figure 6's halves
+    with the left half rounded up.
+    """
+    pieces = max(2, -(-count // pack_rows))
+    cuts = [-(-i * count // pieces) for i in range(pieces + 1)]
+    return [(cuts[i], cuts[i + 1]) for i in range(pieces)]
+
+
+def _location(partition: int, pack_id: bytes) -> bytes:
+    return partition.to_bytes(8, "big") + pack_id
+
+
+def _chain(first: Row, rest: Iterable[Row]) -> Iterator[Row]:
+    yield first
+    yield from rest
+
+
+def _backoff(attempt: int) -> int:
+    """Sleep a little after a lost update-if race so contenders spread out."""
+    if attempt:
+        time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
+    return attempt + 1

@@ -1,0 +1,236 @@
+"""``veil.kv.open``: a MiniCrypt store over SQLite or Cassandra.
+
+>>> with veil.kv.open("sqlite:///tmp/kv.db", "veil.key") as store:   # doctest: +SKIP
+...     store.put(42, b"hello")
+...     store.get(42)
+b'hello'
+
+Keys are 64-bit signed integers or byte strings (one type per table); values
+are bytes. ``mode="generic"`` allows any write (paper §5); ``mode="append"``
+makes puts single inserts into epochs that clients merge into packs in the
+background (§6). See ``docs/kv.md`` for the protocols and what the server
+learns.
+
+Thread safety: a store may be shared by the threads of one process (each call
+is a self-contained protocol run; the backend serialises its connection).
+Several processes or machines each open their own store on the same URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from os import PathLike
+from types import TracebackType
+
+from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
+from veil.errors import ParameterError
+from veil.kv import catalog
+from veil.kv.backends import KVBackend, open_backend
+from veil.kv.codec import codec_id, pad_tiers
+from veil.kv.envelope import Envelope
+from veil.kv.keys import Key, decode_key, encode_key, key_kind
+from veil.kv.layout import Layout
+from veil.kv.packs import PackTable
+
+DEFAULT_PACK_ROWS = 50
+MODES = ("generic", "append")
+
+
+class Store:
+    """A GENERIC-mode MiniCrypt table (the APPEND mode subclasses it)."""
+
+    def __init__(
+        self,
+        backend: KVBackend,
+        master: MasterKey,
+        table: str,
+        config: catalog.TableConfig,
+        envelope: Envelope,
+        *,
+        owns_backend: bool = True,
+    ):
+        self.backend = backend
+        self.table = table
+        self.config = config
+        self._master = master
+        self._owns_backend = owns_backend
+        self._base = catalog.physical_base(master, table)
+        prf_key = master.derive(KeyLabel("kv-packid", table)) if config.prf_pack_ids else None
+        self.layout = Layout(config.partitions, master.derive(KeyLabel("kv-part", table)), prf_key)
+        self.packs = PackTable(
+            backend,
+            self._base + "p",
+            envelope,
+            self.layout,
+            config.pack_rows,
+            config.max_keys,
+        )
+        backend.ensure_table(self.packs.table)
+        self._closed = False
+
+    # -- the API ----------------------------------------------------------
+    def get(self, key: Key) -> bytes | None:
+        """The value of ``key``, or None if it has none."""
+        encoded = self._encode(key, writing=False)
+        return None if encoded is None else self.packs.get(encoded)
+
+    def put(self, key: Key, value: bytes) -> None:
+        """Set ``key`` to ``value``."""
+        self.packs.write(self._encode_for_write(key), _value(value))
+
+    def delete(self, key: Key) -> None:
+        """Remove ``key`` (nothing happens if it is absent)."""
+        encoded = self._encode(key, writing=False)
+        if encoded is not None:
+            self.packs.write(encoded, None)
+
+    def put_many(self, items: Iterable[tuple[Key, bytes]] | Mapping[Key, bytes]) -> None:
+        """Bulk load: sort, cut into packs, write (later duplicates win)."""
+        pairs = items.items() if isinstance(items, Mapping) else items
+        encoded = {self._encode_for_write(k): _value(v) for k, v in pairs}
+        if encoded:
+            self.packs.write_many(encoded)
+
+    def range(self, low: Key, high: Key) -> Iterator[tuple[Key, bytes]]:
+        """Pairs with ``low <= key <= high``, ascending, across pack borders."""
+        if not self.layout.ordered:
+            raise ParameterError(
+                "range queries need ordered packIDs; this table uses pseudorandom "
+                "packIDs (prf_pack_ids=True), which hide key order from the server"
+            )
+        low_e, high_e = self._encode(low, writing=False), self._encode(high, writing=False)
+        if low_e is None or high_e is None or low_e > high_e:
+            return iter(())
+        return ((decode_key(k), v) for k, v in self._range(low_e, high_e))
+
+    def _range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self.packs.range(low, high)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._owns_backend:
+                self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(table={self.table!r}, mode={self.config.mode!r})"
+
+    # -- keys -------------------------------------------------------------
+    def _encode(self, key: Key, *, writing: bool) -> bytes | None:
+        """Encode ``key``; None when the table is empty of that key type (reads)."""
+        kind = key_kind(key)
+        if self.config.key_kind is None:
+            self._refresh_key_kind()
+        if self.config.key_kind is None and not writing:
+            return None
+        if self.config.key_kind is not None and self.config.key_kind != kind:
+            raise ParameterError(
+                f"key-value table {self.table!r} holds {self.config.key_kind} keys; "
+                f"got a {kind} key (one table holds one key type)"
+            )
+        return encode_key(key)
+
+    def _encode_for_write(self, key: Key) -> bytes:
+        kind = key_kind(key)
+        if self.config.key_kind is None:
+            self.config = catalog.record_key_kind(self.backend, self._base, self.config, kind)
+        encoded = self._encode(key, writing=True)
+        assert encoded is not None
+        return encoded
+
+    def _refresh_key_kind(self) -> None:
+        wanted = self.config
+        self.config = catalog.load_config(self.backend, self._base, wanted, self.table)
+
+
+def open(
+    url: str,
+    key_file: str | PathLike[str] | MasterKey,
+    mode: str = "generic",
+    *,
+    pack_rows: int | None = None,
+    compression: str = "zlib",
+    table: str = "default",
+    padding: str | Sequence[int] | None = None,
+    prf_pack_ids: bool = False,
+    partitions: int | None = None,
+    passphrase: str | None = None,
+    background: bool = True,
+    epoch_seconds: float = 10.0,
+    clock: Callable[[], float] | None = None,
+    client_id: str | None = None,
+) -> Store:
+    """Open (creating if needed) the MiniCrypt table ``table`` at ``url``.
+
+    ``pack_rows`` (default 50) is the target keys per pack, fixed when the
+    table is created; packs split past 1.5 x that. ``padding`` pads every
+    compressed pack to a size tier (``"pow2"`` or a list of byte sizes).
+    ``prf_pack_ids`` hides keys behind pseudorandom packIDs (GENERIC mode
+    only; no range queries). ``partitions`` overrides the backend's number of
+    hash partitions for a new table. APPEND-mode options: ``epoch_seconds``
+    (epoch length; must exceed the time keys may arrive out of order plus
+    client clock drift), ``background`` (run merges and epoch management in a
+    background thread; tests turn it off and call ``maintain()``), ``clock``
+    and ``client_id`` (for tests).
+    """
+    if mode not in MODES:
+        raise ParameterError(f"unknown mode {mode!r}; use 'generic' or 'append'")
+    if prf_pack_ids and mode != "generic":
+        raise ParameterError("pseudorandom packIDs are supported only in GENERIC mode (§2.5)")
+    if pack_rows is not None and pack_rows < 1:
+        raise ParameterError(f"pack_rows must be at least 1, got {pack_rows}")
+    codec_id(compression)  # reject unknown names before touching the store
+    tiers = pad_tiers(padding)
+    master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file, passphrase)
+    backend = open_backend(url)
+    try:
+        catalog.check_fingerprint(backend, master)
+        wanted = catalog.TableConfig(
+            mode=mode,
+            pack_rows=pack_rows or DEFAULT_PACK_ROWS,
+            partitions=partitions or backend.default_partitions,
+            prf_pack_ids=prf_pack_ids,
+        )
+        base = catalog.physical_base(master, table)
+        config = catalog.load_config(backend, base, wanted, table)
+        if pack_rows is not None and config.pack_rows != pack_rows:
+            raise ParameterError(
+                f"key-value table {table!r} was created with pack_rows={config.pack_rows}; "
+                "every client must use the same pack size (omit pack_rows to adopt it)"
+            )
+        envelope = Envelope(master.derive(KeyLabel("kv-pack", table)), table, compression, tiers)
+        if mode == "generic":
+            return Store(backend, master, table, config, envelope)
+        from veil.kv.append import AppendStore
+
+        return AppendStore(
+            backend,
+            master,
+            table,
+            config,
+            envelope,
+            background=background,
+            epoch_seconds=epoch_seconds,
+            clock=clock,
+            client_id=client_id,
+        )
+    except BaseException:
+        backend.close()
+        raise
+
+
+def _value(value: object) -> bytes:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ParameterError(f"a value must be bytes, got {type(value).__name__}")
+    return bytes(value)

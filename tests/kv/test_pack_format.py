@@ -1,0 +1,123 @@
+"""The stored pack: layout, codecs, padding, authentication, keys."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import StoreFactory
+from hypothesis import given
+from hypothesis import strategies as st
+
+from veil.errors import AuthenticationError, MalformedCiphertextError, WrongKeyError
+from veil.kv import codec
+from veil.kv.envelope import Envelope
+from veil.kv.keys import ROOT_PACK_ID, decode_key, encode_key
+from veil.kv.pack import parse_entries, serialize_entries
+
+KEY = bytes(range(32))
+
+
+@given(st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=50)), max_size=30))
+def test_entries_round_trip(entries: list[tuple[bytes, bytes]]) -> None:
+    keys, values = parse_entries(serialize_entries(entries))
+    assert list(zip(keys, values, strict=True)) == entries
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=2, max_size=20))
+def test_int_encoding_preserves_order(keys: list[int]) -> None:
+    encoded = [encode_key(k) for k in keys]
+    assert sorted(encoded) == [encode_key(k) for k in sorted(keys)]
+    assert [decode_key(e) for e in encoded] == keys
+    assert min(encoded) > ROOT_PACK_ID
+
+
+def test_malformed_pack_plaintext_is_refused() -> None:
+    good = serialize_entries([(b"k", b"v")])
+    with pytest.raises(MalformedCiphertextError, match="version"):
+        parse_entries(b"\x09" + good[1:])
+    with pytest.raises(MalformedCiphertextError):
+        parse_entries(good[:-1])
+
+
+@pytest.mark.parametrize("name", ["zlib", "zstd", "lz4"])
+def test_envelope_round_trip_and_binding(name: str) -> None:
+    envelope = Envelope(KEY, "table", name, ())
+    stored = envelope.seal(b"pack", b"id-1", b"plaintext " * 20)
+    assert stored[0] == 0x01 and stored[1] == codec.CODEC_IDS[name]
+    assert envelope.open(b"pack", b"id-1", stored) == b"plaintext " * 20
+    with pytest.raises(AuthenticationError, match="tampered"):
+        envelope.open(b"pack", b"id-2", stored)  # moved to another packID
+    with pytest.raises(AuthenticationError):
+        Envelope(KEY, "other", name, ()).open(b"pack", b"id-1", stored)  # other table
+    flipped = bytearray(stored)
+    flipped[-20] ^= 1
+    with pytest.raises(AuthenticationError):
+        envelope.open(b"pack", b"id-1", bytes(flipped))
+    with pytest.raises(MalformedCiphertextError, match="version"):
+        envelope.open(b"pack", b"id-1", b"\x02" + stored[1:])
+
+
+def test_padding_hides_the_compressed_size() -> None:
+    tiers = codec.pad_tiers([512, 4096])
+    envelope = Envelope(KEY, "t", "zlib", tiers)
+    small = envelope.seal(b"pack", b"a", b"x" * 10)
+    varied = envelope.seal(b"pack", b"a", bytes(range(256)))
+    assert len(small) == len(varied) == 2 + 12 + 512 + 16
+    big = envelope.seal(b"pack", b"a", os.urandom(10_000))  # past the largest tier
+    assert (len(big) - 30) % 4096 == 0
+    assert envelope.open(b"pack", b"a", varied) == bytes(range(256))
+    assert len(codec.pad_tiers("pow2")) > 10
+
+
+def test_tampered_pack_in_store_raises(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.put(1, b"secret")
+    backend, table = store.backend, store.packs.table
+    row = next(iter(backend.scan(table, 0)))
+    tampered = row.value[:-1] + bytes([row.value[-1] ^ 0x80])
+    assert backend.update_if(table, 0, row.key, tampered, row.tag, row.tag)
+    with pytest.raises(AuthenticationError):
+        store.get(1)
+
+
+def test_swapped_packs_raise(open_store: StoreFactory) -> None:
+    store = open_store(pack_rows=1)
+    for key in range(6):
+        store.put(key, b"v%d" % key)
+    backend, table = store.backend, store.packs.table
+    rows = list(backend.scan(table, 0))
+    assert len(rows) >= 3
+    a, b = rows[1], rows[2]
+    backend.upsert(table, 0, a.key, b.value, b.tag)
+    with pytest.raises(AuthenticationError):
+        list(store.range(0, 5))
+
+
+def test_wrong_key_file_is_refused(open_store: StoreFactory, other_key_file: Path) -> None:
+    open_store().put(1, b"x")
+    with pytest.raises(WrongKeyError, match="different key file"):
+        open_store(key_file=other_key_file)
+
+
+def test_server_sees_no_plaintext(open_store: StoreFactory) -> None:
+    store = open_store(table="customers")
+    store.put(b"alice", b"card 4111-1111-1111-1111")
+    names = [store.packs.table]
+    stored = b"".join(r.value for r in store.backend.scan(store.packs.table, 0))
+    assert b"4111" not in stored and b"card" not in stored
+    assert all("customers" not in n for n in names)
+
+
+def test_prf_pack_ids_hide_keys(open_store: StoreFactory) -> None:
+    store = open_store(prf_pack_ids=True, pack_rows=2)
+    for key in range(30):
+        store.put(key, b"v%d" % key)
+    store.delete(3)
+    assert [store.get(k) for k in (0, 3, 29, 99)] == [b"v0", None, b"v29", None]
+    ids = [r.key for r in store.backend.scan(store.packs.table, 0)]
+    assert len(ids) > 5
+    assert all(i == ROOT_PACK_ID or (i[:1] == b"\x03" and len(i) == 17) for i in ids)
+    with pytest.raises(Exception, match="pseudorandom"):
+        store.range(0, 10)
