@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import StoreFactory
 
+from conftest import StoreFactory
 from veil.errors import ParameterError
 from veil.kv import Store
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from clients import start_client
+
 from conftest import StoreFactory
 from veil.kv import Store
 

@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import StoreFactory
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import StoreFactory
 from veil.errors import AuthenticationError, MalformedCiphertextError, WrongKeyError
 from veil.kv import codec
 from veil.kv.envelope import Envelope

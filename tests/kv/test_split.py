@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from clients import run_client
-from conftest import StoreFactory
 
+from conftest import StoreFactory
 from veil.kv import Store
 from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT
 from veil.kv.packs import split_points
