@@ -1,0 +1,235 @@
+"""The stored form of Paillier ciphertexts and the server's operations on them.
+
+A ciphertext is ``0x01 || c`` where ``c`` is the ciphertext integer written
+big-endian over exactly ``width = ceil(bits(n^2) / 8)`` bytes (512 bytes for a
+2048-bit modulus, so 513 bytes in all). The fixed width lets a whole Arrow
+column be read as one ``(rows, 1 + width)`` byte matrix without a per-value
+length check, and lets the server tell a truncated value from a short one.
+
+The server needs only ``n^2`` (public): adding two plaintexts is multiplying
+their ciphertexts modulo ``n^2``. ``add_ciphertexts`` and ``sum_ciphertexts``
+are pure functions of public data and never see a key.
+
+Rows are converted to GMP integers one by one (``mpz.from_bytes``); the
+multiplication modulo ``n^2`` costs several times that, so the per-row Python
+work is not what limits throughput. Writing uses one trick: setting bit
+``8 * width`` of ``c`` and writing ``width + 1`` bytes yields the version byte
+0x01 and the big-endian body in one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+from gmpy2 import mpz
+
+from veil.errors import MalformedCiphertextError
+
+CIPHERTEXT_VERSION = 0x01
+
+# Arrow's BinaryArray addresses its data with int32 offsets.
+_MAX_BINARY_BYTES = 2**31 - 1
+
+
+def ciphertext_width(n_square: int) -> int:
+    """Bytes of the big-endian ciphertext body (without the version byte)."""
+    return (int(n_square).bit_length() + 7) // 8
+
+
+def to_wire(c: int, width: int) -> bytes:
+    """``0x01 || c`` as fixed-width big-endian bytes."""
+    return (mpz(c) | (mpz(CIPHERTEXT_VERSION) << (8 * width))).to_bytes(width + 1, "big")
+
+
+def from_wire(ciphertext: bytes, n_square: int, *, column: str | None = None) -> mpz:
+    """Parse one stored ciphertext, refusing anything that is not one."""
+    width = ciphertext_width(n_square)
+    if len(ciphertext) != width + 1:
+        raise _wrong_width(len(ciphertext), width, column)
+    if ciphertext[0] != CIPHERTEXT_VERSION:
+        raise _wrong_version(ciphertext[0], column)
+    c = mpz.from_bytes(ciphertext[1:], "big")
+    if not 0 < c < n_square:
+        raise _out_of_group(column)
+    return c
+
+
+def wire_array(ciphertexts: Sequence[int | None], width: int) -> pa.Array | pa.ChunkedArray:
+    """Build a BinaryArray of stored ciphertexts; ``None`` becomes NULL.
+
+    Returns a ChunkedArray only when the data would pass Arrow's 2 GiB
+    BinaryArray limit (about four million 2048-bit ciphertexts).
+    """
+    stride = width + 1
+    per_chunk = _MAX_BINARY_BYTES // stride
+    if len(ciphertexts) <= per_chunk:
+        return _wire_chunk(ciphertexts, width)
+    chunks = [
+        _wire_chunk(ciphertexts[i : i + per_chunk], width)
+        for i in range(0, len(ciphertexts), per_chunk)
+    ]
+    return pa.chunked_array(chunks, type=pa.binary())
+
+
+def _wire_chunk(ciphertexts: Sequence[int | None], width: int) -> pa.Array:
+    version_bit = mpz(CIPHERTEXT_VERSION) << (8 * width)
+    stride = width + 1
+    valid = np.fromiter((c is not None for c in ciphertexts), bool, len(ciphertexts))
+    data = b"".join(
+        [(c | version_bit).to_bytes(stride, "big") for c in ciphertexts if c is not None]
+    )
+    offsets = np.zeros(len(ciphertexts) + 1, np.int32)
+    np.cumsum(valid * stride, out=offsets[1:])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    null_count = int(len(ciphertexts) - valid.sum())
+    if null_count:
+        buffers[0] = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), len(ciphertexts), buffers, null_count)
+
+
+def parse_array(
+    ciphertexts: pa.Array | pa.ChunkedArray | Iterable[bytes | None],
+    n_square: int,
+    *,
+    column: str | None = None,
+) -> list[mpz | None]:
+    """Every stored ciphertext of a column as an integer (NULL -> None)."""
+    array = _as_binary_array(ciphertexts)
+    valid = None if array.null_count == 0 else np.asarray(array.is_valid())
+    rows = _ciphertext_matrix(array.drop_null() if valid is not None else array, n_square, column)
+    stride = rows.shape[1]
+    body = rows.tobytes()
+    from_bytes = mpz.from_bytes
+    values: list[mpz | None] = [
+        from_bytes(body[i + 1 : i + stride], "big") for i in range(0, len(body), stride)
+    ]
+    if valid is None:
+        return values
+    out: list[mpz | None] = [None] * len(array)
+    for index, value in zip(np.flatnonzero(valid).tolist(), values, strict=True):
+        out[index] = value
+    return out
+
+
+def _as_binary_array(ciphertexts: pa.Array | pa.ChunkedArray | Iterable[bytes | None]) -> pa.Array:
+    if isinstance(ciphertexts, pa.ChunkedArray):
+        ciphertexts = ciphertexts.combine_chunks()
+    if not isinstance(ciphertexts, pa.Array):
+        ciphertexts = pa.array(list(ciphertexts), type=pa.binary())
+    kind = ciphertexts.type
+    # An all-NULL column may arrive typed null (e.g. ``pa.array([])``).
+    if (
+        pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_null(kind)
+    ):
+        ciphertexts = ciphertexts.cast(pa.binary())
+    if not pa.types.is_binary(ciphertexts.type):
+        raise MalformedCiphertextError(
+            f"Paillier ciphertexts are binary values, got a column of {ciphertexts.type}"
+        )
+    return ciphertexts
+
+
+def _ciphertext_matrix(array: pa.Array, n_square: int, column: str | None) -> np.ndarray:
+    """The (rows, 1 + width) byte matrix of a NULL-free BinaryArray, checked."""
+    width = ciphertext_width(n_square)
+    stride = width + 1
+    offsets_buffer, data_buffer = array.buffers()[1:3]
+    offsets = np.frombuffer(offsets_buffer, np.int32)[array.offset : array.offset + len(array) + 1]
+    lengths = np.diff(offsets)
+    wrong = np.flatnonzero(lengths != stride)
+    if wrong.size:
+        raise _wrong_width(int(lengths[wrong[0]]), width, column, row=int(wrong[0]))
+    if len(array) == 0:
+        return np.zeros((0, stride), np.uint8)
+    data = np.frombuffer(data_buffer, np.uint8)[offsets[0] : offsets[-1]]
+    rows = data.reshape(len(array), stride)
+    bad_version = np.flatnonzero(rows[:, 0] != CIPHERTEXT_VERSION)
+    if bad_version.size:
+        row = int(bad_version[0])
+        raise _wrong_version(int(rows[row, 0]), column, row=row)
+    _check_in_group(rows[:, 1:], n_square, column)
+    return rows
+
+
+def _check_in_group(bodies: np.ndarray, n_square: int, column: str | None) -> None:
+    """Refuse c = 0 and c >= n^2 for every row at once (byte-wise compare)."""
+    limit = np.frombuffer(int(n_square).to_bytes(bodies.shape[1], "big"), np.uint8)
+    differs = bodies != limit
+    first = differs.argmax(axis=1)
+    at_first = bodies[np.arange(len(bodies)), first]
+    too_large = ~differs.any(axis=1) | (at_first > limit[first])
+    zero = ~bodies.any(axis=1)
+    bad = np.flatnonzero(too_large | zero)
+    if bad.size:
+        raise _out_of_group(column, row=int(bad[0]))
+
+
+def add_ciphertexts(
+    a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray, n_square: int
+) -> pa.Array | pa.ChunkedArray:
+    """Row by row E(x) * E(y) mod n^2 = E(x + y); NULL in either -> NULL.
+
+    Server side, pure: needs only the public ``n_square``. Packed ciphertexts
+    of one layout add slot by slot.
+    """
+    if len(a) != len(b):
+        raise MalformedCiphertextError(
+            f"cannot add ciphertext columns of different lengths ({len(a)} and {len(b)})"
+        )
+    n2 = mpz(n_square)
+    left, right = parse_array(a, n2), parse_array(b, n2)
+    sums = [
+        None if x is None or y is None else x * y % n2 for x, y in zip(left, right, strict=True)
+    ]
+    return wire_array(sums, ciphertext_width(n2))
+
+
+def sum_ciphertexts(column: pa.Array | pa.ChunkedArray, n_square: int) -> bytes:
+    """The product of a column's ciphertexts, E(sum of its plaintexts).
+
+    Server side, pure. NULLs are skipped (SQL's SUM ignores them). An empty or
+    all-NULL column gives the trivial encryption of 0 (``c = 1``): the caller
+    tells "no rows" from "sum 0" with COUNT, as SQL does.
+    """
+    n2 = mpz(n_square)
+    total = mpz(1)
+    for c in parse_array(column, n2):
+        if c is not None:
+            total = total * c % n2
+    return to_wire(total, ciphertext_width(n2))
+
+
+def _wrong_width(got: int, width: int, column: str | None, row: int | None = None) -> Exception:
+    return MalformedCiphertextError(
+        f"{_where(column, row)}a Paillier ciphertext for this key is {width + 1} bytes "
+        f"(version byte + {width}-byte big-endian integer), got {got}; the value is "
+        "truncated, from another key size, or not a Paillier ciphertext"
+    )
+
+
+def _wrong_version(version: int, column: str | None, row: int | None = None) -> Exception:
+    return MalformedCiphertextError(
+        f"{_where(column, row)}unknown Paillier ciphertext version 0x{version:02x} "
+        f"(this Veil reads 0x{CIPHERTEXT_VERSION:02x}); the value is corrupt or was written "
+        "by a newer Veil"
+    )
+
+
+def _out_of_group(column: str | None, row: int | None = None) -> Exception:
+    return MalformedCiphertextError(
+        f"{_where(column, row)}Paillier ciphertext is not an integer in 1..n^2-1; "
+        "it is corrupt or belongs to a different key"
+    )
+
+
+def _where(column: str | None, row: int | None) -> str:
+    parts = []
+    if column:
+        parts.append(f"column {column!r}")
+    if row is not None:
+        parts.append(f"row {row}")
+    return ", ".join(parts) + ": " if parts else ""
