@@ -10,7 +10,7 @@ from conftest import StoreFactory
 from veil.errors import ParameterError
 from veil.kv import Store
 
-MODES = ["generic"]  # "append" joins with veil.kv.append
+MODES = ["generic", "append"]
 
 
 @pytest.fixture(params=MODES)

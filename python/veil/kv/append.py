@@ -1,0 +1,341 @@
+"""APPEND mode (paper §6): puts are single inserts, merged into packs later.
+
+A put writes one sealed row under ``(c_epoch, key)`` in the epochs table (the
+epoch is the partition, as in Cassandra). Deletes write a tombstone row the
+same way. Clients merge closed epochs into packs in epoch 0 (the GENERIC pack
+table) in the background, deterministically (§6.1.4):
+
+1. read every row of epochs e-1, e and e+1;
+2. keep those with ``kmin_e <= key < kmin_{e+1}`` (kmin = smallest key of an
+   epoch; an empty e+1 means no upper bound), the newest epoch's version of
+   each key, minus tombstones;
+3. cut them, in key order per hash partition, into packs of ``pack_rows`` and
+   insert each with insert-if-not-exists;
+4. set the epoch's status to MERGED (update-if).
+
+The epoch-deletion rule: e is deleted once it is MERGED and e-1 and e+1 are
+MERGED or DELETED; its status becomes DELETED *before* its rows go.
+
+A get reads the floor pack; on a miss it reads the stats, looks the key up in
+every epoch not yet merged (newest first), and on a second miss re-reads the
+floor pack (a merge may have moved the key meanwhile, §6.1.3).
+
+Contract (§6): keys arrive in roughly increasing order: no key smaller than k
+is written more than T_delta after k, and a key is updated or deleted only
+within T_delta of its first insert; ``epoch_seconds`` must exceed T_delta plus
+client clock drift. Veil adds one safe path outside the paper: a put or delete
+of a key at or below the *merged frontier* (the largest key of the longest
+run of merged epochs, which no later merge can touch) goes through the GENERIC
+protocol on its pack, so late overwrites and deletes of old keys are correct.
+Late writes above the frontier but older than T_delta break the contract.
+
+Deviation: the paper's get picks at most two candidate epochs from per-epoch
+minimum keys; Veil probes every unmerged epoch (a handful: the current one,
+the previous one and those waiting to be merged), which needs no minimum-key
+bookkeeping on the write path and is never wrong.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from veil.crypto.keys import MasterKey
+from veil.kv import catalog
+from veil.kv.backends.base import KVBackend, Row
+from veil.kv.em import (
+    DELETED,
+    FIRST_EPOCH,
+    MERGE_LAG,
+    MERGED,
+    NOT_MERGED,
+    EpochManager,
+    EpochStat,
+)
+from veil.kv.envelope import Envelope, stored_tag
+from veil.kv.hooks import (
+    DELETE_AFTER_STATUS,
+    MERGE_AFTER_FIRST_PACK,
+    MERGE_BEFORE_STATUS,
+    crash_point,
+)
+from veil.kv.keys import Key
+from veil.kv.store import Store, _value
+
+ROW_KIND = b"row"
+LIVE, TOMBSTONE = b"\x00", b"\x01"
+log = logging.getLogger(__name__)
+
+
+class AppendStore(Store):
+    """An APPEND-mode MiniCrypt table (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: KVBackend,
+        master: MasterKey,
+        table: str,
+        config: catalog.TableConfig,
+        envelope: Envelope,
+        *,
+        background: bool,
+        epoch_seconds: float,
+        clock: Callable[[], float] | None,
+        client_id: str | None,
+    ):
+        super().__init__(backend, master, table, config, envelope)
+        self.envelope = envelope
+        self.clock = clock or time.time
+        self.epochs_table = self._base + "e"
+        backend.ensure_table(self.epochs_table)
+        self.em = EpochManager(
+            backend,
+            self._base + "m",
+            self._base + "s",
+            client_id or uuid.uuid4().hex,
+            epoch_seconds,
+            self.clock,
+        )
+        self._c_epoch, self._c_epoch_read = FIRST_EPOCH, float("-inf")
+        self._frontier: bytes | None = None  # keys <= this go the GENERIC way
+        self._oldest_live = FIRST_EPOCH  # every epoch below it is DELETED and purged
+        self.em.heartbeat()
+        self.refresh()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="veil-kv-merge", daemon=True)
+            self._thread.start()
+
+    # -- writes ---------------------------------------------------------------
+    def put(self, key: Key, value: bytes) -> None:
+        self._append(self._encode_for_write(key), LIVE + _value(value))
+
+    def delete(self, key: Key) -> None:
+        encoded = self._encode(key, writing=False)
+        if encoded is not None:
+            self._append(encoded, TOMBSTONE)
+
+    def put_many(self, items: Iterable[tuple[Key, bytes]] | Mapping[Key, bytes]) -> None:
+        """Append every pair (one insert each: APPEND mode has no bulk path)."""
+        pairs = items.items() if isinstance(items, Mapping) else items
+        for key, value in pairs:
+            self.put(key, value)
+
+    def _append(self, encoded: bytes, record: bytes) -> None:
+        if self._frontier is not None and encoded <= self._frontier:
+            self.packs.write(encoded, None if record == TOMBSTONE else record[1:])
+            return
+        epoch = self.current_epoch()
+        location = epoch.to_bytes(8, "big") + encoded
+        stored = self.envelope.seal(ROW_KIND, location, record)
+        self.backend.upsert(self.epochs_table, epoch, encoded, stored, stored_tag(stored))
+
+    # -- reads ----------------------------------------------------------------
+    def get(self, key: Key) -> bytes | None:
+        encoded = self._encode(key, writing=False)
+        if encoded is None:
+            return None
+        value = self.packs.get(encoded)
+        if value is not None:
+            return value
+        for epoch in reversed(self._unmerged_epochs()):
+            row = self.backend.get(self.epochs_table, epoch, encoded)
+            if row is not None:
+                return self._open_row(epoch, row)
+        return self.packs.get(encoded)
+
+    def _range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
+        # Epochs first, packs second: a merge that runs in between has put
+        # its keys into packs before its epoch can be deleted.
+        recent: dict[bytes, bytes | None] = {}
+        for epoch in self._unmerged_epochs():
+            for row in self.backend.scan(self.epochs_table, epoch, low, high):
+                recent[row.key] = self._open_row(epoch, row)
+        packed = self.packs.range(low, high)
+        tagged = heapq.merge(
+            ((k, 0, v) for k, v in packed),
+            ((k, 1, v) for k, v in sorted(recent.items())),
+        )
+        previous = None
+        for key, source, value in tagged:
+            if key != previous and value is not None:
+                yield key, value
+            if source == 0 or value is not None:
+                previous = key
+
+    def _open_row(self, epoch: int, row: Row) -> bytes | None:
+        location = epoch.to_bytes(8, "big") + row.key
+        record = self.envelope.open(ROW_KIND, location, row.value)
+        return None if record[:1] == TOMBSTONE else record[1:]
+
+    def _unmerged_epochs(self) -> list[int]:
+        """Epochs whose rows are not (known to be) in packs, oldest first."""
+        stats = self.em.stats(self._oldest_live)
+        unmerged = [s.epoch for s in stats if s.status == NOT_MERGED]
+        first_open = stats[-1].epoch + 1 if stats else self._oldest_live
+        global_epoch = self.em.global_epoch()[0]
+        return unmerged + list(range(first_open, global_epoch + 1))
+
+    # -- epochs -----------------------------------------------------------------
+    def current_epoch(self) -> int:
+        """c_epoch, re-read from g_epoch at least four times per epoch (§6.1.2)."""
+        if self.clock() - self._c_epoch_read > self.em.epoch_seconds / 4:
+            self.refresh()
+        return self._c_epoch
+
+    def refresh(self) -> None:
+        """Re-read g_epoch and the merged frontier from the store."""
+        self._c_epoch = self.em.global_epoch()[0]
+        self._c_epoch_read = self.clock()
+        frontier, oldest = None, self._oldest_live
+        for stat in self.em.stats(self._oldest_live):
+            if stat.status == NOT_MERGED:
+                break
+            if stat.max_key is not None:
+                frontier = bytes.fromhex(stat.max_key)
+            if stat.status == DELETED and stat.epoch == oldest and self._purged(stat.epoch):
+                oldest += 1
+        self._oldest_live = oldest
+        if frontier is not None and (self._frontier is None or frontier > self._frontier):
+            self._frontier = frontier
+
+    def _purged(self, epoch: int) -> bool:
+        return not list(self.backend.scan(self.epochs_table, epoch, None, None, limit=1))
+
+    def advance_epoch(self) -> int:
+        """Start the next epoch now (EM master's job; tests and tools call it)."""
+        self.em.advance(force=True)
+        self.refresh()
+        return self._c_epoch
+
+    # -- merge (§6.1.4) -----------------------------------------------------------
+    def merge(self, epoch: int | None = None) -> list[int]:
+        """Merge ``epoch``, or every mergeable epoch assigned to this client.
+
+        Any client may merge any closed epoch (the result is deterministic);
+        assignment only avoids duplicated work. Returns the epochs merged.
+        """
+        global_epoch = self.em.global_epoch()[0]
+        if epoch is not None:
+            candidates = [epoch]
+        else:
+            candidates = [
+                s.epoch
+                for s in self.em.stats(self._oldest_live)
+                if s.status == NOT_MERGED and s.client == self.em.client_id
+            ]
+        done = [e for e in candidates if e <= global_epoch - MERGE_LAG and self._merge_epoch(e)]
+        if done:
+            self.refresh()
+        return done
+
+    def _merge_epoch(self, epoch: int) -> bool:
+        stat = self.em.stat(epoch)
+        if stat is None or stat.status != NOT_MERGED:
+            return False
+        neighbours = [e for e in (epoch - 1, epoch, epoch + 1) if e >= FIRST_EPOCH]
+        rows = {e: list(self.backend.scan(self.epochs_table, e)) for e in neighbours}
+        # Re-check after reading: an epoch is marked DELETED before its rows go,
+        # so if none of the three is DELETED now, the rows read were complete.
+        latest = {e: self.em.stat(e) for e in neighbours}
+        if any(s is not None and s.status == DELETED for s in latest.values()):
+            return False
+        entries, max_key = self._merged_entries(epoch, rows)
+        self._insert_packs(entries)
+        crash_point(MERGE_BEFORE_STATUS)
+        current = self.em.stat(epoch)
+        if current is None or current.status != NOT_MERGED:
+            return False
+        return self.em.update_stat(current, status=MERGED, max_key=max_key)
+
+    def _merged_entries(
+        self, epoch: int, rows: dict[int, list[Row]]
+    ) -> tuple[list[tuple[bytes, bytes]], str | None]:
+        own = rows.get(epoch, [])
+        if not own:
+            return [], None
+        low = own[0].key  # scans are ordered: the first row holds kmin_e
+        following = rows.get(epoch + 1, [])
+        high = following[0].key if following else None
+        newest: dict[bytes, bytes | None] = {}
+        for source in sorted(rows):
+            for row in rows[source]:
+                if row.key >= low and (high is None or row.key < high):
+                    newest[row.key] = self._open_row(source, row)
+        entries = sorted((k, v) for k, v in newest.items() if v is not None)
+        return entries, max(newest).hex()
+
+    def _insert_packs(self, entries: list[tuple[bytes, bytes]]) -> None:
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+        for key, value in entries:
+            by_partition.setdefault(self.layout.partition(key), []).append((key, value))
+        first = True
+        for partition, part_entries in sorted(by_partition.items()):
+            self.packs.insert_new_packs(partition, part_entries)
+            if first:
+                crash_point(MERGE_AFTER_FIRST_PACK)
+                first = False
+
+    # -- epoch deletion --------------------------------------------------------------
+    def delete_merged_epochs(self) -> list[int]:
+        """Apply the deletion rule to every epoch it allows; returns them."""
+        stats = {s.epoch: s for s in self.em.stats(self._oldest_live)}
+        deleted = []
+        for epoch, stat in sorted(stats.items()):
+            if stat.status == DELETED:
+                self.backend.delete_partition(self.epochs_table, epoch)  # finish a crashed one
+            elif self._deletable(stat, stats) and self.em.update_stat(stat, status=DELETED):
+                crash_point(DELETE_AFTER_STATUS)
+                self.backend.delete_partition(self.epochs_table, epoch)
+                deleted.append(epoch)
+        self.refresh()
+        return deleted
+
+    def _deletable(self, stat: EpochStat, stats: dict[int, EpochStat]) -> bool:
+        """§6.1.4: MERGED, and both neighbours MERGED or DELETED."""
+        settled = (MERGED, DELETED)
+        below, above = stats.get(stat.epoch - 1), stats.get(stat.epoch + 1)
+        below_ok = stat.epoch - 1 < self._oldest_live or (
+            below is not None and below.status in settled
+        )
+        above_ok = above is not None and above.status in settled
+        return stat.status == MERGED and below_ok and above_ok
+
+    # -- background work -----------------------------------------------------------
+    def maintain(self) -> None:
+        """One round of background work: EM tick, merges, deletions."""
+        self.em.tick()
+        self.refresh()
+        self.merge()
+        self.delete_merged_epochs()
+
+    def settle(self) -> None:
+        """Close the current epoch and merge and delete everything (tests, tools)."""
+        for _ in range(MERGE_LAG + 1):
+            self.advance_epoch()
+        for stat in self.em.stats(self._oldest_live):
+            if stat.status == NOT_MERGED:
+                self._merge_epoch(stat.epoch)
+        self.refresh()
+        while self.delete_merged_epochs():
+            pass
+
+    def _run(self) -> None:
+        pause = min(1.0, self.em.epoch_seconds / 4)
+        while not self._stop.wait(pause):
+            try:
+                self.maintain()
+            except Exception:  # keep merging after a transient store error
+                log.exception("veil.kv background maintenance failed; retrying")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        super().close()
