@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.veil-installed
 RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: demo test bench lint setup clean
+.PHONY: demo test bench lint setup clean pgext
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	cargo fmt --all -- --check
 	cargo clippy --release --workspace -q -- -D warnings
+
+# Build and install Veil's PostgreSQL 15 extension (and PostgreSQL itself if absent).
+pgext:
+	bash scripts/postgres/install_extension.sh
 
 clean:
 	rm -rf $(VENV) target

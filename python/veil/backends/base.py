@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -202,3 +202,27 @@ class StatementLog:
     def emit(self, sql: str, params: Params) -> None:
         for listener in list(self._listeners):
             listener(sql, params)
+
+
+class TransactionScope:
+    """BEGIN ... COMMIT around a block, ROLLBACK if it raises; nested blocks join the outer one."""
+
+    def __init__(self, run: Callable[[str], object]) -> None:
+        self._run = run
+        self.active = False
+
+    @contextmanager
+    def block(self) -> Iterator[None]:
+        if self.active:  # nested: the outer block decides
+            yield
+            return
+        self._run("BEGIN")
+        self.active = True
+        try:
+            yield
+        except BaseException:
+            self.active = False
+            self._run("ROLLBACK")
+            raise
+        self.active = False
+        self._run("COMMIT")

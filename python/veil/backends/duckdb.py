@@ -8,8 +8,8 @@ connection as vectorised Arrow UDFs (see ``veil.backends.duckdb_functions``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -17,18 +17,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends import duckdb_functions
-from veil.backends.base import (
-    STAGING_SUFFIX,
-    ArrowData,
-    BackendError,
-    Estimate,
-    Params,
-    ServerUnavailableError,
-    StatementListener,
-    StatementLog,
-    as_batches,
-    quote,
-)
+from veil.backends.base import BackendError, Estimate, Params, ServerUnavailableError, quote
+from veil.backends.staged import StagedBackend
 
 _SCHEME = "duckdb://"
 _VIEW = "__veil_arrow_input"
@@ -42,19 +32,18 @@ def database_path(url: str) -> str:
     return ":memory:" if rest in ("", ":memory:", "/:memory:") else rest
 
 
-class DuckDBBackend:
+class DuckDBBackend(StagedBackend):
     """A DuckDB file as Veil's server."""
 
     dialect = "duckdb"
 
     def __init__(self, url: str) -> None:
+        super().__init__()
         self.url = url
         try:
             self._con = duckdb.connect(database_path(url))
         except duckdb.Error as exc:
             raise ServerUnavailableError(f"cannot open DuckDB server {url}: {exc}") from exc
-        self._log = StatementLog()
-        self._in_transaction = False
         duckdb_functions.register(self._con)
 
     # -- statements ---------------------------------------------------------
@@ -82,33 +71,13 @@ class DuckDBBackend:
         """Run bookkeeping SQL of our own (logged like any other statement)."""
         self._run(sql, None)
 
-    # -- loading ------------------------------------------------------------
+    # -- loading hooks ------------------------------------------------------
 
-    def bulk_load(self, table: str, data: ArrowData, *, schema: pa.Schema | None = None) -> int:
-        staging = table + STAGING_SUFFIX
-        arrow_schema, batches = as_batches(data, schema)
-        self._run_quiet(f"DROP TABLE IF EXISTS {quote(staging)}")
-        try:
-            self._create_from_arrow(staging, pa.Table.from_batches([], arrow_schema))
-            rows = self._insert_batches(staging, batches)
-            with self.transaction():
-                self._run_quiet(f"DROP TABLE IF EXISTS {quote(table)}")
-                self._run_quiet(f"ALTER TABLE {quote(staging)} RENAME TO {quote(table)}")
-        except BaseException:
-            self._drop_quietly(staging)
-            raise
-        return rows
-
-    def append(self, table: str, data: ArrowData) -> int:
-        _, batches = as_batches(data, pa.schema([]))
-        with self.transaction():
-            return self._insert_batches(table, batches)
-
-    def _create_from_arrow(self, table: str, empty: pa.Table) -> None:
-        with self._registered(empty):
+    def _create_table(self, table: str, schema: pa.Schema) -> None:
+        with self._registered(pa.Table.from_batches([], schema)):
             self._run_quiet(f"CREATE TABLE {quote(table)} AS SELECT * FROM {_VIEW}")
 
-    def _insert_batches(self, table: str, batches: Iterator[pa.RecordBatch]) -> int:
+    def _insert(self, table: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
         rows = 0
         for batch in batches:
             with self._registered(batch):
@@ -124,21 +93,7 @@ class DuckDBBackend:
         finally:
             self._con.unregister(_VIEW)
 
-    def _drop_quietly(self, table: str) -> None:
-        try:
-            if self._in_transaction:
-                return  # the enclosing transaction's rollback removes it
-            self._run_quiet(f"DROP TABLE IF EXISTS {quote(table)}")
-        except BackendError:
-            pass  # the load already failed; that error is the one to report
-
     # -- catalogue ----------------------------------------------------------
-
-    def drop_table(self, table: str, *, if_exists: bool = True) -> None:
-        self._run_quiet(f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{quote(table)}")
-
-    def rename_table(self, old: str, new: str) -> None:
-        self._run_quiet(f"ALTER TABLE {quote(old)} RENAME TO {quote(new)}")
 
     def table_names(self) -> list[str]:
         names = self.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_name")
@@ -168,30 +123,6 @@ class DuckDBBackend:
 
     def search_match(self, ciphertexts: exp.Expression, token: exp.Expression) -> exp.Expression:
         return exp.Anonymous(this=duckdb_functions.SEARCH_MATCH, expressions=[ciphertexts, token])
-
-    # -- the rest of the protocol ---------------------------------------------
-
-    def add_statement_listener(self, listener: StatementListener) -> Callable[[], None]:
-        return self._log.add(listener)
-
-    def transaction(self) -> AbstractContextManager[None]:
-        return self._transaction()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        if self._in_transaction:  # nested: the outer block decides
-            yield
-            return
-        self._run_quiet("BEGIN TRANSACTION")
-        self._in_transaction = True
-        try:
-            yield
-        except BaseException:
-            self._in_transaction = False
-            self._run_quiet("ROLLBACK")
-            raise
-        self._in_transaction = False
-        self._run_quiet("COMMIT")
 
     def close(self) -> None:
         self._con.close()

@@ -1,0 +1,157 @@
+"""A throwaway PostgreSQL 15 cluster for tests and benchmarks.
+
+``initdb`` + ``pg_ctl`` on a free loopback port, trust authentication for the
+superuser ``veil`` over TCP only, ``log_statement=all`` into ``log_path`` (the
+canary tests read it), durability switched off (the data is disposable).
+
+PostgreSQL's server binaries refuse to run as root. Run as root, the cluster
+belongs to a system user ``veil-pg`` (created with ``useradd`` if missing) and
+lives in a directory of its own under the system temp dir, since pytest's
+per-user temp dirs are closed to other users.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+from veil.backends.base import ServerUnavailableError
+
+PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
+SERVICE_USER = "veil-pg"
+SUPERUSER = "veil"
+EXTENSION_INSTALLER = Path(__file__).resolve().parents[3] / "scripts/postgres/install_extension.sh"
+
+_SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "unix_socket_directories": "''",
+    "log_statement": "'all'",
+    "log_min_messages": "warning",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "40",
+    "shared_buffers": "'256MB'",
+    "work_mem": "'64MB'",
+}
+
+
+def find_bin_dir() -> Path:
+    """The directory holding PostgreSQL 15's initdb, pg_ctl and postgres."""
+    override = os.environ.get("VEIL_PG_BIN")
+    for candidate in ([override] if override else []) + list(PG_BIN_CANDIDATES):
+        if (Path(candidate) / "pg_ctl").exists() and (Path(candidate) / "initdb").exists():
+            return Path(candidate)
+    raise ServerUnavailableError(
+        "PostgreSQL 15 server binaries not found in /usr/lib/postgresql/15/bin; run "
+        "`make pgext` (installs postgresql-15 and Veil's extension) or set VEIL_PG_BIN"
+    )
+
+
+def extension_installed(bin_dir: Path) -> bool:
+    sharedir = subprocess.run(
+        [str(bin_dir / "pg_config"), "--sharedir"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return bool(sharedir) and (Path(sharedir) / "extension/veil.control").exists()
+
+
+def install_extension() -> None:
+    """Build and install Veil's C extension (and PostgreSQL itself if absent)."""
+    subprocess.run(["bash", str(EXTENSION_INSTALLER)], check=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class ThrowawayCluster:
+    """One disposable PostgreSQL cluster; ``start`` it, ``stop`` it when done."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._as_root = os.geteuid() == 0
+        if self._as_root or directory is None:
+            directory = Path(tempfile.mkdtemp(prefix="veil-pg-"))
+        self.directory = directory
+        self.data_dir = directory / "data"
+        self.log_path = directory / "postgres.log"
+        self.port = 0
+        self._bin = find_bin_dir()
+
+    @property
+    def url(self) -> str:
+        return self.url_for("postgres")
+
+    def url_for(self, database: str) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        if not extension_installed(self._bin):
+            install_extension()
+        if self._as_root:
+            _ensure_service_user()
+            shutil.chown(self.directory, SERVICE_USER, SERVICE_USER)
+        self._run("initdb", "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8")
+        self._write_settings()
+        self.port = free_port()
+        self._run(
+            "pg_ctl", "start", "-w", "-D", str(self.data_dir), "-l", str(self.log_path),
+            "-o", f"-p {self.port}",
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.port:
+            self._run("pg_ctl", "stop", "-m", "fast", "-w", "-D", str(self.data_dir))
+            self.port = 0
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def create_database(self, name: str) -> str:
+        """A new empty database in this cluster; returns its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as con:
+            con.execute(f'CREATE DATABASE "{name}"')
+        return self.url_for(name)
+
+    def read_log(self) -> str:
+        """Everything the server logged so far (every statement: log_statement=all)."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _write_settings(self) -> None:
+        lines = [f"{key} = {value}\n" for key, value in _SETTINGS.items()]
+        with open(self.data_dir / "postgresql.conf", "a") as conf:
+            conf.writelines(lines)
+
+    def _run(self, program: str, *args: str) -> None:
+        command = [str(self._bin / program), *args]
+        user = SERVICE_USER if self._as_root else None
+        result = subprocess.run(
+            command, user=user, capture_output=True, text=True, check=False, cwd=self.directory
+        )
+        if result.returncode != 0:
+            raise ServerUnavailableError(
+                f"{program} failed (exit {result.returncode}): {result.stderr.strip()[-2000:]}"
+            )
+
+
+def _ensure_service_user() -> None:
+    try:
+        pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVICE_USER,
+            ],
+            check=True,
+        )

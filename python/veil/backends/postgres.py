@@ -1,0 +1,245 @@
+"""PostgreSQL 15 as Veil's server (``postgresql://user@host:port/db``), through psycopg 3.
+
+Statements run on a raw cursor, so ``$1``-style placeholders go to the server
+unchanged (no client-side interpolation, and ``%`` needs no escaping). Results
+come back in PostgreSQL's binary format, are read by psycopg's C loaders in
+batches and turned into Arrow column by column. Bulk loads stream Arrow batches
+as ``COPY ... FROM STDIN (FORMAT BINARY)`` (``veil.backends.pg_copy``) into a
+staging table that replaces the target in one transaction.
+
+Veil's server functions come from the ``veil`` C extension
+(``veil/backends/pgext``); the backend creates it in each database it opens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
+from sqlglot import exp
+
+from veil.backends import pg_copy
+from veil.backends.base import BackendError, Estimate, Params, ServerUnavailableError, quote
+from veil.backends.staged import StagedBackend
+
+HOM_SUM = "veil_hom_sum"
+SEARCH_MATCH = "veil_search_match"
+
+# PostgreSQL type OID -> Arrow type of the column Veil reads it into.
+_ARROW_OF_OID: dict[int, pa.DataType] = {
+    16: pa.bool_(),
+    17: pa.binary(),
+    19: pa.string(),  # name
+    20: pa.int64(),
+    21: pa.int16(),
+    23: pa.int32(),
+    25: pa.string(),
+    26: pa.int64(),  # oid
+    700: pa.float32(),
+    701: pa.float64(),
+    1042: pa.string(),  # char(n)
+    1043: pa.string(),  # varchar
+    1082: pa.date32(),
+    1114: pa.timestamp("us"),
+    1184: pa.timestamp("us", tz="UTC"),
+}
+_NUMERIC_OID = 1700
+_JSON_OIDS = (114, 3802)
+
+
+class PostgresBackend(StagedBackend):
+    """A PostgreSQL database as Veil's server."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        try:
+            self._con = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as exc:
+            raise ServerUnavailableError(
+                f"cannot connect to the PostgreSQL server {_without_password(url)}: "
+                f"{str(exc).strip()}; check that it is running and the URL is right"
+            ) from exc
+        # Send Python ints as bigint: psycopg would pick the smallest integer type,
+        # and `$1 * 1000` with a smallint parameter overflows on the server.
+        self._con.adapters.register_dumper(int, Int8Dumper)
+        self._con.adapters.register_dumper(int, Int8BinaryDumper)
+        self.has_extension = self._create_extension()
+
+    def _create_extension(self) -> bool:
+        available = self.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'veil'")
+        if available.num_rows == 0:
+            return False
+        self._run_quiet("CREATE EXTENSION IF NOT EXISTS veil")
+        return True
+
+    # -- statements ---------------------------------------------------------
+
+    def execute(self, sql: str, params: Params = None) -> pa.Table:
+        cursor = self._cursor(sql, params)
+        if cursor.description is None:
+            return pa.table({})
+        return pa.Table.from_batches(
+            [_to_batch(cursor.description, cursor.fetchall())], _schema(cursor.description)
+        )
+
+    def execute_batches(
+        self, sql: str, params: Params = None, *, batch_rows: int = 65536
+    ) -> Iterator[pa.RecordBatch]:
+        self._log.emit(sql, params)
+        cursor = psycopg.RawCursor(self._con)
+        try:
+            rows = cursor.stream(sql, params, binary=True, size=batch_rows)
+            first = list(itertools.islice(rows, batch_rows))
+        except psycopg.Error as exc:
+            cursor.close()
+            raise _backend_error(exc) from exc
+        return self._stream(cursor, rows, first, batch_rows)
+
+    def _stream(
+        self, cursor: Any, rows: Iterator[Any], first: list[Any], batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        with cursor:
+            description = cursor.description
+            if description is None:
+                return
+            chunk = first
+            while chunk:
+                yield _to_batch(description, chunk)
+                try:
+                    chunk = list(itertools.islice(rows, batch_rows))
+                except psycopg.Error as exc:
+                    raise _backend_error(exc) from exc
+
+    def _cursor(self, sql: str, params: Params) -> Any:
+        self._log.emit(sql, params)
+        cursor = psycopg.RawCursor(self._con)
+        try:
+            return cursor.execute(sql, params, binary=True)
+        except psycopg.Error as exc:
+            raise _backend_error(exc) from exc
+
+    def _run_quiet(self, sql: str) -> None:
+        self._cursor(sql, None).close()
+
+    # -- loading hooks ------------------------------------------------------
+
+    def _create_table(self, table: str, schema: pa.Schema) -> None:
+        self._run_quiet(f"CREATE TABLE {quote(table)} ({_column_definitions(schema)})")
+
+    def _insert(self, table: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
+        names = ", ".join(quote(name) for name in schema.names)
+        sql = f"COPY {quote(table)} ({names}) FROM STDIN (FORMAT BINARY)"
+        self._log.emit(sql, None)
+        rows = 0
+        try:
+            with self._con.cursor().copy(sql) as copy:
+                copy.write(pg_copy.HEADER)
+                for batch in batches:
+                    copy.write(pg_copy.encode_batch(batch))
+                    rows += batch.num_rows
+                copy.write(pg_copy.TRAILER)
+        except psycopg.Error as exc:
+            raise _backend_error(exc) from exc
+        return rows
+
+    # -- catalogue ----------------------------------------------------------
+
+    def table_names(self) -> list[str]:
+        names = self.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1"
+        )
+        return [str(name) for name in names.column(0).to_pylist()]
+
+    def table_bytes(self, table: str) -> int:
+        size = self.execute("SELECT pg_total_relation_size($1::regclass)", [quote(table)])
+        return int(size.column(0)[0].as_py())
+
+    # -- planning help --------------------------------------------------------
+
+    def estimate(self, sql: str, params: Params = None) -> Estimate:
+        plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).column(0)[0].as_py()
+        top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        return Estimate(rows=float(top["Plan Rows"]), cost=float(top["Total Cost"]))
+
+    def hom_sum(self, ciphertexts: exp.Expression, n_square: exp.Expression) -> exp.Expression:
+        self._need_extension()
+        return exp.Anonymous(this=HOM_SUM, expressions=[ciphertexts, n_square])
+
+    def search_match(self, ciphertexts: exp.Expression, token: exp.Expression) -> exp.Expression:
+        self._need_extension()
+        return exp.Anonymous(this=SEARCH_MATCH, expressions=[ciphertexts, token])
+
+    def _need_extension(self) -> None:
+        if not self.has_extension:
+            raise BackendError(
+                "the PostgreSQL server lacks Veil's extension; install it with `make pgext` "
+                "on the server machine (builds python/veil/backends/pgext)"
+            )
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def _column_definitions(schema: pa.Schema) -> str:
+    return ", ".join(f"{quote(f.name)} {pg_copy.postgres_type(f.type)}" for f in schema)
+
+
+def _schema(description: Any) -> pa.Schema:
+    return pa.schema(
+        [pa.field(column.name, _arrow_type(column.type_code)) for column in description]
+    )
+
+
+def _arrow_type(oid: int) -> pa.DataType:
+    if oid == _NUMERIC_OID:
+        return pa.decimal128(38, 0)  # refined from the values by _numeric_column
+    return _ARROW_OF_OID.get(oid, pa.string())
+
+
+def _to_batch(description: Any, rows: list[Any]) -> pa.RecordBatch:
+    """Rows of Python values (from psycopg's binary loaders) as one Arrow batch."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in description]
+    arrays = [
+        _column(values, column.type_code)
+        for values, column in zip(columns, description, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, names=[column.name for column in description])
+
+
+def _column(values: tuple[Any, ...], oid: int) -> pa.Array:
+    if oid == _NUMERIC_OID:
+        return _numeric_column(values)
+    if oid in _ARROW_OF_OID:
+        return pa.array(values, type=_ARROW_OF_OID[oid])
+    if oid in _JSON_OIDS:
+        return pa.array([None if v is None else json.dumps(v) for v in values], type=pa.string())
+    return pa.array([None if v is None else str(v) for v in values], type=pa.string())
+
+
+def _numeric_column(values: tuple[Decimal | None, ...]) -> pa.Array:
+    """NUMERIC as decimal128(38, s), s the largest scale present (SUM of bigint: s = 0)."""
+    scales = [-int(v.as_tuple().exponent) for v in values if v is not None and v.is_finite()]
+    scale = max([0, *scales])
+    return pa.array(values, type=pa.decimal128(38, min(scale, 38)))
+
+
+def _backend_error(exc: psycopg.Error) -> BackendError:
+    if isinstance(exc, psycopg.OperationalError):
+        return ServerUnavailableError(f"lost the PostgreSQL server: {str(exc).strip()}")
+    return BackendError(f"the PostgreSQL server rejected a statement: {str(exc).strip()}")
+
+
+def _without_password(url: str) -> str:
+    """The URL as it may appear in a message (never a password)."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':')[0]}{at}{host}" if at else url

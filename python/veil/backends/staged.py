@@ -1,0 +1,89 @@
+"""What the SQL backends share: staged atomic loads, catalogue DDL, listeners, transactions.
+
+A subclass supplies ``_run_quiet`` (run one statement of Veil's own, through
+the statement log), ``_create_table`` (an empty table for an Arrow schema) and
+``_insert`` (append Arrow batches to a table).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+import pyarrow as pa
+
+from veil.backends.base import (
+    STAGING_SUFFIX,
+    ArrowData,
+    BackendError,
+    StatementListener,
+    StatementLog,
+    TransactionScope,
+    as_batches,
+    quote,
+)
+
+
+class StagedBackend:
+    """Backend methods written once in terms of three dialect-specific hooks."""
+
+    def __init__(self) -> None:
+        self._log = StatementLog()
+        self._transactions = TransactionScope(self._run_quiet)
+
+    # -- hooks ----------------------------------------------------------------
+
+    def _run_quiet(self, sql: str) -> None:
+        raise NotImplementedError
+
+    def _create_table(self, table: str, schema: pa.Schema) -> None:
+        raise NotImplementedError
+
+    def _insert(self, table: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
+        raise NotImplementedError
+
+    # -- loading ----------------------------------------------------------------
+
+    def bulk_load(self, table: str, data: ArrowData, *, schema: pa.Schema | None = None) -> int:
+        """Load into ``<table>__veil_staging``, then swap it in within one transaction."""
+        staging = table + STAGING_SUFFIX
+        arrow_schema, batches = as_batches(data, schema)
+        self._run_quiet(f"DROP TABLE IF EXISTS {quote(staging)}")
+        try:
+            self._create_table(staging, arrow_schema)
+            rows = self._insert(staging, arrow_schema, batches)
+            with self.transaction():
+                self._run_quiet(f"DROP TABLE IF EXISTS {quote(table)}")
+                self._run_quiet(f"ALTER TABLE {quote(staging)} RENAME TO {quote(table)}")
+        except BaseException:
+            self._drop_quietly(staging)
+            raise
+        return rows
+
+    def append(self, table: str, data: ArrowData) -> int:
+        arrow_schema, batches = as_batches(data, pa.schema([]))
+        with self.transaction():
+            return self._insert(table, arrow_schema, batches)
+
+    def _drop_quietly(self, table: str) -> None:
+        if self._transactions.active:
+            return  # the enclosing transaction's rollback removes it
+        with contextlib.suppress(BackendError):  # the load's own error is the one to report
+            self._run_quiet(f"DROP TABLE IF EXISTS {quote(table)}")
+
+    # -- catalogue ----------------------------------------------------------------
+
+    def drop_table(self, table: str, *, if_exists: bool = True) -> None:
+        self._run_quiet(f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{quote(table)}")
+
+    def rename_table(self, old: str, new: str) -> None:
+        self._run_quiet(f"ALTER TABLE {quote(old)} RENAME TO {quote(new)}")
+
+    # -- the rest of the protocol ---------------------------------------------------
+
+    def add_statement_listener(self, listener: StatementListener) -> Callable[[], None]:
+        return self._log.add(listener)
+
+    def transaction(self) -> AbstractContextManager[None]:
+        return self._transactions.block()
