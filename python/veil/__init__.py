@@ -5,8 +5,9 @@ over them; this client holds every key, decrypts what comes back and finishes
 the query.
 """
 
+from veil.dbapi import connect
 from veil.errors import VeilError
 
 __version__ = "0.1.0"
 
-__all__ = ["VeilError", "__version__"]
+__all__ = ["VeilError", "__version__", "connect"]

@@ -1,0 +1,166 @@
+"""DB-API 2.0 (PEP 249) over Veil: ``veil.connect(client_dir)``.
+
+Parameters use the ``qmark`` style::
+
+    con = veil.connect("client")
+    cur = con.cursor()
+    cur.execute("SELECT o_orderkey FROM orders WHERE o_custkey = ?", [42])
+    cur.fetchall()
+
+Parameters are bound on the client and, where a predicate runs on the server,
+sent only as ciphertexts. ``Cursor.fetch_arrow_table()`` returns the whole
+result as a ``pyarrow.Table``. Every statement commits on its own (the server
+applies each DML statement atomically), so ``commit`` has nothing to do and
+``rollback`` is not supported.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from veil.errors import VeilError
+from veil.exec.session import Result, Session
+
+apilevel = "2.0"
+threadsafety = 1  # threads may share the module, not connections
+paramstyle = "qmark"
+
+Error = VeilError
+
+
+class InterfaceError(VeilError):
+    """The DB-API object was used wrongly (closed cursor, no result yet)."""
+
+    anchor = "dbapi"
+
+
+class NotSupportedError(VeilError):
+    anchor = "dbapi"
+
+
+def connect(client_dir: str | os.PathLike[str]) -> Connection:
+    """Open the Veil client directory ``client_dir`` and its server."""
+    return Connection(Session(client_dir))
+
+
+class Connection:
+    def __init__(self, session: Session):
+        self._session: Session | None = session
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            raise InterfaceError("the connection is closed")
+        return self._session
+
+    def cursor(self) -> Cursor:
+        return Cursor(self)
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
+        return self.cursor().execute(sql, params)
+
+    def commit(self) -> None:
+        """Nothing to do: every statement is applied atomically when it runs."""
+
+    def rollback(self) -> None:
+        raise NotSupportedError("Veil applies each statement when it runs; there is no rollback")
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Cursor:
+    arraysize = 1
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self._result: Result | None = None
+        self._rows: list[tuple[Any, ...]] = []
+        self._position = 0
+
+    @property
+    def description(self) -> list[tuple[str, str, None, None, None, None, bool]] | None:
+        if self._result is None or not self._result.table.num_columns:
+            return None
+        return [
+            (f.name, str(f.type), None, None, None, None, f.nullable)
+            for f in self._result.table.schema
+        ]
+
+    @property
+    def rowcount(self) -> int:
+        return -1 if self._result is None else self._result.rowcount
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
+        self._result = self.connection.session.run(
+            sql, list(params) if params is not None else None
+        )
+        self._rows = [tuple(row.values()) for row in self._result.table.to_pylist()]
+        self._position = 0
+        return self
+
+    def executemany(self, sql: str, seq_of_params: Sequence[Sequence[Any]]) -> Cursor:
+        total = 0
+        for params in seq_of_params:
+            total += max(self.execute(sql, params).rowcount, 0)
+        if self._result is not None:
+            self._result.rowcount = total
+        return self
+
+    def _need_result(self) -> Result:
+        if self._result is None:
+            raise InterfaceError("no statement has been executed on this cursor")
+        return self._result
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        self._need_result()
+        if self._position >= len(self._rows):
+            return None
+        self._position += 1
+        return self._rows[self._position - 1]
+
+    def fetchmany(self, size: int | None = None) -> list[tuple[Any, ...]]:
+        self._need_result()
+        count = self.arraysize if size is None else size
+        rows = self._rows[self._position : self._position + count]
+        self._position += len(rows)
+        return rows
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        self._need_result()
+        rows = self._rows[self._position :]
+        self._position = len(self._rows)
+        return rows
+
+    def fetch_arrow_table(self) -> pa.Table:
+        return self._need_result().table
+
+    def setinputsizes(self, sizes: object) -> None:
+        """Accepted and ignored, as PEP 249 allows."""
+
+    def setoutputsize(self, size: object, column: object = None) -> None:
+        """Accepted and ignored, as PEP 249 allows."""
+
+    def close(self) -> None:
+        self._result, self._rows = None, []
+
+    def __iter__(self) -> Cursor:
+        return self
+
+    def __next__(self) -> tuple[Any, ...]:
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row

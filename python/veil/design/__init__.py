@@ -1,0 +1,1 @@
+"""Physical designs: the model, its JSON file and the greedy designer."""

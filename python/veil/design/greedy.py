@@ -1,0 +1,110 @@
+"""The greedy designer: store every encryption the workload can use.
+
+For each column it stores the encryptions the workload analysis asked for
+(DET, OPE, SEARCH), if the crypto core offers them and the column's type
+allows them, and makes sure every column stays fetchable: a column without a
+DET encryption (which the client can decrypt) also gets RND. Equi-joined
+columns of the same encoded type share one DET key scope (a key group) so the
+server can join them.
+
+A cost-based designer (MONOMI §6) will replace this; it produces the same
+``PhysicalDesign`` and marks its choices with ``origin``.
+"""
+
+from __future__ import annotations
+
+from veil.design.model import (
+    DET,
+    OPE,
+    RND,
+    SEARCH,
+    Column,
+    Encryption,
+    PhysicalDesign,
+    TableDesign,
+    opaque_name,
+)
+from veil.design.workload import ColumnRef, WorkloadNeeds, analyse_workload
+from veil.encoding import STRING_KIND, SqlType
+
+DET_INT_BITS = 64
+
+
+def greedy_design(
+    schema: dict[str, list[Column]],
+    workload: list[str],
+    schemes: frozenset[str],
+    key_fingerprint: str,
+) -> PhysicalDesign:
+    plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
+    needs = analyse_workload(workload, plain)
+    groups = _key_groups(needs, plain)
+    design = PhysicalDesign(key_fingerprint=key_fingerprint)
+    for table, columns in schema.items():
+        encryptions: list[Encryption] = []
+        for column in columns:
+            encryptions += _column_encryptions(table, column, needs, groups, schemes)
+        design.tables[table] = TableDesign(
+            name=table,
+            server_name=opaque_name("t"),
+            row_id=opaque_name("c"),
+            columns=list(columns),
+            encryptions=encryptions,
+        )
+    return design
+
+
+def table_design(table: str, columns: list[Column], schemes: frozenset[str]) -> TableDesign:
+    """The design of a table outside any workload: fetchable columns only."""
+    design = greedy_design({table: columns}, [], schemes, "")
+    return design.tables[table]
+
+
+def _column_encryptions(
+    table: str,
+    column: Column,
+    needs: WorkloadNeeds,
+    groups: dict[ColumnRef, str],
+    schemes: frozenset[str],
+) -> list[Encryption]:
+    ref = (table, column.name)
+    kind = SqlType(column.type).kind
+    chosen: list[Encryption] = []
+
+    def add(scheme: str, scope: str, **params: object) -> None:
+        chosen.append(
+            Encryption(opaque_name("c"), column.name, scheme, column.type, scope, dict(params))
+        )
+
+    if ref in needs.det and DET in schemes:
+        add(DET, f"det:{groups.get(ref, f'{table}.{column.name}')}")
+    else:
+        add(RND, f"rnd:{table}.{column.name}")
+    if ref in needs.ope and OPE in schemes and kind != STRING_KIND:
+        add(OPE, f"ope:{table}.{column.name}", bits=None)
+    if ref in needs.search and SEARCH in schemes and kind == STRING_KIND:
+        add(SEARCH, f"search:{table}.{column.name}")
+    return chosen
+
+
+def _key_groups(needs: WorkloadNeeds, schema: dict[str, dict[str, str]]) -> dict[ColumnRef, str]:
+    """Union-find over equi-joined columns whose encodings are comparable."""
+    parent: dict[ColumnRef, ColumnRef] = {}
+
+    def find(ref: ColumnRef) -> ColumnRef:
+        while parent.get(ref, ref) != ref:
+            ref = parent[ref]
+        return ref
+
+    for left, right in sorted(needs.joins):
+        if _encoding_of(left, schema) == _encoding_of(right, schema):
+            a, b = sorted((find(left), find(right)))
+            parent[b] = a
+    return {ref: "{}.{}".format(*find(ref)) for ref in parent} | {
+        root: "{}.{}".format(*root) for root in map(find, list(parent))
+    }
+
+
+def _encoding_of(ref: ColumnRef, schema: dict[str, dict[str, str]]) -> tuple[str, int]:
+    sql_type = SqlType(schema[ref[0]][ref[1]])
+    return (sql_type.kind, sql_type.scale)

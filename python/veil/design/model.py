@@ -1,0 +1,183 @@
+"""The physical design: which encrypted columns the server stores, under which names.
+
+A physical design lists, per plaintext table, the plaintext schema (kept on the
+client only) and the server columns ("encryptions"): each is the encryption of
+a source expression over one row (a column, or a per-row precomputed
+expression such as ``l_extendedprice * (1 - l_discount)``) under one scheme,
+with the key scope it is keyed under. Server table and column names are random
+(``t_`` / ``c_`` + 16 hex digits) so that they reveal nothing about the schema.
+
+The design is a versioned JSON file in the client directory. It records the
+fingerprint of the master key the data was encrypted under, so a wrong key is
+detected before anything is decrypted. Fields that a cost-based designer will
+fill later (``cost``, ``origin``) are free-form and ignored by the executor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from veil.encoding import SqlType
+from veil.errors import VeilError
+
+DESIGN_FORMAT = "veil-physical-design"
+DESIGN_VERSION = 1
+
+RND = "RND"
+DET = "DET"
+OPE = "OPE"
+HOM = "HOM"
+SEARCH = "SEARCH"
+SCHEMES = (RND, DET, OPE, HOM, SEARCH)
+# Schemes whose ciphertexts the client can decrypt back to single values.
+DECRYPTABLE = (DET, RND, OPE)
+
+
+class DesignError(VeilError):
+    """The physical design file is missing, malformed or does not fit the data."""
+
+    anchor = "design"
+
+
+def opaque_name(prefix: str) -> str:
+    """A fresh random server name; it carries no information about the schema."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+@dataclass
+class Column:
+    """A plaintext column (client-side schema only)."""
+
+    name: str
+    type: str
+
+    @property
+    def sql_type(self) -> SqlType:
+        return SqlType(self.type)
+
+
+@dataclass
+class Encryption:
+    """One server column: ``scheme(source)`` stored under ``name``."""
+
+    name: str
+    source: str  # a plaintext column name, or a SQL expression over one row
+    scheme: str
+    type: str  # SQL type of the source's value (what the client decodes to)
+    key_scope: str  # the KeyLabel scope; equal scopes give comparable ciphertexts
+    params: dict[str, object] = field(default_factory=dict)
+    origin: str = "greedy"
+
+    @property
+    def sql_type(self) -> SqlType:
+        return SqlType(self.type)
+
+    @property
+    def is_expression(self) -> bool:
+        return not self.source.isidentifier()
+
+
+@dataclass
+class TableDesign:
+    name: str
+    server_name: str
+    row_id: str  # server column holding a random row id (for UPDATE/DELETE)
+    columns: list[Column]
+    encryptions: list[Encryption]
+    row_count: int = 0
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    def encryptions_of(self, source: str, scheme: str | None = None) -> list[Encryption]:
+        return [e for e in self.encryptions if e.source == source and scheme in (None, e.scheme)]
+
+    def find(self, source: str, scheme: str) -> Encryption | None:
+        found = self.encryptions_of(source, scheme)
+        return found[0] if found else None
+
+    def fetchable(self, source: str) -> Encryption:
+        """The cheapest server column to fetch and decrypt ``source`` from."""
+        for scheme in DECRYPTABLE:
+            found = self.find(source, scheme)
+            if found is not None:
+                return found
+        raise DesignError(
+            f"table {self.name!r} stores no decryptable encryption of {source!r}; "
+            "the design is broken, reload the table"
+        )
+
+
+@dataclass
+class PhysicalDesign:
+    key_fingerprint: str
+    tables: dict[str, TableDesign] = field(default_factory=dict)
+    version: int = DESIGN_VERSION
+
+    def table(self, name: str) -> TableDesign:
+        try:
+            return self.tables[name.lower()]
+        except KeyError:
+            raise DesignError(
+                f"unknown table {name!r}; loaded tables: {sorted(self.tables)}"
+            ) from None
+
+    def plaintext_schema(self) -> dict[str, dict[str, str]]:
+        """``{table: {column: type}}`` for sqlglot's qualifier and the local database."""
+        return {t.name: {c.name: c.type for c in t.columns} for t in self.tables.values()}
+
+    def to_json(self) -> str:
+        document = {"format": DESIGN_FORMAT, **asdict(self)}
+        return json.dumps(document, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, origin: str = "design") -> PhysicalDesign:
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DesignError(f"{origin} is not valid JSON ({exc})") from None
+        if not isinstance(document, dict) or document.get("format") != DESIGN_FORMAT:
+            raise DesignError(f"{origin} is not a Veil physical design file")
+        if document.get("version") != DESIGN_VERSION:
+            raise DesignError(
+                f"{origin} has design version {document.get('version')}; "
+                f"this Veil reads version {DESIGN_VERSION}"
+            )
+        tables = {name: _table_from_dict(t) for name, t in document["tables"].items()}
+        return cls(key_fingerprint=document["key_fingerprint"], tables=tables)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically, so a crash never leaves half a design."""
+        target = Path(path)
+        temporary = target.with_suffix(".tmp")
+        temporary.write_text(self.to_json() + "\n")
+        os.replace(temporary, target)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PhysicalDesign:
+        target = Path(path)
+        try:
+            text = target.read_text()
+        except FileNotFoundError:
+            raise DesignError(
+                f"no physical design at {target}; is this a Veil client directory? "
+                "Create one with `veil load`"
+            ) from None
+        return cls.from_json(text, str(target))
+
+
+def _table_from_dict(data: dict[str, object]) -> TableDesign:
+    columns = [Column(**c) for c in data["columns"]]  # type: ignore[attr-defined]
+    encryptions = [Encryption(**e) for e in data["encryptions"]]  # type: ignore[attr-defined]
+    return TableDesign(
+        name=str(data["name"]),
+        server_name=str(data["server_name"]),
+        row_id=str(data["row_id"]),
+        columns=columns,
+        encryptions=encryptions,
+        row_count=int(str(data.get("row_count", 0))),
+    )

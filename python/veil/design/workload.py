@@ -1,0 +1,103 @@
+"""What a workload of queries asks of each column (the greedy designer's input).
+
+For every query the analysis records which base columns would let a part of
+the query run on the server under which scheme (a simple form of MONOMI's
+EncSet, §6.2):
+
+- DET: equality with a constant, IN lists, GROUP BY keys, COUNT(DISTINCT),
+  and equi-joins (the two sides become one key group);
+- OPE: ranges against constants, BETWEEN, ORDER BY, MIN and MAX;
+- SEARCH: LIKE patterns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import traverse_scope
+
+from veil.sql.columns import BaseColumn, base_columns, is_constant
+from veil.sql.parse import parse_statement, qualify_query
+
+ColumnRef = tuple[str, str]  # (table, column)
+
+_RANGES = (exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+@dataclass
+class WorkloadNeeds:
+    det: set[ColumnRef] = field(default_factory=set)
+    ope: set[ColumnRef] = field(default_factory=set)
+    search: set[ColumnRef] = field(default_factory=set)
+    joins: set[tuple[ColumnRef, ColumnRef]] = field(default_factory=set)
+
+
+def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> WorkloadNeeds:
+    needs = WorkloadNeeds()
+    for sql in queries:
+        tree = qualify_query(parse_statement(sql), schema)
+        if tree is not None:
+            _analyse(tree, set(schema), needs)
+    return needs
+
+
+def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
+    resolved = base_columns(traverse_scope(tree), tables)
+
+    def ref(node: exp.Expr | None) -> ColumnRef | None:
+        found: BaseColumn | None = resolved.get(id(node)) if isinstance(node, exp.Column) else None
+        return (found.table, found.column) if found else None
+
+    for node in tree.walk():
+        if isinstance(node, exp.EQ | exp.NEQ):
+            _note_equality(ref(node.this), ref(node.expression), node, needs)
+        elif isinstance(node, exp.In) and ref(node.this):
+            needs.det.add(ref(node.this))  # type: ignore[arg-type]
+            _note_in_subquery(ref(node.this), node, ref, needs)
+        elif isinstance(node, _RANGES):
+            _note_range(ref(node.this), node.expression, needs)
+            _note_range(ref(node.expression), node.this, needs)
+        elif isinstance(node, exp.Between) and ref(node.this):
+            needs.ope.add(ref(node.this))  # type: ignore[arg-type]
+        elif isinstance(node, exp.Group):
+            needs.det.update(r for r in map(ref, node.expressions) if r)
+        elif isinstance(node, exp.Ordered | exp.Min | exp.Max) and ref(node.this):
+            needs.ope.add(ref(node.this))  # type: ignore[arg-type]
+        elif isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
+            needs.det.update(r for r in map(ref, node.this.expressions) if r)
+        elif isinstance(node, exp.Like | exp.ILike) and ref(node.this):
+            needs.search.add(ref(node.this))  # type: ignore[arg-type]
+
+
+def _note_equality(
+    left: ColumnRef | None, right: ColumnRef | None, node: exp.Expr, needs: WorkloadNeeds
+) -> None:
+    if left and right:
+        needs.det.update((left, right))
+        if left != right:
+            needs.joins.add((left, right))
+    elif left and is_constant(node.expression):
+        needs.det.add(left)
+    elif right and is_constant(node.this):
+        needs.det.add(right)
+
+
+def _note_in_subquery(
+    column: ColumnRef | None, node: exp.In, ref: object, needs: WorkloadNeeds
+) -> None:
+    query = node.args.get("query")
+    select = query.this if isinstance(query, exp.Subquery) else query
+    if column is None or not isinstance(select, exp.Select) or len(select.expressions) != 1:
+        return
+    projected = select.expressions[0]
+    inner = projected.this if isinstance(projected, exp.Alias) else projected
+    other = ref(inner)  # type: ignore[operator]
+    if other:
+        needs.det.add(other)
+        needs.joins.add((column, other))
+
+
+def _note_range(column: ColumnRef | None, other: exp.Expr, needs: WorkloadNeeds) -> None:
+    if column and is_constant(other):
+        needs.ope.add(column)

@@ -1,0 +1,1 @@
+"""Executing split plans: RemoteSQL fetch, decryption, local DuckDB execution, DML."""

@@ -1,0 +1,76 @@
+"""Running a scan: RemoteSQL -> Arrow ciphertexts -> decrypt -> plaintext Arrow table."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from veil.backends import Backend, render
+from veil.crypto.keys import MasterKey
+from veil.design.model import Encryption, TableDesign
+from veil.encoding import decode
+from veil.exec.ciphers import ColumnCipher, column_cipher
+from veil.exec.encrypt import rnd_context
+from veil.sql.plan import Scan
+
+
+@dataclass
+class FetchStats:
+    """Where a query's time and bytes went (for ``veil demo`` and benchmarks)."""
+
+    statements: int = 0
+    bytes_received: int = 0
+    server_seconds: float = 0.0
+    decrypt_seconds: float = 0.0
+    local_seconds: float = 0.0
+    remote_sql: list[str] = field(default_factory=list)
+
+
+class CipherCache:
+    """Column ciphers of one session, made once (key derivation is not free)."""
+
+    def __init__(self, master: MasterKey):
+        self._master = master
+        self._ciphers: dict[tuple[str, str], ColumnCipher] = {}
+
+    def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
+        key = (table.server_name, encryption.name)
+        if key not in self._ciphers:
+            context = rnd_context(table, encryption)
+            self._ciphers[key] = column_cipher(self._master, encryption, context)
+        return self._ciphers[key]
+
+
+def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchStats) -> pa.Table:
+    """The scan's rows, decrypted, with plaintext column names."""
+    sql = render(scan.remote_sql(), backend.dialect)
+    started = time.perf_counter()
+    fetched = backend.execute(sql, scan.params or None)
+    stats.server_seconds += time.perf_counter() - started
+    stats.statements += 1
+    stats.bytes_received += fetched.nbytes
+    stats.remote_sql.append(sql)
+    started = time.perf_counter()
+    plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers)
+    stats.decrypt_seconds += time.perf_counter() - started
+    return plain
+
+
+def decrypt_columns(
+    fetched: pa.Table,
+    table: TableDesign,
+    wanted: list[tuple[str, Encryption | None]],
+    ciphers: CipherCache,
+) -> pa.Table:
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for index, (name, enc) in enumerate(wanted):
+        stored = fetched.column(index)
+        if enc is None:  # the row id: not a secret, just counts rows
+            columns[name] = stored
+            continue
+        ciphertexts = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
+        encoded = ciphers.get(table, enc).decrypt(ciphertexts)
+        columns[name] = decode(encoded, enc.sql_type)
+    return pa.table(columns)

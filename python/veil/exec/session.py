@@ -1,0 +1,155 @@
+"""A Veil session: one client directory, one server, one local DuckDB.
+
+``Session.run(sql, params)`` is the whole query path: parse, bind parameters,
+check the query against the plaintext schema (an empty copy of it lives in a
+local "catalog" DuckDB, whose binder gives precise errors before anything is
+sent), plan the split, run each scan's RemoteSQL, decrypt, register the
+plaintext results in the local DuckDB and run the local plan there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.backends import Backend, connect
+from veil.crypto.keys import MasterKey
+from veil.design.model import Encryption, PhysicalDesign, TableDesign
+from veil.encoding import SqlType, encode_scalar
+from veil.exec.clientdir import ClientDir, open_client_dir
+from veil.exec.fetch import CipherCache, FetchStats, run_scan
+from veil.sql.errors import QueryError, UnsupportedStatementError
+from veil.sql.parse import bind_parameters, parse_statement
+from veil.sql.plan import SplitPlan
+from veil.sql.planner import plan_query
+
+_FAMILIES = {
+    "int": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
+    "decimal": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
+    "float": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
+    "date": ("DATE", "TIMESTAMP", "VARCHAR"),
+    "timestamp": ("DATE", "TIMESTAMP", "VARCHAR"),
+    "string": ("VARCHAR",),
+    "bool": ("BOOLEAN",),
+}
+
+
+@dataclass
+class Result:
+    """A statement's outcome: rows for queries, a row count for DML."""
+
+    table: pa.Table
+    rowcount: int
+    stats: FetchStats = field(default_factory=FetchStats)
+    plan: SplitPlan | None = None
+
+
+class Session:
+    def __init__(self, client_dir: str | os.PathLike[str]):
+        self.client: ClientDir = open_client_dir(client_dir)
+        self.master: MasterKey = self.client.master_key()
+        self.design: PhysicalDesign = self.client.design(self.master)
+        self.backend: Backend = connect(self.client.server_url())
+        self.ciphers = CipherCache(self.master)
+        self.local = duckdb.connect()
+        self.catalog = duckdb.connect()
+        self._owners: dict[str, TableDesign] = {}
+        self.refresh_catalog()
+
+    def refresh_catalog(self) -> None:
+        """Rebuild the empty plaintext schema the binder checks queries against."""
+        for name, table in self.design.tables.items():
+            columns = ", ".join(f'"{c.name}" {c.type}' for c in table.columns)
+            self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
+            self._owners.update({e.name: table for e in table.encryptions})
+
+    def close(self) -> None:
+        self.backend.close()
+        self.local.close()
+        self.catalog.close()
+
+    # -- statements -----------------------------------------------------------
+
+    def run(self, sql: str, params: list[object] | tuple[object, ...] | None = None) -> Result:
+        tree = bind_parameters(parse_statement(sql), params)
+        if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
+            from veil.exec.dml import run_dml
+
+            return run_dml(self, tree)
+        if not isinstance(tree, exp.Query):
+            raise UnsupportedStatementError(
+                f"Veil runs queries (SELECT, WITH, set operations) and INSERT/UPDATE/DELETE; "
+                f"not {tree.key.upper()} statements"
+            )
+        return self.query(tree)
+
+    def query(self, tree: exp.Expr) -> Result:
+        names = self.describe(tree)
+        plan = self.plan(tree)
+        stats = FetchStats()
+        table = self.execute_plan(plan, stats)
+        return Result(table.rename_columns(names), len(table), stats, plan)
+
+    def plan(self, tree: exp.Expr) -> SplitPlan:
+        return plan_query(tree, self.design, self.encrypt_constant)
+
+    def describe(self, tree: exp.Expr) -> list[str]:
+        """Output column names; raises QueryError for unknown names or type errors."""
+        try:
+            rows = self.catalog.execute(f"DESCRIBE {tree.sql(dialect='duckdb')}").fetchall()
+        except duckdb.Error as exc:
+            raise QueryError(_duckdb_message(exc)) from None
+        return [str(r[0]) for r in rows]
+
+    def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
+        registered = []
+        try:
+            for scan in plan.scans:
+                self.local.register(
+                    scan.local_name, run_scan(scan, self.backend, self.ciphers, stats)
+                )
+                registered.append(scan.local_name)
+            started = time.perf_counter()
+            try:
+                table = self.local.sql(plan.local.sql(dialect="duckdb")).to_arrow_table()
+            except duckdb.Error as exc:
+                raise QueryError(_duckdb_message(exc)) from None
+            stats.local_seconds += time.perf_counter() - started
+            return table
+        finally:
+            for name in registered:
+                self.local.unregister(name)
+
+    # -- constants --------------------------------------------------------------
+
+    def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
+        """The ciphertext of a constant under ``enc``, or None if not exactly representable."""
+        value = self._exact_value(node.sql(dialect="duckdb"), SqlType(enc.type))
+        if value is None:
+            return None
+        encoded = encode_scalar(value, enc.sql_type)
+        assert encoded is not None
+        return self.ciphers.get(self._owners[enc.name], enc).encrypt_one(encoded)
+
+    def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
+        cast = f"TRY_CAST(({constant}) AS {sql_type.name})"
+        try:
+            row = self.catalog.execute(
+                f"SELECT {cast}, {cast} = ({constant}), typeof(({constant}))"
+            ).fetchone()
+        except duckdb.Error:
+            return None
+        if row is None or row[0] is None or row[1] is not True:
+            return None
+        if not any(f in str(row[2]) for f in _FAMILIES[sql_type.kind]):
+            return None
+        return row[0]
+
+
+def _duckdb_message(exc: duckdb.Error) -> str:
+    return str(exc).replace("\n", " ").strip()

@@ -1,0 +1,1 @@
+"""Loading plaintext sources into an encrypted server (``veil load``)."""

@@ -1,0 +1,80 @@
+"""Plaintext sources for ``veil load``: Parquet or CSV files, or a DuckDB database.
+
+A directory holds one file per table (the file's stem names the table); a
+single file is one table; a ``.duckdb``/``.db`` file contributes all its
+tables. The source is read by an in-process DuckDB, so its types are DuckDB's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from veil.design.model import Column
+from veil.encoding import normalize_type
+from veil.sql.errors import ClientDirectoryError
+
+_DATABASES = (".duckdb", ".db")
+_SOURCE_DB = "veil_source"
+
+
+@dataclass
+class SourceTable:
+    name: str
+    relation_sql: str  # a FROM item the source connection can read
+
+    def columns(self, con: duckdb.DuckDBPyConnection) -> list[Column]:
+        described = con.sql(f"DESCRIBE SELECT * FROM {self.relation_sql}").fetchall()
+        return [Column(str(row[0]).lower(), normalize_type(str(row[1]))) for row in described]
+
+    def batches(self, con: duckdb.DuckDBPyConnection, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        relation = con.sql(f"SELECT * FROM {self.relation_sql}")
+        reader = relation.to_arrow_reader(batch_rows)
+        yield from reader
+
+    def min_max(self, con: duckdb.DuckDBPyConnection, column: str) -> tuple[object, object]:
+        row = con.execute(
+            f'SELECT min("{column}"), max("{column}") FROM {self.relation_sql}'
+        ).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+
+def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:
+    """A DuckDB connection that can read the source, and the tables it holds."""
+    source = Path(path)
+    con = duckdb.connect()
+    if source.is_dir():
+        files = sorted(f for f in source.iterdir() if f.suffix.lower() in (".parquet", ".csv"))
+        if not files:
+            raise ClientDirectoryError(f"{source} holds no .parquet or .csv files to load")
+        return con, [_file_table(f) for f in files]
+    if not source.exists():
+        raise ClientDirectoryError(f"source {source} does not exist")
+    if source.suffix.lower() in _DATABASES:
+        con.execute(f"ATTACH '{_sql_string(str(source))}' AS {_SOURCE_DB} (READ_ONLY)")
+        names = con.sql(
+            f"SELECT table_name FROM information_schema.tables WHERE table_catalog = '{_SOURCE_DB}'"
+        ).fetchall()
+        return con, [
+            SourceTable(str(n[0]).lower(), f'{_SOURCE_DB}."{n[0]}"') for n in sorted(names)
+        ]
+    if source.suffix.lower() in (".parquet", ".csv"):
+        return con, [_file_table(source)]
+    raise ClientDirectoryError(
+        f"cannot load {source}: give a directory of .parquet/.csv files, one such file, "
+        "or a .duckdb database"
+    )
+
+
+def _file_table(path: Path) -> SourceTable:
+    reader = "read_parquet" if path.suffix.lower() == ".parquet" else "read_csv_auto"
+    return SourceTable(path.stem.lower(), f"{reader}('{_sql_string(str(path))}')")
+
+
+def _sql_string(text: str) -> str:
+    return text.replace("'", "''")

@@ -1,0 +1,1 @@
+"""Veil's SQL query path: parse and qualify, split planner, RemoteSQL rendering."""

@@ -1,0 +1,35 @@
+"""Errors of the SQL query path; each says what was wrong and what to do."""
+
+from __future__ import annotations
+
+from veil.errors import VeilError
+
+
+class QuerySyntaxError(VeilError):
+    """The SQL text does not parse; the message gives line and column."""
+
+    anchor = "query-syntax"
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None):
+        where = f" at line {line}, column {column}" if line is not None else ""
+        super().__init__(f"syntax error{where}: {message}")
+        self.line = line
+        self.column = column
+
+
+class QueryError(VeilError):
+    """The query is well-formed but wrong: unknown table or column, type mismatch."""
+
+    anchor = "query"
+
+
+class UnsupportedStatementError(VeilError):
+    """A statement kind Veil does not run (DDL, transactions control, ...)."""
+
+    anchor = "unsupported-statement"
+
+
+class ClientDirectoryError(VeilError):
+    """The client directory is missing or incomplete."""
+
+    anchor = "client-directory"

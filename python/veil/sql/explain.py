@@ -1,0 +1,55 @@
+"""``veil explain``: the split plan in words, with what each step reveals."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from veil.backends import render
+from veil.design.model import DET, HOM, OPE, RND, SEARCH
+from veil.exec.session import Session
+from veil.sql.errors import UnsupportedStatementError
+from veil.sql.parse import bind_parameters, parse_statement
+from veil.sql.plan import Scan
+
+REVEALS = {
+    RND: "nothing but lengths and NULLs",
+    DET: "which rows hold equal values",
+    OPE: "the order of values (and some high bits)",
+    HOM: "nothing (sums are computed blind)",
+    SEARCH: "which rows contain a searched word, once searched",
+    "NULL": "which rows are NULL (visible at rest anyway)",
+}
+
+
+def explain(session: Session, sql: str, params: list[object] | None = None) -> str:
+    tree = bind_parameters(parse_statement(sql), params)
+    if not isinstance(tree, exp.Query):
+        raise UnsupportedStatementError("veil explain shows queries (SELECT, WITH, set operations)")
+    session.describe(tree)
+    plan = session.plan(tree)
+    lines = [f"server: {session.backend.url} ({session.backend.dialect})", ""]
+    for number, scan in enumerate(plan.scans, 1):
+        lines += _explain_scan(number, scan, session.backend.dialect)
+    lines += [
+        "local plan (runs on the client, in DuckDB):",
+        "  " + plan.local.sql(dialect="duckdb", pretty=True).replace("\n", "\n  "),
+    ]
+    if not plan.pushdown:
+        lines.append("  (the query could not be analysed: all of it runs on the client)")
+    return "\n".join(lines)
+
+
+def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
+    lines = [f"RemoteSQL {number}: table {scan.table.name} as {scan.alias} -> {scan.local_name}"]
+    lines.append("  " + render(scan.remote_sql(), dialect))
+    params = ", ".join(f"${i} = ciphertext" for i in range(1, len(scan.params) + 1))
+    if params:
+        lines.append(f"  parameters: {params}")
+    for column, enc in scan.fetched():
+        scheme = enc.scheme if enc else "row id"
+        lines.append(f"  fetch {column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}")
+    for predicate in scan.predicates:
+        reveals = "; ".join(f"{s}: {REVEALS[s]}" for s in predicate.schemes)
+        lines.append(f"  server filter {predicate.original}  [{reveals}; and which rows match]")
+    lines.append("")
+    return lines

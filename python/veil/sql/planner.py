@@ -1,0 +1,165 @@
+"""The split planner: a qualified query -> RemoteSQL scans + a local plan.
+
+Passes, in order (each a function of this module):
+
+1. ``find_scans``: every reference to a base table becomes a ``Scan`` with a
+   local table name, and the columns it needs (pruned per reference).
+2. ``pushdown_predicates``: each WHERE / ON conjunct that reads one scan only
+   and that REWRITESERVER can express exactly goes to that scan's RemoteSQL
+   (MONOMI Algorithm 1, lines 6-13). Conjuncts over the nullable side of an
+   outer join are not pushed from WHERE, since pre-filtering there would turn
+   a matched row into a NULL-extended one.
+3. ``rename_scans``: the local plan reads the scans' local tables.
+
+A query sqlglot cannot qualify falls back to the always-correct split: fetch
+every column of every table it names and run the whole query on the client.
+"""
+
+from __future__ import annotations
+
+from itertools import count
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from veil.design.model import PhysicalDesign
+from veil.sql.columns import BaseColumn, base_columns
+from veil.sql.parse import qualify_query
+from veil.sql.plan import Scan, ServerPredicate, SplitPlan
+from veil.sql.rewrite_server import ConstantEncryptor, rewrite_server
+
+LOCAL_PREFIX = "__veil_scan_"
+
+
+def plan_query(tree: exp.Expr, design: PhysicalDesign, encrypt: ConstantEncryptor) -> SplitPlan:
+    qualified = qualify_query(tree, design.plaintext_schema())
+    if qualified is None:
+        return plan_fetch_all(tree, design)
+    scopes = traverse_scope(qualified)
+    resolved = base_columns(scopes, set(design.tables))
+    scans = find_scans(scopes, design, resolved)
+    pushdown_predicates(scopes, scans, resolved, encrypt)
+    rename_scans(scans)
+    return SplitPlan(list(scans.values()), qualified, pushdown=True)
+
+
+def find_scans(
+    scopes: list[Scope], design: PhysicalDesign, resolved: dict[int, BaseColumn]
+) -> dict[tuple[int, str], Scan]:
+    """``{(scope id, alias): Scan}`` for every base-table reference."""
+    numbers = count()
+    scans: dict[tuple[int, str], Scan] = {}
+    for scope in scopes:
+        for alias, source in scope.sources.items():
+            if isinstance(source, exp.Table) and source.name.lower() in design.tables:
+                table = design.table(source.name)
+                scan = Scan(table, alias, f"{LOCAL_PREFIX}{next(numbers)}", node=source)
+                scans[(id(scope), alias)] = scan
+    for ref in resolved.values():
+        scans[(ref.scope_id, ref.alias)].columns.add(ref.column)
+    return scans
+
+
+def pushdown_predicates(
+    scopes: list[Scope],
+    scans: dict[tuple[int, str], Scan],
+    resolved: dict[int, BaseColumn],
+    encrypt: ConstantEncryptor,
+) -> None:
+    for scope in scopes:
+        select = scope.expression
+        if not isinstance(select, exp.Select):
+            continue
+        for predicate, allowed in _conjuncts(select):
+            scan = _single_scan(predicate, scope, scans, resolved)
+            if scan is None or (allowed is not None and scan.alias not in allowed):
+                continue
+            rewritten = rewrite_server(predicate, scan, resolved, encrypt)
+            if rewritten is not None:
+                server, schemes = rewritten
+                scan.predicates.append(ServerPredicate(predicate.sql("duckdb"), server, schemes))
+
+
+def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:
+    """Conjuncts with the aliases they may be pushed to (None: any of the scope)."""
+    joins = select.args.get("joins") or []
+    nullable = _nullable_aliases(select)
+    found: list[tuple[exp.Expr, set[str] | None]] = []
+    preserved = _aliases_of(select) - nullable
+    where = select.args.get("where")
+    if where is not None:
+        found += [(c, preserved) for c in where.this.flatten() if isinstance(where.this, exp.And)]
+        if not isinstance(where.this, exp.And):
+            found.append((where.this, preserved))
+    for join in joins:
+        on = join.args.get("on")
+        if on is None or join.args.get("kind") in ("ANTI", "SEMI", "ASOF"):
+            continue
+        side = join.args.get("side")
+        target = {join.this.alias_or_name} if side == "LEFT" else preserved if not side else set()
+        parts = list(on.flatten()) if isinstance(on, exp.And) else [on]
+        found += [(c, target) for c in parts]
+    return found
+
+
+def _aliases_of(select: exp.Select) -> set[str]:
+    sources = [select.args.get("from"), *(select.args.get("joins") or [])]
+    return {s.this.alias_or_name for s in sources if s is not None}
+
+
+def _nullable_aliases(select: exp.Select) -> set[str]:
+    nullable: set[str] = set()
+    seen: list[str] = []
+    from_ = select.args.get("from")
+    if from_ is not None:
+        seen.append(from_.this.alias_or_name)
+    for join in select.args.get("joins") or []:
+        name = join.this.alias_or_name
+        side = join.args.get("side")
+        if side in ("LEFT", "FULL"):
+            nullable.add(name)
+        if side in ("RIGHT", "FULL"):
+            nullable.update(seen)
+        seen.append(name)
+    return nullable
+
+
+def _single_scan(
+    predicate: exp.Expr,
+    scope: Scope,
+    scans: dict[tuple[int, str], Scan],
+    resolved: dict[int, BaseColumn],
+) -> Scan | None:
+    """The one scan of this scope that every column of ``predicate`` reads."""
+    if predicate.find(exp.Subquery, exp.Select, exp.AggFunc, exp.Window):
+        return None
+    owners = set()
+    for column in predicate.find_all(exp.Column):
+        ref = resolved.get(id(column))
+        if ref is None or ref.scope_id != id(scope):
+            return None
+        owners.add((ref.scope_id, ref.alias))
+    return scans.get(owners.pop()) if len(owners) == 1 else None
+
+
+def rename_scans(scans: dict[tuple[int, str], Scan]) -> None:
+    """Point each table reference of the local plan at its scan's local table."""
+    for scan in scans.values():
+        node = scan.node
+        assert node is not None
+        node.set("this", exp.to_identifier(scan.local_name))
+        node.set("db", None)
+        node.set("catalog", None)
+        if not node.alias:
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(scan.alias)))
+
+
+def plan_fetch_all(tree: exp.Expr, design: PhysicalDesign) -> SplitPlan:
+    """Every column of every table the query names; the client runs all of it."""
+    local = tree.copy()
+    names = {t.name.lower() for t in local.find_all(exp.Table)} & set(design.tables)
+    scans = []
+    for name in sorted(names):
+        table = design.table(name)
+        scans.append(Scan(table, name, name, columns={c.name for c in table.columns}))
+    return SplitPlan(scans, local, pushdown=False)

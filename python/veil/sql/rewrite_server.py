@@ -1,0 +1,167 @@
+"""REWRITESERVER for predicates (MONOMI Algorithm 1): plaintext predicate -> server predicate.
+
+Only *exact* rewrites are produced, so a rewritten predicate is true on the
+server for exactly the rows where the original is true (NULL where NULL), and
+NOT/AND/OR of rewritten predicates stay exact::
+
+    o_orderdate < DATE '1995-03-15'   ->  c_5f3a... < $1      (OPE; $1 = OPE(9204))
+    c_mktsegment = 'BUILDING'         ->  c_9e01... = $2      (DET; $2 = DET('BUILDING'))
+    l_shipmode IN ('MAIL', 'SHIP')    ->  c_77aa... IN ($3, $4)
+    o_comment IS NULL                 ->  c_0b12... IS NULL   (any encryption)
+
+Constants are evaluated on the client, converted to the column's SQL type and
+encrypted; a constant that does not convert exactly (``int_col < 2.5``) or
+whose type family differs from the column's leaves the predicate on the client.
+Nothing here ever writes a plaintext constant into server SQL (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from veil.design.model import DET, OPE, Encryption
+from veil.sql.columns import BaseColumn, is_constant
+from veil.sql.plan import Scan
+
+# encrypt_constant(constant, encryption) -> ciphertext, or None if it cannot be exact
+ConstantEncryptor = Callable[[exp.Expr, Encryption], object | None]
+
+_RANGE_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
+    exp.GT: exp.LT,
+    exp.GTE: exp.LTE,
+    exp.LT: exp.GT,
+    exp.LTE: exp.GTE,
+}
+
+
+class _Rewriter:
+    def __init__(self, scan: Scan, resolved: dict[int, BaseColumn], encrypt: ConstantEncryptor):
+        self.scan, self.resolved, self.encrypt = scan, resolved, encrypt
+        self.schemes: list[str] = []
+
+    def column(self, node: exp.Expr) -> str | None:
+        """The plaintext column of this scan that ``node`` reads, if it is one."""
+        found = self.resolved.get(id(node)) if isinstance(node, exp.Column) else None
+        return found.column if found else None
+
+    def server_column(self, column: str, scheme: str) -> Encryption | None:
+        enc = self.scan.table.find(column, scheme)
+        if enc is not None:
+            self.schemes.append(scheme)
+        return enc
+
+    def constant(self, node: exp.Expr, enc: Encryption) -> exp.Expr | None:
+        if not is_constant(node):
+            return None
+        value = self.encrypt(node, enc)
+        return None if value is None else self.scan.placeholder(value)
+
+    def rewrite(self, node: exp.Expr) -> exp.Expr | None:
+        if isinstance(node, exp.Paren):
+            inner = self.rewrite(node.this)
+            return exp.paren(inner) if inner is not None else None
+        if isinstance(node, exp.And | exp.Or):
+            left, right = self.rewrite(node.this), self.rewrite(node.expression)
+            if left is None or right is None:
+                return None
+            return type(node)(this=left, expression=right)
+        if isinstance(node, exp.Not):
+            inner = self.rewrite(node.this)
+            return exp.Not(this=inner) if inner is not None else None
+        handler = _HANDLERS.get(type(node))
+        return handler(self, node) if handler else None
+
+
+def _equality(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
+    column, other = rw.column(node.this), node.expression
+    if column is None:
+        column, other = rw.column(node.expression), node.this
+    if column is None:
+        return None
+    enc = rw.server_column(column, DET)
+    if enc is None:
+        return None
+    other_column = rw.column(other)
+    if other_column is not None:
+        other_enc = rw.server_column(other_column, DET)
+        if other_enc is None or other_enc.key_scope != enc.key_scope:
+            return None
+        return type(node)(this=exp.column(enc.name), expression=exp.column(other_enc.name))
+    value = rw.constant(other, enc)
+    return type(node)(this=exp.column(enc.name), expression=value) if value is not None else None
+
+
+def _in_list(rw: _Rewriter, node: exp.In) -> exp.Expr | None:
+    column = rw.column(node.this)
+    if column is None or node.args.get("query") or node.args.get("unnest") or not node.expressions:
+        return None
+    enc = rw.server_column(column, DET)
+    if enc is None:
+        return None
+    values = [rw.constant(v, enc) for v in node.expressions]
+    if any(v is None for v in values):
+        return None
+    return exp.In(this=exp.column(enc.name), expressions=values)
+
+
+def _range(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
+    kind = type(node)
+    column, other = rw.column(node.this), node.expression
+    if column is None:
+        column, other, kind = rw.column(node.expression), node.this, _RANGE_FLIP[kind]
+    enc = rw.server_column(column, OPE) if column else None
+    if enc is None:
+        return None
+    value = rw.constant(other, enc)
+    return kind(this=exp.column(enc.name), expression=value) if value is not None else None
+
+
+def _between(rw: _Rewriter, node: exp.Between) -> exp.Expr | None:
+    column = rw.column(node.this)
+    enc = rw.server_column(column, OPE) if column else None
+    if enc is None or node.args.get("symmetric"):
+        return None
+    low, high = rw.constant(node.args["low"], enc), rw.constant(node.args["high"], enc)
+    if low is None or high is None:
+        return None
+    return exp.Between(this=exp.column(enc.name), low=low, high=high)
+
+
+def _is_null(rw: _Rewriter, node: exp.Is) -> exp.Expr | None:
+    column = rw.column(node.this)
+    if column is None or not isinstance(node.expression, exp.Null):
+        return None
+    enc = rw.scan.table.fetchable(column)  # NULL stays NULL under every scheme
+    rw.schemes.append("NULL")
+    return exp.Is(this=exp.column(enc.name), expression=exp.Null())
+
+
+_HANDLERS: dict[type, Callable[[_Rewriter, exp.Expr], exp.Expr | None]] = {
+    exp.EQ: _equality,
+    exp.NEQ: _equality,
+    exp.In: _in_list,  # type: ignore[dict-item]
+    exp.GT: _range,
+    exp.GTE: _range,
+    exp.LT: _range,
+    exp.LTE: _range,
+    exp.Between: _between,  # type: ignore[dict-item]
+    exp.Is: _is_null,  # type: ignore[dict-item]
+}
+
+
+def rewrite_server(
+    predicate: exp.Expr,
+    scan: Scan,
+    resolved: dict[int, BaseColumn],
+    encrypt: ConstantEncryptor,
+) -> tuple[exp.Expr, list[str]] | None:
+    """The server form of ``predicate`` over ``scan``'s table and the schemes it uses."""
+    saved = len(scan.params)
+    rewriter = _Rewriter(scan, resolved, encrypt)
+    server = rewriter.rewrite(predicate)
+    if server is None:
+        del scan.params[saved:]  # drop ciphertexts of a half-rewritten predicate
+        return None
+    return server, sorted(set(rewriter.schemes))

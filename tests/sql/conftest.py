@@ -1,0 +1,68 @@
+"""Fixtures: TPC-H SF 0.01 as Parquet, loaded once through Veil and once in plain DuckDB."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from tests.sql.oracle import read_fixture
+
+from veil.exec.session import Session
+from veil.load.loader import load
+
+SF = 0.01
+
+
+def tpch_queries() -> list[tuple[str, str]]:
+    """The 22 TPC-H queries, from veil.tpch once it exists."""
+    try:
+        from veil.tpch.queries import query_texts  # type: ignore[import-not-found]
+    except ImportError:
+        return []
+    return [(f"q{n}", sql) for n, sql in query_texts().items()]
+
+
+@pytest.fixture(scope="session")
+def tpch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tpch")
+    cli = shutil.which("tpchgen-cli") or str(Path(sys.executable).parent / "tpchgen-cli")
+    subprocess.run(
+        [cli, "parquet", "-s", str(SF), f"--output-dir={out}"], check=True, capture_output=True
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def veil_env(tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("veil")
+    workload = [sql for _, sql in read_fixture("features.sql") + tpch_queries()]
+    url = f"duckdb:///{root / 'server.duckdb'}"
+    load(str(tpch_dir), url, str(root / "client"), workload=workload, progress=lambda _: None)
+    return {"client": root / "client", "url": url, "root": root}
+
+
+@pytest.fixture(scope="session")
+def session(veil_env: dict[str, object]) -> Session:
+    return Session(str(veil_env["client"]))
+
+
+@pytest.fixture(scope="session")
+def plain(tpch_dir: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for file in sorted(tpch_dir.glob("*.parquet")):
+        con.execute(f"CREATE TABLE {file.stem} AS SELECT * FROM read_parquet('{file}')")
+    return con
+
+
+@pytest.fixture()
+def server_log(session: Session):  # type: ignore[no-untyped-def]
+    statements: list[tuple[str, object]] = []
+    remove = session.backend.add_statement_listener(
+        lambda sql, params: statements.append((sql, params))
+    )
+    yield statements
+    remove()
