@@ -17,6 +17,7 @@ from clients import start_client
 
 from conftest import StoreFactory
 from veil.kv import Store
+from veil.kv.append import AppendStore
 
 PROCESSES = 4
 OPERATIONS = 120
@@ -92,3 +93,51 @@ def _pack_sizes(store: Store) -> list[dict[bytes, bytes]]:
         for row in store.backend.scan(store.packs.table, partition):
             sizes.append(store.packs.open_pack(partition, row).items)
     return sizes
+
+
+APPEND_WORKER = """
+import json, random, time
+store.close()
+store = veil.kv.open(sys.argv[1], sys.argv[2], "append", table=sys.argv[4], epoch_seconds=0.2)
+rng = random.Random({seed})
+final = {{}}
+for number in range(200):
+    key = time.time_ns() // 1000 * 8 + {seed}  # roughly increasing, unique per process
+    store.put(key, b"%d" % number)
+    final[key] = number
+    if rng.random() < 0.1:  # overwrite or delete a recent key (within T_delta)
+        recent = max(final)
+        if rng.random() < 0.5:
+            store.delete(recent)
+            final[recent] = None
+        else:
+            store.put(recent, b"again")
+            final[recent] = "again"
+    time.sleep(0.005)
+store.close()
+print(json.dumps(final))
+"""
+
+
+def test_concurrent_append_writers_with_background_merges(
+    open_store: StoreFactory, kv_url: str, key_file: Path, kv_table: str
+) -> None:
+    store = open_store("append")
+    workers = [
+        start_client(kv_url, key_file, kv_table, APPEND_WORKER.format(seed=seed), mode="append")
+        for seed in range(PROCESSES)
+    ]
+    expected: dict[int, bytes] = {}
+    for worker in workers:
+        out, err = worker.communicate(timeout=300)
+        assert worker.returncode == 0, err.decode()[-2000:]
+        for key, outcome in json.loads(out).items():
+            if outcome is not None:
+                expected[int(key)] = b"again" if outcome == "again" else b"%d" % outcome
+    assert isinstance(store, AppendStore)
+    merged_by_workers = sum(1 for s in store.em.stats() if s.status != "NOT_MERGED")
+    low, high = min(expected) - 10, max(expected) + 10
+    assert dict(store.range(low, high)) == expected
+    store.settle()
+    assert dict(store.range(low, high)) == expected
+    assert merged_by_workers > 0  # the background threads did merge while writing

@@ -143,19 +143,23 @@ class AppendStore(Store):
         value = self.packs.get(encoded)
         if value is not None:
             return value
-        for epoch in reversed(self._unmerged_epochs()):
-            row = self.backend.get(self.epochs_table, epoch, encoded)
-            if row is not None:
-                return self._open_row(epoch, row)
-        return self.packs.get(encoded)
+        epochs, frontier = self._epoch_view()
+        if frontier is None or encoded > frontier:
+            for epoch in reversed(epochs):
+                row = self.backend.get(self.epochs_table, epoch, encoded)
+                if row is not None:
+                    return self._open_row(epoch, row)
+        return self.packs.get(encoded)  # a merge may have moved it meanwhile
 
     def _range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         # Epochs first, packs second: a merge that runs in between has put
         # its keys into packs before its epoch can be deleted.
+        epochs, frontier = self._epoch_view()
         recent: dict[bytes, bytes | None] = {}
-        for epoch in self._unmerged_epochs():
+        for epoch in epochs:
             for row in self.backend.scan(self.epochs_table, epoch, low, high):
-                recent[row.key] = self._open_row(epoch, row)
+                if frontier is None or row.key > frontier:
+                    recent[row.key] = self._open_row(epoch, row)
         packed = self.packs.range(low, high)
         tagged = heapq.merge(
             ((k, 0, v) for k, v in packed),
@@ -173,13 +177,21 @@ class AppendStore(Store):
         record = self.envelope.open(ROW_KIND, location, row.value)
         return None if record[:1] == TOMBSTONE else record[1:]
 
-    def _unmerged_epochs(self) -> list[int]:
-        """Epochs whose rows are not (known to be) in packs, oldest first."""
+    def _epoch_view(self) -> tuple[list[int], bytes | None]:
+        """Epochs whose rows may hold keys not yet in packs (oldest first), and
+        the merged frontier: every key at or below it is in packs, which are
+        then the only truth (a GENERIC delete may have removed it there while
+        a merged epoch still holds the row).
+
+        A MERGED epoch still counts: its keys at or above the next epoch's
+        minimum wait for that epoch's merge; the deletion rule removes an
+        epoch only once both neighbours are merged.
+        """
         stats = self.em.stats(self._oldest_live)
-        unmerged = [s.epoch for s in stats if s.status == NOT_MERGED]
+        live = [s.epoch for s in stats if s.status != DELETED]
         first_open = stats[-1].epoch + 1 if stats else self._oldest_live
         global_epoch = self.em.global_epoch()[0]
-        return unmerged + list(range(first_open, global_epoch + 1))
+        return live + list(range(first_open, global_epoch + 1)), merged_frontier(stats)
 
     # -- epochs -----------------------------------------------------------------
     def current_epoch(self) -> int:
@@ -192,15 +204,14 @@ class AppendStore(Store):
         """Re-read g_epoch and the merged frontier from the store."""
         self._c_epoch = self.em.global_epoch()[0]
         self._c_epoch_read = self.clock()
-        frontier, oldest = None, self._oldest_live
-        for stat in self.em.stats(self._oldest_live):
-            if stat.status == NOT_MERGED:
+        stats = self.em.stats(self._oldest_live)
+        oldest = self._oldest_live
+        for stat in stats:
+            if stat.status != DELETED or stat.epoch != oldest or not self._purged(stat.epoch):
                 break
-            if stat.max_key is not None:
-                frontier = bytes.fromhex(stat.max_key)
-            if stat.status == DELETED and stat.epoch == oldest and self._purged(stat.epoch):
-                oldest += 1
+            oldest += 1
         self._oldest_live = oldest
+        frontier = merged_frontier(stats)
         if frontier is not None and (self._frontier is None or frontier > self._frontier):
             self._frontier = frontier
 
@@ -339,3 +350,17 @@ class AppendStore(Store):
             self._thread.join()
             self._thread = None
         super().close()
+
+
+def merged_frontier(stats: list[EpochStat]) -> bytes | None:
+    """The largest key merged by the leading run of MERGED/DELETED epochs.
+
+    Under the APPEND contract no later merge can add a key at or below it.
+    """
+    frontier = None
+    for stat in stats:
+        if stat.status == NOT_MERGED:
+            break
+        if stat.max_key is not None:
+            frontier = bytes.fromhex(stat.max_key)
+    return frontier
