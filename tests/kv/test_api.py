@@ -151,3 +151,18 @@ def test_options_are_checked(open_store: StoreFactory) -> None:
         open_store(pack_rows=20)
     with pytest.raises(ParameterError, match="mode='generic'"):
         open_store("append")
+    with pytest.raises(ParameterError, match="epoch_seconds=10"):
+        open_store(epoch_seconds=3)
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_hash_partitions(open_store: StoreFactory, mode: str, partitions: int) -> None:
+    store = open_store(mode, pack_rows=3, partitions=partitions, table=f"p{partitions}")
+    data = {key: b"%d" % key for key in range(0, 200, 3)}
+    store.put_many(data)
+    store.delete(3)
+    del data[3]
+    settle(store)
+    assert list(store.range(-5, 500)) == sorted(data.items())
+    assert list(store.range(10, 20)) == [(k, v) for k, v in sorted(data.items()) if 10 <= k <= 20]
+    assert store.get(9) == b"9" and store.get(3) is None

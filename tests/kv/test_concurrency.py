@@ -98,7 +98,7 @@ def _pack_sizes(store: Store) -> list[dict[bytes, bytes]]:
 APPEND_WORKER = """
 import json, random, time
 store.close()
-store = veil.kv.open(sys.argv[1], sys.argv[2], "append", table=sys.argv[4], epoch_seconds=0.2)
+store = veil.kv.open(sys.argv[1], sys.argv[2], "append", table=sys.argv[4])
 rng = random.Random({seed})
 final = {{}}
 for number in range(200):
@@ -122,7 +122,7 @@ print(json.dumps(final))
 def test_concurrent_append_writers_with_background_merges(
     open_store: StoreFactory, kv_url: str, key_file: Path, kv_table: str
 ) -> None:
-    store = open_store("append")
+    store = open_store("append", epoch_seconds=0.2)
     workers = [
         start_client(kv_url, key_file, kv_table, APPEND_WORKER.format(seed=seed), mode="append")
         for seed in range(PROCESSES)

@@ -83,7 +83,6 @@ class AppendStore(Store):
         envelope: Envelope,
         *,
         background: bool,
-        epoch_seconds: float,
         clock: Callable[[], float] | None,
         client_id: str | None,
     ):
@@ -97,7 +96,7 @@ class AppendStore(Store):
             self._base + "m",
             self._base + "s",
             client_id or uuid.uuid4().hex,
-            epoch_seconds,
+            config.epoch_seconds,
             self.clock,
         )
         self._c_epoch, self._c_epoch_read = FIRST_EPOCH, float("-inf")

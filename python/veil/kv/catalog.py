@@ -7,8 +7,8 @@ One backend table, ``veil_kv_catalog``, holds:
   front with :class:`~veil.errors.WrongKeyError` rather than finding an empty
   store (table names are derived from the key) or failing later on every pack.
 * ``table/<name>`` -- each table's fixed configuration (JSON): mode,
-  pack_rows, partitions, pseudorandom packIDs, and the key type once the first
-  key is written. These must agree between clients: splits and merges are
+  pack_rows, partitions, pseudorandom packIDs, the APPEND epoch length, and
+  the key type once the first key is written. These must agree between clients: splits and merges are
   deterministic only if every client cuts packs the same way.
 
 The backend names of a table's parts are derived from the key
@@ -39,6 +39,7 @@ class TableConfig:
     partitions: int
     prf_pack_ids: bool
     key_kind: str | None = None
+    epoch_seconds: float = 10.0
 
     @property
     def max_keys(self) -> int:

@@ -33,6 +33,7 @@ from veil.kv.layout import Layout
 from veil.kv.packs import PackTable
 
 DEFAULT_PACK_ROWS = 50
+DEFAULT_EPOCH_SECONDS = 10.0
 MODES = ("generic", "append")
 
 
@@ -167,7 +168,7 @@ def open(
     partitions: int | None = None,
     passphrase: str | None = None,
     background: bool = True,
-    epoch_seconds: float = 10.0,
+    epoch_seconds: float | None = None,
     clock: Callable[[], float] | None = None,
     client_id: str | None = None,
 ) -> Store:
@@ -179,8 +180,8 @@ def open(
     ``prf_pack_ids`` hides keys behind pseudorandom packIDs (GENERIC mode
     only; no range queries). ``partitions`` overrides the backend's number of
     hash partitions for a new table. APPEND-mode options: ``epoch_seconds``
-    (epoch length; must exceed the time keys may arrive out of order plus
-    client clock drift), ``background`` (run merges and epoch management in a
+    (epoch length, default 10, fixed when the table is created; must exceed
+    the time keys may arrive out of order plus client clock drift), ``background`` (run merges and epoch management in a
     background thread; tests turn it off and call ``maintain()``), ``clock``
     and ``client_id`` (for tests).
     """
@@ -201,14 +202,11 @@ def open(
             pack_rows=pack_rows or DEFAULT_PACK_ROWS,
             partitions=partitions or backend.default_partitions,
             prf_pack_ids=prf_pack_ids,
+            epoch_seconds=epoch_seconds or DEFAULT_EPOCH_SECONDS,
         )
         base = catalog.physical_base(master, table)
         config = catalog.load_config(backend, base, wanted, table)
-        if pack_rows is not None and config.pack_rows != pack_rows:
-            raise ParameterError(
-                f"key-value table {table!r} was created with pack_rows={config.pack_rows}; "
-                "every client must use the same pack size (omit pack_rows to adopt it)"
-            )
+        _check_fixed(table, config, pack_rows=pack_rows, epoch_seconds=epoch_seconds)
         envelope = Envelope(master.derive(KeyLabel("kv-pack", table)), table, compression, tiers)
         if mode == "generic":
             return Store(backend, master, table, config, envelope)
@@ -221,13 +219,22 @@ def open(
             config,
             envelope,
             background=background,
-            epoch_seconds=epoch_seconds,
             clock=clock,
             client_id=client_id,
         )
     except BaseException:
         backend.close()
         raise
+
+
+def _check_fixed(table: str, config: catalog.TableConfig, **given: object) -> None:
+    """Settings every client must share: refuse an explicit different value."""
+    for name, value in given.items():
+        if value is not None and getattr(config, name) != value:
+            raise ParameterError(
+                f"key-value table {table!r} was created with {name}={getattr(config, name)}; "
+                f"every client must use the same value (omit {name} to adopt it)"
+            )
 
 
 def _value(value: object) -> bytes:
