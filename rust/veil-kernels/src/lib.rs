@@ -4,6 +4,7 @@
 //! (slices in, preallocated buffers out) because the callers encrypt and
 //! decrypt entire Arrow columns at a time.
 
+pub mod binary;
 pub mod ecb;
 pub mod error;
 pub mod ff1;

@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 
+mod binary;
 mod ecb;
 mod errors;
 mod ff1;
