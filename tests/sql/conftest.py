@@ -9,12 +9,16 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from tests.sql import stand_in_schemes
 from tests.sql.oracle import read_fixture
 
 from veil.exec.session import Session
 from veil.load.loader import load
 
 SF = 0.01
+
+# Exercise push-down even before the real DET/OPE modules are installed.
+STAND_INS = stand_in_schemes.install()
 
 
 def tpch_queries() -> list[tuple[str, str]]:

@@ -50,3 +50,31 @@ def test_output_names_match_duckdb(session: Session, plain: duckdb.DuckDBPyConne
 
 
 __all__ = ["exp"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "filters"),
+    [
+        ("SELECT c_name FROM customer WHERE c_mktsegment = 'BUILDING'", 1),
+        (
+            "SELECT COUNT(*) FROM orders WHERE o_orderdate >= DATE '1995-01-01' AND o_orderdate < DATE '1995-01-01' + INTERVAL 1 YEAR",
+            2,
+        ),
+        (
+            "SELECT COUNT(*) FROM lineitem WHERE l_shipmode IN ('MAIL', 'SHIP') AND l_quantity < 24.555",
+            1,
+        ),
+        ("SELECT COUNT(*) FROM part WHERE p_size > 10.5", 0),
+        (
+            "SELECT COUNT(*) FROM customer LEFT JOIN orders ON c_custkey = o_custkey WHERE o_orderstatus IS NULL",
+            0,
+        ),
+        (
+            "SELECT COUNT(*) FROM customer LEFT JOIN orders ON c_custkey = o_custkey AND o_orderstatus = 'F'",
+            1,
+        ),
+    ],
+)
+def test_pushdown_filters(session: Session, sql: str, filters: int) -> None:
+    plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
+    assert sum(len(s.predicates) for s in plan.scans) == filters

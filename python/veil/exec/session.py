@@ -141,10 +141,10 @@ class Session:
         try:
             row = self.catalog.execute(
                 f"SELECT {cast}, {cast} = ({constant}), typeof(({constant}))"
-            ).fetchone()
+            ).fetchall()[0]
         except duckdb.Error:
             return None
-        if row is None or row[0] is None or row[1] is not True:
+        if row[0] is None or row[1] is not True:
             return None
         if not any(f in str(row[2]) for f in _FAMILIES[sql_type.kind]):
             return None

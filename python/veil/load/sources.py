@@ -37,11 +37,10 @@ class SourceTable:
         yield from reader
 
     def min_max(self, con: duckdb.DuckDBPyConnection, column: str) -> tuple[object, object]:
-        row = con.execute(
+        rows = con.execute(
             f'SELECT min("{column}"), max("{column}") FROM {self.relation_sql}'
-        ).fetchone()
-        assert row is not None
-        return row[0], row[1]
+        ).fetchall()
+        return rows[0][0], rows[0][1]
 
 
 def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:

@@ -103,14 +103,14 @@ def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:
 
 
 def _aliases_of(select: exp.Select) -> set[str]:
-    sources = [select.args.get("from"), *(select.args.get("joins") or [])]
+    sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
     return {s.this.alias_or_name for s in sources if s is not None}
 
 
 def _nullable_aliases(select: exp.Select) -> set[str]:
     nullable: set[str] = set()
     seen: list[str] = []
-    from_ = select.args.get("from")
+    from_ = select.args.get("from_")
     if from_ is not None:
         seen.append(from_.this.alias_or_name)
     for join in select.args.get("joins") or []:
