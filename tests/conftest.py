@@ -32,8 +32,8 @@ def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[objec
 
 @pytest.fixture
 def postgres_url(postgres_cluster: object) -> str:
-    """A fresh, empty database in the session's cluster."""
-    return postgres_cluster.create_database(f"veil_test_{next(_database_numbers)}")  # type: ignore[attr-defined]
+    """A fresh, empty schema in the session's cluster."""
+    return postgres_cluster.create_schema(f"veil_test_{next(_database_numbers)}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture

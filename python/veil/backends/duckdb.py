@@ -50,7 +50,10 @@ class DuckDBBackend(StagedBackend):
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
         relation = self._run(sql, params)
-        return relation.to_arrow_table() if relation is not None else pa.table({})
+        if relation is None:
+            return pa.table({})
+        with _server_errors():  # a read runs (and may fail) only when fetched
+            return relation.to_arrow_table()
 
     def execute_batches(
         self, sql: str, params: Params = None, *, batch_rows: int = 65536
@@ -58,14 +61,14 @@ class DuckDBBackend(StagedBackend):
         relation = self._run(sql, params)
         if relation is None:
             return iter(())
-        return iter(relation.to_arrow_reader(batch_rows))
+        with _server_errors():
+            reader = relation.to_arrow_reader(batch_rows)
+        return _checked_batches(reader)
 
     def _run(self, sql: str, params: Params) -> Any:
         self._log.emit(sql, params)
-        try:
+        with _server_errors():
             return self._con.sql(sql, params=list(params) if params is not None else None)
-        except duckdb.Error as exc:
-            raise BackendError(f"the DuckDB server rejected a statement: {exc}") from exc
 
     def _run_quiet(self, sql: str) -> None:
         """Run bookkeeping SQL of our own (logged like any other statement)."""
@@ -126,3 +129,16 @@ class DuckDBBackend(StagedBackend):
 
     def close(self) -> None:
         self._con.close()
+
+
+@contextmanager
+def _server_errors() -> Iterator[None]:
+    try:
+        yield
+    except (duckdb.Error, pa.ArrowException) as exc:  # a reader reports UDF errors as Arrow's
+        raise BackendError(f"the DuckDB server rejected a statement: {exc}") from exc
+
+
+def _checked_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    with _server_errors():
+        yield from reader

@@ -113,11 +113,24 @@ class ThrowawayCluster:
 
     def create_database(self, name: str) -> str:
         """A new empty database in this cluster; returns its URL."""
+        self._admin(f'CREATE DATABASE "{name}"')
+        return self.url_for(name)
+
+    def create_schema(self, name: str, database: str = "postgres") -> str:
+        """A URL whose tables land in a new empty schema: much faster than a database.
+
+        Veil's extension is created once in the database's ``public`` schema,
+        which stays on the search path so its functions resolve.
+        """
+        self._admin("CREATE EXTENSION IF NOT EXISTS veil", database)
+        self._admin(f'CREATE SCHEMA "{name}"', database)
+        return f"{self.url_for(database)}?options=-csearch_path%3D{name}%2Cpublic"
+
+    def _admin(self, sql: str, database: str = "postgres") -> None:
         import psycopg
 
-        with psycopg.connect(self.url, autocommit=True) as con:
-            con.execute(f'CREATE DATABASE "{name}"')
-        return self.url_for(name)
+        with psycopg.connect(self.url_for(database), autocommit=True) as con:
+            con.execute(sql)
 
     def read_log(self) -> str:
         """Everything the server logged so far (every statement: log_statement=all)."""

@@ -158,7 +158,12 @@ veil_hom_sum_step(PG_FUNCTION_ARGS)
 	if (!AggCheckCallContext(fcinfo, &aggcontext))
 		elog(ERROR, "veil_hom_sum_step called in a non-aggregate context");
 	if (PG_ARGISNULL(1))
-		PG_RETURN_POINTER(state);	/* SUM skips NULLs */
+	{
+		/* SUM skips NULLs; before the first value the state stays SQL NULL. */
+		if (state == NULL)
+			PG_RETURN_NULL();
+		PG_RETURN_POINTER(state);
+	}
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
