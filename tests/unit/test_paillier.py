@@ -164,3 +164,18 @@ def test_sum_of_empty_column_is_an_encryption_of_zero(key: PaillierKey) -> None:
     empty = sum_ciphertexts(pa.array([], type=pa.binary()), key.public.n_square)
     assert from_wire(empty, key.public.n_square) == 1
     assert key.decrypt_ints([empty]) == [0]
+
+
+def test_fixed_base_table_matches_plain_exponentiation(key: PaillierKey) -> None:
+    n, n2 = key.public.n, key.public.n_square
+    for seed in range(5):
+        r = bytes((seed * 37 + i * 11) % 256 for i in range(randomness_bits(512) // 8))
+        exponent = int.from_bytes(r, "little")
+        expected = (1 + 7 * n) * pow(int(key._h_s), exponent, int(n2)) % n2
+        assert key.raw_encrypt(7, r) == expected
+
+
+def test_add_refuses_a_malformed_operand(key: PaillierKey) -> None:
+    good = key.encrypt_ints([1])[0]
+    with pytest.raises(MalformedCiphertextError, match="version 0x00"):
+        add_ciphertexts(pa.array([good]), pa.array([b"\x00" + good[1:]]), key.public.n_square)

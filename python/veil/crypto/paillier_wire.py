@@ -10,11 +10,16 @@ The server needs only ``n^2`` (public): adding two plaintexts is multiplying
 their ciphertexts modulo ``n^2``. ``add_ciphertexts`` and ``sum_ciphertexts``
 are pure functions of public data and never see a key.
 
-Rows are converted to GMP integers one by one (``mpz.from_bytes``); the
-multiplication modulo ``n^2`` costs several times that, so the per-row Python
-work is not what limits throughput. Writing uses one trick: setting bit
+Cost of one addition, 2048-bit n, measured on one core: the multiplication
+and reduction modulo n^2 (GMP via gmpy2) take 3.5 us; reading two operands
+(``mpz.from_bytes``, 0.5 us each; ``gmpy2.from_binary`` is as fast but needs
+the bytes reordered first, ``mpz(int.from_bytes(...))`` is slower) and writing
+the result (0.3 us) add about 1.5 us. Writing uses one trick: setting bit
 ``8 * width`` of ``c`` and writing ``width + 1`` bytes yields the version byte
-0x01 and the big-endian body in one call.
+0x01 and the big-endian body in one call. Header checks run on whole columns
+in numpy. A Rust port would not help: GMP's assembly multiplies 4096-bit
+numbers faster than a portable Rust bignum, so at most the 1.5 us of
+conversions could be saved.
 """
 
 from __future__ import annotations
@@ -75,18 +80,21 @@ def wire_array(ciphertexts: Sequence[int | None], width: int) -> pa.Array | pa.C
 
 def _wire_chunk(ciphertexts: Sequence[int | None], width: int) -> pa.Array:
     version_bit = mpz(CIPHERTEXT_VERSION) << (8 * width)
-    stride = width + 1
     valid = np.fromiter((c is not None for c in ciphertexts), bool, len(ciphertexts))
     data = b"".join(
-        [(c | version_bit).to_bytes(stride, "big") for c in ciphertexts if c is not None]
+        [(c | version_bit).to_bytes(width + 1, "big") for c in ciphertexts if c is not None]
     )
-    offsets = np.zeros(len(ciphertexts) + 1, np.int32)
+    return _fixed_width_binary(data, width + 1, valid)
+
+
+def _fixed_width_binary(data: bytes, stride: int, valid: np.ndarray) -> pa.Array:
+    """A BinaryArray over ``data`` (the valid values, ``stride`` bytes each)."""
+    offsets = np.zeros(len(valid) + 1, np.int32)
     np.cumsum(valid * stride, out=offsets[1:])
-    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    null_count = int(len(ciphertexts) - valid.sum())
-    if null_count:
-        buffers[0] = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), len(ciphertexts), buffers, null_count)
+    null_count = int(len(valid) - np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.binary(), len(valid), buffers, null_count)
 
 
 def parse_array(
@@ -96,21 +104,33 @@ def parse_array(
     column: str | None = None,
 ) -> list[mpz | None]:
     """Every stored ciphertext of a column as an integer (NULL -> None)."""
-    array = _as_binary_array(ciphertexts)
-    valid = None if array.null_count == 0 else np.asarray(array.is_valid())
-    rows = _ciphertext_matrix(array.drop_null() if valid is not None else array, n_square, column)
-    stride = rows.shape[1]
-    body = rows.tobytes()
+    body, valid = _valid_bodies(ciphertexts, n_square, column)
+    stride = ciphertext_width(n_square) + 1
     from_bytes = mpz.from_bytes
     values: list[mpz | None] = [
         from_bytes(body[i + 1 : i + stride], "big") for i in range(0, len(body), stride)
     ]
-    if valid is None:
+    if valid.all():
         return values
-    out: list[mpz | None] = [None] * len(array)
+    out: list[mpz | None] = [None] * len(valid)
     for index, value in zip(np.flatnonzero(valid).tolist(), values, strict=True):
         out[index] = value
     return out
+
+
+def _valid_bodies(
+    ciphertexts: pa.Array | pa.ChunkedArray | Iterable[bytes | None],
+    n_square: int,
+    column: str | None,
+) -> tuple[bytes, np.ndarray]:
+    """The checked non-NULL ciphertexts back to back, and the validity of each row."""
+    array = _as_binary_array(ciphertexts)
+    if array.null_count == 0:
+        valid = np.ones(len(array), bool)
+    else:
+        valid = np.asarray(array.is_valid())
+        array = array.drop_null()
+    return _ciphertext_matrix(array, n_square, column).tobytes(), valid
 
 
 def _as_binary_array(ciphertexts: pa.Array | pa.ChunkedArray | Iterable[bytes | None]) -> pa.Array:
@@ -156,16 +176,20 @@ def _ciphertext_matrix(array: pa.Array, n_square: int, column: str | None) -> np
 
 
 def _check_in_group(bodies: np.ndarray, n_square: int, column: str | None) -> None:
-    """Refuse c = 0 and c >= n^2 for every row at once (byte-wise compare)."""
-    limit = np.frombuffer(int(n_square).to_bytes(bodies.shape[1], "big"), np.uint8)
-    differs = bodies != limit
-    first = differs.argmax(axis=1)
-    at_first = bodies[np.arange(len(bodies)), first]
-    too_large = ~differs.any(axis=1) | (at_first > limit[first])
-    zero = ~bodies.any(axis=1)
-    bad = np.flatnonzero(too_large | zero)
-    if bad.size:
-        raise _out_of_group(column, row=int(bad[0]))
+    """Refuse c = 0 and c >= n^2 for every row at once.
+
+    The leading 8 bytes decide for almost every row; only rows whose leading
+    bytes equal n^2's or are all zero are compared in full.
+    """
+    limit = int(n_square).to_bytes(bodies.shape[1], "big")
+    head = bodies[:, :8].copy().view(">u8").ravel()
+    limit_head = int.from_bytes(limit[:8], "big")
+    unsure = np.flatnonzero((head == limit_head) | (head == 0)).tolist()
+    bad = [row for row in unsure if not 0 < int.from_bytes(bodies[row].tobytes(), "big") < n_square]
+    over = np.flatnonzero(head > limit_head)
+    first = min([*bad, *over[:1].tolist()], default=None)
+    if first is not None:
+        raise _out_of_group(column, row=first)
 
 
 def add_ciphertexts(
@@ -181,6 +205,32 @@ def add_ciphertexts(
             f"cannot add ciphertext columns of different lengths ({len(a)} and {len(b)})"
         )
     n2 = mpz(n_square)
+    stride = ciphertext_width(n2) + 1
+    left, left_valid = _valid_bodies(a, n2, None)
+    right, right_valid = _valid_bodies(b, n2, None)
+    if not (left_valid.all() and right_valid.all()):
+        return _add_with_nulls(a, b, n2)
+    # One pass, no intermediate lists: the per-row Python work is almost half
+    # of the modular multiplication's, so it matters (see the module docstring).
+    version_bit = mpz(CIPHERTEXT_VERSION) << (8 * (stride - 1))
+    from_bytes = mpz.from_bytes
+    data = b"".join(
+        [
+            (
+                from_bytes(left[i + 1 : i + stride], "big")
+                * from_bytes(right[i + 1 : i + stride], "big")
+                % n2
+                | version_bit
+            ).to_bytes(stride, "big")
+            for i in range(0, len(left), stride)
+        ]
+    )
+    return _fixed_width_binary(data, stride, left_valid)
+
+
+def _add_with_nulls(
+    a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray, n2: mpz
+) -> pa.Array | pa.ChunkedArray:
     left, right = parse_array(a, n2), parse_array(b, n2)
     sums = [
         None if x is None or y is None else x * y % n2 for x, y in zip(left, right, strict=True)
