@@ -14,7 +14,7 @@ from veil.errors import AuthenticationError, MalformedCiphertextError, WrongKeyE
 from veil.kv import codec
 from veil.kv.envelope import Envelope
 from veil.kv.keys import ROOT_PACK_ID, decode_key, encode_key
-from veil.kv.pack import parse_entries, serialize_entries
+from veil.kv.pack import lookup, parse_entries, serialize_entries
 
 KEY = bytes(range(32))
 
@@ -121,3 +121,13 @@ def test_prf_pack_ids_hide_keys(open_store: StoreFactory) -> None:
     assert all(i == ROOT_PACK_ID or (i[:1] == b"\x03" and len(i) == 17) for i in ids)
     with pytest.raises(Exception, match="pseudorandom"):
         store.range(0, 10)
+
+
+@pytest.mark.parametrize("name", ["zlib", "zstd", "lz4"])
+@given(entries=st.dictionaries(st.binary(max_size=12), st.binary(max_size=3000), max_size=40))
+def test_point_lookup_matches_full_parse(name: str, entries: dict[bytes, bytes]) -> None:
+    ordered = sorted(entries.items())
+    compressed = codec.compress(codec.codec_id(name), serialize_entries(ordered))
+    for key in [*entries, b"absent", b""]:
+        inflater = codec.Inflater(codec.codec_id(name), compressed)
+        assert lookup(inflater, key) == entries.get(key)

@@ -69,6 +69,38 @@ def decompress(codec: int, data: bytes) -> bytes:
         raise MalformedCiphertextError(f"pack does not decompress: {exc}") from None
 
 
+class Inflater:
+    """Decompresses a pack lazily, only as far as a reader asks.
+
+    zlib inflates incrementally, so a point read stops at the end of the value
+    it needs (half a pack on average); zstd and lz4 are fast enough that they
+    simply decompress everything on first use.
+    """
+
+    __slots__ = ("_codec", "_data", "_inflate", "buffer")
+
+    def __init__(self, codec: int, data: bytes):
+        self._codec, self._data = codec, data
+        self._inflate = zlib.decompressobj() if codec == ZLIB else None
+        self.buffer = b""
+
+    def read_to(self, end: int) -> bytes:
+        """The plaintext up to at least ``end`` bytes (all of it if shorter)."""
+        if len(self.buffer) >= end:
+            return self.buffer
+        try:
+            if self._inflate is None:
+                self.buffer = decompress(self._codec, self._data)
+                self._data = b""
+            else:
+                more = self._inflate.decompress(self._data, end - len(self.buffer))
+                self._data = self._inflate.unconsumed_tail
+                self.buffer += more
+        except zlib.error as exc:
+            raise MalformedCiphertextError(f"pack does not decompress: {exc}") from None
+        return self.buffer
+
+
 def pad_tiers(padding: str | Sequence[int] | None) -> tuple[int, ...]:
     """Normalise the ``padding`` option to sorted tier sizes (empty = no padding).
 

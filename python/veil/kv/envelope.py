@@ -42,11 +42,14 @@ def stored_tag(stored: bytes) -> bytes:
 class Envelope:
     """Seals and opens records of one table under its pack key."""
 
-    __slots__ = ("_aead", "_codec", "_scope", "_tiers")
+    __slots__ = ("_aad_prefix", "_aead", "_codec", "_tiers")
 
     def __init__(self, key: bytes, scope: str, codec_name: str, tiers: tuple[int, ...]):
         self._aead = AESGCM(key)
-        self._scope = scope.encode()
+        scope_bytes = scope.encode()
+        self._aad_prefix = (
+            b"\x00\x00\x00\x07veil-kv" + len(scope_bytes).to_bytes(4, "big") + scope_bytes
+        )
         self._codec = codec.codec_id(codec_name)
         self._tiers = tiers
 
@@ -58,6 +61,14 @@ class Envelope:
         return header + nonce + sealed
 
     def open(self, kind: bytes, location: bytes, stored: bytes) -> bytes:
+        codec_id, compressed = self.open_compressed(kind, location, stored)
+        return codec.decompress(codec_id, compressed)
+
+    def open_compressed(self, kind: bytes, location: bytes, stored: bytes) -> tuple[int, bytes]:
+        """Authenticate and decrypt; return (codec id, compressed plaintext).
+
+        Point reads use it to inflate only the prefix of a pack they need.
+        """
         if len(stored) < _HEADER_BYTES + TAG_BYTES:
             raise MalformedCiphertextError("stored pack is truncated")
         if stored[0] != ENVELOPE_VERSION:
@@ -75,8 +86,17 @@ class Envelope:
                 "a stored pack failed authentication: it was tampered with or moved on "
                 "the server, or this store was written with a different key file"
             ) from None
-        return codec.decompress(header[1], codec.unpad(body))
+        return header[1], codec.unpad(body)
 
     def _aad(self, header: bytes, kind: bytes, location: bytes) -> bytes:
-        parts = (b"veil-kv", self._scope, kind, location, header)
-        return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+        # Length-prefixed parts, so no two (scope, kind, location) share an AAD.
+        return b"".join(
+            (
+                self._aad_prefix,
+                len(kind).to_bytes(4, "big"),
+                kind,
+                len(location).to_bytes(4, "big"),
+                location,
+                header,
+            )
+        )

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from veil.errors import MalformedCiphertextError
+from veil.kv.codec import Inflater
 
 PACK_FORMAT_VERSION = 1
 _HEADER = struct.Struct(">BI")
@@ -66,6 +67,34 @@ def serialize_entries(entries: Iterable[tuple[bytes, bytes]]) -> bytes:
             *values,
         ]
     )
+
+
+def lookup(inflater: Inflater, key: bytes) -> bytes | None:
+    """The value of ``key`` in a pack, inflating no further than its end."""
+    head = inflater.read_to(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise MalformedCiphertextError("pack plaintext is truncated")
+    version, count = _HEADER.unpack_from(head)
+    if version != PACK_FORMAT_VERSION:
+        raise MalformedCiphertextError(f"pack format version {version} is unknown")
+    lengths_end = _HEADER.size + 8 * count
+    data = inflater.read_to(lengths_end)
+    if len(data) < lengths_end:
+        raise MalformedCiphertextError("pack plaintext is truncated")
+    lengths = np.frombuffer(data, dtype=_U32, count=2 * count, offset=_HEADER.size)
+    key_ends = (np.cumsum(lengths[:count], dtype=np.int64) + lengths_end).tolist()
+    data = inflater.read_to(key_ends[-1] if count else lengths_end)
+    start = lengths_end
+    for index, end in enumerate(key_ends):
+        if data[start:end] == key:
+            value_start = key_ends[-1] + int(lengths[count : count + index].sum())
+            value_end = value_start + int(lengths[count + index])
+            data = inflater.read_to(value_end)
+            if len(data) < value_end:
+                raise MalformedCiphertextError("pack plaintext is truncated")
+            return data[value_start:value_end]
+        start = end
+    return None
 
 
 def parse_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:

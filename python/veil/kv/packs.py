@@ -35,11 +35,12 @@ import time
 from collections.abc import Iterable, Iterator
 
 from veil.kv.backends.base import KVBackend, Row
+from veil.kv.codec import Inflater
 from veil.kv.envelope import Envelope, stored_tag
 from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT, crash_point
 from veil.kv.keys import ROOT_PACK_ID
 from veil.kv.layout import Layout
-from veil.kv.pack import Pack, serialize_entries
+from veil.kv.pack import Pack, lookup, serialize_entries
 
 PACK_KIND = b"pack"
 BULK_PACKS = 64  # a bulk load merges at most this many packs' worth into one pack
@@ -92,7 +93,13 @@ class PackTable:
         row = self.backend.floor(self.table, partition, position)
         if row is None:
             return None
-        return self.open_pack(partition, row).items.get(encoded)
+        return self.lookup(partition, row, encoded)
+
+    def lookup(self, partition: int, row: Row, encoded: bytes) -> bytes | None:
+        """One key's value in a stored pack, inflating only what it needs."""
+        location = _location(partition, row.key)
+        codec_id, compressed = self.envelope.open_compressed(PACK_KIND, location, row.value)
+        return lookup(Inflater(codec_id, compressed), encoded)
 
     def range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``low <= encoded key <= high``, ascending (Figure 4)."""
