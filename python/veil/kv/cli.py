@@ -1,0 +1,70 @@
+"""``veil kv ...``: the private Cassandra server, the pack-size tool and the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    kv = subparsers.add_parser("kv", help="encrypted key-value packs (MiniCrypt)")
+    commands = kv.add_subparsers(dest="kv_command", required=True, metavar="KV_COMMAND")
+    _register_cassandra(commands)
+    _register_packsize(commands)
+
+
+def _register_cassandra(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "cassandra", help="start, stop or inspect a private single-node Cassandra 5.0"
+    )
+    parser.add_argument("action", choices=("start", "stop", "status"))
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="server directory (default ~/.cache/veil/cassandra/server)",
+    )
+    parser.add_argument("--heap-mb", type=int, default=1024, help="JVM heap (default 1024)")
+    parser.set_defaults(handler=_cassandra)
+
+
+def _cassandra(args: argparse.Namespace) -> int:
+    from veil.kv import cassandra_server as server
+
+    if args.action == "start":
+        info = server.start(args.dir, heap_mb=args.heap_mb)
+        print(f"cassandra running: pid {info.pid}, url cassandra://{info.contact}/veil")
+        return 0
+    if args.action == "stop":
+        stopped = server.stop(args.dir)
+        print("cassandra stopped" if stopped else "no cassandra was running there")
+        return 0
+    running = server.status(args.dir)
+    if running is None:
+        print("cassandra: not running")
+        return 1
+    print(f"cassandra running: pid {running.pid}, url cassandra://{running.contact}/veil")
+    return 0
+
+
+def _register_packsize(commands: argparse._SubParsersAction) -> None:
+    from veil.kv.datasets import NAMED
+
+    parser = commands.add_parser(
+        "packsize", help="compression ratio against rows per pack (MiniCrypt Figure 2)"
+    )
+    parser.add_argument(
+        "dataset", help=f"a file of records (JSON or one per line) or one of: {', '.join(NAMED)}"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N records")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
+    parser.set_defaults(handler=_packsize)
+
+
+def _packsize(args: argparse.Namespace) -> int:
+    from veil.kv import packsize
+
+    result = packsize.run(args.dataset, limit=args.limit, json_path=args.json, png_path=args.png)
+    print("\n".join(packsize.summary_lines(result)))
+    return 0
