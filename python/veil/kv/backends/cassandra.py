@@ -86,7 +86,10 @@ class CassandraBackendError(VeilError):
 
 
 def open_backend(url: str) -> CassandraBackend:
-    """Open ``cassandra://host[,host2][:port]/keyspace[?replication_factor=N]``."""
+    """Open ``cassandra://host[,host2][:port]/keyspace[?replication_factor=N&partitions=N]``.
+
+    ``partitions`` sets the number of hash partitions new tables use (default 8).
+    """
     parts = urlsplit(url)
     keyspace = parts.path.strip("/")
     if parts.scheme != "cassandra" or not parts.hostname or not _NAME.match(keyspace):
@@ -96,8 +99,16 @@ def open_backend(url: str) -> CassandraBackend:
         )
     hosts = [h.rsplit(":", 1)[0] for h in parts.netloc.split(",")]
     options = parse_qs(parts.query)
-    replication = int(options.get("replication_factor", ["1"])[0])
-    return CassandraBackend(hosts, parts.port or DEFAULT_PORT, keyspace, replication)
+    try:
+        replication = int(options.get("replication_factor", ["1"])[0])
+        partitions = int(options.get("partitions", [str(DEFAULT_PARTITIONS)])[0])
+    except ValueError:
+        raise ParameterError(f"bad option in Cassandra URL {url!r}: expected integers") from None
+    if replication < 1 or partitions < 1:
+        raise ParameterError(f"replication_factor and partitions must be >= 1 in {url!r}")
+    backend = CassandraBackend(hosts, parts.port or DEFAULT_PORT, keyspace, replication)
+    backend.default_partitions = partitions
+    return backend
 
 
 class CassandraBackend:
