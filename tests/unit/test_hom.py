@@ -13,6 +13,7 @@ from veil.crypto.hom import (
     add_ciphertexts,
     sum_ciphertexts,
 )
+from veil.crypto.keys import MasterKey
 from veil.errors import DomainError, MalformedCiphertextError, ParameterError
 
 
@@ -179,3 +180,12 @@ def test_empty_input_gives_no_ciphertexts(key: PaillierKey) -> None:
     ciphertexts = packer.encrypt([np.array([], np.int64), np.array([], np.int64)])
     assert len(ciphertexts) == 0
     assert packer.decrypt_sums(sum_ciphertexts(ciphertexts, packer.n_square)) == [0, 0]
+
+
+def test_packer_from_master_uses_the_scope_key() -> None:
+    master = MasterKey(b"\x05" * 32)
+    packer = HomPacker.from_master(master, "lineitem.agg", 32, 2, bits=512, column="agg")
+    assert packer.public == PaillierKey.from_master(master, "lineitem.agg", bits=512).public
+    assert PaillierKey.derive(master, "lineitem.agg", bits=512).public == packer.public
+    total = sum_ciphertexts(packer.encrypt([np.array([1, 2]), np.array([3, 4])]), packer.n_square)
+    assert packer.decrypt_sums(total) == [3, 7]

@@ -53,7 +53,8 @@ import numpy as np
 import pyarrow as pa
 from gmpy2 import mpz
 
-from veil.crypto.paillier import PaillierKey, PaillierPublicKey
+from veil.crypto.keys import MasterKey
+from veil.crypto.paillier import DEFAULT_BITS, PaillierKey, PaillierPublicKey
 from veil.crypto.paillier_wire import (
     add_ciphertexts,
     from_wire,
@@ -200,6 +201,32 @@ class HomPacker:
         self.rows_per_ciphertext = rows_per_ciphertext
         self.layout = PackingLayout(width, rows_per_ciphertext * columns)
         self.layout.check_fits(self.public)
+
+    @classmethod
+    def from_master(
+        cls,
+        master: MasterKey,
+        scope: str,
+        slot_bits: int,
+        columns: int,
+        *,
+        bits: int = DEFAULT_BITS,
+        max_summands: int = DEFAULT_MAX_SUMMANDS,
+        rows_per_ciphertext: int | None = None,
+        names: Sequence[str] | None = None,
+        column: str | None = None,
+    ) -> HomPacker:
+        """A packer under the Paillier key of ``scope`` (``KeyLabel("hom", scope)``)."""
+        key = PaillierKey.from_master(master, scope, bits)
+        return cls(
+            key,
+            slot_bits,
+            columns,
+            max_summands=max_summands,
+            rows_per_ciphertext=rows_per_ciphertext,
+            names=names,
+            column=column,
+        )
 
     @property
     def n_square(self) -> int:

@@ -9,11 +9,14 @@ Choices, and why:
   from the master key with ``KeyLabel("hom", scope)``), so the key file keeps
   only the master key. The seed drives a SHAKE-256 counter-mode stream;
   each prime is ``next_prime`` of a stream value with its top two bits set
-  (so ``n`` has exactly ``bits`` bits). Deriving takes 0.1-1 s, so keys are
-  cached per process.
+  (so ``n`` has exactly ``bits`` bits), confirmed by a BPSW test. (Taking the
+  next prime favours primes after long gaps slightly; that is the usual
+  incremental search and no known attack uses it.) Deriving takes 0.1-1 s,
+  so keys are cached per process.
 * **g = n + 1**, so ``g^m = 1 + m*n (mod n^2)`` costs one multiplication.
-* **Short-exponent randomness** (Damgård, Jurik, Nielsen 2010, §4.1 of "A
-  generalization of Paillier's public-key system"): ``h = -x^2 mod n`` for a
+* **Short-exponent randomness** (the "DJN" variant: Damgård, Jurik, Nielsen,
+  "A generalization of Paillier's public-key system with applications to
+  electronic voting", IJIS 2010): ``h = -x^2 mod n`` for a
   seed-derived ``x``, ``h_s = h^n mod n^2``, and ``E(m) = (1 + m*n) * h_s^r``
   with a short random ``r``. ``r`` has 4x the modulus's security level in
   bits (448 bits for 2048-bit n, NIST SP 800-57: 112-bit security): a generic
@@ -31,18 +34,15 @@ import hashlib
 import os
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import gmpy2
 import pyarrow as pa
 from gmpy2 import mpz
 
-from veil.crypto.keys import KeyLabel
+from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.paillier_wire import ciphertext_width, from_wire, parse_array, to_wire
 from veil.errors import DomainError, MalformedCiphertextError, ParameterError
-
-if TYPE_CHECKING:
-    from veil.crypto.keys import MasterKey
 
 DEFAULT_BITS = 2048
 MIN_BITS = 512  # below 2048 only for tests: fast keys, no security claim
@@ -85,7 +85,8 @@ def _prime(stream: _SeedStream, bits: int) -> mpz:
     while True:
         candidate = stream.read_int(bits) | (mpz(3) << (bits - 2)) | 1
         prime = gmpy2.next_prime(candidate)
-        if prime.bit_length() == bits:  # next_prime could step past 2^bits
+        # next_prime could step past 2^bits; BPSW confirms GMP's Miller-Rabin.
+        if prime.bit_length() == bits and gmpy2.is_bpsw_prp(prime):
             return prime
 
 
@@ -181,7 +182,17 @@ class PaillierKey:
 
     @classmethod
     def from_master(cls, master: MasterKey, scope: str, bits: int = DEFAULT_BITS) -> PaillierKey:
+        """The key for ``scope``, from the seed ``KeyLabel("hom", scope)`` derives."""
         return cls.from_seed(master.derive(KeyLabel("hom", scope), SEED_BYTES), bits)
+
+    @classmethod
+    def derive(
+        cls, master_or_seed: MasterKey | bytes, scope: str = "", bits: int = DEFAULT_BITS
+    ) -> PaillierKey:
+        """``from_seed`` for a 32-byte seed, ``from_master`` for a master key."""
+        if isinstance(master_or_seed, bytes | bytearray):
+            return cls.from_seed(bytes(master_or_seed), bits)
+        return cls.from_master(master_or_seed, scope, bits)
 
     # -- raw layer: integers modulo n -------------------------------------
 
