@@ -50,9 +50,10 @@ def encode_key(key: Key) -> bytes:
 
 def decode_key(encoded: bytes) -> Key:
     """The key that :func:`encode_key` turned into ``encoded``."""
-    if encoded[:1] == bytes([INT_TAG]) and len(encoded) == 9:
+    tag = encoded[0] if encoded else None
+    if tag == INT_TAG and len(encoded) == 9:
         return int.from_bytes(encoded[1:], "big") - _SIGN
-    if encoded[:1] == bytes([BYTES_TAG]):
+    if tag == BYTES_TAG:
         return encoded[1:]
     raise ParameterError("stored key has an unknown encoding; was it written by Veil?")
 

@@ -29,6 +29,7 @@ others may have updated since).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import random
 import time
@@ -40,7 +41,7 @@ from veil.kv.envelope import Envelope, stored_tag
 from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT, crash_point
 from veil.kv.keys import ROOT_PACK_ID
 from veil.kv.layout import Layout
-from veil.kv.pack import Pack, lookup, serialize_entries
+from veil.kv.pack import Pack, lookup, parse_entries, serialize_entries
 
 PACK_KIND = b"pack"
 BULK_PACKS = 64  # a bulk load merges at most this many packs' worth into one pack
@@ -126,11 +127,17 @@ class PackTable:
     def _pack_slice(
         self, partition: int, row: Row, low: bytes, high: bytes, bound: bytes | None
     ) -> Iterator[tuple[bytes, bytes]]:
-        # Keys at or above the next packID are stale copies: skip them.
-        pack = self.open_pack(partition, row)
-        for key in sorted(pack.items):
-            if low <= key <= high and (bound is None or key < bound):
-                yield key, pack.items[key]
+        # Packs of an ordered layout hold their keys sorted, so the keys in
+        # [low, high] below the next packID are one slice; keys at or above
+        # the next packID are stale copies and are cut off.
+        plaintext = self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
+        keys, values = parse_entries(plaintext)
+        start = bisect.bisect_left(keys, low)
+        if bound is not None and bound <= high:
+            stop = bisect.bisect_left(keys, bound)
+        else:
+            stop = bisect.bisect_right(keys, high)
+        return zip(keys[start:stop], values[start:stop], strict=True)
 
     # -- writes (Figure 5) ------------------------------------------------
     def write(self, encoded: bytes, value: bytes | None) -> bool:
