@@ -77,6 +77,8 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
             master.derive(KeyLabel("ope", encryption.key_scope)), bits, signed=True, column=label
         )
         return _Int64Cipher(ope)
+    if scheme == SEARCH:
+        return _SearchCipher(module.Search.from_master(master, encryption.key_scope, column=label))
     raise ParameterError(f"scheme {scheme} cannot be decrypted column-wise ({label!r})")
 
 
@@ -94,6 +96,26 @@ class _Int64Cipher:
 
     def encrypt_one(self, encoded: int | bytes) -> int | bytes:
         return self._inner.encrypt_one(encoded)
+
+
+class _SearchCipher:
+    """SEARCH: stores word ciphertexts; a constant becomes a token, never a plaintext."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def encrypt(self, encoded: pa.Array) -> pa.Array:
+        return self._inner.encrypt(encoded)
+
+    def decrypt(self, stored: pa.Array) -> pa.Array:
+        raise ParameterError(
+            "a SEARCH column holds word ciphertexts and cannot be decrypted; "
+            "fetch the column's RND or DET copy instead"
+        )
+
+    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
+        word = encoded.decode() if isinstance(encoded, bytes) else str(encoded)
+        return self._inner.token(word)
 
 
 class _RndCipher:
