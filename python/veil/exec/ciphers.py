@@ -14,18 +14,15 @@ Schemes are imported lazily: a design may only use the schemes this Veil has
 from __future__ import annotations
 
 import importlib
-import os
 from functools import cache
 from typing import Any, Protocol
 
-import numpy as np
 import pyarrow as pa
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.design.model import DET, OPE, RND, SEARCH, Encryption
 from veil.encoding import bytes_to_int64, int64_to_bytes
-from veil.errors import AuthenticationError, MalformedCiphertextError, ParameterError
+from veil.errors import ParameterError
 
 _MODULES = {
     RND: "veil.crypto.rnd",
@@ -52,8 +49,8 @@ def _module(scheme: str) -> Any | None:
 
 
 def available_schemes() -> frozenset[str]:
-    """Schemes whose crypto core is installed; RND always is."""
-    return frozenset({RND} | {s for s in _MODULES if _module(s) is not None})
+    """Schemes whose crypto core is installed."""
+    return frozenset(s for s in _MODULES if _module(s) is not None)
 
 
 def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"") -> ColumnCipher:
@@ -78,8 +75,29 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
         )
         return _Int64Cipher(ope)
     if scheme == SEARCH:
-        return _SearchCipher(module.Search.from_master(master, encryption.key_scope, column=label))
-    raise ParameterError(f"scheme {scheme} cannot be decrypted column-wise ({label!r})")
+        return SearchCipher(module.Search.from_master(master, encryption.key_scope, column=label))
+    raise ParameterError(f"scheme {scheme} cannot be used column-wise ({label!r})")
+
+
+class SearchCipher:
+    """SEARCH: encrypts text for word search; the client never decrypts it."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def encrypt(self, encoded: pa.Array) -> pa.Array:
+        return self._inner.encrypt(encoded.cast(pa.string()))
+
+    def decrypt(self, stored: pa.Array) -> pa.Array:
+        raise ParameterError(
+            "SEARCH ciphertexts are not decryptable; fetch the column's DET or RND form"
+        )
+
+    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
+        raise ParameterError("SEARCH compares words, not values; use token()")
+
+    def token(self, word: str) -> bytes:
+        return bytes(self._inner.token(word))
 
 
 class _Int64Cipher:
@@ -98,38 +116,14 @@ class _Int64Cipher:
         return self._inner.encrypt_one(encoded)
 
 
-class _SearchCipher:
-    """SEARCH: stores word ciphertexts; a constant becomes a token, never a plaintext."""
-
-    def __init__(self, inner: Any):
-        self._inner = inner
-
-    def encrypt(self, encoded: pa.Array) -> pa.Array:
-        return self._inner.encrypt(encoded)
-
-    def decrypt(self, stored: pa.Array) -> pa.Array:
-        raise ParameterError(
-            "a SEARCH column holds word ciphertexts and cannot be decrypted; "
-            "fetch the column's RND or DET copy instead"
-        )
-
-    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
-        word = encoded.decode() if isinstance(encoded, bytes) else str(encoded)
-        return self._inner.token(word)
-
-
 class _RndCipher:
     """RND over the encoded value (integers as 8 big-endian bytes)."""
 
     def __init__(self, master: MasterKey, scope: str, context: bytes, label: str, integral: bool):
         self._integral = integral
-        module = _module(RND)
-        if module is not None:
-            self._inner: Any = module.Rnd(
-                master.derive(KeyLabel("rnd", scope)), context=context, column=label
-            )
-        else:
-            self._inner = _InterimRnd(master.derive(KeyLabel("rnd", scope)), context)
+        from veil.crypto.rnd import Rnd
+
+        self._inner = Rnd.from_master(master, scope, context=context, column=label)
 
     def encrypt(self, encoded: pa.Array) -> pa.Array:
         data = int64_to_bytes(encoded) if self._integral else encoded
@@ -143,40 +137,3 @@ class _RndCipher:
         raise ParameterError(
             "RND ciphertexts are randomised; constants cannot be compared with them"
         )
-
-
-class _InterimRnd:
-    """AES-256-GCM in RND's format, used only until ``veil.crypto.rnd`` is installed.
-
-    Slow (a Python loop), but the same envelope: 0x01 || nonce(12) || ct || tag(16).
-    """
-
-    def __init__(self, key: bytes, context: bytes):
-        self._aead, self._context = AESGCM(key), context
-
-    def encrypt(self, plain: pa.Array) -> pa.Array:
-        values = plain.to_pylist()
-        out = [None if v is None else self._seal(bytes(v)) for v in values]
-        return pa.array(out, type=pa.binary())
-
-    def _seal(self, value: bytes) -> bytes:
-        nonce = os.urandom(12)
-        return b"\x01" + nonce + self._aead.encrypt(nonce, value, self._context)
-
-    def decrypt(self, stored: pa.Array) -> pa.Array:
-        out = [None if v is None else self._open(v) for v in stored.to_pylist()]
-        return pa.array(out, type=pa.binary())
-
-    def _open(self, value: bytes) -> bytes:
-        if len(value) < 29 or value[0] != 1:
-            raise MalformedCiphertextError("RND ciphertext is truncated or of an unknown version")
-        try:
-            return self._aead.decrypt(value[1:13], value[13:], self._context)
-        except Exception:
-            raise AuthenticationError(
-                "RND ciphertext failed authentication (wrong key or tampered)"
-            ) from None
-
-
-def as_numpy_int64(array: pa.Array) -> np.ndarray:
-    return np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)

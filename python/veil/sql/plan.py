@@ -19,6 +19,8 @@ from sqlglot import exp
 
 from veil.design.model import Encryption, TableDesign
 
+ROW_ID = "__veil_row_id"  # the local name of a scan's row-id column (DML only)
+
 
 @dataclass
 class ServerPredicate:
@@ -38,6 +40,7 @@ class Scan:
     node: exp.Table | None = None  # the reference in the local plan
     predicates: list[ServerPredicate] = field(default_factory=list)
     params: list[object] = field(default_factory=list)
+    with_row_id: bool = False  # DML fetches the row ids of the rows it changes
 
     def placeholder(self, value: object) -> exp.Placeholder:
         """A query parameter carrying ``value`` (always a ciphertext)."""
@@ -46,9 +49,11 @@ class Scan:
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
-        if not self.columns:
-            return [("__veil_row_id", None)]
-        return [(c, self.table.fetchable(c)) for c in sorted(self.columns)]
+        wanted: list[tuple[str, Encryption | None]]
+        wanted = [(c, self.table.fetchable(c)) for c in sorted(self.columns)]
+        if self.with_row_id or not wanted:
+            wanted.append((ROW_ID, None))
+        return wanted
 
     def remote_sql(self) -> exp.Select:
         names = [enc.name if enc else self.table.row_id for _, enc in self.fetched()]

@@ -1,0 +1,172 @@
+"""INSERT, UPDATE and DELETE through the client.
+
+The server cannot compute new ciphertexts, so the client does the work:
+
+- INSERT: the rows (VALUES, or a query run through Veil) are cast to the
+  table's types, encrypted per the design and appended.
+- DELETE: the client finds the row ids of the matching rows (a Veil query,
+  so the WHERE clause is pushed down where it can be) and deletes by row id.
+- UPDATE: the client computes the new rows (same query, with the SET
+  expressions in place of the columns) and, in one server transaction,
+  deletes the old rows and appends the re-encrypted new ones under the same
+  row ids. Every server column of a row, HOM and precomputed ones included, is
+  rebuilt from the new plaintext row, so they stay consistent.
+
+Row ids are random numbers, never plaintext.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.backends.base import quote
+from veil.design.model import TableDesign
+from veil.exec.encrypt import TableEncryptor
+from veil.exec.fetch import FetchStats
+from veil.sql.errors import QueryError
+from veil.sql.plan import ROW_ID
+
+if TYPE_CHECKING:
+    from veil.exec.session import Result, Session
+
+_DELETE_CHUNK = 1000
+_VALUES_VIEW = "__veil_insert_rows"
+
+
+def run_dml(session: Session, tree: exp.Expr) -> Result:
+    if isinstance(tree, exp.Insert):
+        return _insert(session, tree)
+    if isinstance(tree, exp.Delete):
+        return _delete(session, tree)
+    assert isinstance(tree, exp.Update)
+    return _update(session, tree)
+
+
+def _target(session: Session, node: exp.Expr) -> TableDesign:
+    table = node.this if isinstance(node, exp.Schema) else node
+    if not isinstance(table, exp.Table):
+        raise QueryError("DML needs a plain table name as its target")
+    if table.name.lower() not in session.design.tables:
+        raise QueryError(
+            f"unknown table {table.name!r}; loaded tables: {sorted(session.design.tables)}"
+        )
+    return session.design.table(table.name)
+
+
+def _insert(session: Session, tree: exp.Insert) -> Result:
+    from veil.exec.session import Result
+
+    table = _target(session, tree.this)
+    named = (
+        [c.name.lower() for c in tree.this.expressions] if isinstance(tree.this, exp.Schema) else []
+    )
+    targets = named or [c.name for c in table.columns]
+    unknown = [n for n in targets if table.column(n) is None]
+    if unknown:
+        raise QueryError(f"table {table.name!r} has no column(s) {unknown}")
+    source = tree.expression
+    stats = FetchStats()
+    if isinstance(source, exp.Values):
+        rows = session.catalog.sql(
+            f"SELECT * FROM ({source.sql(dialect='duckdb')})"
+        ).to_arrow_table()
+    else:
+        rows = session.query(source).table
+    if rows.num_columns != len(targets):
+        raise QueryError(
+            f"INSERT gives {rows.num_columns} value(s) per row for {len(targets)} column(s)"
+        )
+    plain = _cast_rows(session, table, rows, targets)
+    server_rows = TableEncryptor(session.master, table).encrypt(plain)
+    session.backend.append(table.server_name, server_rows)
+    return Result(pa.table({}), len(plain), stats)
+
+
+def _cast_rows(
+    session: Session, table: TableDesign, rows: pa.Table, targets: list[str]
+) -> pa.Table:
+    """The rows as the table's columns and types (SQL casts; missing columns NULL)."""
+    given = rows.rename_columns([f"v{i}" for i in range(rows.num_columns)])
+    position = {name: i for i, name in enumerate(targets)}
+    select = ", ".join(
+        f'CAST({f"v{position[c.name]}" if c.name in position else "NULL"} AS {c.type}) AS "{c.name}"'
+        for c in table.columns
+    )
+    session.catalog.register(_VALUES_VIEW, given)
+    try:
+        return session.catalog.sql(f"SELECT {select} FROM {_VALUES_VIEW}").to_arrow_table()
+    except Exception as exc:
+        raise QueryError(
+            f"cannot convert the inserted values to {table.name}'s column types: {exc}"
+        ) from None
+    finally:
+        session.catalog.unregister(_VALUES_VIEW)
+
+
+def _matching_rows(
+    session: Session, table: TableDesign, projections: list[exp.Expr], where: exp.Expr | None
+) -> pa.Table:
+    """``projections`` of the rows matching ``where``, plus their row ids (last column)."""
+    select = exp.select(*projections).from_(exp.to_table(table.name))
+    if where is not None:
+        select = select.where(where.this if isinstance(where, exp.Where) else where)
+    session.describe(select)
+    plan = session.plan(select)
+    source = plan.local.args["from_"].this
+    scan = next(s for s in plan.scans if s.node is source or (s.node is None and s.table is table))
+    scan.with_row_id = True
+    plan.local.append("expressions", exp.column(ROW_ID, table=source.alias_or_name))
+    return session.execute_plan(plan, FetchStats())
+
+
+def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
+    ids = row_ids.to_pylist()
+    for start in range(0, len(ids), _DELETE_CHUNK):
+        chunk = ids[start : start + _DELETE_CHUNK]
+        marks = ", ".join(f"${i}" for i in range(1, len(chunk) + 1))
+        session.backend.execute(
+            f"DELETE FROM {quote(table.server_name)} WHERE {quote(table.row_id)} IN ({marks})",
+            chunk,
+        )
+
+
+def _delete(session: Session, tree: exp.Delete) -> Result:
+    from veil.exec.session import Result
+
+    table = _target(session, tree.this)
+    matched = _matching_rows(session, table, [exp.Literal.number(1)], tree.args.get("where"))
+    row_ids = matched.column(matched.num_columns - 1).combine_chunks()
+    with session.backend.transaction():
+        _delete_rows(session, table, row_ids)
+    return Result(pa.table({}), len(row_ids))
+
+
+def _update(session: Session, tree: exp.Update) -> Result:
+    from veil.exec.session import Result
+
+    table = _target(session, tree.this)
+    assigned: dict[str, exp.Expr] = {}
+    for assignment in tree.expressions:
+        name = assignment.this.name.lower()
+        if table.column(name) is None:
+            raise QueryError(f"table {table.name!r} has no column {name!r}")
+        assigned[name] = assignment.expression
+    projections: list[exp.Expr] = [
+        exp.alias_(exp.cast(assigned[c.name].copy(), c.type), c.name)
+        if c.name in assigned
+        else exp.column(c.name)
+        for c in table.columns
+    ]
+    matched = _matching_rows(session, table, projections, tree.args.get("where"))
+    row_ids = matched.column(matched.num_columns - 1).combine_chunks()
+    plain = matched.select(list(range(len(table.columns)))).rename_columns(
+        [c.name for c in table.columns]
+    )
+    server_rows = TableEncryptor(session.master, table).encrypt(plain, row_ids=row_ids)
+    with session.backend.transaction():
+        _delete_rows(session, table, row_ids)
+        session.backend.append(table.server_name, server_rows)
+    return Result(pa.table({}), len(row_ids))

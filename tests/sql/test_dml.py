@@ -1,0 +1,77 @@
+"""INSERT, UPDATE and DELETE through Veil, mirrored on plaintext DuckDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from tests.sql.oracle import assert_same
+
+from veil.exec.session import Session
+from veil.load.loader import load
+from veil.sql.errors import QueryError
+
+WORKLOAD = [
+    "SELECT * FROM orders WHERE o_orderstatus = 'F' AND o_totalprice > 1000",
+    "SELECT * FROM nation WHERE n_regionkey = 1",
+]
+STATEMENTS = [
+    "INSERT INTO nation VALUES (25, 'ATLANTIS', 1, 'sunk'), (26, 'LEMURIA', 2, NULL)",
+    "INSERT INTO nation (n_nationkey, n_name) VALUES (27, 'MU')",
+    "INSERT INTO region SELECT r_regionkey + 10, r_name || '-2', r_comment FROM region WHERE r_regionkey < 2",
+    "UPDATE nation SET n_comment = upper(n_name), n_regionkey = n_regionkey + 1 WHERE n_regionkey = 1",
+    "UPDATE orders SET o_totalprice = o_totalprice * 2 WHERE o_orderstatus = 'F' AND o_totalprice > 300000",
+    "DELETE FROM orders WHERE o_orderstatus = 'P'",
+    "DELETE FROM nation WHERE n_name IN ('ATLANTIS', 'ALGERIA')",
+    "UPDATE region SET r_comment = NULL",
+]
+CHECKS = [
+    "SELECT * FROM nation",
+    "SELECT * FROM region",
+    "SELECT o_orderstatus, COUNT(*), SUM(o_totalprice) FROM orders GROUP BY 1",
+    "SELECT COUNT(*) FROM orders WHERE o_totalprice > 600000",
+    "SELECT n_name FROM nation WHERE n_regionkey = 2",
+]
+
+
+@pytest.fixture(scope="module")
+def pair(
+    tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Session, duckdb.DuckDBPyConnection]:
+    root = tmp_path_factory.mktemp("dml")
+    source = root / "src"
+    source.mkdir()
+    plain = duckdb.connect()
+    for name in ("nation", "region", "orders"):
+        (source / f"{name}.parquet").symlink_to(tpch_dir / f"{name}.parquet")
+        plain.execute(
+            f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{tpch_dir / name}.parquet')"
+        )
+    load(
+        str(source),
+        f"duckdb:///{root}/server.duckdb",
+        str(root / "client"),
+        WORKLOAD,
+        progress=lambda _: None,
+    )
+    return Session(root / "client"), plain
+
+
+def test_dml_matches_plaintext(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    session, plain = pair
+    for statement in STATEMENTS:
+        expected = plain.execute(statement).fetchall()[0][0]
+        assert session.run(statement).rowcount == expected, statement
+        for check in CHECKS:
+            assert_same(session.run(check).table, plain.execute(check).fetchall(), False, check)
+
+
+def test_insert_errors(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    session, _ = pair
+    with pytest.raises(QueryError, match="no column"):
+        session.run("INSERT INTO nation (n_nationkey, nope) VALUES (1, 2)")
+    with pytest.raises(QueryError, match="value"):
+        session.run("INSERT INTO nation VALUES (1, 'X')")
+    with pytest.raises(QueryError, match="convert"):
+        session.run("INSERT INTO nation VALUES ('abc', 'X', 1, 'y')")
