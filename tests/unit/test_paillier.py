@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from veil.crypto import paillier_wire
 from veil.crypto.keys import MasterKey
 from veil.crypto.paillier import PaillierKey, randomness_bits
 from veil.crypto.paillier_wire import (
@@ -179,3 +180,29 @@ def test_add_refuses_a_malformed_operand(key: PaillierKey) -> None:
     good = key.encrypt_ints([1])[0]
     with pytest.raises(MalformedCiphertextError, match="version 0x00"):
         add_ciphertexts(pa.array([good]), pa.array([b"\x00" + good[1:]]), key.public.n_square)
+
+
+def test_large_and_fixed_size_binary_columns_are_read(key: PaillierKey) -> None:
+    ciphertexts = key.encrypt_ints([3, -4])
+    stride = key.public.width + 1
+    for kind in (pa.large_binary(), pa.binary(stride)):
+        column = pa.array(ciphertexts, type=kind)
+        assert key.decrypt_ints(column) == [3, -4]
+        assert key.decrypt_ints(column.slice(1)) == [-4]
+    with pytest.raises(MalformedCiphertextError, match="got 5"):
+        key.decrypt_ints(pa.array([b"\x01abcd"], type=pa.binary(5)))
+
+
+def test_columns_past_the_binary_size_limit_are_chunked(
+    key: PaillierKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(paillier_wire, "_MAX_BINARY_BYTES", 3 * (key.public.width + 1))
+    values = [1, None, 2, 3, None, 4, 5]
+    stored = paillier_wire.wire_array(
+        [None if v is None else key.raw_encrypt(v) for v in values], key.public.width
+    )
+    assert isinstance(stored, pa.ChunkedArray) and stored.num_chunks == 3
+    assert key.decrypt_ints(stored) == values
+    total = add_ciphertexts(stored, stored, key.public.n_square)
+    assert key.decrypt_ints(total) == [None if v is None else 2 * v for v in values]
+    assert key.decrypt_ints([sum_ciphertexts(stored, key.public.n_square)]) == [15]

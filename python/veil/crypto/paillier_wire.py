@@ -62,33 +62,34 @@ def from_wire(ciphertext: bytes, n_square: int, *, column: str | None = None) ->
 
 
 def wire_array(ciphertexts: Sequence[int | None], width: int) -> pa.Array | pa.ChunkedArray:
-    """Build a BinaryArray of stored ciphertexts; ``None`` becomes NULL.
-
-    Returns a ChunkedArray only when the data would pass Arrow's 2 GiB
-    BinaryArray limit (about four million 2048-bit ciphertexts).
-    """
-    stride = width + 1
-    per_chunk = _MAX_BINARY_BYTES // stride
-    if len(ciphertexts) <= per_chunk:
-        return _wire_chunk(ciphertexts, width)
-    chunks = [
-        _wire_chunk(ciphertexts[i : i + per_chunk], width)
-        for i in range(0, len(ciphertexts), per_chunk)
-    ]
-    return pa.chunked_array(chunks, type=pa.binary())
-
-
-def _wire_chunk(ciphertexts: Sequence[int | None], width: int) -> pa.Array:
+    """Build a BinaryArray of stored ciphertexts; ``None`` becomes NULL."""
     version_bit = mpz(CIPHERTEXT_VERSION) << (8 * width)
     valid = np.fromiter((c is not None for c in ciphertexts), bool, len(ciphertexts))
     data = b"".join(
         [(c | version_bit).to_bytes(width + 1, "big") for c in ciphertexts if c is not None]
     )
-    return _fixed_width_binary(data, width + 1, valid)
+    return _binary_column(data, width + 1, valid)
 
 
-def _fixed_width_binary(data: bytes, stride: int, valid: np.ndarray) -> pa.Array:
-    """A BinaryArray over ``data`` (the valid values, ``stride`` bytes each)."""
+def _binary_column(data: bytes, stride: int, valid: np.ndarray) -> pa.Array | pa.ChunkedArray:
+    """A BinaryArray over ``data`` (the valid values back to back, ``stride`` bytes each).
+
+    A ChunkedArray only when the data would pass the 2 GiB that a BinaryArray's
+    int32 offsets address (about four million 2048-bit ciphertexts).
+    """
+    per_chunk = _MAX_BINARY_BYTES // stride
+    if len(valid) <= per_chunk:
+        return _binary_chunk(memoryview(data), stride, valid)
+    chunks, start, view = [], 0, memoryview(data)
+    for first in range(0, len(valid), per_chunk):
+        part = valid[first : first + per_chunk]
+        end = start + int(np.count_nonzero(part)) * stride
+        chunks.append(_binary_chunk(view[start:end], stride, part))
+        start = end
+    return pa.chunked_array(chunks, type=pa.binary())
+
+
+def _binary_chunk(data: memoryview, stride: int, valid: np.ndarray) -> pa.Array:
     offsets = np.zeros(len(valid) + 1, np.int32)
     np.cumsum(valid * stride, out=offsets[1:])
     null_count = int(len(valid) - np.count_nonzero(valid))
@@ -124,6 +125,11 @@ def _valid_bodies(
     column: str | None,
 ) -> tuple[bytes, np.ndarray]:
     """The checked non-NULL ciphertexts back to back, and the validity of each row."""
+    if isinstance(ciphertexts, pa.ChunkedArray):
+        # Chunk by chunk: combining could pass a BinaryArray's 2 GiB limit.
+        parts = [_valid_bodies(chunk, n_square, column) for chunk in ciphertexts.chunks]
+        valid = np.concatenate([p[1] for p in parts]) if parts else np.ones(0, bool)
+        return b"".join(p[0] for p in parts), valid
     array = _as_binary_array(ciphertexts)
     if array.null_count == 0:
         valid = np.ones(len(array), bool)
@@ -133,46 +139,53 @@ def _valid_bodies(
     return _ciphertext_matrix(array, n_square, column).tobytes(), valid
 
 
-def _as_binary_array(ciphertexts: pa.Array | pa.ChunkedArray | Iterable[bytes | None]) -> pa.Array:
-    if isinstance(ciphertexts, pa.ChunkedArray):
-        ciphertexts = ciphertexts.combine_chunks()
+def _as_binary_array(ciphertexts: pa.Array | Iterable[bytes | None]) -> pa.Array:
     if not isinstance(ciphertexts, pa.Array):
         ciphertexts = pa.array(list(ciphertexts), type=pa.binary())
     kind = ciphertexts.type
-    # An all-NULL column may arrive typed null (e.g. ``pa.array([])``).
-    if (
-        pa.types.is_large_binary(kind)
-        or pa.types.is_fixed_size_binary(kind)
-        or pa.types.is_null(kind)
-    ):
-        ciphertexts = ciphertexts.cast(pa.binary())
-    if not pa.types.is_binary(ciphertexts.type):
+    if pa.types.is_null(kind):  # an all-NULL column, e.g. ``pa.array([])``
+        return ciphertexts.cast(pa.binary())
+    if not any(test(kind) for test in _BINARY_TYPES):
         raise MalformedCiphertextError(
-            f"Paillier ciphertexts are binary values, got a column of {ciphertexts.type}"
+            f"Paillier ciphertexts are binary values, got a column of {kind}"
         )
     return ciphertexts
 
 
+_BINARY_TYPES = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary)
+
+
 def _ciphertext_matrix(array: pa.Array, n_square: int, column: str | None) -> np.ndarray:
-    """The (rows, 1 + width) byte matrix of a NULL-free BinaryArray, checked."""
+    """The (rows, 1 + width) byte matrix of a NULL-free binary array, checked."""
     width = ciphertext_width(n_square)
-    stride = width + 1
-    offsets_buffer, data_buffer = array.buffers()[1:3]
-    offsets = np.frombuffer(offsets_buffer, np.int32)[array.offset : array.offset + len(array) + 1]
-    lengths = np.diff(offsets)
-    wrong = np.flatnonzero(lengths != stride)
-    if wrong.size:
-        raise _wrong_width(int(lengths[wrong[0]]), width, column, row=int(wrong[0]))
-    if len(array) == 0:
-        return np.zeros((0, stride), np.uint8)
-    data = np.frombuffer(data_buffer, np.uint8)[offsets[0] : offsets[-1]]
-    rows = data.reshape(len(array), stride)
+    rows = _byte_rows(array, width, column)
     bad_version = np.flatnonzero(rows[:, 0] != CIPHERTEXT_VERSION)
     if bad_version.size:
         row = int(bad_version[0])
         raise _wrong_version(int(rows[row, 0]), column, row=row)
     _check_in_group(rows[:, 1:], n_square, column)
     return rows
+
+
+def _byte_rows(array: pa.Array, width: int, column: str | None) -> np.ndarray:
+    """The values of a binary array as rows of ``1 + width`` bytes (zero-copy)."""
+    stride = width + 1
+    data = np.frombuffer(array.buffers()[-1] or b"", np.uint8)
+    if pa.types.is_fixed_size_binary(array.type):
+        if array.type.byte_width != stride:
+            raise _wrong_width(array.type.byte_width, width, column)
+        start = array.offset * stride
+        return data[start : start + len(array) * stride].reshape(len(array), stride)
+    offset_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    offsets = np.frombuffer(array.buffers()[1], offset_type)
+    offsets = offsets[array.offset : array.offset + len(array) + 1]
+    wrong = np.flatnonzero(np.diff(offsets) != stride)
+    if wrong.size:
+        got = int(offsets[wrong[0] + 1] - offsets[wrong[0]])
+        raise _wrong_width(got, width, column, row=int(wrong[0]))
+    if len(array) == 0:
+        return np.zeros((0, stride), np.uint8)
+    return data[offsets[0] : offsets[-1]].reshape(len(array), stride)
 
 
 def _check_in_group(bodies: np.ndarray, n_square: int, column: str | None) -> None:
@@ -225,7 +238,7 @@ def add_ciphertexts(
             for i in range(0, len(left), stride)
         ]
     )
-    return _fixed_width_binary(data, stride, left_valid)
+    return _binary_column(data, stride, left_valid)
 
 
 def _add_with_nulls(
