@@ -34,6 +34,7 @@ def test_strings_binaries_and_large_types_round_trip(rnd: Rnd) -> None:
         pa.array([b"a", None, b"", b"\x00\xff"], pa.binary()),
         pa.array(["a", None, ""], pa.large_string()),
         pa.array([b"a", None], pa.large_binary()),
+        pa.array(["view", None, ""], pa.string_view()),
     ):
         sealed = rnd.encrypt(array)
         assert sealed.type == pa.binary()

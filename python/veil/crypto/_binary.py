@@ -43,6 +43,8 @@ class ColumnBuffers:
 
 def column_buffers(array: pa.Array) -> ColumnBuffers:
     """Views of ``array``'s buffers, honouring a non-zero ``array.offset``."""
+    if pa.types.is_string_view(array.type) or pa.types.is_binary_view(array.type):
+        array = array.cast(pa.large_binary())  # views have no offsets buffer; one copy
     offset_type = _offset_type(array.type)
     rows = len(array)
     buffers = array.buffers()

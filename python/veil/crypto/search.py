@@ -58,8 +58,7 @@ _WILDCARDS = "%_"
 
 def tokenize(text: str) -> list[str]:
     """The words of ``text``, lowercased, in order, repeats kept."""
-    words: list[str] = _native.search_tokenize(text)
-    return words
+    return _native.search_tokenize(text)
 
 
 class Search:
@@ -84,8 +83,7 @@ class Search:
     def token(self, word: str) -> bytes:
         """The token for one word (any case); refuses text that is not one word."""
         with native_errors(column=self.column):
-            token: bytes = _native.search_token(self._key, word)
-        return token
+            return _native.search_token(self._key, word)
 
     def _encrypt_array(self, array: pa.Array) -> pa.BinaryArray:
         buffers = column_buffers(array)
