@@ -16,6 +16,7 @@ from veil.crypto.paillier_wire import (
     add_ciphertexts,
     from_wire,
     parse_array,
+    sum_ciphertext_groups,
     sum_ciphertexts,
     to_wire,
 )
@@ -206,3 +207,13 @@ def test_columns_past_the_binary_size_limit_are_chunked(
     total = add_ciphertexts(stored, stored, key.public.n_square)
     assert key.decrypt_ints(total) == [None if v is None else 2 * v for v in values]
     assert key.decrypt_ints([sum_ciphertexts(stored, key.public.n_square)]) == [15]
+
+
+def test_sum_ciphertext_groups_sums_each_list(key: PaillierKey) -> None:
+    a, b, c = key.encrypt_ints([5, -2, 7])
+    groups = pa.array([[a, b], [], None, [c, None, a], [b]], type=pa.list_(pa.binary()))
+    sums = sum_ciphertext_groups(groups, key.public.n_square)
+    assert key.decrypt_ints(sums) == [3, 0, None, 12, -2]
+    assert key.decrypt_ints(sum_ciphertext_groups(groups.slice(3), key.public.n_square)) == [12, -2]
+    with pytest.raises(MalformedCiphertextError, match="list column"):
+        sum_ciphertext_groups(pa.array([a]), key.public.n_square)

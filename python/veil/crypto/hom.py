@@ -40,6 +40,11 @@ ciphertexts; it cannot pick slots. So:
   does this split for a set of matching row ids. Full-table and whole-group
   sums (MONOMI's case) touch only full ciphertexts.
 
+**Server side.** ``add_ciphertexts`` (row by row), ``sum_ciphertexts`` (a
+column) and ``sum_ciphertext_groups`` (one sum per list, for engines without
+user-defined aggregates: ``SELECT g, list(c) ... GROUP BY g``) need only the
+public ``n_square`` (``HomPacker.n_square``).
+
 NULL is packed as 0, which is right for SUM; keep whether a value is NULL in
 another column (COUNT(col) tells an all-NULL sum from a zero one).
 """
@@ -59,6 +64,7 @@ from veil.crypto.paillier_wire import (
     add_ciphertexts,
     from_wire,
     parse_array,
+    sum_ciphertext_groups,
     sum_ciphertexts,
     wire_array,
 )
@@ -70,6 +76,7 @@ __all__ = [
     "PaillierKey",
     "PaillierPublicKey",
     "add_ciphertexts",
+    "sum_ciphertext_groups",
     "sum_ciphertexts",
 ]
 
