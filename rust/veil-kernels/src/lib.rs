@@ -8,6 +8,7 @@ pub mod binary;
 pub mod ecb;
 pub mod error;
 pub mod ff1;
+pub mod hgd;
 pub mod ope;
 pub mod rnd;
 pub mod search;
