@@ -189,3 +189,8 @@ def test_packer_from_master_uses_the_scope_key() -> None:
     assert PaillierKey.derive(master, "lineitem.agg", bits=512).public == packer.public
     total = sum_ciphertexts(packer.encrypt([np.array([1, 2]), np.array([3, 4])]), packer.n_square)
     assert packer.decrypt_sums(total) == [3, 7]
+
+
+def test_layout_refuses_values_wider_than_a_slot() -> None:
+    with pytest.raises(DomainError, match=r"\[-128, 128\)"):
+        PackingLayout(8, 2).pack(np.array([[1, 128]]))

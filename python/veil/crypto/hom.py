@@ -117,6 +117,11 @@ class PackingLayout:
     def pack(self, values: np.ndarray) -> list[int]:
         """Signed plaintexts of a ``(ciphertexts, slots)`` int64 matrix."""
         values = np.ascontiguousarray(values, dtype=np.int64)
+        limit = self.slot_limit
+        if self.slot_bits < 64 and values.size and (values.min() < -limit or values.max() >= limit):
+            raise DomainError(
+                "value does not fit its packed slot", domain=f"integers [{-limit}, {limit})"
+            )
         if self.slot_bits % 8 or self.slot_bits > 128:
             return [self._pack_row(row) for row in values.tolist()]
         fields = _biased_fields(values, self.slot_bits)
