@@ -217,3 +217,11 @@ def test_sum_ciphertext_groups_sums_each_list(key: PaillierKey) -> None:
     assert key.decrypt_ints(sum_ciphertext_groups(groups.slice(3), key.public.n_square)) == [12, -2]
     with pytest.raises(MalformedCiphertextError, match="list column"):
         sum_ciphertext_groups(pa.array([a]), key.public.n_square)
+
+
+def test_encryption_known_answers() -> None:
+    for case in json.loads(VECTORS.read_text())["encryptions"]:
+        derived = PaillierKey.from_seed(bytes.fromhex(case["seed"]), case["bits"])
+        c = derived.raw_encrypt(case["m"], bytes.fromhex(case["r_le"]))
+        assert format(c, "x") == case["c"]
+        assert derived.raw_decrypt(c) == case["m"]
