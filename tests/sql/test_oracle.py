@@ -65,6 +65,9 @@ __all__ = ["exp"]
             1,
         ),
         ("SELECT COUNT(*) FROM part WHERE p_size > 10.5", 0),
+        ("SELECT COUNT(*) FROM orders WHERE o_comment LIKE '% special requests %'", 1),
+        ("SELECT COUNT(*) FROM orders WHERE o_comment NOT LIKE '% special requests %'", 0),
+        ("SELECT COUNT(*) FROM orders WHERE o_comment LIKE '%special%requests%'", 0),
         (
             "SELECT COUNT(*) FROM customer LEFT JOIN orders ON c_custkey = o_custkey WHERE o_orderstatus IS NULL",
             0,

@@ -96,7 +96,7 @@ class Session:
         return Result(table.rename_columns(names), len(table), stats, plan)
 
     def plan(self, tree: exp.Expr) -> SplitPlan:
-        return plan_query(tree, self.design, self.encrypt_constant)
+        return plan_query(tree, self.design, self)
 
     def describe(self, tree: exp.Expr) -> list[str]:
         """Output column names; raises QueryError for unknown names or type errors."""
@@ -135,6 +135,13 @@ class Session:
         encoded = encode_scalar(value, enc.sql_type)
         assert encoded is not None
         return self.ciphers.get(self._owners[enc.name], enc).encrypt_one(encoded)
+
+    def search_token(self, word: str, enc: Encryption) -> bytes:
+        cipher = self.ciphers.get(self._owners[enc.name], enc)
+        return cipher.token(word)  # type: ignore[attr-defined]
+
+    def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr:
+        return self.backend.search_match(ciphertexts, token)  # type: ignore[arg-type]
 
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
         cast = f"TRY_CAST(({constant}) AS {sql_type.name})"

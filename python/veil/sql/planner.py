@@ -26,19 +26,20 @@ from veil.design.model import PhysicalDesign
 from veil.sql.columns import BaseColumn, base_columns
 from veil.sql.parse import qualify_query
 from veil.sql.plan import Scan, ServerPredicate, SplitPlan
-from veil.sql.rewrite_server import ConstantEncryptor, rewrite_server
+from veil.sql.prefilter_like import prefilter_like
+from veil.sql.rewrite_server import ServerContext, rewrite_server
 
 LOCAL_PREFIX = "__veil_scan_"
 
 
-def plan_query(tree: exp.Expr, design: PhysicalDesign, encrypt: ConstantEncryptor) -> SplitPlan:
+def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> SplitPlan:
     qualified = qualify_query(tree, design.plaintext_schema())
     if qualified is None:
         return plan_fetch_all(tree, design)
     scopes = traverse_scope(qualified)
     resolved = base_columns(scopes, set(design.tables))
     scans = find_scans(scopes, design, resolved)
-    pushdown_predicates(scopes, scans, resolved, encrypt)
+    pushdown_predicates(scopes, scans, resolved, ctx)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
 
@@ -64,7 +65,7 @@ def pushdown_predicates(
     scopes: list[Scope],
     scans: dict[tuple[int, str], Scan],
     resolved: dict[int, BaseColumn],
-    encrypt: ConstantEncryptor,
+    ctx: ServerContext,
 ) -> None:
     for scope in scopes:
         select = scope.expression
@@ -74,7 +75,9 @@ def pushdown_predicates(
             scan = _single_scan(predicate, scope, scans, resolved)
             if scan is None or (allowed is not None and scan.alias not in allowed):
                 continue
-            rewritten = rewrite_server(predicate, scan, resolved, encrypt)
+            rewritten = rewrite_server(predicate, scan, resolved, ctx) or prefilter_like(
+                predicate, scan, resolved, ctx
+            )
             if rewritten is not None:
                 server, schemes = rewritten
                 scan.predicates.append(ServerPredicate(predicate.sql("duckdb"), server, schemes))

@@ -18,6 +18,7 @@ Nothing here ever writes a plaintext constant into server SQL (fail closed).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from sqlglot import exp
 
@@ -25,8 +26,18 @@ from veil.design.model import DET, OPE, Encryption
 from veil.sql.columns import BaseColumn, is_constant
 from veil.sql.plan import Scan
 
-# encrypt_constant(constant, encryption) -> ciphertext, or None if it cannot be exact
-ConstantEncryptor = Callable[[exp.Expr, Encryption], object | None]
+
+class ServerContext(Protocol):
+    """What rewriting needs from the session: keys (via ciphers) and server functions."""
+
+    def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
+        """The constant's ciphertext under ``enc``, or None if it cannot be exact."""
+        ...
+
+    def search_token(self, word: str, enc: Encryption) -> bytes: ...
+
+    def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr: ...
+
 
 _RANGE_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT,
@@ -37,8 +48,8 @@ _RANGE_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
 
 
 class _Rewriter:
-    def __init__(self, scan: Scan, resolved: dict[int, BaseColumn], encrypt: ConstantEncryptor):
-        self.scan, self.resolved, self.encrypt = scan, resolved, encrypt
+    def __init__(self, scan: Scan, resolved: dict[int, BaseColumn], ctx: ServerContext):
+        self.scan, self.resolved, self.ctx = scan, resolved, ctx
         self.schemes: list[str] = []
 
     def column(self, node: exp.Expr) -> str | None:
@@ -55,7 +66,7 @@ class _Rewriter:
     def constant(self, node: exp.Expr, enc: Encryption) -> exp.Expr | None:
         if not is_constant(node):
             return None
-        value = self.encrypt(node, enc)
+        value = self.ctx.encrypt_constant(node, enc)
         return None if value is None else self.scan.placeholder(value)
 
     def rewrite(self, node: exp.Expr) -> exp.Expr | None:
@@ -69,6 +80,11 @@ class _Rewriter:
             return type(node)(this=left, expression=right)
         if isinstance(node, exp.Not):
             inner = self.rewrite(node.this)
+            return exp.Not(this=inner) if inner is not None else None
+        if node.args.get("negate"):  # sqlglot's form of `x NOT LIKE y` and the like
+            positive = node.copy()
+            positive.set("negate", None)
+            inner = self.rewrite(positive)
             return exp.Not(this=inner) if inner is not None else None
         handler = _HANDLERS.get(type(node))
         return handler(self, node) if handler else None
@@ -155,11 +171,11 @@ def rewrite_server(
     predicate: exp.Expr,
     scan: Scan,
     resolved: dict[int, BaseColumn],
-    encrypt: ConstantEncryptor,
+    ctx: ServerContext,
 ) -> tuple[exp.Expr, list[str]] | None:
     """The server form of ``predicate`` over ``scan``'s table and the schemes it uses."""
     saved = len(scan.params)
-    rewriter = _Rewriter(scan, resolved, encrypt)
+    rewriter = _Rewriter(scan, resolved, ctx)
     server = rewriter.rewrite(predicate)
     if server is None:
         del scan.params[saved:]  # drop ciphertexts of a half-rewritten predicate
