@@ -64,7 +64,7 @@ class StoreModel(RuleBasedStateMachine):
     @precondition(lambda self: self.mode == "append")
     @rule()
     def settle(self) -> None:
-        self.store.settle()  # type: ignore[attr-defined]
+        self.store.settle()
 
     @invariant()
     def everything_visible(self) -> None:
