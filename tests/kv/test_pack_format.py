@@ -13,7 +13,7 @@ from conftest import StoreFactory
 from veil.errors import AuthenticationError, MalformedCiphertextError, WrongKeyError
 from veil.kv import codec
 from veil.kv.envelope import Envelope
-from veil.kv.keys import ROOT_PACK_ID, decode_key, encode_key
+from veil.kv.keys import ROOT_PACK_ID, decode_key, decode_keys, encode_key
 from veil.kv.pack import lookup, parse_entries, serialize_entries
 
 KEY = bytes(range(32))
@@ -30,6 +30,7 @@ def test_int_encoding_preserves_order(keys: list[int]) -> None:
     encoded = [encode_key(k) for k in keys]
     assert sorted(encoded) == [encode_key(k) for k in sorted(keys)]
     assert [decode_key(e) for e in encoded] == keys
+    assert decode_keys(encoded) == keys
     assert min(encoded) > ROOT_PACK_ID
 
 

@@ -64,6 +64,7 @@ from veil.kv.hooks import (
     crash_point,
 )
 from veil.kv.keys import Key
+from veil.kv.packs import Batch, batched
 from veil.kv.store import Store, _value
 
 ROW_KIND = b"row"
@@ -149,6 +150,9 @@ class AppendStore(Store):
                 if row is not None:
                     return self._open_row(epoch, row)
         return self.packs.get(encoded)  # a merge may have moved it meanwhile
+
+    def _range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
+        return batched(self._range(low, high), self.config.pack_rows)
 
     def _range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         # Epochs first, packs second: a merge that runs in between has put

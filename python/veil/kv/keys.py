@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
+
 from veil.errors import ParameterError
 
 Key = int | bytes
@@ -27,6 +29,7 @@ ROOT_PACK_ID = b"\x00"
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 _SIGN = 1 << 63
+_INT_PREFIX = bytes([INT_TAG])
 
 
 def key_kind(key: object) -> KeyKind:
@@ -56,6 +59,20 @@ def decode_key(encoded: bytes) -> Key:
     if tag == BYTES_TAG:
         return encoded[1:]
     raise ParameterError("stored key has an unknown encoding; was it written by Veil?")
+
+
+def decode_keys(encoded: list[bytes]) -> list[Key]:
+    """:func:`decode_key` over a batch; integer keys in one numpy pass."""
+    if not encoded:
+        return []
+    if encoded[0][:1] == _INT_PREFIX:
+        raw = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        if raw.size == 9 * len(encoded):
+            rows = raw.reshape(-1, 9)
+            if (rows[:, 0] == INT_TAG).all():
+                unsigned = rows[:, 1:].copy().view(">u8").ravel()
+                return (unsigned ^ np.uint64(_SIGN)).astype(">u8").view(">i8").tolist()
+    return [decode_key(e) for e in encoded]
 
 
 def encoded_kind(encoded: bytes) -> KeyKind:

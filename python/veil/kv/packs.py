@@ -44,6 +44,7 @@ from veil.kv.layout import Layout
 from veil.kv.pack import Pack, lookup, parse_entries, serialize_entries
 
 PACK_KIND = b"pack"
+Batch = tuple[list[bytes], list[bytes]]  # encoded keys and their values, ascending
 BULK_PACKS = 64  # a bulk load merges at most this many packs' worth into one pack
 
 
@@ -104,14 +105,18 @@ class PackTable:
 
     def range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``low <= encoded key <= high``, ascending (Figure 4)."""
+        for keys, values in self.range_batches(low, high):
+            yield from zip(keys, values, strict=True)
+
+    def range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
+        """The same entries as (keys, values) lists, about one pack per batch."""
         streams = [self._partition_range(p, low, high) for p in range(self.layout.partitions)]
         if len(streams) == 1:
             return streams[0]
-        return heapq.merge(*streams, key=lambda kv: kv[0])
+        pairs = heapq.merge(*(_pairs(s) for s in streams), key=lambda kv: kv[0])
+        return batched(pairs, self.pack_rows)
 
-    def _partition_range(
-        self, partition: int, low: bytes, high: bytes
-    ) -> Iterator[tuple[bytes, bytes]]:
+    def _partition_range(self, partition: int, low: bytes, high: bytes) -> Iterator[Batch]:
         rows: Iterable[Row] = self.backend.scan(self.table, partition, low, high)
         first = self.backend.floor(self.table, partition, low)
         if first is not None and first.key < low:
@@ -119,14 +124,14 @@ class PackTable:
         previous: Row | None = None
         for row in rows:
             if previous is not None:
-                yield from self._pack_slice(partition, previous, low, high, row.key)
+                yield self._pack_slice(partition, previous, low, high, row.key)
             previous = row
         if previous is not None:
-            yield from self._pack_slice(partition, previous, low, high, None)
+            yield self._pack_slice(partition, previous, low, high, None)
 
     def _pack_slice(
         self, partition: int, row: Row, low: bytes, high: bytes, bound: bytes | None
-    ) -> Iterator[tuple[bytes, bytes]]:
+    ) -> Batch:
         # Packs of an ordered layout hold their keys sorted, so the keys in
         # [low, high] below the next packID are one slice; keys at or above
         # the next packID are stale copies and are cut off.
@@ -137,7 +142,7 @@ class PackTable:
             stop = bisect.bisect_left(keys, bound)
         else:
             stop = bisect.bisect_right(keys, high)
-        return zip(keys[start:stop], values[start:stop], strict=True)
+        return keys[start:stop], values[start:stop]
 
     # -- writes (Figure 5) ------------------------------------------------
     def write(self, encoded: bytes, value: bytes | None) -> bool:
@@ -249,6 +254,25 @@ def split_points(count: int, pack_rows: int) -> list[tuple[int, int]]:
     pieces = max(2, -(-count // pack_rows))
     cuts = [-(-i * count // pieces) for i in range(pieces + 1)]
     return [(cuts[i], cuts[i + 1]) for i in range(pieces)]
+
+
+def batched(pairs: Iterable[tuple[bytes, bytes]], size: int) -> Iterator[Batch]:
+    """Regroup a stream of pairs into (keys, values) lists of ``size``."""
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for key, value in pairs:
+        keys.append(key)
+        values.append(value)
+        if len(keys) >= size:
+            yield keys, values
+            keys, values = [], []
+    if keys:
+        yield keys, values
+
+
+def _pairs(batches: Iterable[Batch]) -> Iterator[tuple[bytes, bytes]]:
+    for keys, values in batches:
+        yield from zip(keys, values, strict=True)
 
 
 def _location(partition: int, pack_id: bytes) -> bytes:

@@ -28,9 +28,9 @@ from veil.kv import catalog
 from veil.kv.backends import KVBackend, open_backend
 from veil.kv.codec import codec_id, pad_tiers
 from veil.kv.envelope import Envelope
-from veil.kv.keys import Key, decode_key, encode_key, key_kind
+from veil.kv.keys import Key, decode_keys, encode_key, key_kind
 from veil.kv.layout import Layout
-from veil.kv.packs import PackTable
+from veil.kv.packs import Batch, PackTable
 
 DEFAULT_PACK_ROWS = 50
 DEFAULT_EPOCH_SECONDS = 10.0
@@ -102,10 +102,14 @@ class Store:
         low_e, high_e = self._encode(low, writing=False), self._encode(high, writing=False)
         if low_e is None or high_e is None or low_e > high_e:
             return iter(())
-        return ((decode_key(k), v) for k, v in self._range(low_e, high_e))
+        return self._decoded(self._range_batches(low_e, high_e))
 
-    def _range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
-        return self.packs.range(low, high)
+    def _range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
+        return self.packs.range_batches(low, high)
+
+    def _decoded(self, batches: Iterator[Batch]) -> Iterator[tuple[Key, bytes]]:
+        for keys, values in batches:
+            yield from zip(decode_keys(keys), values, strict=True)
 
     def close(self) -> None:
         if not self._closed:
