@@ -1,15 +1,14 @@
-"""Comparing Veil's answer with plaintext DuckDB's (floats to 1e-9 relative)."""
+"""Oracle helpers: fixture files and Veil-versus-plaintext assertions."""
 
 from __future__ import annotations
 
-import decimal
-import math
 from pathlib import Path
 
 import pyarrow as pa
 
+from veil.sql.compare import difference
+
 FIXTURES = Path(__file__).parent / "fixtures"
-REL_TOL = 1e-9
 
 
 def read_fixture(name: str) -> list[tuple[str, str]]:
@@ -28,34 +27,8 @@ def read_fixture(name: str) -> list[tuple[str, str]]:
     return cases
 
 
-def _close(a: object, b: object) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, float | decimal.Decimal) or isinstance(b, float | decimal.Decimal):
-        x, y = float(a), float(b)  # type: ignore[arg-type]
-        return math.isclose(x, y, rel_tol=REL_TOL, abs_tol=1e-12) or (
-            math.isnan(x) and math.isnan(y)
-        )
-    return a == b
-
-
-def _sort_key(row: tuple[object, ...]) -> tuple[object, ...]:
-    return tuple(
-        (
-            v is None,
-            str(type(v)),
-            round(float(v), 6) if isinstance(v, float | decimal.Decimal) else v,
-        )
-        for v in row
-    )
-
-
 def assert_same(
     veil: pa.Table, expected: list[tuple[object, ...]], ordered: bool, sql: str
 ) -> None:
-    got = [tuple(r.values()) for r in veil.to_pylist()]
-    assert len(got) == len(expected), f"{len(got)} rows from Veil, {len(expected)} expected\n{sql}"
-    if not ordered:
-        got, expected = sorted(got, key=_sort_key), sorted(expected, key=_sort_key)
-    for index, (g, e) in enumerate(zip(got, expected, strict=True)):
-        assert len(g) == len(e) and all(map(_close, g, e)), f"row {index}: {g} != {e}\n{sql}"
+    problem = difference(veil, expected, ordered)
+    assert problem is None, f"{problem}\n{sql}"

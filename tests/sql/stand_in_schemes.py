@@ -76,6 +76,18 @@ class Ope:
     def __init__(self, key: bytes, bits: int, *, signed: bool = True, column: str | None = None):
         self._shift = np.int64(int.from_bytes(key[:2], "big"))
 
+    @classmethod
+    def from_master(
+        cls,
+        master: MasterKey,
+        scope: str,
+        bits: int,
+        *,
+        signed: bool = True,
+        column: str | None = None,
+    ) -> Ope:
+        return cls(master.derive(KeyLabel("ope", scope)), bits, signed=signed, column=column)
+
     def encrypt(self, values: pa.Array) -> pa.Array:
         return _ints(values, lambda x: x * 3 + self._shift)
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from veil.crypto.keys import KeyLabel, MasterKey
+from veil.crypto.keys import MasterKey
 from veil.design.model import DET, OPE, RND, SEARCH, Encryption
 from veil.encoding import bytes_to_int64, int64_to_bytes
 from veil.errors import ParameterError
@@ -70,9 +70,7 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
         return module.DetBytes.from_master(master, encryption.key_scope, column=label)
     if scheme == OPE:
         bits = int(str(encryption.params.get("bits", 64)))
-        ope = module.Ope(
-            master.derive(KeyLabel("ope", encryption.key_scope)), bits, signed=True, column=label
-        )
+        ope = module.Ope.from_master(master, encryption.key_scope, bits, signed=True, column=label)
         return _Int64Cipher(ope)
     if scheme == SEARCH:
         return SearchCipher(module.Search.from_master(master, encryption.key_scope, column=label))

@@ -1,0 +1,18 @@
+"""``veil demo`` end to end, at a small scale factor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_demo_agrees_with_plaintext(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("veil.tpch.queries")
+    from veil.sql.demo import demo
+
+    assert demo(0.01, str(tmp_path))
+    out = capsys.readouterr().out
+    assert "22 of 22 queries gave the plaintext answer" in out
+    assert "bytes received" in out
