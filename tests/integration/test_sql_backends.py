@@ -129,3 +129,36 @@ def test_names_must_be_plain_identifiers(backend: Backend) -> None:
 def test_table_bytes_is_positive_after_load(backend: Backend) -> None:
     backend.bulk_load("t_a1", sample(1000))
     assert backend.table_bytes("t_a1") > 0
+
+
+def test_plaintext_types_round_trip(backend: Backend) -> None:
+    """Plaintext baselines (benchmarks) load decimals, dates and string views too."""
+    import datetime
+    from decimal import Decimal
+
+    data = pa.table(
+        {
+            "d": pa.array(
+                [Decimal("-1234.56"), Decimal("0.01"), None, Decimal("9999999999999.99")],
+                pa.decimal128(15, 2),
+            ),
+            "q": pa.array(
+                [Decimal("1.5"), Decimal("-0.0001"), Decimal("3"), None], pa.decimal128(12, 4)
+            ),
+            "day": pa.array(
+                [
+                    datetime.date(1992, 1, 1),
+                    None,
+                    datetime.date(1970, 1, 1),
+                    datetime.date(2000, 1, 1),
+                ]
+            ),
+            "sv": pa.array(["a", "bb", None, "dddd"], pa.string_view()),
+        }
+    )
+    backend.bulk_load("t_plain", data)
+    back = backend.execute('SELECT * FROM "t_plain"')
+    assert back.column("d").to_pylist() == data.column("d").to_pylist()
+    assert back.column("q").to_pylist() == data.column("q").to_pylist()
+    assert back.column("day").to_pylist() == data.column("day").to_pylist()
+    assert back.column("sv").cast(pa.string()).to_pylist() == ["a", "bb", None, "dddd"]

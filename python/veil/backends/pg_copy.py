@@ -45,22 +45,37 @@ def postgres_type(arrow_type: pa.DataType) -> str:
     """The PostgreSQL column type Veil stores an Arrow column as."""
     if arrow_type in _FIXED:
         return _FIXED[arrow_type][0]
+    if pa.types.is_decimal(arrow_type) and _numeric_fits(arrow_type):
+        return f"numeric({arrow_type.precision}, {arrow_type.scale})"
     variable = _variable_type(arrow_type)
     if variable is not None:
         return _VARIABLE[variable]
     raise BackendError(
         f"the PostgreSQL backend cannot store Arrow type {arrow_type}; server columns are "
-        "integers, floats, booleans, dates, timestamps, binary or text (encode decimals "
-        "as scaled integers)"
+        "integers, floats, booleans, dates, timestamps, binary, text or decimals of at "
+        "most 15 digits"
     )
 
 
 def _variable_type(arrow_type: pa.DataType) -> pa.DataType | None:
     if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
         return pa.binary()
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+    if (
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_string_view(arrow_type)
+    ):
         return pa.string()
+    if pa.types.is_binary_view(arrow_type):
+        return pa.binary()
     return None
+
+
+def _numeric_fits(arrow_type: pa.Decimal128Type) -> bool:
+    """Decimals whose unscaled values, padded to a whole base-10000 digit, fit int64."""
+    return bool(
+        arrow_type.bit_width == 128 and arrow_type.precision + (-arrow_type.scale) % 4 <= 18
+    )
 
 
 def encode_batch(batch: pa.RecordBatch) -> bytes:
@@ -102,7 +117,12 @@ class _Column:
         valid = _validity(array)
         if array.type in _FIXED:
             return cls._fixed(array, valid, np.dtype(_FIXED[array.type][1]))
-        if _variable_type(array.type) is not None:
+        if pa.types.is_decimal(array.type) and _numeric_fits(array.type):
+            return cls._numeric(array, valid)
+        variable = _variable_type(array.type)
+        if variable is not None:
+            if pa.types.is_string_view(array.type) or pa.types.is_binary_view(array.type):
+                array = array.cast(variable)
             return cls._variable(array, valid)
         postgres_type(array.type)  # raises the explanatory error
         raise AssertionError("unreachable")
@@ -112,6 +132,33 @@ class _Column:
         values = _fixed_values(array).astype(dtype, copy=False)
         width = dtype.itemsize
         data = np.ascontiguousarray(values).view(np.uint8)
+        lengths = np.where(valid, width, 0).astype(np.int64)
+        return cls(valid, lengths, data, np.arange(len(array), dtype=np.int64) * width)
+
+    @classmethod
+    def _numeric(cls, array: pa.Array, valid: np.ndarray) -> _Column:
+        """NUMERIC's send form: ndigits, weight, sign, dscale, then base-10000 digits.
+
+        Every value gets the same number of digits (PostgreSQL strips the
+        leading and trailing zero digits on receipt), so the column is fixed-width.
+        """
+        scale = array.type.scale
+        pad = (-scale) % 4  # scale up to a whole number of base-10000 fraction digits
+        groups = (array.type.precision + pad + 3) // 4
+        words = np.frombuffer(array.buffers()[1], "<i8")[
+            2 * array.offset : 2 * (array.offset + len(array)) : 2
+        ]
+        unscaled = np.where(valid, words, 0)  # low words: exact for precision <= 18
+        magnitude = np.abs(unscaled) * np.int64(10**pad)
+        header = [groups, groups - (scale + pad) // 4 - 1, 0, scale]
+        fields = np.empty((len(array), 4 + groups), np.int64)
+        fields[:, :4] = header
+        fields[:, 2] = np.where(unscaled < 0, 0x4000, 0)
+        for digit in range(groups - 1, -1, -1):
+            fields[:, 4 + digit] = magnitude % 10000
+            magnitude //= 10000
+        width = 2 * (4 + groups)
+        data = np.ascontiguousarray(fields.astype(">i2")).view(np.uint8).reshape(-1)
         lengths = np.where(valid, width, 0).astype(np.int64)
         return cls(valid, lengths, data, np.arange(len(array), dtype=np.int64) * width)
 

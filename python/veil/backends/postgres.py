@@ -194,30 +194,26 @@ def _column_definitions(schema: pa.Schema) -> str:
 
 
 def _schema(description: Any) -> pa.Schema:
-    return pa.schema(
-        [pa.field(column.name, _arrow_type(column.type_code)) for column in description]
-    )
+    return pa.schema([pa.field(column.name, _arrow_type(column)) for column in description])
 
 
-def _arrow_type(oid: int) -> pa.DataType:
-    if oid == _NUMERIC_OID:
-        return pa.decimal128(38, 0)  # refined from the values by _numeric_column
-    return _ARROW_OF_OID.get(oid, pa.string())
+def _arrow_type(column: Any) -> pa.DataType:
+    if column.type_code == _NUMERIC_OID:
+        return pa.decimal128(38, column.scale or 0)
+    return _ARROW_OF_OID.get(column.type_code, pa.string())
 
 
 def _to_batch(description: Any, rows: list[Any]) -> pa.RecordBatch:
     """Rows of Python values (from psycopg's binary loaders) as one Arrow batch."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in description]
-    arrays = [
-        _column(values, column.type_code)
-        for values, column in zip(columns, description, strict=True)
-    ]
+    arrays = [_column(values, column) for values, column in zip(columns, description, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, names=[column.name for column in description])
 
 
-def _column(values: tuple[Any, ...], oid: int) -> pa.Array:
+def _column(values: tuple[Any, ...], column: Any) -> pa.Array:
+    oid = column.type_code
     if oid == _NUMERIC_OID:
-        return _numeric_column(values)
+        return _numeric_column(values, column.scale)
     if oid in _ARROW_OF_OID:
         return pa.array(values, type=_ARROW_OF_OID[oid])
     if oid in _JSON_OIDS:
@@ -225,8 +221,13 @@ def _column(values: tuple[Any, ...], oid: int) -> pa.Array:
     return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
-def _numeric_column(values: tuple[Decimal | None, ...]) -> pa.Array:
-    """NUMERIC as decimal128(38, s), s the largest scale present (SUM of bigint: s = 0)."""
+def _numeric_column(values: tuple[Decimal | None, ...], declared: int | None) -> pa.Array:
+    """NUMERIC as decimal128(38, s): s declared by the column's type, else the largest present.
+
+    (SUM of bigint has no declared scale and gives s = 0, like DuckDB's HUGEINT.)
+    """
+    if declared is not None:
+        return pa.array(values, type=pa.decimal128(38, declared))
     scales = [-int(v.as_tuple().exponent) for v in values if v is not None and v.is_finite()]
     scale = max([0, *scales])
     return pa.array(values, type=pa.decimal128(38, min(scale, 38)))

@@ -1,0 +1,1 @@
+"""TPC-H: data generation (through ``tpchgen-cli``) and the 22 queries."""
