@@ -94,7 +94,7 @@ def test_out_of_domain_values_name_the_column_and_domain(bits, signed, bad):
     dtype = np.uint64 if bad >= 2**63 else np.int64
     with pytest.raises(DomainError, match=r"'qty'.*row 1.*\[") as info:
         ope.encrypt(np.array([0, bad], dtype=dtype))
-    assert f"{bits}-bit" in str(info.value)
+    assert f"{bits}-bit" in str(info.value) and info.value.domain == ope.domain
     with pytest.raises(DomainError, match="qty"):
         ope.encrypt(pa.array([bad, 0], pa.uint64() if bad >= 2**63 else pa.int64()))
     with pytest.raises(DomainError, match="qty"):

@@ -29,6 +29,8 @@ the map.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -97,7 +99,7 @@ class Ope:
         plain = _plaintext_array(np.asarray(values))
         if self.binary:
             return self._encrypt_arrow(plain, None)
-        with native_errors(self.column):
+        with self._native_errors():
             return self._cipher.encrypt_int64(plain)
 
     def decrypt(self, values: Column) -> Column:
@@ -110,7 +112,7 @@ class Ope:
         array: np.ndarray = np.asarray(values)
         if array.dtype == object or self.binary:
             return self._decrypt_arrow(pa.array(array, pa.binary())).to_numpy(zero_copy_only=False)
-        with native_errors(self.column):
+        with self._native_errors():
             bits = self._cipher.decrypt_int64(_int64_ciphertexts(array, self.column))
         return bits.view(self._plain_dtype())
 
@@ -135,7 +137,7 @@ class Ope:
     # -- helpers ---------------------------------------------------------------
 
     def _encrypt_arrow(self, plain: np.ndarray, valid: np.ndarray | None) -> pa.Array:
-        with native_errors(self.column):
+        with self._native_errors():
             if not self.binary:
                 out = self._cipher.encrypt_int64(plain, valid)
                 return pa.array(out, pa.int64(), mask=_null_mask(valid))
@@ -144,7 +146,7 @@ class Ope:
 
     def _decrypt_arrow(self, values: pa.Array) -> pa.Array:
         valid = None if values.null_count == 0 else _valid_mask(values)
-        with native_errors(self.column):
+        with self._native_errors():
             if pa.types.is_integer(values.type) and not self.binary:
                 array = _int64_ciphertexts(_arrow_values(values), self.column)
                 bits = self._cipher.decrypt_int64(array, valid)
@@ -166,6 +168,16 @@ class Ope:
 
     def _plain_type(self) -> pa.DataType:
         return pa.from_numpy_dtype(self._plain_dtype())
+
+    @contextmanager
+    def _native_errors(self) -> Iterator[None]:
+        """Native errors as Veil's; the message already names the domain."""
+        try:
+            with native_errors(self.column):
+                yield
+        except DomainError as exc:
+            exc.domain = self.domain
+            raise
 
     def _where(self) -> str:
         return f"column {self.column!r}: " if self.column else ""

@@ -46,8 +46,8 @@ use crate::KernelError;
 const MEMO_DEPTH: u32 = 18;
 /// Marks a memo slot not yet computed (a split is at most 2^64).
 const UNKNOWN: u128 = u128::MAX;
-/// Plaintext/ciphertext pairs cached before the caches are emptied.
-const CACHE_LIMIT: usize = 1 << 21;
+/// Plaintext/ciphertext pairs cached before the caches are emptied (~60 MB).
+const CACHE_LIMIT: usize = 1 << 20;
 /// Version byte of the binary ciphertext form.
 pub const VERSION: u8 = 0x01;
 
