@@ -86,3 +86,22 @@ def test_packed_sums_and_rows_round_trip(case: tuple[HomPacker, list[np.ndarray]
     rows = len(table[0])
     for got, want in zip(packer.decrypt_rows(ciphertexts, rows), table, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+SUBSET_PACKER = HomPacker(KEY, 16, 2, max_summands=64)  # 24-bit slots, 10 rows each
+SUBSET_ROWS = 64
+SUBSET_TABLE = [np.arange(SUBSET_ROWS) * 7 - 200, np.arange(SUBSET_ROWS) % 5 - 2]
+SUBSET_STORED = SUBSET_PACKER.encrypt(SUBSET_TABLE)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sets(st.integers(0, SUBSET_ROWS - 1)))
+def test_subset_sum_from_whole_and_partial_ciphertexts(matching: set[int]) -> None:
+    packer, stored = SUBSET_PACKER, SUBSET_STORED
+    rows = np.array(sorted(matching), dtype=np.int64)
+    full, partial = packer.split_selection(rows, SUBSET_ROWS)
+    total = packer.decrypt_sums(sum_ciphertexts(stored.take(pa.array(full)), packer.n_square))
+    for index, positions in partial.items():
+        extra = packer.decrypt_sums(stored[index].as_py(), positions=positions)
+        total = [t + e for t, e in zip(total, extra, strict=True)]
+    assert total == [int(column[rows].sum()) for column in SUBSET_TABLE]
