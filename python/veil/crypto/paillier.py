@@ -25,6 +25,9 @@ Choices, and why:
   van Oorschot–Wiener attack could peel off first. ``h_s^r`` comes from a
   fixed-base table of 8-bit windows, ``table[i][j] = h_s^(j * 2^(8i))``
   (7.3 MB for 2048-bit n), so one encryption is 56 multiplications mod n^2.
+  Caveat: semantic security then rests on DCR *and* on ``h_s^r`` with a short
+  ``r`` being indistinguishable from a random n-th residue (DJN's assumption),
+  not on DCR alone.
 * **CRT decryption** with ``hp``, ``hq`` precomputed (Paillier 1999, §7).
 """
 
