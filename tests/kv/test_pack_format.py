@@ -132,3 +132,24 @@ def test_point_lookup_matches_full_parse(name: str, entries: dict[bytes, bytes])
     for key in [*entries, b"absent", b""]:
         inflater = codec.Inflater(codec.codec_id(name), compressed)
         assert lookup(inflater, key) == entries.get(key)
+
+
+def test_pack_cache_never_serves_a_tampered_pack(open_store: StoreFactory) -> None:
+    store = open_store(pack_cache=16)
+    store.put(1, b"secret")
+    assert store.get(1) == b"secret"  # the pack is now cached
+    assert store.get(1) == b"secret"
+    backend, table = store.backend, store.packs.table
+    row = next(iter(backend.scan(table, 0)))
+    tampered = row.value[:-1] + bytes([row.value[-1] ^ 0x01])
+    backend.update_if(table, 0, row.key, tampered, row.tag, row.tag)  # same tag column
+    with pytest.raises(AuthenticationError):
+        store.get(1)
+
+
+def test_uncached_store_reads_the_same(open_store: StoreFactory) -> None:
+    writer = open_store(pack_rows=4)
+    writer.put_many({k: b"%d" % k for k in range(50)})
+    reader = open_store(pack_cache=0)
+    assert [reader.get(k) for k in (0, 17, 49, 50)] == [b"0", b"17", b"49", None]
+    assert dict(reader.range(10, 12)) == {10: b"10", 11: b"11", 12: b"12"}

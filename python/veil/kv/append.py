@@ -56,7 +56,7 @@ from veil.kv.em import (
     EpochManager,
     EpochStat,
 )
-from veil.kv.envelope import Envelope, stored_tag
+from veil.kv.envelope import Envelope
 from veil.kv.hooks import (
     DELETE_AFTER_STATUS,
     MERGE_AFTER_FIRST_PACK,
@@ -84,10 +84,11 @@ class AppendStore(Store):
         envelope: Envelope,
         *,
         background: bool,
+        pack_cache: int,
         clock: Callable[[], float] | None,
         client_id: str | None,
     ):
-        super().__init__(backend, master, table, config, envelope)
+        super().__init__(backend, master, table, config, envelope, pack_cache=pack_cache)
         self.envelope = envelope
         self.clock = clock or time.time
         self.epochs_table = self._base + "e"
@@ -133,7 +134,8 @@ class AppendStore(Store):
         epoch = self.current_epoch()
         location = epoch.to_bytes(8, "big") + encoded
         stored = self.envelope.seal(ROW_KIND, location, record)
-        self.backend.upsert(self.epochs_table, epoch, encoded, stored, stored_tag(stored))
+        # Epoch rows are never updated-if; their GCM tag serves as row tag.
+        self.backend.upsert(self.epochs_table, epoch, encoded, stored, stored[-16:])
 
     # -- reads ----------------------------------------------------------------
     def get(self, key: Key) -> bytes | None:

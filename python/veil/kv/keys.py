@@ -30,6 +30,7 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 _SIGN = 1 << 63
 _INT_PREFIX = bytes([INT_TAG])
+_BYTES_PREFIX = bytes([BYTES_TAG])
 
 
 def key_kind(key: object) -> KeyKind:
@@ -41,14 +42,17 @@ def key_kind(key: object) -> KeyKind:
     return "int" if isinstance(key, int) else "bytes"
 
 
-def encode_key(key: Key) -> bytes:
-    """The order-preserving byte form of ``key`` (see the module docstring)."""
-    if key_kind(key) == "int":
+def encode_key(key: Key, kind: KeyKind | None = None) -> bytes:
+    """The order-preserving byte form of ``key`` (see the module docstring).
+
+    ``kind`` is :func:`key_kind` of ``key`` when the caller already knows it.
+    """
+    if (kind or key_kind(key)) == "int":
         assert isinstance(key, int)
         if not INT64_MIN <= key <= INT64_MAX:
             raise ParameterError(f"integer key {key} is outside the signed 64-bit range")
-        return bytes([INT_TAG]) + ((key + _SIGN) & (2**64 - 1)).to_bytes(8, "big")
-    return bytes([BYTES_TAG]) + bytes(key)
+        return _INT_PREFIX + (key + _SIGN).to_bytes(8, "big")
+    return _BYTES_PREFIX + bytes(key)
 
 
 def decode_key(encoded: bytes) -> Key:

@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from veil.kv.backends.base import KVBackend, Row
+from veil.kv.cache import Entry, PackCache
 from veil.kv.codec import Inflater
 from veil.kv.envelope import Envelope, stored_tag
 from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT, crash_point
@@ -59,7 +60,9 @@ class PackTable:
         layout: Layout,
         pack_rows: int,
         max_keys: int,
+        cache: PackCache | None = None,
     ):
+        self.cache = cache or PackCache(0)
         self.backend = backend
         self.table = table
         self.envelope = envelope
@@ -68,9 +71,20 @@ class PackTable:
         self.max_keys = max_keys
 
     # -- pack I/O -------------------------------------------------------
+    def open_entries(self, partition: int, row: Row) -> Entry:
+        """(keys, values, key -> value) of a stored pack, through the cache."""
+        cache_key = PackCache.key(partition, row.key, row.value)
+        entry = self.cache.get(cache_key)
+        if entry is None:
+            plaintext = self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
+            keys, values = parse_entries(plaintext)
+            entry = (keys, values, dict(zip(keys, values, strict=True)))
+            self.cache.put(cache_key, entry)
+        return entry
+
     def open_pack(self, partition: int, row: Row) -> Pack:
-        plaintext = self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
-        return Pack.parse(plaintext)
+        """A private, modifiable copy of a stored pack's plaintext."""
+        return Pack(dict(self.open_entries(partition, row)[2]))
 
     def seal_pack(
         self, partition: int, pack_id: bytes, entries: Iterable[tuple[bytes, bytes]]
@@ -98,7 +112,9 @@ class PackTable:
         return self.lookup(partition, row, encoded)
 
     def lookup(self, partition: int, row: Row, encoded: bytes) -> bytes | None:
-        """One key's value in a stored pack, inflating only what it needs."""
+        """One key's value in a stored pack (without a cache: inflating only what it needs)."""
+        if self.cache.capacity > 0:
+            return self.open_entries(partition, row)[2].get(encoded)
         location = _location(partition, row.key)
         codec_id, compressed = self.envelope.open_compressed(PACK_KIND, location, row.value)
         return lookup(Inflater(codec_id, compressed), encoded)
@@ -135,8 +151,7 @@ class PackTable:
         # Packs of an ordered layout hold their keys sorted, so the keys in
         # [low, high] below the next packID are one slice; keys at or above
         # the next packID are stale copies and are cut off.
-        plaintext = self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
-        keys, values = parse_entries(plaintext)
+        keys, values, _ = self.open_entries(partition, row)
         start = bisect.bisect_left(keys, low)
         if bound is not None and bound <= high:
             stop = bisect.bisect_left(keys, bound)

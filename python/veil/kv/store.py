@@ -26,6 +26,7 @@ from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
 from veil.errors import ParameterError
 from veil.kv import catalog
 from veil.kv.backends import KVBackend, open_backend
+from veil.kv.cache import PackCache
 from veil.kv.codec import codec_id, pad_tiers
 from veil.kv.envelope import Envelope
 from veil.kv.keys import Key, decode_keys, encode_key, key_kind
@@ -34,6 +35,7 @@ from veil.kv.packs import Batch, PackTable
 
 DEFAULT_PACK_ROWS = 50
 DEFAULT_EPOCH_SECONDS = 10.0
+DEFAULT_PACK_CACHE = 1024  # packs; memory ~ this x one pack's plaintext
 MODES = ("generic", "append")
 
 
@@ -48,6 +50,7 @@ class Store:
         config: catalog.TableConfig,
         envelope: Envelope,
         *,
+        pack_cache: int = DEFAULT_PACK_CACHE,
         owns_backend: bool = True,
     ):
         self.backend = backend
@@ -65,6 +68,7 @@ class Store:
             self.layout,
             config.pack_rows,
             config.max_keys,
+            PackCache(pack_cache),
         )
         backend.ensure_table(self.packs.table)
         self._closed = False
@@ -133,23 +137,23 @@ class Store:
 
     # -- keys -------------------------------------------------------------
     def _encode(self, key: Key, *, writing: bool) -> bytes | None:
-        """Encode ``key``; None when the table is empty of that key type (reads)."""
+        """Encode ``key``; None when the table holds no key yet (reads)."""
         kind = key_kind(key)
-        if self.config.key_kind is None:
-            self._refresh_key_kind()
-        if self.config.key_kind is None and not writing:
-            return None
-        if self.config.key_kind is not None and self.config.key_kind != kind:
-            raise ParameterError(
-                f"key-value table {self.table!r} holds {self.config.key_kind} keys; "
-                f"got a {kind} key (one table holds one key type)"
-            )
-        return encode_key(key)
+        if self.config.key_kind != kind:
+            if self.config.key_kind is None:
+                self._refresh_key_kind()
+            if self.config.key_kind is None:
+                if not writing:
+                    return None
+                self.config = catalog.record_key_kind(self.backend, self._base, self.config, kind)
+            if self.config.key_kind != kind:
+                raise ParameterError(
+                    f"key-value table {self.table!r} holds {self.config.key_kind} keys; "
+                    f"got a {kind} key (one table holds one key type)"
+                )
+        return encode_key(key, kind)
 
     def _encode_for_write(self, key: Key) -> bytes:
-        kind = key_kind(key)
-        if self.config.key_kind is None:
-            self.config = catalog.record_key_kind(self.backend, self._base, self.config, kind)
         encoded = self._encode(key, writing=True)
         assert encoded is not None
         return encoded
@@ -175,6 +179,7 @@ def open(
     epoch_seconds: float | None = None,
     clock: Callable[[], float] | None = None,
     client_id: str | None = None,
+    pack_cache: int = DEFAULT_PACK_CACHE,
 ) -> Store:
     """Open (creating if needed) the MiniCrypt table ``table`` at ``url``.
 
@@ -187,7 +192,8 @@ def open(
     (epoch length, default 10, fixed when the table is created; must exceed
     the time keys may arrive out of order plus client clock drift), ``background`` (run merges and epoch management in a
     background thread; tests turn it off and call ``maintain()``), ``clock``
-    and ``client_id`` (for tests).
+    and ``client_id`` (for tests). ``pack_cache`` is how many opened packs
+    this client keeps in memory (0 = none; see :mod:`veil.kv.cache`).
     """
     if mode not in MODES:
         raise ParameterError(f"unknown mode {mode!r}; use 'generic' or 'append'")
@@ -213,7 +219,7 @@ def open(
         _check_fixed(table, config, pack_rows=pack_rows, epoch_seconds=epoch_seconds)
         envelope = Envelope(master.derive(KeyLabel("kv-pack", table)), table, compression, tiers)
         if mode == "generic":
-            return Store(backend, master, table, config, envelope)
+            return Store(backend, master, table, config, envelope, pack_cache=pack_cache)
         from veil.kv.append import AppendStore
 
         return AppendStore(
@@ -223,6 +229,7 @@ def open(
             config,
             envelope,
             background=background,
+            pack_cache=pack_cache,
             clock=clock,
             client_id=client_id,
         )
