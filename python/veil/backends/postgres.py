@@ -13,6 +13,7 @@ Veil's server functions come from the ``veil`` C extension
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ _ARROW_OF_OID: dict[int, pa.DataType] = {
     1184: pa.timestamp("us", tz="UTC"),
 }
 _NUMERIC_OID = 1700
+_FETCH_ROWS = 65536
 _JSON_OIDS = (114, 3802)
 
 
@@ -84,12 +86,14 @@ class PostgresBackend(StagedBackend):
     # -- statements ---------------------------------------------------------
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
-        cursor = self._cursor(sql, params)
-        if cursor.description is None:
-            return pa.table({})
-        return pa.Table.from_batches(
-            [_to_batch(cursor.description, cursor.fetchall())], _schema(cursor.description)
-        )
+        with self._cursor(sql, params) as cursor:
+            description = cursor.description
+            if description is None:
+                return pa.table({})
+            batches = []
+            while rows := cursor.fetchmany(_FETCH_ROWS):
+                batches.append(_to_batch(description, rows))
+        return _concatenated(batches, _schema(description))
 
     def execute_batches(
         self, sql: str, params: Params = None, *, batch_rows: int = 65536
@@ -114,6 +118,7 @@ class PostgresBackend(StagedBackend):
             chunk = first
             while chunk:
                 yield _to_batch(description, chunk)
+                del chunk  # let the rows' objects go before the next chunk arrives
                 try:
                     chunk = list(itertools.islice(rows, batch_rows))
                 except psycopg.Error as exc:
@@ -204,10 +209,34 @@ def _arrow_type(column: Any) -> pa.DataType:
 
 
 def _to_batch(description: Any, rows: list[Any]) -> pa.RecordBatch:
-    """Rows of Python values (from psycopg's binary loaders) as one Arrow batch."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in description]
-    arrays = [_column(values, column) for values, column in zip(columns, description, strict=True)]
+    """Rows of Python values (from psycopg's binary loaders) as one Arrow batch.
+
+    The cyclic garbage collector is paused meanwhile: transposing rows makes
+    millions of short-lived tuples, none of them cyclic, and the collections
+    they trigger otherwise cost several times the transposition itself.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        columns = list(zip(*rows, strict=True)) if rows else [() for _ in description]
+        arrays = [_column(values, col) for values, col in zip(columns, description, strict=True)]
+    finally:
+        if was_enabled:
+            gc.enable()
     return pa.RecordBatch.from_arrays(arrays, names=[column.name for column in description])
+
+
+def _concatenated(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """One table from batches whose undeclared NUMERIC scales may differ."""
+    if not batches:
+        return schema.empty_table()
+    fields = list(batches[0].schema)
+    for index, field in enumerate(fields):
+        if pa.types.is_decimal(field.type):
+            scale = max(batch.schema.field(index).type.scale for batch in batches)
+            fields[index] = pa.field(field.name, pa.decimal128(38, scale))
+    unified = pa.schema(fields)
+    return pa.Table.from_batches([batch.cast(unified) for batch in batches], unified)
 
 
 def _column(values: tuple[Any, ...], column: Any) -> pa.Array:
