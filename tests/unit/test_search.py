@@ -171,5 +171,14 @@ def test_like_pattern_words(pattern: str, words: list[str]) -> None:
     assert like_pattern_words(pattern, escape=escape) == words
 
 
+def test_like_tokens_prefilter_without_missing_rows(search: Search) -> None:
+    texts = pa.array(["the big cat", "a big cat!", "big catalogue", "cat big", None])
+    stored = search.encrypt(texts)
+    tokens = search.like_tokens("% big cat%")
+    assert tokens == [search.token("big")]
+    assert search_match(stored, tokens[0]).to_pylist() == [True, True, True, True, None]
+    assert search.like_tokens("%cat%") == []
+
+
 def _words(stored: bytes) -> list[bytes]:
     return [stored[i : i + WORD_BYTES] for i in range(1, len(stored), WORD_BYTES)]

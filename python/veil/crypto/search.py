@@ -5,7 +5,8 @@ the server, given a token for one word, tells which rows hold that word and
 learns nothing else about them. Before any token is issued the stored words
 are indistinguishable from random: equal words in different rows encrypt
 differently. After a query the server knows which rows hold the queried
-word (and can re-test new rows against that token).
+word (and can re-test new rows against that token). At rest a row's length
+(``1 + 16 * n``) does reveal ``n``, its number of distinct words.
 
 Scheme (SWP 2000, §4.4, with 16-byte words split 8 + 8; details in the Rust
 module ``veil_kernels::search``): ``X = CMAC(K_pre, word) = L || R``,
@@ -84,6 +85,14 @@ class Search:
         """The token for one word (any case); refuses text that is not one word."""
         with native_errors(column=self.column):
             return _native.search_token(self._key, word)
+
+    def like_tokens(self, pattern: str, *, escape: str | None = None) -> list[bytes]:
+        """Tokens for the words every value matching ``LIKE pattern`` must hold.
+
+        A row matches the pattern only if it matches all of these tokens; an
+        empty list means SEARCH cannot narrow this pattern down.
+        """
+        return [self.token(word) for word in like_pattern_words(pattern, escape=escape)]
 
     def _encrypt_array(self, array: pa.Array) -> pa.BinaryArray:
         buffers = column_buffers(array)

@@ -14,7 +14,8 @@
 //! computing `T = C XOR X` and checking `T[8..] == F_k(T[..8])`. A word that
 //! is not the token's word passes with probability 2^-64. Because `S` is
 //! random, stored ciphertexts reveal nothing (not even equal words across
-//! rows) until a token is used. SWP's `E(W)` is a block cipher so that words
+//! rows) until a token is used; a row's length does reveal how many
+//! distinct words it has. SWP's `E(W)` is a block cipher so that words
 //! can be decrypted; Veil keeps the text itself under RND, so a PRF (CMAC)
 //! serves and also takes words of any length.
 //!
