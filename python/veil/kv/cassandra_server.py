@@ -28,6 +28,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -410,6 +411,52 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def memory_budget(megabytes: int | None) -> Iterator[Path | None]:
+    """A memory cgroup capped at ``megabytes`` (page cache included), or None if no cap.
+
+    The group is created below this process's own cgroup (cgroup v2
+    ``memory.max`` or v1 ``memory.limit_in_bytes``) and removed afterwards; the
+    server must have been stopped by then.
+    """
+    if megabytes is None:
+        yield None
+        return
+    group = _create_memory_group(megabytes * 2**20)
+    try:
+        yield group
+    finally:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def _create_memory_group(limit: int) -> Path:
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    own = _own_cgroup("" if v2.exists() else "memory")
+    base = Path("/sys/fs/cgroup") if v2.exists() else Path("/sys/fs/cgroup/memory")
+    if own is None or not (base / own.lstrip("/")).is_dir():
+        raise CassandraServerError("no memory cgroup found for this process; run without a budget")
+    group = base / own.lstrip("/") / f"veil-cassandra-{os.getpid()}"
+    try:
+        group.mkdir(exist_ok=True)
+        limit_file = "memory.max" if v2.exists() else "memory.limit_in_bytes"
+        (group / limit_file).write_text(str(limit))
+    except OSError as exc:
+        raise CassandraServerError(
+            f"cannot create a memory cgroup at {group} ({exc}); run as root with cgroup "
+            "memory control delegated, or without a memory budget"
+        ) from exc
+    return group
+
+
+def _own_cgroup(controller: str) -> str | None:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(",") or (not controller and controllers == ""):
+            return path
+    return None
 
 
 def status(directory: Path | None = None) -> ServerInfo | None:

@@ -11,6 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = kv.add_subparsers(dest="kv_command", required=True, metavar="KV_COMMAND")
     _register_cassandra(commands)
     _register_packsize(commands)
+    _register_bench(commands)
 
 
 def _register_cassandra(commands: argparse._SubParsersAction) -> None:
@@ -67,4 +68,31 @@ def _packsize(args: argparse.Namespace) -> int:
 
     result = packsize.run(args.dataset, limit=args.limit, json_path=args.json, png_path=args.png)
     print("\n".join(packsize.summary_lines(result)))
+    return 0
+
+
+def _register_bench(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "bench", help="YCSB-style workloads: Veil packs vs per-row encryption vs plaintext"
+    )
+    parser.add_argument("--backend", choices=("sqlite", "cassandra"), default="sqlite")
+    parser.add_argument("--url", default=None, help="store URL (default: a fresh local store)")
+    parser.add_argument("--dataset", default="debian-packages", help="records used as values")
+    parser.add_argument("--records", type=int, default=20_000, help="records loaded per client")
+    parser.add_argument("--ops", type=int, default=2_000, help="operations per workload")
+    parser.add_argument("--seconds", type=float, default=20.0, help="time cap per workload")
+    parser.add_argument(
+        "--memory-mb", type=int, default=None, help="Cassandra in a memory cgroup of this size"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
+    parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
+    parser.set_defaults(handler=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from veil.kv import bench
+
+    result = bench.run(bench.BenchConfig.from_args(args))
+    bench.write_outputs(result, args.json, args.png)
+    print("\n".join(bench.summary_lines(result)))
     return 0

@@ -47,6 +47,7 @@ from cassandra.cluster import (
     Cluster,
     ExecutionProfile,
     NoHostAvailable,
+    ResponseFuture,
     Session,
 )
 from cassandra.policies import RoundRobinPolicy
@@ -156,8 +157,10 @@ class CassandraBackend:
         *,
         limit: int | None = None,
     ) -> Iterator[Row]:
+        # Not a generator: the first page is requested now, so a caller that
+        # opens one scan per partition before reading any has them all in flight.
         if limit is not None and limit <= 0:
-            return
+            return iter(())
         params: tuple[Any, ...]
         if low is not None and high is not None:
             name, params = "scan", (partition, low, high)
@@ -167,11 +170,8 @@ class CassandraBackend:
             name, params = "scan_to", (partition, high)
         else:
             name, params = "scan_all", (partition,)
-        # The driver pages lazily (PAGE_ROWS per round trip) as we iterate.
-        for count, row in enumerate(self._execute(table, name, params), start=1):
-            yield Row(row[0] or b"", row[1] or b"", row[2] or b"")
-            if limit is not None and count >= limit:
-                return
+        future = self._live().execute_async(self._statement(table, name), params)
+        return _rows(future, limit)
 
     # -- writes ---------------------------------------------------------
     def insert_if_not_exists(
@@ -279,6 +279,14 @@ class CassandraBackend:
     def _first(rows: Any) -> Row | None:
         row = rows.one()
         return None if row is None else Row(row[0] or b"", row[1] or b"", row[2] or b"")
+
+
+def _rows(future: ResponseFuture, limit: int | None) -> Iterator[Row]:
+    # The result set fetches further pages (PAGE_ROWS each) lazily as we iterate.
+    for count, row in enumerate(future.result(), start=1):
+        yield Row(row[0] or b"", row[1] or b"", row[2] or b"")
+        if limit is not None and count >= limit:
+            return
 
 
 # One driver session per (process, contact points): connecting costs ~0.1 s and

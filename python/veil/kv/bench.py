@@ -1,0 +1,418 @@
+"""``veil kv bench``: YCSB-style workloads for Veil packs and two baselines (paper 002, §8).
+
+Three clients run the same workloads over the same backend, one after the
+other, single-threaded (see :mod:`veil.kv.bench_clients`): ``veil`` (MiniCrypt
+packs of ``pack_rows`` rows), ``per_row`` (every row compressed and encrypted
+on its own, the paper's encrypted baseline) and ``vanilla`` (plaintext rows).
+
+Workloads (each stops after ``ops`` operations or ``seconds``, whichever first):
+
+* ``point_uniform`` / ``point_zipfian``: 100% ``get`` of loaded keys, uniform or
+  scrambled Zipfian (YCSB's constant 0.99).
+* ``range_1000``: ``range(k, k + 999)``, 1,000 keys each (YCSB short ranges).
+* ``write_generic``: 100% overwrites of loaded keys (GENERIC mode: read pack,
+  update-if; baselines: blind writes).
+* ``write_append``: 100% inserts of new, increasing keys (APPEND mode, with
+  its background merges running; baselines: blind inserts).
+* ``read_latest``: 50% inserts, 50% ``get`` of recently inserted keys (YCSB
+  workload D's "latest" distribution), APPEND mode.
+
+Every read is checked against the value written, so a fast wrong answer
+cannot pass. ``server_bytes`` is the logical size the server stores for the
+loaded table (keys + values + tags). Only 127.0.0.1 is contacted: by default a
+temporary SQLite file or a private Cassandra started for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import numpy as np
+
+import veil.kv
+from veil.crypto.keys import KeyLabel, MasterKey
+from veil.errors import ParameterError
+from veil.kv.backends import open_backend
+from veil.kv.bench_clients import PackClient, RowClient
+from veil.kv.envelope import Envelope
+
+CLIENTS = ("veil", "per_row", "vanilla")
+WORKLOADS = (
+    "point_uniform",
+    "point_zipfian",
+    "range_1000",
+    "write_generic",
+    "write_append",
+    "read_latest",
+)
+RANGE_KEYS = 1000
+ZIPF_THETA = 0.99
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# One throwaway key per benchmark process: a store is one database, one key.
+MASTER = MasterKey.generate()
+
+
+class Client(Protocol):
+    name: str
+
+    def get(self, key: int) -> bytes | None: ...
+    def put(self, key: int, value: bytes) -> None: ...
+    def put_many(self, items: Any) -> None: ...
+    def range(self, low: int, high: int) -> Iterator[tuple[int, bytes]]: ...
+    def stored_bytes(self) -> int: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class BenchConfig:
+    backend: str = "sqlite"
+    url: str | None = None
+    dataset: str = "debian-packages"
+    records: int = 20_000
+    ops: int = 2_000
+    seconds: float = 20.0
+    pack_rows: int = 50
+    compression: str = "zlib"
+    epoch_seconds: float = 2.0
+    memory_mb: int | None = None
+    seed: int = 42
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BenchConfig:
+        return cls(
+            backend=args.backend,
+            url=args.url,
+            dataset=args.dataset,
+            records=args.records,
+            ops=args.ops,
+            seconds=args.seconds,
+            memory_mb=args.memory_mb,
+        )
+
+
+@dataclass
+class Outcome:
+    """What one client did in one workload."""
+
+    latencies_ns: list[int]
+    seconds: float
+    wrong: int = 0
+
+    def summary(self) -> dict[str, float | int]:
+        lat = np.array(self.latencies_ns, dtype=np.float64) / 1e6
+        ops = len(self.latencies_ns)
+        return {
+            "ops": ops,
+            "seconds": round(self.seconds, 3),
+            "ops_per_s": round(ops / self.seconds, 1) if self.seconds else 0.0,
+            "p50_ms": round(float(np.percentile(lat, 50)), 3) if ops else 0.0,
+            "p95_ms": round(float(np.percentile(lat, 95)), 3) if ops else 0.0,
+            "p99_ms": round(float(np.percentile(lat, 99)), 3) if ops else 0.0,
+            "wrong_answers": self.wrong,
+        }
+
+
+class Clock:
+    """Runs operations until ``ops`` are done or ``seconds`` have passed."""
+
+    def __init__(self, ops: int, seconds: float):
+        self.ops, self.seconds = ops, seconds
+
+    def run(self, operation: Callable[[int], bool]) -> Outcome:
+        latencies: list[int] = []
+        wrong = 0
+        started = time.perf_counter()
+        deadline = started + self.seconds
+        for i in range(self.ops):
+            begin = time.perf_counter_ns()
+            ok = operation(i)
+            latencies.append(time.perf_counter_ns() - begin)
+            wrong += not ok
+            if time.perf_counter() > deadline:
+                break
+        return Outcome(latencies, time.perf_counter() - started, wrong)
+
+
+def zipfian_ranks(count: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` draws of ranks 0..count-1 with P(rank i) ~ 1 / (i + 1)^theta."""
+    weights = 1.0 / np.arange(1, count + 1, dtype=np.float64) ** ZIPF_THETA
+    return rng.choice(count, size=size, p=weights / weights.sum())
+
+
+@dataclass
+class Plan:
+    """Pre-drawn keys and values, identical for every client."""
+
+    values: list[bytes]
+    uniform: np.ndarray
+    zipfian: np.ndarray
+    range_lows: np.ndarray
+    overwrite_keys: np.ndarray
+    latest_offsets: np.ndarray
+
+    @classmethod
+    def draw(cls, values: list[bytes], ops: int, seed: int) -> Plan:
+        rng = np.random.default_rng(seed)
+        n = len(values)
+        scramble = rng.permutation(n)  # YCSB scrambles Zipfian ranks over the key space
+        return cls(
+            values=values,
+            uniform=rng.integers(0, n, ops),
+            zipfian=scramble[zipfian_ranks(n, ops, rng)],
+            range_lows=rng.integers(0, max(1, n - RANGE_KEYS), ops),
+            overwrite_keys=rng.integers(0, n, ops),
+            latest_offsets=zipfian_ranks(min(n, 10_000), ops, rng),
+        )
+
+    def value(self, i: int) -> bytes:
+        return self.values[i % len(self.values)]
+
+
+def run_workload(name: str, client: Client, plan: Plan, clock: Clock, state: dict) -> Outcome:
+    """One workload on one client; ``state`` carries the next APPEND key between workloads."""
+    n = len(plan.values)
+    expected = plan.values
+    if name in ("point_uniform", "point_zipfian"):
+        keys = plan.uniform if name == "point_uniform" else plan.zipfian
+        return clock.run(lambda i: client.get(int(keys[i])) == expected[int(keys[i])])
+    if name == "range_1000":
+
+        def scan(i: int) -> bool:
+            low = int(plan.range_lows[i])
+            rows = list(client.range(low, low + RANGE_KEYS - 1))
+            return len(rows) == min(RANGE_KEYS, n - low) and rows[0][1] == expected[low]
+
+        return clock.run(scan)
+    if name == "write_generic":
+
+        def overwrite(i: int) -> bool:
+            key = int(plan.overwrite_keys[i])
+            client.put(key, expected[key])  # same value: later reads stay checkable
+            return True
+
+        return clock.run(overwrite)
+    if name == "write_append":
+
+        def append(i: int) -> bool:
+            client.put(state["next"], plan.value(state["next"]))
+            state["next"] += 1
+            return True
+
+        return clock.run(append)
+    return clock.run(lambda i: _read_latest_step(client, plan, state, i))
+
+
+def _read_latest_step(client: Client, plan: Plan, state: dict, i: int) -> bool:
+    if i % 2 == 0:
+        client.put(state["next"], plan.value(state["next"]))
+        state["next"] += 1
+        return True
+    inserted = state["next"] - state["first"]
+    if inserted <= 0:
+        return True
+    key = state["next"] - 1 - int(plan.latest_offsets[i]) % inserted
+    return client.get(key) == plan.value(key)
+
+
+@contextlib.contextmanager
+def store_url(config: BenchConfig) -> Iterator[tuple[str, dict]]:
+    """A fresh store on 127.0.0.1 for this run, and facts about its server."""
+    if config.url:
+        host = urlsplit(config.url).hostname
+        if host not in LOOPBACK:
+            raise ParameterError(f"the benchmark talks only to 127.0.0.1; got host {host!r}")
+        yield _fresh_keyspace(config.url), {"server": "given"}
+        return
+    with tempfile.TemporaryDirectory(prefix="veil-kv-bench-") as work:
+        if config.backend == "sqlite":
+            yield f"sqlite:///{work}/bench.db", {"server": "sqlite file"}
+            return
+        from veil.kv import cassandra_server
+
+        directory = Path(work) / "cassandra"
+        with cassandra_server.memory_budget(config.memory_mb) as cgroup:
+            info = cassandra_server.start(directory, preexec_cgroup=cgroup)
+            try:
+                facts = {"server": "private cassandra", "memory_mb": config.memory_mb}
+                yield f"cassandra://{info.contact}/bench", facts
+            finally:
+                cassandra_server.stop(directory)
+
+
+def _fresh_keyspace(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme == "cassandra":
+        return f"cassandra://{parts.netloc}/bench_{uuid.uuid4().hex[:12]}"
+    return url
+
+
+def open_clients(
+    url: str, master: MasterKey, config: BenchConfig, mode: str, suffix: str
+) -> list[Client]:
+    store = veil.kv.open(
+        url,
+        master,
+        mode,
+        pack_rows=config.pack_rows,
+        compression=config.compression,
+        table=f"bench_{suffix}",
+        epoch_seconds=config.epoch_seconds if mode == "append" else None,
+    )
+    partitions = store.config.partitions
+    envelope = Envelope(
+        master.derive(KeyLabel("bench-row", suffix)), suffix, config.compression, ()
+    )
+    return [
+        PackClient("veil", store),
+        RowClient("per_row", open_backend(url), f"bench_row_{suffix}", partitions, envelope),
+        RowClient("vanilla", open_backend(url), f"bench_plain_{suffix}", partitions, None),
+    ]
+
+
+def run(config: BenchConfig) -> dict:
+    from veil.kv.datasets import load_records
+
+    values = load_records(config.dataset, config.records)
+    plan = Plan.draw(values, config.ops, config.seed)
+    clock = Clock(config.ops, config.seconds)
+    result: dict[str, Any] = {"config": config.__dict__ | {"records": len(values)}}
+    result["raw_bytes"] = sum(len(v) for v in values)
+    started = time.perf_counter()
+    with store_url(config) as (url, facts):
+        result["server"] = facts
+        result["load"], result["server_bytes"], generic = _generic_phase(url, config, plan, clock)
+        result["workloads"] = generic
+        result["workloads"].update(_append_phase(url, config, plan, clock))
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    result["ratios"] = ratios(result)
+    return result
+
+
+def _generic_phase(url: str, config: BenchConfig, plan: Plan, clock: Clock) -> tuple:
+    clients = open_clients(url, MASTER, config, "generic", "g")
+    load, sizes = {}, {}
+    workloads: dict[str, dict] = {name: {} for name in WORKLOADS[:4]}
+    try:
+        items = list(enumerate(plan.values))
+        for client in clients:
+            began = time.perf_counter()
+            client.put_many(items)
+            load[client.name] = round(time.perf_counter() - began, 2)
+            sizes[client.name] = client.stored_bytes()
+        for name in workloads:
+            for client in clients:
+                workloads[name][client.name] = run_workload(name, client, plan, clock, {}).summary()
+    finally:
+        for client in clients:
+            client.close()
+    return load, sizes, workloads
+
+
+def _append_phase(url: str, config: BenchConfig, plan: Plan, clock: Clock) -> dict:
+    clients = open_clients(url, MASTER, config, "append", "a")
+    workloads: dict[str, dict] = {"write_append": {}, "read_latest": {}}
+    try:
+        for client in clients:
+            state = {"next": 0, "first": 0}
+            for name in workloads:
+                workloads[name][client.name] = run_workload(
+                    name, client, plan, clock, state
+                ).summary()
+    finally:
+        for client in clients:
+            client.close()
+    return workloads
+
+
+def ratios(result: dict) -> dict[str, float]:
+    """The issue's targets, as Veil / per-row baseline ratios."""
+    work = result["workloads"]
+
+    def speed(name: str, client: str) -> float:
+        return float(work[name][client]["ops_per_s"]) or float("nan")
+
+    return {
+        "range_1000_veil_over_per_row": round(
+            speed("range_1000", "veil") / speed("range_1000", "per_row"), 2
+        ),
+        "append_write_veil_over_per_row": round(
+            speed("write_append", "veil") / speed("write_append", "per_row"), 2
+        ),
+        "point_uniform_per_row_over_veil": round(
+            speed("point_uniform", "per_row") / speed("point_uniform", "veil"), 2
+        ),
+        "server_bytes_per_row_over_veil": round(
+            result["server_bytes"]["per_row"] / result["server_bytes"]["veil"], 2
+        ),
+    }
+
+
+def summary_lines(result: dict) -> list[str]:
+    lines = [
+        f"{result['config']['backend']}: {result['config']['records']} records "
+        f"({result['raw_bytes']} bytes raw) of {result['config']['dataset']}, "
+        f"{result['seconds']} s in all",
+        "server bytes: "
+        + ", ".join(f"{c} {result['server_bytes'][c]}" for c in CLIENTS)
+        + "; load s: "
+        + ", ".join(f"{c} {result['load'][c]}" for c in CLIENTS),
+        f"{'workload':<14}" + "".join(f"{c + ' ops/s':>16}{'p50/p99 ms':>16}" for c in CLIENTS),
+    ]
+    for name, by_client in result["workloads"].items():
+        cells = ""
+        for client in CLIENTS:
+            s = by_client[client]
+            cells += f"{s['ops_per_s']:>16}{s['p50_ms']:>8}/{s['p99_ms']:<7}"
+        lines.append(f"{name:<14}{cells}")
+    lines.append("targets: " + json.dumps(result["ratios"]))
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result["workloads"])
+    fig, (speed_ax, bytes_ax) = plt.subplots(
+        1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 1]}
+    )
+    width = 0.27
+    for i, client in enumerate(CLIENTS):
+        xs = [j + (i - 1) * width for j in range(len(names))]
+        speeds = [result["workloads"][n][client]["ops_per_s"] for n in names]
+        speed_ax.bar(xs, speeds, width, label=client)
+    speed_ax.set_xticks(range(len(names)), names, rotation=20, ha="right")
+    speed_ax.set_yscale("log")
+    speed_ax.set_ylabel("operations per second (one client thread, log)")
+    speed_ax.legend()
+    bytes_ax.bar(CLIENTS, [result["server_bytes"][c] / 2**20 for c in CLIENTS])
+    bytes_ax.set_ylabel("server MiB (keys + values + tags)")
+    config = result["config"]
+    fig.suptitle(
+        f"veil kv bench, {config['backend']}: {config['records']} records of {config['dataset']}"
+        + (f", server memory {config['memory_mb']} MB" if config.get("memory_mb") else "")
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: dict, json_path: Path | None, png_path: Path | None) -> None:
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    if png_path:
+        plot(result, png_path)

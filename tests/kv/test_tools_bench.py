@@ -1,0 +1,68 @@
+"""``veil kv bench``: a tiny run on each backend checks the harness, not speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from veil.cli import main
+from veil.errors import ParameterError
+from veil.kv import bench
+
+
+def _dataset(tmp_path: Path, count: int = 1200) -> Path:
+    path = tmp_path / "records.txt"
+    path.write_text(
+        "\n".join(f"Package: p{i}\nVersion: 1.{i % 7}".replace("\n", " ") for i in range(count))
+    )
+    return path
+
+
+def _check(result: dict) -> None:
+    assert set(result["workloads"]) == set(bench.WORKLOADS)
+    for by_client in result["workloads"].values():
+        assert set(by_client) == set(bench.CLIENTS)
+        for summary in by_client.values():
+            assert summary["ops"] > 0
+            assert summary["wrong_answers"] == 0
+            assert summary["p50_ms"] <= summary["p99_ms"]
+    sizes = result["server_bytes"]
+    assert sizes["veil"] < sizes["per_row"] and sizes["veil"] < sizes["vanilla"]
+    assert set(result["ratios"]) >= {"range_1000_veil_over_per_row"}
+
+
+def test_cli_bench_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    argv = ["kv", "bench", "--dataset", str(_dataset(tmp_path)), "--records", "1200"]
+    argv += ["--ops", "20", "--seconds", "5", "--json", str(out_json), "--png", str(out_png)]
+    assert main(argv) == 0
+    _check(json.loads(out_json.read_text()))
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+    assert "point_uniform" in capsys.readouterr().out
+
+
+@pytest.mark.cassandra
+def test_bench_on_cassandra(tmp_path: Path, cassandra_url: str) -> None:
+    config = bench.BenchConfig(
+        backend="cassandra",
+        url=cassandra_url,
+        dataset=str(_dataset(tmp_path)),
+        records=1200,
+        ops=10,
+    )
+    _check(bench.run(config))
+
+
+def test_bench_refuses_remote_servers() -> None:
+    config = bench.BenchConfig(backend="cassandra", url="cassandra://10.0.0.1:9042/ks")
+    with pytest.raises(ParameterError, match=r"127\.0\.0\.1"), bench.store_url(config):
+        pass
+
+
+def test_zipfian_ranks_favour_low_ranks() -> None:
+    ranks = bench.zipfian_ranks(1000, 5000, np.random.default_rng(1))
+    assert ranks.min() >= 0 and ranks.max() < 1000
+    assert (ranks == 0).sum() > (ranks == 500).sum() * 20
