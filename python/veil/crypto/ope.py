@@ -145,6 +145,8 @@ class Ope:
         return _fixed_width_binary(data, self._cipher.binary_width, valid)
 
     def _decrypt_arrow(self, values: pa.Array) -> pa.Array:
+        if pa.types.is_binary_view(values.type):
+            values = values.cast(pa.binary())  # DuckDB may hand back views
         valid = None if values.null_count == 0 else _valid_mask(values)
         with self._native_errors():
             if pa.types.is_integer(values.type) and not self.binary:
