@@ -115,3 +115,18 @@ def test_client_dies_mid_bulk_split(
     }
     assert visible(store) == expected
     assert all(len(keys) <= store.config.max_keys for keys in pack_contents(store).values())
+
+
+def test_emptied_packs_stay_and_keep_working(open_store: StoreFactory) -> None:
+    store = open_store(pack_rows=2)
+    for key in range(12):
+        store.put(key, b"v")
+    before = set(pack_contents(store))
+    for key in range(12):
+        store.delete(key)
+    assert before <= set(pack_contents(store))  # packs are never removed (§5.3)
+    assert all(keys == [] for keys in pack_contents(store).values())
+    assert list(store.range(-5, 20)) == [] and store.get(5) is None
+    store.put(5, b"back")
+    store.put(-1, b"below every packID but the root")
+    assert list(store.range(-5, 20)) == [(-1, b"below every packID but the root"), (5, b"back")]
