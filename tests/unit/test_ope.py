@@ -157,21 +157,37 @@ def test_string_prefix_orders_like_bytes_up_to_ties():
         ope_string_prefix(pa.array(["a"]), prefix_bytes=9)
 
 
+def _falling(x: int, k: int) -> int:
+    return math.prod(range(x - k + 1, x + 1))
+
+
 def _exact_pmf(good: int, bad: int, draws: int) -> list[Fraction]:
-    whole = math.comb(good + bad, draws)
-    top = min(good, draws)
-    return [Fraction(math.comb(good, k) * math.comb(bad, draws - k), whole) for k in range(top + 1)]
+    """C(good,k) (draws)_k (total-draws)_(good-k) / (total)_good: exact for any urn size."""
+    total = good + bad
+    whole = _falling(total, good)
+    return [
+        Fraction(math.comb(good, k) * _falling(draws, k) * _falling(total - draws, good - k), whole)
+        for k in range(min(good, draws) + 1)
+    ]
 
 
 @pytest.mark.parametrize(
     ("good", "bad", "draws"),
-    [(4, 40, 20), (40, 4, 20), (30, 70, 45), (70, 30, 60), (35, 1000, 500)],
+    [
+        (4, 40, 20),
+        (40, 4, 20),
+        (30, 70, 45),
+        (70, 30, 60),
+        (35, 1000, 500),
+        (100, 2**63 - 100, 2**62),  # a node of a 32-bit OPE tree
+        (60, 2**96 - 60, 2**95 + 12345),  # a node of a 64-bit OPE tree
+    ],
 )
 def test_hypergeometric_sampler_matches_the_exact_pmf(good, bad, draws):
     """Pearson chi-square with a fixed seed (deterministic), pooling to >= 5 expected."""
     count = 50_000
     samples = np.array(_native.ope_hgd_sample(good, bad, draws, bytes(32), count))
-    observed = np.bincount(samples, minlength=min(good, draws) + 1)
+    observed = np.bincount(samples.astype(np.int64), minlength=min(good, draws) + 1)
     stat, bins, pending = 0.0, 0, [0, Fraction(0)]
     for k, p in enumerate(_exact_pmf(good, bad, draws)):
         pending = [pending[0] + observed[k], pending[1] + p * count]
