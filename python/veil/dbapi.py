@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from veil.errors import VeilError
 from veil.exec.session import Result, Session
+from veil.sql.compare import table_rows
 
 apilevel = "2.0"
 threadsafety = 1  # threads may share the module, not connections
@@ -107,7 +108,7 @@ class Cursor:
         self._result = self.connection.session.run(
             sql, list(params) if params is not None else None
         )
-        self._rows = [tuple(row.values()) for row in self._result.table.to_pylist()]
+        self._rows = table_rows(self._result.table)
         self._position = 0
         return self
 

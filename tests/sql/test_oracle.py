@@ -81,3 +81,21 @@ __all__ = ["exp"]
 def test_pushdown_filters(session: Session, sql: str, filters: int) -> None:
     plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
     assert sum(len(s.predicates) for s in plan.scans) == filters
+
+
+def test_join_reduction(session: Session) -> None:
+    sql = (
+        "SELECT COUNT(*) FROM orders, customer, nation WHERE o_custkey = c_custkey "
+        "AND c_nationkey = n_nationkey AND n_name = 'PERU'"
+    )
+    plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
+    reduced = {s.table.name for s in plan.scans if s.reduction is not None}
+    assert reduced == {"orders", "customer"}
+    result = session.run(sql)
+    assert all("IN (SELECT" in statement for statement in result.stats.remote_sql[:2])
+
+
+def test_no_reduction_across_outer_join(session: Session) -> None:
+    sql = "SELECT COUNT(*) FROM customer LEFT JOIN orders ON o_custkey = c_custkey WHERE c_mktsegment = 'BUILDING'"
+    plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
+    assert all(s.reduction is None for s in plan.scans)

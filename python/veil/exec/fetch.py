@@ -47,7 +47,7 @@ def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchSta
     """The scan's rows, decrypted, with plaintext column names."""
     sql = render(scan.remote_sql(), backend.dialect)
     started = time.perf_counter()
-    fetched = backend.execute(sql, scan.params or None)
+    fetched = backend.execute(sql, scan.remote_params() or None)
     stats.server_seconds += time.perf_counter() - started
     stats.statements += 1
     stats.bytes_received += fetched.nbytes

@@ -9,6 +9,8 @@ import sys
 
 import pyarrow as pa
 
+from veil.sql.compare import table_rows
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     load = subparsers.add_parser(
@@ -102,7 +104,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def print_table(table: pa.Table, fmt: str, out: object = None) -> None:
     stream = out or sys.stdout
-    rows = [list(r.values()) for r in table.to_pylist()]
+    rows = [list(r) for r in table_rows(table)]
     if fmt == "csv":
         writer = csv.writer(stream)  # type: ignore[arg-type]
         writer.writerow(table.column_names)

@@ -28,6 +28,11 @@ def values_equal(a: object, b: object) -> bool:
     return a == b
 
 
+def table_rows(table: pa.Table) -> list[Row]:
+    """Rows as tuples (column names may repeat, so not via dicts)."""
+    return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
+
+
 def _sort_key(row: Row) -> tuple[object, ...]:
     return tuple(
         (
@@ -41,7 +46,7 @@ def _sort_key(row: Row) -> tuple[object, ...]:
 
 def difference(got: pa.Table | list[Row], expected: list[Row], ordered: bool) -> str | None:
     """None when the results agree, else what differs first."""
-    rows = [tuple(r.values()) for r in got.to_pylist()] if isinstance(got, pa.Table) else list(got)
+    rows = table_rows(got) if isinstance(got, pa.Table) else list(got)
     if len(rows) != len(expected):
         return f"{len(rows)} rows from Veil, {len(expected)} expected"
     if not ordered:

@@ -41,6 +41,7 @@ class Scan:
     predicates: list[ServerPredicate] = field(default_factory=list)
     params: list[object] = field(default_factory=list)
     with_row_id: bool = False  # DML fetches the row ids of the rows it changes
+    reduction: Reduction | None = None  # semi-join with other scans on the server
 
     def placeholder(self, value: object) -> exp.Placeholder:
         """A query parameter carrying ``value`` (always a ciphertext)."""
@@ -56,11 +57,87 @@ class Scan:
         return wanted
 
     def remote_sql(self) -> exp.Select:
+        """The scan's RemoteSQL; its parameters are ``remote_params()``."""
         names = [enc.name if enc else self.table.row_id for _, enc in self.fetched()]
         select = exp.select(*[exp.column(n) for n in names]).from_(self.table.server_name)
         for predicate in self.predicates:
             select = select.where(predicate.server.copy(), copy=False)
+        if self.reduction is not None:
+            semi_join = self.reduction.statement(self, offset=len(self.params))
+            select = select.where(exp.column(self.table.row_id).isin(query=semi_join), copy=False)
         return select
+
+    def remote_params(self) -> list[object]:
+        extra = self.reduction.params() if self.reduction is not None else []
+        return self.params + extra
+
+
+@dataclass
+class JoinEdge:
+    """An equi-join the server can evaluate: DET columns under one key scope."""
+
+    left: Scan
+    left_column: str  # server column names
+    right: Scan
+    right_column: str
+    original: str
+
+
+@dataclass
+class Reduction:
+    """Semi-join reduction (a server-side pre-filter of a scan by its join partners).
+
+    In a scope whose scans are inner-joined, a row of one scan can appear in
+    the result only if it joins with rows of the others that pass their own
+    pushed predicates. The server keeps just those rows::
+
+        SELECT c_a, c_b FROM t_orders WHERE c_date < $1
+          AND rid IN (SELECT r0.rid FROM t_orders AS r0, t_customer AS r1
+                      WHERE r0.c_custkey = r1.c_custkey AND r0.c_date < $2 AND r1.c_seg = $3)
+
+    The local plan is unchanged and still joins and filters exactly.
+    """
+
+    scans: list[Scan]
+    edges: list[JoinEdge]
+
+    def statement(self, target: Scan, offset: int) -> exp.Select:
+        aliases = {id(scan): f"r{i}" for i, scan in enumerate(self.scans)}
+        first, *rest = self.scans
+        select = exp.select(exp.column(target.table.row_id, table=aliases[id(target)]))
+        select = select.from_(
+            exp.alias_(exp.to_table(first.table.server_name), aliases[id(first)], table=True)
+        )
+        for scan in rest:
+            select = select.join(
+                exp.alias_(exp.to_table(scan.table.server_name), aliases[id(scan)], table=True)
+            )
+        for edge in self.edges:
+            left = exp.column(edge.left_column, table=aliases[id(edge.left)])
+            right = exp.column(edge.right_column, table=aliases[id(edge.right)])
+            select = select.where(exp.EQ(this=left, expression=right), copy=False)
+        for scan in self.scans:
+            for predicate in scan.predicates:
+                server = _qualified(predicate.server, aliases[id(scan)], offset)
+                select = select.where(server, copy=False)
+            offset += len(scan.params)
+        return select
+
+    def params(self) -> list[object]:
+        return [value for scan in self.scans for value in scan.params]
+
+
+def _qualified(server: exp.Expr, alias: str, offset: int) -> exp.Expr:
+    """A scan's server predicate inside a join: columns qualified, parameters renumbered."""
+
+    def fix(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and not node.table:
+            return exp.column(node.name, table=alias)
+        if isinstance(node, exp.Placeholder):
+            return exp.Placeholder(this=str(int(node.name) + offset))
+        return node
+
+    return server.copy().transform(fix, copy=False)
 
 
 @dataclass

@@ -8,7 +8,8 @@ Passes, in order (each a function of this module):
    and that REWRITESERVER can express exactly goes to that scan's RemoteSQL
    (MONOMI Algorithm 1, lines 6-13). Conjuncts over the nullable side of an
    outer join are not pushed from WHERE, since pre-filtering there would turn
-   a matched row into a NULL-extended one.
+   a matched row into a NULL-extended one. DET equi-joins between the scope's
+   scans become semi-join reductions (``reduce_joins``).
 3. ``rename_scans``: the local plan reads the scans' local tables.
 
 A query sqlglot cannot qualify falls back to the always-correct split: fetch
@@ -27,6 +28,7 @@ from veil.sql.columns import BaseColumn, base_columns
 from veil.sql.parse import qualify_query
 from veil.sql.plan import Scan, ServerPredicate, SplitPlan
 from veil.sql.prefilter_like import prefilter_like
+from veil.sql.reduce_joins import join_edge, reduce_joins
 from veil.sql.rewrite_server import ServerContext, rewrite_server
 
 LOCAL_PREFIX = "__veil_scan_"
@@ -71,7 +73,12 @@ def pushdown_predicates(
         select = scope.expression
         if not isinstance(select, exp.Select):
             continue
+        edges = []
         for predicate, allowed in _conjuncts(select):
+            edge = join_edge(predicate, allowed, scans, resolved)
+            if edge is not None:
+                edges.append(edge)
+                continue
             scan = _single_scan(predicate, scope, scans, resolved)
             if scan is None or (allowed is not None and scan.alias not in allowed):
                 continue
@@ -81,6 +88,7 @@ def pushdown_predicates(
             if rewritten is not None:
                 server, schemes = rewritten
                 scan.predicates.append(ServerPredicate(predicate.sql("duckdb"), server, schemes))
+        reduce_joins(edges)
 
 
 def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:
