@@ -37,6 +37,7 @@ bookkeeping on the write path and is never wrong.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import threading
@@ -354,6 +355,9 @@ class AppendStore(Store):
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if not self._closed:
+            with contextlib.suppress(Exception):  # best effort: the row times out anyway
+                self.em.leave()
         super().close()
 
 

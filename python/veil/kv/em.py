@@ -114,11 +114,19 @@ class EpochManager:
         key = CLIENT_PREFIX + self.client_id.encode()
         self.backend.upsert(self.meta, 0, key, _dump({"beat": self.clock()}), _tag())
 
-    def live_clients(self) -> list[str]:
+    def leave(self) -> None:
+        """Deregister on a clean close, so the master reassigns our epochs at once."""
+        self.backend.delete(self.meta, 0, CLIENT_PREFIX + self.client_id.encode())
+
+    def live_clients(self, *, forget_dead: bool = False) -> list[str]:
+        """Clients heard from within ``client_timeout``; optionally drop long-dead rows."""
         now, live = self.clock(), []
         for row in self.backend.scan(self.meta, 0, CLIENT_PREFIX, CLIENT_PREFIX + b"\xff"):
-            if now - float(_doc(row)["beat"]) <= self.client_timeout:
+            silent = now - float(_doc(row)["beat"])
+            if silent <= self.client_timeout:
                 live.append(row.key[len(CLIENT_PREFIX) :].decode())
+            elif forget_dead and silent > 10 * self.client_timeout:
+                self.backend.delete(self.meta, 0, row.key)
         return sorted(live)
 
     # -- master election (§6.2) -------------------------------------------------
@@ -156,7 +164,7 @@ class EpochManager:
 
     def assign(self) -> None:
         """Master only: give every mergeable epoch without a live owner to a live client."""
-        live = self.live_clients()
+        live = self.live_clients(forget_dead=True)
         if not live:
             return
         global_epoch = self.global_epoch()[0]
