@@ -2,6 +2,7 @@
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 class NativeError(Exception): ...
 class NativeDomainError(NativeError): ...
@@ -47,3 +48,33 @@ class OpeCipher:
 
 def ope_hgd_sample(good: int, bad: int, draws: int, seed: bytes, count: int) -> list[int]: ...
 def __getattr__(name: str) -> Any: ...
+
+# DET (veil.crypto.det) and the raw AES benchmark kernel.
+
+class Ff1Int:
+    domain: str
+    def __init__(self, key: bytes, bits: int, tweak: bytes = b"") -> None: ...
+    def run(
+        self, encrypt: bool, values: np.ndarray, out: np.ndarray, row_base: int = 0
+    ) -> None: ...
+
+class SivBytes:
+    def __init__(self, key: bytes) -> None: ...
+    def run(
+        self,
+        encrypt: bool,
+        offsets: np.ndarray,
+        data: npt.NDArray[np.uint8],
+        validity: npt.NDArray[np.uint8] | None,
+        validity_offset: int,
+        out_offsets: np.ndarray,
+        out_data: npt.NDArray[np.uint8],
+        row_base: int = 0,
+    ) -> int: ...
+
+def ff1_numerals(
+    encrypt: bool, key: bytes, radix: int, tweak: bytes, numerals: list[int]
+) -> list[int]: ...
+def aes_siv_seal(key: bytes, headers: list[bytes], plaintext: bytes) -> bytes: ...
+def aes_siv_open(key: bytes, headers: list[bytes], sealed: bytes) -> bytes: ...
+def aes_ecb_blocks(key: bytes, data: npt.NDArray[np.uint8], out: npt.NDArray[np.uint8]) -> None: ...
