@@ -24,13 +24,13 @@ derives 16: AES-128, which keeps FF1 at one AES-128 block per round);
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veil import _native
+from veil.crypto._binary import binary_array, column_buffers, map_binary_column
 from veil.crypto._native_errors import native_errors
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.errors import DomainError, ParameterError
@@ -39,7 +39,6 @@ FF1_KEY_LABEL = "det-ff1"
 SIV_KEY_LABEL = "det-siv"
 FF1_KEY_BYTES = 16
 SIV_KEY_BYTES = 32
-SIV_VERSION = 0x01
 SIV_OVERHEAD = 17  # version byte + 16-byte SIV
 _INT32_OFFSETS_LIMIT = 2**31 - 1
 
@@ -89,6 +88,9 @@ class DetInt:
 
     def __repr__(self) -> str:
         return f"DetInt(bits={self.bits}, column={self.column!r})"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a DetInt instance holds a key and is not picklable")
 
     def _scalar(self, value: int) -> np.ndarray:
         if not -(2**63) <= value < 2**63:
@@ -176,90 +178,73 @@ class DetBytes:
     def from_master(cls, master: MasterKey, scope: str, column: str | None = None) -> DetBytes:
         return cls(master.derive(KeyLabel(SIV_KEY_LABEL, scope), SIV_KEY_BYTES), column=column)
 
-    def encrypt(self, values: object) -> pa.Array | pa.ChunkedArray:
-        """Encrypts a binary or string column (Arrow, or numpy/list of str/bytes)."""
+    def encrypt(self, values: Any) -> Any:
+        """Encrypts a binary or string column (Arrow or numpy); NULL stays NULL."""
         return self._column(values, encrypt=True)
 
-    def decrypt(self, values: object) -> pa.Array | pa.ChunkedArray:
-        """Decrypts to binary; cast to ``pa.string()`` if the column was text."""
+    def decrypt(self, values: Any) -> Any:
+        """Decrypts to ``binary``; cast to ``pa.string()`` if the column was text."""
         return self._column(values, encrypt=False)
 
     def encrypt_one(self, value: bytes | str) -> bytes:
-        data = value.encode() if isinstance(value, str) else bytes(value)
-        return self._column(pa.array([data], pa.binary()), encrypt=True)[0].as_py()
+        result: bytes = self._array(pa.array([value]), True, 0)[0].as_py()
+        return result
 
     def decrypt_one(self, value: bytes) -> bytes:
-        return self._column(pa.array([bytes(value)], pa.binary()), encrypt=False)[0].as_py()
+        result: bytes = self._array(pa.array([value], pa.binary()), False, 0)[0].as_py()
+        return result
 
     def __repr__(self) -> str:
         return f"DetBytes(column={self.column!r})"
 
-    def _column(self, values: object, *, encrypt: bool) -> pa.Array | pa.ChunkedArray:
-        if isinstance(values, pa.ChunkedArray):
-            chunks, row = [], 0
-            for chunk in values.chunks:
-                chunks.append(self._arrow(chunk, encrypt, row))
-                row += len(chunk)
-            return pa.chunked_array(chunks, type=chunks[0].type if chunks else pa.binary())
-        if not isinstance(values, pa.Array):
-            values = pa.array(values, type=pa.binary())
-        return self._arrow(values, encrypt, 0)
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a DetBytes instance holds a key and is not picklable")
 
-    def _arrow(self, values: pa.Array, encrypt: bool, row_base: int) -> pa.Array:
-        values = _as_binary(values, self.column)
-        layout = _BinaryLayout(values)
-        if encrypt:
-            capacity = layout.data_bytes + SIV_OVERHEAD * (len(values) - values.null_count)
-        else:
-            capacity = layout.data_bytes
-        large = capacity > _INT32_OFFSETS_LIMIT
-        out_offsets = np.empty(len(values) + 1, dtype=np.int64 if large else np.int32)
+    def _column(self, values: Any, *, encrypt: bool) -> Any:
+        rows_before = 0
+
+        def kernel(array: pa.Array) -> pa.Array:
+            # Count rows across chunks so errors name the row in the column.
+            nonlocal rows_before
+            result = self._array(array, encrypt, rows_before)
+            rows_before += len(array)
+            return result
+
+        return map_binary_column(values, kernel)
+
+    def _array(self, values: pa.Array, encrypt: bool, row_base: int) -> pa.BinaryArray:
+        buffers = column_buffers(self._binary_like(values))
+        data_bytes = int(buffers.offsets[-1] - buffers.offsets[0])
+        valid_rows = buffers.rows - buffers.null_count
+        capacity = data_bytes + SIV_OVERHEAD * valid_rows if encrypt else data_bytes
+        if capacity > _INT32_OFFSETS_LIMIT:
+            raise ParameterError(
+                f"{self._where()}a chunk would hold {capacity} bytes of output, over the 2 GiB "
+                "of an Arrow binary array; split the column into smaller chunks"
+            )
+        out_offsets = np.empty(buffers.rows + 1, dtype=np.int32)
         out_data = np.empty(capacity, dtype=np.uint8)
         with native_errors(column=self.column):
-            self._cipher.run(encrypt, *layout.native_args(), out_offsets, out_data, row_base)
-        return pa.Array.from_buffers(
-            pa.large_binary() if large else pa.binary(),
-            len(values),
-            [layout.validity_out, pa.py_buffer(out_offsets), pa.py_buffer(out_data)],
-            null_count=values.null_count,
+            self._cipher.run(encrypt, *buffers.native_args(), 0, out_offsets, out_data, row_base)
+        return binary_array(out_offsets, out_data, buffers)
+
+    def _binary_like(self, values: pa.Array) -> pa.Array:
+        kind = values.type
+        if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
+            return values.cast(pa.large_binary())
+        if any(test(kind) for test in _BINARY_TYPES):
+            return values
+        raise ParameterError(
+            f"{self._where()}DetBytes encrypts binary or string columns; got Arrow type {kind}"
         )
 
-
-def _as_binary(values: pa.Array, column: str | None) -> pa.Array:
-    """Strings become binary without copying; other types are refused."""
-    kind = values.type
-    if pa.types.is_string(kind) or pa.types.is_binary(kind):
-        return values.view(pa.binary())
-    if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
-        return values.view(pa.large_binary())
-    if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
-        return values.cast(pa.large_binary())
-    where = f"column {column!r}: " if column else ""
-    raise ParameterError(
-        f"{where}DetBytes encrypts binary or string columns; got Arrow type {kind}"
-    )
+    def _where(self) -> str:
+        return f"column {self.column!r}: " if self.column else ""
 
 
-class _BinaryLayout:
-    """numpy views of an Arrow binary array's buffers, offset applied."""
-
-    def __init__(self, values: pa.Array):
-        validity, offsets, data = values.buffers()
-        wide = pa.types.is_large_binary(values.type)
-        count = values.offset + len(values) + 1
-        self.offsets = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32, count=count)
-        self.offsets = self.offsets[values.offset :]
-        self.data = (
-            np.frombuffer(data, dtype=np.uint8) if data is not None else np.empty(0, np.uint8)
-        )
-        self.data_bytes = int(self.offsets[-1] - self.offsets[0])
-        self.validity: np.ndarray | None = None
-        self.validity_out: pa.Buffer | None = None
-        if values.null_count:
-            self.validity = np.frombuffer(validity, dtype=np.uint8)
-            # The output starts at offset 0, so its bitmap must too.
-            self.validity_out = validity if values.offset == 0 else pc.is_valid(values).buffers()[1]
-        self.validity_offset = values.offset
-
-    def native_args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
-        return self.offsets, self.data, self.validity, self.validity_offset
+_BINARY_TYPES = (
+    pa.types.is_binary,
+    pa.types.is_string,
+    pa.types.is_large_binary,
+    pa.types.is_large_string,
+)
