@@ -38,12 +38,13 @@ def greedy_design(
 ) -> PhysicalDesign:
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
     needs = analyse_workload(workload, plain)
-    groups = _key_groups(needs, plain)
+    groups = _key_groups(needs.joins, plain)
+    ope_groups = _key_groups(needs.ope_pairs, plain)
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
     for table, columns in schema.items():
         encryptions: list[Encryption] = []
         for column in columns:
-            encryptions += _column_encryptions(table, column, needs, groups, schemes)
+            encryptions += _column_encryptions(table, column, needs, (groups, ope_groups), schemes)
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
@@ -64,9 +65,10 @@ def _column_encryptions(
     table: str,
     column: Column,
     needs: WorkloadNeeds,
-    groups: dict[ColumnRef, str],
+    key_groups: tuple[dict[ColumnRef, str], dict[ColumnRef, str]],
     schemes: frozenset[str],
 ) -> list[Encryption]:
+    groups, ope_groups = key_groups
     ref = (table, column.name)
     kind = SqlType(column.type).kind
     chosen: list[Encryption] = []
@@ -81,14 +83,16 @@ def _column_encryptions(
     else:
         add(RND, f"rnd:{table}.{column.name}")
     if ref in needs.ope and OPE in schemes and kind != STRING_KIND:
-        add(OPE, f"ope:{table}.{column.name}", bits=None)
+        add(OPE, f"ope:{ope_groups.get(ref, f'{table}.{column.name}')}", bits=None)
     if ref in needs.search and SEARCH in schemes and kind == STRING_KIND:
         add(SEARCH, f"search:{table}.{column.name}")
     return chosen
 
 
-def _key_groups(needs: WorkloadNeeds, schema: dict[str, dict[str, str]]) -> dict[ColumnRef, str]:
-    """Union-find over equi-joined columns whose encodings are comparable."""
+def _key_groups(
+    pairs: set[tuple[ColumnRef, ColumnRef]], schema: dict[str, dict[str, str]]
+) -> dict[ColumnRef, str]:
+    """Union-find over compared column pairs whose encodings are comparable."""
     parent: dict[ColumnRef, ColumnRef] = {}
 
     def find(ref: ColumnRef) -> ColumnRef:
@@ -96,7 +100,7 @@ def _key_groups(needs: WorkloadNeeds, schema: dict[str, dict[str, str]]) -> dict
             ref = parent[ref]
         return ref
 
-    for left, right in sorted(needs.joins):
+    for left, right in sorted(pairs):
         if _encoding_of(left, schema) == _encoding_of(right, schema):
             a, b = sorted((find(left), find(right)))
             parent[b] = a

@@ -6,7 +6,8 @@ EncSet, §6.2):
 
 - DET: equality with a constant, IN lists, GROUP BY keys, COUNT(DISTINCT),
   and equi-joins (the two sides become one key group);
-- OPE: ranges against constants, BETWEEN, ORDER BY, MIN and MAX;
+- OPE: ranges against constants, BETWEEN, ORDER BY, MIN and MAX, and order
+  comparisons between two columns of one table (they share an OPE key);
 - SEARCH: LIKE patterns.
 """
 
@@ -31,6 +32,8 @@ class WorkloadNeeds:
     ope: set[ColumnRef] = field(default_factory=set)
     search: set[ColumnRef] = field(default_factory=set)
     joins: set[tuple[ColumnRef, ColumnRef]] = field(default_factory=set)
+    # columns of one table compared by order with each other (l_commitdate < l_receiptdate)
+    ope_pairs: set[tuple[ColumnRef, ColumnRef]] = field(default_factory=set)
 
 
 def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> WorkloadNeeds:
@@ -58,6 +61,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         elif isinstance(node, _RANGES):
             _note_range(ref(node.this), node.expression, needs)
             _note_range(ref(node.expression), node.this, needs)
+            _note_column_order(ref(node.this), ref(node.expression), needs)
         elif isinstance(node, exp.Between) and ref(node.this):
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Group):
@@ -96,6 +100,14 @@ def _note_in_subquery(
     if other:
         needs.det.add(other)
         needs.joins.add((column, other))
+
+
+def _note_column_order(
+    left: ColumnRef | None, right: ColumnRef | None, needs: WorkloadNeeds
+) -> None:
+    if left and right and left[0] == right[0] and left != right:
+        needs.ope.update((left, right))
+        needs.ope_pairs.add((left, right))
 
 
 def _note_range(column: ColumnRef | None, other: exp.Expr, needs: WorkloadNeeds) -> None:

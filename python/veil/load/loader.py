@@ -120,13 +120,21 @@ def _encrypted_batches(
 def _size_ope_columns(
     source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
 ) -> None:
-    """Choose each OPE column's plaintext width from the data's range."""
+    """Choose each OPE column's plaintext width from the data's range.
+
+    Columns sharing an OPE key scope (compared with each other) share a width,
+    or their ciphertexts would not be comparable.
+    """
+    widths: dict[str, int] = {}
     for enc in uses_ope(table):
         low, high = source.min_max(con, enc.source)
         sql_type = SqlType(enc.type)
-        enc.params["bits"] = ope_bits(
+        bits = ope_bits(
             _as_int(encode_scalar(low, sql_type)), _as_int(encode_scalar(high, sql_type))
         )
+        widths[enc.key_scope] = max(bits, widths.get(enc.key_scope, 0))
+    for enc in uses_ope(table):
+        enc.params["bits"] = widths[enc.key_scope]
 
 
 def _as_int(value: int | bytes | None) -> int | None:

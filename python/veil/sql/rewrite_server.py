@@ -130,6 +130,12 @@ def _range(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
     enc = rw.server_column(column, OPE) if column else None
     if enc is None:
         return None
+    other_column = rw.column(other)
+    if other_column is not None:
+        other_enc = rw.server_column(other_column, OPE)
+        if other_enc is None or other_enc.key_scope != enc.key_scope:
+            return None
+        return kind(this=exp.column(enc.name), expression=exp.column(other_enc.name))
     value = rw.constant(other, enc)
     return kind(this=exp.column(enc.name), expression=value) if value is not None else None
 
