@@ -176,6 +176,7 @@ impl Ope {
         valid: Option<&[bool]>,
         out: &mut [u128],
     ) -> Result<(), KernelError> {
+        check_lengths(plaintexts.len(), valid, out.len())?;
         for (row, (&v, c)) in plaintexts.iter().zip(out.iter_mut()).enumerate() {
             if valid.is_some_and(|valid| !valid[row]) {
                 continue;
@@ -192,10 +193,11 @@ impl Ope {
     /// Decrypts a column of ciphertexts (`None` = malformed) to plaintexts.
     pub fn decrypt_column(
         &mut self,
-        ciphertexts: impl Iterator<Item = Option<u128>>,
+        ciphertexts: impl ExactSizeIterator<Item = Option<u128>>,
         valid: Option<&[bool]>,
         out: &mut [i128],
     ) -> Result<(), KernelError> {
+        check_lengths(ciphertexts.len(), valid, out.len())?;
         for (row, (c, p)) in ciphertexts.zip(out.iter_mut()).enumerate() {
             if valid.is_some_and(|valid| !valid[row]) {
                 continue;
@@ -425,6 +427,18 @@ impl Hasher for KeyedHasher {
     fn finish(&self) -> u64 {
         self.state
     }
+}
+
+/// A column, its validity mask and its output buffer must have one length.
+fn check_lengths(rows: usize, valid: Option<&[bool]>, out: usize) -> Result<(), KernelError> {
+    let mask = valid.map_or(rows, <[bool]>::len);
+    if mask != rows || out != rows {
+        return Err(KernelError::Parameter(format!(
+            "a column of {rows} values needs a validity mask and output of {rows} rows, \
+             got {mask} and {out}"
+        )));
+    }
+    Ok(())
 }
 
 /// Ciphertext bits for `bits`-bit plaintexts (see the module docs).

@@ -117,9 +117,11 @@ fn columns_report_the_failing_row() {
     ope.decrypt_column(cs, Some(&[true, false, true]), &mut back)
         .unwrap();
     assert_eq!(back, [1, 0, 3]);
+    let short_mask = ope.encrypt_column(&[1i64, 2], Some(&[true]), &mut out[..2]);
+    assert!(matches!(short_mask, Err(KernelError::Parameter(_))));
     let bad = [Some(out[0]), None];
     let err = ope
-        .decrypt_column(bad.into_iter(), None, &mut back)
+        .decrypt_column(bad.into_iter(), None, &mut back[..2])
         .unwrap_err();
     assert!(matches!(err, KernelError::Malformed { row: 1, .. }));
 }

@@ -47,12 +47,11 @@ impl OpeCipher {
 
     fn decrypt_all(
         &mut self,
-        ciphertexts: impl Iterator<Item = Option<u128>>,
-        rows: usize,
+        ciphertexts: impl ExactSizeIterator<Item = Option<u128>>,
         valid: &Mask,
     ) -> PyResult<Vec<u64>> {
         let valid = valid.as_ref().map(|v| v.as_slice()).transpose()?;
-        let mut plain = vec![0i128; rows];
+        let mut plain = vec![0i128; ciphertexts.len()];
         self.inner
             .decrypt_column(ciphertexts, valid, &mut plain)
             .map_err(to_py)?;
@@ -127,7 +126,7 @@ impl OpeCipher {
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let cs = ciphertexts.as_slice()?;
         let parsed = cs.iter().map(|&c| u128::try_from(c).ok());
-        Ok(self.decrypt_all(parsed, cs.len(), &valid)?.into_pyarray(py))
+        Ok(self.decrypt_all(parsed, &valid)?.into_pyarray(py))
     }
 
     /// Plaintext bits of binary ciphertexts given as Arrow data + offsets.
@@ -140,7 +139,6 @@ impl OpeCipher {
         valid: Mask<'py>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let (data, offsets) = (data.as_slice()?, offsets.as_slice()?);
-        let rows = offsets.len().saturating_sub(1);
         let inner = &self.inner;
         let parsed = offsets.windows(2).map(|w| {
             let bytes = data.get(w[0] as usize..w[1] as usize)?;
@@ -148,7 +146,7 @@ impl OpeCipher {
         });
         let parsed: Vec<_> = parsed.collect();
         Ok(self
-            .decrypt_all(parsed.into_iter(), rows, &valid)?
+            .decrypt_all(parsed.into_iter(), &valid)?
             .into_pyarray(py))
     }
 }
