@@ -26,7 +26,14 @@ from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from sqlglot import exp
 
 from veil.backends import pg_copy
-from veil.backends.base import BackendError, Estimate, Params, ServerUnavailableError, quote
+from veil.backends.base import (
+    ArrowData,
+    BackendError,
+    Estimate,
+    Params,
+    ServerUnavailableError,
+    quote,
+)
 from veil.backends.staged import StagedBackend
 
 HOM_SUM = "veil_hom_sum"
@@ -134,6 +141,12 @@ class PostgresBackend(StagedBackend):
 
     def _run_quiet(self, sql: str) -> None:
         self._cursor(sql, None).close()
+
+    def bulk_load(self, table: str, data: ArrowData, *, schema: pa.Schema | None = None) -> int:
+        """The staged load, then ANALYZE: the optimizer (and ``estimate``) needs statistics."""
+        rows = super().bulk_load(table, data, schema=schema)
+        self._run_quiet(f"ANALYZE {quote(table)}")
+        return rows
 
     # -- loading hooks ------------------------------------------------------
 
