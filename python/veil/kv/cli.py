@@ -84,6 +84,9 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--memory-mb", type=int, default=None, help="Cassandra in a memory cgroup of this size"
     )
+    parser.add_argument(
+        "--pack-cache", type=int, default=0, help="Veil client pack cache size (default 0: off)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
     parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
     parser.set_defaults(handler=_bench)
