@@ -162,3 +162,31 @@ def test_plaintext_types_round_trip(backend: Backend) -> None:
     assert back.column("q").to_pylist() == data.column("q").to_pylist()
     assert back.column("day").to_pylist() == data.column("day").to_pylist()
     assert back.column("sv").cast(pa.string()).to_pylist() == ["a", "bb", None, "dddd"]
+
+
+def test_sliced_and_chunked_input_loads_exactly_its_rows(backend: Backend) -> None:
+    data = sample(50)
+    sliced = data.slice(7, 20)  # every column with a non-zero offset
+    chunked = pa.concat_tables([sliced.slice(0, 5), sliced.slice(5)])
+    backend.bulk_load("t_a1", chunked)
+    back = backend.execute('SELECT * FROM "t_a1" ORDER BY "k"')
+    assert back.to_pylist() == sliced.to_pylist()
+
+
+def test_null_integers_and_empty_strings_round_trip(backend: Backend) -> None:
+    data = pa.table(
+        {
+            "i": pa.array([None, 1, None, -(2**63)], pa.int64()),
+            "s": pa.array(["", None, "é", ""], pa.string()),
+            "b": pa.array([b"", b"\x00", None, b"\xff" * 600], pa.binary()),
+        }
+    )
+    backend.bulk_load("t_n", data)
+    back = backend.execute('SELECT * FROM "t_n"')
+    assert back.to_pylist() == data.to_pylist()
+
+
+def test_empty_load_creates_an_empty_table(backend: Backend) -> None:
+    schema = pa.schema([("k", pa.int64()), ("c", pa.binary())])
+    assert backend.bulk_load("t_e", iter(()), schema=schema) == 0
+    assert backend.execute('SELECT count(*) FROM "t_e"').column(0)[0].as_py() == 0

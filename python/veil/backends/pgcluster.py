@@ -35,6 +35,8 @@ _SETTINGS = {
     "fsync": "off",
     "synchronous_commit": "off",
     "full_page_writes": "off",
+    "wal_level": "minimal",  # a COPY into a table created in its transaction skips WAL
+    "max_wal_senders": "0",
     "max_connections": "40",
     "shared_buffers": "'256MB'",
     "work_mem": "'64MB'",

@@ -66,6 +66,7 @@ class PostgresBackend(StagedBackend):
     """A PostgreSQL database as Veil's server."""
 
     dialect = "postgres"
+    load_in_one_transaction = True
 
     def __init__(self, url: str) -> None:
         super().__init__()

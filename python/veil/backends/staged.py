@@ -28,6 +28,11 @@ from veil.backends.base import (
 class StagedBackend:
     """Backend methods written once in terms of three dialect-specific hooks."""
 
+    # Load the staging table inside the swap's transaction too. PostgreSQL then
+    # skips WAL for the COPY (wal_level=minimal) and a crash leaves nothing;
+    # DuckDB would hold the whole uncommitted load in memory, so it does not.
+    load_in_one_transaction = False
+
     def __init__(self) -> None:
         self._log = StatementLog()
         self._transactions = TransactionScope(self._run_quiet)
@@ -49,16 +54,18 @@ class StagedBackend:
         """Load into ``<table>__veil_staging``, then swap it in within one transaction."""
         staging = table + STAGING_SUFFIX
         arrow_schema, batches = as_batches(data, schema)
-        self._run_quiet(f"DROP TABLE IF EXISTS {quote(staging)}")
-        try:
-            self._create_table(staging, arrow_schema)
-            rows = self._insert(staging, arrow_schema, batches)
-            with self.transaction():
-                self._run_quiet(f"DROP TABLE IF EXISTS {quote(table)}")
-                self._run_quiet(f"ALTER TABLE {quote(staging)} RENAME TO {quote(table)}")
-        except BaseException:
-            self._drop_quietly(staging)
-            raise
+        outer = self.transaction() if self.load_in_one_transaction else contextlib.nullcontext()
+        with outer:
+            self._run_quiet(f"DROP TABLE IF EXISTS {quote(staging)}")
+            try:
+                self._create_table(staging, arrow_schema)
+                rows = self._insert(staging, arrow_schema, batches)
+                with self.transaction():
+                    self._run_quiet(f"DROP TABLE IF EXISTS {quote(table)}")
+                    self._run_quiet(f"ALTER TABLE {quote(staging)} RENAME TO {quote(table)}")
+            except BaseException:
+                self._drop_quietly(staging)
+                raise
         return rows
 
     def append(self, table: str, data: ArrowData) -> int:
