@@ -5,20 +5,17 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
-from tests.sql import stand_in_schemes
 from tests.sql.oracle import read_fixture
 
 from veil.exec.session import Session
 from veil.load.loader import load
 
 SF = 0.01
-
-# Exercise push-down even before the real DET/OPE modules are installed.
-STAND_INS = stand_in_schemes.install()
 
 
 def tpch_queries() -> list[tuple[str, str]]:
@@ -50,8 +47,33 @@ def veil_env(tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 
 @pytest.fixture(scope="session")
-def session(veil_env: dict[str, object]) -> Session:
-    return Session(str(veil_env["client"]))
+def session(veil_env: dict[str, object]) -> Iterator[Session]:
+    opened = Session(str(veil_env["client"]))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_session(
+    tpch_dir: Path, postgres_cluster: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    """The same data loaded through Veil into PostgreSQL."""
+    root = tmp_path_factory.mktemp("veil-pg")
+    url = postgres_cluster.create_schema("veil_sql_oracle")  # type: ignore[attr-defined]
+    workload = [sql for _, sql in read_fixture("features.sql") + tpch_queries()]
+    load(str(tpch_dir), url, str(root / "client"), workload=workload, progress=lambda _: None)
+    opened = Session(str(root / "client"))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(
+    scope="session", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def any_session(request: pytest.FixtureRequest) -> Session:
+    """The Veil session on each server backend in turn."""
+    name = "session" if request.param == "duckdb" else "postgres_session"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")

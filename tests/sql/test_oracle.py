@@ -27,20 +27,20 @@ def _check(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> None
 
 @pytest.mark.parametrize(("title", "sql"), FEATURES, ids=[t for t, _ in FEATURES])
 def test_feature_query(
-    session: Session, plain: duckdb.DuckDBPyConnection, title: str, sql: str
+    any_session: Session, plain: duckdb.DuckDBPyConnection, title: str, sql: str
 ) -> None:
-    _check(session, plain, sql)
+    _check(any_session, plain, sql)
 
 
 @pytest.mark.parametrize(
     ("name", "sql"), tpch_queries() or [("none", "")], ids=lambda v: str(v)[:8]
 )
 def test_tpch_query(
-    session: Session, plain: duckdb.DuckDBPyConnection, name: str, sql: str
+    any_session: Session, plain: duckdb.DuckDBPyConnection, name: str, sql: str
 ) -> None:
     if not sql:
         pytest.skip("veil.tpch (the 22 queries) is not installed yet")
-    _check(session, plain, sql)
+    _check(any_session, plain, sql)
 
 
 def test_output_names_match_duckdb(session: Session, plain: duckdb.DuckDBPyConnection) -> None:

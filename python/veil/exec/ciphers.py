@@ -73,7 +73,8 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
         ope = module.Ope.from_master(master, encryption.key_scope, bits, signed=True, column=label)
         return _Int64Cipher(ope)
     if scheme == SEARCH:
-        return SearchCipher(module.Search.from_master(master, encryption.key_scope, column=label))
+        search = module.Search.from_master(master, encryption.key_scope, column=label)
+        return SearchCipher(search)
     raise ParameterError(f"scheme {scheme} cannot be used column-wise ({label!r})")
 
 
