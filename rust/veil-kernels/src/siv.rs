@@ -13,17 +13,18 @@
 
 use aes_siv::siv::{Aes128Siv, Aes256Siv};
 use aes_siv::{KeyInit, Tag};
-use zeroize::Zeroizing;
 
 use crate::KernelError;
+
+#[path = "siv_cmac.rs"]
+mod siv_cmac;
+use siv_cmac::SivNoAd;
 
 /// First byte of every DET byte-string ciphertext.
 pub const VERSION: u8 = 0x01;
 const SIV_LEN: usize = 16;
 /// Bytes a ciphertext adds to its plaintext: version byte and SIV.
 pub const OVERHEAD: usize = 1 + SIV_LEN;
-
-const NO_HEADERS: [&[u8]; 0] = [];
 
 /// An Arrow offsets element (`i32` for binary/utf8, `i64` for the large types).
 pub trait Offset: Copy {
@@ -162,15 +163,14 @@ pub fn rfc5297_open(key: &[u8], headers: &[&[u8]], sealed: &[u8]) -> Result<Vec<
 
 /// DET byte-string encryption under one key.
 pub struct DetBytes {
-    key: Zeroizing<Vec<u8>>,
+    siv: SivNoAd,
 }
 
 impl DetBytes {
     /// `key` is 32 bytes (AES-SIV with AES-128) or 64 bytes (with AES-256).
     pub fn new(key: &[u8]) -> Result<Self, KernelError> {
-        SivCipher::new(key)?;
         Ok(Self {
-            key: Zeroizing::new(key.to_vec()),
+            siv: SivNoAd::new(key)?,
         })
     }
 
@@ -186,14 +186,13 @@ impl DetBytes {
         input: BinaryColumn<'_, I>,
         out: BinaryOutput<'_, O>,
     ) -> Result<usize, KernelError> {
-        let mut siv = SivCipher::new(&self.key)?;
         for_each_row(input, out, |row, plaintext, slot| {
             let total = OVERHEAD + plaintext.len();
             let slot = slot.get_mut(..total).ok_or_else(|| too_small(row))?;
             slot[0] = VERSION;
-            slot[OVERHEAD..].copy_from_slice(plaintext);
-            let tag = siv.seal(&NO_HEADERS, &mut slot[OVERHEAD..])?;
-            slot[1..OVERHEAD].copy_from_slice(&tag);
+            let (siv, body) = slot[1..].split_at_mut(SIV_LEN);
+            body.copy_from_slice(plaintext);
+            self.siv.seal(siv, body);
             Ok(total)
         })
     }
@@ -205,13 +204,11 @@ impl DetBytes {
         input: BinaryColumn<'_, I>,
         out: BinaryOutput<'_, O>,
     ) -> Result<usize, KernelError> {
-        let mut siv = SivCipher::new(&self.key)?;
         for_each_row(input, out, |row, ciphertext, slot| {
             let body = check_format(row, ciphertext)?;
             let slot = slot.get_mut(..body.len()).ok_or_else(|| too_small(row))?;
             slot.copy_from_slice(body);
-            let tag = Tag::from_slice(&ciphertext[1..OVERHEAD]);
-            if siv.open(&NO_HEADERS, slot, tag) {
+            if self.siv.open(&ciphertext[1..OVERHEAD], slot) {
                 Ok(body.len())
             } else {
                 Err(KernelError::Authentication { row })
