@@ -12,7 +12,8 @@ Conventions shared by every backend:
   ``render`` turns a sqlglot expression into such text (sqlglot itself would
   write ``%(1)s`` for PostgreSQL).
 - Results are Arrow: ``execute`` returns a ``pa.Table``, ``execute_batches``
-  streams ``pa.RecordBatch`` es. Integer SUMs come back as decimal128(38, 0)
+  streams ``pa.RecordBatch`` es (consume or close the stream before the next
+  statement: the connection serves one statement at a time). Integer SUMs come back as decimal128(38, 0)
   on both backends (DuckDB's HUGEINT and PostgreSQL's NUMERIC).
 - Table and column names must be plain identifiers (letters, digits, ``_``);
   backends quote them, so their case is kept.

@@ -26,6 +26,7 @@ PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
 SERVICE_USER = "veil-pg"
 SUPERUSER = "veil"
 EXTENSION_INSTALLER = Path(__file__).resolve().parents[3] / "scripts/postgres/install_extension.sh"
+EXTENSION_SOURCES = Path(__file__).resolve().parent / "pgext"
 
 _SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
@@ -55,11 +56,23 @@ def find_bin_dir() -> Path:
     )
 
 
-def extension_installed(bin_dir: Path) -> bool:
-    sharedir = subprocess.run(
-        [str(bin_dir / "pg_config"), "--sharedir"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    return bool(sharedir) and (Path(sharedir) / "extension/veil.control").exists()
+def extension_current(bin_dir: Path | None) -> bool:
+    """Is Veil's extension installed, and no older than its sources in this checkout?"""
+    control = _pg_dir(bin_dir, "--sharedir", "/usr/share/postgresql/15") / "extension/veil.control"
+    library = _pg_dir(bin_dir, "--pkglibdir", "/usr/lib/postgresql/15/lib") / "veil.so"
+    if not (control.exists() and library.exists()):
+        return False
+    sources = [p for p in EXTENSION_SOURCES.iterdir() if p.suffix in (".c", ".sql", ".control")]
+    newest_source = max((p.stat().st_mtime for p in sources), default=0.0)
+    return library.stat().st_mtime >= newest_source
+
+
+def _pg_dir(bin_dir: Path | None, option: str, debian_default: str) -> Path:
+    pg_config = bin_dir / "pg_config" if bin_dir else None
+    if pg_config is None or not pg_config.exists():
+        return Path(debian_default)
+    answer = subprocess.run([str(pg_config), option], capture_output=True, text=True, check=False)
+    return Path(answer.stdout.strip() or debian_default)
 
 
 def install_extension() -> None:
@@ -84,7 +97,7 @@ class ThrowawayCluster:
         self.data_dir = directory / "data"
         self.log_path = directory / "postgres.log"
         self.port = 0
-        self._bin = find_bin_dir()
+        self._bin = Path()  # found by start(), after installing PostgreSQL if need be
 
     @property
     def url(self) -> str:
@@ -94,8 +107,14 @@ class ThrowawayCluster:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
-        if not extension_installed(self._bin):
+        """Install PostgreSQL 15 and Veil's extension if missing or stale, then start."""
+        try:
+            bin_dir: Path | None = find_bin_dir()
+        except ServerUnavailableError:
+            bin_dir = None
+        if bin_dir is None or not extension_current(bin_dir):
             install_extension()
+        self._bin = find_bin_dir()
         if self._as_root:
             _ensure_service_user()
             shutil.chown(self.directory, SERVICE_USER, SERVICE_USER)
