@@ -14,7 +14,7 @@
 //! ciphertext differs (most random numbers are not valid ciphertexts).
 //!
 //! Coins: BCLO's TapeGen is AES-256 under the working key in counter mode
-//! over the node's name (see `NodeCoins`); its 64-bit words feed
+//! over the node's name (see `tree::NodeCoins`); its 64-bit words feed
 //! `hgd::sample`. (A ChaCha20 stream seeded per node was tried first: its
 //! 256-byte refill took a third of the time of a node that needs ~16 bytes.)
 //! So ciphertexts are a pure function of (key, bits, signed, plaintext), on
@@ -28,49 +28,31 @@
 //! label, like FF1's. Signed domains map v to v + 2^(bits-1) (the sign bit
 //! flipped) so that order is kept.
 //!
-//! Speed: the first `MEMO_DEPTH` levels of the tree are shared by all
-//! plaintexts and memoised in arrays; whole plaintext -> ciphertext pairs are
-//! cached in hash maps (both directions), so repeats cost one lookup.
+//! Speed: whole plaintext <-> ciphertext pairs are cached (`pairs`), so
+//! repeats cost one lookup; a column's new values are walked in sorted order
+//! and each descent resumes where it leaves the previous one, and the top
+//! of the tree is memoised (`tree`).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
+mod pairs;
+mod tree;
 
-use aes::cipher::{generic_array::GenericArray, BlockEncrypt, KeyInit};
+use aes::cipher::{generic_array::GenericArray, KeyInit};
 use aes::Aes256;
-use rand_core::RngCore;
 
-use crate::hgd;
 use crate::KernelError;
+use pairs::Pairs;
+use tree::{Target, Tree};
 
-/// Levels of the tree whose splits are memoised (2^MEMO_DEPTH - 1 nodes, 4 MiB).
-const MEMO_DEPTH: u32 = 18;
-/// Marks a memo slot not yet computed (a split is at most 2^64).
-const UNKNOWN: u128 = u128::MAX;
-/// Plaintext/ciphertext pairs cached before the caches are emptied (~60 MB).
-const CACHE_LIMIT: usize = 1 << 20;
 /// Version byte of the binary ciphertext form.
 pub const VERSION: u8 = 0x01;
 
-const INNER: u8 = 0;
-const LEAF: u8 = 1;
-
-/// One BCLO key with its parameters, memoised tree top and pair caches.
+/// One BCLO key with its parameters, its tree and its pair caches.
 pub struct Ope {
-    prf: Aes256,
     bits: u32,
     cipher_bits: u32,
     signed: bool,
-    memo: Vec<Vec<u128>>,
-    /// Ciphertexts as (high, low) halves: 8-byte alignment keeps entries small.
-    encrypted: HashMap<u64, (u64, u64), KeyedHash>,
-    decrypted: HashMap<u128, u64, KeyedHash>,
-}
-
-/// Where a descent through the tree is going.
-#[derive(Clone, Copy)]
-enum Target {
-    Plaintext(u64),
-    Ciphertext(u128),
+    tree: Tree,
+    pairs: Pairs,
 }
 
 impl Ope {
@@ -88,15 +70,13 @@ impl Ope {
             )));
         }
         let prf = Aes256::new(GenericArray::from_slice(key));
-        let hash = KeyedHash::from_prf(&prf);
+        let cipher_bits = cipher_bits_for(bits);
         Ok(Self {
-            prf,
             bits,
-            cipher_bits: cipher_bits_for(bits),
+            cipher_bits,
             signed,
-            memo: Vec::new(),
-            encrypted: HashMap::with_hasher(hash),
-            decrypted: HashMap::with_hasher(hash),
+            pairs: Pairs::new(&prf),
+            tree: Tree::new(prf, bits, cipher_bits, signed),
         })
     }
 
@@ -144,27 +124,28 @@ impl Ope {
 
     /// Encrypts a domain point (see `point_of`).
     pub fn encrypt_point(&mut self, point: u64) -> u128 {
-        if let Some(&(high, low)) = self.encrypted.get(&point) {
-            return (high as u128) << 64 | low as u128;
+        if let Some(c) = self.pairs.ciphertext(point) {
+            return c;
         }
         let (_, c) = self
+            .tree
             .descend(Target::Plaintext(point))
             .expect("plaintexts reach a leaf");
-        self.remember(point, c);
+        self.pairs.remember(point, c);
         c
     }
 
     /// Decrypts to a domain point; `None` if `c` is not a valid ciphertext.
     pub fn decrypt_point(&mut self, c: u128) -> Option<u64> {
-        if let Some(&p) = self.decrypted.get(&c) {
+        if let Some(p) = self.pairs.point(c) {
             return Some(p);
         }
         if c >> self.cipher_bits != 0 {
             return None;
         }
-        let (point, leaf_c) = self.descend(Target::Ciphertext(c))?;
+        let (point, leaf_c) = self.tree.descend(Target::Ciphertext(c))?;
         (leaf_c == c).then(|| {
-            self.remember(point, c);
+            self.pairs.remember(point, c);
             point
         })
     }
@@ -177,6 +158,7 @@ impl Ope {
         out: &mut [u128],
     ) -> Result<(), KernelError> {
         check_lengths(plaintexts.len(), valid, out.len())?;
+        let mut fresh = Vec::new();
         for (row, (&v, c)) in plaintexts.iter().zip(out.iter_mut()).enumerate() {
             if valid.is_some_and(|valid| !valid[row]) {
                 continue;
@@ -185,7 +167,15 @@ impl Ope {
                 row,
                 domain: self.domain(),
             })?;
-            *c = self.encrypt_point(point);
+            match self.pairs.ciphertext(point) {
+                Some(known) => *c = known,
+                None => fresh.push((point, row)),
+            }
+        }
+        // Sorted, consecutive descents share the longest path prefixes.
+        fresh.sort_unstable();
+        for (point, row) in fresh {
+            out[row] = self.encrypt_point(point);
         }
         Ok(())
     }
@@ -198,21 +188,37 @@ impl Ope {
         out: &mut [i128],
     ) -> Result<(), KernelError> {
         check_lengths(ciphertexts.len(), valid, out.len())?;
-        for (row, (c, p)) in ciphertexts.zip(out.iter_mut()).enumerate() {
+        let mut fresh = Vec::new();
+        let mut first_bad = None;
+        for (row, c) in ciphertexts.enumerate() {
             if valid.is_some_and(|valid| !valid[row]) {
                 continue;
             }
-            let point =
-                c.and_then(|c| self.decrypt_point(c))
-                    .ok_or_else(|| KernelError::Malformed {
-                        row,
-                        reason: "it is not an OPE ciphertext under this key and width \
-                             (wrong key or column, or tampered data)"
-                            .to_string(),
-                    })?;
-            *p = self.plaintext_of(point);
+            match c.map(|c| (c, self.pairs.point(c))) {
+                Some((_, Some(point))) => out[row] = self.plaintext_of(point),
+                Some((c, None)) => fresh.push((c, row)),
+                None => first_bad = first_bad.or(Some(row)),
+            }
         }
-        Ok(())
+        if let Some(bad) = first_bad {
+            fresh.retain(|&(_, row)| row < bad); // only an earlier row can be reported
+        }
+        fresh.sort_unstable();
+        for (c, row) in fresh {
+            match self.decrypt_point(c) {
+                Some(point) => out[row] = self.plaintext_of(point),
+                None => first_bad = Some(first_bad.map_or(row, |bad: usize| bad.min(row))),
+            }
+        }
+        match first_bad {
+            None => Ok(()),
+            Some(row) => Err(KernelError::Malformed {
+                row,
+                reason: "it is not an OPE ciphertext under this key and width \
+                         (wrong key or column, or tampered data)"
+                    .to_string(),
+            }),
+        }
     }
 
     /// Writes the binary form (0x01 || big-endian ciphertext) into `out`.
@@ -231,201 +237,6 @@ impl Ope {
         let mut be = [0u8; 16];
         be[17 - width..].copy_from_slice(&bytes[1..]);
         Some(u128::from_be_bytes(be))
-    }
-
-    fn remember(&mut self, point: u64, c: u128) {
-        if self.encrypted.len() >= CACHE_LIMIT {
-            self.encrypted.clear();
-            self.decrypted.clear();
-        }
-        self.encrypted.insert(point, ((c >> 64) as u64, c as u64));
-        self.decrypted.insert(c, point);
-    }
-
-    /// Walks from the root to the leaf of `target`: for a plaintext, returns
-    /// (its point, its ciphertext); for a ciphertext, the leaf it leads to,
-    /// or `None` if it leads to a side with no plaintexts.
-    fn descend(&mut self, target: Target) -> Option<(u64, u128)> {
-        let (mut d_low, mut d_size) = (0u128, 1u128 << self.bits);
-        let (mut r_low, mut r_size) = (0u128, 1u128 << self.cipher_bits);
-        let mut depth = 0;
-        while d_size > 1 {
-            let below = self.split(depth, r_low, d_size, r_size);
-            let half = r_size / 2;
-            let left = match target {
-                Target::Plaintext(p) => (p as u128) < d_low + below,
-                Target::Ciphertext(c) => c < r_low + half,
-            };
-            if left {
-                d_size = below;
-            } else {
-                (d_low, d_size) = (d_low + below, d_size - below);
-                r_low += half;
-            }
-            r_size = half;
-            depth += 1;
-        }
-        if d_size == 0 {
-            return None;
-        }
-        let mut coins = self.coins(LEAF, depth, r_low);
-        let offset = next_u128(&mut coins) & (r_size - 1);
-        Some((d_low as u64, r_low + offset))
-    }
-
-    /// Domain points below the middle of the node's range (memoised near the root).
-    fn split(&mut self, depth: u32, r_low: u128, d_size: u128, r_size: u128) -> u128 {
-        if depth >= MEMO_DEPTH {
-            return self.sample_split(depth, r_low, d_size, r_size);
-        }
-        let index = (r_low >> (self.cipher_bits - depth)) as usize;
-        if self.memo.len() <= depth as usize {
-            self.memo.resize_with(depth as usize + 1, Vec::new);
-        }
-        if self.memo[depth as usize].is_empty() {
-            self.memo[depth as usize] = vec![UNKNOWN; 1 << depth];
-        }
-        let known = self.memo[depth as usize][index];
-        if known != UNKNOWN {
-            return known;
-        }
-        let below = self.sample_split(depth, r_low, d_size, r_size);
-        self.memo[depth as usize][index] = below;
-        below
-    }
-
-    fn sample_split(&self, depth: u32, r_low: u128, d_size: u128, r_size: u128) -> u128 {
-        let mut coins = self.coins(INNER, depth, r_low);
-        hgd::sample(d_size, r_size - d_size, r_size / 2, &mut coins)
-    }
-
-    /// The node's coin stream (see `NodeCoins`).
-    fn coins(&self, kind: u8, depth: u32, r_low: u128) -> NodeCoins<'_> {
-        let mut name = [0u8; 16];
-        name[0] = kind | (self.signed as u8) << 1 | ((self.bits - 1) as u8) << 2;
-        name[1] = depth as u8;
-        name[4..].copy_from_slice(&r_low.to_be_bytes()[4..]);
-        NodeCoins {
-            prf: &self.prf,
-            name,
-            counter: 0,
-            words: [0; 4],
-            used: 4,
-        }
-    }
-}
-
-/// BCLO's random tape for one node: AES-256 under the working key of the
-/// blocks `kind | signed | bits-1, depth, counter (2 bytes), range start (12
-/// bytes)` for counter = 0, 1, 2, ... (AES as a PRF in counter mode). The
-/// range start and depth name the node uniquely because the range tree is
-/// the same for every key; `cipher_bits` follows from `bits`. A node uses a
-/// handful of blocks; the 16-bit counter would wrap only after 2^16 rejected
-/// HGD proposals, which never happens in practice (and stays deterministic).
-struct NodeCoins<'a> {
-    prf: &'a Aes256,
-    name: [u8; 16],
-    counter: u16,
-    words: [u64; 4],
-    used: usize,
-}
-
-impl NodeCoins<'_> {
-    fn refill(&mut self) {
-        let mut blocks = [GenericArray::from(self.name), GenericArray::from(self.name)];
-        for block in blocks.iter_mut() {
-            block[2..4].copy_from_slice(&self.counter.to_be_bytes());
-            self.counter = self.counter.wrapping_add(1);
-        }
-        self.prf.encrypt_blocks(&mut blocks);
-        for (i, word) in self.words.iter_mut().enumerate() {
-            let bytes = &blocks[i / 2][(i % 2) * 8..(i % 2) * 8 + 8];
-            *word = u64::from_be_bytes(bytes.try_into().expect("8 bytes"));
-        }
-        self.used = 0;
-    }
-}
-
-impl RngCore for NodeCoins<'_> {
-    fn next_u64(&mut self) -> u64 {
-        if self.used == self.words.len() {
-            self.refill();
-        }
-        self.used += 1;
-        self.words[self.used - 1]
-    }
-
-    fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        for chunk in dest.chunks_mut(8) {
-            chunk.copy_from_slice(&self.next_u64().to_be_bytes()[..chunk.len()]);
-        }
-    }
-
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
-        self.fill_bytes(dest);
-        Ok(())
-    }
-}
-
-/// A fast hash for the pair caches, keyed from the PRF so that nobody without
-/// the key can choose plaintexts that collide (SipHash costs 4x as much here).
-#[derive(Clone, Copy)]
-struct KeyedHash {
-    multiplier: u64,
-}
-
-impl KeyedHash {
-    fn from_prf(prf: &Aes256) -> Self {
-        let mut block = GenericArray::from([0xffu8; 16]); // no node name has depth 0xff
-        prf.encrypt_block(&mut block);
-        let word = u64::from_le_bytes(block[..8].try_into().expect("8 bytes"));
-        Self {
-            multiplier: word | 1,
-        }
-    }
-}
-
-impl BuildHasher for KeyedHash {
-    type Hasher = KeyedHasher;
-    fn build_hasher(&self) -> KeyedHasher {
-        KeyedHasher {
-            multiplier: self.multiplier,
-            state: 0,
-        }
-    }
-}
-
-/// Folded 128-bit multiply of each word into the state (as in wyhash).
-struct KeyedHasher {
-    multiplier: u64,
-    state: u64,
-}
-
-impl Hasher for KeyedHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        let product = ((self.state ^ word) as u128) * (self.multiplier as u128);
-        self.state = (product >> 64) as u64 ^ product as u64;
-    }
-
-    fn write_u128(&mut self, word: u128) {
-        self.write_u64(word as u64);
-        self.write_u64((word >> 64) as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.state
     }
 }
 
@@ -448,9 +259,4 @@ pub fn cipher_bits_for(bits: u32) -> u32 {
     } else {
         bits + 32
     }
-}
-
-fn next_u128<R: RngCore>(rng: &mut R) -> u128 {
-    let high = rng.next_u64() as u128;
-    (high << 64) | rng.next_u64() as u128
 }

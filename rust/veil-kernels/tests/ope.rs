@@ -236,3 +236,24 @@ fn strings<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
         .map(|s| s.trim().trim_matches('"'))
         .collect()
 }
+
+#[test]
+fn interleaved_descents_match_independent_ones() {
+    // Descents resume from the previous path; mixing plaintext, ciphertext
+    // and invalid descents in any order must not change any answer.
+    let mut rng = ChaCha20Rng::from_seed([5; 32]);
+    let points: Vec<u64> = (0..200)
+        .map(|_| rng.next_u64() % 5000 + (1 << 40))
+        .collect();
+    let reference: Vec<u128> = points
+        .iter()
+        .map(|&p| Ope::new(&KEY, 48, false).unwrap().encrypt_point(p))
+        .collect();
+    let mut mixed = Ope::new(&KEY, 48, false).unwrap();
+    for (i, (&p, &c)) in points.iter().zip(&reference).enumerate() {
+        assert_eq!(mixed.decrypt_point(c + 1 + i as u128 % 3), None);
+        assert_eq!(mixed.encrypt_point(p), c);
+        let mut other = Ope::new(&KEY, 48, false).unwrap();
+        assert_eq!(other.decrypt_point(c), Some(p));
+    }
+}
