@@ -28,6 +28,10 @@
 //! the four first-order terms d·ln(·) are combined into one log of an exactly
 //! computed (256-bit) ratio. All floating point goes through `libm`, so the
 //! same coins give the same samples on every platform.
+//!
+//! The arithmetic here is frozen: OPE ciphertexts are functions of these
+//! samples, so rewriting even an equivalent formula could move some stored
+//! ciphertexts. `tests/vectors/ope_regression.json` guards against that.
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
