@@ -116,9 +116,7 @@ class DuckDBBackend(StagedBackend):
 
     def estimate(self, sql: str, params: Params = None) -> Estimate:
         plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        nodes = json.loads(plan.column(1)[0].as_py())
-        cardinality = nodes[0].get("extra_info", {}).get("Estimated Cardinality", "0")
-        return Estimate(rows=float(cardinality), cost=None)
+        return Estimate(rows=_top_cardinality(json.loads(plan.column(1)[0].as_py())), cost=None)
 
     def hom_sum(self, ciphertexts: exp.Expression, n_square: exp.Expression) -> exp.Expression:
         listed = exp.Anonymous(this="list", expressions=[ciphertexts])
@@ -142,3 +140,14 @@ def _server_errors() -> Iterator[None]:
 def _checked_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
     with _server_errors():
         yield from reader
+
+
+def _top_cardinality(nodes: list[dict[str, Any]]) -> float:
+    """The estimated rows of the topmost plan node that has an estimate (breadth first)."""
+    while nodes:
+        for node in nodes:
+            estimate = node.get("extra_info", {}).get("Estimated Cardinality")
+            if estimate is not None:
+                return float(estimate)
+        nodes = [child for node in nodes for child in node.get("children", [])]
+    return 0.0

@@ -59,6 +59,7 @@ _ARROW_OF_OID: dict[int, pa.DataType] = {
 }
 _NUMERIC_OID = 1700
 _FETCH_ROWS = 65536
+_CONNECT_SECONDS = 10
 _JSON_OIDS = (114, 3802)
 
 
@@ -72,7 +73,7 @@ class PostgresBackend(StagedBackend):
         super().__init__()
         self.url = url
         try:
-            self._con = psycopg.connect(url, autocommit=True)
+            self._con = psycopg.connect(url, autocommit=True, connect_timeout=_CONNECT_SECONDS)
         except psycopg.Error as exc:
             raise ServerUnavailableError(
                 f"cannot connect to the PostgreSQL server {_without_password(url)}: "
