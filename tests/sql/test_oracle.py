@@ -99,3 +99,18 @@ def test_no_reduction_across_outer_join(session: Session) -> None:
     sql = "SELECT COUNT(*) FROM customer LEFT JOIN orders ON o_custkey = c_custkey WHERE c_mktsegment = 'BUILDING'"
     plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
     assert all(s.reduction is None for s in plan.scans)
+
+
+def test_correlated_and_implied_reduction(session: Session) -> None:
+    sql = (
+        "SELECT COUNT(*) FROM orders o WHERE o_orderdate < DATE '1993-01-01' AND EXISTS "
+        "(SELECT 1 FROM lineitem l WHERE l.l_orderkey = o.o_orderkey)"
+    )
+    plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
+    lineitem = next(s for s in plan.scans if s.table.name == "lineitem")
+    assert lineitem.reduction is not None
+    assert any(e.correlated for e in lineitem.reduction.edges)
+    sql = "SELECT COUNT(*) FROM nation, region WHERE (n_regionkey = r_regionkey AND r_name = 'ASIA') OR (n_regionkey = r_regionkey AND r_name = 'EUROPE')"
+    plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
+    region = next(s for s in plan.scans if s.table.name == "region")
+    assert len(region.predicates) == 1 and all(s.reduction for s in plan.scans)

@@ -81,6 +81,7 @@ class JoinEdge:
     right: Scan
     right_column: str
     original: str
+    correlated: bool = False  # right is a scan of an outer scope
 
 
 @dataclass

@@ -25,10 +25,11 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from veil.design.model import PhysicalDesign
 from veil.sql.columns import BaseColumn, base_columns
+from veil.sql.implied_predicates import implied_conjuncts
 from veil.sql.parse import qualify_query
-from veil.sql.plan import Scan, ServerPredicate, SplitPlan
+from veil.sql.plan import JoinEdge, Scan, ServerPredicate, SplitPlan
 from veil.sql.prefilter_like import prefilter_like
-from veil.sql.reduce_joins import join_edge, reduce_joins
+from veil.sql.reduce_joins import join_edge, reduce_correlated, reduce_joins
 from veil.sql.rewrite_server import ServerContext, rewrite_server
 
 LOCAL_PREFIX = "__veil_scan_"
@@ -69,15 +70,19 @@ def pushdown_predicates(
     resolved: dict[int, BaseColumn],
     ctx: ServerContext,
 ) -> None:
+    correlated: list[list[JoinEdge]] = []
     for scope in scopes:
         select = scope.expression
         if not isinstance(select, exp.Select):
             continue
-        edges = []
-        for predicate, allowed in _conjuncts(select):
-            edge = join_edge(predicate, allowed, scans, resolved)
+        edges: list[JoinEdge] = []
+        correlated.append([])
+        conjuncts = _conjuncts(select)
+        conjuncts += [(i, a) for p, a in conjuncts for i in implied_conjuncts(p, resolved)]
+        for predicate, allowed in conjuncts:
+            edge = join_edge(predicate, allowed, id(scope), scans, resolved)
             if edge is not None:
-                edges.append(edge)
+                (correlated[-1] if edge.correlated else edges).append(edge)
                 continue
             scan = _single_scan(predicate, scope, scans, resolved)
             if scan is None or (allowed is not None and scan.alias not in allowed):
@@ -89,6 +94,10 @@ def pushdown_predicates(
                 server, schemes = rewritten
                 scan.predicates.append(ServerPredicate(predicate.sql("duckdb"), server, schemes))
         reduce_joins(edges)
+    # scopes come innermost first; reduce subqueries by their outer scans outside-in
+    for scope_edges in reversed(correlated):
+        for edge in scope_edges:
+            reduce_correlated(edge)
 
 
 def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:
