@@ -12,6 +12,7 @@ per-user temp dirs are closed to other users.
 
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
 import shutil
@@ -121,15 +122,18 @@ class ThrowawayCluster:
         self._run("initdb", "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8")
         self._write_settings()
         self.port = free_port()
+        atexit.register(self.stop)  # a crashed test run must not leave a server behind
         self._run(
             "pg_ctl", "start", "-w", "-D", str(self.data_dir), "-l", str(self.log_path),
             "-o", f"-p {self.port}",
         )  # fmt: skip
 
     def stop(self) -> None:
+        """Stop the server and delete its files; safe to call twice."""
+        atexit.unregister(self.stop)
         if self.port:
-            self._run("pg_ctl", "stop", "-m", "fast", "-w", "-D", str(self.data_dir))
             self.port = 0
+            self._run("pg_ctl", "stop", "-m", "fast", "-w", "-D", str(self.data_dir))
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def create_database(self, name: str) -> str:
