@@ -2,12 +2,11 @@
 
 The binary COPY format is a header, then per row an int16 field count and per
 field an int32 length (-1 for NULL) and the value's binary send form, all
-big-endian, then an int16 -1 trailer. Encoding is vectorised: row and field
-offsets come from cumulative sums of per-row sizes, and each column is
-scattered into one output buffer with numpy. When every row has the same size
-(fixed-width columns and equal-length ciphertexts, no NULLs: the usual shape
-of an encrypted table) the buffer is a 2-D matrix and each column is one slice
-assignment.
+big-endian, then an int16 -1 trailer. Encoding is vectorised, with no loop
+over rows. When every row has the same size
+(fixed-width columns without NULLs) the buffer is a 2-D matrix and each
+column is one slice assignment; otherwise Arrow's ``binary_join_element_wise``
+concatenates each row's fields (length word + value) in C++.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import struct
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from veil.backends.base import BackendError
 
@@ -37,7 +37,8 @@ _FIXED = {
     pa.date32(): ("date", ">i4"),
     pa.timestamp("us"): ("timestamp", ">i8"),
 }
-_PIECE_BYTES = 8 << 20
+_PIECE_BYTES = 64 << 20
+_NOTHING = pa.scalar(b"", pa.binary())
 _VARIABLE = {pa.binary(): "bytea", pa.string(): "text"}
 
 
@@ -83,34 +84,31 @@ def encode_batch(batch: pa.RecordBatch) -> bytes:
     n = batch.num_rows
     if n == 0:
         return b""
-    if batch.nbytes > _PIECE_BYTES and n > 1:  # bound the scatter's index arrays
+    if batch.nbytes > _PIECE_BYTES and n > 1:  # keep Arrow's int32 binary offsets in range
         step = max(1, n * _PIECE_BYTES // batch.nbytes)
         return b"".join(encode_batch(batch.slice(at, step)) for at in range(0, n, step))
     columns = [_Column.of(array) for array in batch.columns]
-    row_sizes = np.full(n, 2, np.int64)
-    for column in columns:
-        row_sizes += column.field_sizes
-    row_starts = np.zeros(n, np.int64)
-    np.cumsum(row_sizes[:-1], out=row_starts[1:])
-    out = np.empty(int(row_sizes.sum()), np.uint8)
-    if all(np.all(column.lengths == column.lengths[0]) for column in columns):
-        _fill_uniform(out.reshape(n, int(row_sizes[0])), columns)
-    else:
-        _fill_scattered(out, row_starts, columns)
-    return out.tobytes()
+    if all(column.fixed_width is not None and column.valid.all() for column in columns):
+        return _uniform_rows(n, columns)
+    return _joined_rows(n, columns)
 
 
 class _Column:
     """One column's values as big-endian bytes plus per-row lengths."""
 
     def __init__(
-        self, valid: np.ndarray, lengths: np.ndarray, data: np.ndarray, starts: np.ndarray
+        self,
+        valid: np.ndarray,
+        lengths: np.ndarray,
+        *,
+        matrix: np.ndarray | None = None,
+        values: pa.Array | None = None,
     ):
         self.valid = valid  # bool per row
         self.lengths = lengths  # value bytes per row (0 for NULL)
-        self.data = data  # uint8 value bytes
-        self.starts = starts  # where each row's bytes begin in data
-        self.field_sizes = 4 + lengths
+        self.matrix = matrix  # fixed-width columns: (rows, width) big-endian bytes
+        self.values = values  # variable-width columns: binary, NULLs as empty values
+        self.fixed_width = None if matrix is None else matrix.shape[1]
 
     @classmethod
     def of(cls, array: pa.Array) -> _Column:
@@ -129,11 +127,9 @@ class _Column:
 
     @classmethod
     def _fixed(cls, array: pa.Array, valid: np.ndarray, dtype: np.dtype) -> _Column:
-        values = _fixed_values(array).astype(dtype, copy=False)
-        width = dtype.itemsize
-        data = np.ascontiguousarray(values).view(np.uint8)
-        lengths = np.where(valid, width, 0).astype(np.int64)
-        return cls(valid, lengths, data, np.arange(len(array), dtype=np.int64) * width)
+        values = np.ascontiguousarray(_fixed_values(array).astype(dtype, copy=False))
+        matrix = values.view(np.uint8).reshape(len(array), dtype.itemsize)
+        return cls(valid, np.where(valid, dtype.itemsize, 0), matrix=matrix)
 
     @classmethod
     def _numeric(cls, array: pa.Array, valid: np.ndarray) -> _Column:
@@ -157,27 +153,32 @@ class _Column:
         for digit in range(groups - 1, -1, -1):
             fields[:, 4 + digit] = magnitude % 10000
             magnitude //= 10000
-        width = 2 * (4 + groups)
-        data = np.ascontiguousarray(fields.astype(">i2")).view(np.uint8).reshape(-1)
-        lengths = np.where(valid, width, 0).astype(np.int64)
-        return cls(valid, lengths, data, np.arange(len(array), dtype=np.int64) * width)
+        matrix = np.ascontiguousarray(fields.astype(">i2")).view(np.uint8)
+        return cls(valid, np.where(valid, matrix.shape[1], 0), matrix=matrix)
 
     @classmethod
     def _variable(cls, array: pa.Array, valid: np.ndarray) -> _Column:
-        large = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
-        offsets_type = np.dtype(np.int64 if large else np.int32)
-        _, offsets_buffer, data_buffer = array.buffers()
-        offsets = np.frombuffer(offsets_buffer, offsets_type)[
-            array.offset : array.offset + len(array) + 1
-        ]
-        offsets = offsets.astype(np.int64)
-        data = (
-            np.frombuffer(data_buffer, np.uint8)
-            if data_buffer is not None
-            else np.empty(0, np.uint8)
-        )
-        lengths = np.where(valid, np.diff(offsets), 0)
-        return cls(valid, lengths, data, offsets[:-1])
+        values = array.cast(pa.binary()).fill_null(b"")
+        lengths = pc.binary_length(values).to_numpy(zero_copy_only=False).astype(np.int64)
+        if len(values) and valid.all() and np.all(lengths == lengths[0]):
+            # Equal-length values (ciphertexts of a fixed-size format): a byte matrix.
+            offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset :][
+                : len(values) + 1
+            ]
+            data = np.frombuffer(values.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+            return cls(valid, lengths, matrix=data.reshape(len(values), int(lengths[0])))
+        return cls(valid, lengths, values=values)
+
+    def fields(self) -> pa.Array:
+        """Every row's field (length word, then the value's bytes) as a binary array."""
+        headers = self.length_headers()
+        if self.values is not None:
+            return pc.binary_join_element_wise(_binary_rows(headers), self.values, _NOTHING)
+        assert self.matrix is not None
+        full = _binary_rows(np.concatenate([headers, self.matrix], axis=1))
+        if self.valid.all():
+            return full
+        return pc.if_else(pa.array(self.valid), full, _binary_rows(headers))
 
     def length_headers(self) -> np.ndarray:
         """The int32 length word of every field, -1 for NULL, as (rows, 4) bytes."""
@@ -203,38 +204,35 @@ def _fixed_values(array: pa.Array) -> np.ndarray:
     return array.fill_null(0).to_numpy()
 
 
-def _fill_uniform(rows: np.ndarray, columns: list[_Column]) -> None:
+def _uniform_rows(n: int, columns: list[_Column]) -> bytes:
     """Every row has the same layout: write each column as one 2-D slice."""
-    n = rows.shape[0]
+    widths = [4 + int(column.fixed_width or 0) for column in columns]
+    rows = np.empty((n, 2 + sum(widths)), np.uint8)
     rows[:, 0:2] = np.frombuffer(struct.pack(">h", len(columns)), np.uint8)
     at = 2
-    for column in columns:
-        width = int(column.lengths[0]) if n else 0
+    for column, width in zip(columns, widths, strict=True):
+        assert column.matrix is not None
         rows[:, at : at + 4] = column.length_headers()
-        start = int(column.starts[0])
-        rows[:, at + 4 : at + 4 + width] = column.data[start : start + n * width].reshape(n, width)
-        at += 4 + width
+        rows[:, at + 4 : at + width] = column.matrix
+        at += width
+    return rows.tobytes()
 
 
-def _fill_scattered(out: np.ndarray, row_starts: np.ndarray, columns: list[_Column]) -> None:
-    """Rows differ in size: scatter each column's bytes to computed positions."""
-    count = np.frombuffer(struct.pack(">h", len(columns)), np.uint8)
-    out[row_starts[:, None] + np.arange(2)] = count
-    field_starts = row_starts + 2
-    for column in columns:
-        out[field_starts[:, None] + np.arange(4)] = column.length_headers()
-        _scatter_values(out, field_starts + 4, column)
-        field_starts = field_starts + column.field_sizes
+def _joined_rows(n: int, columns: list[_Column]) -> bytes:
+    """Rows of different sizes: Arrow joins each row's fields, in C++, into one buffer."""
+    count = np.tile(np.frombuffer(struct.pack(">h", len(columns)), np.uint8), (n, 1))
+    parts = [_binary_rows(count), *(column.fields() for column in columns)]
+    rows = pc.binary_join_element_wise(*parts, _NOTHING)
+    offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset : rows.offset + n + 1]
+    start, end = int(offsets[0]), int(offsets[-1])
+    return rows.buffers()[2].slice(start, end - start).to_pybytes()
 
 
-def _scatter_values(out: np.ndarray, destinations: np.ndarray, column: _Column) -> None:
-    lengths = column.lengths
-    total = int(lengths.sum())
-    if total == 0:
-        return
-    # Position of every byte within its own value: 0..len-1 for each row in turn.
-    firsts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    within = np.arange(total, dtype=np.int64) - firsts
-    out[np.repeat(destinations, lengths) + within] = column.data[
-        np.repeat(column.starts, lengths) + within
-    ]
+def _binary_rows(matrix: np.ndarray) -> pa.Array:
+    """Each row of a (rows, width) byte matrix as one binary value."""
+    matrix = np.ascontiguousarray(matrix)
+    rows, width = matrix.shape
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), rows, [None, pa.py_buffer(matrix)]
+    )
+    return fixed.cast(pa.binary())
