@@ -2,8 +2,9 @@
 
 ``backend_url`` gives each test a fresh, empty server on every backend: a DuckDB
 file under the test's tmp_path and, for tests that may use PostgreSQL, a new
-database in one throwaway cluster started for the whole session
-(``veil.backends.pgcluster``). PostgreSQL cases carry the ``postgres`` mark, so
+schema in one throwaway cluster started for the whole session
+(``veil.backends.pgcluster``; its ``read_log()`` holds every statement the
+server received). PostgreSQL cases carry the ``postgres`` mark, so
 ``-m "not postgres"`` skips them.
 """
 
@@ -15,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
-_database_numbers = itertools.count(1)
+from veil.backends.pgcluster import ThrowawayCluster
+
+_schema_numbers = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
-def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThrowawayCluster]:
     """One throwaway PostgreSQL 15 cluster for the session (stopped at the end)."""
-    pgcluster = pytest.importorskip("veil.backends.pgcluster")
-    cluster = pgcluster.ThrowawayCluster(tmp_path_factory.mktemp("postgres"))
+    cluster = ThrowawayCluster(tmp_path_factory.mktemp("postgres"))
     cluster.start()
     try:
         yield cluster
@@ -31,9 +33,9 @@ def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[objec
 
 
 @pytest.fixture
-def postgres_url(postgres_cluster: object) -> str:
+def postgres_url(postgres_cluster: ThrowawayCluster) -> str:
     """A fresh, empty schema in the session's cluster."""
-    return postgres_cluster.create_schema(f"veil_test_{next(_database_numbers)}")  # type: ignore[attr-defined]
+    return postgres_cluster.create_schema(f"veil_test_{next(_schema_numbers)}")
 
 
 @pytest.fixture

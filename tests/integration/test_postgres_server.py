@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from veil.backends import n_square_bytes
+from veil.backends.pgcluster import ThrowawayCluster
 from veil.backends.postgres import PostgresBackend
 
 hom = pytest.importorskip("veil.crypto.hom")
@@ -54,10 +55,10 @@ def test_hom_add_adds_row_by_row(server: PostgresBackend, paillier: object) -> N
 
 
 def test_server_log_records_every_statement(
-    server: PostgresBackend, postgres_cluster: object
+    server: PostgresBackend, postgres_cluster: ThrowawayCluster
 ) -> None:
     server.execute("SELECT $1::bigint AS marker_4711", [4711])
-    assert "marker_4711" in postgres_cluster.read_log()  # type: ignore[attr-defined]
+    assert "marker_4711" in postgres_cluster.read_log()
 
 
 def test_server_that_is_down_gives_a_clear_error() -> None:
