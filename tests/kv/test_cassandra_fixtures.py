@@ -42,7 +42,7 @@ def _server_contact(config: pytest.Config) -> str:
         return _SERVER["contact"].split("/")[0]
     workdir = tempfile.TemporaryDirectory(prefix="veil-cassandra-")
     try:
-        info = cassandra_server.start(Path(workdir.name))
+        info = cassandra_server.start(Path(workdir.name), fast_schema=True)
     except cassandra_server.CassandraServerError as exc:
         workdir.cleanup()
         pytest.fail(f"could not start Cassandra for the tests: {exc}")

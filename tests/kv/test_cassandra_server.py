@@ -47,3 +47,28 @@ def test_status_and_stop_of_an_empty_directory(
     assert main(["kv", "cassandra", "status", "--dir", str(tmp_path)]) == 1
     assert main(["kv", "cassandra", "stop", "--dir", str(tmp_path)]) == 0
     assert "no cassandra was running" in capsys.readouterr().out
+
+
+def test_lean_configuration_shrinks_caches_and_pretouches_the_heap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lean = cassandra_server.cassandra_yaml(tmp_path, "127.0.0.1", 1, 2, lean=True)
+    assert "file_cache_size: 16MiB" in lean
+    assert "file_cache_size" not in cassandra_server.cassandra_yaml(tmp_path, "127.0.0.1", 1, 2)
+    monkeypatch.setattr(cassandra_server.shutil, "which", lambda name: f"/usr/bin/{name}")
+    command = cassandra_server.java_command(tmp_path, tmp_path, 512, lean=True)
+    assert "-XX:+AlwaysPreTouch" in command
+
+
+def test_no_memory_budget_means_no_cgroup() -> None:
+    with cassandra_server.memory_budget(None) as group:
+        assert group is None
+
+
+def test_memory_budget_without_a_cgroup_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cassandra_server, "_own_cgroup", lambda controller: None)
+    with (
+        pytest.raises(CassandraServerError, match="no memory cgroup"),
+        cassandra_server.memory_budget(100),
+    ):
+        pass

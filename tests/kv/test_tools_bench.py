@@ -66,3 +66,9 @@ def test_zipfian_ranks_favour_low_ranks() -> None:
     ranks = bench.zipfian_ranks(1000, 5000, np.random.default_rng(1))
     assert ranks.min() >= 0 and ranks.max() < 1000
     assert (ranks == 0).sum() > (ranks == 500).sum() * 20
+
+
+def test_plan_repeats_values_over_a_larger_key_space() -> None:
+    plan = bench.Plan.draw([b"a", b"b", b"c"], 10, 50, seed=3)
+    assert [v for _, v in plan.items()] == [b"a", b"b", b"c"] * 3 + [b"a"]
+    assert plan.uniform.max() < 10 and plan.zipfian.max() < 10

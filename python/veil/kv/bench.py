@@ -90,6 +90,7 @@ class BenchConfig:
     epoch_seconds: float = 2.0
     pack_cache: int = 0
     memory_mb: int | None = None
+    heap_mb: int = 1024
     seed: int = 42
 
     @classmethod
@@ -103,6 +104,7 @@ class BenchConfig:
             seconds=args.seconds,
             memory_mb=args.memory_mb,
             pack_cache=args.pack_cache,
+            heap_mb=args.heap_mb,
         )
 
 
@@ -157,9 +159,14 @@ def zipfian_ranks(count: int, size: int, rng: np.random.Generator) -> np.ndarray
 
 @dataclass
 class Plan:
-    """Pre-drawn keys and values, identical for every client."""
+    """Pre-drawn keys and values, identical for every client.
+
+    Key ``i`` holds record ``i mod len(values)``: a table may be larger than
+    its dataset (the repeats are ``len(values)`` keys apart, far beyond a pack).
+    """
 
     values: list[bytes]
+    count: int
     uniform: np.ndarray
     zipfian: np.ndarray
     range_lows: np.ndarray
@@ -167,12 +174,13 @@ class Plan:
     latest_offsets: np.ndarray
 
     @classmethod
-    def draw(cls, values: list[bytes], ops: int, seed: int) -> Plan:
+    def draw(cls, values: list[bytes], count: int, ops: int, seed: int) -> Plan:
         rng = np.random.default_rng(seed)
-        n = len(values)
+        n = count
         scramble = rng.permutation(n)  # YCSB scrambles Zipfian ranks over the key space
         return cls(
             values=values,
+            count=count,
             uniform=rng.integers(0, n, ops),
             zipfian=scramble[zipfian_ranks(n, ops, rng)],
             range_lows=rng.integers(0, max(1, n - RANGE_KEYS), ops),
@@ -183,27 +191,30 @@ class Plan:
     def value(self, i: int) -> bytes:
         return self.values[i % len(self.values)]
 
+    def items(self) -> Iterator[tuple[int, bytes]]:
+        return ((i, self.value(i)) for i in range(self.count))
+
 
 def run_workload(name: str, client: Client, plan: Plan, clock: Clock, state: dict) -> Outcome:
     """One workload on one client; ``state`` carries the next APPEND key between workloads."""
-    n = len(plan.values)
-    expected = plan.values
+    n = plan.count
+    expected = plan.value
     if name in ("point_uniform", "point_zipfian"):
         keys = plan.uniform if name == "point_uniform" else plan.zipfian
-        return clock.run(lambda i: client.get(int(keys[i])) == expected[int(keys[i])])
+        return clock.run(lambda i: client.get(int(keys[i])) == expected(int(keys[i])))
     if name == "range_1000":
 
         def scan(i: int) -> bool:
             low = int(plan.range_lows[i])
             rows = list(client.range(low, low + RANGE_KEYS - 1))
-            return len(rows) == min(RANGE_KEYS, n - low) and rows[0][1] == expected[low]
+            return len(rows) == min(RANGE_KEYS, n - low) and rows[0][1] == expected(low)
 
         return clock.run(scan)
     if name == "write_generic":
 
         def overwrite(i: int) -> bool:
             key = int(plan.overwrite_keys[i])
-            client.put(key, expected[key])  # same value: later reads stay checkable
+            client.put(key, expected(key))  # same value: later reads stay checkable
             return True
 
         return clock.run(overwrite)
@@ -247,7 +258,7 @@ def store_url(config: BenchConfig) -> Iterator[tuple[str, dict]]:
 
         directory = Path(work) / "cassandra"
         with cassandra_server.memory_budget(config.memory_mb) as cgroup:
-            info = cassandra_server.start(directory, preexec_cgroup=cgroup)
+            info = cassandra_server.start(directory, heap_mb=config.heap_mb, preexec_cgroup=cgroup)
             try:
                 facts = {"server": "private cassandra", "memory_mb": config.memory_mb}
                 yield f"cassandra://{info.contact}/bench", facts
@@ -291,10 +302,10 @@ def run(config: BenchConfig) -> dict:
     from veil.kv.datasets import load_records
 
     values = load_records(config.dataset, config.records)
-    plan = Plan.draw(values, config.ops, config.seed)
+    plan = Plan.draw(values, config.records, config.ops, config.seed)
     clock = Clock(config.ops, config.seconds)
-    result: dict[str, Any] = {"config": config.__dict__ | {"records": len(values)}}
-    result["raw_bytes"] = sum(len(v) for v in values)
+    result: dict[str, Any] = {"config": dict(config.__dict__), "distinct_values": len(values)}
+    result["raw_bytes"] = sum(len(v) for _, v in plan.items())
     started = time.perf_counter()
     with store_url(config) as (url, facts):
         result["server"] = facts
@@ -311,7 +322,7 @@ def _generic_phase(url: str, config: BenchConfig, plan: Plan, clock: Clock) -> t
     load, sizes = {}, {}
     workloads: dict[str, dict] = {name: {} for name in WORKLOADS[:4]}
     try:
-        items = list(enumerate(plan.values))
+        items = list(plan.items())
         for client in clients:
             began = time.perf_counter()
             client.put_many(items)

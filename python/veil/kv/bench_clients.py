@@ -25,7 +25,7 @@ from veil.kv.keys import decode_key, encode_key
 from veil.kv.layout import Layout
 
 ROW_KIND = b"row"
-LOAD_THREADS = 8
+LOAD_THREADS = 32
 EMPTY_TAG = b""
 
 

@@ -78,8 +78,7 @@ JVM_BASE_OPTIONS = (
     "-XX:G1HeapRegionSize=16m",
     "-XX:MaxGCPauseMillis=300",
     "-Xss256k",
-    "-XX:+HeapDumpOnOutOfMemoryError",
-    "-XX:HeapDumpPath=/dev/null",
+    "-XX:+ExitOnOutOfMemoryError",
     "-Dcassandra-foreground=yes",
     # A fresh single node has nobody to gossip with; do not wait for it.
     "-Dcassandra.skip_wait_for_gossip_to_settle=0",
@@ -189,7 +188,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def cassandra_yaml(directory: Path, host: str, native_port: int, storage_port: int) -> str:
+# Under a memory budget, keep Cassandra's own memory small and fixed so the
+# budget's remainder is the page cache that holds the table (paper §8.1).
+LEAN_YAML = (
+    "file_cache_size: 16MiB",
+    "memtable_allocation_type: heap_buffers",
+    "networking_cache_size: 16MiB",
+)
+LEAN_JVM = ("-XX:+AlwaysPreTouch", "-XX:MaxDirectMemorySize=256m", "-XX:ReservedCodeCacheSize=64m")
+
+
+def cassandra_yaml(
+    directory: Path, host: str, native_port: int, storage_port: int, *, lean: bool = False
+) -> str:
     data = directory / "data"
     return "\n".join(
         [
@@ -231,12 +242,13 @@ def cassandra_yaml(directory: Path, host: str, native_port: int, storage_port: i
             "cas_contention_timeout: 5000ms",
             "write_request_timeout: 10000ms",
             "read_request_timeout: 10000ms",
+            *(LEAN_YAML if lean else ()),
             "",
         ]
     )
 
 
-def java_command(directory: Path, lib: Path, heap_mb: int) -> list[str]:
+def java_command(directory: Path, lib: Path, heap_mb: int, *, lean: bool = False) -> list[str]:
     java = require_tool("java", "run Cassandra (Java 17 is expected)")
     jamm = sorted(lib.glob("jamm-*.jar"))
     agent = [f"-javaagent:{jamm[0]}"] if jamm else []
@@ -246,6 +258,7 @@ def java_command(directory: Path, lib: Path, heap_mb: int) -> list[str]:
         f"-Xmx{heap_mb}m",
         *JVM_BASE_OPTIONS,
         *JVM17_SERVER_OPTIONS,
+        *(LEAN_JVM if lean else ()),
         *agent,
         f"-Dcassandra.config=file://{directory / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={directory / 'data'}",
@@ -293,8 +306,17 @@ def start(
     heap_mb: int = DEFAULT_HEAP_MB,
     timeout: float = START_TIMEOUT_S,
     preexec_cgroup: Path | None = None,
+    fast_schema: bool = False,
 ) -> ServerInfo:
-    """Start a server in ``directory`` (or return the one already running there)."""
+    """Start a server in ``directory`` (or return the one already running there).
+
+    With ``preexec_cgroup`` the server runs inside that (memory) cgroup, with
+    small fixed caches and a pre-touched heap (see LEAN_YAML). ``fast_schema``
+    (tests) sets ``cassandra.unsafesystem``: system tables skip their flushes,
+    which makes CREATE KEYSPACE/TABLE several times faster but loses schema
+    changes if the server crashes; Cassandra's own test suite does the same.
+    """
+    lean = preexec_cgroup is not None
     directory = (directory or default_server_dir()).resolve()
     running = read_info(directory)
     if running is not None:
@@ -305,12 +327,15 @@ def start(
     host = "127.0.0.1"
     native_port, storage_port = free_port(host), free_port(host)
     (directory / "cassandra.yaml").write_text(
-        cassandra_yaml(directory, host, native_port, storage_port)
+        cassandra_yaml(directory, host, native_port, storage_port, lean=lean)
     )
     (directory / "logback.xml").write_text(
         LOGBACK_XML.format(log=directory / "logs" / "system.log")
     )
-    process = _launch(java_command(directory, lib, heap_mb), directory, preexec_cgroup)
+    command = java_command(directory, lib, heap_mb, lean=lean)
+    if fast_schema:
+        command.insert(-1, "-Dcassandra.unsafesystem=true")
+    process = _launch(command, directory, preexec_cgroup)
     info = ServerInfo(process.pid, host, native_port, storage_port, str(directory))
     _info_path(directory).write_text(json.dumps(asdict(info)))
     _wait_until_ready(process, info, timeout)

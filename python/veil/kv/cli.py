@@ -84,6 +84,7 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--memory-mb", type=int, default=None, help="Cassandra in a memory cgroup of this size"
     )
+    parser.add_argument("--heap-mb", type=int, default=1024, help="Cassandra JVM heap")
     parser.add_argument(
         "--pack-cache", type=int, default=0, help="Veil client pack cache size (default 0: off)"
     )
