@@ -61,8 +61,10 @@ def postgres_session(
     root = tmp_path_factory.mktemp("veil-pg")
     url = postgres_cluster.create_schema("veil_sql_oracle")  # type: ignore[attr-defined]
     workload = [sql for _, sql in read_fixture("features.sql") + tpch_queries()]
+    before = len(postgres_cluster.read_log())  # type: ignore[attr-defined]
     load(str(tpch_dir), url, str(root / "client"), workload=workload, progress=lambda _: None)
     opened = Session(str(root / "client"))
+    opened.load_log = postgres_cluster.read_log()[before:]  # type: ignore[attr-defined]
     yield opened
     opened.close()
 

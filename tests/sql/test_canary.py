@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from veil.exec.session import Session
 
@@ -44,7 +45,25 @@ def test_statements_carry_no_plaintext(
             assert not any(_contains(p, needle) for p in params or ())  # type: ignore[attr-defined]
 
 
-def test_server_tables_hold_no_plaintext(session: Session) -> None:
+@pytest.mark.postgres
+def test_postgres_log_holds_no_plaintext(
+    postgres_session: Session, postgres_cluster: object
+) -> None:
+    """PostgreSQL logs every statement (log_statement=all): loads and queries alike."""
+    before = len(postgres_cluster.read_log())  # type: ignore[attr-defined]
+    for sql in QUERIES:
+        postgres_session.run(sql)
+    logged = postgres_session.load_log + postgres_cluster.read_log()[before:]  # type: ignore[attr-defined]
+    assert "SELECT" in logged and "COPY" in logged.upper()
+    for needle in CANARIES + NAMES:
+        assert needle.lower() not in logged.lower(), needle
+
+
+@pytest.mark.parametrize(
+    "backend_name", ["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_server_tables_hold_no_plaintext(backend_name: str, request: pytest.FixtureRequest) -> None:
+    session = request.getfixturevalue("session" if backend_name == "duckdb" else "postgres_session")
     backend = session.backend
     for name in backend.table_names():
         assert not any(n in name.lower() for n in NAMES)

@@ -8,6 +8,7 @@ import duckdb
 import pytest
 from tests.sql.oracle import assert_same
 
+from veil.errors import DomainError
 from veil.exec.session import Session
 from veil.load.loader import load
 from veil.sql.errors import QueryError
@@ -75,3 +76,14 @@ def test_insert_errors(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
         session.run("INSERT INTO nation VALUES (1, 'X')")
     with pytest.raises(QueryError, match="convert"):
         session.run("INSERT INTO nation VALUES ('abc', 'X', 1, 'y')")
+
+
+def test_value_outside_ope_domain(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    """o_totalprice's OPE width was sized from the loaded data; far larger values are refused."""
+    session, _ = pair
+    before = session.run("SELECT COUNT(*) FROM orders").table.column(0)[0].as_py()
+    with pytest.raises(DomainError, match="o_totalprice"):
+        session.run(
+            "INSERT INTO orders VALUES (9999999, 1, 'O', 99999999999, DATE '1995-01-01', '1-URGENT', 'c', 0, 'x')"
+        )
+    assert session.run("SELECT COUNT(*) FROM orders").table.column(0)[0].as_py() == before
