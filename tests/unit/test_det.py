@@ -62,6 +62,7 @@ def test_det_int_out_of_domain_names_column_domain_and_row() -> None:
     message = str(caught.value)
     assert "'orders.qty'" in message and "row 2" in message
     assert "-2147483648" in message and "2147483647" in message
+    assert caught.value.column == "orders.qty" and caught.value.domain == det.domain
     chunked = pa.chunked_array([pa.array([1, 2]), pa.array([3, -(2**40)])])
     with pytest.raises(DomainError, match="row 3"):
         det.encrypt(chunked)

@@ -94,9 +94,7 @@ class DetInt:
 
     def _scalar(self, value: int) -> np.ndarray:
         if not -(2**63) <= value < 2**63:
-            raise DomainError(
-                f"value {value} is outside the domain {self.domain}", column=self.column
-            )
+            raise self._domain_error(f"value {value} is outside the domain {self.domain}")
         return np.array([value], dtype=np.int64)
 
     def _column(self, values: IntColumn, *, encrypt: bool) -> IntColumn:
@@ -140,8 +138,12 @@ class DetInt:
 
     def _native(self, values: np.ndarray, out: np.ndarray, encrypt: bool, row_base: int) -> None:
         values = self._as_native_ints(values, row_base)
-        with native_errors(column=self.column):
-            self._cipher.run(encrypt, values, out, row_base)
+        try:
+            with native_errors(column=self.column):
+                self._cipher.run(encrypt, values, out, row_base)
+        except DomainError as exc:
+            exc.domain = self.domain  # the message already names it
+            raise
 
     def _as_native_ints(self, values: np.ndarray, row_base: int) -> np.ndarray:
         """int32/int64 contiguous arrays as they are, other integers widened."""
@@ -152,13 +154,17 @@ class DetInt:
             )
         if values.dtype == np.uint64 and len(values) and values.max() >= 2**63:
             row = int(np.argmax(values >= 2**63))
-            raise DomainError(
-                f"value at row {row + row_base} is outside the domain {self.domain}",
-                column=self.column,
+            raise self._domain_error(
+                f"value at row {row + row_base} is outside the domain {self.domain}"
             )
         if values.dtype not in (np.int32, np.int64):
             values = values.astype(np.int64)
         return np.ascontiguousarray(values)
+
+    def _domain_error(self, message: str) -> DomainError:
+        error = DomainError(message, column=self.column)
+        error.domain = self.domain
+        return error
 
     def _where(self) -> str:
         return f"column {self.column!r}: " if self.column else ""
