@@ -106,3 +106,21 @@ def test_search_match_equals_client_side_match(backend: Backend, word: str) -> N
     client = search.search_match(ciphertexts, token).to_pylist()
     assert server == client
     assert server == [None if t is None else word in search.tokenize(t) for t in TEXTS]
+
+
+def test_search_match_refuses_a_malformed_ciphertext(backend: Backend) -> None:
+    search = pytest.importorskip("veil.crypto.search")
+    token = search.Search(bytes(range(32))).token("word")
+    backend.bulk_load("t_s", pa.table({"c": pa.array([b"\x01" + bytes(15)], pa.binary())}))
+    matched = backend.search_match(exp.column("c", quoted=True), exp.Placeholder(this="1"))
+    with pytest.raises(BackendError):
+        backend.execute(render(exp.select(matched).from_("t_s"), backend.dialect), [token])
+
+
+def test_hom_sum_refuses_mixing_keys(backend: Backend, paillier: object) -> None:
+    _load(backend, paillier)
+    other = hom.PaillierKey.from_seed(bytes(32), bits=512)
+    total = backend.hom_sum(exp.column("c", quoted=True), exp.Placeholder(this="1"))
+    query = render(exp.select(total).from_("t_h"), backend.dialect)
+    with pytest.raises(BackendError):  # ciphertexts not below the other key's n^2, or wrong width
+        backend.execute(query, [n_square_bytes(other.public.n_square // 2**40)])  # type: ignore[attr-defined]
