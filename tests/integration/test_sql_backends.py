@@ -190,3 +190,20 @@ def test_empty_load_creates_an_empty_table(backend: Backend) -> None:
     schema = pa.schema([("k", pa.int64()), ("c", pa.binary())])
     assert backend.bulk_load("t_e", iter(()), schema=schema) == 0
     assert backend.execute('SELECT count(*) FROM "t_e"').column(0)[0].as_py() == 0
+
+
+def test_render_numbers_placeholders_for_both_dialects() -> None:
+    import sqlglot
+
+    from veil.backends import n_square_bytes, render
+
+    tree = sqlglot.parse_one("SELECT a FROM t WHERE b = ? AND c % 3 = ?")
+    assert render(tree, "postgres") == "SELECT a FROM t WHERE b = $1 AND c % 3 = $2"
+    numbered = sqlglot.parse_one("SELECT a FROM t WHERE b = $2 AND c = $1", read="duckdb")
+    assert render(numbered, "postgres") == "SELECT a FROM t WHERE b = $2 AND c = $1"
+    assert n_square_bytes(0x1_0203) == b"\x01\x02\x03"
+
+
+def test_unknown_url_scheme_is_refused() -> None:
+    with pytest.raises(BackendError, match="unknown server URL"):
+        connect("mysql://nobody@localhost/db")
