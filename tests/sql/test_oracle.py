@@ -115,3 +115,21 @@ def test_correlated_and_implied_reduction(session: Session) -> None:
     region = next(s for s in plan.scans if s.table.name == "region")
     nation = next(s for s in plan.scans if s.table.name == "nation")
     assert len(region.predicates) == 1 and nation.reduction is not None
+
+
+@pytest.mark.parametrize(
+    ("sql", "pushed"),
+    [
+        (
+            "SELECT o_orderstatus, COUNT(*), MAX(o_orderdate) FROM orders GROUP BY o_orderstatus",
+            True,
+        ),
+        ("SELECT COUNT(*) FROM orders WHERE o_orderdate < DATE '1995-01-01'", True),
+        ("SELECT o_orderstatus, SUM(o_totalprice) FROM orders GROUP BY o_orderstatus", False),
+        ("SELECT COUNT(*) FROM orders WHERE o_comment LIKE '%special%'", False),
+        ("SELECT COUNT(DISTINCT o_custkey) FROM orders", False),
+    ],
+)
+def test_aggregate_pushdown(session: Session, sql: str, pushed: bool) -> None:
+    plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
+    assert (plan.scans[0].aggregation is not None) == pushed

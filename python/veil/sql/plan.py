@@ -42,6 +42,7 @@ class Scan:
     params: list[object] = field(default_factory=list)
     with_row_id: bool = False  # DML fetches the row ids of the rows it changes
     reduction: Reduction | None = None  # semi-join with other scans on the server
+    aggregation: Aggregation | None = None  # GROUP BY and aggregates run on the server
 
     def placeholder(self, value: object) -> exp.Placeholder:
         """A query parameter carrying ``value`` (always a ciphertext)."""
@@ -50,6 +51,8 @@ class Scan:
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
+        if self.aggregation is not None:
+            return self.aggregation.fetched(self.table)
         wanted: list[tuple[str, Encryption | None]]
         wanted = [(c, self.table.fetchable(c)) for c in sorted(self.columns)]
         if self.with_row_id or not wanted:
@@ -58,8 +61,11 @@ class Scan:
 
     def remote_sql(self) -> exp.Select:
         """The scan's RemoteSQL; its parameters are ``remote_params()``."""
-        names = [enc.name if enc else self.table.row_id for _, enc in self.fetched()]
-        select = exp.select(*[exp.column(n) for n in names]).from_(self.table.server_name)
+        if self.aggregation is not None:
+            select = self.aggregation.select(self.table).from_(self.table.server_name)
+        else:
+            names = [enc.name if enc else self.table.row_id for _, enc in self.fetched()]
+            select = exp.select(*[exp.column(n) for n in names]).from_(self.table.server_name)
         for predicate in self.predicates:
             select = select.where(predicate.server.copy(), copy=False)
         if self.reduction is not None:
@@ -70,6 +76,39 @@ class Scan:
     def remote_params(self) -> list[object]:
         extra = self.reduction.params() if self.reduction is not None else []
         return self.params + extra
+
+
+@dataclass
+class Aggregation:
+    """The server groups a scan by DET keys and computes COUNT / MIN / MAX (OPE)."""
+
+    keys: list[str]  # plaintext key columns
+    items: list[tuple[int, str, Encryption | None]] = field(default_factory=list)
+
+    def add(self, node_id: int, kind: str, enc: Encryption | None) -> None:
+        self.items.append((node_id, kind, enc))
+
+    def local_name(self, node_id: int) -> str:
+        index = next(i for i, item in enumerate(self.items) if item[0] == node_id)
+        return f"__veil_agg_{index}"
+
+    def fetched(self, table: TableDesign) -> list[tuple[str, Encryption | None]]:
+        keys: list[tuple[str, Encryption | None]] = [(k, table.find(k, "DET")) for k in self.keys]
+        return keys + [
+            (f"__veil_agg_{i}", enc if kind != "COUNT" else None)
+            for i, (_, kind, enc) in enumerate(self.items)
+        ]
+
+    def select(self, table: TableDesign) -> exp.Select:
+        key_columns = [
+            exp.column(enc.name) for _, enc in self.fetched(table)[: len(self.keys)] if enc
+        ]
+        values: list[exp.Expr] = []
+        for _, kind, enc in self.items:
+            argument: exp.Expr = exp.column(enc.name) if enc else exp.Star()
+            values.append({"COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[kind](this=argument))
+        select = exp.select(*key_columns, *values)
+        return select.group_by(*[c.copy() for c in key_columns]) if key_columns else select
 
 
 @dataclass

@@ -10,7 +10,9 @@ Passes, in order (each a function of this module):
    outer join are not pushed from WHERE, since pre-filtering there would turn
    a matched row into a NULL-extended one. DET equi-joins between the scope's
    scans become semi-join reductions (``reduce_joins``).
-3. ``rename_scans``: the local plan reads the scans' local tables.
+3. ``pushdown_aggregates``: a one-table block whose WHERE went to the server
+   whole is grouped and aggregated there when DET keys and OPE allow it.
+4. ``rename_scans``: the local plan reads the scans' local tables.
 
 A query sqlglot cannot qualify falls back to the always-correct split: fetch
 every column of every table it names and run the whole query on the client.
@@ -29,6 +31,7 @@ from veil.sql.implied_predicates import implied_conjuncts
 from veil.sql.parse import qualify_query
 from veil.sql.plan import JoinEdge, Scan, ServerPredicate, SplitPlan
 from veil.sql.prefilter_like import prefilter_like
+from veil.sql.pushdown_aggregates import pushdown_aggregates
 from veil.sql.reduce_joins import join_edge, reduce_correlated, reduce_joins
 from veil.sql.rewrite_server import ServerContext, rewrite_server
 
@@ -43,6 +46,7 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     resolved = base_columns(scopes, set(design.tables))
     scans = find_scans(scopes, design, resolved)
     pushdown_predicates(scopes, scans, resolved, ctx)
+    pushdown_aggregates(scopes, scans, resolved)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
 

@@ -1,0 +1,138 @@
+"""GROUP BY and aggregates on the server (MONOMI Algorithm 1, lines 14-37).
+
+A query block over one table whose WHERE went to the server whole, whose
+GROUP BY keys have DET encryptions and whose aggregates the schemes allow
+(COUNT(*), COUNT(col), MIN/MAX of an OPE column) is aggregated by the server::
+
+    SELECT l_returnflag, COUNT(*), MAX(l_shipdate) FROM lineitem
+    WHERE l_shipdate < DATE '1998-09-02' GROUP BY l_returnflag
+      RemoteSQL: SELECT c_rf, COUNT(*), MAX(c_sd_ope) FROM t_li WHERE c_sd_ope < $1 GROUP BY c_rf
+      local:     SELECT l_returnflag, ANY_VALUE(__veil_agg_0), ANY_VALUE(__veil_agg_1)
+                 FROM __veil_scan_0 AS lineitem GROUP BY l_returnflag
+
+DET groups exactly as the plaintext does (equal encodings <=> equal values, NULL
+with NULL), so each local group is one server row and ANY_VALUE returns it.
+Blocks that are correlated, hold subqueries or windows, or need anything
+else (SUM without HOM, DISTINCT, FILTER) are left to the client.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from veil.design.model import DET, OPE, SEARCH
+from veil.sql.columns import BaseColumn
+from veil.sql.plan import Aggregation, Scan
+
+AGG_PREFIX = "__veil_agg_"
+
+
+def pushdown_aggregates(
+    scopes: list[Scope], scans: dict[tuple[int, str], Scan], resolved: dict[int, BaseColumn]
+) -> None:
+    for scope in scopes:
+        select = scope.expression
+        if not isinstance(select, exp.Select):
+            continue
+        scan = _sole_scan(scope, scans)
+        if scan is None or not _filters_all_pushed(select, scan):
+            continue
+        aggregation = _aggregation(select, scan, scope, resolved)
+        if aggregation is not None:
+            _rewrite_locally(select, scan, aggregation)
+            scan.aggregation = aggregation
+
+
+def _sole_scan(scope: Scope, scans: dict[tuple[int, str], Scan]) -> Scan | None:
+    select = scope.expression
+    if select.args.get("joins") or len(scope.sources) != 1 or scope.subquery_scopes:
+        return None
+    if select.find(exp.Window, exp.Subquery) or select.args.get("distinct") is not None:
+        return None
+    alias = next(iter(scope.sources))
+    scan = scans.get((id(scope), alias))
+    return scan if scan is not None and scan.reduction is None and not scan.with_row_id else None
+
+
+def _filters_all_pushed(select: exp.Select, scan: Scan) -> bool:
+    where = select.args.get("where")
+    if where is None:
+        return True
+    exact = {p.original for p in scan.predicates if SEARCH not in p.schemes}
+    conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    return all(c.sql("duckdb") in exact for c in conjuncts)
+
+
+def _aggregation(
+    select: exp.Select, scan: Scan, scope: Scope, resolved: dict[int, BaseColumn]
+) -> Aggregation | None:
+    group = select.args.get("group")
+    keys: list[str] = []
+    if group is not None:
+        if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets", "all")):
+            return None
+        for key in group.expressions:
+            ref = resolved.get(id(key)) if isinstance(key, exp.Column) else None
+            if ref is None or scan.table.find(ref.column, DET) is None:
+                return None
+            keys.append(ref.column)
+    aggregates = [a for a in select.find_all(exp.AggFunc)]
+    if not aggregates:
+        return None
+    aggregation = Aggregation(keys=keys)
+    for node in aggregates:
+        if not _add_aggregate(node, scan, resolved, aggregation):
+            return None
+    if not _columns_are_keys(select, aggregates, keys, resolved):
+        return None
+    return aggregation
+
+
+def _add_aggregate(
+    node: exp.Expr, scan: Scan, resolved: dict[int, BaseColumn], aggregation: Aggregation
+) -> bool:
+    if isinstance(node.parent, exp.Filter) or isinstance(node.this, exp.Distinct):
+        return False
+    if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
+        aggregation.add(id(node), "COUNT", None)
+        return True
+    ref = resolved.get(id(node.this)) if isinstance(node.this, exp.Column) else None
+    if ref is None or len(node.expressions) > 0:
+        return False
+    if isinstance(node, exp.Count):
+        aggregation.add(id(node), "COUNT", scan.table.fetchable(ref.column))
+        return True
+    if isinstance(node, exp.Min | exp.Max):
+        enc = scan.table.find(ref.column, OPE)
+        if enc is not None:
+            aggregation.add(id(node), type(node).__name__.upper(), enc)
+            return True
+    return False
+
+
+def _columns_are_keys(
+    select: exp.Select,
+    aggregates: list[exp.AggFunc],
+    keys: list[str],
+    resolved: dict[int, BaseColumn],
+) -> bool:
+    """Outside aggregates, the block may read only its GROUP BY keys."""
+    inside = {id(c) for a in aggregates for c in a.find_all(exp.Column)}
+    for column in select.find_all(exp.Column):
+        if id(column) in inside or column.find_ancestor(exp.Where):
+            continue
+        ref = resolved.get(id(column))
+        if ref is None and not column.table:
+            continue  # a reference to an output alias (ORDER BY total)
+        if ref is None or ref.column not in keys:
+            return False
+    return True
+
+
+def _rewrite_locally(select: exp.Select, scan: Scan, aggregation: Aggregation) -> None:
+    select.set("where", None)  # the server applied it, exactly
+    for node in list(select.find_all(exp.AggFunc)):
+        name = aggregation.local_name(id(node))
+        value = exp.Anonymous(this="ANY_VALUE", expressions=[exp.column(name, table=scan.alias)])
+        node.replace(value)
