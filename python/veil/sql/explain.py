@@ -18,6 +18,8 @@ REVEALS = {
     HOM: "nothing (sums are computed blind)",
     SEARCH: "which rows contain a searched word, once searched",
     "NULL": "which rows are NULL (visible at rest anyway)",
+    "count": "a row count (computed by the server)",
+    "row id": "nothing (random numbers)",
 }
 
 
@@ -46,10 +48,23 @@ def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
     if params:
         lines.append(f"  parameters: {params}")
     for column, enc in scan.fetched():
-        scheme = enc.scheme if enc else "row id"
+        scheme = enc.scheme if enc else "count" if column.startswith("__veil_agg_") else "row id"
         lines.append(f"  fetch {column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}")
     for predicate in scan.predicates:
         reveals = "; ".join(f"{s}: {REVEALS[s]}" for s in predicate.schemes)
         lines.append(f"  server filter {predicate.original}  [{reveals}; and which rows match]")
+    if scan.reduction is not None:
+        others = ", ".join(s.alias for s in scan.reduction.scans if s is not scan)
+        joins = " AND ".join(e.original for e in scan.reduction.edges)
+        lines.append(
+            f"  server semi-join with {others} on {joins}  [DET: which rows of the joined "
+            "tables hold equal keys]"
+        )
+    if scan.aggregation is not None:
+        keys = ", ".join(scan.aggregation.keys) or "(no keys)"
+        kinds = ", ".join(kind for _, kind, _ in scan.aggregation.items)
+        lines.append(
+            f"  server GROUP BY {keys} computing {kinds}  [DET: group sizes; OPE: the extremes' order]"
+        )
     lines.append("")
     return lines
