@@ -53,7 +53,8 @@ def test_bench_on_cassandra(tmp_path: Path, cassandra_url: str) -> None:
         records=1200,
         ops=10,
     )
-    _check(bench.run(config))
+    result = bench.run(config)
+    _check(result)
 
 
 def test_bench_refuses_remote_servers() -> None:
@@ -72,3 +73,11 @@ def test_plan_repeats_values_over_a_larger_key_space() -> None:
     plan = bench.Plan.draw([b"a", b"b", b"c"], 10, 50, seed=3)
     assert [v for _, v in plan.items()] == [b"a", b"b", b"c"] * 3 + [b"a"]
     assert plan.uniform.max() < 10 and plan.zipfian.max() < 10
+
+
+def test_disk_bytes_sums_each_clients_table_directories(tmp_path: Path) -> None:
+    for table, size in [("packs-1a", 10), ("packs-1a/snap", 5), ("rows-2b", 7), ("other-3c", 99)]:
+        (tmp_path / table).mkdir(parents=True, exist_ok=True)
+        (tmp_path / table / "Data.db").write_bytes(b"x" * size)
+    facts = {"tables": {"veil": ["packs"], "per_row": ["rows"], "vanilla": ["missing"]}}
+    assert bench.disk_bytes(tmp_path, facts) == {"veil": 15, "per_row": 7, "vanilla": 0}

@@ -68,6 +68,7 @@ MASTER = MasterKey.generate()
 
 class Client(Protocol):
     name: str
+    tables: list[str]
 
     def get(self, key: int) -> bytes | None: ...
     def put(self, key: int, value: bytes) -> None: ...
@@ -259,11 +260,26 @@ def store_url(config: BenchConfig) -> Iterator[tuple[str, dict]]:
         directory = Path(work) / "cassandra"
         with cassandra_server.memory_budget(config.memory_mb) as cgroup:
             info = cassandra_server.start(directory, heap_mb=config.heap_mb, preexec_cgroup=cgroup)
+            facts: dict[str, Any] = {"server": "private cassandra", "memory_mb": config.memory_mb}
             try:
-                facts = {"server": "private cassandra", "memory_mb": config.memory_mb}
                 yield f"cassandra://{info.contact}/bench", facts
             finally:
-                cassandra_server.stop(directory)
+                cassandra_server.stop(directory)  # flushes memtables to SSTables
+            facts["disk_bytes"] = disk_bytes(directory / "data" / "data" / "bench", facts)
+
+
+def disk_bytes(keyspace_dir: Path, facts: dict) -> dict[str, int]:
+    """Bytes of each client's SSTables (Cassandra compresses them with LZ4 itself)."""
+    return {
+        client: sum(
+            f.stat().st_size
+            for table in tables
+            for table_dir in keyspace_dir.glob(f"{table}-*")
+            for f in table_dir.rglob("*")
+            if f.is_file()
+        )
+        for client, tables in facts.get("tables", {}).items()
+    }
 
 
 def _fresh_keyspace(url: str) -> str:
@@ -309,7 +325,9 @@ def run(config: BenchConfig) -> dict:
     started = time.perf_counter()
     with store_url(config) as (url, facts):
         result["server"] = facts
-        result["load"], result["server_bytes"], generic = _generic_phase(url, config, plan, clock)
+        result["load"], result["server_bytes"], generic = _generic_phase(
+            url, config, plan, clock, facts
+        )
         result["workloads"] = generic
         result["workloads"].update(_append_phase(url, config, plan, clock))
     result["seconds"] = round(time.perf_counter() - started, 1)
@@ -317,8 +335,9 @@ def run(config: BenchConfig) -> dict:
     return result
 
 
-def _generic_phase(url: str, config: BenchConfig, plan: Plan, clock: Clock) -> tuple:
+def _generic_phase(url: str, config: BenchConfig, plan: Plan, clock: Clock, facts: dict) -> tuple:
     clients = open_clients(url, MASTER, config, "generic", "g")
+    facts["tables"] = {client.name: client.tables for client in clients}
     load, sizes = {}, {}
     workloads: dict[str, dict] = {name: {} for name in WORKLOADS[:4]}
     try:
@@ -360,7 +379,13 @@ def ratios(result: dict) -> dict[str, float]:
     def speed(name: str, client: str) -> float:
         return float(work[name][client]["ops_per_s"]) or float("nan")
 
-    return {
+    disk = result["server"].get("disk_bytes") or {}
+    extra = (
+        {"disk_bytes_per_row_over_veil": round(disk["per_row"] / disk["veil"], 2)}
+        if disk.get("veil")
+        else {}
+    )
+    return extra | {
         "range_1000_veil_over_per_row": round(
             speed("range_1000", "veil") / speed("range_1000", "per_row"), 2
         ),
@@ -393,6 +418,9 @@ def summary_lines(result: dict) -> list[str]:
             s = by_client[client]
             cells += f"{s['ops_per_s']:>16}{s['p50_ms']:>8}/{s['p99_ms']:<7}"
         lines.append(f"{name:<14}{cells}")
+    if result["server"].get("disk_bytes"):
+        disk = result["server"]["disk_bytes"]
+        lines.append("on-disk SSTable bytes: " + ", ".join(f"{c} {disk[c]}" for c in CLIENTS))
     lines.append("targets: " + json.dumps(result["ratios"]))
     return lines
 

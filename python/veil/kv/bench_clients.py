@@ -45,6 +45,7 @@ class RowClient:
         self.table = table
         self.layout = Layout(partitions, os.urandom(32), None)
         self.envelope = envelope
+        self.tables = [table]
         backend.ensure_table(table)
 
     def _seal(self, encoded: bytes, value: bytes) -> bytes:
@@ -93,6 +94,8 @@ class PackClient:
     def __init__(self, name: str, store: Store):
         self.name = name
         self.store = store
+        extra = getattr(store, "epochs_table", None)
+        self.tables = [store.packs.table, *([extra] if extra else [])]
 
     def get(self, key: int) -> bytes | None:
         return self.store.get(key)
@@ -109,12 +112,7 @@ class PackClient:
             yield key, value
 
     def stored_bytes(self) -> int:
-        tables = [self.store.packs.table]
-        for extra in ("epochs_table",):
-            name = getattr(self.store, extra, None)
-            if name:
-                tables.append(name)
-        return sum(self.store.backend.stored_bytes(t) for t in tables)
+        return sum(self.store.backend.stored_bytes(t) for t in self.tables)
 
     def close(self) -> None:
         self.store.close()
