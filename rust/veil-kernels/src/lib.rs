@@ -10,6 +10,7 @@ pub mod error;
 pub mod ff1;
 pub mod hgd;
 pub mod ope;
+pub mod paillier;
 pub mod rnd;
 pub mod search;
 pub mod siv;

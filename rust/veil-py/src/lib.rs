@@ -10,6 +10,7 @@ mod ecb;
 mod errors;
 mod ff1;
 mod ope;
+mod paillier;
 mod rnd;
 mod search;
 mod siv;
@@ -20,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ecb::register(m)?;
     ff1::register(m)?;
     ope::register(m)?;
+    paillier::register(m)?;
     rnd::register(m)?;
     search::register(m)?;
     siv::register(m)?;
