@@ -13,8 +13,13 @@ A cost-based designer (MONOMI §6) will replace this; it produces the same
 
 from __future__ import annotations
 
+import re
+
+import duckdb
+
 from veil.design.model import (
     DET,
+    HOM,
     OPE,
     RND,
     SEARCH,
@@ -35,7 +40,14 @@ def greedy_design(
     workload: list[str],
     schemes: frozenset[str],
     key_fingerprint: str,
+    *,
+    hom: bool = False,
 ) -> PhysicalDesign:
+    """The design serving ``workload``; HOM columns only when ``hom`` asks for them.
+
+    HOM is opt-in because Paillier encryption costs about a millisecond per
+    row and column at load time (MONOMI's row packing is not used yet).
+    """
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
     needs = analyse_workload(workload, plain)
     groups = _key_groups(needs.joins, plain)
@@ -45,6 +57,8 @@ def greedy_design(
         encryptions: list[Encryption] = []
         for column in columns:
             encryptions += _column_encryptions(table, column, needs, (groups, ope_groups), schemes)
+        if hom and HOM in schemes:
+            encryptions += _hom_encryptions(table, columns, needs)
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
@@ -87,6 +101,34 @@ def _column_encryptions(
     if ref in needs.search and SEARCH in schemes and kind == STRING_KIND:
         add(SEARCH, f"search:{table}.{column.name}")
     return chosen
+
+
+def _hom_encryptions(table: str, columns: list[Column], needs: WorkloadNeeds) -> list[Encryption]:
+    """One HOM column per summed source of ``table`` (integral values only)."""
+    sources = sorted(source for owner, source in needs.sums if owner == table)
+    if not sources:
+        return []
+    catalog = duckdb.connect()
+    catalog.execute(f'CREATE TABLE "{table}" ({", ".join(f"{c.name} {c.type}" for c in columns)})')
+    chosen = []
+    for source in sources:
+        sql_type = _summable_type(catalog, table, source)
+        if sql_type is not None:
+            chosen.append(Encryption(opaque_name("c"), source, HOM, sql_type, f"hom:{table}"))
+    catalog.close()
+    return chosen
+
+
+def _summable_type(catalog: duckdb.DuckDBPyConnection, table: str, source: str) -> str | None:
+    """The type a HOM column stores ``source`` as, or None if it cannot be summed blind."""
+    try:
+        found = str(catalog.execute(f'DESCRIBE SELECT {source} FROM "{table}"').fetchall()[0][1])
+    except duckdb.Error:
+        return None
+    match = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", found)
+    if match:  # per-row products widen the precision; the values still fit 18 digits
+        return f"DECIMAL({min(int(match.group(1)), 18)},{match.group(2)})"
+    return "BIGINT" if found in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT") else None
 
 
 def _key_groups(

@@ -8,7 +8,9 @@ EncSet, §6.2):
   and equi-joins (the two sides become one key group);
 - OPE: ranges against constants, BETWEEN, ORDER BY, MIN and MAX, and order
   comparisons between two columns of one table (they share an OPE key);
-- SEARCH: LIKE patterns.
+- SEARCH: LIKE patterns;
+- HOM: SUM and AVG arguments over one row of one table (a column or a
+  per-row expression such as ``l_extendedprice * (1 - l_discount)``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class WorkloadNeeds:
     joins: set[tuple[ColumnRef, ColumnRef]] = field(default_factory=set)
     # columns of one table compared by order with each other (l_commitdate < l_receiptdate)
     ope_pairs: set[tuple[ColumnRef, ColumnRef]] = field(default_factory=set)
+    # SUM/AVG arguments over one row of one table: (table, unqualified SQL)
+    sums: set[tuple[str, str]] = field(default_factory=set)
 
 
 def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> WorkloadNeeds:
@@ -72,6 +76,30 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             needs.det.update(r for r in map(ref, node.this.expressions) if r)
         elif isinstance(node, exp.Like | exp.ILike) and ref(node.this):
             needs.search.add(ref(node.this))  # type: ignore[arg-type]
+        elif isinstance(node, exp.Sum | exp.Avg):
+            summed = row_expression(node.this, resolved)
+            if summed is not None:
+                needs.sums.add(summed)
+
+
+def row_expression(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, str] | None:
+    """``(table, SQL)`` of an expression over one row of one base table, else None.
+
+    The SQL has unqualified column names, so the designer and the planner
+    spell the same expression the same way.
+    """
+    if isinstance(node, exp.Distinct) or node.find(
+        exp.Subquery, exp.Select, exp.AggFunc, exp.Window
+    ):
+        return None
+    columns = list(node.find_all(exp.Column))
+    owners = {(r.table, r.scope_id, r.alias) for c in columns if (r := resolved.get(id(c)))}
+    if len(owners) != 1 or any(id(c) not in resolved for c in columns):
+        return None
+    copied = node.copy()
+    for column in copied.find_all(exp.Column):
+        column.set("table", None)
+    return next(iter(owners))[0], copied.sql(dialect="duckdb")
 
 
 def _note_equality(

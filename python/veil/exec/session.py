@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.backends import Backend, connect
+from veil.backends import Backend, connect, n_square_bytes
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import SqlType, encode_scalar
@@ -25,7 +25,7 @@ from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_scan
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
-from veil.sql.plan import SplitPlan
+from veil.sql.plan import Scan, SplitPlan
 from veil.sql.planner import plan_query
 
 _FAMILIES = {
@@ -142,6 +142,11 @@ class Session:
 
     def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr:
         return self.backend.search_match(ciphertexts, token)  # type: ignore[arg-type]
+
+    def hom_sum(self, ciphertexts: exp.Expr, enc: Encryption, scan: Scan) -> exp.Expr:
+        cipher = self.ciphers.get(self._owners[enc.name], enc)
+        n_square = scan.placeholder(n_square_bytes(cipher.n_square))  # type: ignore[attr-defined]
+        return self.backend.hom_sum(ciphertexts, n_square)  # type: ignore[arg-type]
 
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
         cast = f"TRY_CAST(({constant}) AS {sql_type.name})"

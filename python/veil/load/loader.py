@@ -56,13 +56,21 @@ def load(
     client_dir: str,
     workload: list[str] | None = None,
     progress: Progress | None = None,
+    *,
+    hom: bool = False,
 ) -> list[LoadReport]:
-    """Load every table of ``source``; returns what was loaded."""
+    """Load every table of ``source``; returns what was loaded.
+
+    ``hom`` adds Paillier columns for the workload's SUM/AVG arguments (slow to
+    load: about a millisecond per row and summed expression).
+    """
     say = progress or (lambda text: print(text, file=sys.stderr))
     client, master = create_client_dir(client_dir, server_url)
     con, tables = open_source(source)
     schema = {t.name: t.columns(con) for t in tables}
-    fresh = greedy_design(schema, workload or [], available_schemes(), master.fingerprint())
+    fresh = greedy_design(
+        schema, workload or [], available_schemes(), master.fingerprint(), hom=hom
+    )
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     backend = connect(server_url)
     try:

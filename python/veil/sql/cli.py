@@ -36,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     load.add_argument(
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
     )
+    load.add_argument(
+        "--hom",
+        action="store_true",
+        help="also store Paillier (HOM) columns for the workload's SUM/AVG arguments, so the "
+        "server can sum; slow to load (about 1 ms per row and summed expression)",
+    )
     load.set_defaults(handler=run_load)
 
     query = subparsers.add_parser("query", help="run one SQL statement through Veil")
@@ -62,7 +68,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_load(args: argparse.Namespace) -> int:
     from veil.load.loader import load, read_workload
 
-    reports = load(args.source, args.server, args.client_dir, read_workload(args.workload))
+    reports = load(
+        args.source, args.server, args.client_dir, read_workload(args.workload), hom=args.hom
+    )
     print(
         f"loaded {len(reports)} table(s), {sum(r.rows for r in reports)} rows, into {args.server}"
     )

@@ -62,9 +62,9 @@ def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
         )
     if scan.aggregation is not None:
         keys = ", ".join(scan.aggregation.keys) or "(no keys)"
-        kinds = ", ".join(kind for _, kind, _ in scan.aggregation.items)
+        kinds = ", ".join(item.kind for item in scan.aggregation.items)
         lines.append(
-            f"  server GROUP BY {keys} computing {kinds}  [DET: group sizes; OPE: the extremes' order]"
+            f"  server GROUP BY {keys} computing {kinds}  [DET: group sizes; OPE: the extremes' order; HOM: nothing]"
         )
     lines.append("")
     return lines

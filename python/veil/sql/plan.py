@@ -79,24 +79,34 @@ class Scan:
 
 
 @dataclass
+class AggregateItem:
+    key: int  # identifies the client aggregate it serves
+    kind: str  # COUNT, MIN, MAX or SUM
+    enc: Encryption | None  # None for COUNT(*)
+    server: exp.Expr | None = None  # prebuilt server expression (HOM sums)
+
+
+@dataclass
 class Aggregation:
-    """The server groups a scan by DET keys and computes COUNT / MIN / MAX (OPE)."""
+    """The server groups a scan by DET keys: COUNT, MIN / MAX (OPE), SUM (HOM)."""
 
     keys: list[str]  # plaintext key columns
-    items: list[tuple[int, str, Encryption | None]] = field(default_factory=list)
+    items: list[AggregateItem] = field(default_factory=list)
 
-    def add(self, node_id: int, kind: str, enc: Encryption | None) -> None:
-        self.items.append((node_id, kind, enc))
+    def add(
+        self, key: int, kind: str, enc: Encryption | None, server: exp.Expr | None = None
+    ) -> None:
+        self.items.append(AggregateItem(key, kind, enc, server))
 
-    def local_name(self, node_id: int) -> str:
-        index = next(i for i, item in enumerate(self.items) if item[0] == node_id)
+    def local_name(self, key: int) -> str:
+        index = next(i for i, item in enumerate(self.items) if item.key == key)
         return f"__veil_agg_{index}"
 
     def fetched(self, table: TableDesign) -> list[tuple[str, Encryption | None]]:
         keys: list[tuple[str, Encryption | None]] = [(k, table.find(k, "DET")) for k in self.keys]
         return keys + [
-            (f"__veil_agg_{i}", enc if kind != "COUNT" else None)
-            for i, (_, kind, enc) in enumerate(self.items)
+            (f"__veil_agg_{i}", item.enc if item.kind != "COUNT" else None)
+            for i, item in enumerate(self.items)
         ]
 
     def select(self, table: TableDesign) -> exp.Select:
@@ -104,9 +114,14 @@ class Aggregation:
             exp.column(enc.name) for _, enc in self.fetched(table)[: len(self.keys)] if enc
         ]
         values: list[exp.Expr] = []
-        for _, kind, enc in self.items:
-            argument: exp.Expr = exp.column(enc.name) if enc else exp.Star()
-            values.append({"COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[kind](this=argument))
+        for item in self.items:
+            if item.server is not None:
+                values.append(item.server.copy())
+                continue
+            argument: exp.Expr = exp.column(item.enc.name) if item.enc else exp.Star()
+            values.append(
+                {"COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[item.kind](this=argument)
+            )
         select = exp.select(*key_columns, *values)
         return select.group_by(*[c.copy() for c in key_columns]) if key_columns else select
 

@@ -46,7 +46,7 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     resolved = base_columns(scopes, set(design.tables))
     scans = find_scans(scopes, design, resolved)
     pushdown_predicates(scopes, scans, resolved, ctx)
-    pushdown_aggregates(scopes, scans, resolved)
+    pushdown_aggregates(scopes, scans, resolved, ctx)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
 

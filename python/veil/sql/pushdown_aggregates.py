@@ -2,7 +2,8 @@
 
 A query block over one table whose WHERE went to the server whole, whose
 GROUP BY keys have DET encryptions and whose aggregates the schemes allow
-(COUNT(*), COUNT(col), MIN/MAX of an OPE column) is aggregated by the server::
+(COUNT(*), COUNT(col), MIN/MAX of an OPE column, SUM/AVG of a HOM column or
+per-row expression) is aggregated by the server::
 
     SELECT l_returnflag, COUNT(*), MAX(l_shipdate) FROM lineitem
     WHERE l_shipdate < DATE '1998-09-02' GROUP BY l_returnflag
@@ -13,7 +14,8 @@ GROUP BY keys have DET encryptions and whose aggregates the schemes allow
 DET groups exactly as the plaintext does (equal encodings <=> equal values, NULL
 with NULL), so each local group is one server row and ANY_VALUE returns it.
 Blocks that are correlated, hold subqueries or windows, or need anything
-else (SUM without HOM, DISTINCT, FILTER) are left to the client.
+else (SUM without HOM, DISTINCT, FILTER) are left to the client. AVG is the
+HOM sum over the HOM column's COUNT (NULLs have NULL ciphertexts).
 """
 
 from __future__ import annotations
@@ -21,15 +23,20 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from veil.design.model import DET, OPE, SEARCH
+from veil.design.model import DET, HOM, OPE, SEARCH
+from veil.design.workload import row_expression
 from veil.sql.columns import BaseColumn
 from veil.sql.plan import Aggregation, Scan
+from veil.sql.rewrite_server import ServerContext
 
 AGG_PREFIX = "__veil_agg_"
 
 
 def pushdown_aggregates(
-    scopes: list[Scope], scans: dict[tuple[int, str], Scan], resolved: dict[int, BaseColumn]
+    scopes: list[Scope],
+    scans: dict[tuple[int, str], Scan],
+    resolved: dict[int, BaseColumn],
+    ctx: ServerContext,
 ) -> None:
     for scope in scopes:
         select = scope.expression
@@ -38,7 +45,7 @@ def pushdown_aggregates(
         scan = _sole_scan(scope, scans)
         if scan is None or not _filters_all_pushed(select, scan):
             continue
-        aggregation = _aggregation(select, scan, scope, resolved)
+        aggregation = _aggregation(select, scan, resolved, ctx)
         if aggregation is not None:
             _rewrite_locally(select, scan, aggregation)
             scan.aggregation = aggregation
@@ -65,7 +72,7 @@ def _filters_all_pushed(select: exp.Select, scan: Scan) -> bool:
 
 
 def _aggregation(
-    select: exp.Select, scan: Scan, scope: Scope, resolved: dict[int, BaseColumn]
+    select: exp.Select, scan: Scan, resolved: dict[int, BaseColumn], ctx: ServerContext
 ) -> Aggregation | None:
     group = select.args.get("group")
     keys: list[str] = []
@@ -82,7 +89,7 @@ def _aggregation(
         return None
     aggregation = Aggregation(keys=keys)
     for node in aggregates:
-        if not _add_aggregate(node, scan, resolved, aggregation):
+        if not _add_aggregate(node, scan, resolved, aggregation, ctx):
             return None
     if not _columns_are_keys(select, aggregates, keys, resolved):
         return None
@@ -90,10 +97,16 @@ def _aggregation(
 
 
 def _add_aggregate(
-    node: exp.Expr, scan: Scan, resolved: dict[int, BaseColumn], aggregation: Aggregation
+    node: exp.Expr,
+    scan: Scan,
+    resolved: dict[int, BaseColumn],
+    aggregation: Aggregation,
+    ctx: ServerContext,
 ) -> bool:
     if isinstance(node.parent, exp.Filter) or isinstance(node.this, exp.Distinct):
         return False
+    if isinstance(node, exp.Sum | exp.Avg):
+        return _add_sum(node, scan, resolved, aggregation, ctx)
     if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
         aggregation.add(id(node), "COUNT", None)
         return True
@@ -109,6 +122,24 @@ def _add_aggregate(
             aggregation.add(id(node), type(node).__name__.upper(), enc)
             return True
     return False
+
+
+def _add_sum(
+    node: exp.Expr,
+    scan: Scan,
+    resolved: dict[int, BaseColumn],
+    aggregation: Aggregation,
+    ctx: ServerContext,
+) -> bool:
+    """SUM over a HOM column; AVG as that SUM over the HOM column's COUNT."""
+    summed = row_expression(node.this, resolved)
+    enc = scan.table.find(summed[1], HOM) if summed and summed[0] == scan.table.name else None
+    if enc is None:
+        return False
+    aggregation.add(id(node), "SUM", enc, ctx.hom_sum(exp.column(enc.name), enc, scan))
+    if isinstance(node, exp.Avg):
+        aggregation.add(-id(node), "COUNT", enc)
+    return True
 
 
 def _columns_are_keys(
@@ -133,6 +164,15 @@ def _columns_are_keys(
 def _rewrite_locally(select: exp.Select, scan: Scan, aggregation: Aggregation) -> None:
     select.set("where", None)  # the server applied it, exactly
     for node in list(select.find_all(exp.AggFunc)):
-        name = aggregation.local_name(id(node))
-        value = exp.Anonymous(this="ANY_VALUE", expressions=[exp.column(name, table=scan.alias)])
+        value = _any_value(aggregation.local_name(id(node)), scan.alias)
+        if isinstance(node, exp.Avg):
+            count = _any_value(aggregation.local_name(-id(node)), scan.alias)
+            value = exp.Div(
+                this=exp.cast(value, "DOUBLE"),
+                expression=exp.Nullif(this=count, expression=exp.Literal.number(0)),
+            )
         node.replace(value)
+
+
+def _any_value(name: str, alias: str) -> exp.Expr:
+    return exp.Anonymous(this="ANY_VALUE", expressions=[exp.column(name, table=alias)])

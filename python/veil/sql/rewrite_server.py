@@ -38,6 +38,10 @@ class ServerContext(Protocol):
 
     def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr: ...
 
+    def hom_sum(self, ciphertexts: exp.Expr, enc: Encryption, scan: Scan) -> exp.Expr:
+        """The server's Paillier sum of a HOM column (its n^2 a parameter of ``scan``)."""
+        ...
+
 
 _RANGE_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT,
