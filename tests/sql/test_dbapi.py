@@ -41,6 +41,20 @@ def test_connect(tpch_dir: Path, tmp_path: Path) -> None:
         assert con.execute("SELECT COUNT(*) FROM region").fetchall() == [(5,)]
 
 
+def test_two_connections_to_one_embedded_server(
+    veil_env: dict[str, object], session: Session
+) -> None:
+    with (
+        veil.connect(str(veil_env["client"])) as first,
+        veil.connect(str(veil_env["client"])) as second,
+    ):
+        assert first.execute("SELECT COUNT(*) FROM region").fetchall() == [(5,)]
+        assert second.execute("SELECT COUNT(*) FROM nation").fetchall() == [(25,)]
+    assert (
+        session.run("SELECT COUNT(*) FROM region").rowcount == 1
+    )  # the suite's session still works
+
+
 def test_dbapi_cursor(session: Session) -> None:
     assert veil.dbapi.paramstyle == "qmark"
     with Connection(session) as con:

@@ -54,7 +54,7 @@ class Session:
         self.client: ClientDir = open_client_dir(client_dir)
         self.master: MasterKey = self.client.master_key()
         self.design: PhysicalDesign = self.client.design(self.master)
-        self.backend: Backend = connect(self.client.server_url())
+        self.backend: Backend = _open_backend(self.client.server_url())
         self.ciphers = CipherCache(self.master)
         self.local = duckdb.connect()
         self.catalog = duckdb.connect()
@@ -69,7 +69,7 @@ class Session:
             self._owners.update({e.name: table for e in table.encryptions})
 
     def close(self) -> None:
-        self.backend.close()
+        _release_backend(self.backend)
         self.local.close()
         self.catalog.close()
 
@@ -161,6 +161,38 @@ class Session:
         if not any(f in str(row[2]) for f in _FAMILIES[sql_type.kind]):
             return None
         return row[0]
+
+
+@dataclass
+class _SharedBackend:
+    backend: Backend
+    users: int = 0
+
+
+# An embedded DuckDB file can be opened once per process, so sessions on the
+# same server URL share one backend (counted, closed with the last session).
+_SHARED: dict[str, _SharedBackend] = {}
+
+
+def _open_backend(url: str) -> Backend:
+    if not url.startswith("duckdb://"):
+        return connect(url)
+    shared = _SHARED.get(url)
+    if shared is None:
+        shared = _SHARED[url] = _SharedBackend(connect(url))
+    shared.users += 1
+    return shared.backend
+
+
+def _release_backend(backend: Backend) -> None:
+    shared = _SHARED.get(backend.url)
+    if shared is None or shared.backend is not backend:
+        backend.close()
+        return
+    shared.users -= 1
+    if shared.users == 0:
+        del _SHARED[backend.url]
+        backend.close()
 
 
 def _duckdb_message(exc: duckdb.Error) -> str:
