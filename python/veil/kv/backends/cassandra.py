@@ -8,18 +8,27 @@ Every Veil table is one CQL table::
 
 ``part`` is the partition key that Cassandra hashes onto its token ring;
 ``key`` (a blob, compared as unsigned bytes) orders rows inside a partition.
-The MiniCrypt core picks ``part``: a hash bucket ``SHA-256(key) mod N`` for
-packs (``default_partitions`` = 8, as in §7) or an epoch number for APPEND-mode
-inserts. Packs never span buckets: the core packs the keys of each bucket
-separately, so the floor lookup of Figure 3 ("largest packID <= k") stays a
-single-partition query, in the partition of ``hash(k)``.
+The MiniCrypt core picks ``part``: a keyed hash bucket
+``HMAC-SHA256(k_part, key) mod N`` for packs (``default_partitions`` = 8 as in
+§7; ``?partitions=N`` in the URL changes it for new tables) or an epoch number
+for APPEND-mode inserts. Packs never span buckets: the core packs the keys of
+each bucket separately, so the floor lookup of Figure 3 ("largest packID <=
+k") is exact and stays a single-partition query, in the partition of k.
 
-Costs, per operation: ``get``/``floor``/``update_if`` touch one partition (one
-round trip; a floor is a slice read of one row, cheap because rows are stored
-in descending order, the direction of the slice). A range ``[low, high]`` of
-the core costs one floor plus one slice per bucket, N round trips instead of
-one, issued concurrently by the core when it wants. Scans read ascending
-(a reversed slice), which Cassandra serves from the same index.
+Costs: ``get``/``floor``/``update_if`` touch one partition (a floor is a
+one-row slice, cheap because rows are stored in descending order, the
+direction of the slice). A range ``[low, high]`` costs one floor plus one
+slice per bucket: 2N round trips instead of 2. :meth:`CassandraBackend.scan`
+sends its query when called (not when first iterated), so a caller that opens
+every partition's scan before reading overlaps them. Ascending scans are
+reversed slices, served from the same index.
+
+The alternative -- range buckets (partition = high bits of the key, clustering
+= packID) with a floor that falls back to earlier buckets when its own bucket
+has no packID <= k -- would make short ranges single-partition, but puts a
+time-ordered (APPEND) workload on one hot partition and needs an unbounded
+(or directory-assisted) search of earlier buckets for floors. Hash buckets
+keep floors exact and load spread, at the price of N-way ranges.
 
 Consistency
 -----------
