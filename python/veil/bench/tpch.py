@@ -3,8 +3,9 @@
 Both sides run in the same engine with the same indexes (``tpch_servers``).
 Per query: the median of ``--runs`` runs on each side and their ratio; Veil's
 time split into server (RemoteSQL execution and fetching its Arrow result, as
-``FetchStats.server_seconds`` measures it), client (decryption, the local
-plan, planning: the rest of the wall time) and the bytes received. With the
+``FetchStats.server_seconds`` measures it), client (the rest of the wall time:
+decryption and the local plan, both also reported alone, and planning) and the
+bytes received. With the
 server at the other end of a ``--bandwidth-mbit`` link (MONOMI §8 uses
 10 Mbit/s) a query takes server + bytes / bandwidth + client; plaintext pays
 its result's bytes on the same link. Every Veil answer is checked against
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -34,11 +35,13 @@ import sqlglot
 from veil.backends import Backend, connect
 from veil.bench.report import bar_plot, format_table, write_json
 from veil.bench.tpch_servers import BenchServers, design_of, prepare, say, server_bytes
+from veil.exec.fetch import FetchStats
 from veil.exec.session import Session
 from veil.sql.compare import difference
 from veil.tpch.gen import TABLES
 from veil.tpch.queries import query_texts
 
+T = TypeVar("T")
 DEFAULT_WORK_DIR = Path.home() / ".cache" / "veil" / "bench-tpch"
 
 
@@ -55,6 +58,8 @@ class QueryFigures:
     veil_seconds: float | None = None
     server_seconds: float | None = None
     client_seconds: float | None = None
+    decrypt_seconds: float | None = None  # parts of client_seconds
+    local_seconds: float | None = None
     bytes_received: int | None = None
     plain_result_bytes: int | None = None
     statements: int | None = None
@@ -157,28 +162,38 @@ def measure_query(
 ) -> QueryFigures:
     figures = QueryFigures(number)
     plain_sql = sql if plain.dialect == "duckdb" else _transpiled(sql, plain.dialect)
-    try:
-        plain_runs = [_timed_plain(bench, plain, plain_sql) for _ in range(bench.runs)]
-        veil_runs = [_timed_veil(bench, session, sql) for _ in range(bench.runs)]
-    except QueryTimeout:
-        figures.status = "timeout"
+    plain_runs = _runs(figures, "plaintext", lambda: _timed_plain(bench, plain, plain_sql), bench)
+    if plain_runs is None:
         return figures
-    except Exception as exc:  # the benchmark records a failure and goes on
-        figures.status = f"error: {exc}"[:200]
+    figures.plain_seconds = statistics.median(r[0] for r in plain_runs)
+    figures.plain_result_bytes = plain_runs[0][1]
+    veil_runs = _runs(figures, "Veil", lambda: _timed_veil(bench, session, sql), bench)
+    if veil_runs is None:
         return figures
     expected = reference.execute(sql).fetchall()
     ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
     figures.problem = difference(veil_runs[0][1], expected, ordered)
     figures.correct = figures.problem is None
-    figures.plain_seconds = statistics.median(r[0] for r in plain_runs)
-    figures.plain_result_bytes = plain_runs[0][1]
     figures.veil_seconds = statistics.median(r[0] for r in veil_runs)
-    figures.server_seconds = statistics.median(r[2] for r in veil_runs)
-    figures.client_seconds = statistics.median(r[0] - r[2] for r in veil_runs)
-    figures.bytes_received = veil_runs[0][3]
-    figures.statements = veil_runs[0][4]
+    figures.server_seconds = statistics.median(r[2].server_seconds for r in veil_runs)
+    figures.client_seconds = statistics.median(r[0] - r[2].server_seconds for r in veil_runs)
+    figures.decrypt_seconds = statistics.median(r[2].decrypt_seconds for r in veil_runs)
+    figures.local_seconds = statistics.median(r[2].local_seconds for r in veil_runs)
+    figures.bytes_received = veil_runs[0][2].bytes_received
+    figures.statements = veil_runs[0][2].statements
     _derive(bench, figures)
     return figures
+
+
+def _runs(figures: QueryFigures, side: str, run: Callable[[], T], bench: Bench) -> list[T] | None:
+    """``bench.runs`` results of ``run``, or None with the failure in ``figures.status``."""
+    try:
+        return [run() for _ in range(bench.runs)]
+    except QueryTimeout:
+        figures.status = f"timeout ({side})"
+    except Exception as exc:  # the benchmark records a failure and goes on
+        figures.status = f"error ({side}): {exc}"[:200]
+    return None
 
 
 def _derive(bench: Bench, f: QueryFigures) -> None:
@@ -199,16 +214,13 @@ def _timed_plain(bench: Bench, plain: Backend, sql: str) -> tuple[float, int]:
         return time.perf_counter() - started, table.nbytes
 
 
-def _timed_veil(
-    bench: Bench, session: Session, sql: str
-) -> tuple[float, pa.Table, float, int, int]:
+def _timed_veil(bench: Bench, session: Session, sql: str) -> tuple[float, pa.Table, FetchStats]:
     cancels = [_interrupter(session.backend), session.local.interrupt]
     with deadline(bench.timeout, cancels):
         started = time.perf_counter()
         result = session.run(sql)
         seconds = time.perf_counter() - started
-    stats = result.stats
-    return seconds, result.table, stats.server_seconds, stats.bytes_received, stats.statements
+    return seconds, result.table, result.stats
 
 
 @contextlib.contextmanager
@@ -273,7 +285,7 @@ def to_document(bench: Bench, servers: BenchServers, space: dict[str, float]) ->
         "queries": len(bench.figures),
         "measured": len(ok),
         "correct": sum(1 for f in bench.figures if f.correct),
-        "timeouts": [f.query for f in bench.figures if f.status == "timeout"],
+        "timeouts": [f.query for f in bench.figures if f.status.startswith("timeout")],
         "errors": [f.query for f in bench.figures if f.status.startswith("error")],
     }
     for key in ("ratio", "link_ratio"):
