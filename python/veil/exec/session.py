@@ -26,7 +26,7 @@ from veil.exec.fetch import CipherCache, FetchStats, run_scan
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import Scan, SplitPlan
-from veil.sql.planner import plan_query
+from veil.sql.planner import plan_fetch_all, plan_query
 
 _FAMILIES = {
     "int": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
@@ -81,9 +81,9 @@ class Session:
             from veil.exec.dml import run_dml
 
             return run_dml(self, tree)
-        if not isinstance(tree, exp.Query):
+        if not isinstance(tree, exp.Query | exp.Pivot):
             raise UnsupportedStatementError(
-                f"Veil runs queries (SELECT, WITH, set operations) and INSERT/UPDATE/DELETE; "
+                f"Veil runs queries (SELECT, WITH, set operations, PIVOT) and INSERT/UPDATE/DELETE; "
                 f"not {tree.key.upper()} statements"
             )
         return self.query(tree)
@@ -92,8 +92,19 @@ class Session:
         names = self.describe(tree)
         plan = self.plan(tree)
         stats = FetchStats()
-        table = self.execute_plan(plan, stats)
-        return Result(table.rename_columns(names), len(table), stats, plan)
+        try:
+            table = self.execute_plan(plan, stats)
+        except QueryError:
+            if not plan.pushdown:
+                raise
+            # The query passed the binder on the plaintext schema, so the split
+            # plan misjudged it (e.g. DuckDB's COLUMNS(...) hides which columns
+            # it reads): fall back to the always-correct fetch-everything plan.
+            plan = plan_fetch_all(tree, self.design)
+            table = self.execute_plan(plan, stats)
+        if len(names) == table.num_columns:  # DESCRIBE of PIVOT lists something else
+            table = table.rename_columns(names)
+        return Result(table, len(table), stats, plan)
 
     def plan(self, tree: exp.Expr) -> SplitPlan:
         return plan_query(tree, self.design, self)

@@ -54,7 +54,8 @@ class Scan:
         if self.aggregation is not None:
             return self.aggregation.fetched(self.table)
         wanted: list[tuple[str, Encryption | None]]
-        wanted = [(c, self.table.fetchable(c)) for c in sorted(self.columns)]
+        ordered = [c.name for c in self.table.columns if c.name in self.columns]  # table order
+        wanted = [(c, self.table.fetchable(c)) for c in ordered]
         if self.with_row_id or not wanted:
             wanted.append((ROW_ID, None))
         return wanted

@@ -39,7 +39,9 @@ LOCAL_PREFIX = "__veil_scan_"
 
 
 def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> SplitPlan:
-    qualified = qualify_query(tree, design.plaintext_schema())
+    qualified = (
+        qualify_query(tree, design.plaintext_schema()) if isinstance(tree, exp.Query) else None
+    )
     if qualified is None:
         return plan_fetch_all(tree, design)
     scopes = traverse_scope(qualified)
