@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -36,10 +37,12 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(
+    scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def pair(
-    tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Session, duckdb.DuckDBPyConnection]:
+    request: pytest.FixtureRequest, tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
     root = tmp_path_factory.mktemp("dml")
     source = root / "src"
     source.mkdir()
@@ -49,14 +52,14 @@ def pair(
         plain.execute(
             f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{tpch_dir / name}.parquet')"
         )
-    load(
-        str(source),
-        f"duckdb:///{root}/server.duckdb",
-        str(root / "client"),
-        WORKLOAD,
-        progress=lambda _: None,
-    )
-    return Session(root / "client"), plain
+    if request.param == "duckdb":
+        url = f"duckdb:///{root}/server.duckdb"
+    else:
+        url = request.getfixturevalue("postgres_cluster").create_schema("veil_sql_dml")
+    load(str(source), url, str(root / "client"), WORKLOAD, progress=lambda _: None)
+    session = Session(root / "client")
+    yield session, plain
+    session.close()
 
 
 def test_dml_matches_plaintext(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:

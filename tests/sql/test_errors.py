@@ -83,3 +83,11 @@ def test_server_down(veil_env: dict[str, object], tmp_path: Path) -> None:
     )
     with pytest.raises(ServerUnavailableError):
         Session(copy)
+
+
+def test_postgres_server_down(veil_env: dict[str, object], tmp_path: Path) -> None:
+    copy = tmp_path / "client"
+    shutil.copytree(Path(str(veil_env["client"])), copy)
+    (copy / "server.json").write_text(json.dumps({"url": "postgresql://veil@127.0.0.1:1/nowhere"}))
+    with pytest.raises(ServerUnavailableError):
+        Session(copy)
