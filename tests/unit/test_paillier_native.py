@@ -147,6 +147,10 @@ def test_malformed_ciphertexts_are_refused(
     ):
         with pytest.raises(MalformedCiphertextError, match=message):
             run()
+    # Errors name the row of the whole column, past NULLs and chunk bounds.
+    chunked = pa.chunked_array([column.slice(0, 1), column.slice(1)])
+    with pytest.raises(MalformedCiphertextError, match=f"row 2: .*{message}"):
+        sum_ciphertexts(chunked, n2)
 
 
 def test_mismatched_and_wrong_typed_columns() -> None:

@@ -127,12 +127,18 @@ def _valid_bodies(
     ciphertexts: pa.Array | pa.ChunkedArray | Iterable[bytes | None],
     n_square: int,
     column: str | None,
+    first_row: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The checked non-NULL ciphertexts as a (rows, 1 + width) byte matrix, and
-    the validity of each row."""
+    the validity of each row. Errors name the row of the whole column, whose
+    first row is ``first_row``."""
     if isinstance(ciphertexts, pa.ChunkedArray):
         # Chunk by chunk: combining could pass a BinaryArray's 2 GiB limit.
-        parts = [_valid_bodies(chunk, n_square, column) for chunk in ciphertexts.chunks]
+        starts = np.cumsum([0, *(len(chunk) for chunk in ciphertexts.chunks)]).tolist()
+        parts = [
+            _valid_bodies(chunk, n_square, column, first_row + start)
+            for chunk, start in zip(ciphertexts.chunks, starts, strict=False)
+        ]
         if not parts:
             stride = ciphertext_width(n_square) + 1
             return np.zeros((0, stride), np.uint8), np.ones(0, bool)
@@ -143,7 +149,8 @@ def _valid_bodies(
     else:
         valid = np.asarray(array.is_valid())
         array = array.drop_null()
-    return _ciphertext_matrix(array, n_square, column), valid
+    positions = np.flatnonzero(valid) + first_row  # each checked value's row
+    return _ciphertext_matrix(array, n_square, column, positions), valid
 
 
 def _as_binary_array(ciphertexts: pa.Array | Iterable[bytes | None]) -> pa.Array:
@@ -162,19 +169,24 @@ def _as_binary_array(ciphertexts: pa.Array | Iterable[bytes | None]) -> pa.Array
 _BINARY_TYPES = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary)
 
 
-def _ciphertext_matrix(array: pa.Array, n_square: int, column: str | None) -> np.ndarray:
-    """The (rows, 1 + width) byte matrix of a NULL-free binary array, checked."""
+def _ciphertext_matrix(
+    array: pa.Array, n_square: int, column: str | None, positions: np.ndarray
+) -> np.ndarray:
+    """The (rows, 1 + width) byte matrix of a NULL-free binary array, checked;
+    ``positions[i]`` is the row that value ``i`` came from, for the errors."""
     width = ciphertext_width(n_square)
-    rows = _byte_rows(array, width, column)
+    rows = _byte_rows(array, width, column, positions)
     bad_version = np.flatnonzero(rows[:, 0] != CIPHERTEXT_VERSION)
     if bad_version.size:
         row = int(bad_version[0])
-        raise _wrong_version(int(rows[row, 0]), column, row=row)
-    _check_in_group(rows[:, 1:], n_square, column)
+        raise _wrong_version(int(rows[row, 0]), column, row=int(positions[row]))
+    _check_in_group(rows[:, 1:], n_square, column, positions)
     return rows
 
 
-def _byte_rows(array: pa.Array, width: int, column: str | None) -> np.ndarray:
+def _byte_rows(
+    array: pa.Array, width: int, column: str | None, positions: np.ndarray
+) -> np.ndarray:
     """The values of a binary array as rows of ``1 + width`` bytes (zero-copy)."""
     stride = width + 1
     data = np.frombuffer(array.buffers()[-1] or b"", np.uint8)
@@ -189,13 +201,15 @@ def _byte_rows(array: pa.Array, width: int, column: str | None) -> np.ndarray:
     wrong = np.flatnonzero(np.diff(offsets) != stride)
     if wrong.size:
         got = int(offsets[wrong[0] + 1] - offsets[wrong[0]])
-        raise _wrong_width(got, width, column, row=int(wrong[0]))
+        raise _wrong_width(got, width, column, row=int(positions[wrong[0]]))
     if len(array) == 0:
         return np.zeros((0, stride), np.uint8)
     return data[offsets[0] : offsets[-1]].reshape(len(array), stride)
 
 
-def _check_in_group(bodies: np.ndarray, n_square: int, column: str | None) -> None:
+def _check_in_group(
+    bodies: np.ndarray, n_square: int, column: str | None, positions: np.ndarray
+) -> None:
     """Refuse c = 0 and c >= n^2 for every row at once.
 
     The leading 8 bytes decide for almost every row; only rows whose leading
@@ -209,7 +223,7 @@ def _check_in_group(bodies: np.ndarray, n_square: int, column: str | None) -> No
     over = np.flatnonzero(head > limit_head)
     first = min([*bad, *over[:1].tolist()], default=None)
     if first is not None:
-        raise _out_of_group(column, row=first)
+        raise _out_of_group(column, row=int(positions[first]))
 
 
 def add_ciphertexts(
