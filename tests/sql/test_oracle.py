@@ -133,3 +133,14 @@ def test_correlated_and_implied_reduction(session: Session) -> None:
 def test_aggregate_pushdown(session: Session, sql: str, pushed: bool) -> None:
     plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
     assert (plan.scans[0].aggregation is not None) == pushed
+
+
+def test_per_row_expressions_are_precomputed(session: Session) -> None:
+    table = session.design.table("lineitem")
+    assert table.find("l_extendedprice * l_discount", "OPE") is not None
+    for sql in (
+        "SELECT COUNT(*) FROM orders WHERE EXTRACT(YEAR FROM o_orderdate) = 1995",
+        "SELECT COUNT(*) FROM lineitem WHERE l_extendedprice * l_discount > 5000",
+    ):
+        plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
+        assert len(plan.scans[0].predicates) == 1, sql

@@ -30,7 +30,7 @@ from veil.design.model import (
     opaque_name,
 )
 from veil.design.workload import ColumnRef, WorkloadNeeds, analyse_workload
-from veil.encoding import STRING_KIND, SqlType
+from veil.encoding import FLOAT_KIND, STRING_KIND, EncodingError, SqlType, normalize_type
 
 DET_INT_BITS = 64
 
@@ -57,8 +57,7 @@ def greedy_design(
         encryptions: list[Encryption] = []
         for column in columns:
             encryptions += _column_encryptions(table, column, needs, (groups, ope_groups), schemes)
-        if hom and HOM in schemes:
-            encryptions += _hom_encryptions(table, columns, needs)
+        encryptions += _row_encryptions(table, columns, needs, schemes, hom)
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
@@ -103,24 +102,39 @@ def _column_encryptions(
     return chosen
 
 
-def _hom_encryptions(table: str, columns: list[Column], needs: WorkloadNeeds) -> list[Encryption]:
-    """One HOM column per summed source of ``table`` (integral values only)."""
-    sources = sorted(source for owner, source in needs.sums if owner == table)
-    if not sources:
+def _row_encryptions(
+    table: str, columns: list[Column], needs: WorkloadNeeds, schemes: frozenset[str], hom: bool
+) -> list[Encryption]:
+    """Per-row precomputed expressions: DET / OPE for filters, HOM for sums (MONOMI §5.1)."""
+    wanted = [(DET, s) for t, s in needs.det_rows if t == table and DET in schemes]
+    wanted += [(OPE, s) for t, s in needs.ope_rows if t == table and OPE in schemes]
+    if hom and HOM in schemes:
+        wanted += [(HOM, s) for t, s in needs.sums if t == table]
+    if not wanted:
         return []
     catalog = duckdb.connect()
     catalog.execute(f'CREATE TABLE "{table}" ({", ".join(f"{c.name} {c.type}" for c in columns)})')
     chosen = []
-    for source in sources:
-        sql_type = _summable_type(catalog, table, source)
-        if sql_type is not None:
-            chosen.append(Encryption(opaque_name("c"), source, HOM, sql_type, f"hom:{table}"))
+    for scheme, source in sorted(wanted):
+        sql_type = _expression_type(catalog, table, source)
+        if sql_type is None or (
+            scheme != DET and SqlType(sql_type).kind in (STRING_KIND, FLOAT_KIND)
+        ):
+            continue  # OPE takes numbers and dates; HOM exact integers
+        if scheme == HOM or source not in {c.name for c in columns}:
+            params: dict[str, object] = {"bits": None} if scheme == OPE else {}
+            scope = (
+                f"{scheme.lower()}:{table}"
+                if scheme == HOM
+                else f"{scheme.lower()}:{table}.{source}"
+            )
+            chosen.append(Encryption(opaque_name("c"), source, scheme, sql_type, scope, params))
     catalog.close()
     return chosen
 
 
-def _summable_type(catalog: duckdb.DuckDBPyConnection, table: str, source: str) -> str | None:
-    """The type a HOM column stores ``source`` as, or None if it cannot be summed blind."""
+def _expression_type(catalog: duckdb.DuckDBPyConnection, table: str, source: str) -> str | None:
+    """The encodable type a server column stores ``source`` as, or None."""
     try:
         found = str(catalog.execute(f'DESCRIBE SELECT {source} FROM "{table}"').fetchall()[0][1])
     except duckdb.Error:
@@ -128,7 +142,12 @@ def _summable_type(catalog: duckdb.DuckDBPyConnection, table: str, source: str) 
     match = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", found)
     if match:  # per-row products widen the precision; the values still fit 18 digits
         return f"DECIMAL({min(int(match.group(1)), 18)},{match.group(2)})"
-    return "BIGINT" if found in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT") else None
+    if found == "HUGEINT":
+        return "BIGINT"
+    try:
+        return normalize_type(found)
+    except EncodingError:
+        return None
 
 
 def _key_groups(

@@ -9,6 +9,8 @@ EncSet, §6.2):
 - OPE: ranges against constants, BETWEEN, ORDER BY, MIN and MAX, and order
   comparisons between two columns of one table (they share an OPE key);
 - SEARCH: LIKE patterns;
+- DET / OPE of per-row expressions compared with constants
+  (``substring(c_phone, 1, 2) IN (...)``, MONOMI §5.1);
 - HOM: SUM and AVG arguments over one row of one table (a column or a
   per-row expression such as ``l_extendedprice * (1 - l_discount)``).
 """
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from veil.sql.columns import BaseColumn, base_columns, is_constant
+from veil.sql.columns import BaseColumn, base_columns, is_constant, row_expression
 from veil.sql.parse import parse_statement, qualify_query
 
 ColumnRef = tuple[str, str]  # (table, column)
@@ -38,6 +40,9 @@ class WorkloadNeeds:
     ope_pairs: set[tuple[ColumnRef, ColumnRef]] = field(default_factory=set)
     # SUM/AVG arguments over one row of one table: (table, unqualified SQL)
     sums: set[tuple[str, str]] = field(default_factory=set)
+    # per-row expressions compared with constants (MONOMI §5.1): (table, unqualified SQL)
+    det_rows: set[tuple[str, str]] = field(default_factory=set)
+    ope_rows: set[tuple[str, str]] = field(default_factory=set)
 
 
 def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> WorkloadNeeds:
@@ -57,6 +62,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         return (found.table, found.column) if found else None
 
     for node in tree.walk():
+        _note_row_expression(node, resolved, needs)
         if isinstance(node, exp.EQ | exp.NEQ):
             _note_equality(ref(node.this), ref(node.expression), node, needs)
         elif isinstance(node, exp.In) and ref(node.this):
@@ -82,24 +88,27 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
                 needs.sums.add(summed)
 
 
-def row_expression(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, str] | None:
-    """``(table, SQL)`` of an expression over one row of one base table, else None.
-
-    The SQL has unqualified column names, so the designer and the planner
-    spell the same expression the same way.
-    """
-    if isinstance(node, exp.Distinct) or node.find(
-        exp.Subquery, exp.Select, exp.AggFunc, exp.Window
-    ):
-        return None
-    columns = list(node.find_all(exp.Column))
-    owners = {(r.table, r.scope_id, r.alias) for c in columns if (r := resolved.get(id(c)))}
-    if len(owners) != 1 or any(id(c) not in resolved for c in columns):
-        return None
-    copied = node.copy()
-    for column in copied.find_all(exp.Column):
-        column.set("table", None)
-    return next(iter(owners))[0], copied.sql(dialect="duckdb")
+def _note_row_expression(
+    node: exp.Expr, resolved: dict[int, BaseColumn], needs: WorkloadNeeds
+) -> None:
+    """``substring(c_phone, 1, 2) IN (...)``: precompute the expression under DET (or OPE)."""
+    if isinstance(node, exp.EQ | exp.NEQ | exp.In):
+        target, constants = (
+            needs.det_rows,
+            [node.expression] if not isinstance(node, exp.In) else node.expressions,
+        )
+    elif isinstance(node, _RANGES):
+        target, constants = needs.ope_rows, [node.expression]
+    elif isinstance(node, exp.Between):
+        target, constants = needs.ope_rows, [node.args["low"], node.args["high"]]
+    else:
+        return
+    subject = node.this
+    if isinstance(subject, exp.Column) or is_constant(subject) or not constants:
+        return
+    found = row_expression(subject, resolved)
+    if found is not None and all(is_constant(c) for c in constants):
+        target.add(found)
 
 
 def _note_equality(

@@ -37,9 +37,9 @@ class SourceTable:
         yield from reader
 
     def min_max(self, con: duckdb.DuckDBPyConnection, column: str) -> tuple[object, object]:
-        rows = con.execute(
-            f'SELECT min("{column}"), max("{column}") FROM {self.relation_sql}'
-        ).fetchall()
+        """Range of a column or a per-row expression over the source table."""
+        value = f'"{column}"' if column.isidentifier() else f"({column})"
+        rows = con.execute(f"SELECT min({value}), max({value}) FROM {self.relation_sql}").fetchall()
         return rows[0][0], rows[0][1]
 
 

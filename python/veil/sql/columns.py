@@ -56,3 +56,23 @@ def is_constant(node: exp.Expr) -> bool:
     if isinstance(node, forbidden):
         return False
     return not any(isinstance(n, forbidden) for n in node.find_all(*forbidden))
+
+
+def row_expression(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, str] | None:
+    """``(table, SQL)`` of an expression over one row of one base table, else None.
+
+    The SQL has unqualified column names, so the designer and the planner
+    spell the same expression the same way.
+    """
+    if isinstance(node, exp.Distinct) or node.find(
+        exp.Subquery, exp.Select, exp.AggFunc, exp.Window
+    ):
+        return None
+    columns = list(node.find_all(exp.Column))
+    owners = {(r.table, r.scope_id, r.alias) for c in columns if (r := resolved.get(id(c)))}
+    if len(owners) != 1 or any(id(c) not in resolved for c in columns):
+        return None
+    copied = node.copy()
+    for column in copied.find_all(exp.Column):
+        column.set("table", None)
+    return next(iter(owners))[0], copied.sql(dialect="duckdb")

@@ -24,8 +24,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET, HOM, OPE, SEARCH
-from veil.design.workload import row_expression
-from veil.sql.columns import BaseColumn
+from veil.sql.columns import BaseColumn, row_expression
 from veil.sql.plan import Aggregation, Scan
 from veil.sql.rewrite_server import ServerContext
 

@@ -7,6 +7,7 @@ NOT/AND/OR of rewritten predicates stay exact::
     o_orderdate < DATE '1995-03-15'   ->  c_5f3a... < $1      (OPE; $1 = OPE(9204))
     c_mktsegment = 'BUILDING'         ->  c_9e01... = $2      (DET; $2 = DET('BUILDING'))
     l_shipmode IN ('MAIL', 'SHIP')    ->  c_77aa... IN ($3, $4)
+    SUBSTRING(c_phone, 1, 2) = '13'   ->  c_31c0... = $5      (DET of a per-row expression)
     o_comment IS NULL                 ->  c_0b12... IS NULL   (any encryption)
 
 Constants are evaluated on the client, converted to the column's SQL type and
@@ -23,7 +24,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from veil.design.model import DET, OPE, Encryption
-from veil.sql.columns import BaseColumn, is_constant
+from veil.sql.columns import BaseColumn, is_constant, row_expression
 from veil.sql.plan import Scan
 
 
@@ -61,6 +62,14 @@ class _Rewriter:
         found = self.resolved.get(id(node)) if isinstance(node, exp.Column) else None
         return found.column if found else None
 
+    def source(self, node: exp.Expr) -> str | None:
+        """The design source ``node`` computes: this scan's column or per-row expression."""
+        column = self.column(node)
+        if column is not None or isinstance(node, exp.Column) or is_constant(node):
+            return column
+        found = row_expression(node, self.resolved)
+        return found[1] if found is not None and found[0] == self.scan.table.name else None
+
     def server_column(self, column: str, scheme: str) -> Encryption | None:
         enc = self.scan.table.find(column, scheme)
         if enc is not None:
@@ -95,9 +104,9 @@ class _Rewriter:
 
 
 def _equality(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
-    column, other = rw.column(node.this), node.expression
+    column, other = rw.source(node.this), node.expression
     if column is None:
-        column, other = rw.column(node.expression), node.this
+        column, other = rw.source(node.expression), node.this
     if column is None:
         return None
     enc = rw.server_column(column, DET)
@@ -114,7 +123,7 @@ def _equality(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
 
 
 def _in_list(rw: _Rewriter, node: exp.In) -> exp.Expr | None:
-    column = rw.column(node.this)
+    column = rw.source(node.this)
     if column is None or node.args.get("query") or node.args.get("unnest") or not node.expressions:
         return None
     enc = rw.server_column(column, DET)
@@ -128,9 +137,9 @@ def _in_list(rw: _Rewriter, node: exp.In) -> exp.Expr | None:
 
 def _range(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
     kind = type(node)
-    column, other = rw.column(node.this), node.expression
+    column, other = rw.source(node.this), node.expression
     if column is None:
-        column, other, kind = rw.column(node.expression), node.this, _RANGE_FLIP[kind]
+        column, other, kind = rw.source(node.expression), node.this, _RANGE_FLIP[kind]
     enc = rw.server_column(column, OPE) if column else None
     if enc is None:
         return None
@@ -145,7 +154,7 @@ def _range(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
 
 
 def _between(rw: _Rewriter, node: exp.Between) -> exp.Expr | None:
-    column = rw.column(node.this)
+    column = rw.source(node.this)
     enc = rw.server_column(column, OPE) if column else None
     if enc is None or node.args.get("symmetric"):
         return None
