@@ -154,7 +154,9 @@ class PhysicalDesign:
         """Write atomically, so a crash never leaves half a design."""
         target = Path(path)
         temporary = target.with_suffix(".tmp")
-        temporary.write_text(self.to_json() + "\n")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:  # the plaintext schema is the client's business
+            handle.write(self.to_json() + "\n")
         os.replace(temporary, target)
 
     @classmethod

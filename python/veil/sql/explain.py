@@ -44,7 +44,10 @@ def explain(session: Session, sql: str, params: list[object] | None = None) -> s
 def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
     lines = [f"RemoteSQL {number}: table {scan.table.name} as {scan.alias} -> {scan.local_name}"]
     lines.append("  " + render(scan.remote_sql(), dialect))
-    params = ", ".join(f"${i} = ciphertext" for i in range(1, len(scan.remote_params()) + 1))
+    params = ", ".join(
+        f"${i} = {'ciphertext' if isinstance(v, int) or len(v) < 256 else 'public key (n^2)'}"  # type: ignore[arg-type]
+        for i, v in enumerate(scan.remote_params(), 1)
+    )
     if params:
         lines.append(f"  parameters: {params}")
     for column, enc in scan.fetched():
