@@ -44,6 +44,7 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     )
     if qualified is None:
         return plan_fetch_all(tree, design)
+    prune_exists_projections(qualified)
     scopes = traverse_scope(qualified)
     resolved = base_columns(scopes, set(design.tables))
     scans = find_scans(scopes, design, resolved)
@@ -51,6 +52,24 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     pushdown_aggregates(scopes, scans, resolved, ctx)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
+
+
+def prune_exists_projections(tree: exp.Expr) -> None:
+    """``EXISTS (SELECT * FROM t WHERE ...)`` -> ``EXISTS (SELECT 1 FROM t WHERE ...)``.
+
+    EXISTS ignores what its subquery selects, so fetching the columns that
+    ``*`` expands to would only move bytes. Left alone when the projection
+    decides how many rows there are (aggregates, windows, GROUP BY, DISTINCT).
+    """
+    for exists in tree.find_all(exp.Exists):
+        select = exists.this.this if isinstance(exists.this, exp.Subquery) else exists.this
+        if not isinstance(select, exp.Select) or any(
+            select.args.get(k) for k in ("group", "having", "distinct", "qualify")
+        ):
+            continue
+        if any(p.find(exp.AggFunc, exp.Window) for p in select.expressions):
+            continue
+        select.set("expressions", [exp.alias_(exp.Literal.number(1), "one")])
 
 
 def find_scans(
