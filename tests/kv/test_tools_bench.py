@@ -81,3 +81,12 @@ def test_disk_bytes_sums_each_clients_table_directories(tmp_path: Path) -> None:
         (tmp_path / table / "Data.db").write_bytes(b"x" * size)
     facts = {"tables": {"veil": ["packs"], "per_row": ["rows"], "vanilla": ["missing"]}}
     assert bench.disk_bytes(tmp_path, facts) == {"veil": 15, "per_row": 7, "vanilla": 0}
+
+
+def test_parallel_reads_split_the_operations_between_threads() -> None:
+    seen: list[int] = []
+    outcome = bench.Clock(ops=40, seconds=30, threads=4).run(
+        lambda i: seen.append(i) is None and i % 10 != 0, parallel=True
+    )
+    assert sorted(seen) == list(range(40))
+    assert len(outcome.latencies_ns) == 40 and outcome.wrong == 4

@@ -86,6 +86,9 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--heap-mb", type=int, default=1024, help="Cassandra JVM heap")
     parser.add_argument(
+        "--threads", type=int, default=1, help="client threads for the read workloads"
+    )
+    parser.add_argument(
         "--pack-cache", type=int, default=0, help="Veil client pack cache size (default 0: off)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
