@@ -30,10 +30,11 @@ others may have updated since).
 from __future__ import annotations
 
 import bisect
-import heapq
 import random
+import threading
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from veil.kv.backends.base import KVBackend, Row
 from veil.kv.cache import Entry, PackCache
@@ -69,6 +70,23 @@ class PackTable:
         self.layout = layout
         self.pack_rows = pack_rows
         self.max_keys = max_keys
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the threads that scan partitions concurrently (idempotent)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _scan_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.layout.partitions, thread_name_prefix="veil-kv-range"
+                )
+            return self._pool
 
     # -- pack I/O -------------------------------------------------------
     def open_entries(self, partition: int, row: Row) -> Entry:
@@ -81,6 +99,15 @@ class PackTable:
             entry = (keys, values, dict(zip(keys, values, strict=True)))
             self.cache.put(cache_key, entry)
         return entry
+
+    def open_sorted(self, partition: int, row: Row) -> tuple[list[bytes], list[bytes]]:
+        """(keys, values) of a stored pack; without a cache, no key -> value index is built."""
+        if self.cache.capacity > 0:
+            keys, values, _ = self.open_entries(partition, row)
+            return keys, values
+        return parse_entries(
+            self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
+        )
 
     def open_pack(self, partition: int, row: Row) -> Pack:
         """A private, modifiable copy of a stored pack's plaintext."""
@@ -125,12 +152,23 @@ class PackTable:
             yield from zip(keys, values, strict=True)
 
     def range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
-        """The same entries as (keys, values) lists, about one pack per batch."""
-        streams = [self._partition_range(p, low, high) for p in range(self.layout.partitions)]
-        if len(streams) == 1:
-            return streams[0]
-        pairs = heapq.merge(*(_pairs(s) for s in streams), key=lambda kv: kv[0])
-        return batched(pairs, self.pack_rows)
+        """The same entries as (keys, values) lists, about one pack per batch.
+
+        With several hash partitions, each partition's floor lookup, scan and
+        pack opening run on this table's scan threads at once (round trips
+        overlap, and inflation releases the GIL); the ascending per-partition
+        results are then merged. A key lives in exactly one partition, so the
+        merge never meets a key twice.
+        """
+        partitions = self.layout.partitions
+        if partitions == 1:
+            yield from self._partition_range(0, low, high)
+            return
+        pool = self._scan_pool()
+        futures = [
+            pool.submit(_collect, self._partition_range(p, low, high)) for p in range(partitions)
+        ]
+        yield from _merged([future.result() for future in futures], self.pack_rows)
 
     def _partition_range(self, partition: int, low: bytes, high: bytes) -> Iterator[Batch]:
         rows: Iterable[Row] = self.backend.scan(self.table, partition, low, high)
@@ -151,7 +189,7 @@ class PackTable:
         # Packs of an ordered layout hold their keys sorted, so the keys in
         # [low, high] below the next packID are one slice; keys at or above
         # the next packID are stale copies and are cut off.
-        keys, values, _ = self.open_entries(partition, row)
+        keys, values = self.open_sorted(partition, row)
         start = bisect.bisect_left(keys, low)
         if bound is not None and bound <= high:
             stop = bisect.bisect_left(keys, bound)
@@ -285,9 +323,25 @@ def batched(pairs: Iterable[tuple[bytes, bytes]], size: int) -> Iterator[Batch]:
         yield keys, values
 
 
-def _pairs(batches: Iterable[Batch]) -> Iterator[tuple[bytes, bytes]]:
-    for keys, values in batches:
-        yield from zip(keys, values, strict=True)
+def _collect(batches: Iterable[Batch]) -> Batch:
+    """All of a partition's batches as one (keys, values) pair of lists, ascending."""
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for batch_keys, batch_values in batches:
+        keys += batch_keys
+        values += batch_values
+    return keys, values
+
+
+def _merged(parts: list[Batch], size: int) -> Iterator[Batch]:
+    """Merge ascending (keys, values) runs of distinct keys into batches of ``size``."""
+    keys = [k for part_keys, _ in parts for k in part_keys]
+    values = [v for _, part_values in parts for v in part_values]
+    # Timsort finds the ascending runs, so this is a k-way merge in C.
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    for start in range(0, len(order), size):
+        chunk = order[start : start + size]
+        yield [keys[i] for i in chunk], [values[i] for i in chunk]
 
 
 def _location(partition: int, pack_id: bytes) -> bytes:

@@ -118,6 +118,7 @@ class Store:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.packs.close()
             if self._owns_backend:
                 self.backend.close()
 
