@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from veil.backends import Backend, render
 from veil.crypto.keys import MasterKey
@@ -13,7 +15,7 @@ from veil.design.model import Encryption, TableDesign
 from veil.encoding import decode
 from veil.exec.ciphers import ColumnCipher, column_cipher
 from veil.exec.encrypt import rnd_context
-from veil.sql.plan import Scan
+from veil.sql.plan import JOIN_ROW, JoinedFetch, Scan
 
 
 @dataclass
@@ -43,19 +45,47 @@ class CipherCache:
         return self._ciphers[key]
 
 
-def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchStats) -> pa.Table:
-    """The scan's rows, decrypted, with plaintext column names."""
-    sql = render(scan.remote_sql(), backend.dialect)
+def _remote(
+    statement: exp.Select, params: list[object], backend: Backend, stats: FetchStats
+) -> pa.Table:
+    """Run one RemoteSQL statement, counting its time and bytes."""
+    sql = render(statement, backend.dialect)
     started = time.perf_counter()
-    fetched = backend.execute(sql, scan.remote_params() or None)
+    fetched = backend.execute(sql, params or None)
     stats.server_seconds += time.perf_counter() - started
     stats.statements += 1
     stats.bytes_received += fetched.nbytes
     stats.remote_sql.append(sql)
+    return fetched
+
+
+def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchStats) -> pa.Table:
+    """The scan's rows, decrypted, with plaintext column names."""
+    fetched = _remote(scan.remote_sql(), scan.remote_params(), backend, stats)
     started = time.perf_counter()
     plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers)
     stats.decrypt_seconds += time.perf_counter() - started
     return plain
+
+
+def run_joined(
+    fetch: JoinedFetch, backend: Backend, ciphers: CipherCache, stats: FetchStats
+) -> dict[str, pa.Table]:
+    """The joined rows split into one local table per scan, paired by ``JOIN_ROW``."""
+    fetched = _remote(fetch.remote_sql(), fetch.remote_params(), backend, stats)
+    started = time.perf_counter()
+    row_numbers = pa.array(np.arange(fetched.num_rows, dtype=np.int64))
+    tables: dict[str, pa.Table] = {}
+    wanted = fetch.fetched()
+    for scan in fetch.scans:
+        indexes = [i for i, (owner, _, _) in enumerate(wanted) if owner is scan]
+        part = fetched.select(indexes)
+        pairs = [(column, enc) for owner, column, enc in wanted if owner is scan]
+        plain = decrypt_columns(part, scan.table, pairs, ciphers)
+        columns = dict(zip(plain.column_names, plain.columns, strict=True))
+        tables[scan.local_name] = pa.table({**columns, JOIN_ROW: row_numbers})
+    stats.decrypt_seconds += time.perf_counter() - started
+    return tables
 
 
 def decrypt_columns(

@@ -22,7 +22,7 @@ from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import SqlType, encode_scalar
 from veil.exec.clientdir import ClientDir, open_client_dir
-from veil.exec.fetch import CipherCache, FetchStats, run_scan
+from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import Scan, SplitPlan
@@ -120,10 +120,16 @@ class Session:
     def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
         registered = []
         try:
+            joined: dict[str, pa.Table] = {}
             for scan in plan.scans:
-                self.local.register(
-                    scan.local_name, run_scan(scan, self.backend, self.ciphers, stats)
+                if scan.joined is not None and scan.local_name not in joined:
+                    joined.update(run_joined(scan.joined, self.backend, self.ciphers, stats))
+                fetched = (
+                    joined.pop(scan.local_name)
+                    if scan.joined is not None
+                    else run_scan(scan, self.backend, self.ciphers, stats)
                 )
+                self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
             started = time.perf_counter()
             try:

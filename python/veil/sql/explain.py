@@ -9,7 +9,7 @@ from veil.design.model import DET, HOM, OPE, RND, SEARCH
 from veil.exec.session import Session
 from veil.sql.errors import UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
-from veil.sql.plan import Scan
+from veil.sql.plan import JoinedFetch, Scan
 
 REVEALS = {
     RND: "nothing but lengths and NULLs",
@@ -30,8 +30,15 @@ def explain(session: Session, sql: str, params: list[object] | None = None) -> s
     session.describe(tree)
     plan = session.plan(tree)
     lines = [f"server: {session.backend.url} ({session.backend.dialect})", ""]
-    for number, scan in enumerate(plan.scans, 1):
-        lines += _explain_scan(number, scan, session.backend.dialect)
+    number = 0
+    for scan in plan.scans:
+        if scan.joined is not None and scan is not scan.joined.scans[0]:
+            continue  # explained with the join's first scan
+        number += 1
+        if scan.joined is not None:
+            lines += _explain_join(number, scan.joined, session.backend.dialect)
+        else:
+            lines += _explain_scan(number, scan, session.backend.dialect)
     lines += [
         "local plan (runs on the client, in DuckDB):",
         "  " + plan.local.sql(dialect="duckdb", pretty=True).replace("\n", "\n  "),
@@ -41,18 +48,46 @@ def explain(session: Session, sql: str, params: list[object] | None = None) -> s
     return "\n".join(lines)
 
 
+def _parameters(values: list[object]) -> list[str]:
+    params = ", ".join(
+        f"${i} = {'ciphertext' if isinstance(v, int) or len(v) < 256 else 'public key (n^2)'}"  # type: ignore[arg-type]
+        for i, v in enumerate(values, 1)
+    )
+    return [f"  parameters: {params}"] if params else []
+
+
+def _explain_join(number: int, fetch: JoinedFetch, dialect: str) -> list[str]:
+    parts = ", ".join(f"{s.table.name} as {s.alias} -> {s.local_name}" for s in fetch.scans)
+    lines = [f"RemoteSQL {number}: server join of {parts}"]
+    lines.append("  " + render(fetch.remote_sql(), dialect))
+    lines += _parameters(fetch.remote_params())
+    joins = " AND ".join(e.original for e in fetch.edges)
+    lines.append(
+        f"  server join on {joins}  [DET: which rows of the joined tables hold equal keys]"
+    )
+    for scan in fetch.scans:
+        lines += _explain_scan_parts(scan)
+    lines.append("")
+    return lines
+
+
 def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
     lines = [f"RemoteSQL {number}: table {scan.table.name} as {scan.alias} -> {scan.local_name}"]
     lines.append("  " + render(scan.remote_sql(), dialect))
-    params = ", ".join(
-        f"${i} = {'ciphertext' if isinstance(v, int) or len(v) < 256 else 'public key (n^2)'}"  # type: ignore[arg-type]
-        for i, v in enumerate(scan.remote_params(), 1)
-    )
-    if params:
-        lines.append(f"  parameters: {params}")
+    lines += _parameters(scan.remote_params())
+    lines += _explain_scan_parts(scan)
+    lines.append("")
+    return lines
+
+
+def _explain_scan_parts(scan: Scan) -> list[str]:
+    lines = []
+    prefix = f"{scan.alias}." if scan.joined is not None else ""
     for column, enc in scan.fetched():
         scheme = enc.scheme if enc else "count" if column.startswith("__veil_agg_") else "row id"
-        lines.append(f"  fetch {column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}")
+        lines.append(
+            f"  fetch {prefix}{column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}"
+        )
     for predicate in scan.predicates:
         reveals = "; ".join(f"{s}: {REVEALS[s]}" for s in predicate.schemes)
         lines.append(f"  server filter {predicate.original}  [{reveals}; and which rows match]")
@@ -69,5 +104,4 @@ def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
         lines.append(
             f"  server GROUP BY {keys} computing {kinds}  [DET: group sizes; OPE: the extremes' order; HOM: nothing]"
         )
-    lines.append("")
     return lines

@@ -29,6 +29,8 @@ class ServerPredicate:
     original: str  # the client-side predicate (plaintext, never sent)
     server: exp.Expr  # over opaque names, constants as placeholders
     schemes: list[str]
+    node: exp.Expr | None = None  # the conjunct in the local plan
+    exact: bool = True  # False for pre-filters (LIKE via SEARCH) the client must finish
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Scan:
     with_row_id: bool = False  # DML fetches the row ids of the rows it changes
     reduction: Reduction | None = None  # semi-join with other scans on the server
     aggregation: Aggregation | None = None  # GROUP BY and aggregates run on the server
+    joined: JoinedFetch | None = None  # fetched as part of one server-side join
 
     def placeholder(self, value: object) -> exp.Placeholder:
         """A query parameter carrying ``value`` (always a ciphertext)."""
@@ -56,7 +59,7 @@ class Scan:
         wanted: list[tuple[str, Encryption | None]]
         ordered = [c.name for c in self.table.columns if c.name in self.columns]  # table order
         wanted = [(c, self.table.fetchable(c)) for c in ordered]
-        if self.with_row_id or not wanted:
+        if self.with_row_id or (not wanted and self.joined is None):
             wanted.append((ROW_ID, None))
         return wanted
 
@@ -137,6 +140,7 @@ class JoinEdge:
     right_column: str
     original: str
     correlated: bool = False  # right is a scan of an outer scope
+    node: exp.Expr | None = None  # the conjunct in the local plan
 
 
 @dataclass
@@ -194,6 +198,64 @@ def _qualified(server: exp.Expr, alias: str, offset: int) -> exp.Expr:
         return node
 
     return server.copy().transform(fix, copy=False)
+
+
+JOIN_ROW = "__veil_join_row"  # local column pairing the parts of one joined row
+
+
+@dataclass
+class JoinedFetch:
+    """Inner-joined scans fetched by ONE server statement (see ``pushdown_joins``)::
+
+        SELECT j1.c_date, j2.c_price FROM t_cust AS j0, t_ord AS j1, t_line AS j2
+         WHERE j0.c_ck = j1.c_ok AND j1.c_okey = j2.c_lkey AND j0.c_seg = $1
+
+    The client splits each joined row into one row per scan's local table,
+    all carrying the same ``JOIN_ROW`` number, and the local plan joins the
+    tables on that number instead of the (now unfetched) join keys.
+    """
+
+    scans: list[Scan]
+    edges: list[JoinEdge]
+
+    def fetched(self) -> list[tuple[Scan, str, Encryption | None]]:
+        wanted = [(scan, column, enc) for scan in self.scans for column, enc in scan.fetched()]
+        return wanted or [(self.scans[0], ROW_ID, None)]
+
+    def remote_sql(self) -> exp.Select:
+        aliases = {id(scan): f"j{i}" for i, scan in enumerate(self.scans)}
+        names = [
+            exp.column(enc.name if enc else scan.table.row_id, table=aliases[id(scan)])
+            for scan, _, enc in self.fetched()
+        ]
+        select = exp.select(*names)
+        for i, scan in enumerate(self.scans):
+            table = exp.alias_(exp.to_table(scan.table.server_name), aliases[id(scan)], table=True)
+            select = select.from_(table) if i == 0 else select.join(table)
+        for edge in self.edges:
+            left = exp.column(edge.left_column, table=aliases[id(edge.left)])
+            right = exp.column(edge.right_column, table=aliases[id(edge.right)])
+            select = select.where(exp.EQ(this=left, expression=right), copy=False)
+        offset = 0
+        for scan in self.scans:
+            for predicate in scan.predicates:
+                server = _qualified(predicate.server, aliases[id(scan)], offset)
+                select = select.where(server, copy=False)
+            offset += len(scan.params)
+        for scan in self.scans:
+            if scan.reduction is not None:  # a correlated reduction by an outer scan
+                semi_join = scan.reduction.statement(scan, offset=offset)
+                row_id = exp.column(scan.table.row_id, table=aliases[id(scan)])
+                select = select.where(row_id.isin(query=semi_join), copy=False)
+                offset += len(scan.reduction.params())
+        return select
+
+    def remote_params(self) -> list[object]:
+        params = [value for scan in self.scans for value in scan.params]
+        for scan in self.scans:
+            if scan.reduction is not None:
+                params += scan.reduction.params()
+        return params
 
 
 @dataclass

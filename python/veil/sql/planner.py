@@ -12,7 +12,10 @@ Passes, in order (each a function of this module):
    scans become semi-join reductions (``reduce_joins``).
 3. ``pushdown_aggregates``: a one-table block whose WHERE went to the server
    whole is grouped and aggregated there when DET keys and OPE allow it.
-4. ``rename_scans``: the local plan reads the scans' local tables.
+4. ``pushdown_joins``: an inner-join block's DET equi-joined scans are
+   fetched by one server statement that joins them, when a byte estimate
+   says that cannot cost more than the per-table fetches.
+5. ``rename_scans``: the local plan reads the scans' local tables.
 
 A query sqlglot cannot qualify falls back to the always-correct split: fetch
 every column of every table it names and run the whole query on the client.
@@ -32,6 +35,7 @@ from veil.sql.parse import qualify_query
 from veil.sql.plan import JoinEdge, Scan, ServerPredicate, SplitPlan
 from veil.sql.prefilter_like import prefilter_like
 from veil.sql.pushdown_aggregates import pushdown_aggregates
+from veil.sql.pushdown_joins import pushdown_joins
 from veil.sql.reduce_joins import join_edge, reduce_correlated, reduce_joins
 from veil.sql.rewrite_server import ServerContext, rewrite_server
 
@@ -48,8 +52,9 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     scopes = traverse_scope(qualified)
     resolved = base_columns(scopes, set(design.tables))
     scans = find_scans(scopes, design, resolved)
-    pushdown_predicates(scopes, scans, resolved, ctx)
+    scope_edges = pushdown_predicates(scopes, scans, resolved, ctx)
     pushdown_aggregates(scopes, scans, resolved, ctx)
+    pushdown_joins(qualified, scope_edges, scans, resolved)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
 
@@ -94,7 +99,9 @@ def pushdown_predicates(
     scans: dict[tuple[int, str], Scan],
     resolved: dict[int, BaseColumn],
     ctx: ServerContext,
-) -> None:
+) -> list[tuple[Scope, list[JoinEdge]]]:
+    """Push conjuncts; returns each scope's join edges (for ``pushdown_joins``)."""
+    scope_edges: list[tuple[Scope, list[JoinEdge]]] = []
     correlated: list[list[JoinEdge]] = []
     for scope in scopes:
         select = scope.expression
@@ -117,12 +124,17 @@ def pushdown_predicates(
             )
             if rewritten is not None:
                 server, schemes = rewritten
-                scan.predicates.append(ServerPredicate(predicate.sql("duckdb"), server, schemes))
+                exact = "SEARCH" not in schemes  # a LIKE pre-filter is not exact
+                scan.predicates.append(
+                    ServerPredicate(predicate.sql("duckdb"), server, schemes, predicate, exact)
+                )
         reduce_joins(edges)
+        scope_edges.append((scope, edges))
     # scopes come innermost first; reduce subqueries by their outer scans outside-in
-    for scope_edges in reversed(correlated):
-        for edge in scope_edges:
+    for outer_edges in reversed(correlated):
+        for edge in outer_edges:
             reduce_correlated(edge)
+    return scope_edges
 
 
 def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:

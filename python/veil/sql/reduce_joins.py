@@ -68,6 +68,7 @@ def join_edge(
         return None
     edge = JoinEdge(left_scan, left_enc.name, right_scan, right_enc.name, predicate.sql("duckdb"))
     edge.correlated = not same_scope
+    edge.node = predicate
     return edge
 
 
@@ -90,13 +91,13 @@ def reduce_correlated(edge: JoinEdge) -> None:
 
 def reduce_joins(edges: list[JoinEdge]) -> None:
     """Attach a ``Reduction`` to every scan whose join partners filter on the server."""
-    for component, component_edges in _components(edges):
+    for component, component_edges in components(edges):
         for scan in component:
             if any(other.predicates for other in component if other is not scan):
                 scan.reduction = Reduction(component, component_edges)
 
 
-def _components(edges: list[JoinEdge]) -> list[tuple[list[Scan], list[JoinEdge]]]:
+def components(edges: list[JoinEdge]) -> list[tuple[list[Scan], list[JoinEdge]]]:
     parent: dict[int, int] = {}
     by_id: dict[int, Scan] = {}
 

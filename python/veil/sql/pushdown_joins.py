@@ -1,0 +1,166 @@
+"""Inner equi-joins on the server: one RemoteSQL statement per joined block.
+
+A SELECT scope whose sources are all combined by inner (or comma) joins, and
+whose scans are linked by join edges (``reduce_joins``: equality of DET
+columns under one key scope), can fetch the linked scans with ONE server
+statement that joins the encrypted tables, applies every scan's pushed
+filters and returns only the columns the client still needs
+(``plan.JoinedFetch``). The client splits each joined row into the scans'
+local tables under a shared ``JOIN_ROW`` number; the local plan joins on
+that number, so it sees exactly the server's joined rows.
+
+What the client no longer re-checks: the join equalities and the exact pushed
+filters of the joined scans (DET and OPE comparisons are exact, so the
+server's answer is the plaintext answer). Their conjuncts become TRUE in the
+local plan, which is what lets the server stop sending the join keys and the
+filter-only columns. Pre-filters (LIKE via SEARCH) are still finished locally.
+
+When to join on the server (a byte estimate, nothing more): per-table bytes
+``sum(rows_t * width_t)`` against joined bytes ``max(rows_t) * sum(width'_t)``
+with full-table row counts from the design and ``width'`` the narrower
+column sets. A foreign-key join repeats each row of the smaller tables once
+per row of the largest, so wide dimension columns make the join lose and the
+scope keeps the per-table path (with its semi-join reductions).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from veil.design.model import DET, OPE, Encryption
+from veil.sql.columns import BaseColumn
+from veil.sql.plan import JOIN_ROW, JoinedFetch, JoinEdge, Scan
+from veil.sql.reduce_joins import components
+
+ScanKey = tuple[int, str]
+_FIXED_WIDTH = ("int", "date", "timestamp", "decimal", "bool", "float")
+
+
+def pushdown_joins(
+    tree: exp.Expr,
+    scope_edges: list[tuple[Scope, list[JoinEdge]]],
+    scans: dict[ScanKey, Scan],
+    resolved: dict[int, BaseColumn],
+) -> list[JoinedFetch]:
+    keys = {id(scan): key for key, scan in scans.items()}
+    joined: list[JoinedFetch] = []
+    for scope, edges in scope_edges:
+        if not _inner_block(scope.expression):
+            continue
+        for members, member_edges in components(edges):
+            if any(s.aggregation is not None or s.with_row_id for s in members):
+                continue
+            fetch = _try_join(tree, JoinedFetch(members, member_edges), scope, keys, resolved)
+            if fetch is not None:
+                joined.append(fetch)
+    return joined
+
+
+def _inner_block(select: exp.Expr) -> bool:
+    """A SELECT whose joins are all inner or comma joins."""
+    if not isinstance(select, exp.Select):
+        return False
+    for join in select.args.get("joins") or []:
+        if join.args.get("side") or join.args.get("kind") not in (None, "INNER", "CROSS"):
+            return False
+        if join.args.get("using") or join.args.get("method"):
+            return False
+    return True
+
+
+def _try_join(
+    tree: exp.Expr,
+    fetch: JoinedFetch,
+    scope: Scope,
+    keys: dict[int, ScanKey],
+    resolved: dict[int, BaseColumn],
+) -> JoinedFetch | None:
+    select = scope.expression
+    assert isinstance(select, exp.Select)  # checked by _inner_block
+    dropped = [e.node for e in fetch.edges if _in(e.node, select)]
+    dropped += [
+        p.node for s in fetch.scans for p in s.predicates if p.exact and _in(p.node, select)
+    ]
+    used = _columns_outside(tree, dropped, resolved)
+    narrowed = {id(s): {c for c in s.columns if (*keys[id(s)], c) in used} for s in fetch.scans}
+    before = sum(s.table.row_count * _width(s, s.columns) for s in fetch.scans)
+    rows = max(s.table.row_count for s in fetch.scans)
+    after = rows * sum(_width(s, narrowed[id(s)]) for s in fetch.scans)
+    if after > before:
+        return None
+    _drop_conjuncts(select, [node for node in dropped if node is not None])
+    members = {id(s) for s in fetch.scans}
+    for scan in fetch.scans:
+        scan.columns = narrowed[id(scan)]
+        scan.joined = fetch
+        if scan.reduction is not None and {id(s) for s in scan.reduction.scans} <= members:
+            scan.reduction = None  # the server join itself reduces this scan
+    first, *rest = fetch.scans
+    for scan in rest:
+        pair = exp.EQ(
+            this=exp.column(JOIN_ROW, table=first.alias),
+            expression=exp.column(JOIN_ROW, table=scan.alias),
+        )
+        select.where(pair, copy=False)
+    return fetch
+
+
+def _drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
+    """Remove ``dropped`` conjuncts from the WHERE and ON clauses of ``select``."""
+    gone = {id(node) for node in dropped}
+    clauses = [select.args.get("where")] + [
+        j.args.get("on") for j in select.args.get("joins") or []
+    ]
+    for clause in clauses:
+        if clause is None:
+            continue
+        condition = clause.this if isinstance(clause, exp.Where) else clause
+        kept = [c for c in _conjunct_list(condition) if id(c) not in gone]
+        rebuilt = exp.and_(*kept, copy=False) if kept else exp.true()
+        if isinstance(clause, exp.Where):
+            select.set("where", exp.Where(this=rebuilt) if kept else None)
+        else:
+            clause.replace(rebuilt)
+
+
+def _conjunct_list(condition: exp.Expr) -> list[exp.Expr]:
+    if isinstance(condition, exp.And):
+        return _conjunct_list(condition.this) + _conjunct_list(condition.expression)
+    if isinstance(condition, exp.Paren) and isinstance(condition.this, exp.And):
+        return _conjunct_list(condition.this)
+    return [condition]
+
+
+def _in(node: exp.Expr | None, select: exp.Expr) -> bool:
+    """Whether ``node`` is part of ``select`` (implied conjuncts are copies, not)."""
+    while node is not None:
+        if node is select:
+            return True
+        node = node.parent
+    return False
+
+
+def _columns_outside(
+    tree: exp.Expr, dropped: list[exp.Expr | None], resolved: dict[int, BaseColumn]
+) -> set[tuple[int, str, str]]:
+    """``(scope id, alias, column)`` of base columns the local plan reads outside ``dropped``."""
+    skipped = {id(c) for node in dropped if node is not None for c in node.find_all(exp.Column)}
+    used = set()
+    for column in tree.find_all(exp.Column):
+        ref = resolved.get(id(column))
+        if ref is not None and id(column) not in skipped:
+            used.add((ref.scope_id, ref.alias, ref.column))
+    return used
+
+
+def _width(scan: Scan, columns: set[str]) -> int:
+    """Rough bytes per row of ``columns`` as fetched (integers 8, byte strings ~40)."""
+    if not columns:
+        return 0
+    return sum(_encryption_width(scan.table.fetchable(c)) for c in columns)
+
+
+def _encryption_width(enc: Encryption) -> int:
+    width_preserving = enc.scheme in (DET, OPE) and enc.sql_type.kind in _FIXED_WIDTH
+    return 8 if width_preserving else 40
