@@ -17,9 +17,10 @@ $(STAMP): $(RUST_SOURCES)
 demo: $(STAMP)
 	$(VENV)/bin/veil demo
 
+# Rust kernel tests first, so that the run closes on pytest's summary line.
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
 	cargo test --release -p veil-kernels -q
+	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)
 	$(VENV)/bin/veil bench crypto --json bench/crypto.json
