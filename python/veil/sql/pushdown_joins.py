@@ -19,8 +19,10 @@ When to join on the server (a byte estimate, nothing more): per-table bytes
 ``sum(rows_t * width_t)`` against joined bytes ``max(rows_t) * sum(width'_t)``
 with full-table row counts from the design and ``width'`` the narrower
 column sets. A foreign-key join repeats each row of the smaller tables once
-per row of the largest, so wide dimension columns make the join lose and the
-scope keeps the per-table path (with its semi-join reductions).
+per row of the largest, so wide dimension columns make the join lose. Then
+the scan whose repetition costs most leaves the join (if the rest stays
+connected) and the estimate is tried again; scans left out keep the per-table
+path (with its semi-join reductions) and the local plan joins them as before.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ def pushdown_joins(
     for scope, edges in scope_edges:
         if not _inner_block(scope.expression):
             continue
+        select = scope.expression
+        assert isinstance(select, exp.Select)  # checked by _inner_block
         for members, member_edges in components(edges):
             if any(s.aggregation is not None or s.with_row_id for s in members):
                 continue
-            fetch = _try_join(tree, JoinedFetch(members, member_edges), scope, keys, resolved)
+            fetch = _try_join(tree, members, member_edges, select, keys, resolved)
             if fetch is not None:
                 joined.append(fetch)
     return joined
@@ -71,25 +75,55 @@ def _inner_block(select: exp.Expr) -> bool:
 
 def _try_join(
     tree: exp.Expr,
-    fetch: JoinedFetch,
-    scope: Scope,
+    members: list[Scan],
+    edges: list[JoinEdge],
+    select: exp.Select,
     keys: dict[int, ScanKey],
     resolved: dict[int, BaseColumn],
 ) -> JoinedFetch | None:
-    select = scope.expression
-    assert isinstance(select, exp.Select)  # checked by _inner_block
-    dropped = [e.node for e in fetch.edges if _in(e.node, select)]
-    dropped += [
-        p.node for s in fetch.scans for p in s.predicates if p.exact and _in(p.node, select)
-    ]
-    used = _columns_outside(tree, dropped, resolved)
-    narrowed = {id(s): {c for c in s.columns if (*keys[id(s)], c) in used} for s in fetch.scans}
-    before = sum(s.table.row_count * _width(s, s.columns) for s in fetch.scans)
-    rows = max(s.table.row_count for s in fetch.scans)
-    after = rows * sum(_width(s, narrowed[id(s)]) for s in fetch.scans)
-    if after > before:
-        return None
-    _drop_conjuncts(select, [node for node in dropped if node is not None])
+    """Join the largest connected part of a component whose estimate does not lose."""
+    members = list(members)
+    while len(members) >= 2:
+        inside = {id(s) for s in members}
+        fetch = JoinedFetch(
+            members, [e for e in edges if id(e.left) in inside and id(e.right) in inside]
+        )
+        dropped = [e.node for e in fetch.edges if _in(e.node, select)]
+        dropped += [
+            p.node for s in members for p in s.predicates if p.exact and _in(p.node, select)
+        ]
+        used = _columns_outside(tree, dropped, resolved)
+        narrowed = {id(s): {c for c in s.columns if (*keys[id(s)], c) in used} for s in members}
+        before = sum(s.table.row_count * _width(s, s.columns) for s in members)
+        rows = max(s.table.row_count for s in members)
+        after = rows * sum(_width(s, narrowed[id(s)]) for s in members)
+        if after <= before:
+            _adopt(fetch, select, [node for node in dropped if node is not None], narrowed)
+            return fetch
+        # leave out the scan whose repetition costs most, if the rest stays connected
+        candidates = [m for m in members if _connected([s for s in members if s is not m], edges)]
+        if not candidates:
+            return None
+        worst = max(
+            candidates, key=lambda m: (rows - m.table.row_count) * _width(m, narrowed[id(m)])
+        )
+        members.remove(worst)
+    return None
+
+
+def _connected(members: list[Scan], edges: list[JoinEdge]) -> bool:
+    inside = {id(s) for s in members}
+    groups = components([e for e in edges if id(e.left) in inside and id(e.right) in inside])
+    return len(groups) == 1 and len(groups[0][0]) == len(members)
+
+
+def _adopt(
+    fetch: JoinedFetch,
+    select: exp.Select,
+    dropped: list[exp.Expr],
+    narrowed: dict[int, set[str]],
+) -> None:
+    _drop_conjuncts(select, dropped)
     members = {id(s) for s in fetch.scans}
     for scan in fetch.scans:
         scan.columns = narrowed[id(scan)]
@@ -103,7 +137,6 @@ def _try_join(
             expression=exp.column(JOIN_ROW, table=scan.alias),
         )
         select.where(pair, copy=False)
-    return fetch
 
 
 def _drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
