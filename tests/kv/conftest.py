@@ -1,15 +1,14 @@
 """Fixtures shared by the key-value (MiniCrypt) tests.
 
-``kv_url`` runs a test once per backend. SQLite always runs (a fresh file per
-test). Cassandra runs when a session fixture ``cassandra_url`` exists: the
-Cassandra helper defines it in ``tests/kv/test_cassandra_fixtures.py`` (it
-starts the server once per session and returns ``cassandra://host:port/ks``),
-and this file re-exports it so every parametrised test can use it.
+``kv_url`` runs a test once per backend: SQLite (a fresh file per test) and
+Cassandra, through the session fixture ``cassandra_url`` of
+``tests/kv/test_cassandra_fixtures.py`` (it starts the server once per session
+and returns ``cassandra://host:port/ks``), re-exported here so every
+parametrised test can use it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import uuid
 from collections.abc import Iterator
@@ -22,8 +21,7 @@ import veil.kv
 from veil.crypto.keys import write_key_file
 from veil.kv import Store
 
-with contextlib.suppress(ImportError):  # the Cassandra helper's fixtures, when present
-    cassandra_url = importlib.import_module("test_cassandra_fixtures").cassandra_url
+cassandra_url = importlib.import_module("test_cassandra_fixtures").cassandra_url
 
 BACKENDS = ["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)]
 
@@ -33,10 +31,7 @@ def kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A URL of an empty store on each backend."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/kv.db"
-    try:
-        url: str = request.getfixturevalue("cassandra_url")
-    except pytest.FixtureLookupError:
-        pytest.skip("no cassandra_url fixture (Cassandra support not installed)")
+    url: str = request.getfixturevalue("cassandra_url")
     return url
 
 

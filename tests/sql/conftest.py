@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,26 +11,21 @@ from tests.sql.oracle import read_fixture
 
 from veil.exec.session import Session
 from veil.load.loader import load
+from veil.tpch.gen import generate
+from veil.tpch.queries import query_texts
 
 SF = 0.01
 
 
 def tpch_queries() -> list[tuple[str, str]]:
-    """The 22 TPC-H queries, from veil.tpch once it exists."""
-    try:
-        from veil.tpch.queries import query_texts  # type: ignore[import-not-found]
-    except ImportError:
-        return []
+    """The 22 TPC-H queries, as (name, SQL)."""
     return [(f"q{n}", sql) for n, sql in query_texts().items()]
 
 
 @pytest.fixture(scope="session")
 def tpch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tpch")
-    cli = shutil.which("tpchgen-cli") or str(Path(sys.executable).parent / "tpchgen-cli")
-    subprocess.run(
-        [cli, "parquet", "-s", str(SF), f"--output-dir={out}"], check=True, capture_output=True
-    )
+    generate(SF, out)
     return out
 
 

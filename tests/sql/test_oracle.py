@@ -33,14 +33,10 @@ def test_feature_query(
     _check(any_session, plain, sql)
 
 
-@pytest.mark.parametrize(
-    ("name", "sql"), tpch_queries() or [("none", "")], ids=lambda v: str(v)[:8]
-)
+@pytest.mark.parametrize(("name", "sql"), tpch_queries(), ids=lambda v: str(v)[:8])
 def test_tpch_query(
     any_session: Session, plain: duckdb.DuckDBPyConnection, name: str, sql: str
 ) -> None:
-    if not sql:
-        pytest.skip("veil.tpch (the 22 queries) is not installed yet")
     _check(any_session, plain, sql)
 
 
