@@ -3,7 +3,7 @@
 DuckDB has no Python aggregate functions, so the HOM sum is a scalar UDF over a
 list aggregate: ``veil_hom_sum(list(c), n_square)``. DuckDB hands the UDF one
 Arrow list per group for a whole vector of groups at once; the UDF multiplies
-each group's ciphertexts modulo n^2 (``veil.crypto.hom.sum_ciphertexts``). The
+each group's ciphertexts modulo n^2 (``veil.crypto.hom.sum_ciphertext_groups``). The
 SEARCH match calls ``veil.crypto.search.search_match`` on whole columns.
 
 Both are pure functions of public data: the server needs no key to run them.
@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 import duckdb.func
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,21 +47,32 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def hom_sum_lists(groups: Any, n_squares: Any) -> pa.Array:
-    """One Paillier sum per list; an empty or all-NULL list (or NULL) sums to NULL."""
-    from veil.crypto.hom import sum_ciphertexts
+    """One Paillier sum per list; an empty or all-NULL list (or NULL) sums to NULL.
+
+    The groups are summed by the native group-sum kernel, one call per distinct
+    n^2 (a query passes one, as a parameter), rather than group by group.
+    """
+    from veil.crypto.hom import sum_ciphertext_groups
 
     groups = _combined(groups)
-    n_values = _combined(n_squares).to_pylist()
-    sums: list[bytes | None] = []
-    for index in range(len(groups)):
-        ciphertexts = groups[index].values if groups[index].is_valid else None
-        if ciphertexts is None or n_values[index] is None:
-            sums.append(None)
-            continue
-        present = ciphertexts.drop_null()
-        n_square = int.from_bytes(n_values[index], "big")
-        sums.append(sum_ciphertexts(present, n_square) if len(present) else None)
-    return pa.array(sums, type=pa.binary())
+    n_squares = _combined(n_squares).cast(pa.binary())
+    sums = pa.nulls(len(groups), pa.binary())
+    for n_square in pc.unique(n_squares.drop_null()).to_pylist():
+        rows = pc.fill_null(pc.equal(n_squares, pa.scalar(n_square, pa.binary())), False)
+        group_sums = sum_ciphertext_groups(groups.filter(rows), int.from_bytes(n_square, "big"))
+        sums = pc.replace_with_mask(sums, rows, _combined(group_sums).cast(pa.binary()))
+    # Like SQL's SUM, a group with no present ciphertext sums to NULL, not to 0.
+    return pc.if_else(pc.greater(_present_members(groups), 0), sums, pa.scalar(None, pa.binary()))
+
+
+def _present_members(groups: pa.Array) -> pa.Array:
+    """The number of non-NULL members of each list (0 for a NULL list)."""
+    # flatten() skips the members behind NULL lists, whose lengths count as 0.
+    valid = np.asarray(groups.flatten().is_valid(), np.int64)
+    lengths = np.asarray(groups.value_lengths().fill_null(0), np.int64)
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    before = np.concatenate([[0], np.cumsum(valid)])
+    return pa.array(before[bounds[1:]] - before[bounds[:-1]])
 
 
 def search_match_column(ciphertexts: Any, tokens: Any) -> pa.Array:
