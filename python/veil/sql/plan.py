@@ -6,9 +6,9 @@ filtered by every predicate the server can evaluate exactly), the client
 decrypts the result into a local table, and the local plan (the rest of the
 query, rewritten to read those local tables) runs in an in-process DuckDB.
 
-Every predicate pushed to the server is also kept in the local plan: the
-server's filter is exact, so re-checking it costs a little client time and
-keeps correctness independent of the push-down rules.
+A predicate the server evaluates exactly leaves the local plan
+(``drop_pushed``), so the columns only it reads are not fetched; pre-filters
+(LIKE through SEARCH) stay, and the client finishes them.
 """
 
 from __future__ import annotations

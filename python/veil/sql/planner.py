@@ -15,7 +15,9 @@ Passes, in order (each a function of this module):
 4. ``pushdown_joins``: an inner-join block's DET equi-joined scans are
    fetched by one server statement that joins them, when a byte estimate
    says that cannot cost more than the per-table fetches.
-5. ``rename_scans``: the local plan reads the scans' local tables.
+5. ``drop_pushed_filters``: conjuncts the server applied exactly leave the
+   local plan, and so do the columns only they read.
+6. ``rename_scans``: the local plan reads the scans' local tables.
 
 A query sqlglot cannot qualify falls back to the always-correct split: fetch
 every column of every table it names and run the whole query on the client.
@@ -30,6 +32,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from veil.design.model import PhysicalDesign
 from veil.sql.columns import BaseColumn, base_columns
+from veil.sql.drop_pushed import drop_pushed_filters
 from veil.sql.implied_predicates import implied_conjuncts
 from veil.sql.parse import qualify_query
 from veil.sql.plan import JoinEdge, Scan, ServerPredicate, SplitPlan
@@ -55,6 +58,7 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     scope_edges = pushdown_predicates(scopes, scans, resolved, ctx)
     pushdown_aggregates(scopes, scans, resolved, ctx)
     pushdown_joins(qualified, scope_edges, scans, resolved)
+    drop_pushed_filters(qualified, scopes, scans, resolved)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
 

@@ -18,7 +18,9 @@ filter-only columns. Pre-filters (LIKE via SEARCH) are still finished locally.
 When to join on the server (a byte estimate, nothing more): per-table bytes
 ``sum(rows_t * width_t)`` against joined bytes ``max(rows_t) * sum(width'_t)``
 with full-table row counts from the design and ``width'`` the narrower
-column sets. A foreign-key join repeats each row of the smaller tables once
+column sets (both without the columns only exact filters read, which neither
+path fetches); the join may cost up to ``_JOIN_BONUS`` times the bytes, since
+it saves statements and the client's own join. A foreign-key join repeats each row of the smaller tables once
 per row of the largest, so wide dimension columns make the join lose. Then
 the scan whose repetition costs most leaves the join (if the rest stays
 connected) and the estimate is tried again; scans left out keep the per-table
@@ -36,6 +38,9 @@ from veil.sql.plan import JOIN_ROW, JoinedFetch, JoinEdge, Scan
 from veil.sql.reduce_joins import components
 
 ScanKey = tuple[int, str]
+# One statement instead of several, and no join left for the client, are worth
+# some extra bytes: the estimate ignores both (and the filters' selectivity).
+_JOIN_BONUS = 1.35
 _FIXED_WIDTH = ("int", "date", "timestamp", "decimal", "bool", "float")
 
 
@@ -88,16 +93,17 @@ def _try_join(
         fetch = JoinedFetch(
             members, [e for e in edges if id(e.left) in inside and id(e.right) in inside]
         )
-        dropped = [e.node for e in fetch.edges if _in(e.node, select)]
-        dropped += [
-            p.node for s in members for p in s.predicates if p.exact and _in(p.node, select)
+        filters = [
+            p.node for s in members for p in s.predicates if p.exact and is_part_of(p.node, select)
         ]
-        used = _columns_outside(tree, dropped, resolved)
-        narrowed = {id(s): {c for c in s.columns if (*keys[id(s)], c) in used} for s in members}
-        before = sum(s.table.row_count * _width(s, s.columns) for s in members)
+        dropped = [e.node for e in fetch.edges if is_part_of(e.node, select)] + filters
+        # per table, the exact filters leave the local plan too (``drop_pushed``)
+        alone = _narrowed(members, columns_outside(tree, filters, resolved), keys)
+        narrowed = _narrowed(members, columns_outside(tree, dropped, resolved), keys)
+        before = sum(s.table.row_count * _width(s, alone[id(s)]) for s in members)
         rows = max(s.table.row_count for s in members)
         after = rows * sum(_width(s, narrowed[id(s)]) for s in members)
-        if after <= before:
+        if after <= before * _JOIN_BONUS:
             _adopt(fetch, select, [node for node in dropped if node is not None], narrowed)
             return fetch
         # leave out the scan whose repetition costs most, if the rest stays connected
@@ -109,6 +115,12 @@ def _try_join(
         )
         members.remove(worst)
     return None
+
+
+def _narrowed(
+    members: list[Scan], used: set[tuple[int, str, str]], keys: dict[int, ScanKey]
+) -> dict[int, set[str]]:
+    return {id(s): {c for c in s.columns if (*keys[id(s)], c) in used} for s in members}
 
 
 def _connected(members: list[Scan], edges: list[JoinEdge]) -> bool:
@@ -123,7 +135,7 @@ def _adopt(
     dropped: list[exp.Expr],
     narrowed: dict[int, set[str]],
 ) -> None:
-    _drop_conjuncts(select, dropped)
+    drop_conjuncts(select, dropped)
     members = {id(s) for s in fetch.scans}
     for scan in fetch.scans:
         scan.columns = narrowed[id(scan)]
@@ -139,7 +151,7 @@ def _adopt(
         select.where(pair, copy=False)
 
 
-def _drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
+def drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
     """Remove ``dropped`` conjuncts from the WHERE and ON clauses of ``select``."""
     gone = {id(node) for node in dropped}
     clauses = [select.args.get("where")] + [
@@ -165,7 +177,7 @@ def _conjunct_list(condition: exp.Expr) -> list[exp.Expr]:
     return [condition]
 
 
-def _in(node: exp.Expr | None, select: exp.Expr) -> bool:
+def is_part_of(node: exp.Expr | None, select: exp.Expr) -> bool:
     """Whether ``node`` is part of ``select`` (implied conjuncts are copies, not)."""
     while node is not None:
         if node is select:
@@ -174,7 +186,7 @@ def _in(node: exp.Expr | None, select: exp.Expr) -> bool:
     return False
 
 
-def _columns_outside(
+def columns_outside(
     tree: exp.Expr, dropped: list[exp.Expr | None], resolved: dict[int, BaseColumn]
 ) -> set[tuple[int, str, str]]:
     """``(scope id, alias, column)`` of base columns the local plan reads outside ``dropped``."""
