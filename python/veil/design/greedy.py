@@ -91,11 +91,15 @@ def _column_encryptions(
             Encryption(opaque_name("c"), column.name, scheme, column.type, scope, dict(params))
         )
 
-    if ref in needs.det and DET in schemes:
+    wants_ope = ref in needs.ope and OPE in schemes and kind != STRING_KIND
+    # OPE of the whole value already shows which values are equal, so a DET
+    # copy reveals nothing more; it is what the client fetches (8 bytes, fast
+    # to decrypt) instead of a 37-byte RND ciphertext.
+    if (ref in needs.det or wants_ope) and DET in schemes:
         add(DET, f"det:{groups.get(ref, f'{table}.{column.name}')}")
     else:
         add(RND, f"rnd:{table}.{column.name}")
-    if ref in needs.ope and OPE in schemes and kind != STRING_KIND:
+    if wants_ope:
         add(OPE, f"ope:{ope_groups.get(ref, f'{table}.{column.name}')}", bits=None)
     if ref in needs.search and SEARCH in schemes and kind == STRING_KIND:
         add(SEARCH, f"search:{table}.{column.name}")
