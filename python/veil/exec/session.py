@@ -21,6 +21,7 @@ from veil.backends import Backend, connect, n_square_bytes
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import SqlType, encode_scalar
+from veil.exec.bind import apply_binds, fetch_order
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.sql.errors import QueryError, UnsupportedStatementError
@@ -121,9 +122,13 @@ class Session:
         registered = []
         try:
             joined: dict[str, pa.Table] = {}
-            for scan in plan.scans:
+            for scan in fetch_order(plan.scans):
                 if scan.joined is not None and scan.local_name not in joined:
+                    for member in scan.joined.scans:
+                        apply_binds(member, self.local, self.ciphers)
                     joined.update(run_joined(scan.joined, self.backend, self.ciphers, stats))
+                elif scan.joined is None:
+                    apply_binds(scan, self.local, self.ciphers)
                 fetched = (
                     joined.pop(scan.local_name)
                     if scan.joined is not None

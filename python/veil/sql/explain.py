@@ -91,6 +91,12 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
     for predicate in scan.predicates:
         reveals = "; ".join(f"{s}: {REVEALS[s]}" for s in predicate.schemes)
         lines.append(f"  server filter {predicate.original}  [{reveals}; and which rows match]")
+    for bind in scan.binds:
+        lines.append(
+            f"  server filter {scan.alias}.{bind.target_enc.source} IN (the DET keys of "
+            f"{bind.source.alias} rows passing {bind.condition}, computed by the client after "
+            f"fetching {bind.source.alias})  [DET: which {bind.source.alias} rows pass that filter]"
+        )
     if scan.reduction is not None:
         others = ", ".join(s.alias for s in scan.reduction.scans if s is not scan)
         joins = " AND ".join(e.original for e in scan.reduction.edges)

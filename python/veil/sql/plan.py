@@ -46,6 +46,8 @@ class Scan:
     reduction: Reduction | None = None  # semi-join with other scans on the server
     aggregation: Aggregation | None = None  # GROUP BY and aggregates run on the server
     joined: JoinedFetch | None = None  # fetched as part of one server-side join
+    residuals: list[exp.Expr] = field(default_factory=list)  # its filters the client runs
+    binds: list[BindFilter] = field(default_factory=list)  # key filters from other scans
 
     def placeholder(self, value: object) -> exp.Placeholder:
         """A query parameter carrying ``value`` (always a ciphertext)."""
@@ -80,6 +82,20 @@ class Scan:
     def remote_params(self) -> list[object]:
         extra = self.reduction.params() if self.reduction is not None else []
         return self.params + extra
+
+
+@dataclass
+class BindFilter:
+    """Filter this scan by the DET join keys of ``source``'s rows passing ``condition``.
+
+    ``condition`` (DuckDB SQL over ``source``'s alias) is the source's
+    client-side filter; see ``veil.sql.bind_filters``.
+    """
+
+    source: Scan
+    source_enc: Encryption  # DET of the source's join column
+    target_enc: Encryption  # DET of this scan's join column (same key scope)
+    condition: str
 
 
 @dataclass

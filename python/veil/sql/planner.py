@@ -17,7 +17,9 @@ Passes, in order (each a function of this module):
    says that cannot cost more than the per-table fetches.
 5. ``drop_pushed_filters``: conjuncts the server applied exactly leave the
    local plan, and so do the columns only they read.
-6. ``rename_scans``: the local plan reads the scans' local tables.
+6. ``plan_bind_filters``: a small scan's client-side filter becomes, once
+   it is fetched, a filter on the DET join keys of a large inner-joined scan.
+7. ``rename_scans``: the local plan reads the scans' local tables.
 
 A query sqlglot cannot qualify falls back to the always-correct split: fetch
 every column of every table it names and run the whole query on the client.
@@ -31,6 +33,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from veil.design.model import PhysicalDesign
+from veil.sql.bind_filters import plan_bind_filters
 from veil.sql.columns import BaseColumn, base_columns
 from veil.sql.drop_pushed import drop_pushed_filters
 from veil.sql.implied_predicates import implied_conjuncts
@@ -38,7 +41,7 @@ from veil.sql.parse import qualify_query
 from veil.sql.plan import JoinEdge, Scan, ServerPredicate, SplitPlan
 from veil.sql.prefilter_like import prefilter_like
 from veil.sql.pushdown_aggregates import pushdown_aggregates
-from veil.sql.pushdown_joins import pushdown_joins
+from veil.sql.pushdown_joins import is_part_of, pushdown_joins
 from veil.sql.reduce_joins import join_edge, reduce_correlated, reduce_joins
 from veil.sql.rewrite_server import ServerContext, rewrite_server
 
@@ -59,6 +62,7 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     pushdown_aggregates(scopes, scans, resolved, ctx)
     pushdown_joins(qualified, scope_edges, scans, resolved)
     drop_pushed_filters(qualified, scopes, scans, resolved)
+    plan_bind_filters(scope_edges)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
 
@@ -126,12 +130,14 @@ def pushdown_predicates(
             rewritten = rewrite_server(predicate, scan, resolved, ctx) or prefilter_like(
                 predicate, scan, resolved, ctx
             )
+            exact = rewritten is not None and "SEARCH" not in rewritten[1]  # LIKE pre-filter
             if rewritten is not None:
                 server, schemes = rewritten
-                exact = "SEARCH" not in schemes  # a LIKE pre-filter is not exact
                 scan.predicates.append(
                     ServerPredicate(predicate.sql("duckdb"), server, schemes, predicate, exact)
                 )
+            if not exact and is_part_of(predicate, select):  # implied conjuncts are extras
+                scan.residuals.append(predicate)
         reduce_joins(edges)
         scope_edges.append((scope, edges))
     # scopes come innermost first; reduce subqueries by their outer scans outside-in
