@@ -25,6 +25,17 @@ QUERIES = [
     # a NULL-producing outer join elsewhere in the query is left alone
     "SELECT p_partkey, COUNT(l_orderkey) FROM part LEFT JOIN lineitem ON p_partkey = l_partkey "
     "WHERE p_name LIKE '%green%' GROUP BY p_partkey ORDER BY p_partkey",
+    # an uncorrelated IN-subquery: its keys filter orders, and lineitem through the join
+    "SELECT o_orderkey, SUM(l_quantity) FROM orders, lineitem WHERE o_orderkey = l_orderkey "
+    "AND o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey "
+    "HAVING SUM(l_quantity) > 250) GROUP BY o_orderkey ORDER BY o_orderkey",
+    # keys of another type: only exactly representable ones can match
+    "SELECT COUNT(*) FROM orders WHERE o_orderkey IN (SELECT l_quantity / 2 FROM lineitem)",
+    # NOT IN and a correlated IN are left to the client
+    "SELECT COUNT(*) FROM orders WHERE o_orderkey NOT IN (SELECT l_orderkey FROM lineitem "
+    "WHERE l_quantity > 5)",
+    "SELECT COUNT(*) FROM orders o WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem "
+    "WHERE l_suppkey = o.o_custkey)",
 ]
 
 
@@ -61,3 +72,14 @@ def test_no_key_left_sends_false(session: Session) -> None:
 
 def test_outer_join_gets_no_bind_filter(session: Session) -> None:
     assert _binds(session.run(QUERIES[3]).plan, "lineitem") == 0
+
+
+def test_in_subquery_keys_filter_both_joined_scans(session: Session) -> None:
+    plan = session.run(QUERIES[4]).plan
+    assert _binds(plan, "orders") == 1
+    assert _binds(plan, "lineitem") == 1  # the outer lineitem, through o_orderkey = l_orderkey
+
+
+@pytest.mark.parametrize("index", [6, 7])
+def test_not_in_and_correlated_in_get_no_bind_filter(session: Session, index: int) -> None:
+    assert _binds(session.run(QUERIES[index]).plan, "orders") == 0

@@ -1,4 +1,4 @@
-"""Filling in bind filters (``veil.sql.bind_filters``) once their source is fetched."""
+"""Filling in bind filters (``veil.sql.bind_filters``) once their sources are fetched."""
 
 from __future__ import annotations
 
@@ -18,14 +18,30 @@ if TYPE_CHECKING:
 # ciphertexts); byte strings as parameters, of which PostgreSQL takes 65,535.
 MAX_INT_KEYS = 100_000
 MAX_BYTE_KEYS = 5_000
-# Only worth it when the client-side filter drops most of the source's rows.
+# A join's key list is worth sending only when the client-side filter
+# dropped most of the source's rows.
 _MAX_KEPT = 0.5
 
 
 def fetch_order(scans: list[Scan]) -> list[Scan]:
-    """The scans with every bind filter's source before its target."""
-    sources = {id(b.source) for scan in scans for b in scan.binds}
-    return [s for s in scans if id(s) in sources] + [s for s in scans if id(s) not in sources]
+    """The scans with every bind filter's sources before its target (no cycles: planned so)."""
+    ordered: list[Scan] = []
+    placed: set[int] = set()
+
+    def place(scan: Scan) -> None:
+        if id(scan) in placed:
+            return
+        placed.add(id(scan))
+        group = scan.joined.scans if scan.joined is not None else [scan]
+        for member in group:
+            for bind in member.binds:
+                for source in bind.sources:
+                    place(source)
+        ordered.append(scan)
+
+    for scan in scans:
+        place(scan)
+    return ordered
 
 
 def apply_binds(scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache) -> None:
@@ -39,31 +55,33 @@ def apply_binds(scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCac
 def _key_filter(
     bind: BindFilter, scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache
 ) -> ServerPredicate | None:
-    source = bind.source
-    column = bind.source_enc.source
+    sql_type = bind.target_enc.sql_type
+    # keys that are not exactly values of the column's type can equal none of its values
+    cast = f"TRY_CAST(k AS {sql_type.name})"
     keys = local.sql(
-        f'SELECT DISTINCT "{source.alias}"."{column}" FROM "{source.local_name}" AS "{source.alias}" '
-        f'WHERE ({bind.condition}) AND "{source.alias}"."{column}" IS NOT NULL'
+        f"SELECT DISTINCT {cast} FROM ({bind.keys.sql(dialect='duckdb')}) AS __veil_keys(k) "
+        f"WHERE {cast} = k"
     ).to_arrow_table()
-    rows = local.sql(f'SELECT COUNT(*) FROM "{source.local_name}"').fetchall()[0][0]
-    encoded = encode(keys.column(0), bind.source_enc.sql_type)
-    integral = bind.source_enc.sql_type.is_integral
-    if len(encoded) > min(MAX_INT_KEYS if integral else MAX_BYTE_KEYS, rows * _MAX_KEPT):
-        return None  # the filter keeps too much: a long key list would cost more than it saves
-    target = exp.column(bind.target_enc.name)
+    limit = MAX_INT_KEYS if sql_type.is_integral else MAX_BYTE_KEYS
+    if bind.shrinks is not None:
+        rows = local.sql(f'SELECT COUNT(*) FROM "{bind.shrinks.local_name}"').fetchall()[0][0]
+        limit = min(limit, int(rows * _MAX_KEPT))
+    if keys.num_rows > limit:
+        return None  # a long key list would cost more than it saves
     server: exp.Expr
-    if len(encoded) == 0:
+    if keys.num_rows == 0:
         server = exp.false()
     else:
-        ciphertexts = ciphers.get(source.table, bind.source_enc).encrypt(encoded).to_pylist()
+        encoded = encode(keys.column(0), sql_type)
+        cipher = ciphers.get(scan.table, bind.target_enc)
+        ciphertexts = cipher.encrypt(encoded).to_pylist()
         values: list[exp.Expr] = (
             [exp.Literal.number(int(c)) for c in ciphertexts]
-            if integral
+            if sql_type.is_integral
             else [scan.placeholder(bytes(c)) for c in ciphertexts]
         )
-        server = target.isin(*values)
+        server = exp.column(bind.target_enc.name).isin(*values)
     original = (
-        f"{scan.alias}.{bind.target_enc.source} IN ({len(encoded)} keys of {source.alias} rows "
-        f"passing {bind.condition})"
+        f"{scan.alias}.{bind.target_enc.source} IN ({keys.num_rows} keys of {bind.description})"
     )
     return ServerPredicate(original, server, [DET], None, exact=True)

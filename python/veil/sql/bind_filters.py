@@ -1,22 +1,30 @@
-"""Key filters the client computes and the server applies (a bind join).
+"""Key filters the client computes and the server applies (bind joins).
 
-Some filters cannot run on the server at all (``p_name LIKE '%green%'``:
-a substring, not a word SEARCH could find). MONOMI then ships the whole
-joined fact table to the client. But when the filtered table is small and
-DET-equi-joined to a large one, the client can finish the filter on the
-small table first, and send the DET ciphertexts of the surviving join keys
-to the server as a filter on the large table's join column::
+Some filters cannot run on the server at all: ``p_name LIKE '%green%'`` (a
+substring, not a word SEARCH could find), or ``o_orderkey IN (SELECT
+l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)``
+(a comparison of a sum). MONOMI then ships the whole joined fact table to
+the client. Instead, the client can work out the surviving keys first and
+send their DET ciphertexts as a filter on the scan they restrict::
 
-    part (fetched, filtered locally)  ->  lineitem: c_partkey IN (ct1, ct2, ...)
+    part (fetched, filtered locally)   ->  lineitem: c_partkey IN (ct1, ct2, ...)
+    IN-subquery (run locally first)    ->  orders:   c_orderkey IN (ct1, ct2, ...)
 
-Sound for inner joins: a large-table row whose key matches no surviving row
-of the small table joins nothing, so dropping it changes no result; the
-local plan still joins and filters exactly. What it reveals: which rows of
-the small table pass the client-side filter (as their DET join keys), as a
-pushed filter would.
+Two sources of keys:
 
-Planned here (``plan_bind_filters``), filled in by the executor
-(``veil.exec.bind``) once the small table's scan has been fetched.
+* **join**: a small scan with a client-side filter (``Scan.residuals``),
+  DET-equi-joined (inner) to a scan at least four times larger;
+* **IN-subquery**: a top-level ``col IN (SELECT ...)`` conjunct whose
+  subquery is uncorrelated, on a column with a DET encryption.
+
+Sound: a row whose key is not among the keys cannot be in the result (it
+joins nothing, or fails the IN); the local plan still evaluates everything
+exactly. What it reveals: which key values the client-side filter or
+subquery keeps (as DET ciphertexts), as a pushed filter would.
+
+Planned here, filled in by the executor (``veil.exec.bind``) once the
+source scans have been fetched; the executor skips a key list that would be
+too long or that the filter hardly shortened.
 """
 
 from __future__ import annotations
@@ -25,21 +33,35 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET
+from veil.sql.columns import BaseColumn
 from veil.sql.plan import BindFilter, JoinEdge, Scan
+
+ScanKey = tuple[int, str]
 
 # The small side is at most this fraction of the large side's rows: below,
 # fetching the small table first and filtering the large one pays off.
 _SMALL_FRACTION = 0.25
 
 
-def plan_bind_filters(scope_edges: list[tuple[Scope, list[JoinEdge]]]) -> None:
+def plan_bind_filters(
+    scope_edges: list[tuple[Scope, list[JoinEdge]]],
+    scopes: list[Scope],
+    scans: dict[ScanKey, Scan],
+    resolved: dict[int, BaseColumn],
+    in_subqueries: list[tuple[exp.In, Scan]],
+) -> None:
     for _, edges in scope_edges:
         for edge in edges:
-            _bind(edge.left, edge.left_column, edge.right, edge.right_column)
-            _bind(edge.right, edge.right_column, edge.left, edge.left_column)
+            _bind_join(edge.left, edge.left_column, edge.right, edge.right_column)
+            _bind_join(edge.right, edge.right_column, edge.left, edge.left_column)
+    for node, target in in_subqueries:
+        _bind_subquery(node, target, scopes, scans, resolved)
+    for _, edges in scope_edges:
+        _propagate(edges)
+    _drop_cycles(list(scans.values()))
 
 
-def _bind(source: Scan, source_column: str, target: Scan, target_column: str) -> None:
+def _bind_join(source: Scan, source_column: str, target: Scan, target_column: str) -> None:
     if not source.residuals or not _standalone(source) or target.aggregation is not None:
         return
     if source.table.row_count > _SMALL_FRACTION * target.table.row_count:
@@ -49,9 +71,96 @@ def _bind(source: Scan, source_column: str, target: Scan, target_column: str) ->
     if source_enc.scheme != DET or source_enc.source not in source.columns:
         return
     condition = exp.and_(*[r.copy() for r in source.residuals], copy=False)
-    target.binds.append(BindFilter(source, source_enc, target_enc, condition.sql("duckdb")))
+    keys = (
+        exp.select(exp.column(source_enc.source, table=source.alias))
+        .from_(exp.alias_(exp.to_table(source.local_name), source.alias, table=True))
+        .where(condition)
+    )
+    target.binds.append(
+        BindFilter(
+            [source], target_enc, keys, f"{source.alias} rows passing {condition.sql()}", source
+        )
+    )
+
+
+def _bind_subquery(
+    node: exp.In,
+    target: Scan,
+    scopes: list[Scope],
+    scans: dict[ScanKey, Scan],
+    resolved: dict[int, BaseColumn],
+) -> None:
+    query = node.args["query"].this
+    column = resolved.get(id(node.this))
+    if column is None or target.aggregation is not None or len(query.selects) != 1:
+        return
+    target_enc = target.table.find(column.column, DET)
+    inside = {id(s) for s in scopes if _within(s.expression, query)}
+    if target_enc is None or not inside:
+        return
+    for ref in (resolved.get(id(c)) for c in query.find_all(exp.Column)):
+        if ref is not None and ref.scope_id not in inside:
+            return  # correlated: the subquery depends on the outer row
+    sources = [scan for (scope_id, _), scan in scans.items() if scope_id in inside]
+    if not sources or any(s.with_row_id for s in sources):
+        return
+    target.binds.append(BindFilter(sources, target_enc, query, "its IN-subquery"))
+
+
+def _propagate(edges: list[JoinEdge]) -> None:
+    """Keys filtering one side of a DET equi-join filter the other side too.
+
+    Both columns are DET under one key scope, so the same plaintext keys
+    (encrypted under the other column) select the rows that can join.
+    """
+    for edge in edges:
+        sides = (
+            (edge.left, edge.left_column, edge.right),
+            (edge.right, edge.right_column, edge.left),
+        )
+        for scan, column, other in sides:
+            other_column = edge.right_column if other is edge.right else edge.left_column
+            other_enc = next(e for e in other.table.encryptions if e.name == other_column)
+            have = {(id(b.keys), b.target_enc.name) for b in other.binds}
+            for bind in list(scan.binds):
+                if bind.target_enc.name != column or (id(bind.keys), other_column) in have:
+                    continue
+                if other.aggregation is not None or other.with_row_id:
+                    continue
+                other.binds.append(
+                    BindFilter(bind.sources, other_enc, bind.keys, bind.description, bind.shrinks)
+                )
+
+
+def _within(node: exp.Expr | None, ancestor: exp.Expr) -> bool:
+    while node is not None:
+        if node is ancestor:
+            return True
+        node = node.parent
+    return False
 
 
 def _standalone(scan: Scan) -> bool:
     """Fetched by its own statement, as a plain filtered scan."""
     return scan.joined is None and scan.aggregation is None and not scan.with_row_id
+
+
+def _drop_cycles(scans: list[Scan]) -> None:
+    """Keep the bind filters that a fetch order can satisfy (sources first)."""
+    for scan in scans:
+        scan.binds = [b for b in scan.binds if not _reaches(b, scan, set())]
+
+
+def _reaches(bind: BindFilter, target: Scan, seen: set[int]) -> bool:
+    """Whether ``bind``'s sources depend (through fetches) on ``target``'s own fetch."""
+    fetched_with = {id(s) for s in (target.joined.scans if target.joined else [target])}
+    for source in bind.sources:
+        if id(source) in fetched_with:
+            return True
+        if id(source) in seen:
+            continue
+        seen.add(id(source))
+        group = source.joined.scans if source.joined else [source]
+        if any(_reaches(b, target, seen) for member in group for b in member.binds):
+            return True
+    return False

@@ -94,8 +94,8 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
     for bind in scan.binds:
         lines.append(
             f"  server filter {scan.alias}.{bind.target_enc.source} IN (the DET keys of "
-            f"{bind.source.alias} rows passing {bind.condition}, computed by the client after "
-            f"fetching {bind.source.alias})  [DET: which {bind.source.alias} rows pass that filter]"
+            f"{bind.description}, computed by the client after fetching "
+            f"{', '.join(s.alias for s in bind.sources)})  [DET: which keys those keep]"
         )
     if scan.reduction is not None:
         others = ", ".join(s.alias for s in scan.reduction.scans if s is not scan)

@@ -86,16 +86,19 @@ class Scan:
 
 @dataclass
 class BindFilter:
-    """Filter this scan by the DET join keys of ``source``'s rows passing ``condition``.
+    """Filter this scan's ``target_enc`` column by keys the client computes.
 
-    ``condition`` (DuckDB SQL over ``source``'s alias) is the source's
-    client-side filter; see ``veil.sql.bind_filters``.
+    ``keys`` is a local query (over the ``sources``' local tables, once they
+    are fetched) whose first column gives the plaintext keys; they are sent
+    as DET ciphertexts under ``target_enc``. See ``veil.sql.bind_filters``.
     """
 
-    source: Scan
-    source_enc: Encryption  # DET of the source's join column
-    target_enc: Encryption  # DET of this scan's join column (same key scope)
-    condition: str
+    sources: list[Scan]
+    target_enc: Encryption  # DET of this scan's column
+    keys: exp.Query
+    description: str  # where the keys come from, for explain
+    # worth sending only if there are at most half as many keys as this scan's rows
+    shrinks: Scan | None = None
 
 
 @dataclass

@@ -58,11 +58,12 @@ def plan_query(tree: exp.Expr, design: PhysicalDesign, ctx: ServerContext) -> Sp
     scopes = traverse_scope(qualified)
     resolved = base_columns(scopes, set(design.tables))
     scans = find_scans(scopes, design, resolved)
-    scope_edges = pushdown_predicates(scopes, scans, resolved, ctx)
+    in_subqueries: list[tuple[exp.In, Scan]] = []
+    scope_edges = pushdown_predicates(scopes, scans, resolved, ctx, in_subqueries)
     pushdown_aggregates(scopes, scans, resolved, ctx)
     pushdown_joins(qualified, scope_edges, scans, resolved)
     drop_pushed_filters(qualified, scopes, scans, resolved)
-    plan_bind_filters(scope_edges)
+    plan_bind_filters(scope_edges, scopes, scans, resolved, in_subqueries)
     rename_scans(scans)
     return SplitPlan(list(scans.values()), qualified, pushdown=True)
 
@@ -107,8 +108,13 @@ def pushdown_predicates(
     scans: dict[tuple[int, str], Scan],
     resolved: dict[int, BaseColumn],
     ctx: ServerContext,
+    in_subqueries: list[tuple[exp.In, Scan]],
 ) -> list[tuple[Scope, list[JoinEdge]]]:
-    """Push conjuncts; returns each scope's join edges (for ``pushdown_joins``)."""
+    """Push conjuncts; returns each scope's join edges (for ``pushdown_joins``).
+
+    Also collects ``col IN (subquery)`` conjuncts on one scan's column (for
+    ``plan_bind_filters``).
+    """
     scope_edges: list[tuple[Scope, list[JoinEdge]]] = []
     correlated: list[list[JoinEdge]] = []
     for scope in scopes:
@@ -124,6 +130,9 @@ def pushdown_predicates(
             if edge is not None:
                 (correlated[-1] if edge.correlated else edges).append(edge)
                 continue
+            target = _in_subquery_target(predicate, scope, scans, resolved)
+            if target is not None and (allowed is None or target.alias in allowed):
+                in_subqueries.append((predicate, target))  # type: ignore[arg-type]
             scan = _single_scan(predicate, scope, scans, resolved)
             if scan is None or (allowed is not None and scan.alias not in allowed):
                 continue
@@ -207,6 +216,23 @@ def _single_scan(
             return None
         owners.add((ref.scope_id, ref.alias))
     return scans.get(owners.pop()) if len(owners) == 1 else None
+
+
+def _in_subquery_target(
+    predicate: exp.Expr,
+    scope: Scope,
+    scans: dict[tuple[int, str], Scan],
+    resolved: dict[int, BaseColumn],
+) -> Scan | None:
+    """The scan of this scope whose column ``predicate`` tests with ``IN (subquery)``."""
+    if not isinstance(predicate, exp.In) or not isinstance(
+        predicate.args.get("query"), exp.Subquery
+    ):
+        return None
+    ref = resolved.get(id(predicate.this)) if isinstance(predicate.this, exp.Column) else None
+    if ref is None or ref.scope_id != id(scope):
+        return None
+    return scans.get((ref.scope_id, ref.alias))
 
 
 def rename_scans(scans: dict[tuple[int, str], Scan]) -> None:
