@@ -109,6 +109,7 @@ class BenchConfig:
             seconds=args.seconds,
             memory_mb=args.memory_mb,
             pack_cache=args.pack_cache,
+            compression=args.compression,
             heap_mb=args.heap_mb,
             threads=args.threads,
         )

@@ -91,6 +91,12 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--pack-cache", type=int, default=0, help="Veil client pack cache size (default 0: off)"
     )
+    parser.add_argument(
+        "--compression",
+        choices=("zlib", "zstd", "lz4"),
+        default="zlib",
+        help="codec of Veil's packs and of the per-row baseline's rows (default zlib)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
     parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
     parser.set_defaults(handler=_bench)

@@ -9,8 +9,11 @@ Layout (before compression), all integers big-endian::
 Keys are the encoded keys of :mod:`veil.kv.keys`, stored in the pack's order
 (by packID order: the encoded key itself, or its pseudorandom ID). Keeping
 keys together and values together lets the compressor see similar bytes side
-by side. Lengths are read with numpy, so parsing a pack is a few vectorised
-calls, not a loop of ``struct`` reads.
+by side. Stores open packs with the native decoder
+(``veil.kv.envelope.Envelope.open_records`` / ``lookup``: AES-GCM, inflate and
+parse in one call, rust/veil-kernels/src/kvpack.rs); :func:`parse_entries` and
+:func:`lookup` here are the Python reading of the same layout, kept as the
+reference the tests compare the native decoder with.
 """
 
 from __future__ import annotations

@@ -38,12 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from veil.kv.backends.base import KVBackend, Row
 from veil.kv.cache import Entry, PackCache
-from veil.kv.codec import Inflater
 from veil.kv.envelope import Envelope, stored_tag
 from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT, crash_point
 from veil.kv.keys import ROOT_PACK_ID
 from veil.kv.layout import Layout
-from veil.kv.pack import Pack, lookup, parse_entries, serialize_entries
+from veil.kv.pack import Pack, serialize_entries
 
 PACK_KIND = b"pack"
 Batch = tuple[list[bytes], list[bytes]]  # encoded keys and their values, ascending
@@ -94,8 +93,8 @@ class PackTable:
         cache_key = PackCache.key(partition, row.key, row.value)
         entry = self.cache.get(cache_key)
         if entry is None:
-            plaintext = self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
-            keys, values = parse_entries(plaintext)
+            location = _location(partition, row.key)
+            keys, values = self.envelope.open_records(PACK_KIND, location, row.value)
             entry = (keys, values, dict(zip(keys, values, strict=True)))
             self.cache.put(cache_key, entry)
         return entry
@@ -105,9 +104,7 @@ class PackTable:
         if self.cache.capacity > 0:
             keys, values, _ = self.open_entries(partition, row)
             return keys, values
-        return parse_entries(
-            self.envelope.open(PACK_KIND, _location(partition, row.key), row.value)
-        )
+        return self.envelope.open_records(PACK_KIND, _location(partition, row.key), row.value)
 
     def open_pack(self, partition: int, row: Row) -> Pack:
         """A private, modifiable copy of a stored pack's plaintext."""
@@ -139,12 +136,11 @@ class PackTable:
         return self.lookup(partition, row, encoded)
 
     def lookup(self, partition: int, row: Row, encoded: bytes) -> bytes | None:
-        """One key's value in a stored pack (without a cache: inflating only what it needs)."""
+        """One key's value in a stored pack (without a cache: one native call)."""
         if self.cache.capacity > 0:
             return self.open_entries(partition, row)[2].get(encoded)
         location = _location(partition, row.key)
-        codec_id, compressed = self.envelope.open_compressed(PACK_KIND, location, row.value)
-        return lookup(Inflater(codec_id, compressed), encoded)
+        return self.envelope.lookup(PACK_KIND, location, row.value, encoded)
 
     def range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``low <= encoded key <= high``, ascending (Figure 4)."""

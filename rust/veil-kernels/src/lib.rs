@@ -9,6 +9,7 @@ pub mod ecb;
 pub mod error;
 pub mod ff1;
 pub mod hgd;
+pub mod kvpack;
 pub mod ope;
 pub mod paillier;
 pub mod rnd;

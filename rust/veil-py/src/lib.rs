@@ -9,6 +9,7 @@ mod binary;
 mod ecb;
 mod errors;
 mod ff1;
+mod kvpack;
 mod ope;
 mod paillier;
 mod rnd;
@@ -20,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     ecb::register(m)?;
     ff1::register(m)?;
+    kvpack::register(m)?;
     ope::register(m)?;
     paillier::register(m)?;
     rnd::register(m)?;

@@ -1,0 +1,146 @@
+use std::io::Write;
+
+use aes_gcm::aead::Aead;
+use aes_gcm::aead::Payload;
+
+use super::*;
+
+const KEY: [u8; 32] = [7; 32];
+const NONCE: [u8; 12] = [9; 12];
+const AAD: &[u8] = b"table/pack/0";
+
+fn record_list(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut out = vec![PACK_FORMAT_VERSION];
+    out.extend((entries.len() as u32).to_be_bytes());
+    for (key, _) in entries {
+        out.extend((key.len() as u32).to_be_bytes());
+    }
+    for (_, value) in entries {
+        out.extend((value.len() as u32).to_be_bytes());
+    }
+    for (key, _) in entries {
+        out.extend_from_slice(key);
+    }
+    for (_, value) in entries {
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+fn compress(codec: u8, data: &[u8]) -> Vec<u8> {
+    match codec {
+        ZLIB => {
+            let mut compressor =
+                libdeflater::Compressor::new(libdeflater::CompressionLvl::default());
+            let mut out = vec![0; compressor.zlib_compress_bound(data.len())];
+            let n = compressor.zlib_compress(data, &mut out).unwrap();
+            out.truncate(n);
+            out
+        }
+        ZSTD => zstd::stream::encode_all(data, 3).unwrap(),
+        _ => {
+            let mut encoder = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            encoder.write_all(data).unwrap();
+            encoder.finish().unwrap()
+        }
+    }
+}
+
+fn seal(codec: u8, plaintext: &[u8], padding: usize) -> Vec<u8> {
+    let compressed = compress(codec, plaintext);
+    let mut body = (compressed.len() as u32).to_be_bytes().to_vec();
+    body.extend(compressed);
+    body.extend(vec![0; padding]);
+    Aes256Gcm::new_from_slice(&KEY)
+        .unwrap()
+        .encrypt(
+            Nonce::from_slice(&NONCE),
+            Payload {
+                msg: &body,
+                aad: AAD,
+            },
+        )
+        .unwrap()
+}
+
+fn sample() -> Vec<u8> {
+    let big = vec![b'x'; 100_000];
+    record_list(&[(b"\x01a", b"first"), (b"\x01b", b""), (b"\x01c", &big)])
+}
+
+#[test]
+fn every_codec_round_trips() {
+    for codec in [ZLIB, ZSTD, LZ4] {
+        let sealed = seal(codec, &sample(), 33);
+        let records = PackKey::new(&KEY)
+            .unwrap()
+            .open_pack(codec, &NONCE, &sealed, AAD)
+            .unwrap();
+        assert_eq!(records.keys.len(), 3);
+        assert_eq!(records.value_of(b"\x01a"), Some(&b"first"[..]));
+        assert_eq!(records.value_of(b"\x01b"), Some(&b""[..]));
+        assert_eq!(records.value_of(b"\x01c").unwrap().len(), 100_000);
+        assert_eq!(records.value_of(b"\x01d"), None);
+    }
+}
+
+#[test]
+fn empty_pack_opens() {
+    let sealed = seal(ZLIB, &record_list(&[]), 0);
+    let records = PackKey::new(&KEY)
+        .unwrap()
+        .open_pack(ZLIB, &NONCE, &sealed, AAD)
+        .unwrap();
+    assert!(records.keys.is_empty() && records.values.is_empty());
+}
+
+#[test]
+fn tampering_wrong_key_and_moved_pack_fail_authentication() {
+    let mut sealed = seal(ZLIB, &sample(), 0);
+    let key = PackKey::new(&KEY).unwrap();
+    let other = PackKey::new(&[8; 32]).unwrap();
+    let auth = Err(KernelError::Authentication { row: 0 });
+    assert_eq!(
+        other.open_pack(ZLIB, &NONCE, &sealed, AAD).map(|_| ()),
+        auth
+    );
+    assert_eq!(
+        key.open_pack(ZLIB, &NONCE, &sealed, b"elsewhere")
+            .map(|_| ()),
+        auth
+    );
+    sealed[3] ^= 1;
+    assert_eq!(key.open_pack(ZLIB, &NONCE, &sealed, AAD).map(|_| ()), auth);
+}
+
+#[test]
+fn truncated_or_inconsistent_plaintexts_are_malformed() {
+    let key = PackKey::new(&KEY).unwrap();
+    let full = sample();
+    for plaintext in [
+        full[..full.len() - 1].to_vec(),
+        vec![2, 0, 0, 0, 0],
+        vec![1, 0, 0, 0, 9],
+        [full.clone(), vec![0]].concat(),
+    ] {
+        let sealed = seal(ZLIB, &plaintext, 0);
+        let err = key.open_pack(ZLIB, &NONCE, &sealed, AAD).err().unwrap();
+        assert!(matches!(err, KernelError::Malformed { .. }), "{err}");
+    }
+}
+
+#[test]
+fn truncated_streams_and_unknown_codecs_are_malformed() {
+    for codec in [ZLIB, ZSTD, LZ4] {
+        let stream = compress(codec, &sample());
+        let err = decompress(codec, &stream[..stream.len() / 2])
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("does not decompress"), "{err}");
+    }
+    assert!(decompress(9, b"").is_err());
+    assert!(PackKey::new(&KEY)
+        .unwrap()
+        .open_pack(ZLIB, &NONCE, &[0; 8], AAD)
+        .is_err());
+}
