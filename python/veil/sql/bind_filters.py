@@ -35,6 +35,7 @@ from sqlglot.optimizer.scope import Scope
 from veil.design.model import DET
 from veil.sql.columns import BaseColumn
 from veil.sql.plan import BindFilter, JoinEdge, Scan
+from veil.sql.pushdown_joins import is_part_of
 
 ScanKey = tuple[int, str]
 
@@ -95,7 +96,7 @@ def _bind_subquery(
     if column is None or target.aggregation is not None or len(query.selects) != 1:
         return
     target_enc = target.table.find(column.column, DET)
-    inside = {id(s) for s in scopes if _within(s.expression, query)}
+    inside = {id(s) for s in scopes if is_part_of(s.expression, query)}
     if target_enc is None or not inside:
         return
     for ref in (resolved.get(id(c)) for c in query.find_all(exp.Column)):
@@ -130,14 +131,6 @@ def _propagate(edges: list[JoinEdge]) -> None:
                 other.binds.append(
                     BindFilter(bind.sources, other_enc, bind.keys, bind.description, bind.shrinks)
                 )
-
-
-def _within(node: exp.Expr | None, ancestor: exp.Expr) -> bool:
-    while node is not None:
-        if node is ancestor:
-            return True
-        node = node.parent
-    return False
 
 
 def _standalone(scan: Scan) -> bool:
