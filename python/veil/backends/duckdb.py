@@ -2,14 +2,23 @@
 
 DuckDB runs in Veil's process but plays the untrusted server: it only ever sees
 ciphertexts under opaque names. Veil's server functions are registered on each
-connection as vectorised Arrow UDFs (see ``veil.backends.duckdb_functions``).
+database as vectorised Arrow UDFs (see ``veil.backends.duckdb_functions``).
+
+A DuckDB file is one database instance per process, and Veil's functions
+belong to that instance's catalogue. So backends opened on the same file share
+one instance (``_Databases``: opened with the first backend, closed with the
+last, the functions registered once); each backend gets a cursor of its own
+(a separate connection with its own transaction state).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -40,11 +49,9 @@ class DuckDBBackend(StagedBackend):
     def __init__(self, url: str) -> None:
         super().__init__()
         self.url = url
-        try:
-            self._con = duckdb.connect(database_path(url))
-        except duckdb.Error as exc:
-            raise ServerUnavailableError(f"cannot open DuckDB server {url}: {exc}") from exc
-        duckdb_functions.register(self._con)
+        self._path = database_path(url)
+        self._con = _DATABASES.open(self._path)
+        self._closed = False
 
     # -- statements ---------------------------------------------------------
 
@@ -126,7 +133,60 @@ class DuckDBBackend(StagedBackend):
         return exp.Anonymous(this=duckdb_functions.SEARCH_MATCH, expressions=[ciphertexts, token])
 
     def close(self) -> None:
-        self._con.close()
+        if not self._closed:
+            self._closed = True
+            _DATABASES.release(self._path, self._con)
+
+
+@dataclass
+class _Database:
+    con: duckdb.DuckDBPyConnection  # the instance's first connection: owns its lifetime
+    users: int = 0
+
+
+class _Databases:
+    """The process's open DuckDB server files, each shared by the backends opened on it."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, _Database] = {}
+        self._lock = threading.Lock()
+
+    def open(self, path: str) -> duckdb.DuckDBPyConnection:
+        """A new connection (cursor) to the file's database, opening the database if need be."""
+        if path == ":memory:":  # every in-memory server is a database of its own
+            return _connect(path)
+        key = os.path.realpath(path)
+        with self._lock:
+            database = self._open.get(key)
+            if database is None:
+                database = self._open[key] = _Database(_connect(path))
+            database.users += 1
+            return database.con.cursor()
+
+    def release(self, path: str, con: duckdb.DuckDBPyConnection) -> None:
+        """Close a backend's connection; the database closes with its last user."""
+        con.close()
+        if path == ":memory:":
+            return
+        key = os.path.realpath(path)
+        with self._lock:
+            database = self._open[key]
+            database.users -= 1
+            if database.users == 0:
+                del self._open[key]
+                database.con.close()
+
+
+def _connect(path: str) -> duckdb.DuckDBPyConnection:
+    try:
+        con = duckdb.connect(path)
+    except duckdb.Error as exc:
+        raise ServerUnavailableError(f"cannot open DuckDB server {path}: {exc}") from exc
+    duckdb_functions.register(con)
+    return con
+
+
+_DATABASES = _Databases()
 
 
 @contextmanager

@@ -1,9 +1,12 @@
 """PostgreSQL 15 as Veil's server (``postgresql://user@host:port/db``), through psycopg 3.
 
 Statements run on a raw cursor, so ``$1``-style placeholders go to the server
-unchanged (no client-side interpolation, and ``%`` needs no escaping). Results
-come back in PostgreSQL's binary format, are read by psycopg's C loaders in
-batches and turned into Arrow column by column. Bulk loads stream Arrow batches
+unchanged (no client-side interpolation, and ``%`` needs no escaping). Queries
+(``SELECT``/``WITH``) outside a transaction are read straight into Arrow by
+ADBC's PostgreSQL driver on a second connection (``veil.backends.pg_read``);
+the rest, and results ADBC cannot give in Veil's types, come back in
+PostgreSQL's binary format through psycopg's C loaders and are turned into
+Arrow column by column. Bulk loads stream Arrow batches
 as ``COPY ... FROM STDIN (FORMAT BINARY)`` (``veil.backends.pg_copy``) into a
 staging table that replaces the target in one transaction.
 
@@ -25,7 +28,7 @@ import pyarrow as pa
 from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from sqlglot import exp
 
-from veil.backends import pg_copy
+from veil.backends import pg_copy, pg_read
 from veil.backends.base import (
     ArrowData,
     BackendError,
@@ -61,6 +64,8 @@ _NUMERIC_OID = 1700
 _FETCH_ROWS = 65536
 _CONNECT_SECONDS = 10
 _JSON_OIDS = (114, 3802)
+_QUERY_WORDS = ("SELECT", "WITH")
+_SETTING_WORDS = ("SET", "RESET")
 
 
 class PostgresBackend(StagedBackend):
@@ -83,6 +88,7 @@ class PostgresBackend(StagedBackend):
         # and `$1 * 1000` with a smallint parameter overflows on the server.
         self._con.adapters.register_dumper(int, Int8Dumper)
         self._con.adapters.register_dumper(int, Int8BinaryDumper)
+        self._arrow = pg_read.ArrowReader(url, _CONNECT_SECONDS) if pg_read.available() else None
         self.has_extension = self._create_extension()
 
     def _create_extension(self) -> bool:
@@ -95,6 +101,16 @@ class PostgresBackend(StagedBackend):
     # -- statements ---------------------------------------------------------
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
+        arrow = self._arrow_reader(sql, params)
+        if arrow is not None:
+            self._log.emit(sql, params)
+            try:
+                return arrow.read(sql, params)
+            except pg_read.NotPlainArrow:
+                pass  # a column type ADBC gives differently: read it again through psycopg
+        return self._execute_rows(sql, params)
+
+    def _execute_rows(self, sql: str, params: Params) -> pa.Table:
         with self._cursor(sql, params) as cursor:
             description = cursor.description
             if description is None:
@@ -106,6 +122,34 @@ class PostgresBackend(StagedBackend):
 
     def execute_batches(
         self, sql: str, params: Params = None, *, batch_rows: int = 65536
+    ) -> Iterator[pa.RecordBatch]:
+        arrow = self._arrow_reader(sql, params)
+        if arrow is not None:
+            self._log.emit(sql, params)
+            try:
+                return arrow.read_batches(sql, params, batch_rows)
+            except pg_read.NotPlainArrow:
+                pass
+        return self._execute_row_batches(sql, params, batch_rows)
+
+    def _arrow_reader(self, sql: str, params: Params) -> pg_read.ArrowReader | None:
+        """The ADBC reader if it may run this statement: a query, outside any transaction.
+
+        Inside ``transaction()`` only the psycopg connection sees the
+        transaction's own writes; other statements may change session state.
+        """
+        if self._arrow is None or self._transactions.active:
+            return None
+        first = _first_word(sql)
+        if first in _SETTING_WORDS:
+            self._arrow.remember_setting(sql)
+            return None
+        if first not in _QUERY_WORDS or not pg_read.bindable(params):
+            return None
+        return self._arrow
+
+    def _execute_row_batches(
+        self, sql: str, params: Params, batch_rows: int
     ) -> Iterator[pa.RecordBatch]:
         self._log.emit(sql, params)
         cursor = psycopg.RawCursor(self._con)
@@ -206,7 +250,14 @@ class PostgresBackend(StagedBackend):
             )
 
     def close(self) -> None:
+        if self._arrow is not None:
+            self._arrow.close()
         self._con.close()
+
+
+def _first_word(sql: str) -> str:
+    words = sql.lstrip(" \t\r\n(").split(None, 1)
+    return words[0].upper() if words else ""
 
 
 def _column_definitions(schema: pa.Schema) -> str:
