@@ -84,7 +84,8 @@ def test_concurrent_generic_writers(
     stored = dict(store.range(0, KEYS))
     for key in range(KEYS):
         assert stored.get(key) in finals.get(key, {None}), f"key {key}"
-    assert all(len(p) <= store.config.max_keys for p in _pack_sizes(store))
+    # a put may leave its pack one key over max_keys; the pack's next write splits it first
+    assert all(len(p) <= store.config.max_keys + 1 for p in _pack_sizes(store))
 
 
 def _pack_sizes(store: Store) -> list[dict[bytes, bytes]]:
