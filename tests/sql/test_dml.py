@@ -17,6 +17,7 @@ from veil.sql.errors import QueryError
 WORKLOAD = [
     "SELECT * FROM orders WHERE o_orderstatus = 'F' AND o_totalprice > 1000",
     "SELECT * FROM nation WHERE n_regionkey = 1",
+    "SELECT o_orderstatus, SUM(o_totalprice), AVG(o_totalprice - o_shippriority) FROM orders GROUP BY 1",
 ]
 STATEMENTS = [
     "INSERT INTO nation VALUES (25, 'ATLANTIS', 1, 'sunk'), (26, 'LEMURIA', 2, NULL)",
@@ -24,6 +25,10 @@ STATEMENTS = [
     "INSERT INTO region SELECT r_regionkey + 10, r_name || '-2', r_comment FROM region WHERE r_regionkey < 2",
     "UPDATE nation SET n_comment = upper(n_name), n_regionkey = n_regionkey + 1 WHERE n_regionkey = 1",
     "UPDATE orders SET o_totalprice = o_totalprice * 2 WHERE o_orderstatus = 'F' AND o_totalprice > 300000",
+    "INSERT INTO orders SELECT o_orderkey + 1000000, o_custkey, 'F', -o_totalprice, o_orderdate, "
+    "o_orderpriority, o_clerk, o_shippriority, o_comment FROM orders WHERE o_orderkey < 500",
+    "INSERT INTO orders VALUES (2000001, 1, 'O', NULL, DATE '1995-01-01', '1-URGENT', 'c', 0, 'x')",
+    "UPDATE orders SET o_shippriority = 3 WHERE o_orderstatus = 'O' AND o_totalprice < 2000",
     "DELETE FROM orders WHERE o_orderstatus = 'P'",
     "DELETE FROM nation WHERE n_name IN ('ATLANTIS', 'ALGERIA')",
     "UPDATE region SET r_comment = NULL",
@@ -32,6 +37,9 @@ CHECKS = [
     "SELECT * FROM nation",
     "SELECT * FROM region",
     "SELECT o_orderstatus, COUNT(*), SUM(o_totalprice) FROM orders GROUP BY 1",
+    "SELECT o_orderstatus, SUM(o_totalprice), AVG(o_totalprice - o_shippriority), COUNT(o_totalprice) "
+    "FROM orders GROUP BY 1",
+    "SELECT SUM(o_totalprice), AVG(o_totalprice) FROM orders WHERE o_orderstatus = 'F'",
     "SELECT COUNT(*) FROM orders WHERE o_totalprice > 600000",
     "SELECT n_name FROM nation WHERE n_regionkey = 2",
 ]
@@ -69,6 +77,16 @@ def test_dml_matches_plaintext(pair: tuple[Session, duckdb.DuckDBPyConnection]) 
         assert session.run(statement).rowcount == expected, statement
         for check in CHECKS:
             assert_same(session.run(check).table, plain.execute(check).fetchall(), False, check)
+
+
+def test_sums_after_dml_ran_on_the_server(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    session, _ = pair
+    group = session.design.table("orders").hom
+    assert group is not None
+    result = session.run(CHECKS[3])
+    assert len(result.stats.remote_sql) == 1 and group.server_name in result.stats.remote_sql[0]
 
 
 def test_insert_errors(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:

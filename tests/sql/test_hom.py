@@ -1,4 +1,9 @@
-"""SUM and AVG on the server with HOM (Paillier) columns, opt-in at load time."""
+"""SUM and AVG on the server from packed HOM groups (MONOMI §5.2-5.3), against plain DuckDB.
+
+``readings`` has negative values, NULLs in summed columns, a group whose
+few rows lie in packs shared with other groups (partial masks only), and a
+group whose summed column is always NULL.
+"""
 
 from __future__ import annotations
 
@@ -6,64 +11,107 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 import sqlglot
 from tests.sql.oracle import assert_same
 
+from veil.exec.hom_group import slot_masks
 from veil.exec.session import Session
 from veil.load.loader import load
 
+ROWS = 3000
+READINGS = f"""
+SELECT i AS id,
+       CASE WHEN i IN (5, 1001, 2002) THEN 'rare' WHEN i % 500 = 7 THEN 'nulls'
+            WHEN i % 2 = 0 THEN 'even' ELSE 'odd' END AS g,
+       CASE WHEN i % 7 = 0 OR i % 500 = 7 THEN NULL
+            ELSE CAST((i * 37 % 2001 - 1000) / 4 AS DECIMAL(10, 2)) END AS a,
+       CAST(i * 13 % 97 - 60 AS INTEGER) AS b
+FROM range({ROWS}) t(i)
+"""
+
 QUERIES = [
-    "SELECT c_mktsegment, SUM(c_acctbal), AVG(c_acctbal), COUNT(*) FROM customer GROUP BY c_mktsegment",
-    "SELECT SUM(c_acctbal * 2 + c_nationkey), MIN(c_acctbal), MAX(c_acctbal) FROM customer WHERE c_nationkey = 3",
-    "SELECT SUM(c_acctbal), AVG(c_acctbal) FROM customer WHERE c_mktsegment = 'NO SUCH'",
-    "SELECT c_nationkey, SUM(c_acctbal) AS s FROM customer GROUP BY c_nationkey HAVING SUM(c_acctbal) > 100000 ORDER BY s DESC",
-    "SELECT SUM(x) FROM (SELECT NULLIF(c_nationkey, 1) AS x FROM customer) t",
+    "SELECT g, SUM(a), AVG(a), COUNT(a), COUNT(*), SUM(b), AVG(a * b), MIN(b), MAX(b) FROM readings GROUP BY g",
+    "SELECT SUM(a), AVG(b), COUNT(*) FROM readings WHERE b < 0",
+    "SELECT g, SUM(a * b), AVG(a), COUNT(a) FROM readings WHERE id BETWEEN 100 AND 1500 GROUP BY g",
+    "SELECT SUM(a), AVG(a), SUM(b) FROM readings WHERE g = 'rare'",
+    "SELECT SUM(a), AVG(a), COUNT(a), SUM(b) FROM readings WHERE g = 'nulls'",
+    "SELECT SUM(a * b), AVG(b), COUNT(*) FROM readings WHERE g = 'nothing'",
+    "SELECT g, SUM(a) FROM readings WHERE b > 1000 GROUP BY g",
+    "SELECT id % 10 AS k, SUM(a) FROM readings GROUP BY k ORDER BY k",
 ]
+SERVER_SUMS = QUERIES[:7]
+
+
+@pytest.fixture(scope="module")
+def readings_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("readings")
+    duckdb.sql(READINGS).write_parquet(str(source / "readings.parquet"))
+    return source
 
 
 @pytest.fixture(
     scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def hom_session(
-    request: pytest.FixtureRequest, tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, readings_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Session]:
     root = tmp_path_factory.mktemp("hom")
-    source = root / "src"
-    source.mkdir()
-    (source / "customer.parquet").symlink_to(tpch_dir / "customer.parquet")
     if request.param == "duckdb":
         url = f"duckdb:///{root}/server.duckdb"
     else:
         cluster = request.getfixturevalue("postgres_cluster")
         url = cluster.create_schema("veil_sql_hom")
-    load(str(source), url, str(root / "client"), QUERIES, progress=lambda _: None, hom=True)
+    load(str(readings_dir), url, str(root / "client"), QUERIES, progress=lambda _: None)
     opened = Session(root / "client")
     yield opened
     opened.close()
 
 
 @pytest.fixture(scope="module")
-def plain_customer(tpch_dir: Path) -> duckdb.DuckDBPyConnection:
+def plain_readings(readings_dir: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.execute(
-        f"CREATE TABLE customer AS SELECT * FROM read_parquet('{tpch_dir / 'customer.parquet'}')"
-    )
+    con.execute(f"CREATE TABLE readings AS SELECT * FROM '{readings_dir / 'readings.parquet'}'")
     return con
 
 
 @pytest.mark.parametrize("sql", QUERIES)
 def test_hom_sums_match_plaintext(
-    hom_session: Session, plain_customer: duckdb.DuckDBPyConnection, sql: str
+    hom_session: Session, plain_readings: duckdb.DuckDBPyConnection, sql: str
 ) -> None:
     ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
-    assert_same(hom_session.run(sql).table, plain_customer.execute(sql).fetchall(), ordered, sql)
+    assert_same(hom_session.run(sql).table, plain_readings.execute(sql).fetchall(), ordered, sql)
 
 
-def test_sums_run_on_the_server(hom_session: Session) -> None:
-    plan = hom_session.plan(sqlglot.parse_one(QUERIES[0], read="duckdb"))
-    aggregation = plan.scans[0].aggregation
-    assert aggregation is not None
-    assert [item.kind for item in aggregation.items] == ["SUM", "SUM", "COUNT", "COUNT"]
-    result = hom_session.run(QUERIES[0])
-    assert result.stats.bytes_received < 20_000  # five groups, not 1500 rows
+@pytest.mark.parametrize("sql", SERVER_SUMS)
+def test_sums_run_on_the_server(hom_session: Session, sql: str) -> None:
+    group = hom_session.design.table("readings").hom
+    assert group is not None and group.rows_per_ciphertext > 1
+    result = hom_session.run(sql)
+    assert result.plan is not None and result.plan.scans[0].aggregation is not None
+    assert all(group.server_name in s for s in result.stats.remote_sql)
+    assert result.stats.bytes_received < 20_000  # a few (group, mask) rows, not 3000 rows
+
+
+def test_the_rare_group_has_only_partial_masks(hom_session: Session) -> None:
+    group = hom_session.design.table("readings").hom
+    assert group is not None
+    full = (1 << group.rows_per_ciphertext) - 1
+    slot = f'"{group.slot_column}"'
+    table = hom_session.design.table("readings")
+    det = table.find("g", "DET")
+    assert det is not None
+    rare = hom_session.encrypt_constant(sqlglot.parse_one("'rare'"), det)
+    slots = hom_session.backend.execute(
+        f'SELECT {slot} FROM "{table.server_name}" WHERE "{det.name}" = $1', [rare]
+    ).column(0)
+    masks = slot_masks(np.array(slots.to_pylist()), group.rows_per_ciphertext)
+    assert len(masks) == 3 and full not in masks.values()
+
+
+def test_explain_shows_the_hom_step(hom_session: Session) -> None:
+    from veil.sql.explain import explain
+
+    text = explain(hom_session, QUERIES[0])
+    assert "server HOM" in text and "load order" in text

@@ -124,7 +124,8 @@ def test_correlated_and_implied_reduction(session: Session) -> None:
             True,
         ),
         ("SELECT COUNT(*) FROM orders WHERE o_orderdate < DATE '1995-01-01'", True),
-        ("SELECT o_orderstatus, SUM(o_totalprice) FROM orders GROUP BY o_orderstatus", False),
+        ("SELECT o_orderstatus, SUM(o_totalprice) FROM orders GROUP BY o_orderstatus", True),
+        ("SELECT o_custkey, SUM(o_totalprice) FROM orders GROUP BY o_custkey", False),
         ("SELECT COUNT(*) FROM orders WHERE o_comment LIKE '%special%'", False),
         ("SELECT COUNT(DISTINCT o_custkey) FROM orders", False),
     ],
@@ -132,6 +133,17 @@ def test_correlated_and_implied_reduction(session: Session) -> None:
 def test_aggregate_pushdown(session: Session, sql: str, pushed: bool) -> None:
     plan = session.plan(sqlglot.parse_one(sql, read="duckdb"))
     assert (plan.scans[0].aggregation is not None) == pushed
+
+
+def test_q1_sums_on_the_server_and_q18_on_the_client(any_session: Session) -> None:
+    """Q1 (4 groups) sums packed HOM on the server; Q18's GROUP BY l_orderkey does not."""
+    queries = dict(tpch_queries())
+    lineitem = any_session.design.table("lineitem").hom
+    assert lineitem is not None
+    q1 = any_session.run(queries["q1"]).stats.remote_sql
+    assert len(q1) == 1 and lineitem.server_name in q1[0] and "veil_hom_sum" in q1[0].lower()
+    q18 = any_session.run(queries["q18"]).stats.remote_sql
+    assert q18 and not any(lineitem.server_name in sql for sql in q18)
 
 
 def test_per_row_expressions_are_precomputed(session: Session) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 
 import duckdb
+import sqlglot
+from sqlglot import exp
 
 from veil.design.model import (
     DET,
@@ -25,12 +27,21 @@ from veil.design.model import (
     SEARCH,
     Column,
     Encryption,
+    HomGroup,
     PhysicalDesign,
     TableDesign,
     opaque_name,
 )
 from veil.design.workload import ColumnRef, WorkloadNeeds, analyse_workload
-from veil.encoding import FLOAT_KIND, STRING_KIND, EncodingError, SqlType, normalize_type
+from veil.encoding import (
+    DECIMAL_KIND,
+    FLOAT_KIND,
+    INT_KIND,
+    STRING_KIND,
+    EncodingError,
+    SqlType,
+    normalize_type,
+)
 
 DET_INT_BITS = 64
 
@@ -41,13 +52,9 @@ def greedy_design(
     schemes: frozenset[str],
     key_fingerprint: str,
     *,
-    hom: bool = False,
+    hom: bool = True,
 ) -> PhysicalDesign:
-    """The design serving ``workload``; HOM columns only when ``hom`` asks for them.
-
-    HOM is opt-in because Paillier encryption costs about a millisecond per
-    row and column at load time (MONOMI's row packing is not used yet).
-    """
+    """The design serving ``workload``; ``hom=False`` leaves out the packed HOM groups."""
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
     needs = analyse_workload(workload, plain)
     groups = _key_groups(needs.joins, plain)
@@ -57,13 +64,14 @@ def greedy_design(
         encryptions: list[Encryption] = []
         for column in columns:
             encryptions += _column_encryptions(table, column, needs, (groups, ope_groups), schemes)
-        encryptions += _row_encryptions(table, columns, needs, schemes, hom)
+        encryptions += _row_encryptions(table, columns, needs, schemes)
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
             row_id=opaque_name("c"),
             columns=list(columns),
             encryptions=encryptions,
+            hom=_hom_group(table, columns, needs) if hom and HOM in schemes else None,
         )
     return design
 
@@ -107,34 +115,79 @@ def _column_encryptions(
 
 
 def _row_encryptions(
-    table: str, columns: list[Column], needs: WorkloadNeeds, schemes: frozenset[str], hom: bool
+    table: str, columns: list[Column], needs: WorkloadNeeds, schemes: frozenset[str]
 ) -> list[Encryption]:
-    """Per-row precomputed expressions: DET / OPE for filters, HOM for sums (MONOMI §5.1)."""
+    """Per-row precomputed expressions: DET / OPE for filters (MONOMI §5.1)."""
     wanted = [(DET, s) for t, s in needs.det_rows if t == table and DET in schemes]
     wanted += [(OPE, s) for t, s in needs.ope_rows if t == table and OPE in schemes]
-    if hom and HOM in schemes:
-        wanted += [(HOM, s) for t, s in needs.sums if t == table]
     if not wanted:
         return []
-    catalog = duckdb.connect()
-    catalog.execute(f'CREATE TABLE "{table}" ({", ".join(f"{c.name} {c.type}" for c in columns)})')
+    catalog = _catalog(table, columns)
     chosen = []
     for scheme, source in sorted(wanted):
         sql_type = _expression_type(catalog, table, source)
         if sql_type is None or (
             scheme != DET and SqlType(sql_type).kind in (STRING_KIND, FLOAT_KIND)
         ):
-            continue  # OPE takes numbers and dates; HOM exact integers
-        if scheme == HOM or source not in {c.name for c in columns}:
+            continue  # OPE takes numbers and dates
+        if source not in {c.name for c in columns}:
             params: dict[str, object] = {"bits": None} if scheme == OPE else {}
-            scope = (
-                f"{scheme.lower()}:{table}"
-                if scheme == HOM
-                else f"{scheme.lower()}:{table}.{source}"
-            )
+            scope = f"{scheme.lower()}:{table}.{source}"
             chosen.append(Encryption(opaque_name("c"), source, scheme, sql_type, scope, params))
     catalog.close()
     return chosen
+
+
+def _hom_group(table: str, columns: list[Column], needs: WorkloadNeeds) -> HomGroup | None:
+    """One packed HOM group of the table's summed exact-number expressions (MONOMI §5.3).
+
+    Only expressions that are NULL exactly when one of their columns is NULL
+    (arithmetic over columns and constants) are packed: the server counts an
+    expression's non-NULL rows (for AVG and for telling an empty SUM from 0)
+    from its columns' other encryptions.
+    """
+    catalog = _catalog(table, columns)
+    sources, types = [], []
+    for t, source in sorted(needs.sums):
+        sql_type = _expression_type(catalog, table, source) if t == table else None
+        exact = sql_type is not None and SqlType(sql_type).kind in (INT_KIND, DECIMAL_KIND)
+        if not exact or not null_follows_columns(source):
+            continue  # Paillier sums exact numbers; the rest is summed by the client
+        sources.append(source)
+        types.append(sql_type)
+    catalog.close()
+    if not sources:
+        return None
+    return HomGroup(
+        server_name=opaque_name("t"),
+        slot_column=opaque_name("c"),
+        sources=sources,
+        types=types,
+        key_scope=f"hom:{table}",
+    )
+
+
+def null_follows_columns(source: str) -> bool:
+    """Is ``source`` arithmetic over columns and constants (NULL iff a column is NULL)?"""
+    try:
+        tree = sqlglot.parse_one(source, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return False
+    allowed = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg)
+    allowed += (exp.Add, exp.Sub, exp.Mul, exp.Cast, exp.DataType)
+    return all(isinstance(node, allowed) for node in tree.walk())
+
+
+def summed_columns(source: str) -> list[str]:
+    """The columns an expression reads (for the server's count of non-NULL rows)."""
+    tree = sqlglot.parse_one(source, read="duckdb")
+    return sorted({c.name.lower() for c in tree.find_all(exp.Column)})
+
+
+def _catalog(table: str, columns: list[Column]) -> duckdb.DuckDBPyConnection:
+    catalog = duckdb.connect()
+    catalog.execute(f'CREATE TABLE "{table}" ({", ".join(f"{c.name} {c.type}" for c in columns)})')
+    return catalog
 
 
 def _expression_type(catalog: duckdb.DuckDBPyConnection, table: str, source: str) -> str | None:

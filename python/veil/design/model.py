@@ -25,7 +25,8 @@ from veil.encoding import SqlType
 from veil.errors import VeilError
 
 DESIGN_FORMAT = "veil-physical-design"
-DESIGN_VERSION = 1
+# 2: HOM is one packed group per table (``HomGroup``) instead of HOM columns.
+DESIGN_VERSION = 2
 
 RND = "RND"
 DET = "DET"
@@ -82,6 +83,31 @@ class Encryption:
 
 
 @dataclass
+class HomGroup:
+    """A table's summed expressions, packed into Paillier ciphertexts (MONOMI §5.2-5.3).
+
+    Each row contributes the values of ``sources`` (columns or per-row
+    expressions; NULL packed as 0) to ``rows_per_ciphertext`` consecutive
+    slots of one plaintext. The ciphertexts live in a side table
+    ``server_name(pack, ct)``; the main table's ``slot_column`` holds each
+    row's slot ``pack * rows_per_ciphertext + position``. Slots are given in
+    load (and insert) order, so the server learns the load order of rows, and
+    nothing of their values.
+    """
+
+    server_name: str
+    slot_column: str
+    sources: list[str]
+    types: list[str]
+    key_scope: str
+    value_bits: int = 64  # every packed value is a signed integer of this many bits
+    rows_per_ciphertext: int = 1
+
+    def index(self, source: str) -> int | None:
+        return self.sources.index(source) if source in self.sources else None
+
+
+@dataclass
 class TableDesign:
     name: str
     server_name: str
@@ -89,6 +115,7 @@ class TableDesign:
     columns: list[Column]
     encryptions: list[Encryption]
     row_count: int = 0
+    hom: HomGroup | None = None
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -144,8 +171,8 @@ class PhysicalDesign:
             raise DesignError(f"{origin} is not a Veil physical design file")
         if document.get("version") != DESIGN_VERSION:
             raise DesignError(
-                f"{origin} has design version {document.get('version')}; "
-                f"this Veil reads version {DESIGN_VERSION}"
+                f"{origin} has design version {document.get('version')}; this Veil reads "
+                f"version {DESIGN_VERSION} (packed HOM groups): reload the data with `veil load`"
             )
         tables = {name: _table_from_dict(t) for name, t in document["tables"].items()}
         return cls(key_fingerprint=document["key_fingerprint"], tables=tables)
@@ -182,4 +209,5 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         columns=columns,
         encryptions=encryptions,
         row_count=int(str(data.get("row_count", 0))),
+        hom=HomGroup(**data["hom"]) if data.get("hom") else None,  # type: ignore[arg-type]
     )

@@ -9,8 +9,15 @@ The server cannot compute new ciphertexts, so the client does the work:
 - UPDATE: the client computes the new rows (same query, with the SET
   expressions in place of the columns) and, in one server transaction,
   deletes the old rows and appends the re-encrypted new ones under the same
-  row ids. Every server column of a row, HOM and precomputed ones included, is
-  rebuilt from the new plaintext row, so they stay consistent.
+  row ids. Every server column of a row, precomputed ones included, is
+  rebuilt from the new plaintext row, so they stay consistent; the row's HOM
+  values go into a fresh slot of a new pack (its old slot is orphaned: no
+  row selects it any more).
+
+HOM packs: INSERT appends new packs after the last one (``_append_rows``)
+and never rewrites a pack other rows share. DELETE needs nothing: a deleted
+row's slot is no longer selected by any query, so its pack position is
+simply never added by the client.
 
 Row ids are random numbers, never plaintext.
 """
@@ -26,6 +33,7 @@ from veil.backends.base import quote
 from veil.design.model import TableDesign
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats
+from veil.exec.hom_group import PACK_COLUMN
 from veil.sql.errors import QueryError
 from veil.sql.plan import ROW_ID
 
@@ -80,9 +88,36 @@ def _insert(session: Session, tree: exp.Insert) -> Result:
             f"INSERT gives {rows.num_columns} value(s) per row for {len(targets)} column(s)"
         )
     plain = _cast_rows(session, table, rows, targets)
-    server_rows = TableEncryptor(session.master, table).encrypt(plain)
-    session.backend.append(table.server_name, server_rows)
+    with session.backend.transaction():
+        _append_rows(session, table, plain)
     return Result(pa.table({}), len(plain), stats)
+
+
+def _append_rows(
+    session: Session, table: TableDesign, plain: pa.Table, row_ids: pa.Array | None = None
+) -> None:
+    """Encrypt and append rows; their HOM values go into new packs after the last one.
+
+    Packs already on the server are never rewritten: a new row's slot is in a
+    pack of its own statement, so no other row's ciphertext changes.
+    """
+    encryptor = TableEncryptor(session.master, table)
+    first_slot = 0
+    if table.hom is not None and len(plain):
+        group = session.ciphers.group(table)
+        last = (
+            session.backend.execute(
+                f"SELECT MAX({quote(PACK_COLUMN)}) FROM {quote(table.hom.server_name)}"
+            )
+            .column(0)[0]
+            .as_py()
+        )
+        first_pack = 0 if last is None else int(last) + 1
+        first_slot = first_pack * group.rows
+        packs = group.encrypt_packs(group.values(encryptor.sources(plain)), first_pack)
+        session.backend.append(table.hom.server_name, packs)
+    server_rows = encryptor.encrypt(plain, row_ids=row_ids, first_slot=first_slot)
+    session.backend.append(table.server_name, server_rows)
 
 
 def _cast_rows(
@@ -165,8 +200,7 @@ def _update(session: Session, tree: exp.Update) -> Result:
     plain = matched.select(list(range(len(table.columns)))).rename_columns(
         [c.name for c in table.columns]
     )
-    server_rows = TableEncryptor(session.master, table).encrypt(plain, row_ids=row_ids)
     with session.backend.transaction():
         _delete_rows(session, table, row_ids)
-        session.backend.append(table.server_name, server_rows)
+        _append_rows(session, table, plain, row_ids)
     return Result(pa.table({}), len(row_ids))

@@ -36,19 +36,29 @@ class TableEncryptor:
     def server_schema(self, sample: pa.Table) -> pa.Schema:
         return self.encrypt(sample.slice(0, 0)).schema
 
-    def encrypt(self, plain: pa.Table, row_ids: pa.Array | None = None) -> pa.Table:
-        """Server rows for ``plain`` (whose columns are the table's plaintext columns)."""
-        sources = self._sources(plain)
+    def encrypt(
+        self, plain: pa.Table, row_ids: pa.Array | None = None, first_slot: int = 0
+    ) -> pa.Table:
+        """Server rows for ``plain`` (whose columns are the table's plaintext columns).
+
+        A table with a HOM group gets its rows' slots ``first_slot``,
+        ``first_slot + 1``, ... (their packs are encrypted apart, ``hom_values``).
+        """
+        sources = self.sources(plain)
         if row_ids is None:
             row_ids = pa.array(self._rng.integers(0, 2**63 - 1, len(plain), dtype=np.int64))
         columns = {self.table.row_id: row_ids}
+        if self.table.hom is not None:
+            slots = np.arange(first_slot, first_slot + len(plain), dtype=np.int64)
+            columns[self.table.hom.slot_column] = pa.array(slots)
         for enc in self.table.encryptions:
             encoded = encode(sources[enc.source], enc.sql_type)
             columns[enc.name] = self._ciphers[enc.name].encrypt(encoded)
         return pa.table(columns)
 
-    def _sources(self, plain: pa.Table) -> dict[str, pa.Array]:
-        expressions = sorted({e.source for e in self.table.encryptions if e.is_expression})
+    def sources(self, plain: pa.Table) -> dict[str, pa.Array]:
+        """Every column and per-row expression a server column (or the HOM group) stores."""
+        expressions = sorted(set(self._expression_types()))
         sources = {name: plain.column(name) for name in plain.column_names}
         if expressions:
             select = ", ".join(f"CAST({expr} AS {self._type_of(expr)})" for expr in expressions)
@@ -61,7 +71,14 @@ class TableEncryptor:
         return sources
 
     def _type_of(self, expression: str) -> str:
-        return next(e.type for e in self.table.encryptions if e.source == expression)
+        return self._expression_types()[expression]
+
+    def _expression_types(self) -> dict[str, str]:
+        found = {e.source: e.type for e in self.table.encryptions if e.is_expression}
+        group = self.table.hom
+        if group is not None:
+            found |= {s: t for s, t in zip(group.sources, group.types, strict=True)}
+        return {s: t for s, t in found.items() if not s.isidentifier()}
 
 
 def rnd_context(table: TableDesign, encryption: Encryption) -> bytes:

@@ -15,6 +15,7 @@ from veil.design.model import Encryption, TableDesign
 from veil.encoding import decode
 from veil.exec.ciphers import ColumnCipher, column_cipher
 from veil.exec.encrypt import rnd_context
+from veil.exec.hom_group import HomGroupCipher
 from veil.sql.plan import JOIN_ROW, JoinedFetch, Scan
 
 
@@ -36,6 +37,7 @@ class CipherCache:
     def __init__(self, master: MasterKey):
         self._master = master
         self._ciphers: dict[tuple[str, str], ColumnCipher] = {}
+        self._groups: dict[str, HomGroupCipher] = {}
 
     def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
         key = (table.server_name, encryption.name)
@@ -43,6 +45,13 @@ class CipherCache:
             context = rnd_context(table, encryption)
             self._ciphers[key] = column_cipher(self._master, encryption, context)
         return self._ciphers[key]
+
+    def group(self, table: TableDesign) -> HomGroupCipher:
+        """The cipher of the table's packed HOM group."""
+        assert table.hom is not None
+        if table.server_name not in self._groups:
+            self._groups[table.server_name] = HomGroupCipher(self._master, table.hom)
+        return self._groups[table.server_name]
 
 
 def _remote(
@@ -93,6 +102,12 @@ def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchSta
     """The scan's rows, decrypted, with plaintext column names."""
     fetched = _remote(scan.remote_sql(), scan.remote_params(), backend, stats)
     started = time.perf_counter()
+    if scan.aggregation is not None and scan.aggregation.hom_product is not None:
+        from veil.exec.hom_fetch import finish_packed_sums
+
+        plain = finish_packed_sums(fetched, scan, ciphers)
+        stats.decrypt_seconds += time.perf_counter() - started
+        return plain
     plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers)
     stats.decrypt_seconds += time.perf_counter() - started
     return plain

@@ -165,9 +165,8 @@ class Session:
     def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr:
         return self.backend.search_match(ciphertexts, token)  # type: ignore[arg-type]
 
-    def hom_sum(self, ciphertexts: exp.Expr, enc: Encryption, scan: Scan) -> exp.Expr:
-        cipher = self.ciphers.get(self._owners[enc.name], enc)
-        n_square = scan.placeholder(n_square_bytes(cipher.n_square))  # type: ignore[attr-defined]
+    def hom_product(self, ciphertexts: exp.Expr, scan: Scan) -> exp.Expr:
+        n_square = scan.placeholder(n_square_bytes(self.ciphers.group(scan.table).n_square))
         return self.backend.hom_sum(ciphertexts, n_square)  # type: ignore[arg-type]
 
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:

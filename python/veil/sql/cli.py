@@ -37,10 +37,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
     )
     load.add_argument(
-        "--hom",
-        action="store_true",
-        help="also store Paillier (HOM) columns for the workload's SUM/AVG arguments, so the "
-        "server can sum; slow to load (about 1 ms per row and summed expression)",
+        "--no-hom",
+        dest="hom",
+        action="store_false",
+        help="leave out the packed Paillier (HOM) groups of the workload's SUM/AVG arguments "
+        "(faster loads; every SUM then runs on the client)",
     )
     load.set_defaults(handler=run_load)
 

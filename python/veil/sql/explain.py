@@ -9,7 +9,7 @@ from veil.design.model import DET, HOM, OPE, RND, SEARCH
 from veil.exec.session import Session
 from veil.sql.errors import UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
-from veil.sql.plan import JoinedFetch, Scan
+from veil.sql.plan import HOM_MASK, HOM_PRODUCT, JoinedFetch, Scan
 
 REVEALS = {
     RND: "nothing but lengths and NULLs",
@@ -84,6 +84,8 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
     lines = []
     prefix = f"{scan.alias}." if scan.joined is not None else ""
     for column, enc in scan.fetched():
+        if column in (HOM_MASK, HOM_PRODUCT):
+            continue
         scheme = enc.scheme if enc else "count" if column.startswith("__veil_agg_") else "row id"
         lines.append(
             f"  fetch {prefix}{column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}"
@@ -109,5 +111,16 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
         kinds = ", ".join(item.kind for item in scan.aggregation.items)
         lines.append(
             f"  server GROUP BY {keys} computing {kinds}  [DET: group sizes; OPE: the extremes' order; HOM: nothing]"
+        )
+    if scan.aggregation is not None and scan.aggregation.hom_product is not None:
+        group = scan.table.hom
+        assert group is not None
+        sums = ", ".join(
+            group.sources[i.hom_index or 0] for i in scan.aggregation.items if i.kind == "SUM"
+        )
+        lines.append(
+            f"  server HOM: per group and pack mask, the product of the packs ({group.rows_per_ciphertext} "
+            f"rows each) holding {sums}; the client decrypts each product once  "
+            "[HOM: nothing; slots: which packs (load order) each group's rows lie in]"
         )
     return lines

@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from veil.design.model import Encryption, TableDesign
+from veil.sql.hom_statement import pack_level_select, packed_sums_select
 
 ROW_ID = "__veil_row_id"  # the local name of a scan's row-id column (DML only)
+HOM_MASK = "__veil_hom_mask"  # which row positions of its packs a HOM product sums
+HOM_PRODUCT = "__veil_hom_product"  # the product of a (group, mask)'s packs
 
 
 @dataclass
@@ -67,6 +70,11 @@ class Scan:
 
     def remote_sql(self) -> exp.Select:
         """The scan's RemoteSQL; its parameters are ``remote_params()``."""
+        if self.aggregation is not None and self.aggregation.hom_product is not None:
+            inner = self.aggregation.select(self.table).from_(self.table.server_name)
+            for predicate in self.predicates:
+                inner = inner.where(predicate.server.copy(), copy=False)
+            return packed_sums_select(inner, self.aggregation, self.table)
         if self.aggregation is not None:
             select = self.aggregation.select(self.table).from_(self.table.server_name)
         else:
@@ -104,40 +112,56 @@ class BindFilter:
 @dataclass
 class AggregateItem:
     key: int  # identifies the client aggregate it serves
-    kind: str  # COUNT, MIN, MAX or SUM
-    enc: Encryption | None  # None for COUNT(*)
-    server: exp.Expr | None = None  # prebuilt server expression (HOM sums)
+    kind: str  # COUNT, MIN, MAX or SUM (the packed HOM group's sum of one expression)
+    enc: Encryption | None  # None for COUNT(*) and SUM
+    server: exp.Expr | None = None  # prebuilt server expression (counts of expressions)
+    hom_index: int | None = None  # SUM: the expression's place in the HOM group
+    count_key: int | None = None  # SUM: the item counting the expression's non-NULL rows
 
 
 @dataclass
 class Aggregation:
-    """The server groups a scan by DET keys: COUNT, MIN / MAX (OPE), SUM (HOM)."""
+    """The server groups a scan by DET keys: COUNT, MIN / MAX (OPE), SUM (packed HOM).
+
+    With SUMs the statement is two-level (``packed_sums_select``) and the
+    client re-aggregates its (group, pack mask) rows (``veil.exec.hom_fetch``).
+    """
 
     keys: list[str]  # plaintext key columns
     items: list[AggregateItem] = field(default_factory=list)
+    hom_product: exp.Expr | None = None  # server product of a (group, mask)'s HOM packs
 
     def add(
         self, key: int, kind: str, enc: Encryption | None, server: exp.Expr | None = None
-    ) -> None:
-        self.items.append(AggregateItem(key, kind, enc, server))
+    ) -> AggregateItem:
+        item = AggregateItem(key, kind, enc, server)
+        self.items.append(item)
+        return item
 
     def local_name(self, key: int) -> str:
         index = next(i for i, item in enumerate(self.items) if item.key == key)
         return f"__veil_agg_{index}"
 
+    def server_items(self) -> list[tuple[int, AggregateItem]]:
+        """The items the server computes column by column (all but the HOM sums)."""
+        return [(i, item) for i, item in enumerate(self.items) if item.kind != "SUM"]
+
     def fetched(self, table: TableDesign) -> list[tuple[str, Encryption | None]]:
         keys: list[tuple[str, Encryption | None]] = [(k, table.find(k, "DET")) for k in self.keys]
-        return keys + [
+        values: list[tuple[str, Encryption | None]] = [
             (f"__veil_agg_{i}", item.enc if item.kind != "COUNT" else None)
-            for i, item in enumerate(self.items)
+            for i, item in self.server_items()
         ]
+        hom = [(HOM_MASK, None), (HOM_PRODUCT, None)] if self.hom_product is not None else []
+        return keys + values + hom
 
     def select(self, table: TableDesign) -> exp.Select:
+        """One-level aggregation; with HOM sums, the inner level of ``packed_sums_select``."""
         key_columns = [
             exp.column(enc.name) for _, enc in self.fetched(table)[: len(self.keys)] if enc
         ]
         values: list[exp.Expr] = []
-        for item in self.items:
+        for _, item in self.server_items():
             if item.server is not None:
                 values.append(item.server.copy())
                 continue
@@ -145,6 +169,8 @@ class Aggregation:
             values.append(
                 {"COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[item.kind](this=argument)
             )
+        if self.hom_product is not None:
+            return pack_level_select(key_columns, values, table)
         select = exp.select(*key_columns, *values)
         return select.group_by(*[c.copy() for c in key_columns]) if key_columns else select
 

@@ -2,8 +2,9 @@
 
 A query block over one table whose WHERE went to the server whole, whose
 GROUP BY keys have DET encryptions and whose aggregates the schemes allow
-(COUNT(*), COUNT(col), MIN/MAX of an OPE column, SUM/AVG of a HOM column or
-per-row expression) is aggregated by the server::
+(COUNT(*), COUNT(col), MIN/MAX of an OPE column, SUM/AVG of an expression in
+the table's packed HOM group, over few groups: ``few_groups``) is aggregated
+by the server (two-level with HOM sums: ``veil.sql.hom_statement``)::
 
     SELECT l_returnflag, COUNT(*), MAX(l_shipdate) FROM lineitem
     WHERE l_shipdate < DATE '1998-09-02' GROUP BY l_returnflag
@@ -15,7 +16,7 @@ DET groups exactly as the plaintext does (equal encodings <=> equal values, NULL
 with NULL), so each local group is one server row and ANY_VALUE returns it.
 Blocks that are correlated, hold subqueries or windows, or need anything
 else (SUM without HOM, DISTINCT, FILTER) are left to the client. AVG is the
-HOM sum over the HOM column's COUNT (NULLs have NULL ciphertexts).
+HOM sum over the count of the expression's non-NULL rows.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from veil.design.model import DET, HOM, OPE, SEARCH
+from veil.design.greedy import summed_columns
+from veil.design.model import DET, OPE, SEARCH, TableDesign
 from veil.sql.columns import BaseColumn, row_expression
 from veil.sql.plan import Aggregation, Scan
 from veil.sql.rewrite_server import ServerContext
 
 AGG_PREFIX = "__veil_agg_"
+# Rows summed per group below which HOM sums stay on the client (see ``few_groups``).
+HOM_ROWS_PER_GROUP = 256
 
 
 def pushdown_aggregates(
@@ -86,6 +90,10 @@ def _aggregation(
     aggregates = [a for a in select.find_all(exp.AggFunc)]
     if not aggregates:
         return None
+    if any(isinstance(a, exp.Sum | exp.Avg) for a in aggregates) and not few_groups(
+        scan.table, keys
+    ):
+        return None  # one decryption per group and pack mask would cost more than the rows
     aggregation = Aggregation(keys=keys)
     for node in aggregates:
         if not _add_aggregate(node, scan, resolved, aggregation, ctx):
@@ -130,15 +138,50 @@ def _add_sum(
     aggregation: Aggregation,
     ctx: ServerContext,
 ) -> bool:
-    """SUM over a HOM column; AVG as that SUM over the HOM column's COUNT."""
+    """SUM from the packed HOM group, with the count of the expression's non-NULL rows.
+
+    The count makes an all-NULL SUM NULL and is AVG's denominator.
+    """
     summed = row_expression(node.this, resolved)
-    enc = scan.table.find(summed[1], HOM) if summed and summed[0] == scan.table.name else None
-    if enc is None:
+    group = scan.table.hom
+    if group is None or not summed or summed[0] != scan.table.name:
         return False
-    aggregation.add(id(node), "SUM", enc, ctx.hom_sum(exp.column(enc.name), enc, scan))
-    if isinstance(node, exp.Avg):
-        aggregation.add(-id(node), "COUNT", enc)
+    index = group.index(summed[1])
+    if index is None:
+        return False
+    item = aggregation.add(id(node), "SUM", None)
+    item.hom_index, item.count_key = index, -id(node)
+    aggregation.add(-id(node), "COUNT", None, _count_present(scan.table, summed[1]))
+    if aggregation.hom_product is None:
+        aggregation.hom_product = ctx.hom_product(exp.column("ct", table="h"), scan)
     return True
+
+
+def _count_present(table: TableDesign, source: str) -> exp.Expr:
+    """COUNT of the rows where every column of ``source`` (hence ``source``) is not NULL."""
+    columns = [exp.column(table.fetchable(c).name) for c in summed_columns(source)]
+    if not columns:
+        return exp.Count(this=exp.Star())
+    present = exp.and_(*[exp.Not(this=exp.Is(this=c, expression=exp.Null())) for c in columns])
+    case = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
+    return exp.Count(this=case)
+
+
+def few_groups(table: TableDesign, keys: list[str]) -> bool:
+    """The cost rule for HOM sums: push them down only over few groups.
+
+    Each (group, pack mask) row costs the client one Paillier decryption
+    (~2 ms); summing on the client costs ~5-10 us per fetched row. So HOM
+    sums go to the server when the groups (estimated from the distinct
+    counts the loader recorded, their product for several keys) number at
+    most ``row_count / HOM_ROWS_PER_GROUP``.
+    """
+    groups = 1
+    for key in keys:
+        enc = table.find(key, DET)
+        distinct = enc.params.get("distinct") if enc is not None else None
+        groups *= int(str(distinct)) if distinct is not None else max(table.row_count, 1)
+    return groups * HOM_ROWS_PER_GROUP <= table.row_count
 
 
 def _columns_are_keys(

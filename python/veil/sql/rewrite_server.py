@@ -39,8 +39,8 @@ class ServerContext(Protocol):
 
     def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr: ...
 
-    def hom_sum(self, ciphertexts: exp.Expr, enc: Encryption, scan: Scan) -> exp.Expr:
-        """The server's Paillier sum of a HOM column (its n^2 a parameter of ``scan``)."""
+    def hom_product(self, ciphertexts: exp.Expr, scan: Scan) -> exp.Expr:
+        """The server's Paillier product of ``scan``'s HOM packs (n^2 a parameter of ``scan``)."""
         ...
 
 

@@ -1,0 +1,89 @@
+"""Finishing a two-level server aggregation with packed HOM sums on the client.
+
+The server returns one row per (group, pack mask): the group's DET keys, the
+partial COUNT / MIN / MAX over the rows with that mask, the mask and the
+product of the packs (``veil.sql.hom_statement``). The client decrypts each
+product once, takes each summed expression's slots at the mask's positions,
+and re-aggregates the rows of a group (all decomposable)::
+
+    COUNT -> SUM of partial counts     MIN / MAX -> MIN / MAX of partials
+    SUM   -> SUM of partial sums, NULL when the expression's count is 0
+
+The result has one row per group, the columns ``scan.fetched()`` names for a
+one-level aggregation, so the local plan reads it the same way.
+"""
+
+from __future__ import annotations
+
+import decimal
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+
+from veil.encoding import SqlType
+from veil.sql.plan import AggregateItem, Aggregation, Scan
+
+if TYPE_CHECKING:
+    from veil.exec.fetch import CipherCache
+
+_VIEW = "__veil_packed_sums"
+
+
+def finish_packed_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.Table:
+    from veil.exec.fetch import decrypt_columns
+
+    aggregation, table = scan.aggregation, scan.table
+    assert aggregation is not None and table.hom is not None
+    wanted = aggregation.fetched(table)[:-2]  # all but the mask and the product
+    plain = decrypt_columns(fetched.select(list(range(len(wanted)))), table, wanted, ciphers)
+    masks = fetched.column(len(wanted)).to_pylist()
+    products = fetched.column(len(wanted) + 1).combine_chunks()
+    sums = ciphers.group(table).masked_sums(products, masks)
+    columns = {key: plain.column(key) for key in aggregation.keys}
+    for i, item in enumerate(aggregation.items):
+        name = f"__veil_agg_{i}"
+        if item.kind != "SUM":
+            columns[name] = plain.column(name)
+            continue
+        assert item.hom_index is not None
+        sql_type = SqlType(table.hom.types[item.hom_index])
+        columns[name] = _decimals([s and s[item.hom_index] for s in sums], sql_type.scale)
+    return _reaggregate(pa.table(columns), aggregation)
+
+
+def _decimals(values: list[int | None], scale: int) -> pa.Array:
+    """Exact encoded sums as DECIMAL(38, scale) (what SQL's SUM of a decimal gives)."""
+    with decimal.localcontext() as context:
+        context.prec = 60
+        return pa.array(
+            [None if v is None else decimal.Decimal(v).scaleb(-scale) for v in values],
+            pa.decimal128(38, scale),
+        )
+
+
+def _reaggregate(per_mask: pa.Table, aggregation: Aggregation) -> pa.Table:
+    keys = [f'"{k}"' for k in aggregation.keys]
+    values = [
+        f"{_final(item, f'__veil_agg_{i}', aggregation)} AS __veil_agg_{i}"
+        for i, item in enumerate(aggregation.items)
+    ]
+    sql = f"SELECT {', '.join(keys + values)} FROM {_VIEW}"
+    if keys:
+        sql += f" GROUP BY {', '.join(keys)}"
+    local = duckdb.connect()
+    try:
+        local.register(_VIEW, per_mask)
+        return local.sql(sql).to_arrow_table()
+    finally:
+        local.close()
+
+
+def _final(item: AggregateItem, name: str, aggregation: Aggregation) -> str:
+    if item.kind == "COUNT":
+        return f"CAST(COALESCE(SUM({name}), 0) AS BIGINT)"
+    if item.kind in ("MIN", "MAX"):
+        return f"{item.kind}({name})"
+    assert item.count_key is not None
+    count = aggregation.local_name(item.count_key)
+    return f"CASE WHEN SUM({count}) > 0 THEN SUM({name}) END"

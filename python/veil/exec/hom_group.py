@@ -1,0 +1,129 @@
+"""A table's packed HOM group: rows -> packed Paillier ciphertexts, products -> sums.
+
+Layout (MONOMI §5.2-5.3): the ``k`` summed expressions of a row occupy ``k``
+consecutive slots, ``R = rows_per_ciphertext`` rows share one plaintext, and
+the row with slot ``s`` is at position ``s % R`` of pack ``s // R``::
+
+    plaintext(pack) = sum over positions i < R, expressions j < k of
+                      value(row pack*R + i, j) * 2^(slot_bits * (i*k + j))
+
+The server multiplies the ciphertexts of the packs some rows of a group fall
+into; the client decrypts each product once and adds, per expression, the
+slots at the positions of the bit mask ``m`` the server returned with it
+(bit ``i`` set when the group's rows include position ``i`` of those packs).
+Packs are grouped by mask, so every slot the client adds holds a sum over
+exactly the group's rows; slots at other positions hold other rows' sums and
+are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from veil.crypto.hom import HomPacker
+from veil.crypto.hom_pool import EncryptionPool
+from veil.crypto.keys import MasterKey
+from veil.design.model import HomGroup
+from veil.encoding import SqlType, encode
+from veil.errors import ParameterError
+
+PACK_COLUMN = "pack"
+CIPHERTEXT_COLUMN = "ct"
+MAX_SUMMANDS = 2**32  # ciphertexts one product may multiply (packs of one table, with inserts)
+
+
+def value_bits(ranges: Sequence[tuple[int | None, int | None]]) -> int:
+    """Signed bits for every expression's encoded range, with 4 bits of headroom for inserts."""
+    magnitude = max((max(abs(lo or 0), abs(hi or 0)) for lo, hi in ranges), default=0)
+    return max(8, min(64, magnitude.bit_length() + 1 + 4))
+
+
+def side_schema() -> pa.Schema:
+    return pa.schema([(PACK_COLUMN, pa.int64()), (CIPHERTEXT_COLUMN, pa.binary())])
+
+
+def in_positions(mask: int, rows: int) -> list[int]:
+    """The row positions a pack mask selects (bit i <-> position i)."""
+    if mask < 0 or mask >> rows:
+        raise ParameterError(f"pack mask {mask:#x} selects positions beyond 0..{rows - 1}")
+    return [i for i in range(rows) if mask >> i & 1]
+
+
+def slot_masks(slots: np.ndarray, rows: int) -> dict[int, int]:
+    """``{pack: mask}`` of a set of slots (what the server's bit_or computes)."""
+    packs, positions = np.divmod(np.asarray(slots, np.int64), rows)
+    masks: dict[int, int] = {}
+    for pack, position in zip(packs.tolist(), positions.tolist(), strict=True):
+        masks[pack] = masks.get(pack, 0) | 1 << position
+    return masks
+
+
+class HomGroupCipher:
+    """Packs, encrypts and reads one table's HOM group."""
+
+    def __init__(self, master: MasterKey, group: HomGroup):
+        self.group = group
+        self._master = master
+        self.packer = HomPacker.from_master(
+            master,
+            group.key_scope,
+            group.value_bits,
+            len(group.sources),
+            max_summands=MAX_SUMMANDS,
+            rows_per_ciphertext=group.rows_per_ciphertext,
+            names=group.sources,
+            column=f"HOM group of {len(group.sources)} sums",
+        )
+
+    @classmethod
+    def sized(cls, master: MasterKey, group: HomGroup, bits: int) -> HomGroupCipher:
+        """Fix the group's value width and fill the plaintext with as many rows as fit."""
+        group.value_bits = bits
+        group.rows_per_ciphertext = HomPacker.from_master(
+            master, group.key_scope, bits, len(group.sources), max_summands=MAX_SUMMANDS
+        ).rows_per_ciphertext
+        return cls(master, group)
+
+    @property
+    def rows(self) -> int:
+        return self.group.rows_per_ciphertext
+
+    @property
+    def n_square(self) -> int:
+        return self.packer.n_square
+
+    def values(self, sources: dict[str, pa.Array | pa.ChunkedArray]) -> np.ndarray:
+        """The ``(rows, k)`` int64 matrix of encoded values; NULL packs as 0."""
+        columns = []
+        for source, type_name in zip(self.group.sources, self.group.types, strict=True):
+            encoded = encode(sources[source], SqlType(type_name)).fill_null(0)
+            columns.append(self.packer._checked(encoded, len(columns)))
+        return np.stack(columns, axis=1) if columns else np.zeros((0, 0), np.int64)
+
+    def encrypt_packs(
+        self, values: np.ndarray, first_pack: int, pool: EncryptionPool | None = None
+    ) -> pa.Table:
+        """Side-table rows ``(pack, ct)`` for ``values`` starting at ``first_pack``."""
+        per, k = self.rows, len(self.group.sources)
+        count = -(-len(values) // per)
+        padded = np.zeros((count * per, k), np.int64)
+        padded[: len(values)] = values
+        plaintexts = self.packer.layout.pack(padded.reshape(count, per * k))
+        if pool is not None:
+            ciphertexts = pool.encrypt(plaintexts)
+        else:
+            with EncryptionPool(self._master, self.group.key_scope) as own:
+                ciphertexts = own.encrypt(plaintexts)
+        packs = pa.array(np.arange(first_pack, first_pack + count, dtype=np.int64))
+        return pa.table([packs, pa.array(ciphertexts, pa.binary())], schema=side_schema())
+
+    def masked_sums(self, products: pa.Array, masks: Sequence[int]) -> list[list[int] | None]:
+        """Per product: the sums of each expression over the mask's positions."""
+        decrypt: Callable[..., list[int]] = self.packer.decrypt_sums
+        return [
+            None if c is None else decrypt(c, positions=in_positions(int(m), self.rows))
+            for c, m in zip(products.to_pylist(), masks, strict=True)
+        ]

@@ -1,0 +1,65 @@
+"""Slot and mask arithmetic of packed HOM groups, and masked sums of pack products."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from veil.crypto.hom import sum_ciphertexts
+from veil.crypto.keys import MasterKey
+from veil.design.model import HomGroup
+from veil.errors import ParameterError
+from veil.exec.hom_group import HomGroupCipher, in_positions, slot_masks, value_bits
+
+
+def test_slot_masks_group_slots_by_pack() -> None:
+    # R = 4: slots 0..3 are pack 0, 4..7 pack 1; slot 9 is pack 2, position 1.
+    assert slot_masks(np.array([0, 1, 2, 3, 5, 9]), 4) == {0: 0b1111, 1: 0b0010, 2: 0b0010}
+
+
+def test_in_positions_reads_the_mask_bits() -> None:
+    assert in_positions(0b1011, 4) == [0, 1, 3]
+    assert in_positions(0, 4) == []
+    with pytest.raises(ParameterError, match="beyond"):
+        in_positions(0b10000, 4)
+
+
+def test_value_bits_covers_the_range_with_headroom() -> None:
+    assert value_bits([(0, 100)]) == 12  # 7 bits + sign + 4
+    assert value_bits([(-(2**40), 5), (None, None)]) == 46
+    assert value_bits([]) == 8
+    assert value_bits([(0, 2**70)]) == 64
+
+
+@pytest.fixture(scope="module")
+def cipher() -> HomGroupCipher:
+    group = HomGroup("t_side", "c_slot", ["a", "a * b"], ["BIGINT", "BIGINT"], "hom:test")
+    return HomGroupCipher.sized(MasterKey(b"\x07" * 32), group, 24)
+
+
+def test_sized_group_fills_the_plaintext(cipher: HomGroupCipher) -> None:
+    # 24 value bits + 32 bits of padding = 56-bit slots; 2 slots per row; 2047 bits.
+    assert cipher.rows == 2047 // (56 * 2)
+    assert cipher.group.value_bits == 24
+
+
+def test_masked_sums_add_only_the_selected_rows(cipher: HomGroupCipher) -> None:
+    rng = np.random.default_rng(5)
+    rows = 3 * cipher.rows + 2  # the last pack is partial
+    values = rng.integers(-1000, 1000, (rows, 2))
+    side = cipher.encrypt_packs(values, 0)
+    assert side.column("pack").to_pylist() == [0, 1, 2, 3]
+    chosen = np.sort(rng.choice(rows, 25, replace=False))
+    # What the server does: per mask, multiply the packs holding the chosen rows.
+    by_mask: dict[int, list[int]] = {}
+    for pack, mask in slot_masks(chosen, cipher.rows).items():
+        by_mask.setdefault(mask, []).append(pack)
+    cts = side.column("ct").to_pylist()
+    products = [
+        sum_ciphertexts(pa.array([cts[p] for p in packs]), cipher.n_square)
+        for packs in by_mask.values()
+    ]
+    sums = cipher.masked_sums(pa.array(products, pa.binary()), list(by_mask))
+    total = [sum(s[i] for s in sums if s is not None) for i in range(2)]
+    assert total == values[chosen].sum(axis=0).tolist()
