@@ -85,5 +85,5 @@ class EncryptionPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> str:
         raise TypeError("an EncryptionPool holds key material and is not picklable")

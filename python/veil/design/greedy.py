@@ -147,14 +147,15 @@ def _hom_group(table: str, columns: list[Column], needs: WorkloadNeeds) -> HomGr
     from its columns' other encryptions.
     """
     catalog = _catalog(table, columns)
-    sources, types = [], []
+    sources: list[str] = []
+    types: list[str] = []
     for t, source in sorted(needs.sums):
         sql_type = _expression_type(catalog, table, source) if t == table else None
         exact = sql_type is not None and SqlType(sql_type).kind in (INT_KIND, DECIMAL_KIND)
         if not exact or not null_follows_columns(source):
             continue  # Paillier sums exact numbers; the rest is summed by the client
         sources.append(source)
-        types.append(sql_type)
+        types.append(str(sql_type))
     catalog.close()
     if not sources:
         return None
@@ -173,8 +174,8 @@ def null_follows_columns(source: str) -> bool:
         tree = sqlglot.parse_one(source, read="duckdb")
     except sqlglot.errors.ParseError:
         return False
-    allowed = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Neg)
-    allowed += (exp.Add, exp.Sub, exp.Mul, exp.Cast, exp.DataType)
+    allowed: tuple[type[exp.Expr], ...] = (exp.Column, exp.Identifier, exp.Literal, exp.Paren)
+    allowed += (exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Cast, exp.DataType)
     return all(isinstance(node, allowed) for node in tree.walk())
 
 

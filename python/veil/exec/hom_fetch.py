@@ -48,7 +48,9 @@ def finish_packed_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> p
             continue
         assert item.hom_index is not None
         sql_type = SqlType(table.hom.types[item.hom_index])
-        columns[name] = _decimals([s and s[item.hom_index] for s in sums], sql_type.scale)
+        columns[name] = _decimals(
+            [None if s is None else s[item.hom_index] for s in sums], sql_type.scale
+        )
     return _reaggregate(pa.table(columns), aggregation)
 
 

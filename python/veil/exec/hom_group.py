@@ -97,7 +97,7 @@ class HomGroupCipher:
 
     def values(self, sources: dict[str, pa.Array | pa.ChunkedArray]) -> np.ndarray:
         """The ``(rows, k)`` int64 matrix of encoded values; NULL packs as 0."""
-        columns = []
+        columns: list[np.ndarray] = []
         for source, type_name in zip(self.group.sources, self.group.types, strict=True):
             encoded = encode(sources[source], SqlType(type_name)).fill_null(0)
             columns.append(self.packer._checked(encoded, len(columns)))

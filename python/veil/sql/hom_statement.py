@@ -20,6 +20,7 @@ once and adds, per summed expression, the slots at the mask's positions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -33,7 +34,7 @@ _INNER, _SIDE = "g", "h"
 
 
 def pack_level_select(
-    key_columns: list[exp.Expr], values: list[exp.Expr], table: TableDesign
+    key_columns: Sequence[exp.Expr], values: Sequence[exp.Expr], table: TableDesign
 ) -> exp.Select:
     """Inner level: keys, pack, position mask and partial aggregates per (keys, pack)."""
     group = table.hom
