@@ -10,7 +10,13 @@ from veil.crypto.hom import sum_ciphertexts
 from veil.crypto.keys import MasterKey
 from veil.design.model import HomGroup
 from veil.errors import ParameterError
-from veil.exec.hom_group import HomGroupCipher, in_positions, slot_masks, value_bits
+from veil.exec.hom_group import (
+    MAX_ROWS_PER_CIPHERTEXT,
+    HomGroupCipher,
+    in_positions,
+    slot_masks,
+    value_bits,
+)
 
 
 def test_slot_masks_group_slots_by_pack() -> None:
@@ -38,9 +44,10 @@ def cipher() -> HomGroupCipher:
     return HomGroupCipher.sized(MasterKey(b"\x07" * 32), group, 24)
 
 
-def test_sized_group_fills_the_plaintext(cipher: HomGroupCipher) -> None:
-    # 24 value bits + 32 bits of padding = 56-bit slots; 2 slots per row; 2047 bits.
-    assert cipher.rows == 2047 // (56 * 2)
+def test_sized_group_fills_the_plaintext_up_to_the_row_cap(cipher: HomGroupCipher) -> None:
+    # 24 value bits + 32 bits of padding = 56-bit slots; 2 slots per row; 2047 bits
+    # would hold 18 rows, but at most 8 keep the masks per group few
+    assert cipher.rows == min(2047 // (56 * 2), MAX_ROWS_PER_CIPHERTEXT) == 8
     assert cipher.group.value_bits == 24
 
 
@@ -63,3 +70,18 @@ def test_masked_sums_add_only_the_selected_rows(cipher: HomGroupCipher) -> None:
     sums = cipher.masked_sums(pa.array(products, pa.binary()), list(by_mask))
     total = [sum(s[i] for s in sums if s is not None) for i in range(2)]
     assert total == values[chosen].sum(axis=0).tolist()
+
+
+def test_cost_rule_sends_q1_shaped_sums_to_the_server_only_at_scale() -> None:
+    from veil.design.model import DET, Encryption, HomGroup, TableDesign
+    from veil.sql.pushdown_aggregates import few_groups
+
+    def table(rows: int) -> TableDesign:
+        flag = Encryption("c_f", "flag", DET, "VARCHAR", "det:t.flag", {"distinct": 6})
+        key = Encryption("c_k", "key", DET, "BIGINT", "det:t.key", {"distinct": rows // 4})
+        group = HomGroup("t_h", "c_s", ["a", "b"], ["BIGINT"] * 2, "hom:t", rows_per_ciphertext=4)
+        return TableDesign("t", "t_x", "c_r", [], [flag, key], row_count=rows, hom=group)
+
+    assert few_groups(table(6_000_000), ["flag"])  # TPC-H Q1 at SF 1: 6 groups
+    assert not few_groups(table(60_000), ["flag"])  # SF 0.01: fetching is cheaper
+    assert not few_groups(table(6_000_000), ["key"])  # Q18: 1.5M groups

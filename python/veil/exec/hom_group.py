@@ -61,6 +61,13 @@ def slot_masks(slots: np.ndarray, rows: int) -> dict[int, int]:
     return masks
 
 
+# A group's partial packs each bring their own position mask, and every
+# distinct (group, mask) costs the client one decryption (~2 ms): at most
+# 2^R masks per group keeps that bounded, at the price of more ciphertexts
+# (one per R rows) when only a few sums share a row.
+MAX_ROWS_PER_CIPHERTEXT = 8
+
+
 class HomGroupCipher:
     """Packs, encrypts and reads one table's HOM group."""
 
@@ -82,9 +89,10 @@ class HomGroupCipher:
     def sized(cls, master: MasterKey, group: HomGroup, bits: int) -> HomGroupCipher:
         """Fix the group's value width and fill the plaintext with as many rows as fit."""
         group.value_bits = bits
-        group.rows_per_ciphertext = HomPacker.from_master(
+        fit = HomPacker.from_master(
             master, group.key_scope, bits, len(group.sources), max_summands=MAX_SUMMANDS
         ).rows_per_ciphertext
+        group.rows_per_ciphertext = min(fit, MAX_ROWS_PER_CIPHERTEXT)
         return cls(master, group)
 
     @property

@@ -21,6 +21,7 @@ from veil.backends import Backend, connect, n_square_bytes
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import SqlType, encode_scalar
+from veil.errors import ParameterError
 from veil.exec.bind import apply_binds, fetch_order
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
@@ -57,6 +58,7 @@ class Session:
         self.design: PhysicalDesign = self.client.design(self.master)
         self.backend: Backend = _open_backend(self.client.server_url())
         self.ciphers = CipherCache(self.master)
+        self.hom_pushdown = _hom_pushdown()
         self.local = duckdb.connect()
         self.catalog = duckdb.connect()
         self._owners: dict[str, TableDesign] = {}
@@ -218,3 +220,16 @@ def _release_backend(backend: Backend) -> None:
 
 def _duckdb_message(exc: duckdb.Error) -> str:
     return str(exc).replace("\n", " ").strip()
+
+
+HOM_PUSHDOWN_CHOICES = ("auto", "always", "never")
+
+
+def _hom_pushdown() -> str:
+    """``VEIL_HOM_PUSHDOWN``: when packed HOM sums run on the server (default ``auto``)."""
+    policy = os.environ.get("VEIL_HOM_PUSHDOWN", "auto").lower()
+    if policy not in HOM_PUSHDOWN_CHOICES:
+        raise ParameterError(
+            f"VEIL_HOM_PUSHDOWN={policy!r} is not one of {', '.join(HOM_PUSHDOWN_CHOICES)}"
+        )
+    return policy

@@ -31,8 +31,9 @@ from veil.sql.plan import Aggregation, Scan
 from veil.sql.rewrite_server import ServerContext
 
 AGG_PREFIX = "__veil_agg_"
-# Rows summed per group below which HOM sums stay on the client (see ``few_groups``).
-HOM_ROWS_PER_GROUP = 256
+# The cost rule's figures (``few_groups``), measured on this project's machine.
+HOM_DECRYPT_SECONDS = 2.2e-3
+CLIENT_SECONDS_PER_ROW = 2e-6
 
 
 def pushdown_aggregates(
@@ -90,8 +91,8 @@ def _aggregation(
     aggregates = [a for a in select.find_all(exp.AggFunc)]
     if not aggregates:
         return None
-    if any(isinstance(a, exp.Sum | exp.Avg) for a in aggregates) and not few_groups(
-        scan.table, keys
+    if any(isinstance(a, exp.Sum | exp.Avg) for a in aggregates) and not _hom_pays(
+        ctx.hom_pushdown, scan.table, keys
     ):
         return None  # one decryption per group and pack mask would cost more than the rows
     aggregation = Aggregation(keys=keys)
@@ -167,21 +168,36 @@ def _count_present(table: TableDesign, source: str) -> exp.Expr:
     return exp.Count(this=case)
 
 
-def few_groups(table: TableDesign, keys: list[str]) -> bool:
-    """The cost rule for HOM sums: push them down only over few groups.
+def _hom_pays(policy: str, table: TableDesign, keys: list[str]) -> bool:
+    """``auto``: the cost rule decides; ``always`` / ``never`` override it."""
+    if policy == "never":
+        return False
+    return table.hom is not None if policy == "always" else few_groups(table, keys)
 
-    Each (group, pack mask) row costs the client one Paillier decryption
-    (~2 ms); summing on the client costs ~5-10 us per fetched row. So HOM
-    sums go to the server when the groups (estimated from the distinct
-    counts the loader recorded, their product for several keys) number at
-    most ``row_count / HOM_ROWS_PER_GROUP``.
+
+def few_groups(table: TableDesign, keys: list[str]) -> bool:
+    """The cost rule for HOM sums: push them down when decrypting costs less than fetching.
+
+    Each (group, pack mask) row the server returns costs the client one
+    Paillier decryption (``HOM_DECRYPT_SECONDS``); a group has at most
+    ``2^R`` masks and at most as many as it has packs. Summing on the client
+    instead costs about ``CLIENT_SECONDS_PER_ROW`` per row (fetch, decrypt,
+    add). Groups are estimated from the distinct counts the loader recorded
+    (their product for several keys; the row count when unknown).
     """
+    group = table.hom
+    rows = max(table.row_count, 1)
+    if group is None:
+        return False
     groups = 1
     for key in keys:
         enc = table.find(key, DET)
         distinct = enc.params.get("distinct") if enc is not None else None
-        groups *= int(str(distinct)) if distinct is not None else max(table.row_count, 1)
-    return groups * HOM_ROWS_PER_GROUP <= table.row_count
+        groups *= int(str(distinct)) if distinct is not None else rows
+    groups = min(groups, rows)
+    packs_per_group = -(-rows // (group.rows_per_ciphertext * groups))
+    masks = min(2**group.rows_per_ciphertext, packs_per_group + 1)
+    return groups * masks * HOM_DECRYPT_SECONDS <= rows * CLIENT_SECONDS_PER_ROW
 
 
 def _columns_are_keys(

@@ -31,6 +31,9 @@ from veil.sql.plan import Scan
 class ServerContext(Protocol):
     """What rewriting needs from the session: keys (via ciphers) and server functions."""
 
+    # when HOM sums go to the server: "auto" (cost rule), "always" or "never"
+    hom_pushdown: str
+
     def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
         """The constant's ciphertext under ``enc``, or None if it cannot be exact."""
         ...
