@@ -18,7 +18,6 @@ from functools import cache
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veil.crypto.keys import MasterKey
 from veil.design.model import DET, HOM, OPE, RND, SEARCH, Encryption
@@ -74,46 +73,10 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
         bits = int(str(encryption.params.get("bits", 64)))
         ope = module.Ope.from_master(master, encryption.key_scope, bits, signed=True, column=label)
         return _Int64Cipher(ope)
-    if scheme == HOM:
-        packer = module.HomPacker.from_master(
-            master, encryption.key_scope, 64, 1, rows_per_ciphertext=1, column=label
-        )
-        return HomCipher(packer)
     if scheme == SEARCH:
         search = module.Search.from_master(master, encryption.key_scope, column=label)
         return SearchCipher(search)
     raise ParameterError(f"scheme {scheme} cannot be used column-wise ({label!r})")
-
-
-class HomCipher:
-    """HOM (Paillier, one value per ciphertext): the server sums, the client reads sums.
-
-    A NULL value gets a NULL ciphertext (not an encryption of 0), so the
-    server's COUNT of the column counts exactly the values SUM adds.
-    """
-
-    def __init__(self, packer: Any):
-        self._packer = packer
-
-    @property
-    def n_square(self) -> int:
-        return int(self._packer.n_square)
-
-    def encrypt(self, encoded: pa.Array) -> pa.Array:
-        ciphertexts = self._packer.encrypt([encoded])
-        if isinstance(ciphertexts, pa.ChunkedArray):
-            ciphertexts = ciphertexts.combine_chunks()
-        if encoded.null_count == 0:
-            return ciphertexts
-        return pc.if_else(pc.is_valid(encoded), ciphertexts, pa.scalar(None, ciphertexts.type))
-
-    def decrypt(self, stored: pa.Array) -> pa.Array:
-        """Encoded sums of summed ciphertexts (one per group); NULL stays NULL."""
-        sums = self._packer.decrypt_sums_many(stored)
-        return pa.array([None if s is None else s[0] for s in sums], pa.int64())
-
-    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
-        raise ParameterError("HOM ciphertexts are for sums; constants cannot be compared with them")
 
 
 class SearchCipher:
