@@ -25,7 +25,7 @@ import psycopg
 from veil.backends import Backend, connect
 from veil.backends.base import quote
 from veil.backends.pgcluster import ThrowawayCluster
-from veil.design.model import PhysicalDesign, TableDesign
+from veil.design.model import DESIGN_VERSION, PhysicalDesign, TableDesign
 from veil.exec.clientdir import open_client_dir
 from veil.load.loader import load
 from veil.tpch.gen import TABLES, generate, read_table
@@ -81,7 +81,7 @@ def prepare(
             data,
         )
         marker = root / MARKER
-        if marker.exists():
+        if marker.exists() and _design_is_current(root / "client"):
             servers.load_seconds = json.loads(marker.read_text())
             say(f"reusing the databases loaded in {root}")
             return servers
@@ -111,6 +111,15 @@ def prepare(
         servers.close()
         raise
     return servers
+
+
+def _design_is_current(client_dir: Path) -> bool:
+    """Whether a cached Veil database was loaded under this Veil's design version."""
+    try:
+        version = json.loads((client_dir / "design.json").read_text()).get("version")
+    except (OSError, ValueError):
+        return False
+    return bool(version == DESIGN_VERSION)
 
 
 def _load_both(servers: BenchServers) -> None:
