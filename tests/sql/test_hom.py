@@ -16,6 +16,7 @@ import pytest
 import sqlglot
 from tests.sql.oracle import assert_same
 
+import veil.load.loader as loader
 from veil.exec.hom_group import slot_masks
 from veil.exec.session import Session
 from veil.load.loader import load
@@ -63,7 +64,10 @@ def hom_session(
     else:
         cluster = request.getfixturevalue("postgres_cluster")
         url = cluster.create_schema("veil_sql_hom")
-    load(str(readings_dir), url, str(root / "client"), QUERIES, progress=lambda _: None)
+    with pytest.MonkeyPatch.context() as patch:
+        # several load batches, so slots and packs must continue across batches
+        patch.setattr(loader, "BATCH_ROWS", 700)
+        load(str(readings_dir), url, str(root / "client"), QUERIES, progress=lambda _: None)
     opened = Session(root / "client")
     opened.hom_pushdown = "always"  # these tables are far too small for the cost rule
     yield opened

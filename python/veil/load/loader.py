@@ -132,7 +132,8 @@ def _encrypted_batches(
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
         )
-        yield from encryptor.encrypt(plain).to_batches()
+        # slots number the rows across batches: row i of the table is in pack i // R
+        yield from encryptor.encrypt(plain, first_slot=done).to_batches()
         done += batch.num_rows
         say(f"{source.name}: {done} rows encrypted")
 
