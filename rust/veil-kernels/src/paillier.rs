@@ -24,6 +24,9 @@ use rug::{Assign, Integer};
 use crate::binary::BinaryColumn;
 use crate::KernelError;
 
+/// Below this many ciphertexts a group product stays on the calling thread.
+const PARALLEL_MIN_ROWS: usize = 4096;
+
 /// The version byte of every stored Paillier ciphertext.
 pub const CIPHERTEXT_VERSION: u8 = 0x01;
 
@@ -110,15 +113,83 @@ impl CiphertextGroup {
         check_group_offsets(group_offsets, members.len())?;
         let groups = group_offsets.len().saturating_sub(1);
         let mut out = vec![0u8; groups * self.stride()];
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut work = Work::default();
-        for (bounds, slot) in group_offsets
-            .windows(2)
+        if threads < 2 || members.len() < PARALLEL_MIN_ROWS {
+            for (bounds, slot) in group_offsets
+                .windows(2)
+                .zip(out.chunks_exact_mut(self.stride()))
+            {
+                self.accumulate(members, bounds[0] as usize..bounds[1] as usize, &mut work)?;
+                self.write(&mut work, slot);
+            }
+            return Ok(out);
+        }
+        let partials = self.parallel_partials(members, group_offsets, threads)?;
+        let mut products = vec![Integer::from(1); groups];
+        for (group, partial) in partials {
+            work.product.assign(&products[group] * &partial);
+            products[group].assign(&work.product % &self.n_square);
+        }
+        for (product, slot) in products
+            .into_iter()
             .zip(out.chunks_exact_mut(self.stride()))
         {
-            let rows = bounds[0] as usize..bounds[1] as usize;
-            self.product_into(members, rows, &mut work, slot)?;
+            work.acc = product;
+            self.write(&mut work, slot);
         }
         Ok(out)
+    }
+
+    /// Partial products of pieces of the groups, computed on `threads` threads:
+    /// multiplication modulo n^2 is associative, so a group's pieces can be
+    /// multiplied apart and their products combined afterwards.
+    fn parallel_partials(
+        &self,
+        members: &BinaryColumn<'_>,
+        group_offsets: &[i64],
+        threads: usize,
+    ) -> Result<Vec<(usize, Integer)>, KernelError> {
+        let piece = members
+            .len()
+            .div_ceil(threads * 4)
+            .max(PARALLEL_MIN_ROWS / 4);
+        let mut tasks = Vec::new();
+        for (group, bounds) in group_offsets.windows(2).enumerate() {
+            let (start, end) = (bounds[0] as usize, bounds[1] as usize);
+            let mut from = start;
+            while from < end {
+                let to = (from + piece).min(end);
+                tasks.push((group, from..to));
+                from = to;
+            }
+        }
+        let tasks = &tasks;
+        let results: Vec<Result<Vec<(usize, Integer)>, KernelError>> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|thread| {
+                        scope.spawn(move || {
+                            let mut work = Work::default();
+                            let mut done = Vec::new();
+                            for (group, rows) in tasks.iter().skip(thread).step_by(threads) {
+                                self.accumulate(members, rows.clone(), &mut work)?;
+                                done.push((*group, work.acc.clone()));
+                            }
+                            Ok(done)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a Paillier worker thread panicked"))
+                    .collect()
+            });
+        let mut partials = Vec::new();
+        for result in results {
+            partials.extend(result?);
+        }
+        Ok(partials)
     }
 
     fn product_into(
@@ -128,13 +199,24 @@ impl CiphertextGroup {
         work: &mut Work,
         slot: &mut [u8],
     ) -> Result<(), KernelError> {
+        self.accumulate(column, rows, work)?;
+        self.write(work, slot);
+        Ok(())
+    }
+
+    /// `work.acc` = the product of the present ciphertexts of `rows` (1 if none).
+    fn accumulate(
+        &self,
+        column: &BinaryColumn<'_>,
+        rows: std::ops::Range<usize>,
+        work: &mut Work,
+    ) -> Result<(), KernelError> {
         work.acc.assign(1);
         for row in rows {
             if let Some(value) = column.value(row) {
                 self.multiply(work, self.body(row, value)?);
             }
         }
-        self.write(work, slot);
         Ok(())
     }
 
@@ -304,6 +386,30 @@ mod tests {
         assert_eq!(unwire(&total), vec![2 * 10000 * 3 * 4 % N_SQUARE]);
         let sums = group().group_products(&members, &[0, 3, 3, 5]).unwrap();
         assert_eq!(unwire(&sums), vec![20000, 1, 12]);
+    }
+
+    #[test]
+    fn parallel_group_products_equal_sequential_ones() {
+        // enough rows for the threaded path, with NULLs, an empty group and
+        // a group much larger than one piece
+        let values: Vec<Option<u64>> = (0..3 * PARALLEL_MIN_ROWS as u64)
+            .map(|i| (i % 11 != 0).then_some(1 + i * 7919 % (N_SQUARE - 1)))
+            .collect();
+        let (o, d, v) = column(&values);
+        let members = BinaryColumn::new(&o, &d, Some(&v)).unwrap();
+        let n = values.len() as i64;
+        let offsets = [0, 5, 5, 1000, n - 1, n];
+        let sums = unwire(&group().group_products(&members, &offsets).unwrap());
+        let expected: Vec<u64> = offsets
+            .windows(2)
+            .map(|b| {
+                values[b[0] as usize..b[1] as usize]
+                    .iter()
+                    .flatten()
+                    .fold(1, |acc, c| acc * c % N_SQUARE)
+            })
+            .collect();
+        assert_eq!(sums, expected);
     }
 
     #[test]
