@@ -108,6 +108,17 @@ class Backend(Protocol):
         """The server optimizer's row count and cost for a statement (EXPLAIN)."""
         ...
 
+    def inline_parameters(
+        self, statement: exp.Expression, params: list[object]
+    ) -> tuple[exp.Expression, list[object]]:
+        """``statement`` and ``params`` as this backend reads their results fastest.
+
+        A backend may write the parameters (always ciphertexts or public
+        values) into the statement as literals; the result is then rendered
+        and sent with the parameters left over.
+        """
+        ...
+
     def hom_sum(self, ciphertexts: exp.Expression, n_square: exp.Expression) -> exp.Expression:
         """Aggregate expression: the Paillier sum (product mod n^2) of a ciphertext column.
 

@@ -234,6 +234,31 @@ class PostgresBackend(StagedBackend):
         top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
         return Estimate(rows=float(top["Plan Rows"]), cost=float(top["Total Cost"]))
 
+    def inline_parameters(
+        self, statement: exp.Expression, params: list[object]
+    ) -> tuple[exp.Expression, list[object]]:
+        """Ciphertext parameters written into the statement as literals.
+
+        A statement without parameters is read through ADBC's COPY BINARY
+        path, about 3x faster than a prepared statement's rows
+        (docs/backends.md). Every parameter Veil sends is a ciphertext or a
+        public value (integers: DET / OPE ciphertexts; bytes: DET, SEARCH
+        tokens, n^2), so the text shows nothing more than the parameters did.
+        """
+        if not params or not all(isinstance(p, int | bytes) for p in params):
+            return statement, params
+
+        def literal(node: exp.Expression) -> exp.Expression:
+            if not isinstance(node, exp.Placeholder) or node.args.get("this") is None:
+                return node
+            value = params[int(node.name) - 1]
+            if isinstance(value, int):
+                return exp.Literal.number(value)
+            assert isinstance(value, bytes)
+            return exp.cast(exp.Literal.string("\\x" + value.hex()), "BYTEA")
+
+        return statement.transform(literal), []
+
     def hom_sum(self, ciphertexts: exp.Expression, n_square: exp.Expression) -> exp.Expression:
         self._need_extension()
         return exp.Anonymous(this=HOM_SUM, expressions=[ciphertexts, n_square])

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import pyarrow as pa
+from sqlglot import exp
 
 from veil.backends.base import (
     STAGING_SUFFIX,
@@ -47,6 +48,11 @@ class StagedBackend:
 
     def _insert(self, table: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
         raise NotImplementedError
+
+    def inline_parameters(
+        self, statement: exp.Expression, params: list[object]
+    ) -> tuple[exp.Expression, list[object]]:
+        return statement, params  # parameters as they are, unless a backend prefers literals
 
     # -- loading ----------------------------------------------------------------
 

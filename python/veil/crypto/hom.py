@@ -249,7 +249,7 @@ class HomPacker:
 
     def encrypt(self, columns: Sequence[object]) -> pa.Array | pa.ChunkedArray:
         """``ceil(rows / rows_per_ciphertext)`` ciphertexts of equal-length columns."""
-        matrix = self._row_matrix(columns)
+        matrix = self.row_matrix(columns)
         per = self.rows_per_ciphertext
         count = -(-len(matrix) // per)
         padded = np.zeros((count * per, self.columns), np.int64)
@@ -259,7 +259,8 @@ class HomPacker:
         ciphertexts = self.key.raw_encrypt_many([mpz(p) % n for p in plaintexts])
         return wire_array(ciphertexts, self.public.width)
 
-    def _row_matrix(self, columns: Sequence[object]) -> np.ndarray:
+    def row_matrix(self, columns: Sequence[object]) -> np.ndarray:
+        """The ``(rows, columns)`` int64 matrix of checked values; NULL as 0."""
         if len(columns) != self.columns:
             raise ParameterError(f"packer takes {self.columns} columns, got {len(columns)}")
         arrays = [self._checked(values, i) for i, values in enumerate(columns)]

@@ -58,9 +58,8 @@ def _remote(
     statement: exp.Select, params: list[object], backend: Backend, stats: FetchStats
 ) -> pa.Table:
     """Run one RemoteSQL statement, counting its time and bytes."""
-    if backend.dialect == "postgres" and params:
-        statement, params = inline_ciphertexts(statement, params)
-    sql = render(statement, backend.dialect)
+    sent, params = backend.inline_parameters(statement, params)
+    sql = render(sent, backend.dialect)
     started = time.perf_counter()
     fetched = backend.execute(sql, params or None)
     stats.server_seconds += time.perf_counter() - started
@@ -68,34 +67,6 @@ def _remote(
     stats.bytes_received += fetched.nbytes
     stats.remote_sql.append(sql)
     return fetched
-
-
-def inline_ciphertexts(
-    statement: exp.Select, params: list[object]
-) -> tuple[exp.Select, list[object]]:
-    """Write the (ciphertext) parameters into the statement as literals.
-
-    PostgreSQL answers a statement without parameters through ADBC's COPY
-    BINARY path, about 3x faster to read than a prepared statement's rows
-    (docs/backends.md). Every parameter Veil sends is a ciphertext or a
-    public value (integers: DET / OPE ciphertexts; bytes: DET, SEARCH tokens,
-    n^2), so the text shows nothing more than the parameters did.
-    """
-    if not all(isinstance(p, int | bytes) for p in params):
-        return statement, params
-
-    def literal(node: exp.Expr) -> exp.Expr:
-        if not isinstance(node, exp.Placeholder) or node.args.get("this") is None:
-            return node
-        value = params[int(node.name) - 1]
-        if isinstance(value, int):
-            return exp.Literal.number(value)
-        assert isinstance(value, bytes)
-        return exp.cast(exp.Literal.string("\\x" + value.hex()), "BYTEA")
-
-    inlined = statement.transform(literal)
-    assert isinstance(inlined, exp.Select)
-    return inlined, []
 
 
 def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchStats) -> pa.Table:

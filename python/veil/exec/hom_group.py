@@ -105,11 +105,11 @@ class HomGroupCipher:
 
     def values(self, sources: dict[str, pa.Array | pa.ChunkedArray]) -> np.ndarray:
         """The ``(rows, k)`` int64 matrix of encoded values; NULL packs as 0."""
-        columns: list[np.ndarray] = []
-        for source, type_name in zip(self.group.sources, self.group.types, strict=True):
-            encoded = encode(sources[source], SqlType(type_name)).fill_null(0)
-            columns.append(self.packer._checked(encoded, len(columns)))
-        return np.stack(columns, axis=1) if columns else np.zeros((0, 0), np.int64)
+        encoded = [
+            encode(sources[source], SqlType(type_name))
+            for source, type_name in zip(self.group.sources, self.group.types, strict=True)
+        ]
+        return self.packer.row_matrix(encoded)
 
     def encrypt_packs(
         self, values: np.ndarray, first_pack: int, pool: EncryptionPool | None = None

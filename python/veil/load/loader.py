@@ -153,13 +153,7 @@ def _load_hom_group(
     """
     group = table.hom
     assert group is not None
-    ranges = []
-    for expression, type_name in zip(group.sources, group.types, strict=True):
-        low, high = source.min_max(con, expression)
-        sql_type = SqlType(type_name)
-        ranges.append(
-            (_as_int(encode_scalar(low, sql_type)), _as_int(encode_scalar(high, sql_type)))
-        )
+    ranges = _encoded_ranges(source, con, list(zip(group.sources, group.types, strict=True)))
     cipher = HomGroupCipher.sized(master, group, value_bits(ranges))
     encryptor = TableEncryptor(master, table)
     with EncryptionPool(master, group.key_scope) as pool:
@@ -218,15 +212,26 @@ def _size_ope_columns(
     or their ciphertexts would not be comparable.
     """
     widths: dict[str, int] = {}
-    for enc in uses_ope(table):
-        low, high = source.min_max(con, enc.source)
-        sql_type = SqlType(enc.type)
-        bits = ope_bits(
-            _as_int(encode_scalar(low, sql_type)), _as_int(encode_scalar(high, sql_type))
-        )
-        widths[enc.key_scope] = max(bits, widths.get(enc.key_scope, 0))
-    for enc in uses_ope(table):
+    columns = uses_ope(table)
+    ranges = _encoded_ranges(source, con, [(enc.source, enc.type) for enc in columns])
+    for enc, (low, high) in zip(columns, ranges, strict=True):
+        widths[enc.key_scope] = max(ope_bits(low, high), widths.get(enc.key_scope, 0))
+    for enc in columns:
         enc.params["bits"] = widths[enc.key_scope]
+
+
+def _encoded_ranges(
+    source: SourceTable, con: duckdb.DuckDBPyConnection, columns: list[tuple[str, str]]
+) -> list[tuple[int | None, int | None]]:
+    """The encoded ``(min, max)`` of each ``(column or expression, SQL type)``, in one scan."""
+    bounds = source.ranges(con, [column for column, _ in columns])
+    encoded = []
+    for (low, high), (_, type_name) in zip(bounds, columns, strict=True):
+        sql_type = SqlType(type_name)
+        encoded.append(
+            (_as_int(encode_scalar(low, sql_type)), _as_int(encode_scalar(high, sql_type)))
+        )
+    return encoded
 
 
 def _as_int(value: int | bytes | None) -> int | None:

@@ -36,11 +36,16 @@ class SourceTable:
         reader = relation.to_arrow_reader(batch_rows)
         yield from reader
 
-    def min_max(self, con: duckdb.DuckDBPyConnection, column: str) -> tuple[object, object]:
-        """Range of a column or a per-row expression over the source table."""
-        value = f'"{column}"' if column.isidentifier() else f"({column})"
-        rows = con.execute(f"SELECT min({value}), max({value}) FROM {self.relation_sql}").fetchall()
-        return rows[0][0], rows[0][1]
+    def ranges(
+        self, con: duckdb.DuckDBPyConnection, columns: list[str]
+    ) -> list[tuple[object, object]]:
+        """``(min, max)`` of each column or per-row expression, in one scan of the source."""
+        if not columns:
+            return []
+        values = [f'"{c}"' if c.isidentifier() else f"({c})" for c in columns]
+        bounds = ", ".join(f"min({v}), max({v})" for v in values)
+        row = con.execute(f"SELECT {bounds} FROM {self.relation_sql}").fetchall()[0]
+        return [(row[2 * i], row[2 * i + 1]) for i in range(len(columns))]
 
 
 def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:
