@@ -59,3 +59,9 @@ class ParameterError(VeilError):
     """A scheme was configured with parameters it cannot work with."""
 
     anchor = "parameter"
+
+
+class InternalError(VeilError):
+    """Veil itself failed on a statement (a bug): nothing was changed; please report it."""
+
+    anchor = "internal"

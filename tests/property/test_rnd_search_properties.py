@@ -9,7 +9,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from veil.crypto.rnd import OVERHEAD, Rnd
-from veil.crypto.search import Search, like_pattern_words, search_match, tokenize
+from veil.crypto.search import Search, search_match, tokenize
+from veil.sql.prefilter_like import like_pattern_words
 
 RND = Rnd(bytes(range(32)), context=b"t.c", column="t.c")
 SEARCH = Search(bytes(range(32, 64)), column="t.text")

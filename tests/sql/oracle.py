@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from veil.sql.compare import difference
+from veil.sql.state import Pass
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -32,3 +33,9 @@ def assert_same(
 ) -> None:
     problem = difference(veil, expected, ordered)
     assert problem is None, f"{problem}\n{sql}"
+
+
+def without(passes: tuple[Pass, ...], dropped: Pass) -> tuple[Pass, ...]:
+    """The planner's passes less one (to compare a plan with and without it)."""
+    assert dropped in passes
+    return tuple(p for p in passes if p is not dropped)

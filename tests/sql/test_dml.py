@@ -97,13 +97,25 @@ def test_sums_after_dml_ran_on_the_server(
 
 
 def test_insert_errors(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
-    session, _ = pair
-    with pytest.raises(QueryError, match="no column"):
-        session.run("INSERT INTO nation (n_nationkey, nope) VALUES (1, 2)")
-    with pytest.raises(QueryError, match="value"):
-        session.run("INSERT INTO nation VALUES (1, 'X')")
-    with pytest.raises(QueryError, match="convert"):
-        session.run("INSERT INTO nation VALUES ('abc', 'X', 1, 'y')")
+    """DML that DuckDB rejects is rejected with DuckDB's reason, and nothing is written."""
+    session, plain = pair
+    before = session.run("SELECT COUNT(*) FROM nation").table.column(0)[0].as_py()
+    rejected = [
+        ("INSERT INTO nation (n_nationkey, nope) VALUES (1, 2)", "does not have a column"),
+        ("INSERT INTO nation VALUES (1, 'X')", "values"),
+        ("INSERT INTO nation VALUES ('abc', 'X', 1, 'y')", "Conversion"),
+        ("INSERT INTO nation (n_nationkey, n_nationkey) VALUES (1, 2)", "Duplicate column"),
+        ("UPDATE nation SET n_nationkey = 1, n_nationkey = 2", "Multiple assignments"),
+        ("UPDATE nation SET nope = 1", "nope"),
+        ("DELETE FROM nation WHERE nope = 1", "nope"),
+    ]
+    for sql, reason in rejected:
+        with pytest.raises(duckdb.Error):
+            plain.execute(f"BEGIN; {sql}; ROLLBACK")
+        plain.execute("ROLLBACK")
+        with pytest.raises(QueryError, match=reason):
+            session.run(sql)
+    assert session.run("SELECT COUNT(*) FROM nation").table.column(0)[0].as_py() == before
 
 
 def test_value_outside_ope_domain(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:

@@ -7,10 +7,11 @@ import pytest
 import sqlglot
 from sqlglot import exp
 from tests.sql.conftest import tpch_queries
-from tests.sql.oracle import assert_same, read_fixture
+from tests.sql.oracle import assert_same, read_fixture, without
 
 import veil.sql.planner as planner
 from veil.exec.session import Session
+from veil.sql.passes.pushdown_joins import pushdown_joins
 
 FEATURES = read_fixture("features.sql")
 
@@ -82,7 +83,7 @@ def test_pushdown_filters(session: Session, sql: str, filters: int) -> None:
 
 def test_join_reduction(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     # the per-table path (test_join_pushdown.py covers the server join that replaces it)
-    monkeypatch.setattr(planner, "pushdown_joins", lambda *args: [])
+    monkeypatch.setattr(planner, "PASSES", without(planner.PASSES, pushdown_joins))
     sql = (
         "SELECT COUNT(*) FROM orders, customer, nation WHERE o_custkey = c_custkey "
         "AND c_nationkey = n_nationkey AND n_name = 'PERU'"

@@ -74,7 +74,7 @@ def test_masked_sums_add_only_the_selected_rows(cipher: HomGroupCipher) -> None:
 
 def test_cost_rule_sends_q1_shaped_sums_to_the_server_only_at_scale() -> None:
     from veil.design.model import DET, Encryption, HomGroup, TableDesign
-    from veil.sql.pushdown_aggregates import few_groups
+    from veil.sql.passes.pushdown_aggregates import few_groups
 
     def table(rows: int) -> TableDesign:
         flag = Encryption("c_f", "flag", DET, "VARCHAR", "det:t.flag", {"distinct": 6})

@@ -30,11 +30,8 @@ no Unicode normalisation (NFC and NFD spellings are different words, as they
 are different strings to LIKE).
 
 Use for ``LIKE``: SEARCH finds whole words only. ``LIKE '%cat%'`` also
-matches "concatenate", so the word "cat" must not pre-filter it. Use
-:func:`like_pattern_words` to get the words every matching value is certain
-to contain as whole words, pre-filter on the server with those, and re-check
-the exact pattern on the client (false positives are then removed; no match
-is ever missed).
+matches "concatenate", so the word "cat" must not pre-filter it; which words
+a pattern guarantees is SQL's business (``veil.sql.prefilter_like``).
 """
 
 from __future__ import annotations
@@ -54,7 +51,6 @@ KEY_BYTES = 32
 VERSION = 0x01
 WORD_BYTES = 16
 TOKEN_BYTES = 33
-_WILDCARDS = "%_"
 
 
 def tokenize(text: str) -> list[str]:
@@ -86,14 +82,6 @@ class Search:
         with native_errors(column=self.column):
             return _native.search_token(self._key, word)
 
-    def like_tokens(self, pattern: str, *, escape: str | None = None) -> list[bytes]:
-        """Tokens for the words every value matching ``LIKE pattern`` must hold.
-
-        A row matches the pattern only if it matches all of these tokens; an
-        empty list means SEARCH cannot narrow this pattern down.
-        """
-        return [self.token(word) for word in like_pattern_words(pattern, escape=escape)]
-
     def _encrypt_array(self, array: pa.Array) -> pa.BinaryArray:
         buffers = column_buffers(array)
         with native_errors(column=self.column):
@@ -122,46 +110,6 @@ def search_match(ciphertexts: Any, token: Any) -> pa.BooleanArray:
         parts = [_match(chunk, token) for chunk in ciphertexts.chunks]
         return pa.concat_arrays(parts) if parts else pa.array([], pa.bool_())
     return _match(ciphertexts, token)
-
-
-def like_pattern_words(pattern: str, *, escape: str | None = None) -> list[str]:
-    """Words that every value matching SQL ``LIKE pattern`` holds as whole words.
-
-    A word of the pattern counts only when nothing in the pattern lets it
-    extend: it is bounded on each side by a literal non-word character or by
-    an end of the pattern without a wildcard. ``'%big cat%'`` gives ``[]``
-    ("big" may end a longer word, "cat" may start one); ``'% big cat %'``
-    gives ``['big', 'cat']``; ``'%the big cat%'`` gives ``['big']``;
-    ``'cat%'`` gives ``[]``; ``'The cat'`` gives ``['the', 'cat']``. The
-    words are lowercased, so they also serve ``ILIKE``.
-    """
-    words: list[str] = []
-    for literal, open_left, open_right in _literal_runs(pattern, escape):
-        found = tokenize(literal)
-        if found and open_left and tokenize(literal[0]):
-            found = found[1:]
-        if found and open_right and tokenize(literal[-1]):
-            found = found[:-1]
-        words.extend(found)
-    return list(dict.fromkeys(words))
-
-
-def _literal_runs(pattern: str, escape: str | None) -> list[tuple[str, bool, bool]]:
-    """Split a LIKE pattern at wildcards: (literal text, wildcard before, wildcard after)."""
-    runs: list[tuple[str, bool, bool]] = []
-    literal: list[str] = []
-    open_left = False
-    chars = iter(pattern)
-    for ch in chars:
-        if escape is not None and ch == escape:
-            literal.append(next(chars, ""))
-        elif ch in _WILDCARDS:
-            runs.append(("".join(literal), open_left, True))
-            literal, open_left = [], True
-        else:
-            literal.append(ch)
-    runs.append(("".join(literal), open_left, False))
-    return runs
 
 
 def _match(ciphertexts: pa.Array, token: bytes) -> pa.BooleanArray:

@@ -1,18 +1,26 @@
-"""Filling in bind filters (``veil.sql.bind_filters``) once their sources are fetched."""
+"""Filling in bind filters (``veil.sql.passes.plan_bind_filters``) once their sources are fetched.
+
+The plan is never changed: the key filters found for a scan are returned as
+extra server predicates for this run only (``veil.sql.remote.Extras``), so a
+plan can run any number of times.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import duckdb
 from sqlglot import exp
 
-from veil.design.model import DET
 from veil.encoding import encode
-from veil.sql.plan import BindFilter, Scan, ServerPredicate
+from veil.sql.plan import BindFilter, Scan
+from veil.sql.remote import param
 
 if TYPE_CHECKING:
     from veil.exec.fetch import CipherCache
+
+log = logging.getLogger(__name__)
 
 # Integer DET ciphertexts go into the statement as literals (they are
 # ciphertexts); byte strings as parameters, of which PostgreSQL takes 65,535.
@@ -44,17 +52,29 @@ def fetch_order(scans: list[Scan]) -> list[Scan]:
     return ordered
 
 
-def apply_binds(scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache) -> None:
-    """Add each bind filter of ``scan`` as a server predicate (sources must be registered)."""
+def key_filters(
+    scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache
+) -> list[exp.Expr]:
+    """Server predicates for ``scan``'s bind filters (their sources must be registered).
+
+    A bind filter is an optimisation: one whose keys cannot be computed (its
+    query fails locally) is skipped, and the local plan still filters exactly.
+    """
+    found = []
     for bind in scan.binds:
-        predicate = _key_filter(bind, scan, local, ciphers)
+        try:
+            predicate = _key_filter(bind, scan, local, ciphers)
+        except Exception as exc:  # an optimisation only: the local plan filters exactly
+            log.warning("bind filter on %s skipped (%s: %s)", scan.alias, type(exc), exc)
+            continue
         if predicate is not None:
-            scan.predicates.append(predicate)
+            found.append(predicate)
+    return found
 
 
 def _key_filter(
     bind: BindFilter, scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache
-) -> ServerPredicate | None:
+) -> exp.Expr | None:
     sql_type = bind.target_enc.sql_type
     # keys that are not exactly values of the column's type can equal none of its values
     cast = f"TRY_CAST(k AS {sql_type.name})"
@@ -78,10 +98,7 @@ def _key_filter(
         values: list[exp.Expr] = (
             [exp.Literal.number(int(c)) for c in ciphertexts]
             if sql_type.is_integral
-            else [scan.placeholder(bytes(c)) for c in ciphertexts]
+            else [param(bytes(c)) for c in ciphertexts]
         )
         server = exp.column(bind.target_enc.name).isin(*values)
-    original = (
-        f"{scan.alias}.{bind.target_enc.source} IN ({keys.num_rows} keys of {bind.description})"
-    )
-    return ServerPredicate(original, server, [DET], None, exact=True)
+    return server

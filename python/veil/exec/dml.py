@@ -26,16 +26,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.backends.base import quote
 from veil.design.model import TableDesign
 from veil.exec.encrypt import TableEncryptor
-from veil.exec.fetch import FetchStats
-from veil.exec.hom_group import PACK_COLUMN
+from veil.exec.fetch import FetchStats, run_remote
 from veil.sql.errors import QueryError
 from veil.sql.plan import ROW_ID
+from veil.sql.remote import delete_rows_statement, last_pack_statement
 
 if TYPE_CHECKING:
     from veil.exec.session import Result, Session
@@ -45,12 +45,31 @@ _VALUES_VIEW = "__veil_insert_rows"
 
 
 def run_dml(session: Session, tree: exp.Expr) -> Result:
+    _check(session, tree)
     if isinstance(tree, exp.Insert):
         return _insert(session, tree)
     if isinstance(tree, exp.Delete):
         return _delete(session, tree)
     assert isinstance(tree, exp.Update)
     return _update(session, tree)
+
+
+def _check(session: Session, tree: exp.Expr) -> None:
+    """Reject, with DuckDB's reason, every statement DuckDB itself would reject.
+
+    The statement runs on the client's empty copy of the plaintext schema
+    (the catalog) and is rolled back: its binder and casts see exactly what
+    plaintext DuckDB would (duplicate or unknown target columns, wrong
+    value counts, values that do not convert), and nothing reaches the server.
+    """
+    catalog = session.catalog
+    catalog.execute("BEGIN TRANSACTION")
+    try:
+        catalog.execute(tree.sql(dialect="duckdb"))
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).replace("\n", " ").strip()) from None
+    finally:
+        catalog.execute("ROLLBACK")
 
 
 def _target(session: Session, node: exp.Expr) -> TableDesign:
@@ -105,13 +124,8 @@ def _append_rows(
     first_slot = 0
     if table.hom is not None and len(plain):
         group = session.ciphers.group(table)
-        last = (
-            session.backend.execute(
-                f"SELECT MAX({quote(PACK_COLUMN)}) FROM {quote(table.hom.server_name)}"
-            )
-            .column(0)[0]
-            .as_py()
-        )
+        last = run_remote(last_pack_statement(table), session.backend, FetchStats())
+        last = last.column(0)[0].as_py()
         first_pack = 0 if last is None else int(last) + 1
         first_slot = first_pack * group.rows
         packs = group.encrypt_packs(group.values(encryptor.sources(plain)), first_pack)
@@ -149,10 +163,8 @@ def _matching_rows(
     if where is not None:
         select = select.where(where.this if isinstance(where, exp.Where) else where)
     session.describe(select)
-    plan = session.plan(select)
+    plan = session.plan(select, row_ids_of=table.name)
     source = plan.local.args["from_"].this
-    scan = next(s for s in plan.scans if s.node is source or (s.node is None and s.table is table))
-    scan.with_row_id = True
     plan.local.append("expressions", exp.column(ROW_ID, table=source.alias_or_name))
     return session.execute_plan(plan, FetchStats())
 
@@ -160,12 +172,8 @@ def _matching_rows(
 def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
     ids = row_ids.to_pylist()
     for start in range(0, len(ids), _DELETE_CHUNK):
-        chunk = ids[start : start + _DELETE_CHUNK]
-        marks = ", ".join(f"${i}" for i in range(1, len(chunk) + 1))
-        session.backend.execute(
-            f"DELETE FROM {quote(table.server_name)} WHERE {quote(table.row_id)} IN ({marks})",
-            chunk,
-        )
+        statement = delete_rows_statement(table, ids[start : start + _DELETE_CHUNK])
+        run_remote(statement, session.backend, FetchStats())
 
 
 def _delete(session: Session, tree: exp.Delete) -> Result:

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.backends import Backend, render
+from veil.backends import Backend
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, TableDesign
 from veil.encoding import decode
@@ -17,6 +17,7 @@ from veil.exec.ciphers import ColumnCipher, column_cipher
 from veil.exec.encrypt import rnd_context
 from veil.exec.hom_group import HomGroupCipher
 from veil.sql.plan import JOIN_ROW, JoinedFetch, Scan
+from veil.sql.remote import Extras, joined_statement, render, scan_statement
 
 
 @dataclass
@@ -54,12 +55,9 @@ class CipherCache:
         return self._groups[table.server_name]
 
 
-def _remote(
-    statement: exp.Select, params: list[object], backend: Backend, stats: FetchStats
-) -> pa.Table:
+def run_remote(statement: exp.Expression, backend: Backend, stats: FetchStats) -> pa.Table:
     """Run one RemoteSQL statement, counting its time and bytes."""
-    sent, params = backend.inline_parameters(statement, params)
-    sql = render(sent, backend.dialect)
+    sql, params = render(statement, backend)
     started = time.perf_counter()
     fetched = backend.execute(sql, params or None)
     stats.server_seconds += time.perf_counter() - started
@@ -69,9 +67,11 @@ def _remote(
     return fetched
 
 
-def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchStats) -> pa.Table:
-    """The scan's rows, decrypted, with plaintext column names."""
-    fetched = _remote(scan.remote_sql(), scan.remote_params(), backend, stats)
+def run_scan(
+    scan: Scan, extras: Extras, backend: Backend, ciphers: CipherCache, stats: FetchStats
+) -> pa.Table:
+    """The scan's rows (``extras``: filters found at run time), decrypted."""
+    fetched = run_remote(scan_statement(scan, extras), backend, stats)
     started = time.perf_counter()
     if scan.aggregation is not None and scan.aggregation.hom_product is not None:
         from veil.exec.hom_fetch import finish_packed_sums
@@ -85,10 +85,14 @@ def run_scan(scan: Scan, backend: Backend, ciphers: CipherCache, stats: FetchSta
 
 
 def run_joined(
-    fetch: JoinedFetch, backend: Backend, ciphers: CipherCache, stats: FetchStats
+    fetch: JoinedFetch,
+    extras: Extras,
+    backend: Backend,
+    ciphers: CipherCache,
+    stats: FetchStats,
 ) -> dict[str, pa.Table]:
     """The joined rows split into one local table per scan, paired by ``JOIN_ROW``."""
-    fetched = _remote(fetch.remote_sql(), fetch.remote_params(), backend, stats)
+    fetched = run_remote(joined_statement(fetch, extras), backend, stats)
     started = time.perf_counter()
     row_numbers = pa.array(np.arange(fetched.num_rows, dtype=np.int64))
     tables: dict[str, pa.Table] = {}

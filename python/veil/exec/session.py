@@ -9,6 +9,7 @@ plaintext results in the local DuckDB and run the local plan there.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -21,14 +22,17 @@ from veil.backends import Backend, connect, n_square_bytes
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import SqlType, encode_scalar
-from veil.errors import ParameterError
-from veil.exec.bind import apply_binds, fetch_order
+from veil.errors import InternalError, ParameterError, VeilError
+from veil.exec.bind import fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
-from veil.sql.plan import Scan, SplitPlan
+from veil.sql.plan import SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
+from veil.sql.remote import Extras, param
+
+log = logging.getLogger(__name__)
 
 _FAMILIES = {
     "int": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
@@ -79,6 +83,21 @@ class Session:
     # -- statements -----------------------------------------------------------
 
     def run(self, sql: str, params: list[object] | tuple[object, ...] | None = None) -> Result:
+        """Run one statement; every failure reaches the caller as a ``VeilError``."""
+        try:
+            return self._run(sql, params)
+        except VeilError:
+            raise
+        except duckdb.Error as exc:
+            raise QueryError(_duckdb_message(exc)) from None
+        except Exception as exc:
+            log.exception("internal error running %r", sql)
+            raise InternalError(
+                f"Veil failed on this statement ({type(exc).__name__}: {exc}); nothing was "
+                "changed on the server. Please report it with the statement"
+            ) from exc
+
+    def _run(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Result:
         tree = bind_parameters(parse_statement(sql), params)
         if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
             from veil.exec.dml import run_dml
@@ -97,20 +116,22 @@ class Session:
         stats = FetchStats()
         try:
             table = self.execute_plan(plan, stats)
-        except QueryError:
+        except Exception as exc:
             if not plan.pushdown:
                 raise
             # The query passed the binder on the plaintext schema, so the split
             # plan misjudged it (e.g. DuckDB's COLUMNS(...) hides which columns
-            # it reads): fall back to the always-correct fetch-everything plan.
+            # it reads) or an optimisation failed: fall back to the
+            # always-correct fetch-everything plan.
+            log.warning("split plan failed (%s: %s); the client runs the query", type(exc), exc)
             plan = plan_fetch_all(tree, self.design)
             table = self.execute_plan(plan, stats)
         if len(names) == table.num_columns:  # DESCRIBE of PIVOT lists something else
             table = table.rename_columns(names)
         return Result(table, len(table), stats, plan)
 
-    def plan(self, tree: exp.Expr) -> SplitPlan:
-        return plan_query(tree, self.design, self)
+    def plan(self, tree: exp.Expr, *, row_ids_of: str | None = None) -> SplitPlan:
+        return plan_query(tree, self.design, self, row_ids_of=row_ids_of)
 
     def describe(self, tree: exp.Expr) -> list[str]:
         """Output column names; raises QueryError for unknown names or type errors."""
@@ -121,20 +142,28 @@ class Session:
         return [str(r[0]) for r in rows]
 
     def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
+        """Run a plan (never changing it): fetch and decrypt its scans, run its local plan."""
         registered = []
         try:
             joined: dict[str, pa.Table] = {}
             for scan in fetch_order(plan.scans):
                 if scan.joined is not None and scan.local_name not in joined:
-                    for member in scan.joined.scans:
-                        apply_binds(member, self.local, self.ciphers)
-                    joined.update(run_joined(scan.joined, self.backend, self.ciphers, stats))
-                elif scan.joined is None:
-                    apply_binds(scan, self.local, self.ciphers)
+                    extras: Extras = {
+                        id(m): key_filters(m, self.local, self.ciphers) for m in scan.joined.scans
+                    }
+                    joined.update(
+                        run_joined(scan.joined, extras, self.backend, self.ciphers, stats)
+                    )
                 fetched = (
                     joined.pop(scan.local_name)
                     if scan.joined is not None
-                    else run_scan(scan, self.backend, self.ciphers, stats)
+                    else run_scan(
+                        scan,
+                        {id(scan): key_filters(scan, self.local, self.ciphers)},
+                        self.backend,
+                        self.ciphers,
+                        stats,
+                    )
                 )
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
@@ -167,8 +196,8 @@ class Session:
     def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr:
         return self.backend.search_match(ciphertexts, token)  # type: ignore[arg-type]
 
-    def hom_product(self, ciphertexts: exp.Expr, scan: Scan) -> exp.Expr:
-        n_square = scan.placeholder(n_square_bytes(self.ciphers.group(scan.table).n_square))
+    def hom_product(self, ciphertexts: exp.Expr, table: TableDesign) -> exp.Expr:
+        n_square = param(n_square_bytes(self.ciphers.group(table).n_square))
         return self.backend.hom_sum(ciphertexts, n_square)  # type: ignore[arg-type]
 
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
+
+from veil.sql.functions import is_volatile
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,9 @@ def _resolve(column: exp.Column, scope: Scope, tables: set[str]) -> BaseColumn |
 
 
 def is_constant(node: exp.Expr) -> bool:
-    """No column, subquery, aggregate or window: the client can evaluate it alone."""
-    forbidden = (exp.Column, exp.Subquery, exp.Select, exp.AggFunc, exp.Window, exp.Star, exp.Rand)
-    if isinstance(node, forbidden):
-        return False
-    return not any(isinstance(n, forbidden) for n in node.find_all(*forbidden))
+    """No column, subquery, aggregate, window or volatile call: the client can evaluate it once."""
+    forbidden = (exp.Column, exp.Subquery, exp.Select, exp.AggFunc, exp.Window, exp.Star)
+    return not any(isinstance(n, forbidden) or is_volatile(n) for n in node.walk())
 
 
 def row_expression(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, str] | None:
@@ -76,3 +77,9 @@ def row_expression(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str
     for column in copied.find_all(exp.Column):
         column.set("table", None)
     return next(iter(owners))[0], copied.sql(dialect="duckdb")
+
+
+def columns_read(source: str) -> list[str]:
+    """The columns a design source (a column or per-row expression) reads, sorted."""
+    tree = sqlglot.parse_one(source, read="duckdb")
+    return sorted({c.name.lower() for c in tree.find_all(exp.Column)})

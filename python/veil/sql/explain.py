@@ -10,6 +10,7 @@ from veil.exec.session import Session
 from veil.sql.errors import UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import HOM_MASK, HOM_PRODUCT, JoinedFetch, Scan
+from veil.sql.remote import joined_statement, numbered, scan_statement
 
 REVEALS = {
     RND: "nothing but lengths and NULLs",
@@ -59,8 +60,9 @@ def _parameters(values: list[object]) -> list[str]:
 def _explain_join(number: int, fetch: JoinedFetch, dialect: str) -> list[str]:
     parts = ", ".join(f"{s.table.name} as {s.alias} -> {s.local_name}" for s in fetch.scans)
     lines = [f"RemoteSQL {number}: server join of {parts}"]
-    lines.append("  " + render(fetch.remote_sql(), dialect))
-    lines += _parameters(fetch.remote_params())
+    statement, values = numbered(joined_statement(fetch))
+    lines.append("  " + render(statement, dialect))
+    lines += _parameters(values)
     joins = " AND ".join(e.original for e in fetch.edges)
     lines.append(
         f"  server join on {joins}  [DET: which rows of the joined tables hold equal keys]"
@@ -73,8 +75,9 @@ def _explain_join(number: int, fetch: JoinedFetch, dialect: str) -> list[str]:
 
 def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
     lines = [f"RemoteSQL {number}: table {scan.table.name} as {scan.alias} -> {scan.local_name}"]
-    lines.append("  " + render(scan.remote_sql(), dialect))
-    lines += _parameters(scan.remote_params())
+    statement, values = numbered(scan_statement(scan))
+    lines.append("  " + render(statement, dialect))
+    lines += _parameters(values)
     lines += _explain_scan_parts(scan)
     lines.append("")
     return lines

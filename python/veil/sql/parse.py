@@ -16,16 +16,24 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.tokens import TokenType
 
 from veil.sql.errors import QueryError, QuerySyntaxError
+from veil.sql.functions import normalize_functions
 
 DIALECT = "duckdb"
 
 
 def parse_statement(sql: str) -> exp.Expr:
-    """One SQL statement as a sqlglot tree; syntax errors carry their position."""
+    """One SQL statement as a sqlglot tree; syntax errors carry their position.
+
+    Each ``?`` marker becomes a placeholder numbered by its place in the text
+    (``bind_parameters`` binds by that number), and calls of DuckDB
+    aggregates sqlglot does not know become aggregate nodes
+    (``veil.sql.functions``).
+    """
     try:
-        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+        statements = [s for s in sqlglot.parse(_number_markers(sql), read=DIALECT) if s is not None]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         description = str(first.get("description", exc)).split(". Line")[0]
@@ -36,12 +44,35 @@ def parse_statement(sql: str) -> exp.Expr:
         ) from None
     if len(statements) != 1:
         raise QuerySyntaxError(f"expected exactly one SQL statement, got {len(statements)}")
-    return statements[0]
+    return normalize_functions(statements[0])
+
+
+def _number_markers(sql: str) -> str:
+    """``?`` markers written as ``$1``, ``$2`` ... in order of appearance in the text.
+
+    sqlglot keeps no position on parsed placeholders, and walking the tree
+    visits them in tree order (``SELECT ? + 0, ?`` would bind its second
+    marker first), so the order is taken from the token stream instead.
+    """
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    except Exception:  # the parser reports the syntax error with its position
+        return sql
+    markers = [t for t in tokens if t.token_type == TokenType.PLACEHOLDER and t.text == "?"]
+    if not markers:
+        return sql
+    if any(t.token_type == TokenType.PARAMETER for t in tokens):
+        raise QuerySyntaxError("use one parameter style: ? markers, not $n as well")
+    pieces, end = [], 0
+    for number, token in enumerate(markers, start=1):
+        pieces += [sql[end : token.start], f"${number}"]
+        end = token.end + 1
+    return "".join(pieces) + sql[end:]
 
 
 def bind_parameters(tree: exp.Expr, params: Sequence[object] | None) -> exp.Expr:
-    """Replace each ``?`` by the literal of the matching parameter."""
-    placeholders = [p for p in tree.find_all(exp.Placeholder)]
+    """Replace the ``n``-th ``?`` of the text by the literal of ``params[n - 1]``."""
+    placeholders = list(tree.find_all(exp.Placeholder))
     given = list(params or ())
     if len(placeholders) != len(given):
         raise QueryError(
@@ -50,18 +81,17 @@ def bind_parameters(tree: exp.Expr, params: Sequence[object] | None) -> exp.Expr
         )
     if not placeholders:
         return tree
-    values = iter(given)
-    # find_all walks breadth-first; bind in textual order instead.
-    ordered = sorted(placeholders, key=_position)
-    replacements = {id(node): literal(next(values)) for node in ordered}
-    return tree.transform(
-        lambda n: replacements[id(n)].copy() if id(n) in replacements else n, copy=False
-    )
+    values = [literal(value) for value in given]
 
+    def bind(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Placeholder):
+            return node
+        number = str(node.name)
+        if not number.isdigit() or not 1 <= int(number) <= len(values):
+            raise QueryError(f"unexpected parameter marker {node.sql(DIALECT)}; use ?")
+        return values[int(number) - 1].copy()
 
-def _position(node: exp.Expr) -> tuple[int, int]:
-    meta = node.meta or {}
-    return (int(meta.get("line", 0)), int(meta.get("col", 0)))
+    return tree.transform(bind, copy=False)
 
 
 def literal(value: object) -> exp.Expr:

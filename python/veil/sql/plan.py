@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from veil.design.model import Encryption, TableDesign
-from veil.sql.hom_statement import pack_level_select, packed_sums_select
 
 ROW_ID = "__veil_row_id"  # the local name of a scan's row-id column (DML only)
 HOM_MASK = "__veil_hom_mask"  # which row positions of its packs a HOM product sums
@@ -44,18 +43,12 @@ class Scan:
     columns: set[str] = field(default_factory=set)
     node: exp.Table | None = None  # the reference in the local plan
     predicates: list[ServerPredicate] = field(default_factory=list)
-    params: list[object] = field(default_factory=list)
     with_row_id: bool = False  # DML fetches the row ids of the rows it changes
     reduction: Reduction | None = None  # semi-join with other scans on the server
     aggregation: Aggregation | None = None  # GROUP BY and aggregates run on the server
     joined: JoinedFetch | None = None  # fetched as part of one server-side join
     residuals: list[exp.Expr] = field(default_factory=list)  # its filters the client runs
     binds: list[BindFilter] = field(default_factory=list)  # key filters from other scans
-
-    def placeholder(self, value: object) -> exp.Placeholder:
-        """A query parameter carrying ``value`` (always a ciphertext)."""
-        self.params.append(value)
-        return exp.Placeholder(this=str(len(self.params)))
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
@@ -67,29 +60,6 @@ class Scan:
         if self.with_row_id or (not wanted and self.joined is None):
             wanted.append((ROW_ID, None))
         return wanted
-
-    def remote_sql(self) -> exp.Select:
-        """The scan's RemoteSQL; its parameters are ``remote_params()``."""
-        if self.aggregation is not None and self.aggregation.hom_product is not None:
-            inner = self.aggregation.select(self.table).from_(self.table.server_name)
-            for predicate in self.predicates:
-                inner = inner.where(predicate.server.copy(), copy=False)
-            return packed_sums_select(inner, self.aggregation, self.table)
-        if self.aggregation is not None:
-            select = self.aggregation.select(self.table).from_(self.table.server_name)
-        else:
-            names = [enc.name if enc else self.table.row_id for _, enc in self.fetched()]
-            select = exp.select(*[exp.column(n) for n in names]).from_(self.table.server_name)
-        for predicate in self.predicates:
-            select = select.where(predicate.server.copy(), copy=False)
-        if self.reduction is not None:
-            semi_join = self.reduction.statement(self, offset=len(self.params))
-            select = select.where(exp.column(self.table.row_id).isin(query=semi_join), copy=False)
-        return select
-
-    def remote_params(self) -> list[object]:
-        extra = self.reduction.params() if self.reduction is not None else []
-        return self.params + extra
 
 
 @dataclass
@@ -155,25 +125,6 @@ class Aggregation:
         hom = [(HOM_MASK, None), (HOM_PRODUCT, None)] if self.hom_product is not None else []
         return keys + values + hom
 
-    def select(self, table: TableDesign) -> exp.Select:
-        """One-level aggregation; with HOM sums, the inner level of ``packed_sums_select``."""
-        key_columns = [
-            exp.column(enc.name) for _, enc in self.fetched(table)[: len(self.keys)] if enc
-        ]
-        values: list[exp.Expr] = []
-        for _, item in self.server_items():
-            if item.server is not None:
-                values.append(item.server.copy())
-                continue
-            argument: exp.Expr = exp.column(item.enc.name) if item.enc else exp.Star()
-            values.append(
-                {"COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[item.kind](this=argument)
-            )
-        if self.hom_product is not None:
-            return pack_level_select(key_columns, values, table)
-        select = exp.select(*key_columns, *values)
-        return select.group_by(*[c.copy() for c in key_columns]) if key_columns else select
-
 
 @dataclass
 class JoinEdge:
@@ -206,44 +157,6 @@ class Reduction:
     scans: list[Scan]
     edges: list[JoinEdge]
 
-    def statement(self, target: Scan, offset: int) -> exp.Select:
-        aliases = {id(scan): f"r{i}" for i, scan in enumerate(self.scans)}
-        first, *rest = self.scans
-        select = exp.select(exp.column(target.table.row_id, table=aliases[id(target)]))
-        select = select.from_(
-            exp.alias_(exp.to_table(first.table.server_name), aliases[id(first)], table=True)
-        )
-        for scan in rest:
-            select = select.join(
-                exp.alias_(exp.to_table(scan.table.server_name), aliases[id(scan)], table=True)
-            )
-        for edge in self.edges:
-            left = exp.column(edge.left_column, table=aliases[id(edge.left)])
-            right = exp.column(edge.right_column, table=aliases[id(edge.right)])
-            select = select.where(exp.EQ(this=left, expression=right), copy=False)
-        for scan in self.scans:
-            for predicate in scan.predicates:
-                server = _qualified(predicate.server, aliases[id(scan)], offset)
-                select = select.where(server, copy=False)
-            offset += len(scan.params)
-        return select
-
-    def params(self) -> list[object]:
-        return [value for scan in self.scans for value in scan.params]
-
-
-def _qualified(server: exp.Expr, alias: str, offset: int) -> exp.Expr:
-    """A scan's server predicate inside a join: columns qualified, parameters renumbered."""
-
-    def fix(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Column) and not node.table:
-            return exp.column(node.name, table=alias)
-        if isinstance(node, exp.Placeholder):
-            return exp.Placeholder(this=str(int(node.name) + offset))
-        return node
-
-    return server.copy().transform(fix, copy=False)
-
 
 JOIN_ROW = "__veil_join_row"  # local column pairing the parts of one joined row
 
@@ -266,41 +179,6 @@ class JoinedFetch:
     def fetched(self) -> list[tuple[Scan, str, Encryption | None]]:
         wanted = [(scan, column, enc) for scan in self.scans for column, enc in scan.fetched()]
         return wanted or [(self.scans[0], ROW_ID, None)]
-
-    def remote_sql(self) -> exp.Select:
-        aliases = {id(scan): f"j{i}" for i, scan in enumerate(self.scans)}
-        names = [
-            exp.column(enc.name if enc else scan.table.row_id, table=aliases[id(scan)])
-            for scan, _, enc in self.fetched()
-        ]
-        select = exp.select(*names)
-        for i, scan in enumerate(self.scans):
-            table = exp.alias_(exp.to_table(scan.table.server_name), aliases[id(scan)], table=True)
-            select = select.from_(table) if i == 0 else select.join(table)
-        for edge in self.edges:
-            left = exp.column(edge.left_column, table=aliases[id(edge.left)])
-            right = exp.column(edge.right_column, table=aliases[id(edge.right)])
-            select = select.where(exp.EQ(this=left, expression=right), copy=False)
-        offset = 0
-        for scan in self.scans:
-            for predicate in scan.predicates:
-                server = _qualified(predicate.server, aliases[id(scan)], offset)
-                select = select.where(server, copy=False)
-            offset += len(scan.params)
-        for scan in self.scans:
-            if scan.reduction is not None:  # a correlated reduction by an outer scan
-                semi_join = scan.reduction.statement(scan, offset=offset)
-                row_id = exp.column(scan.table.row_id, table=aliases[id(scan)])
-                select = select.where(row_id.isin(query=semi_join), copy=False)
-                offset += len(scan.reduction.params())
-        return select
-
-    def remote_params(self) -> list[object]:
-        params = [value for scan in self.scans for value in scan.params]
-        for scan in self.scans:
-            if scan.reduction is not None:
-                params += scan.reduction.params()
-        return params
 
 
 @dataclass

@@ -23,9 +23,10 @@ from typing import Protocol
 
 from sqlglot import exp
 
-from veil.design.model import DET, OPE, Encryption
+from veil.design.model import DET, OPE, Encryption, TableDesign
 from veil.sql.columns import BaseColumn, is_constant, row_expression
 from veil.sql.plan import Scan
+from veil.sql.remote import param
 
 
 class ServerContext(Protocol):
@@ -42,8 +43,8 @@ class ServerContext(Protocol):
 
     def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr: ...
 
-    def hom_product(self, ciphertexts: exp.Expr, scan: Scan) -> exp.Expr:
-        """The server's Paillier product of ``scan``'s HOM packs (n^2 a parameter of ``scan``)."""
+    def hom_product(self, ciphertexts: exp.Expr, table: TableDesign) -> exp.Expr:
+        """The server's Paillier product of ``table``'s HOM packs (n^2 a parameter)."""
         ...
 
 
@@ -83,7 +84,7 @@ class _Rewriter:
         if not is_constant(node):
             return None
         value = self.ctx.encrypt_constant(node, enc)
-        return None if value is None else self.scan.placeholder(value)
+        return None if value is None else param(value)
 
     def rewrite(self, node: exp.Expr) -> exp.Expr | None:
         if isinstance(node, exp.Paren):
@@ -196,10 +197,8 @@ def rewrite_server(
     ctx: ServerContext,
 ) -> tuple[exp.Expr, list[str]] | None:
     """The server form of ``predicate`` over ``scan``'s table and the schemes it uses."""
-    saved = len(scan.params)
     rewriter = _Rewriter(scan, resolved, ctx)
     server = rewriter.rewrite(predicate)
     if server is None:
-        del scan.params[saved:]  # drop ciphertexts of a half-rewritten predicate
         return None
     return server, sorted(set(rewriter.schemes))

@@ -1,4 +1,4 @@
-"""GROUP BY and aggregates on the server (MONOMI Algorithm 1, lines 14-37).
+"""Pass: GROUP BY and aggregates on the server (MONOMI Algorithm 1, lines 14-37).
 
 A query block over one table whose WHERE went to the server whole, whose
 GROUP BY keys have DET encryptions and whose aggregates the schemes allow
@@ -24,11 +24,12 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from veil.design.greedy import summed_columns
 from veil.design.model import DET, OPE, SEARCH, TableDesign
-from veil.sql.columns import BaseColumn, row_expression
+from veil.sql.columns import BaseColumn, columns_read, row_expression
 from veil.sql.plan import Aggregation, Scan
+from veil.sql.remote import hom_ciphertexts
 from veil.sql.rewrite_server import ServerContext
+from veil.sql.state import PlanState, ScanKey
 
 AGG_PREFIX = "__veil_agg_"
 # The cost rule's figures (``few_groups``), measured on this project's machine.
@@ -36,26 +37,23 @@ HOM_DECRYPT_SECONDS = 2.2e-3
 CLIENT_SECONDS_PER_ROW = 2e-6
 
 
-def pushdown_aggregates(
-    scopes: list[Scope],
-    scans: dict[tuple[int, str], Scan],
-    resolved: dict[int, BaseColumn],
-    ctx: ServerContext,
-) -> None:
-    for scope in scopes:
+def pushdown_aggregates(state: PlanState) -> PlanState:
+    """Each block is decided alone; a block's rewrite is built whole, then committed."""
+    for scope in state.scopes:
         select = scope.expression
         if not isinstance(select, exp.Select):
             continue
-        scan = _sole_scan(scope, scans)
+        scan = _sole_scan(scope, state.scans)
         if scan is None or not _filters_all_pushed(select, scan):
             continue
-        aggregation = _aggregation(select, scan, resolved, ctx)
-        if aggregation is not None:
+        aggregation = _aggregation(select, scan, state.resolved, state.ctx)
+        if aggregation is not None:  # commit: nothing above touched the scan or the query
             _rewrite_locally(select, scan, aggregation)
             scan.aggregation = aggregation
+    return state
 
 
-def _sole_scan(scope: Scope, scans: dict[tuple[int, str], Scan]) -> Scan | None:
+def _sole_scan(scope: Scope, scans: dict[ScanKey, Scan]) -> Scan | None:
     select = scope.expression
     if select.args.get("joins") or len(scope.sources) != 1 or scope.subquery_scopes:
         return None
@@ -154,13 +152,13 @@ def _add_sum(
     item.hom_index, item.count_key = index, -id(node)
     aggregation.add(-id(node), "COUNT", None, _count_present(scan.table, summed[1]))
     if aggregation.hom_product is None:
-        aggregation.hom_product = ctx.hom_product(exp.column("ct", table="h"), scan)
+        aggregation.hom_product = ctx.hom_product(hom_ciphertexts(), scan.table)
     return True
 
 
 def _count_present(table: TableDesign, source: str) -> exp.Expr:
     """COUNT of the rows where every column of ``source`` (hence ``source``) is not NULL."""
-    columns = [exp.column(table.fetchable(c).name) for c in summed_columns(source)]
+    columns = [exp.column(table.fetchable(c).name) for c in columns_read(source)]
     if not columns:
         return exp.Count(this=exp.Star())
     present = exp.and_(*[exp.Not(this=exp.Is(this=c, expression=exp.Null())) for c in columns])

@@ -1,4 +1,4 @@
-"""Stop re-checking on the client what the server filtered exactly.
+"""Pass: stop re-checking on the client what the server filtered exactly.
 
 A conjunct that ``pushdown_predicates`` sent to a scan's RemoteSQL as an
 exact filter (DET equality, OPE comparison, their AND/OR/NOT; not a SEARCH
@@ -18,21 +18,14 @@ theirs (``pushdown_aggregates``, ``pushdown_joins``).
 from __future__ import annotations
 
 from sqlglot import exp
-from sqlglot.optimizer.scope import Scope
 
-from veil.sql.columns import BaseColumn
-from veil.sql.plan import Scan
-from veil.sql.pushdown_joins import columns_outside, drop_conjuncts, is_part_of
+from veil.sql.conjuncts import columns_outside, drop_conjuncts, is_part_of
+from veil.sql.state import PlanState
 
 
-def drop_pushed_filters(
-    tree: exp.Expr,
-    scopes: list[Scope],
-    scans: dict[tuple[int, str], Scan],
-    resolved: dict[int, BaseColumn],
-) -> None:
-    selects = {id(scope): scope.expression for scope in scopes}
-    plain = {key: s for key, s in scans.items() if s.aggregation is None and s.joined is None}
+def drop_pushed_filters(state: PlanState) -> PlanState:
+    selects = {id(scope): scope.expression for scope in state.scopes}
+    plain = {k: s for k, s in state.scans.items() if s.aggregation is None and s.joined is None}
     dropped: list[exp.Expr] = []
     for (scope_id, _), scan in plain.items():
         select = selects[scope_id]
@@ -41,7 +34,8 @@ def drop_pushed_filters(
             drop_conjuncts(select, [n for n in nodes if n is not None])
             dropped += [n for n in nodes if n is not None]
     if not dropped:
-        return
-    used = columns_outside(tree, [], resolved)
+        return state
+    used = columns_outside(state.query, [], state.resolved)
     for (scope_id, alias), scan in plain.items():
         scan.columns = {c for c in scan.columns if (scope_id, alias, c) in used}
+    return state

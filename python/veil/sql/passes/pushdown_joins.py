@@ -1,4 +1,4 @@
-"""Inner equi-joins on the server: one RemoteSQL statement per joined block.
+"""Pass: inner equi-joins on the server: one RemoteSQL statement per joined block.
 
 A SELECT scope whose sources are all combined by inner (or comma) joins, and
 whose scans are linked by join edges (``reduce_joins``: equality of DET
@@ -30,29 +30,24 @@ path (with its semi-join reductions) and the local plan joins them as before.
 from __future__ import annotations
 
 from sqlglot import exp
-from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET, OPE, Encryption
 from veil.sql.columns import BaseColumn
+from veil.sql.conjuncts import columns_outside, drop_conjuncts, is_part_of
+from veil.sql.join_graph import components
 from veil.sql.plan import JOIN_ROW, JoinedFetch, JoinEdge, Scan
-from veil.sql.reduce_joins import components
+from veil.sql.state import PlanState, ScanKey
 
-ScanKey = tuple[int, str]
 # One statement instead of several, and no join left for the client, are worth
 # some extra bytes: the estimate ignores both (and the filters' selectivity).
 _JOIN_BONUS = 1.35
 _FIXED_WIDTH = ("int", "date", "timestamp", "decimal", "bool", "float")
 
 
-def pushdown_joins(
-    tree: exp.Expr,
-    scope_edges: list[tuple[Scope, list[JoinEdge]]],
-    scans: dict[ScanKey, Scan],
-    resolved: dict[int, BaseColumn],
-) -> list[JoinedFetch]:
-    keys = {id(scan): key for key, scan in scans.items()}
-    joined: list[JoinedFetch] = []
-    for scope, edges in scope_edges:
+def pushdown_joins(state: PlanState) -> PlanState:
+    tree, resolved = state.query, state.resolved
+    keys = {id(scan): key for key, scan in state.scans.items()}
+    for scope, edges in state.edges:
         if not _inner_block(scope.expression):
             continue
         select = scope.expression
@@ -60,10 +55,8 @@ def pushdown_joins(
         for members, member_edges in components(edges):
             if any(s.aggregation is not None or s.with_row_id for s in members):
                 continue
-            fetch = _try_join(tree, members, member_edges, select, keys, resolved)
-            if fetch is not None:
-                joined.append(fetch)
-    return joined
+            _try_join(tree, members, member_edges, select, keys, resolved)
+    return state
 
 
 def _inner_block(select: exp.Expr) -> bool:
@@ -149,54 +142,6 @@ def _adopt(
             expression=exp.column(JOIN_ROW, table=scan.alias),
         )
         select.where(pair, copy=False)
-
-
-def drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
-    """Remove ``dropped`` conjuncts from the WHERE and ON clauses of ``select``."""
-    gone = {id(node) for node in dropped}
-    clauses = [select.args.get("where")] + [
-        j.args.get("on") for j in select.args.get("joins") or []
-    ]
-    for clause in clauses:
-        if clause is None:
-            continue
-        condition = clause.this if isinstance(clause, exp.Where) else clause
-        kept = [c for c in _conjunct_list(condition) if id(c) not in gone]
-        rebuilt = exp.and_(*kept, copy=False) if kept else exp.true()
-        if isinstance(clause, exp.Where):
-            select.set("where", exp.Where(this=rebuilt) if kept else None)
-        else:
-            clause.replace(rebuilt)
-
-
-def _conjunct_list(condition: exp.Expr) -> list[exp.Expr]:
-    if isinstance(condition, exp.And):
-        return _conjunct_list(condition.this) + _conjunct_list(condition.expression)
-    if isinstance(condition, exp.Paren) and isinstance(condition.this, exp.And):
-        return _conjunct_list(condition.this)
-    return [condition]
-
-
-def is_part_of(node: exp.Expr | None, select: exp.Expr) -> bool:
-    """Whether ``node`` is part of ``select`` (implied conjuncts are copies, not)."""
-    while node is not None:
-        if node is select:
-            return True
-        node = node.parent
-    return False
-
-
-def columns_outside(
-    tree: exp.Expr, dropped: list[exp.Expr | None], resolved: dict[int, BaseColumn]
-) -> set[tuple[int, str, str]]:
-    """``(scope id, alias, column)`` of base columns the local plan reads outside ``dropped``."""
-    skipped = {id(c) for node in dropped if node is not None for c in node.find_all(exp.Column)}
-    used = set()
-    for column in tree.find_all(exp.Column):
-        ref = resolved.get(id(column))
-        if ref is not None and id(column) not in skipped:
-            used.add((ref.scope_id, ref.alias, ref.column))
-    return used
 
 
 def _width(scan: Scan, columns: set[str]) -> int:

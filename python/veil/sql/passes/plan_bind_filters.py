@@ -1,4 +1,4 @@
-"""Key filters the client computes and the server applies (bind joins).
+"""Pass: key filters the client computes and the server applies (bind joins).
 
 Some filters cannot run on the server at all: ``p_name LIKE '%green%'`` (a
 substring, not a word SEARCH could find), or ``o_orderkey IN (SELECT
@@ -15,7 +15,9 @@ Two sources of keys:
 * **join**: a small scan with a client-side filter (``Scan.residuals``),
   DET-equi-joined (inner) to a scan at least four times larger;
 * **IN-subquery**: a top-level ``col IN (SELECT ...)`` conjunct whose
-  subquery is uncorrelated, on a column with a DET encryption.
+  subquery is self-contained (it reads only base tables through its own
+  scopes: no outer column, no CTE or derived table defined outside it), on a
+  column with a DET encryption.
 
 Sound: a row whose key is not among the keys cannot be in the result (it
 joins nothing, or fails the IN); the local plan still evaluates everything
@@ -34,32 +36,26 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET
 from veil.sql.columns import BaseColumn
+from veil.sql.conjuncts import is_part_of
 from veil.sql.plan import BindFilter, JoinEdge, Scan
-from veil.sql.pushdown_joins import is_part_of
-
-ScanKey = tuple[int, str]
+from veil.sql.state import PlanState, ScanKey
 
 # The small side is at most this fraction of the large side's rows: below,
 # fetching the small table first and filtering the large one pays off.
 _SMALL_FRACTION = 0.25
 
 
-def plan_bind_filters(
-    scope_edges: list[tuple[Scope, list[JoinEdge]]],
-    scopes: list[Scope],
-    scans: dict[ScanKey, Scan],
-    resolved: dict[int, BaseColumn],
-    in_subqueries: list[tuple[exp.In, Scan]],
-) -> None:
-    for _, edges in scope_edges:
+def plan_bind_filters(state: PlanState) -> PlanState:
+    for _, edges in state.edges:
         for edge in edges:
             _bind_join(edge.left, edge.left_column, edge.right, edge.right_column)
             _bind_join(edge.right, edge.right_column, edge.left, edge.left_column)
-    for node, target in in_subqueries:
-        _bind_subquery(node, target, scopes, scans, resolved)
-    for _, edges in scope_edges:
+    for node, target in state.in_subqueries:
+        _bind_subquery(node, target, state.scopes, state.scans, state.resolved)
+    for _, edges in state.edges:
         _propagate(edges)
-    _drop_cycles(list(scans.values()))
+    _drop_cycles(list(state.scans.values()))
+    return state
 
 
 def _bind_join(source: Scan, source_column: str, target: Scan, target_column: str) -> None:
@@ -96,16 +92,48 @@ def _bind_subquery(
     if column is None or target.aggregation is not None or len(query.selects) != 1:
         return
     target_enc = target.table.find(column.column, DET)
-    inside = {id(s) for s in scopes if is_part_of(s.expression, query)}
-    if target_enc is None or not inside:
+    inside = [s for s in scopes if is_part_of(s.expression, query)]
+    if target_enc is None or not inside or not _self_contained(inside, scans):
         return
-    for ref in (resolved.get(id(c)) for c in query.find_all(exp.Column)):
-        if ref is not None and ref.scope_id not in inside:
-            return  # correlated: the subquery depends on the outer row
-    sources = [scan for (scope_id, _), scan in scans.items() if scope_id in inside]
+    ids = {id(s) for s in inside}
+    sources = [scan for (scope_id, _), scan in scans.items() if scope_id in ids]
     if not sources or any(s.with_row_id for s in sources):
         return
     target.binds.append(BindFilter(sources, target_enc, query, "its IN-subquery"))
+
+
+def _self_contained(inside: list[Scope], scans: dict[ScanKey, Scan]) -> bool:
+    """Whether the scopes of a subquery can run alone over their scans' local tables.
+
+    Every column must resolve within those scopes, and every source must be
+    one of their scans or one of their own subqueries: a reference to the
+    outer row, to a CTE of the outer WITH or to an outer derived table
+    would fail (or mean something else) when the subquery runs alone.
+    """
+    ids = {id(s) for s in inside}
+    expressions = {id(s.expression) for s in inside}
+    for scope in inside:
+        for alias, source in scope.sources.items():
+            if isinstance(source, exp.Table):
+                if (id(scope), alias) not in scans:
+                    return False  # a CTE name or a table Veil does not hold
+            elif id(source.expression) not in expressions:
+                return False  # a CTE or derived table defined outside the subquery
+        for column in scope.columns:
+            if not _resolves_inside(column, scope, ids):
+                return False
+    return True
+
+
+def _resolves_inside(column: exp.Column, scope: Scope, ids: set[int]) -> bool:
+    if not column.table:
+        return True  # qualified queries leave only output aliases unqualified
+    current: Scope | None = scope
+    while current is not None and id(current) in ids:
+        if column.table in current.sources:
+            return True
+        current = current.parent
+    return False
 
 
 def _propagate(edges: list[JoinEdge]) -> None:

@@ -1,0 +1,112 @@
+"""What DuckDB's own catalog says about a function: aggregate? volatile?
+
+The planner must know which calls aggregate rows (a block with one must not
+be treated as per-row work) and which give a new value per call (they are
+not constants the client may evaluate once). sqlglot knows only the
+functions it has classes for: ``histogram``, ``product``, ``fsum``,
+``sumkahan``, ``geomean`` ... parse as anonymous functions. So the answer
+comes from ``duckdb_functions()`` of the DuckDB Veil runs the local plan in:
+
+- aggregate: ``function_type = 'aggregate'``, and macros whose body calls
+  one (``geomean`` is ``exp(avg(ln(x)))``);
+- volatile: ``stability = 'VOLATILE'`` (``random``, ``uuid``, ``nextval``).
+
+``normalize_functions`` rewrites anonymous aggregate calls into
+``exp.AnonymousAggFunc`` nodes right after parsing, so every later test for
+``exp.AggFunc`` sees them, and flags calls whose class sqlglot would
+misjudge as ``UnknownFunctionError`` (the planner then runs the query on
+the client, the always-correct split).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+
+class UnknownFunctionError(Exception):
+    """A call the planner cannot classify safely (internal: triggers the fallback)."""
+
+
+@functools.cache
+def aggregate_names() -> frozenset[str]:
+    """Lower-case names of every aggregate function and aggregate macro DuckDB knows."""
+    with duckdb.connect() as con:
+        names = {
+            str(r[0]).lower()
+            for r in con.sql(
+                "SELECT DISTINCT function_name FROM duckdb_functions() "
+                "WHERE function_type = 'aggregate'"
+            ).fetchall()
+        }
+        macros = con.sql(
+            "SELECT DISTINCT function_name, macro_definition FROM duckdb_functions() "
+            "WHERE function_type = 'macro' AND macro_definition IS NOT NULL"
+        ).fetchall()
+    # a macro is an aggregate when its body calls one (macros may call macros)
+    changed = True
+    while changed:
+        changed = False
+        for name, body in macros:
+            if str(name).lower() not in names and _calls_any(str(body), names):
+                names.add(str(name).lower())
+                changed = True
+    return frozenset(names)
+
+
+@functools.cache
+def volatile_names() -> frozenset[str]:
+    """Lower-case names of functions that may return a new value on every call."""
+    with duckdb.connect() as con:
+        rows = con.sql(
+            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE stability = 'VOLATILE'"
+        ).fetchall()
+    return frozenset(str(r[0]).lower() for r in rows)
+
+
+def _calls_any(body: str, names: set[str]) -> bool:
+    try:
+        tree = sqlglot.parse_one(body, read="duckdb")
+    except ParseError:
+        return True  # unreadable: assume the worst
+    return any(
+        isinstance(node, exp.AggFunc) or function_name(node) in names
+        for node in tree.find_all(exp.Func)
+    )
+
+
+def function_name(node: exp.Func) -> str:
+    """The name a call is spelled with in SQL, lower case."""
+    if isinstance(node, exp.Anonymous | exp.AnonymousAggFunc):
+        return str(node.this).lower()
+    return node.sql_name().lower()
+
+
+def is_volatile(node: exp.Expr) -> bool:
+    """Whether ``node`` is a call that may give a new value each time."""
+    return isinstance(node, exp.Rand) or (
+        isinstance(node, exp.Func) and function_name(node) in volatile_names()
+    )
+
+
+def normalize_functions(tree: exp.Expr) -> exp.Expr:
+    """Anonymous aggregate calls become ``exp.AnonymousAggFunc`` (in place)."""
+    aggregates = aggregate_names()
+    for node in list(tree.find_all(exp.Anonymous)):
+        if str(node.this).lower() in aggregates:
+            node.replace(exp.AnonymousAggFunc(this=node.this, expressions=list(node.expressions)))
+    return tree
+
+
+def check_functions(tree: exp.Expr) -> None:
+    """Raise ``UnknownFunctionError`` for a call sqlglot types as per-row that aggregates."""
+    aggregates = aggregate_names()
+    for node in tree.find_all(exp.Func):
+        if isinstance(node, exp.AggFunc | exp.Anonymous | exp.Window):
+            continue
+        if function_name(node) in aggregates and node.find_ancestor(exp.AggFunc) is None:
+            raise UnknownFunctionError(f"{node.sql('duckdb')}: an aggregate of unknown shape")

@@ -1,0 +1,38 @@
+"""The split planner's passes, applied in order (as sqlglot's optimizer applies its RULES).
+
+Each pass is one module exporting one function of the same name,
+``pass(state) -> state`` over a ``veil.sql.state.PlanState``. A pass commits
+a rewrite whole or leaves the state untouched: it decides first (building
+new plan objects aside, with parameters carried inside their expressions,
+``veil.sql.remote.param``), then changes the scans and the query. If a pass
+fails anyway, the planner drops the whole split plan and runs the query on
+the client (``veil.sql.planner``), so a broken optimisation costs speed,
+never a wrong answer.
+"""
+
+from __future__ import annotations
+
+from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
+from veil.sql.passes.find_scans import find_scans
+from veil.sql.passes.plan_bind_filters import plan_bind_filters
+from veil.sql.passes.prune_exists_projections import prune_exists_projections
+from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
+from veil.sql.passes.pushdown_joins import pushdown_joins
+from veil.sql.passes.pushdown_predicates import pushdown_predicates
+from veil.sql.passes.reduce_joins import reduce_joins
+from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.state import Pass
+
+PASSES: tuple[Pass, ...] = (
+    prune_exists_projections,  # EXISTS (SELECT * ...) fetches no columns
+    find_scans,  # scopes, base columns, one Scan per table reference
+    pushdown_predicates,  # exact server filters; join edges; IN-subqueries
+    reduce_joins,  # semi-join reductions by joined and outer scans
+    pushdown_aggregates,  # GROUP BY / COUNT / MIN / MAX / HOM SUM on the server
+    pushdown_joins,  # inner DET equi-joins as one server statement
+    drop_pushed_filters,  # exact server filters leave the local plan
+    plan_bind_filters,  # client-computed key filters on large scans
+    rename_scans,  # the local plan reads the scans' local tables
+)
+
+__all__ = ["PASSES"]

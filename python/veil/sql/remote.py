@@ -1,0 +1,260 @@
+"""RemoteSQL: every statement the server receives is built and rendered here.
+
+The planner leaves a ``SplitPlan`` of data (scans, their server predicates,
+joins, reductions, aggregations); this module turns it into statements over
+opaque names, and ``render`` turns a statement into text in the backend's
+dialect plus its parameters. Nothing else in Veil writes server SQL (the
+backends' own DDL for loading aside).
+
+Parameters are ciphertexts (or public values such as n^2) carried *inside*
+the tree: ``param(value)`` is a placeholder node that holds its value, and
+``render`` numbers them ``$1``, ``$2`` ... as it meets them. So a rewrite that
+is abandoned halfway leaves no parameter behind, and statements that combine
+other statements' predicates (semi-joins, server joins) need no offsets.
+
+Statement shapes (names shortened)::
+
+    scan         SELECT c_a, c_b FROM t_x WHERE <server predicates>
+                   [AND rid IN (<reduction>)] [AND c_k IN (<bind keys>)]
+    reduction    SELECT r1.rid FROM t_x AS r0, t_y AS r1 WHERE r0.c_k = r1.c_k AND ...
+    joined       SELECT j0.c_a, j1.c_b FROM t_x AS j0, t_y AS j1 WHERE j0.c_k = j1.c_k AND ...
+    aggregate    SELECT c_k, COUNT(*), MIN(c_ope) FROM t_x WHERE ... GROUP BY c_k
+    HOM sums     two levels, per (keys, pack) then per (keys, mask) (``_packed_sums``)
+    DML          DELETE FROM t_x WHERE rid IN (...); SELECT MAX(pack) FROM t_side
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from veil.design.model import TableDesign
+
+if TYPE_CHECKING:
+    from veil.backends.base import Backend
+    from veil.sql.plan import Aggregation, JoinedFetch, Reduction, Scan
+
+_VALUE = "veil_param"  # meta key of a placeholder's value
+_INNER, _SIDE = "g", "h"
+HOM_PACK_COLUMN = "pack"  # the HOM side table's pack number column
+HOM_CT_COLUMN = "ct"  # ... and its ciphertext column
+
+# Extra predicates per scan, found at execution time (bind filters), keyed by id(scan).
+Extras = dict[int, list[exp.Expr]]
+
+
+def param(value: object) -> exp.Placeholder:
+    """A query parameter carrying ``value`` (always a ciphertext or a public value)."""
+    node = exp.Placeholder()
+    node.meta[_VALUE] = value
+    return node
+
+
+def _is_param(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Placeholder) and _VALUE in node.meta
+
+
+def render(statement: exp.Expression, backend: Backend) -> tuple[str, list[object]]:
+    """SQL text in ``backend``'s dialect (parameters ``$1``, ``$2`` ...) and the values."""
+    from veil.backends.base import render as render_text
+
+    sent, left = backend.inline_parameters(*numbered(statement))
+    return render_text(sent, backend.dialect), left
+
+
+def numbered(statement: exp.Expression) -> tuple[exp.Expression, list[object]]:
+    """A copy with the parameters numbered ``$1``, ``$2`` ... and their values in order."""
+    values: list[object] = []
+
+    def number(node: exp.Expr) -> exp.Expr:
+        if _is_param(node):
+            values.append(node.meta[_VALUE])
+            return exp.Placeholder(this=str(len(values)))
+        return node
+
+    copied = statement.transform(number)
+    assert isinstance(copied, exp.Expression)
+    return copied, values
+
+
+# -- scans ------------------------------------------------------------------------
+
+
+def scan_statement(scan: Scan, extras: Extras | None = None) -> exp.Select:
+    """The RemoteSQL of a scan fetched by its own statement."""
+    extra = (extras or {}).get(id(scan), [])
+    if scan.aggregation is not None:
+        return _aggregate_statement(scan, extra)
+    names = [enc.name if enc else scan.table.row_id for _, enc in scan.fetched()]
+    select = exp.select(*[exp.column(n) for n in names]).from_(scan.table.server_name)
+    return _filtered(select, scan, None, extra)
+
+
+def _filtered(
+    select: exp.Select, scan: Scan, alias: str | None, extra: Sequence[exp.Expr]
+) -> exp.Select:
+    """``select`` with ``scan``'s server predicates, reduction and ``extra`` filters."""
+    for predicate in [p.server for p in scan.predicates] + list(extra):
+        select = select.where(_qualified(predicate, alias), copy=False)
+    if scan.reduction is not None:
+        row_id = exp.column(scan.table.row_id, table=alias)
+        select = select.where(row_id.isin(query=reduction_statement(scan.reduction, scan)))
+    return select
+
+
+def _qualified(server: exp.Expr, alias: str | None) -> exp.Expr:
+    """A copy of a scan's server predicate with its columns qualified by ``alias``."""
+    copied = server.copy()
+    if alias is None:
+        return copied
+    for column in list(copied.find_all(exp.Column)):
+        if not column.table:
+            column.replace(exp.column(column.name, table=alias))
+    return copied
+
+
+def reduction_statement(reduction: Reduction, target: Scan) -> exp.Select:
+    """The row ids of ``target`` that join the reduction's other scans on the server."""
+    aliases = {id(scan): f"r{i}" for i, scan in enumerate(reduction.scans)}
+    select = exp.select(exp.column(target.table.row_id, table=aliases[id(target)]))
+    select = _from_joined(select, reduction.scans, aliases)
+    for edge in reduction.edges:
+        select = select.where(_edge(edge, aliases), copy=False)
+    for scan in reduction.scans:
+        for predicate in scan.predicates:
+            select = select.where(_qualified(predicate.server, aliases[id(scan)]), copy=False)
+    return select
+
+
+def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Select:
+    """The one statement that fetches a server join's scans."""
+    aliases = {id(scan): f"j{i}" for i, scan in enumerate(fetch.scans)}
+    names = [
+        exp.column(enc.name if enc else scan.table.row_id, table=aliases[id(scan)])
+        for scan, _, enc in fetch.fetched()
+    ]
+    select = _from_joined(exp.select(*names), fetch.scans, aliases)
+    for edge in fetch.edges:
+        select = select.where(_edge(edge, aliases), copy=False)
+    for scan in fetch.scans:
+        select = _filtered(select, scan, aliases[id(scan)], (extras or {}).get(id(scan), []))
+    return select
+
+
+def _from_joined(select: exp.Select, scans: Sequence[Scan], aliases: dict[int, str]) -> exp.Select:
+    for i, scan in enumerate(scans):
+        table = exp.alias_(exp.to_table(scan.table.server_name), aliases[id(scan)], table=True)
+        select = select.from_(table) if i == 0 else select.join(table)
+    return select
+
+
+def _edge(edge: object, aliases: dict[int, str]) -> exp.Expr:
+    left = exp.column(edge.left_column, table=aliases[id(edge.left)])  # type: ignore[attr-defined]
+    right = exp.column(edge.right_column, table=aliases[id(edge.right)])  # type: ignore[attr-defined]
+    return exp.EQ(this=left, expression=right)
+
+
+# -- aggregates ---------------------------------------------------------------------
+
+
+def _aggregate_statement(scan: Scan, extra: Sequence[exp.Expr]) -> exp.Select:
+    aggregation = scan.aggregation
+    assert aggregation is not None
+    table = scan.table
+    key_columns = [
+        exp.column(enc.name)
+        for _, enc in aggregation.fetched(table)[: len(aggregation.keys)]
+        if enc
+    ]
+    values: list[exp.Expr] = []
+    for _, item in aggregation.server_items():
+        if item.server is not None:
+            values.append(item.server.copy())
+            continue
+        argument: exp.Expr = exp.column(item.enc.name) if item.enc else exp.Star()
+        values.append(
+            {"COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[item.kind](this=argument)
+        )
+    if aggregation.hom_product is None:
+        select = exp.select(*key_columns, *values)
+        if key_columns:
+            select = select.group_by(*[c.copy() for c in key_columns])
+        return _filtered(select.from_(table.server_name), scan, None, extra)
+    inner = _pack_level(key_columns, values, table).from_(table.server_name)
+    return _packed_sums(_filtered(inner, scan, None, extra), aggregation, table)
+
+
+def _pack_level(
+    key_columns: Sequence[exp.Expr], values: Sequence[exp.Expr], table: TableDesign
+) -> exp.Select:
+    """Inner level: keys, pack, position mask and partial aggregates per (keys, pack)::
+
+    SELECT c_rf AS k0, CAST(c_slot // 4 AS BIGINT) AS p,
+           BIT_OR(CAST(1 AS BIGINT) << CAST(c_slot % 4 AS INT)) AS m, COUNT(*) AS a0
+    FROM t_li WHERE ... GROUP BY c_rf, CAST(c_slot // 4 AS BIGINT)
+    """
+    group = table.hom
+    assert group is not None
+    slot, rows = exp.column(group.slot_column), exp.Literal.number(group.rows_per_ciphertext)
+    pack = exp.cast(exp.IntDiv(this=slot.copy(), expression=rows.copy()), "BIGINT")
+    bit = exp.BitwiseLeftShift(
+        this=exp.cast(exp.Literal.number(1), "BIGINT"),
+        expression=exp.cast(exp.Mod(this=slot.copy(), expression=rows.copy()), "INT"),
+    )
+    keys = [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(key_columns)]
+    partials = [exp.alias_(v, f"a{i}") for i, v in enumerate(values)]
+    select = exp.select(
+        *keys, exp.alias_(pack, "p"), exp.alias_(exp.func("BIT_OR", bit), "m"), *partials
+    )
+    return select.group_by(*[k.copy() for k in key_columns], pack.copy())
+
+
+def _packed_sums(inner: exp.Select, aggregation: Aggregation, table: TableDesign) -> exp.Select:
+    """Outer level (MONOMI §5.3): re-aggregate per (keys, mask), multiply the packs::
+
+    SELECT g.k0, CAST(SUM(g.a0) AS BIGINT), g.m, hom_sum(h.ct, $1)
+    FROM (<inner>) AS g JOIN t_side AS h ON g.p = h.pack GROUP BY g.k0, g.m
+
+    Full packs of a group share the all-ones mask, so a group gets one
+    product for them and one per distinct partial mask.
+    """
+    group = table.hom
+    assert group is not None and aggregation.hom_product is not None
+    keys = [exp.column(f"k{i}", table=_INNER) for i in range(len(aggregation.keys))]
+    values: list[exp.Expr] = []
+    for j, (_, item) in enumerate(aggregation.server_items()):
+        partial = exp.column(f"a{j}", table=_INNER)
+        if item.kind == "COUNT":
+            values.append(exp.cast(exp.Sum(this=partial), "BIGINT"))
+        else:
+            values.append(exp.Min(this=partial) if item.kind == "MIN" else exp.Max(this=partial))
+    mask = exp.column("m", table=_INNER)
+    select = exp.select(*keys, *values, mask, aggregation.hom_product.copy())
+    side = exp.alias_(exp.to_table(group.server_name), _SIDE, table=True)
+    on = exp.EQ(
+        this=exp.column("p", table=_INNER), expression=exp.column(HOM_PACK_COLUMN, table=_SIDE)
+    )
+    select = select.from_(inner.subquery(_INNER)).join(side, on=on)
+    return select.group_by(*[k.copy() for k in keys], mask.copy())
+
+
+def hom_ciphertexts() -> exp.Column:
+    """The column of HOM pack ciphertexts, as the outer level names it."""
+    return exp.column(HOM_CT_COLUMN, table=_SIDE)
+
+
+# -- DML ----------------------------------------------------------------------------
+
+
+def delete_rows_statement(table: TableDesign, row_ids: Sequence[object]) -> exp.Delete:
+    """Delete the rows with these (random, public) row ids."""
+    condition = exp.column(table.row_id).isin(*[param(r) for r in row_ids])
+    return exp.delete(exp.to_table(table.server_name)).where(condition)
+
+
+def last_pack_statement(table: TableDesign) -> exp.Select:
+    """The highest pack number in the table's HOM side table (NULL when empty)."""
+    assert table.hom is not None
+    return exp.select(exp.Max(this=exp.column(HOM_PACK_COLUMN))).from_(table.hom.server_name)
