@@ -29,8 +29,9 @@ def values_equal(a: object, b: object) -> bool:
 
 
 def table_rows(table: pa.Table) -> list[Row]:
-    """Rows as tuples (column names may repeat, so not via dicts)."""
-    return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
+    """Rows as tuples (column names may repeat, so not via dicts); MAPs as dicts, as DuckDB."""
+    columns = (column.to_pylist(maps_as_pydicts="strict") for column in table.columns)
+    return list(zip(*columns, strict=True))
 
 
 def _sort_key(row: Row) -> tuple[object, ...]:

@@ -22,6 +22,7 @@ from veil.sql.errors import QueryError, QuerySyntaxError
 from veil.sql.functions import normalize_functions
 
 DIALECT = "duckdb"
+_MARKERS = (TokenType.PLACEHOLDER, TokenType.QDCOLON)
 
 
 def parse_statement(sql: str) -> exp.Expr:
@@ -58,7 +59,8 @@ def _number_markers(sql: str) -> str:
         tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
     except Exception:  # the parser reports the syntax error with its position
         return sql
-    markers = [t for t in tokens if t.token_type == TokenType.PLACEHOLDER and t.text == "?"]
+    # ``?::TYPE`` is one token (QDCOLON) whose first character is the marker
+    markers = [t for t in tokens if t.token_type in _MARKERS and t.text.startswith("?")]
     if not markers:
         return sql
     if any(t.token_type == TokenType.PARAMETER for t in tokens):
@@ -66,7 +68,7 @@ def _number_markers(sql: str) -> str:
     pieces, end = [], 0
     for number, token in enumerate(markers, start=1):
         pieces += [sql[end : token.start], f"${number}"]
-        end = token.end + 1
+        end = token.start + 1
     return "".join(pieces) + sql[end:]
 
 

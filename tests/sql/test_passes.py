@@ -1,0 +1,226 @@
+"""Each planner pass alone: the plan before and after it, in SQL text.
+
+The state is built by the passes before the one under test; ``shape`` then
+writes the local plan and every scan's RemoteSQL with readable names
+(``det_l_returnflag`` for the DET column of ``l_returnflag``, the table's
+plaintext name for its server table, ``?`` for a ciphertext parameter).
+The end-to-end oracle (test_oracle.py, tests/fuzz) checks the answers.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlglot import exp
+
+from veil.exec.session import Session
+from veil.sql.parse import parse_statement, qualify_query
+from veil.sql.passes import PASSES
+from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
+from veil.sql.passes.find_scans import find_scans
+from veil.sql.passes.plan_bind_filters import plan_bind_filters
+from veil.sql.passes.prune_exists_projections import prune_exists_projections
+from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
+from veil.sql.passes.pushdown_joins import pushdown_joins
+from veil.sql.passes.pushdown_predicates import pushdown_predicates
+from veil.sql.passes.reduce_joins import reduce_joins
+from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.remote import scan_statement
+from veil.sql.state import Pass, PlanState
+
+
+def state_before(session: Session, sql: str, target: Pass) -> PlanState:
+    """The state the passes before ``target`` leave for ``sql``."""
+    qualified = qualify_query(parse_statement(sql), session.design.plaintext_schema())
+    assert qualified is not None
+    state = PlanState(qualified, session.design, session)
+    for planner_pass in PASSES[: PASSES.index(target)]:
+        state = planner_pass(state)
+    return state
+
+
+def readable(session: Session, statement: exp.Expr) -> str:
+    names: dict[str, str] = {}
+    for table in session.design.tables.values():
+        names[table.server_name] = table.name
+        names[table.row_id] = "rid"
+        for enc in table.encryptions:
+            names[enc.name] = f"{enc.scheme.lower()}_{enc.source}"
+        if table.hom is not None:
+            names[table.hom.server_name] = f"{table.name}_hom"
+            names[table.hom.slot_column] = "slot"
+
+    def rename(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Identifier) and node.name in names:
+            return exp.to_identifier(names[node.name], quoted='"' in names[node.name])
+        if isinstance(node, exp.Placeholder):
+            return exp.var("?")
+        return node
+
+    return statement.transform(rename).sql(dialect="duckdb")
+
+
+def shape(session: Session, state: PlanState) -> list[str]:
+    lines = [f"local: {state.query.sql(dialect='duckdb')}"]
+    for scan in state.scans.values():
+        if scan.joined is None:
+            lines.append(f"{scan.alias}: {readable(session, scan_statement(scan))}")
+    return lines
+
+
+def apply(session: Session, sql: str, target: Pass) -> tuple[list[str], list[str]]:
+    state = state_before(session, sql, target)
+    before = shape(session, state)
+    return before, shape(session, target(state))
+
+
+def test_passes_are_in_order() -> None:
+    assert PASSES == (
+        prune_exists_projections,
+        find_scans,
+        pushdown_predicates,
+        reduce_joins,
+        pushdown_aggregates,
+        pushdown_joins,
+        drop_pushed_filters,
+        plan_bind_filters,
+        rename_scans,
+    )
+
+
+def test_prune_exists_projections(session: Session) -> None:
+    sql = "SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_orderkey = o_orderkey)"
+    before, after = apply(session, sql, prune_exists_projections)
+    assert "SELECT lineitem.l_orderkey AS l_orderkey" in before[0]
+    assert "EXISTS(SELECT 1 AS one FROM lineitem AS lineitem" in after[0]
+
+
+def test_find_scans_one_scan_per_reference(session: Session) -> None:
+    sql = "SELECT a.n_name, b.n_name FROM nation a JOIN nation b ON a.n_regionkey = b.n_nationkey"
+    _, after = apply(session, sql, find_scans)
+    assert after[1:] == [
+        "a: SELECT det_n_name, det_n_regionkey FROM nation",
+        "b: SELECT det_n_nationkey, det_n_name FROM nation",
+    ]
+
+
+def test_pushdown_predicates_sends_exact_filters(session: Session) -> None:
+    sql = (
+        "SELECT l_orderkey FROM lineitem WHERE l_shipdate < DATE '1995-01-01' "
+        "AND l_returnflag = 'R' AND l_comment LIKE '%fox%'"
+    )
+    before, after = apply(session, sql, pushdown_predicates)
+    assert "WHERE" not in before[1]
+    assert "ope_l_shipdate < ?" in after[1] and "det_l_returnflag = ?" in after[1]
+    assert "fox" not in after[1]  # a plaintext constant never reaches RemoteSQL
+    assert after[0] == before[0]  # the local plan still filters (drop_pushed_filters decides)
+
+
+def test_pushdown_predicates_keeps_outer_join_nullable_side(session: Session) -> None:
+    sql = (
+        "SELECT c_name, o_orderkey FROM customer LEFT JOIN orders ON c_custkey = o_custkey "
+        "WHERE o_orderdate < DATE '1995-01-01'"
+    )
+    _, after = apply(session, sql, pushdown_predicates)
+    orders = next(line for line in after if line.startswith("orders:"))
+    assert "WHERE" not in orders  # pre-filtering orders would NULL-extend customers instead
+
+
+def test_reduce_joins_semi_join(session: Session) -> None:
+    sql = (
+        "SELECT o_orderkey FROM customer, orders WHERE c_custkey = o_custkey "
+        "AND c_mktsegment = 'BUILDING'"
+    )
+    before, after = apply(session, sql, reduce_joins)
+    orders_before = next(line for line in before if line.startswith("orders:"))
+    orders_after = next(line for line in after if line.startswith("orders:"))
+    assert "rid IN (SELECT" not in orders_before
+    assert "rid IN (SELECT r1.rid FROM customer AS r0, orders AS r1" in orders_after
+
+
+def test_pushdown_aggregates_group_on_the_server(session: Session) -> None:
+    sql = "SELECT l_returnflag, COUNT(*) FROM lineitem WHERE l_shipdate < DATE '1998-01-01' GROUP BY l_returnflag"
+    before, after = apply(session, sql, pushdown_aggregates)
+    assert "GROUP BY" not in before[1]
+    assert "COUNT(*)" in after[1] and "GROUP BY det_l_returnflag" in after[1]
+    assert "ANY_VALUE(lineitem.__veil_agg_0)" in after[0]
+
+
+@pytest.mark.parametrize(
+    "aggregate",
+    [
+        "COUNT(DISTINCT l_partkey)",
+        "median(l_quantity)",
+        "histogram(l_returnflag)",
+        "product(l_tax)",
+    ],
+)
+def test_pushdown_aggregates_commits_whole_or_not_at_all(session: Session, aggregate: str) -> None:
+    """An aggregate the server cannot compute leaves the whole block unchanged (no stray n^2)."""
+    sql = f"SELECT SUM(l_quantity), SUM(l_tax), {aggregate} FROM lineitem"
+    session.hom_pushdown = "always"
+    try:
+        before, after = apply(session, sql, pushdown_aggregates)
+    finally:
+        session.hom_pushdown = "auto"
+    assert after == before
+
+
+def test_pushdown_joins_one_statement(session: Session) -> None:
+    sql = (
+        "SELECT l_shipmode, COUNT(*) FROM orders, lineitem WHERE o_orderkey = l_orderkey "
+        "AND l_receiptdate >= DATE '1994-01-01' GROUP BY l_shipmode"
+    )
+    state = state_before(session, sql, pushdown_joins)
+    assert all(s.joined is None for s in state.scans.values())
+    state = pushdown_joins(state)
+    joined = {id(s.joined) for s in state.scans.values() if s.joined is not None}
+    assert len(joined) == 1
+    assert "__veil_join_row" in state.query.sql()
+
+
+def test_drop_pushed_filters(session: Session) -> None:
+    sql = "SELECT o_orderkey FROM orders WHERE o_orderdate < DATE '1995-01-01'"
+    before, after = apply(session, sql, drop_pushed_filters)
+    assert before[1:] == [
+        "orders: SELECT det_o_orderkey, det_o_orderdate FROM orders WHERE ope_o_orderdate < ?"
+    ]
+    assert after == [
+        "local: SELECT orders.o_orderkey AS o_orderkey FROM orders AS orders",
+        "orders: SELECT det_o_orderkey FROM orders WHERE ope_o_orderdate < ?",  # no longer fetched
+    ]
+
+
+def test_plan_bind_filters_from_uncorrelated_subquery(session: Session) -> None:
+    sql = (
+        "SELECT COUNT(*) FROM orders WHERE o_orderkey IN "
+        "(SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)"
+    )
+    state = plan_bind_filters(state_before(session, sql, plan_bind_filters))
+    orders = next(s for s in state.scans.values() if s.table.name == "orders")
+    assert [b.description for b in orders.binds] == ["its IN-subquery"]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # the subquery reads a CTE of the outer WITH: it cannot run alone
+        "WITH big AS (SELECT o_orderkey AS k FROM orders WHERE o_totalprice > 300000) "
+        "SELECT COUNT(*) FROM lineitem WHERE l_orderkey IN (SELECT k FROM big)",
+        # correlated with the outer row
+        "SELECT COUNT(*) FROM orders o WHERE o_orderkey IN "
+        "(SELECT l_orderkey FROM lineitem WHERE l_suppkey = o.o_custkey)",
+    ],
+)
+def test_plan_bind_filters_skips_subqueries_that_cannot_run_alone(
+    session: Session, sql: str
+) -> None:
+    state = plan_bind_filters(state_before(session, sql, plan_bind_filters))
+    assert not any(
+        b.description == "its IN-subquery" for s in state.scans.values() for b in s.binds
+    )
+
+
+def test_rename_scans(session: Session) -> None:
+    before, after = apply(session, "SELECT n_name FROM nation", rename_scans)
+    assert "FROM nation AS nation" in before[0]
+    assert "FROM __veil_scan_0 AS nation" in after[0]
