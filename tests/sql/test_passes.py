@@ -74,7 +74,7 @@ def apply(session: Session, sql: str, target: Pass) -> tuple[list[str], list[str
 
 
 def test_passes_are_in_order() -> None:
-    assert PASSES == (
+    assert (
         prune_exists_projections,
         find_scans,
         pushdown_predicates,
@@ -84,7 +84,7 @@ def test_passes_are_in_order() -> None:
         drop_pushed_filters,
         plan_bind_filters,
         rename_scans,
-    )
+    ) == PASSES
 
 
 def test_prune_exists_projections(session: Session) -> None:
