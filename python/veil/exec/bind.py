@@ -65,7 +65,7 @@ def key_filters(
         try:
             predicate = _key_filter(bind, scan, local, ciphers)
         except Exception as exc:  # an optimisation only: the local plan filters exactly
-            log.warning("bind filter on %s skipped (%s: %s)", scan.alias, type(exc), exc)
+            log.info("bind filter on %s skipped (%s: %s)", scan.alias, type(exc), exc)
             continue
         if predicate is not None:
             found.append(predicate)

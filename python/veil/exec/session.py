@@ -123,7 +123,7 @@ class Session:
             # plan misjudged it (e.g. DuckDB's COLUMNS(...) hides which columns
             # it reads) or an optimisation failed: fall back to the
             # always-correct fetch-everything plan.
-            log.warning("split plan failed (%s: %s); the client runs the query", type(exc), exc)
+            log.info("split plan failed (%s: %s); the client runs the query", type(exc), exc)
             plan = plan_fetch_all(tree, self.design)
             table = self.execute_plan(plan, stats)
         if len(names) == table.num_columns:  # DESCRIBE of PIVOT lists something else

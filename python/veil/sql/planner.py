@@ -47,7 +47,7 @@ def plan_query(
         for planner_pass in PASSES:
             state = planner_pass(state)
     except Exception as exc:  # any failure of an optimisation: do it the safe way
-        log.warning("split planning failed (%s: %s); the client runs the query", type(exc), exc)
+        log.info("split planning failed (%s: %s); the client runs the query", type(exc), exc)
         return plan_fetch_all(tree, design, row_ids_of=row_ids_of)
     return SplitPlan(list(state.scans.values()), state.query, pushdown=True)
 
