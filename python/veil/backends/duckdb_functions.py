@@ -3,12 +3,13 @@
 DuckDB has no Python aggregate functions, so the HOM sum is a scalar UDF over a
 list aggregate: ``veil_hom_sum(list(c), n_square)``. DuckDB hands the UDF one
 Arrow list per group for a whole vector of groups at once; the UDF multiplies
-each group's ciphertexts modulo n^2 (``veil.crypto.hom.sum_ciphertext_groups``). The
-SEARCH match calls ``veil.crypto.search.search_match`` on whole columns.
+each group's ciphertexts modulo n^2 (``sum_ciphertext_groups``). The SEARCH
+match calls ``search_match`` on whole columns.
 
-Both are pure functions of public data: the server needs no key to run them.
-The crypto modules are imported when a function first runs, so a server that
-never sums or searches does not load them.
+Both come from ``veil.crypto.server_ops``, the one crypto module a backend
+imports: pure functions of public data, so the server needs no key to run
+them. It is imported when a function first runs, so a server that never sums
+or searches does not load it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def hom_sum_lists(groups: Any, n_squares: Any) -> pa.Array:
     The groups are summed by the native group-sum kernel, one call per distinct
     n^2 (a query passes one, as a parameter), rather than group by group.
     """
-    from veil.crypto.hom import sum_ciphertext_groups
+    from veil.crypto.server_ops import sum_ciphertext_groups
 
     groups = _combined(groups)
     n_squares = _combined(n_squares).cast(pa.binary())
@@ -77,7 +78,7 @@ def _present_members(groups: pa.Array) -> pa.Array:
 
 def search_match_column(ciphertexts: Any, tokens: Any) -> pa.Array:
     """SWP match of each ciphertext against its row's token (NULL in -> NULL out)."""
-    from veil.crypto.search import search_match
+    from veil.crypto.server_ops import search_match
 
     ciphertexts = _combined(ciphertexts).cast(pa.binary())
     tokens = _combined(tokens).cast(pa.binary())
