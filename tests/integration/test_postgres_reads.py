@@ -14,7 +14,6 @@ from veil.backends import BackendError, ServerUnavailableError
 from veil.backends.postgres import PostgresBackend
 
 pytestmark = pytest.mark.postgres
-pytest.importorskip("adbc_driver_postgresql")
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from veil.backends import n_square_bytes
 from veil.backends.pgcluster import ThrowawayCluster
 from veil.backends.postgres import PostgresBackend
+from veil.crypto import hom
 
-hom = pytest.importorskip("veil.crypto.hom")
 pytestmark = pytest.mark.postgres
 
 
