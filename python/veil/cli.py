@@ -19,7 +19,7 @@ COMMAND_MODULES = (
     "veil.crypto.cli",
     "veil.bench.cli",
     "veil.kv.cli",
-    "veil.sql.cli",
+    "veil.frontend.cli",
     "veil.tpch.cli",
 )
 

@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow as pa
 
 from veil.errors import VeilError
+from veil.exec.rows import table_rows
 from veil.exec.session import Result, Session
-from veil.sql.compare import table_rows
 
 apilevel = "2.0"
 threadsafety = 1  # threads may share the module, not connections

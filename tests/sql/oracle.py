@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from veil.sql.compare import difference
+from veil.bench.compare import difference
 from veil.sql.state import Pass
 
 FIXTURES = Path(__file__).parent / "fixtures"

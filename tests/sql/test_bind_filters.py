@@ -8,7 +8,7 @@ from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import assert_same
 
 from veil.exec.session import Session
-from veil.sql.explain import explain
+from veil.frontend.explain import explain
 from veil.sql.plan import SplitPlan
 
 TPCH = dict(tpch_queries())

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from veil.frontend.demo import demo
+
 
 @pytest.mark.slow
 def test_demo_agrees_with_plaintext(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("veil.tpch.queries")
-    from veil.sql.demo import demo
-
     assert demo(0.01, str(tmp_path))
     out = capsys.readouterr().out
     assert "22 of 22 queries gave the plaintext answer" in out

@@ -116,7 +116,7 @@ def test_the_rare_group_has_only_partial_masks(hom_session: Session) -> None:
 
 
 def test_explain_shows_the_hom_step(hom_session: Session) -> None:
-    from veil.sql.explain import explain
+    from veil.frontend.explain import explain
 
     text = explain(hom_session, QUERIES[0])
     assert "server HOM" in text and "load order" in text

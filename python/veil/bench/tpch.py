@@ -9,7 +9,7 @@ bytes received. With the
 server at the other end of a ``--bandwidth-mbit`` link (MONOMI §8 uses
 10 Mbit/s) a query takes server + bytes / bandwidth + client; plaintext pays
 its result's bytes on the same link. Every Veil answer is checked against
-plaintext DuckDB over the same Parquet files (``veil.sql.compare``).
+plaintext DuckDB over the same Parquet files (``veil.bench.compare``).
 
 A query that runs longer than ``--timeout`` seconds is interrupted and
 recorded as a timeout.
@@ -33,11 +33,11 @@ import pyarrow as pa
 import sqlglot
 
 from veil.backends import Backend, connect
+from veil.bench.compare import difference
 from veil.bench.report import bar_plot, format_table, write_json
 from veil.bench.tpch_servers import BenchServers, design_of, prepare, say, server_bytes
 from veil.exec.fetch import FetchStats
 from veil.exec.session import Session
-from veil.sql.compare import difference
 from veil.tpch.gen import TABLES
 from veil.tpch.queries import query_texts
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import duckdb
 import sqlglot
 
+from veil.bench.compare import difference
 from veil.exec.session import Session
+from veil.frontend.output import format_grid
 from veil.load.loader import load
-from veil.sql.cli import format_grid
-from veil.sql.compare import difference
 
 
 def demo(scale_factor: float = 0.1, workdir: str | None = None) -> bool:

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import sys
 
-import pyarrow as pa
-
-from veil.sql.compare import table_rows
+from veil.frontend.output import print_table
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,7 +90,7 @@ def run_query(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     from veil.exec.session import Session
-    from veil.sql.explain import explain
+    from veil.frontend.explain import explain
 
     session = Session(args.client_dir)
     try:
@@ -106,29 +101,6 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from veil.sql.demo import demo
+    from veil.frontend.demo import demo
 
     return 0 if demo(args.sf, args.dir) else 1
-
-
-def print_table(table: pa.Table, fmt: str, out: object = None) -> None:
-    stream = out or sys.stdout
-    rows = [list(r) for r in table_rows(table)]
-    if fmt == "csv":
-        writer = csv.writer(stream)  # type: ignore[arg-type]
-        writer.writerow(table.column_names)
-        writer.writerows(rows)
-    elif fmt == "json":
-        print(json.dumps(table.to_pylist(), default=str, indent=1), file=stream)  # type: ignore[arg-type]
-    else:
-        print(format_grid(table.column_names, rows), file=stream)  # type: ignore[arg-type]
-
-
-def format_grid(header: list[str], rows: list[list[object]]) -> str:
-    cells = [[str(h) for h in header]] + [
-        ["NULL" if v is None else str(v) for v in r] for r in rows
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
-    return "\n".join(lines) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"

@@ -1,5 +1,7 @@
 """Result comparison for oracle checks: Veil's rows against plaintext DuckDB's.
 
+Used by ``veil bench tpch``, ``veil demo`` and the tests' oracle.
+
 Rows compare equal when every value is equal, numbers to 1e-9 relative (DuckDB
 may sum decimals and doubles in a different order on each side). Without an
 ORDER BY the rows are compared as multisets.
@@ -12,9 +14,9 @@ import math
 
 import pyarrow as pa
 
-REL_TOL = 1e-9
+from veil.exec.rows import Row, table_rows
 
-Row = tuple[object, ...]
+REL_TOL = 1e-9
 
 
 def values_equal(a: object, b: object) -> bool:
@@ -26,12 +28,6 @@ def values_equal(a: object, b: object) -> bool:
             math.isnan(x) and math.isnan(y)
         )
     return a == b
-
-
-def table_rows(table: pa.Table) -> list[Row]:
-    """Rows as tuples (column names may repeat, so not via dicts); MAPs as dicts, as DuckDB."""
-    columns = (column.to_pylist(maps_as_pydicts="strict") for column in table.columns)
-    return list(zip(*columns, strict=True))
 
 
 def _sort_key(row: Row) -> tuple[object, ...]:
