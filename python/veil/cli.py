@@ -18,7 +18,7 @@ from veil.errors import VeilError
 COMMAND_MODULES = (
     "veil.crypto.cli",
     "veil.bench.cli",
-    "veil.kv.cli",
+    "veil.bench.kv.cli",
     "veil.frontend.cli",
     "veil.tpch.cli",
 )

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from veil.bench.kv import ycsb
 from veil.cli import main
 from veil.errors import ParameterError
-from veil.kv import bench
 
 
 def _dataset(tmp_path: Path, count: int = 1200) -> Path:
@@ -22,9 +22,9 @@ def _dataset(tmp_path: Path, count: int = 1200) -> Path:
 
 
 def _check(result: dict) -> None:
-    assert set(result["workloads"]) == set(bench.WORKLOADS)
+    assert set(result["workloads"]) == set(ycsb.WORKLOADS)
     for by_client in result["workloads"].values():
-        assert set(by_client) == set(bench.CLIENTS)
+        assert set(by_client) == set(ycsb.CLIENTS)
         for summary in by_client.values():
             assert summary["ops"] > 0
             assert summary["wrong_answers"] == 0
@@ -46,31 +46,31 @@ def test_cli_bench_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.cassandra
 def test_bench_on_cassandra(tmp_path: Path, cassandra_url: str) -> None:
-    config = bench.BenchConfig(
+    config = ycsb.BenchConfig(
         backend="cassandra",
         url=cassandra_url,
         dataset=str(_dataset(tmp_path)),
         records=1200,
         ops=10,
     )
-    result = bench.run(config)
+    result = ycsb.run(config)
     _check(result)
 
 
 def test_bench_refuses_remote_servers() -> None:
-    config = bench.BenchConfig(backend="cassandra", url="cassandra://10.0.0.1:9042/ks")
-    with pytest.raises(ParameterError, match=r"127\.0\.0\.1"), bench.store_url(config):
+    config = ycsb.BenchConfig(backend="cassandra", url="cassandra://10.0.0.1:9042/ks")
+    with pytest.raises(ParameterError, match=r"127\.0\.0\.1"), ycsb.store_url(config):
         pass
 
 
 def test_zipfian_ranks_favour_low_ranks() -> None:
-    ranks = bench.zipfian_ranks(1000, 5000, np.random.default_rng(1))
+    ranks = ycsb.zipfian_ranks(1000, 5000, np.random.default_rng(1))
     assert ranks.min() >= 0 and ranks.max() < 1000
     assert (ranks == 0).sum() > (ranks == 500).sum() * 20
 
 
 def test_plan_repeats_values_over_a_larger_key_space() -> None:
-    plan = bench.Plan.draw([b"a", b"b", b"c"], 10, 50, seed=3)
+    plan = ycsb.Plan.draw([b"a", b"b", b"c"], 10, 50, seed=3)
     assert [v for _, v in plan.items()] == [b"a", b"b", b"c"] * 3 + [b"a"]
     assert plan.uniform.max() < 10 and plan.zipfian.max() < 10
 
@@ -80,12 +80,12 @@ def test_disk_bytes_sums_each_clients_table_directories(tmp_path: Path) -> None:
         (tmp_path / table).mkdir(parents=True, exist_ok=True)
         (tmp_path / table / "Data.db").write_bytes(b"x" * size)
     facts = {"tables": {"veil": ["packs"], "per_row": ["rows"], "vanilla": ["missing"]}}
-    assert bench.disk_bytes(tmp_path, facts) == {"veil": 15, "per_row": 7, "vanilla": 0}
+    assert ycsb.disk_bytes(tmp_path, facts) == {"veil": 15, "per_row": 7, "vanilla": 0}
 
 
 def test_parallel_reads_split_the_operations_between_threads() -> None:
     seen: list[int] = []
-    outcome = bench.Clock(ops=40, seconds=30, threads=4).run(
+    outcome = ycsb.Clock(ops=40, seconds=30, threads=4).run(
         lambda i: seen.append(i) is None and i % 10 != 0, parallel=True
     )
     assert sorted(seen) == list(range(40))

@@ -1,7 +1,7 @@
 """``veil kv bench``: YCSB-style workloads for Veil packs and two baselines (paper 002, §8).
 
 Three clients run the same workloads over the same backend, one after the
-other (see :mod:`veil.kv.bench_clients`): ``veil`` (MiniCrypt packs of
+other (see :mod:`veil.bench.kv.clients`): ``veil`` (MiniCrypt packs of
 ``pack_rows`` rows), ``per_row`` (every row compressed and encrypted on its
 own, the paper's encrypted baseline) and ``vanilla`` (plaintext rows). Each
 client is one thread, except that read-only workloads run on ``threads``
@@ -47,10 +47,10 @@ from urllib.parse import urlsplit
 import numpy as np
 
 import veil.kv
+from veil.bench.kv.clients import PackClient, RowClient
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.errors import ParameterError
 from veil.kv.backends import open_backend
-from veil.kv.bench_clients import PackClient, RowClient
 from veil.kv.envelope import Envelope
 
 CLIENTS = ("veil", "per_row", "vanilla")
@@ -281,7 +281,7 @@ def store_url(config: BenchConfig) -> Iterator[tuple[str, dict]]:
         if config.backend == "sqlite":
             yield f"sqlite:///{work}/bench.db", {"server": "sqlite file"}
             return
-        from veil.kv import cassandra_server
+        from veil.servers import cassandra as cassandra_server
 
         directory = Path(work) / "cassandra"
         with cassandra_server.memory_budget(config.memory_mb) as cgroup:
@@ -341,7 +341,7 @@ def open_clients(
 
 
 def run(config: BenchConfig) -> dict:
-    from veil.kv.datasets import load_records
+    from veil.bench.kv.datasets import load_records
 
     values = load_records(config.dataset, config.records)
     plan = Plan.draw(values, config.records, config.ops, config.seed)

@@ -1,4 +1,8 @@
-"""``veil kv ...``: the private Cassandra server, the pack-size tool and the benchmark."""
+"""``veil kv ...``: the private Cassandra server, the pack-size tool and the benchmark.
+
+All three are tooling around the shipping :mod:`veil.kv` package, which
+imports none of them.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    kv = subparsers.add_parser("kv", help="encrypted key-value packs (MiniCrypt)")
+    kv = subparsers.add_parser(
+        "kv", help="key-value (MiniCrypt) tools: a private Cassandra, pack sizes, benchmark"
+    )
     commands = kv.add_subparsers(dest="kv_command", required=True, metavar="KV_COMMAND")
     _register_cassandra(commands)
     _register_packsize(commands)
@@ -30,7 +36,7 @@ def _register_cassandra(commands: argparse._SubParsersAction) -> None:
 
 
 def _cassandra(args: argparse.Namespace) -> int:
-    from veil.kv import cassandra_server as server
+    from veil.servers import cassandra as server
 
     if args.action == "start":
         info = server.start(args.dir, heap_mb=args.heap_mb)
@@ -49,7 +55,7 @@ def _cassandra(args: argparse.Namespace) -> int:
 
 
 def _register_packsize(commands: argparse._SubParsersAction) -> None:
-    from veil.kv.datasets import NAMED
+    from veil.bench.kv.datasets import NAMED
 
     parser = commands.add_parser(
         "packsize", help="compression ratio against rows per pack (MiniCrypt Figure 2)"
@@ -64,7 +70,7 @@ def _register_packsize(commands: argparse._SubParsersAction) -> None:
 
 
 def _packsize(args: argparse.Namespace) -> int:
-    from veil.kv import packsize
+    from veil.bench.kv import packsize
 
     result = packsize.run(args.dataset, limit=args.limit, json_path=args.json, png_path=args.png)
     print("\n".join(packsize.summary_lines(result)))
@@ -103,9 +109,9 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from veil.kv import bench
+    from veil.bench.kv import ycsb
 
-    result = bench.run(bench.BenchConfig.from_args(args))
-    bench.write_outputs(result, args.json, args.png)
-    print("\n".join(bench.summary_lines(result)))
+    result = ycsb.run(ycsb.BenchConfig.from_args(args))
+    ycsb.write_outputs(result, args.json, args.png)
+    print("\n".join(ycsb.summary_lines(result)))
     return 0

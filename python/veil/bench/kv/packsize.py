@@ -165,7 +165,7 @@ def _fmt(value: float | None) -> str:
 
 
 def run(dataset: str, *, limit: int | None, json_path: Path | None, png_path: Path | None) -> dict:
-    from veil.kv.datasets import load_records
+    from veil.bench.kv.datasets import load_records
 
     started = time.perf_counter()
     records = load_records(dataset, limit)

@@ -1,0 +1,4 @@
+"""Private database servers for tests, benchmarks and demos (tooling, never shipped code).
+
+:mod:`.cassandra` starts and stops a single-node Cassandra on 127.0.0.1.
+"""
