@@ -64,6 +64,12 @@ class EncodingError(VeilError):
     anchor = "encoding"
 
 
+class ValueOverflowError(VeilError):
+    """A stored value lies beyond its type: a per-row expression DuckDB could not compute."""
+
+    anchor = "value-overflow"
+
+
 @dataclass(frozen=True)
 class SqlType:
     """A plaintext column's SQL type, as DuckDB spells it (``DECIMAL(15,2)``)."""
@@ -78,6 +84,12 @@ class SqlType:
     def scale(self) -> int:
         match = _DECIMAL.match(self.name)
         return int(match.group(2)) if match else 0
+
+    @property
+    def precision(self) -> int:
+        """A DECIMAL's digits (0 for other types)."""
+        match = _DECIMAL.match(self.name)
+        return int(match.group(1)) if match else 0
 
     @property
     def is_integral(self) -> bool:
@@ -180,7 +192,7 @@ def decode(array: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
     if kind == STRING_KIND:
         return pc.cast(arr, pa.string())
     if kind == DECIMAL_KIND:
-        return _int64_to_decimal(pc.cast(arr, pa.int64()), sql_type.arrow_type())
+        return _int64_to_decimal(pc.cast(arr, pa.int64()), sql_type.arrow_type(), sql_type)
     if kind == FLOAT_KIND:
         return pc.cast(_int64_to_float(pc.cast(arr, pa.int64())), sql_type.arrow_type())
     if kind == DATE_KIND:
@@ -233,8 +245,15 @@ def _decimal_to_int64(arr: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(arr), [_validity(arr), pa.py_buffer(low)])
 
 
-def _int64_to_decimal(arr: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+def _int64_to_decimal(arr: pa.Array, arrow_type: pa.DataType, sql_type: SqlType) -> pa.Array:
     low = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    limit = 10**sql_type.precision
+    if len(low) and (int(low.max()) >= limit or int(low.min()) <= -limit):
+        # the mark of a row whose per-row expression overflowed (veil.exec.encrypt)
+        raise ValueOverflowError(
+            f"a stored value lies beyond {sql_type.name}: a precomputed expression that "
+            "DuckDB cannot compute for that row (numeric overflow)"
+        )
     words = np.empty((len(low), 2), dtype="<i8")
     words[:, 0] = low
     words[:, 1] = low >> 63  # sign extension into the high word

@@ -15,7 +15,6 @@ from veil.exec.hom_group import (
     HomGroupCipher,
     in_positions,
     slot_masks,
-    value_bits,
 )
 
 
@@ -31,17 +30,11 @@ def test_in_positions_reads_the_mask_bits() -> None:
         in_positions(0b10000, 4)
 
 
-def test_value_bits_covers_the_range_with_headroom() -> None:
-    assert value_bits([(0, 100)]) == 12  # 7 bits + sign + 4
-    assert value_bits([(-(2**40), 5), (None, None)]) == 46
-    assert value_bits([]) == 8
-    assert value_bits([(0, 2**70)]) == 64
-
-
 @pytest.fixture(scope="module")
 def cipher() -> HomGroupCipher:
     group = HomGroup("t_side", "c_slot", ["a", "a * b"], ["BIGINT", "BIGINT"], "hom:test")
-    return HomGroupCipher.sized(MasterKey(b"\x07" * 32), group, 24)
+    group.value_bits = 24
+    return HomGroupCipher.sized(MasterKey(b"\x07" * 32), group)
 
 
 def test_sized_group_fills_the_plaintext_up_to_the_row_cap(cipher: HomGroupCipher) -> None:

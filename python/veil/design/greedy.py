@@ -7,18 +7,27 @@ DET encryption (which the client can decrypt) also gets RND. Equi-joined
 columns of the same encoded type share one DET key scope (a key group) so the
 server can join them.
 
+OPE widths and HOM slot widths come from value domains (the column's type, or
+the domain the user declared; ``veil.design.domains``), never from the data,
+so every value the type admits can be inserted later.
+
 A cost-based designer (MONOMI §6) will replace this; it produces the same
 ``PhysicalDesign`` and marks its choices with ``origin``.
 """
 
 from __future__ import annotations
 
-import re
-
 import duckdb
 import sqlglot
 from sqlglot import exp
 
+from veil.design.domains import (
+    ExpressionDomain,
+    column_domain,
+    expression_domain,
+    sentinels,
+    signed_bits,
+)
 from veil.design.model import (
     DET,
     HOM,
@@ -38,9 +47,7 @@ from veil.encoding import (
     FLOAT_KIND,
     INT_KIND,
     STRING_KIND,
-    EncodingError,
     SqlType,
-    normalize_type,
 )
 
 DET_INT_BITS = 64
@@ -73,6 +80,7 @@ def greedy_design(
             encryptions=encryptions,
             hom=_hom_group(table, columns, needs) if hom and HOM in schemes else None,
         )
+    _share_ope_widths(design)
     return design
 
 
@@ -108,7 +116,10 @@ def _column_encryptions(
     else:
         add(RND, f"rnd:{table}.{column.name}")
     if wants_ope:
-        add(OPE, f"ope:{ope_groups.get(ref, f'{table}.{column.name}')}", bits=None)
+        domain = column_domain(column)
+        assert domain is not None
+        scope = f"ope:{ope_groups.get(ref, f'{table}.{column.name}')}"
+        add(OPE, scope, bits=signed_bits(*domain))
     if ref in needs.search and SEARCH in schemes and kind == STRING_KIND:
         add(SEARCH, f"search:{table}.{column.name}")
     return chosen
@@ -125,17 +136,43 @@ def _row_encryptions(
     catalog = _catalog(table, columns)
     chosen = []
     for scheme, source in sorted(wanted):
-        sql_type = _expression_type(catalog, table, source)
-        if sql_type is None or (
-            scheme != DET and SqlType(sql_type).kind in (STRING_KIND, FLOAT_KIND)
+        domain = _expression_domain(catalog, table, source, columns)
+        if domain is None or (
+            scheme != DET and SqlType(domain.type).kind in (STRING_KIND, FLOAT_KIND)
         ):
             continue  # OPE takes numbers and dates
         if source not in {c.name for c in columns}:
-            params: dict[str, object] = {"bits": None} if scheme == OPE else {}
+            params = _expression_params(domain, scheme)
             scope = f"{scheme.lower()}:{table}.{source}"
-            chosen.append(Encryption(opaque_name("c"), source, scheme, sql_type, scope, params))
+            chosen.append(Encryption(opaque_name("c"), source, scheme, domain.type, scope, params))
     catalog.close()
     return chosen
+
+
+def _expression_params(domain: ExpressionDomain, scheme: str) -> dict[str, object]:
+    """A precomputed column's domain; with room for the marks of overflowed rows.
+
+    A row whose expression DuckDB cannot compute (its value lies beyond the
+    type) is stored with the mark just beyond the domain on its side
+    (``veil.exec.encrypt``), so order and equality with every value of the
+    type stay right; where int64 has no room for the marks, such a row's
+    value is NULL.
+    """
+    params: dict[str, object] = {"domain": [domain.low, domain.high], "overflow": domain.overflow}
+    if scheme == OPE:
+        marks = sentinels(domain.low, domain.high) if domain.overflow else None
+        params["bits"] = signed_bits(*(marks or (domain.low, domain.high)))
+    return params
+
+
+def _share_ope_widths(design: PhysicalDesign) -> None:
+    """Columns sharing an OPE key scope (compared together) share one width."""
+    widths: dict[str, int] = {}
+    encryptions = [e for t in design.tables.values() for e in t.encryptions if e.scheme == OPE]
+    for enc in encryptions:
+        widths[enc.key_scope] = max(int(str(enc.params["bits"])), widths.get(enc.key_scope, 1))
+    for enc in encryptions:
+        enc.params["bits"] = widths[enc.key_scope]
 
 
 def _hom_group(table: str, columns: list[Column], needs: WorkloadNeeds) -> HomGroup | None:
@@ -149,13 +186,16 @@ def _hom_group(table: str, columns: list[Column], needs: WorkloadNeeds) -> HomGr
     catalog = _catalog(table, columns)
     sources: list[str] = []
     types: list[str] = []
+    bits, overflow = 1, False
     for t, source in sorted(needs.sums):
-        sql_type = _expression_type(catalog, table, source) if t == table else None
-        exact = sql_type is not None and SqlType(sql_type).kind in (INT_KIND, DECIMAL_KIND)
-        if not exact or not null_follows_columns(source):
+        domain = _expression_domain(catalog, table, source, columns) if t == table else None
+        exact = domain is not None and SqlType(domain.type).kind in (INT_KIND, DECIMAL_KIND)
+        if domain is None or not exact or not null_follows_columns(source):
             continue  # Paillier sums exact numbers; the rest is summed by the client
         sources.append(source)
-        types.append(str(sql_type))
+        types.append(domain.type)
+        bits = max(bits, signed_bits(domain.low, domain.high))
+        overflow = overflow or domain.overflow
     catalog.close()
     if not sources:
         return None
@@ -165,6 +205,8 @@ def _hom_group(table: str, columns: list[Column], needs: WorkloadNeeds) -> HomGr
         sources=sources,
         types=types,
         key_scope=f"hom:{table}",
+        value_bits=max(bits, 2),
+        overflow_slot=overflow,
     )
 
 
@@ -191,21 +233,21 @@ def _catalog(table: str, columns: list[Column]) -> duckdb.DuckDBPyConnection:
     return catalog
 
 
-def _expression_type(catalog: duckdb.DuckDBPyConnection, table: str, source: str) -> str | None:
-    """The encodable type a server column stores ``source`` as, or None."""
+def _expression_domain(
+    catalog: duckdb.DuckDBPyConnection, table: str, source: str, columns: list[Column]
+) -> ExpressionDomain | None:
+    """How a server column stores ``source`` (a column or expression), or None if it cannot."""
+    by_name = {c.name: c for c in columns}
+    if source in by_name:
+        column = by_name[source]
+        domain = column_domain(column)
+        low, high = domain if domain is not None else (0, 0)
+        return ExpressionDomain(column.type, low, high, overflow=False)
     try:
         found = str(catalog.execute(f'DESCRIBE SELECT {source} FROM "{table}"').fetchall()[0][1])
     except duckdb.Error:
         return None
-    match = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", found)
-    if match:  # per-row products widen the precision; the values still fit 18 digits
-        return f"DECIMAL({min(int(match.group(1)), 18)},{match.group(2)})"
-    if found == "HUGEINT":
-        return "BIGINT"
-    try:
-        return normalize_type(found)
-    except EncodingError:
-        return None
+    return expression_domain(source, found, by_name)
 
 
 def _key_groups(

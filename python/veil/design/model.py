@@ -26,7 +26,9 @@ from veil.errors import VeilError
 
 DESIGN_FORMAT = "veil-physical-design"
 # 2: HOM is one packed group per table (``HomGroup``) instead of HOM columns.
-DESIGN_VERSION = 2
+# 3: OPE and HOM widths from value domains (types, or domains declared at load
+#    time: ``Column.domain``), not from the loaded data; HOM overflow slot.
+DESIGN_VERSION = 3
 
 RND = "RND"
 DET = "DET"
@@ -51,10 +53,17 @@ def opaque_name(prefix: str) -> str:
 
 @dataclass
 class Column:
-    """A plaintext column (client-side schema only)."""
+    """A plaintext column (client-side schema only).
+
+    ``domain`` is the ``[low, high]`` the user declared at load time (as
+    given; ``bounds`` are their encodings); None means the type's whole range
+    (``veil.design.domains``).
+    """
 
     name: str
     type: str
+    domain: list[str] | None = None
+    bounds: list[int] | None = None
 
     @property
     def sql_type(self) -> SqlType:
@@ -102,6 +111,9 @@ class HomGroup:
     key_scope: str
     value_bits: int = 64  # every packed value is a signed integer of this many bits
     rows_per_ciphertext: int = 1
+    # One more slot per row, 1 where an expression of the row overflowed its
+    # type (DuckDB cannot compute it): a sum over such a row is left to the client.
+    overflow_slot: bool = False
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None
@@ -172,7 +184,7 @@ class PhysicalDesign:
         if document.get("version") != DESIGN_VERSION:
             raise DesignError(
                 f"{origin} has design version {document.get('version')}; this Veil reads "
-                f"version {DESIGN_VERSION} (packed HOM groups): reload the data with `veil load`"
+                f"version {DESIGN_VERSION} (value domains): reload the data with `veil load`"
             )
         tables = {name: _table_from_dict(t) for name, t in document["tables"].items()}
         return cls(key_fingerprint=document["key_fingerprint"], tables=tables)

@@ -4,6 +4,16 @@ Used by the loader and by DML: evaluate each server column's source (a column,
 or a per-row expression evaluated by an in-process DuckDB), encode, encrypt
 column-wise. Row ids are random 63-bit integers, so they reveal neither
 insertion order nor anything about the row.
+
+Values outside a column's declared domain are refused here, before anything
+is encrypted or written (``DeclaredDomainError``). A row whose per-row
+expression DuckDB cannot compute (its value lies beyond the expression's type:
+``Overflow in multiplication of DECIMAL(18)``) is valid and is stored: its
+precomputed DET/OPE value is the mark just beyond the expression's domain on
+the value's side (so comparisons with any value of the type stay right, and
+decoding it fails, which sends a query reading it to the client, where DuckDB
+reports its overflow), or NULL where int64 has no room for the mark; its HOM
+row sets the group's overflow slot (``veil.exec.hom_group``).
 """
 
 from __future__ import annotations
@@ -13,13 +23,30 @@ import secrets
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
 
 from veil.crypto.keys import MasterKey
+from veil.design.domains import check_declared, sentinels
 from veil.design.model import OPE, Encryption, TableDesign
 from veil.encoding import encode
 from veil.exec.ciphers import ColumnCipher, column_cipher
 
 _BATCH_VIEW = "__veil_plain_batch"
+
+
+class Sources(dict[str, pa.Array | pa.ChunkedArray]):
+    """Each column and per-row expression of a batch, by source text.
+
+    ``overflow[source]`` marks the rows whose expression DuckDB could not
+    compute: +1 / -1 for a value beyond the type's top / bottom, 0 elsewhere
+    (those rows hold NULL).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.overflow: dict[str, np.ndarray] = {}
 
 
 class TableEncryptor:
@@ -53,22 +80,58 @@ class TableEncryptor:
             columns[self.table.hom.slot_column] = pa.array(slots)
         for enc in self.table.encryptions:
             encoded = encode(sources[enc.source], enc.sql_type)
+            if enc.source in sources.overflow:
+                encoded = _marked(encoded, sources.overflow[enc.source], enc)
             columns[enc.name] = self._ciphers[enc.name].encrypt(encoded)
         return pa.table(columns)
 
-    def sources(self, plain: pa.Table) -> dict[str, pa.Array]:
-        """Every column and per-row expression a server column (or the HOM group) stores."""
+    def check_domains(self, plain: pa.Table) -> None:
+        """Refuse a batch with a value outside its column's declared domain."""
+        for column in self.table.columns:
+            if column.bounds is None or column.name not in plain.column_names:
+                continue
+            encoded = encode(plain.column(column.name), column.sql_type)
+            if encoded.null_count == len(encoded):
+                continue
+            bounds = pc.min_max(encoded)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            check_declared(column, low, high, table=self.table.name)
+
+    def sources(self, plain: pa.Table) -> Sources:
+        """Every column and per-row expression a server column (or the HOM group) stores.
+
+        Checks the declared domains first, so a refused batch writes nothing.
+        """
+        self.check_domains(plain)
         expressions = sorted(set(self._expression_types()))
-        sources = {name: plain.column(name) for name in plain.column_names}
-        if expressions:
+        sources = Sources()
+        sources.update({name: plain.column(name) for name in plain.column_names})
+        if not expressions:
+            return sources
+        self._local.register(_BATCH_VIEW, plain)
+        try:
             select = ", ".join(f"CAST({expr} AS {self._type_of(expr)})" for expr in expressions)
-            self._local.register(_BATCH_VIEW, plain)
             try:
                 computed = self._local.sql(f"SELECT {select} FROM {_BATCH_VIEW}").to_arrow_table()
-            finally:
-                self._local.unregister(_BATCH_VIEW)
-            sources.update(zip(expressions, computed.columns, strict=True))
+                sources.update(zip(expressions, computed.columns, strict=True))
+            except duckdb.Error:  # some row's value lies beyond its type: find which
+                for expr in expressions:
+                    sources[expr], signs = self._computed_or_marked(expr)
+                    if signs.any():
+                        sources.overflow[expr] = signs
+        finally:
+            self._local.unregister(_BATCH_VIEW)
         return sources
+
+    def _computed_or_marked(self, expr: str) -> tuple[pa.Array, np.ndarray]:
+        """The expression where DuckDB computes it (else NULL), and the overflow signs."""
+        value = f"TRY(CAST({expr} AS {self._type_of(expr)}))"
+        real = f"TRY(CAST({_in_doubles(expr)} AS DOUBLE))"
+        result = self._local.sql(f"SELECT {value}, {real} FROM {_BATCH_VIEW}").to_arrow_table()
+        computed, approximate = result.column(0).combine_chunks(), result.column(1)
+        lost = pc.and_(pc.is_null(computed), pc.is_valid(approximate))
+        signs = pc.if_else(lost, pc.sign(approximate), 0).fill_null(0)
+        return computed, signs.to_numpy(zero_copy_only=False).astype(np.int8)
 
     def _type_of(self, expression: str) -> str:
         return self._expression_types()[expression]
@@ -86,10 +149,28 @@ def rnd_context(table: TableDesign, encryption: Encryption) -> bytes:
     return f"{table.server_name}.{encryption.name}".encode()
 
 
-def ope_bits(low: int | None, high: int | None) -> int:
-    """OPE plaintext width for encoded values in [low, high], with headroom for inserts."""
-    magnitude = max(abs(low or 0), abs(high or 0))
-    return max(16, min(64, magnitude.bit_length() + 1 + 4))
+def _in_doubles(expression: str) -> str:
+    """``expression`` with every column read as DOUBLE (never overflows; for signs)."""
+    tree = sqlglot.parse_one(expression, read="duckdb")
+    doubled = tree.transform(
+        lambda node: exp.cast(node.copy(), "DOUBLE") if isinstance(node, exp.Column) else node
+    )
+    return doubled.sql(dialect="duckdb")
+
+
+def _marked(encoded: pa.Array, signs: np.ndarray, enc: Encryption) -> pa.Array:
+    """Overflowed rows get the mark beyond the precomputed column's domain (or stay NULL)."""
+    domain = enc.params.get("domain")
+    if not isinstance(domain, list) or not enc.params.get("overflow"):
+        return encoded
+    marks = sentinels(int(domain[0]), int(domain[1]))
+    if marks is None:
+        return encoded
+    values = encoded.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    valid = encoded.is_valid().to_numpy(zero_copy_only=False)
+    values[signs > 0], values[signs < 0] = marks[1], marks[0]
+    valid = valid | (signs != 0)
+    return pa.array(values, pa.int64(), mask=~valid)
 
 
 def uses_ope(table: TableDesign) -> list[Encryption]:

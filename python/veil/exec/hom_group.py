@@ -14,6 +14,15 @@ slots at the positions of the bit mask ``m`` the server returned with it
 Packs are grouped by mask, so every slot the client adds holds a sum over
 exactly the group's rows; slots at other positions hold other rows' sums and
 are ignored.
+
+Slot widths come from the expressions' value domains (``veil.design.domains``:
+the types', or declared ones), so a sum of up to ``MAX_SUMMANDS`` packs of any
+values the types admit never overflows. A group whose expressions DuckDB may
+fail to compute for some rows (a product beyond DECIMAL(18)) has one more
+slot per row (``HomGroup.overflow_slot``): 1 where the row's value could not
+be computed (its expression slots hold 0). A sum that includes such a row
+raises ``OverflowedRowsError``, and the query runs on the client instead,
+where DuckDB reports the overflow exactly as it would over plaintext.
 """
 
 from __future__ import annotations
@@ -28,17 +37,17 @@ from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
 from veil.design.model import HomGroup
 from veil.encoding import SqlType, encode
-from veil.errors import ParameterError
+from veil.errors import ParameterError, VeilError
 
 PACK_COLUMN = "pack"
 CIPHERTEXT_COLUMN = "ct"
 MAX_SUMMANDS = 2**32  # ciphertexts one product may multiply (packs of one table, with inserts)
 
 
-def value_bits(ranges: Sequence[tuple[int | None, int | None]]) -> int:
-    """Signed bits for every expression's encoded range, with 4 bits of headroom for inserts."""
-    magnitude = max((max(abs(lo or 0), abs(hi or 0)) for lo, hi in ranges), default=0)
-    return max(8, min(64, magnitude.bit_length() + 1 + 4))
+class OverflowedRowsError(VeilError):
+    """A packed sum includes rows whose summed expression DuckDB cannot compute."""
+
+    anchor = "overflowed-rows"
 
 
 def side_schema() -> pa.Schema:
@@ -74,23 +83,29 @@ class HomGroupCipher:
     def __init__(self, master: MasterKey, group: HomGroup):
         self.group = group
         self._master = master
+        names = group.sources + (["(overflowed row)"] if group.overflow_slot else [])
         self.packer = HomPacker.from_master(
             master,
             group.key_scope,
             group.value_bits,
-            len(group.sources),
+            len(names),
             max_summands=MAX_SUMMANDS,
             rows_per_ciphertext=group.rows_per_ciphertext,
-            names=group.sources,
+            names=names,
             column=f"HOM group of {len(group.sources)} sums",
         )
 
     @classmethod
-    def sized(cls, master: MasterKey, group: HomGroup, bits: int) -> HomGroupCipher:
-        """Fix the group's value width and fill the plaintext with as many rows as fit."""
-        group.value_bits = bits
+    def sized(cls, master: MasterKey, group: HomGroup, bits: int | None = None) -> HomGroupCipher:
+        """Fill the plaintext with as many rows as fit (``bits``: a new value width)."""
+        if bits is not None:
+            group.value_bits = bits
         fit = HomPacker.from_master(
-            master, group.key_scope, bits, len(group.sources), max_summands=MAX_SUMMANDS
+            master,
+            group.key_scope,
+            group.value_bits,
+            len(group.sources) + group.overflow_slot,
+            max_summands=MAX_SUMMANDS,
         ).rows_per_ciphertext
         group.rows_per_ciphertext = min(fit, MAX_ROWS_PER_CIPHERTEXT)
         return cls(master, group)
@@ -104,18 +119,30 @@ class HomGroupCipher:
         return self.packer.n_square
 
     def values(self, sources: dict[str, pa.Array | pa.ChunkedArray]) -> np.ndarray:
-        """The ``(rows, k)`` int64 matrix of encoded values; NULL packs as 0."""
-        encoded = [
+        """The ``(rows, k)`` int64 matrix of encoded values; NULL packs as 0.
+
+        ``sources`` is ``TableEncryptor.sources``: its ``overflow`` marks set
+        the overflow slot (the last column) of the rows they mark.
+        """
+        encoded: list[object] = [
             encode(sources[source], SqlType(type_name))
             for source, type_name in zip(self.group.sources, self.group.types, strict=True)
         ]
+        if self.group.overflow_slot:
+            rows = len(encoded[0]) if encoded else 0  # type: ignore[arg-type]
+            lost = np.zeros(rows, np.int64)
+            marks: dict[str, np.ndarray] = getattr(sources, "overflow", {})
+            for source in self.group.sources:
+                if source in marks:
+                    lost |= marks[source] != 0
+            encoded.append(lost)
         return self.packer.row_matrix(encoded)
 
     def encrypt_packs(
         self, values: np.ndarray, first_pack: int, pool: EncryptionPool | None = None
     ) -> pa.Table:
         """Side-table rows ``(pack, ct)`` for ``values`` starting at ``first_pack``."""
-        per, k = self.rows, len(self.group.sources)
+        per, k = self.rows, self.packer.columns
         count = -(-len(values) // per)
         padded = np.zeros((count * per, k), np.int64)
         padded[: len(values)] = values
@@ -131,7 +158,15 @@ class HomGroupCipher:
     def masked_sums(self, products: pa.Array, masks: Sequence[int]) -> list[list[int] | None]:
         """Per product: the sums of each expression over the mask's positions."""
         decrypt: Callable[..., list[int]] = self.packer.decrypt_sums
-        return [
+        sums = [
             None if c is None else decrypt(c, positions=in_positions(int(m), self.rows))
             for c, m in zip(products.to_pylist(), masks, strict=True)
         ]
+        if not self.group.overflow_slot:
+            return sums
+        if any(s is not None and s[-1] for s in sums):
+            raise OverflowedRowsError(
+                "the sum includes rows whose summed expression overflows its type; "
+                "the client computes it instead"
+            )
+        return [None if s is None else s[:-1] for s in sums]

@@ -38,6 +38,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="leave out the packed Paillier (HOM) groups of the workload's SUM/AVG arguments "
         "(faster loads; every SUM then runs on the client)",
     )
+    load.add_argument(
+        "--domain",
+        action="append",
+        default=[],
+        metavar="TABLE.COLUMN=LOW..HIGH",
+        help="declare a column's value domain, narrower than its SQL type (repeatable; e.g. "
+        "lineitem.l_quantity=0..100, orders.o_orderdate=1992-01-01..1998-12-31): narrower "
+        "OPE/HOM widths; values outside it are refused (docs/sql.md#declared-domains)",
+    )
     load.set_defaults(handler=run_load)
 
     query = subparsers.add_parser("query", help="run one SQL statement through Veil")
@@ -65,7 +74,12 @@ def run_load(args: argparse.Namespace) -> int:
     from veil.load.loader import load, read_workload
 
     reports = load(
-        args.source, args.server, args.client_dir, read_workload(args.workload), hom=args.hom
+        args.source,
+        args.server,
+        args.client_dir,
+        read_workload(args.workload),
+        hom=args.hom,
+        domains=args.domain,
     )
     print(
         f"loaded {len(reports)} table(s), {sum(r.rows for r in reports)} rows, into {args.server}"

@@ -5,13 +5,18 @@ it), and the design file is rewritten after each table, so the design always
 describes exactly the tables on the server. A failed load can simply be run
 again: the table is designed afresh under new opaque names and the old
 server table, if any, is dropped once the new one is in place.
+
+OPE and HOM widths come from the columns' value domains: their SQL types', or
+narrower ones the user declares (``domains=``, ``veil load --domain``; see
+``veil.design.domains`` and docs/sql.md). Every declared domain is checked
+against the whole source before anything is written.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,19 +28,22 @@ import sqlglot
 from veil.backends import Backend, connect
 from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
+from veil.design.domains import check_declared, declare_domains, parse_domain_specs
 from veil.design.greedy import greedy_design
 from veil.design.model import DET, Column, PhysicalDesign, TableDesign
-from veil.encoding import SqlType, encode_scalar
+from veil.encoding import SqlType, encode
 from veil.exec.ciphers import available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
-from veil.exec.encrypt import TableEncryptor, ope_bits, uses_ope
-from veil.exec.hom_group import HomGroupCipher, side_schema, value_bits
+from veil.exec.encrypt import TableEncryptor
+from veil.exec.hom_group import HomGroupCipher, side_schema
 from veil.load.sources import SourceTable, open_source
 
 BATCH_ROWS = 65536
 HOM_CHUNK_PACKS = 16384  # Paillier encryptions per progress step (a few seconds' work)
 
 Progress = Callable[[str], None]
+# ``{"table.column": (low, high)}``, or ``["table.column=LOW..HIGH", ...]``
+Domains = Mapping[str, tuple[object, object]] | Iterable[str]
 
 
 @dataclass
@@ -62,17 +70,32 @@ def load(
     progress: Progress | None = None,
     *,
     hom: bool = True,
+    domains: Domains | None = None,
 ) -> list[LoadReport]:
     """Load every table of ``source``; returns what was loaded.
 
     ``hom=False`` leaves out the packed Paillier groups of the workload's
     SUM/AVG arguments (their encryption dominates load time: ~0.2 ms per
     ciphertext and core, one ciphertext per few rows).
+
+    ``domains`` declares narrower value domains than the columns' types
+    (``{"lineitem.l_quantity": (0, 100)}`` or ``["lineitem.l_quantity=0..100"]``):
+    narrower OPE and HOM widths, and later INSERT/UPDATE of a value outside
+    the domain is refused. A source value outside its declared domain fails
+    the load before anything is written.
     """
     say = progress or (lambda text: print(text, file=sys.stderr))
-    client, master = create_client_dir(client_dir, server_url)
+    declared = (
+        dict(domains)
+        if isinstance(domains, Mapping)
+        else parse_domain_specs([domains] if isinstance(domains, str) else domains or [])
+    )
     con, tables = open_source(source)
     schema = {t.name: t.columns(con) for t in tables}
+    declare_domains(schema, declared)
+    for table in tables:
+        _check_declared_domains(table, con, schema[table.name])
+    client, master = create_client_dir(client_dir, server_url)
     fresh = greedy_design(
         schema, workload or [], available_schemes(), master.fingerprint(), hom=hom
     )
@@ -99,7 +122,6 @@ def _load_table(
     say: Progress,
 ) -> LoadReport:
     started = time.perf_counter()
-    _size_ope_columns(source, con, table)
     _count_distinct_keys(source, con, table)
     encryptor = TableEncryptor(master, table)
     rows = backend.bulk_load(
@@ -153,8 +175,7 @@ def _load_hom_group(
     """
     group = table.hom
     assert group is not None
-    ranges = _encoded_ranges(source, con, list(zip(group.sources, group.types, strict=True)))
-    cipher = HomGroupCipher.sized(master, group, value_bits(ranges))
+    cipher = HomGroupCipher.sized(master, group)
     encryptor = TableEncryptor(master, table)
     with EncryptionPool(master, group.key_scope) as pool:
         backend.bulk_load(
@@ -173,7 +194,7 @@ def _hom_batches(
     say: Progress,
 ) -> Iterator[pa.RecordBatch]:
     chunk = cipher.rows * HOM_CHUNK_PACKS
-    pending, packs, done = np.zeros((0, len(cipher.group.sources)), np.int64), 0, 0
+    pending, packs, done = np.zeros((0, cipher.packer.columns), np.int64), 0, 0
     for batch in source.batches(con, BATCH_ROWS):
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
@@ -203,21 +224,21 @@ def _count_distinct_keys(
         enc.params["distinct"] = int(count)
 
 
-def _size_ope_columns(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
+def _check_declared_domains(
+    source: SourceTable, con: duckdb.DuckDBPyConnection, columns: list[Column]
 ) -> None:
-    """Choose each OPE column's plaintext width from the data's range.
-
-    Columns sharing an OPE key scope (compared with each other) share a width,
-    or their ciphertexts would not be comparable.
-    """
-    widths: dict[str, int] = {}
-    columns = uses_ope(table)
-    ranges = _encoded_ranges(source, con, [(enc.source, enc.type) for enc in columns])
-    for enc, (low, high) in zip(columns, ranges, strict=True):
-        widths[enc.key_scope] = max(ope_bits(low, high), widths.get(enc.key_scope, 0))
-    for enc in columns:
-        enc.params["bits"] = widths[enc.key_scope]
+    """Refuse a source whose values leave a declared domain (one scan per table)."""
+    declared = [c for c in columns if c.bounds is not None]
+    ranges = _encoded_ranges(source, con, [(c.name, c.type) for c in declared])
+    for column, (low, high) in zip(declared, ranges, strict=True):
+        check_declared(
+            column,
+            low,
+            high,
+            f"table {source.name!r} of the source holds values outside the domain declared "
+            "for this column; nothing was loaded (widen or drop the --domain)",
+            table=source.name,
+        )
 
 
 def _encoded_ranges(
@@ -228,14 +249,13 @@ def _encoded_ranges(
     encoded = []
     for (low, high), (_, type_name) in zip(bounds, columns, strict=True):
         sql_type = SqlType(type_name)
-        encoded.append(
-            (_as_int(encode_scalar(low, sql_type)), _as_int(encode_scalar(high, sql_type)))
-        )
+        encoded.append((_as_int(encode(low, sql_type)), _as_int(encode(high, sql_type))))
     return encoded
 
 
-def _as_int(value: int | bytes | None) -> int | None:
-    return value if isinstance(value, int) else None
+def _as_int(value: pa.Array) -> int | None:
+    found = value[0].as_py()
+    return found if isinstance(found, int) else None
 
 
 def _empty(columns: list[Column]) -> pa.Table:

@@ -38,14 +38,21 @@ class SourceTable:
 
     def ranges(
         self, con: duckdb.DuckDBPyConnection, columns: list[str]
-    ) -> list[tuple[object, object]]:
-        """``(min, max)`` of each column or per-row expression, in one scan of the source."""
+    ) -> list[tuple[pa.Array, pa.Array]]:
+        """``(min, max)`` of each column or per-row expression, in one scan of the source.
+
+        As one-value Arrow arrays: Python's dates cannot hold DuckDB's extremes
+        (``infinity`` would come back as 9999-12-31).
+        """
         if not columns:
             return []
         values = [f'"{c}"' if c.isidentifier() else f"({c})" for c in columns]
         bounds = ", ".join(f"min({v}), max({v})" for v in values)
-        row = con.execute(f"SELECT {bounds} FROM {self.relation_sql}").fetchall()[0]
-        return [(row[2 * i], row[2 * i + 1]) for i in range(len(columns))]
+        row = con.sql(f"SELECT {bounds} FROM {self.relation_sql}").to_arrow_table()
+        return [
+            (row.column(2 * i).combine_chunks(), row.column(2 * i + 1).combine_chunks())
+            for i in range(len(columns))
+        ]
 
 
 def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:
