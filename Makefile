@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.veil-installed
 RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: demo test bench lint setup clean pgext
+.PHONY: demo test bench lint setup clean pgext fuzz
 
 setup: $(STAMP)
 
@@ -21,6 +21,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	cargo test --release -p veil-kernels -q
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# Differential SQL fuzzer: N generated queries from SEED through Veil and plaintext
+# DuckDB; failures are shrunk into tests/fuzz/regressions. FUZZ_ARGS passes options,
+# e.g. FUZZ_ARGS="--backend postgres --hom always" or FUZZ_ARGS="--mode dml".
+SEED ?= 0
+N ?= 1000
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz $(SEED) $(N) $(FUZZ_ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/veil bench crypto --json bench/crypto.json

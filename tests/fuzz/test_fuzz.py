@@ -1,0 +1,161 @@
+"""The differential fuzzer in CI: fixed seed ranges on both backends and both HOM modes.
+
+Each test runs a batch of generated queries (or DML sequences) and reports
+every failure of the batch in one message, with seeds. Seeds listed in
+``known_failures.txt`` are expected to fail (a strict xfail per seed): the
+batch xfails when exactly its listed seeds fail, and fails when another seed
+fails or a listed seed passes (then the bug is fixed: delete its line).
+``make fuzz`` runs more seeds than CI does.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.fuzz.dml import run_dml
+from tests.fuzz.harness import FuzzEnv, build_env, check, open_session, prepare_source, run_queries
+from tests.fuzz.shrink import read_regression
+
+from veil.exec.session import Session
+
+HERE = Path(__file__).parent
+KNOWN_FAILURES = HERE / "known_failures.txt"
+REGRESSIONS = [
+    pytest.param(
+        path,
+        id=path.stem,
+        marks=[pytest.mark.postgres] if "-- backend: postgres" in path.read_text() else [],
+    )
+    for path in sorted((HERE / "regressions").glob("*.sql"))
+]
+
+# Query seeds per (backend, HOM mode), in batches; and DML sequences per backend.
+QUERY_SEEDS = range(0, 800)
+BATCH = 200
+DML_SEEDS = range(0, 6)
+
+
+def known_failures() -> dict[str, str]:
+    """``backend/hom/mode:seed`` patterns (``*`` allowed) -> reason."""
+    known: dict[str, str] = {}
+    for line in KNOWN_FAILURES.read_text().splitlines():
+        text = line.strip()
+        if text and not text.startswith("#"):
+            pattern, _, reason = text.partition(" ")
+            known[pattern] = reason.strip()
+    return known
+
+
+def expected_to_fail(config: str, seeds: range) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for pattern, reason in known_failures().items():
+        where, _, seed = pattern.rpartition(":")
+        if seed.isdigit() and int(seed) in seeds and fnmatch.fnmatch(config, where):
+            found[int(seed)] = reason
+    return found
+
+
+def judge(config: str, seeds: range, failed: dict[int, str]) -> None:
+    """Strict xfail per seed over a batch."""
+    known = expected_to_fail(config, seeds)
+    unexpected = {s: text for s, text in failed.items() if s not in known}
+    fixed = sorted(set(known) - set(failed))
+    problems = []
+    if unexpected:
+        problems.append(f"{len(unexpected)} failing seed(s) ({config}):")
+        problems.extend(unexpected.values())
+    if fixed:
+        problems.append(
+            f"XPASS(strict): seeds listed in known_failures.txt now pass ({config}): "
+            + ", ".join(f"{config}:{s}" for s in fixed)
+        )
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    if known:
+        pytest.xfail(
+            f"known failures ({config}): " + "; ".join(f"{s}: {r}" for s, r in known.items())
+        )
+
+
+# -- environments ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fuzz_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fuzz")
+    prepare_source(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def duckdb_fuzz(fuzz_root: Path) -> FuzzEnv:
+    return build_env(fuzz_root, f"duckdb:///{fuzz_root / 'server.duckdb'}", "duckdb")
+
+
+@pytest.fixture(scope="session")
+def postgres_fuzz(fuzz_root: Path, postgres_cluster: object) -> FuzzEnv:
+    url = postgres_cluster.create_schema("veil_fuzz")  # type: ignore[attr-defined]
+    return build_env(fuzz_root, url, "postgres")
+
+
+BACKENDS = ["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def fuzz_env(request: pytest.FixtureRequest) -> FuzzEnv:
+    env: FuzzEnv = request.getfixturevalue(f"{request.param}_fuzz")
+    return env
+
+
+@pytest.fixture(scope="module", params=["auto", "always"])
+def fuzz_session(request: pytest.FixtureRequest, fuzz_env: FuzzEnv) -> Iterator[Session]:
+    session = open_session(fuzz_env.client_dir, request.param)
+    yield session
+    session.close()
+
+
+# -- tests --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start", range(QUERY_SEEDS.start, QUERY_SEEDS.stop, BATCH))
+def test_generated_queries(fuzz_env: FuzzEnv, fuzz_session: Session, start: int) -> None:
+    seeds = range(start, min(start + BATCH, QUERY_SEEDS.stop))
+    report = run_queries(fuzz_session, fuzz_env.plain, fuzz_env.catalog, seeds)
+    assert report.run > len(seeds) // 2, f"too many discarded: {report.summary()}"
+    config = f"{fuzz_env.backend}/{fuzz_session.hom_pushdown}/query"
+    judge(config, seeds, {f.seed: f.line() for f in report.failures})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dml_sequences(request: pytest.FixtureRequest, fuzz_root: Path, backend: str) -> None:
+    _, _, catalog = prepare_source(fuzz_root)
+    if backend == "postgres":
+        cluster = request.getfixturevalue("postgres_cluster")
+
+        def url(seed: int, place: Path) -> str:
+            return str(cluster.create_schema(f"veil_fuzz_dml_{seed}"))
+
+    else:
+
+        def url(seed: int, place: Path) -> str:
+            return f"duckdb:///{place / 'server.duckdb'}"
+
+    report = run_dml(fuzz_root / "source", catalog, fuzz_root / f"dml-{backend}", url, DML_SEEDS)
+    failed = {f.seed: f.line() for f in report.failures}
+    judge(f"{backend}/auto/dml", DML_SEEDS, failed)
+
+
+@pytest.mark.parametrize("path", REGRESSIONS)
+def test_regressions(request: pytest.FixtureRequest, path: Path) -> None:
+    fields, query = read_regression(path)
+    backend = fields.get("backend", "duckdb")
+    env: FuzzEnv = request.getfixturevalue(f"{backend}_fuzz")
+    session = open_session(env.client_dir, fields.get("hom", "auto"))
+    try:
+        outcome = check(session, env.plain, query)
+    finally:
+        session.close()
+    assert outcome.status == "ok", f"{path.name}: {outcome.signature} {outcome.detail}"
