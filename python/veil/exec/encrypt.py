@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, sentinels
-from veil.design.model import OPE, Encryption, TableDesign
+from veil.design.model import Encryption, TableDesign
 from veil.encoding import encode
 from veil.exec.ciphers import ColumnCipher, column_cipher
 
@@ -171,7 +171,3 @@ def _marked(encoded: pa.Array, signs: np.ndarray, enc: Encryption) -> pa.Array:
     values[signs > 0], values[signs < 0] = marks[1], marks[0]
     valid = valid | (signs != 0)
     return pa.array(values, pa.int64(), mask=~valid)
-
-
-def uses_ope(table: TableDesign) -> list[Encryption]:
-    return [e for e in table.encryptions if e.scheme == OPE]
