@@ -4,6 +4,7 @@
 //! (slices in, preallocated buffers out) because the callers encrypt and
 //! decrypt entire Arrow columns at a time.
 
+pub mod ashe;
 pub mod binary;
 pub mod ecb;
 pub mod error;
