@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 
+mod ashe;
 mod binary;
 mod ecb;
 mod errors;
@@ -19,6 +20,7 @@ mod siv;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
+    ashe::register(m)?;
     ecb::register(m)?;
     ff1::register(m)?;
     kvpack::register(m)?;
