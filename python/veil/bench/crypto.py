@@ -38,6 +38,10 @@ TARGETS: dict[str, float | None] = {
     "search_encrypt": 1e6,
     "search_match": 1e6,
     "aes_ecb_blocks": None,
+    "ashe_encrypt": None,
+    "ashe_unpad_ids": None,
+    "ashe_unpad_runs": None,
+    "ashe_unpad_bitmap": None,
 }
 
 
@@ -86,6 +90,7 @@ class CryptoBench:
             self.ope32,
             self.paillier,
             self.search,
+            self.ashe,
         ]
         results: list[Measurement] = []
         for step in steps:
@@ -206,6 +211,46 @@ class CryptoBench:
                 "search_match",
                 words,
                 median_rate(lambda: search_match(stored, token), words, self.repeats),
+            ),
+        ]
+
+    def ashe(self) -> list[Measurement]:
+        """ASHE encryption over sequential ids, and unpadding a random half of them.
+
+        The unpad figures count the ids a sum covers: a filter keeping each row
+        with probability 1/2 leaves runs of two ids on average, given as the
+        ids themselves, as [start, end] runs, or as a bitmap.
+        """
+        from veil.crypto.ashe import Ashe
+
+        n = self.size(MILLION)
+        scheme = Ashe(self.key("ashe-v1"))
+        ids = np.arange(n, dtype=np.int64)
+        plain = self.rng.integers(-(2**40), 2**40, n, dtype=np.int64)
+        kept = self.rng.random(n) < 0.5
+        kept_ids = ids[kept]
+        edges = np.diff(np.concatenate(([False], kept, [False])).astype(np.int8))
+        runs = np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1], axis=1)
+        bitmap = (0, np.packbits(kept, bitorder="little"))
+        covered = len(kept_ids)
+        return [
+            Measurement(
+                "ashe_encrypt", n, median_rate(lambda: scheme.encrypt(ids, plain), n, self.repeats)
+            ),
+            Measurement(
+                "ashe_unpad_ids",
+                covered,
+                median_rate(lambda: scheme.pad_sum(ids=kept_ids), covered, self.repeats),
+            ),
+            Measurement(
+                "ashe_unpad_runs",
+                covered,
+                median_rate(lambda: scheme.pad_sum(runs=runs), covered, self.repeats),
+            ),
+            Measurement(
+                "ashe_unpad_bitmap",
+                covered,
+                median_rate(lambda: scheme.pad_sum(bitmap=bitmap), covered, self.repeats),
             ),
         ]
 
