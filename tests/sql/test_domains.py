@@ -166,11 +166,6 @@ def test_boundary_values_round_trip(
         assert_same(session.run(check).table, plain.execute(check).fetchall(), False, check)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="veil.exec.session encrypts constants from Python values, and Python reads DATE "
-    "'infinity' as 9999-12-31: the server compares with the wrong ciphertext",
-)
 def test_infinite_date_constants(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
     session, plain = pair
     check = (

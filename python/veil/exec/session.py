@@ -189,6 +189,13 @@ class Session:
         assert encoded is not None
         return self.ciphers.get(self._owners[enc.name], enc).encrypt_one(encoded)
 
+    def expression_type(self, node: exp.Expr, table: str, alias: str) -> str | None:
+        sql = f'DESCRIBE SELECT {node.sql(dialect="duckdb")} FROM "{table}" AS "{alias}"'
+        try:
+            return str(self.catalog.execute(sql).fetchall()[0][1])
+        except duckdb.Error:
+            return None
+
     def search_token(self, word: str, enc: Encryption) -> bytes:
         cipher = self.ciphers.get(self._owners[enc.name], enc)
         return cipher.token(word)  # type: ignore[attr-defined]
@@ -202,13 +209,15 @@ class Session:
 
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
         cast = f"TRY_CAST(({constant}) AS {sql_type.name})"
+        # Python reads DATE 'infinity' as 9999-12-31: such constants stay on the client
+        finite = f"NOT isinf({cast})" if sql_type.kind in ("date", "timestamp") else "true"
         try:
             row = self.catalog.execute(
-                f"SELECT {cast}, {cast} = ({constant}), typeof(({constant}))"
+                f"SELECT {cast}, {cast} = ({constant}), typeof(({constant})), {finite}"
             ).fetchall()[0]
         except duckdb.Error:
             return None
-        if row[0] is None or row[1] is not True:
+        if row[0] is None or row[1] is not True or row[3] is not True:
             return None
         if not any(f in str(row[2]) for f in _FAMILIES[sql_type.kind]):
             return None

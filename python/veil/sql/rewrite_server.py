@@ -41,6 +41,10 @@ class ServerContext(Protocol):
 
     def search_token(self, word: str, enc: Encryption) -> bytes: ...
 
+    def expression_type(self, node: exp.Expr, table: str, alias: str) -> str | None:
+        """The SQL type plaintext DuckDB gives ``node`` over ``table AS alias`` (None: unknown)."""
+        ...
+
     def search_match(self, ciphertexts: exp.Expr, token: exp.Expr) -> exp.Expr: ...
 
     def hom_product(self, ciphertexts: exp.Expr, table: TableDesign) -> exp.Expr:

@@ -47,10 +47,29 @@ def pushdown_aggregates(state: PlanState) -> PlanState:
         if scan is None or not _filters_all_pushed(select, scan):
             continue
         aggregation = _aggregation(select, scan, state.resolved, state.ctx)
-        if aggregation is not None:  # commit: nothing above touched the scan or the query
-            _rewrite_locally(select, scan, aggregation)
+        if aggregation is None:
+            continue
+        types = _result_types(select, scan, state.ctx)
+        if types is not None:  # commit: nothing above touched the scan or the query
+            _rewrite_locally(select, scan, aggregation, types)
             scan.aggregation = aggregation
     return state
+
+
+def _result_types(select: exp.Select, scan: Scan, ctx: ServerContext) -> dict[int, str] | None:
+    """The SQL type of each aggregate as plaintext DuckDB computes it (None: unknown).
+
+    The local plan casts each server result back to it, so a pushed SUM of an
+    INTEGER column is a HUGEINT as in plaintext, not the DECIMAL(38,0) it
+    arrives as (which would change a UNION's type with a DECIMAL column).
+    """
+    types = {}
+    for node in select.find_all(exp.AggFunc):
+        found = ctx.expression_type(node, scan.table.name, scan.alias)
+        if found is None:
+            return None
+        types[id(node)] = found
+    return types
 
 
 def _sole_scan(scope: Scope, scans: dict[ScanKey, Scan]) -> Scan | None:
@@ -217,7 +236,9 @@ def _columns_are_keys(
     return True
 
 
-def _rewrite_locally(select: exp.Select, scan: Scan, aggregation: Aggregation) -> None:
+def _rewrite_locally(
+    select: exp.Select, scan: Scan, aggregation: Aggregation, types: dict[int, str]
+) -> None:
     select.set("where", None)  # the server applied it, exactly
     for node in list(select.find_all(exp.AggFunc)):
         value = _any_value(aggregation.local_name(id(node)), scan.alias)
@@ -227,7 +248,7 @@ def _rewrite_locally(select: exp.Select, scan: Scan, aggregation: Aggregation) -
                 this=exp.cast(value, "DOUBLE"),
                 expression=exp.Nullif(this=count, expression=exp.Literal.number(0)),
             )
-        node.replace(value)
+        node.replace(exp.cast(value, exp.DataType.build(types[id(node)], dialect="duckdb")))
 
 
 def _any_value(name: str, alias: str) -> exp.Expr:
