@@ -14,8 +14,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 SOURCE = Path(__file__).resolve().parents[2] / "python"
 
 # Benchmarks, TPC-H, private test servers: run by developers, never shipped code's dependency.
@@ -24,16 +22,6 @@ TOOLING = frozenset({"veil.bench", "veil.tpch", "veil.servers"})
 FRONT_ENDS = frozenset({"veil.frontend", "veil.cli"})
 # The one crypto module the (untrusted, keyless) server side may import.
 BACKEND_CRYPTO = "veil.crypto.server_ops"
-
-# The cycle another change of issue 8 is removing. Delete this, the xfail mark
-# and test_no_cycles_beyond_the_pending_one together once it is gone.
-PENDING_CYCLE_EDGES = frozenset(
-    {
-        ("veil.design", "veil.sql"),  # design/workload.py parses the workload's queries
-        ("veil.sql", "veil.design"),  # the planner reads the design (design.model)
-    }
-)
-
 
 @dataclass(frozen=True)
 class Edge:
@@ -162,23 +150,9 @@ def test_cycle_edges_finds_exactly_the_edges_on_cycles() -> None:
     assert cycle_edges([("a", "b"), ("b", "c")]) == set()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 8, being fixed: design <-> sql (design/workload.py imports veil.sql.columns "
-    "and veil.sql.parse, while the planner imports veil.design.model)",
-)
 def test_no_cycles_between_packages() -> None:
     offending = area_cycle_edges()
     assert not offending, "import cycles between Veil's packages:" + _listing(offending)
-
-
-def test_no_cycles_beyond_the_pending_one() -> None:
-    offending = [
-        e
-        for e in area_cycle_edges()
-        if (area(e.importer), area(e.imported)) not in PENDING_CYCLE_EDGES
-    ]
-    assert not offending, "new import cycles between Veil's packages:" + _listing(offending)
 
 
 def test_shipping_code_never_imports_tooling() -> None:

@@ -41,7 +41,7 @@ from veil.design.model import (
     TableDesign,
     opaque_name,
 )
-from veil.design.workload import ColumnRef, WorkloadNeeds, analyse_workload
+from veil.designer.workload import ColumnRef, WorkloadNeeds, analyse_workload
 from veil.encoding import (
     DECIMAL_KIND,
     FLOAT_KIND,
