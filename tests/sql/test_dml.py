@@ -11,7 +11,7 @@ from tests.sql.oracle import assert_same
 
 from veil.exec.session import Session
 from veil.load.loader import load
-from veil.sql.errors import QueryError
+from veil.sql.errors import QueryError, UnsupportedStatementError
 
 WORKLOAD = [
     "SELECT * FROM orders WHERE o_orderstatus = 'F' AND o_totalprice > 1000",
@@ -130,3 +130,46 @@ def test_value_beyond_the_loaded_data(pair: tuple[Session, duckdb.DuckDBPyConnec
     assert found.table.column(0).to_pylist() == [9999999]
     session.run("DELETE FROM orders WHERE o_orderkey = 9999999")
     assert session.run("SELECT COUNT(*) FROM orders").table.column(0)[0].as_py() == before
+
+
+def test_insert_forms_follow_duckdb(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    """INSERT's rows are made by DuckDB's own INSERT (on the empty plaintext schema)."""
+    session, plain = pair
+    statements = [
+        "INSERT INTO orders (o_orderkey, o_orderdate) VALUES (900001, 'infinity'), "
+        "(900002, DATE '1995-01-01')",
+        "INSERT INTO region DEFAULT VALUES",
+        "INSERT INTO region BY NAME SELECT 'N' AS r_name, 77 AS r_regionkey",
+        "INSERT INTO region (r_regionkey) SELECT max(r_regionkey) + 1 FROM region",
+        "UPDATE region SET r_comment = NULL WHERE r_regionkey > 50",
+        "DELETE FROM region WHERE r_regionkey IS NULL",
+    ]
+    for statement in statements:
+        plain.execute(statement)
+        session.run(statement)
+        for check in (
+            "SELECT * FROM region",
+            "SELECT o_orderkey, o_orderdate FROM orders WHERE o_orderkey > 900000",
+            "SELECT max(o_orderdate), count(*) FROM orders",
+        ):
+            assert_same(session.run(check).table, plain.execute(check).fetchall(), False, check)
+
+
+@pytest.mark.parametrize(
+    ("sql", "clause"),
+    [
+        ("UPDATE region SET r_name = 'q' FROM nation WHERE n_regionkey = r_regionkey", "FROM"),
+        ("DELETE FROM region USING nation WHERE n_regionkey = r_regionkey", "USING"),
+        ("DELETE FROM region RETURNING *", "RETURNING"),
+        ("INSERT INTO region VALUES (9, 'a', 'b') RETURNING r_regionkey", "RETURNING"),
+        ("WITH c AS (SELECT 1) DELETE FROM region WHERE r_regionkey IN (SELECT * FROM c)", "WITH"),
+    ],
+)
+def test_dml_clauses_veil_does_not_run_are_refused(
+    pair: tuple[Session, duckdb.DuckDBPyConnection], sql: str, clause: str
+) -> None:
+    session, _ = pair
+    before = session.run("SELECT count(*) FROM region").table
+    with pytest.raises(UnsupportedStatementError, match=clause):
+        session.run(sql)
+    assert session.run("SELECT count(*) FROM region").table.equals(before)

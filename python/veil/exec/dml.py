@@ -33,7 +33,7 @@ from sqlglot import exp
 from veil.design.model import TableDesign
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
-from veil.sql.errors import QueryError
+from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.plan import ROW_ID
 from veil.sql.remote import delete_rows_statement, last_pack_statement
 
@@ -44,10 +44,27 @@ _DELETE_CHUNK = 1000
 _VALUES_VIEW = "__veil_insert_rows"
 
 
+# DML clauses Veil does not run yet (DuckDB accepts them): refused, never ignored.
+_UNSUPPORTED = {
+    "with_": "WITH",
+    "returning": "RETURNING",
+    "conflict": "ON CONFLICT",
+    "alternative": "INSERT OR ...",
+    "from_": "UPDATE ... FROM",
+    "using": "DELETE ... USING",
+}
+
+
 def run_dml(session: Session, tree: exp.Expr) -> Result:
-    _check(session, tree)
+    found = [name for key, name in _UNSUPPORTED.items() if tree.args.get(key)]
+    if found:
+        raise UnsupportedStatementError(
+            f"Veil does not run {found[0]} in {tree.key.upper()} statements yet; "
+            "compute the rows with a query and use a plain INSERT, UPDATE or DELETE"
+        )
     if isinstance(tree, exp.Insert):
         return _insert(session, tree)
+    _check(session, tree)
     if isinstance(tree, exp.Delete):
         return _delete(session, tree)
     assert isinstance(tree, exp.Update)
@@ -87,29 +104,46 @@ def _insert(session: Session, tree: exp.Insert) -> Result:
     from veil.exec.session import Result
 
     table = _target(session, tree.this)
-    named = (
-        [c.name.lower() for c in tree.this.expressions] if isinstance(tree.this, exp.Schema) else []
-    )
-    targets = named or [c.name for c in table.columns]
-    unknown = [n for n in targets if table.column(n) is None]
-    if unknown:
-        raise QueryError(f"table {table.name!r} has no column(s) {unknown}")
     source = tree.expression
     stats = FetchStats()
-    if isinstance(source, exp.Values):
-        rows = session.catalog.sql(
-            f"SELECT * FROM ({source.sql(dialect='duckdb')})"
-        ).to_arrow_table()
+    if source is None or isinstance(source, exp.Values):  # VALUES, DEFAULT VALUES
+        plain = _inserted_rows(session, table, tree)
     else:
         rows = session.query(source).table
-    if rows.num_columns != len(targets):
-        raise QueryError(
-            f"INSERT gives {rows.num_columns} value(s) per row for {len(targets)} column(s)"
+        given = (  # positional unless BY NAME (names may repeat in a query's output)
+            rows
+            if tree.args.get("by_name")
+            else rows.rename_columns([f"v{i}" for i in range(rows.num_columns)])
         )
-    plain = _cast_rows(session, table, rows, targets)
+        session.catalog.register(_VALUES_VIEW, given)
+        try:
+            replaced = tree.copy()
+            replaced.set("expression", exp.select("*").from_(_VALUES_VIEW))
+            plain = _inserted_rows(session, table, replaced)
+        finally:
+            session.catalog.unregister(_VALUES_VIEW)
+    TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
     with session.backend.transaction():
         _append_rows(session, table, plain)
     return Result(pa.table({}), len(plain), stats)
+
+
+def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa.Table:
+    """The rows ``tree`` inserts, as DuckDB's INSERT makes them (column lists, casts, NULLs).
+
+    The INSERT runs on the client's empty copy of the plaintext schema, in a
+    transaction that is rolled back, so the rows are computed by DuckDB's own
+    INSERT and a statement DuckDB rejects fails with DuckDB's reason.
+    """
+    catalog = session.catalog
+    catalog.execute("BEGIN TRANSACTION")
+    try:
+        catalog.execute(tree.sql(dialect="duckdb"))
+        return catalog.sql(f'SELECT * FROM "{table.name}"').to_arrow_table()
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).replace("\n", " ").strip()) from None
+    finally:
+        catalog.execute("ROLLBACK")
 
 
 def _append_rows(
@@ -132,27 +166,6 @@ def _append_rows(
         session.backend.append(table.hom.server_name, packs)
     server_rows = encryptor.encrypt(plain, row_ids=row_ids, first_slot=first_slot)
     session.backend.append(table.server_name, server_rows)
-
-
-def _cast_rows(
-    session: Session, table: TableDesign, rows: pa.Table, targets: list[str]
-) -> pa.Table:
-    """The rows as the table's columns and types (SQL casts; missing columns NULL)."""
-    given = rows.rename_columns([f"v{i}" for i in range(rows.num_columns)])
-    position = {name: i for i, name in enumerate(targets)}
-    select = ", ".join(
-        f'CAST({f"v{position[c.name]}" if c.name in position else "NULL"} AS {c.type}) AS "{c.name}"'
-        for c in table.columns
-    )
-    session.catalog.register(_VALUES_VIEW, given)
-    try:
-        return session.catalog.sql(f"SELECT {select} FROM {_VALUES_VIEW}").to_arrow_table()
-    except Exception as exc:
-        raise QueryError(
-            f"cannot convert the inserted values to {table.name}'s column types: {exc}"
-        ) from None
-    finally:
-        session.catalog.unregister(_VALUES_VIEW)
 
 
 def _matching_rows(
@@ -208,6 +221,7 @@ def _update(session: Session, tree: exp.Update) -> Result:
     plain = matched.select(list(range(len(table.columns)))).rename_columns(
         [c.name for c in table.columns]
     )
+    TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
     with session.backend.transaction():
         _delete_rows(session, table, row_ids)
         _append_rows(session, table, plain, row_ids)

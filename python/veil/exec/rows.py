@@ -1,13 +1,77 @@
-"""A query result's Arrow table as Python rows, for the DB-API cursor and the CLI."""
+"""A query result's Arrow table as Python rows, for the DB-API cursor and the CLI.
+
+Values come out as DuckDB's own Python API gives them, so code moving from
+plaintext DuckDB to Veil sees the same objects: MAPs as dicts; DATE and
+TIMESTAMP ``infinity`` / ``-infinity`` as the largest / smallest Python date
+or datetime; other values beyond Python's years 1-9999 as DuckDB's text.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 Row = tuple[object, ...]
 
+_EPOCH = dt.date(1970, 1, 1)
+# DuckDB's infinities as Arrow stores them (days for DATE, microseconds for TIMESTAMP)
+_DATE_INFINITY = 2**31 - 1
+_TIMESTAMP_INFINITY = 2**63 - 1
+_DAYS = ((dt.date.min - _EPOCH).days, (dt.date.max - _EPOCH).days)
+
 
 def table_rows(table: pa.Table) -> list[Row]:
-    """Rows as tuples (column names may repeat, so not via dicts); MAPs as dicts, as DuckDB."""
-    columns = (column.to_pylist(maps_as_pydicts="strict") for column in table.columns)
-    return list(zip(*columns, strict=True))
+    """Rows as tuples (column names may repeat, so not via dicts)."""
+    return list(zip(*(column_values(c) for c in table.columns), strict=True))
+
+
+def column_values(column: pa.ChunkedArray | pa.Array) -> list[object]:
+    if pa.types.is_date32(column.type):
+        return _temporal(column, pa.int32(), _DATE_INFINITY, _DAYS, dt.date.max, dt.date.min)
+    if pa.types.is_timestamp(column.type) and column.type.tz is None:
+        scale = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[column.type.unit]
+        low = int((dt.datetime.min - dt.datetime(1970, 1, 1)).total_seconds()) * scale
+        high = int((dt.datetime.max - dt.datetime(1970, 1, 1)).total_seconds()) * scale
+        return _temporal(
+            column, pa.int64(), _TIMESTAMP_INFINITY, (low, high), dt.datetime.max, dt.datetime.min
+        )
+    return column.to_pylist(maps_as_pydicts="strict")
+
+
+def _temporal(
+    column: pa.ChunkedArray | pa.Array,
+    storage: pa.DataType,
+    infinity: int,
+    span: tuple[int, int],
+    largest: object,
+    smallest: object,
+) -> list[object]:
+    raw = pc.cast(column, storage)
+    outside = pc.or_(pc.less(raw, span[0]), pc.greater(raw, span[1]))
+    if not pc.any(outside).as_py():
+        return column.to_pylist()
+    values = pc.if_else(outside, pa.scalar(None, column.type), column).to_pylist()
+    for index in pc.indices_nonzero(pc.fill_null(outside, False)).to_pylist():
+        number = raw[index].as_py()
+        values[index] = (
+            largest
+            if number == infinity
+            else smallest
+            if number == -infinity
+            else _text(number, column.type)
+        )
+    return values
+
+
+def _text(number: int, kind: pa.DataType) -> str:
+    """DuckDB's text for a date or timestamp beyond Python's years (numpy reaches them)."""
+    unit: str = "D" if pa.types.is_date32(kind) else kind.unit
+    day, _, time = str(np.datetime64(number, unit)).partition("T")  # type: ignore[call-overload]
+    if not time:
+        return day
+    whole, _, fraction = time.partition(".")
+    fraction = fraction.rstrip("0")
+    return f"{day} {whole}{'.' + fraction if fraction else ''}"

@@ -29,8 +29,8 @@ from veil.backends import Backend, connect
 from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, declare_domains, parse_domain_specs
-from veil.designer.greedy import greedy_design
 from veil.design.model import DET, Column, PhysicalDesign, TableDesign
+from veil.designer.greedy import greedy_design
 from veil.encoding import SqlType, encode
 from veil.exec.ciphers import available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
