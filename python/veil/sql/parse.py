@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import uuid
 from collections.abc import Sequence
 
 import sqlglot
@@ -97,20 +98,75 @@ def bind_parameters(tree: exp.Expr, params: Sequence[object] | None) -> exp.Expr
 
 
 def literal(value: object) -> exp.Expr:
-    """A sqlglot literal for a Python value."""
+    """The SQL literal of a parameter, typed as DuckDB's Python API binds the value.
+
+    So ``CAST(? AS INTEGER)`` with ``2.5`` rounds a DOUBLE (to 2), as plaintext
+    DuckDB does, not a DECIMAL (to 3); ``Decimal('2.50')`` is a DECIMAL(3,2).
+    """
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
-    if isinstance(value, int | float | decimal.Decimal):
-        return exp.Literal.number(str(value))
+    if isinstance(value, int):
+        return _integer(value)
+    if isinstance(value, float):
+        return _typed(repr(value), "DOUBLE")
+    if isinstance(value, decimal.Decimal):
+        return _decimal(value)
     if isinstance(value, str):
         return exp.Literal.string(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _typed("".join(f"\\x{b:02x}" for b in bytes(value)), "BLOB")
     if isinstance(value, dt.datetime):
-        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+        kind = "TIMESTAMP" if value.tzinfo is None else "TIMESTAMPTZ"
+        return _typed(value.isoformat(sep=" "), kind)
     if isinstance(value, dt.date):
-        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
-    raise QueryError(f"cannot bind a parameter of type {type(value).__name__}")
+        return _typed(value.isoformat(), "DATE")
+    if isinstance(value, dt.time):
+        return _typed(value.isoformat(), "TIME")
+    if isinstance(value, dt.timedelta):
+        text = f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds"
+        return _typed(text, "INTERVAL")
+    if isinstance(value, uuid.UUID):
+        return _typed(str(value), "UUID")
+    raise QueryError(
+        f"cannot bind a parameter of type {type(value).__name__}; pass None, bool, int, "
+        "float, Decimal, str, bytes, date, datetime, time, timedelta or UUID"
+    )
+
+
+def _typed(text: str, sql_type: str) -> exp.Expr:
+    return exp.cast(exp.Literal.string(text), exp.DataType.build(sql_type, dialect=DIALECT))
+
+
+def _integer(value: int) -> exp.Expr:
+    if -(2**31) <= value < 2**31:
+        return exp.Literal.number(value)  # INTEGER, like a literal in the text
+    for low, high, sql_type in _INTEGER_TYPES:
+        if low <= value < high:
+            return _typed(str(value), sql_type)
+    raise QueryError(f"the integer parameter {value} is beyond HUGEINT's range")
+
+
+_INTEGER_TYPES = (
+    (-(2**63), 2**63, "BIGINT"),
+    (2**63, 2**64, "UBIGINT"),
+    (-(2**127), 2**127, "HUGEINT"),
+)
+
+
+def _decimal(value: decimal.Decimal) -> exp.Expr:
+    """DECIMAL(p, s) of the value's own digits; DOUBLE beyond 38 digits, as DuckDB binds it."""
+    if not value.is_finite():
+        return _typed(str(value).lower().replace("infinity", "inf"), "DOUBLE")
+    _, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)
+    scale = max(-exponent, 0)
+    precision = len(digits) + max(exponent, 0)
+    precision = scale + 1 if len(digits) < scale else precision
+    if precision > 38:
+        return _typed(str(value), "DOUBLE")
+    return _typed(format(value, "f"), f"DECIMAL({precision},{scale})")
 
 
 def qualify_query(tree: exp.Expr, schema: dict[str, dict[str, str]]) -> exp.Expr | None:
