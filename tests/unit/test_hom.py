@@ -194,3 +194,30 @@ def test_packer_from_master_uses_the_scope_key() -> None:
 def test_layout_refuses_values_wider_than_a_slot() -> None:
     with pytest.raises(DomainError, match=r"\[-128, 128\)"):
         PackingLayout(8, 2).pack(np.array([[1, 128]]))
+
+
+def test_flags_are_counted_above_the_slots(key: PaillierKey) -> None:
+    # 1023 bits: 2 columns of 32-bit slots (24 + 8 bits) and a 10-bit counter: 13 rows
+    packer = HomPacker(key, 24, 2, max_summands=2**8, flags=True)
+    assert packer.rows_per_ciphertext == 1023 // (2 * 32 + 10) == 13
+    assert packer.layout == PackingLayout(32, 26, counters=13, counter_bits=10)
+    rows = 40
+    flags = np.zeros(rows, np.int64)
+    flags[[3, 16, 29, 30]] = 1
+    columns = [np.arange(rows) - 20, np.full(rows, -(2**23)), flags]
+    ciphertexts = packer.encrypt(columns)
+    for got, want in zip(packer.decrypt_rows(ciphertexts, rows), columns, strict=True):
+        np.testing.assert_array_equal(got, want)
+    total = sum_ciphertexts(ciphertexts, packer.n_square)
+    assert packer.decrypt_sums(total) == _sums(columns)
+    # position 3: rows 3, 16 and 29, all three flagged
+    assert packer.decrypt_sums(total, positions=[3]) == [-17 - 4 + 9, -(2**23) * 3, 3]
+    with pytest.raises(DomainError, match=r"integers \[0, 2\)"):
+        packer.encrypt([np.array([1]), np.array([1]), np.array([2])])
+
+
+def test_a_flag_count_past_max_summands_is_detected(key: PaillierKey) -> None:
+    packer = HomPacker(key, 8, 1, max_summands=2, rows_per_ciphertext=1, flags=True)
+    ciphertexts = packer.encrypt([np.zeros(4, np.int64), np.ones(4, np.int64)])
+    with pytest.raises(MalformedCiphertextError, match="overflowed"):
+        packer.decrypt_sums(sum_ciphertexts(ciphertexts, packer.n_square))

@@ -27,6 +27,18 @@ by the client in Python integers. k values of ``value_bits`` bits sum to at
 most ``k * 2^(value_bits-1)`` in magnitude, which fits when
 ``k <= 2^padding``.
 
+**Flags.** A packer with ``flags=True`` stores one more value per row, 0 or
+1 (Veil: "this row's expression could not be computed"), not in a full slot
+but in a narrow unsigned *counter* above the slots, one per row position::
+
+    plaintext = slots + 2^(slot_bits * slots) * sum over positions i of f_i * 2^(counter_bits * i)
+
+A sum of at most ``max_summands`` ciphertexts counts at most
+``max_summands`` flags per position, so ``bit_length(max_summands) + 1``
+bits hold it and keep the plaintext below ``n/2``; the balanced slots below
+borrow nothing from the counters (adding ``B`` makes them non-negative).
+Decryption returns a row's flag count as one more column after the values.
+
 **Summing a subset of rows.** The server can only multiply whole
 ciphertexts; it cannot pick slots. So:
 
@@ -84,12 +96,36 @@ MAX_VALUE_BITS = 64
 DEFAULT_MAX_SUMMANDS = 2**32
 
 
+def slot_width(value_bits: int, max_summands: int) -> int:
+    """Bits of a slot that sums ``max_summands`` values of ``value_bits`` bits (whole bytes)."""
+    return -(-(value_bits + (max_summands - 1).bit_length()) // 8) * 8
+
+
+def counter_width(max_summands: int) -> int:
+    """Bits of a flag counter: up to ``max_summands``, its top bit left clear (signed read)."""
+    return max_summands.bit_length() + 1
+
+
+def rows_that_fit(
+    capacity_bits: int, value_bits: int, columns: int, *, max_summands: int, flags: bool = False
+) -> int:
+    """How many rows of ``columns`` values (and a flag each) one plaintext holds."""
+    row_bits = slot_width(value_bits, max_summands) * columns
+    return capacity_bits // (row_bits + (counter_width(max_summands) if flags else 0))
+
+
 @dataclass(frozen=True)
 class PackingLayout:
-    """``slots`` signed fields of ``slot_bits`` bits each in one plaintext."""
+    """``slots`` signed fields of ``slot_bits`` bits, then ``counters`` unsigned fields.
+
+    Counters (``counter_bits`` each) hold non-negative counts below
+    ``2^(counter_bits-1)``; see "Flags" in the module docstring.
+    """
 
     slot_bits: int
     slots: int
+    counters: int = 0
+    counter_bits: int = 0
 
     def __post_init__(self) -> None:
         if self.slot_bits < 2 or self.slots < 1:
@@ -97,10 +133,19 @@ class PackingLayout:
                 f"a packing layout needs slot_bits >= 2 and slots >= 1, "
                 f"got slot_bits={self.slot_bits}, slots={self.slots}"
             )
+        if self.counters < 0 or (self.counters and self.counter_bits < 2):
+            raise ParameterError(
+                f"counters need counter_bits >= 2, got counters={self.counters}, "
+                f"counter_bits={self.counter_bits}"
+            )
+
+    @property
+    def slot_region_bits(self) -> int:
+        return self.slot_bits * self.slots
 
     @property
     def plaintext_bits(self) -> int:
-        return self.slot_bits * self.slots
+        return self.slot_region_bits + self.counters * self.counter_bits
 
     @property
     def slot_limit(self) -> int:
@@ -114,8 +159,11 @@ class PackingLayout:
                 f"a {public.bits}-bit key holds {public.capacity_bits}: use fewer slots"
             )
 
-    def pack(self, values: np.ndarray) -> list[int]:
-        """Signed plaintexts of a ``(ciphertexts, slots)`` int64 matrix."""
+    def pack(self, values: np.ndarray, counts: np.ndarray | None = None) -> list[int]:
+        """Signed plaintexts of a ``(ciphertexts, slots)`` int64 matrix.
+
+        ``counts``: the ``(ciphertexts, counters)`` counter values (0 if None).
+        """
         values = np.ascontiguousarray(values, dtype=np.int64)
         limit = self.slot_limit
         if self.slot_bits < 64 and values.size and (values.min() < -limit or values.max() >= limit):
@@ -123,26 +171,48 @@ class PackingLayout:
                 "value does not fit its packed slot", domain=f"integers [{-limit}, {limit})"
             )
         if self.slot_bits % 8 or self.slot_bits > 128:
-            return [self._pack_row(row) for row in values.tolist()]
-        fields = _biased_fields(values, self.slot_bits)
-        offset = self._bias_total()
-        row_bytes = fields.reshape(len(values), self.plaintext_bits // 8)
-        return [int.from_bytes(row.tobytes(), "little") - offset for row in row_bytes]
+            plaintexts = [self._pack_row(row) for row in values.tolist()]
+        else:
+            fields = _biased_fields(values, self.slot_bits)
+            offset = self._bias_total()
+            row_bytes = fields.reshape(len(values), self.slot_region_bits // 8)
+            plaintexts = [int.from_bytes(row.tobytes(), "little") - offset for row in row_bytes]
+        return self._add_counts(plaintexts, counts)
+
+    def _add_counts(self, plaintexts: list[int], counts: np.ndarray | None) -> list[int]:
+        """Counters above the slots; only ciphertexts with a non-zero count need work."""
+        if counts is None or not self.counters:
+            return plaintexts
+        counts = np.asarray(counts, dtype=np.int64).reshape(len(plaintexts), self.counters)
+        if counts.size and (counts.min() < 0 or counts.max() >= 1 << (self.counter_bits - 1)):
+            raise DomainError(
+                "count does not fit its counter", domain=f"0..2^{self.counter_bits - 1}"
+            )
+        for index in np.flatnonzero(counts.any(axis=1)).tolist():
+            plaintexts[index] += sum(
+                int(c) << (self.slot_region_bits + self.counter_bits * i)
+                for i, c in enumerate(counts[index].tolist())
+            )
+        return plaintexts
 
     def _pack_row(self, row: Sequence[int]) -> int:
         return sum(int(v) << (self.slot_bits * i) for i, v in enumerate(row))
 
     def unpack(self, plaintext: int) -> list[int]:
-        """Signed slot values (balanced digits) of a signed plaintext."""
+        """Signed slot values (balanced digits) of a signed plaintext, then the counters."""
         fields = plaintext + self._bias_total()
-        if not 0 <= fields < 1 << self.plaintext_bits:
+        counts = fields >> self.slot_region_bits
+        bits = self.counter_bits
+        counters = [(counts >> (bits * i)) & ((1 << bits) - 1) for i in range(self.counters)]
+        if not 0 <= fields < 1 << self.plaintext_bits or any(c >> (bits - 1) for c in counters):
             raise DomainError(
                 "a packed sum overflowed its slots: more ciphertexts were added than the "
                 "packer's max_summands, or the ciphertext belongs to another packer",
                 domain=f"{self.slots} slots of {self.slot_bits} bits",
             )
         mask, half = (1 << self.slot_bits) - 1, self.slot_limit
-        return [((fields >> (self.slot_bits * i)) & mask) - half for i in range(self.slots)]
+        slots = [((fields >> (self.slot_bits * i)) & mask) - half for i in range(self.slots)]
+        return slots + counters
 
     def _bias_total(self) -> int:
         return sum(self.slot_limit << (self.slot_bits * i) for i in range(self.slots))
@@ -173,8 +243,11 @@ class HomPacker:
     """Encrypts integer columns into packed Paillier ciphertexts and reads sums.
 
     ``slot_bits`` is the bit width of each value: values are signed integers in
-    ``[-2^(slot_bits-1), 2^(slot_bits-1))``. ``names`` name the packed columns in
-    errors. See the module docstring for the layout and subset sums.
+    ``[-2^(slot_bits-1), 2^(slot_bits-1))``. ``flags``: each row also has a 0/1
+    flag, given and returned as one more column after the ``columns`` values
+    and counted in narrow counters (the attribute ``columns`` counts it,
+    ``value_columns`` does not). ``names`` name the packed columns (and the
+    flag) in errors. See the module docstring for the layout and subset sums.
     """
 
     def __init__(
@@ -187,21 +260,25 @@ class HomPacker:
         rows_per_ciphertext: int | None = None,
         names: Sequence[str] | None = None,
         column: str | None = None,
+        flags: bool = False,
     ):
         if not 1 <= slot_bits <= MAX_VALUE_BITS:
             raise ParameterError(f"packed values have 1..64 bits, got slot_bits={slot_bits}")
         if columns < 1 or max_summands < 1:
             raise ParameterError("a packer needs columns >= 1 and max_summands >= 1")
-        if names is not None and len(names) != columns:
-            raise ParameterError(f"{columns} columns but {len(names)} names")
+        self.columns = columns + flags  # arrays given to encrypt and sums returned
+        if names is not None and len(names) != self.columns:
+            raise ParameterError(f"{self.columns} columns but {len(names)} names")
         self.key, self.public = key, key.public
-        self.value_bits, self.columns, self.max_summands = slot_bits, columns, max_summands
-        self.column = column
+        self.value_bits, self.value_columns, self.max_summands = slot_bits, columns, max_summands
+        self.flags, self.column = flags, column
         self.names = (
-            list(names) if names else [f"{column or 'packed'}[{i}]" for i in range(columns)]
+            list(names) if names else [f"{column or 'packed'}[{i}]" for i in range(self.columns)]
         )
-        width = -(-(slot_bits + (max_summands - 1).bit_length()) // 8) * 8
-        fit = self.public.capacity_bits // (width * columns)
+        width = slot_width(slot_bits, max_summands)
+        fit = rows_that_fit(
+            self.public.capacity_bits, slot_bits, columns, max_summands=max_summands, flags=flags
+        )
         if rows_per_ciphertext is None:
             rows_per_ciphertext = fit
         if not 1 <= rows_per_ciphertext <= fit:
@@ -211,7 +288,10 @@ class HomPacker:
                 "pack fewer columns or rows, or lower max_summands"
             )
         self.rows_per_ciphertext = rows_per_ciphertext
-        self.layout = PackingLayout(width, rows_per_ciphertext * columns)
+        counters, counter_bits = (
+            (rows_per_ciphertext, counter_width(max_summands)) if flags else (0, 0)
+        )
+        self.layout = PackingLayout(width, rows_per_ciphertext * columns, counters, counter_bits)
         self.layout.check_fits(self.public)
 
     @classmethod
@@ -227,6 +307,7 @@ class HomPacker:
         rows_per_ciphertext: int | None = None,
         names: Sequence[str] | None = None,
         column: str | None = None,
+        flags: bool = False,
     ) -> HomPacker:
         """A packer under the Paillier key of ``scope`` (``KeyLabel("hom", scope)``)."""
         key = PaillierKey.from_master(master, scope, bits)
@@ -238,6 +319,7 @@ class HomPacker:
             rows_per_ciphertext=rows_per_ciphertext,
             names=names,
             column=column,
+            flags=flags,
         )
 
     @property
@@ -249,18 +331,23 @@ class HomPacker:
 
     def encrypt(self, columns: Sequence[object]) -> pa.Array | pa.ChunkedArray:
         """``ceil(rows / rows_per_ciphertext)`` ciphertexts of equal-length columns."""
-        matrix = self.row_matrix(columns)
-        per = self.rows_per_ciphertext
-        count = -(-len(matrix) // per)
-        padded = np.zeros((count * per, self.columns), np.int64)
-        padded[: len(matrix)] = matrix
-        plaintexts = self.layout.pack(padded.reshape(count, per * self.columns))
+        plaintexts = self.plaintexts(self.row_matrix(columns))
         n = self.public.n
         ciphertexts = self.key.raw_encrypt_many([mpz(p) % n for p in plaintexts])
         return wire_array(ciphertexts, self.public.width)
 
+    def plaintexts(self, matrix: np.ndarray) -> list[int]:
+        """Signed plaintexts of a ``row_matrix``, ``rows_per_ciphertext`` rows each."""
+        per, k = self.rows_per_ciphertext, self.value_columns
+        count = -(-len(matrix) // per)
+        padded = np.zeros((count * per, self.columns), np.int64)
+        padded[: len(matrix)] = matrix
+        by_pack = padded.reshape(count, per, self.columns)
+        counts = by_pack[:, :, k] if self.flags else None
+        return self.layout.pack(by_pack[:, :, :k].reshape(count, per * k), counts)
+
     def row_matrix(self, columns: Sequence[object]) -> np.ndarray:
-        """The ``(rows, columns)`` int64 matrix of checked values; NULL as 0."""
+        """The ``(rows, fields)`` int64 matrix of checked values (flags last); NULL as 0."""
         if len(columns) != self.columns:
             raise ParameterError(f"packer takes {self.columns} columns, got {len(columns)}")
         arrays = [self._checked(values, i) for i, values in enumerate(columns)]
@@ -277,11 +364,13 @@ class HomPacker:
                 f"column {self.names[index]!r}: packed values are integers, got {array.dtype}"
             )
         low, high = -(1 << (self.value_bits - 1)), 1 << (self.value_bits - 1)
+        if index >= self.value_columns:
+            low, high = 0, 2  # a flag
         if array.size and (int(array.min()) < low or int(array.max()) >= high):
             raise DomainError(
                 "value out of range for its packed slot",
                 column=self.names[index],
-                domain=f"signed {self.value_bits}-bit integers [{low}, {high})",
+                domain=f"integers [{low}, {high})",
             )
         return array.astype(np.int64)
 
@@ -304,13 +393,13 @@ class HomPacker:
     ) -> list[np.ndarray]:
         """The packed values themselves, one int64 array per column (first ``rows`` rows)."""
         parsed = parse_array(ciphertexts, self.public.n_square, column=self.column)
-        slots = [self._slots(c) for c in parsed if c is not None]
-        matrix = np.array(slots, dtype=np.int64).reshape(-1, self.columns)
+        rows_of = [self._rows(c) for c in parsed if c is not None]
+        matrix = np.array(rows_of, dtype=np.int64).reshape(-1, self.columns)
         matrix = matrix[:rows] if rows is not None else matrix
         return [np.ascontiguousarray(matrix[:, i]) for i in range(self.columns)]
 
     def _column_sums(self, c: mpz, positions: Sequence[int] | None) -> list[int]:
-        slots = self._slots(c)
+        by_position = self._rows(c)
         chosen = range(self.rows_per_ciphertext) if positions is None else positions
         sums = [0] * self.columns
         for position in chosen:
@@ -318,16 +407,21 @@ class HomPacker:
                 raise ParameterError(
                     f"row position {position} outside 0..{self.rows_per_ciphertext - 1}"
                 )
-            row = slots[position * self.columns : (position + 1) * self.columns]
-            sums = [s + v for s, v in zip(sums, row, strict=True)]
+            sums = [s + v for s, v in zip(sums, by_position[position], strict=True)]
         return sums
 
-    def _slots(self, c: mpz) -> list[int]:
+    def _rows(self, c: mpz) -> list[list[int]]:
+        """Per row position: its values' slots, then its flag counter (if flags)."""
         plaintext = self.key.decrypt_one(c, column=self.column)
         try:
-            return self.layout.unpack(plaintext)
+            fields = self.layout.unpack(plaintext)
         except DomainError as exc:
             raise MalformedCiphertextError(f"column {self.column!r}: {exc}") from None
+        k, per = self.value_columns, self.rows_per_ciphertext
+        counters = fields[k * per :]
+        return [
+            fields[i * k : (i + 1) * k] + ([counters[i]] if self.flags else []) for i in range(per)
+        ]
 
     # -- subset sums ----------------------------------------------------
 
