@@ -148,8 +148,10 @@ def test_default_domains_cover_the_types(pair: tuple[Session, duckdb.DuckDBPyCon
     assert bits[("customer", "c_acctbal")] == signed_bits(*type_domain(SqlType("DECIMAL(15,2)")))
     lineitem = design.table("lineitem").hom
     assert lineitem is not None and lineitem.value_bits == 61  # DECIMAL(18,s) products
-    # 3 sums and the overflow slot, each 61 + 32 bits (rounded to 96): 5 rows in 2047 bits
-    assert lineitem.overflow_slot and lineitem.rows_per_ciphertext == 5
+    # 3 sums of 61 + 13 bits (rounded to 80) and a 15-bit flag counter: 8 rows in
+    # 2047 bits; 14 bits of headroom would leave 7
+    assert lineitem.overflow_flags and lineitem.rows_per_ciphertext == 8
+    assert lineitem.summand_bits == 13
 
 
 @pytest.mark.parametrize("pushdown", ["auto", "always"])

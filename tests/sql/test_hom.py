@@ -2,7 +2,9 @@
 
 ``readings`` has negative values, NULLs in summed columns, a group whose
 few rows lie in packs shared with other groups (partial masks only), and a
-group whose summed column is always NULL.
+group whose summed column is always NULL. A second load forces 3 bits of
+headroom (chunks of 8 packs) on narrow declared domains, so a group's sums
+overflow their slots unless the server multiplies at most 8 packs a product.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 import sqlglot
 from tests.sql.oracle import assert_same
 
+import veil.exec.hom_group as hom_group
 import veil.load.loader as loader
 from veil.exec.hom_group import slot_masks
 from veil.exec.session import Session
@@ -28,7 +31,8 @@ SELECT i AS id,
             WHEN i % 2 = 0 THEN 'even' ELSE 'odd' END AS g,
        CASE WHEN i % 7 = 0 OR i % 500 = 7 THEN NULL
             ELSE CAST((i * 37 % 2001 - 1000) / 4 AS DECIMAL(10, 2)) END AS a,
-       CAST(i * 13 % 97 - 60 AS INTEGER) AS b
+       CAST(i * 13 % 97 - 60 AS INTEGER) AS b,
+       CAST(1000 - i % 3 AS SMALLINT) AS c
 FROM range({ROWS}) t(i)
 """
 
@@ -59,17 +63,60 @@ def hom_session(
     request: pytest.FixtureRequest, readings_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Session]:
     root = tmp_path_factory.mktemp("hom")
-    if request.param == "duckdb":
-        url = f"duckdb:///{root}/server.duckdb"
-    else:
-        cluster = request.getfixturevalue("postgres_cluster")
-        url = cluster.create_schema("veil_sql_hom")
+    url = _server_url(request, root, "veil_sql_hom")
     with pytest.MonkeyPatch.context() as patch:
         # several load batches, so slots and packs must continue across batches
         patch.setattr(loader, "BATCH_ROWS", 700)
         load(str(readings_dir), url, str(root / "client"), QUERIES, progress=lambda _: None)
+    opened = _pushing_down(root)
+    yield opened
+    opened.close()
+
+
+def _server_url(request: pytest.FixtureRequest, root: Path, schema: str) -> str:
+    """The fixture's server: an embedded DuckDB file, or a schema of the test cluster."""
+    if request.param == "duckdb":
+        return f"duckdb:///{root}/server.duckdb"
+    return str(request.getfixturevalue("postgres_cluster").create_schema(schema))
+
+
+def _pushing_down(root: Path) -> Session:
     opened = Session(root / "client")
     opened.hom_pushdown = "always"  # these tables are far too small for the cost rule
+    return opened
+
+
+CHUNKED_QUERIES = [
+    "SELECT g, SUM(c), AVG(c), COUNT(*), SUM(-c), MIN(b) FROM readings GROUP BY g",
+    "SELECT g, SUM(-c), AVG(c) FROM readings WHERE id > 100 GROUP BY g",
+    "SELECT SUM(c), AVG(-c), COUNT(*) FROM readings WHERE b < 0",
+    "SELECT SUM(c), SUM(-c) FROM readings WHERE g = 'rare'",
+]
+CHUNK_BITS = 3  # at most 8 packs a product
+
+
+@pytest.fixture(
+    scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def chunked_session(
+    request: pytest.FixtureRequest, readings_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    """c in 0..1000 (declared): 11 bits and 3 of headroom, 16-bit slots.
+
+    A group of ~1500 rows (~190 packs) sums ~190 values of ~1000 in each slot,
+    beyond the slots' ±2^15 unless the server multiplies at most 8 packs a
+    product (the client adds the chunks' sums).
+    """
+    root = tmp_path_factory.mktemp("hom-chunked")
+    url = _server_url(request, root, "veil_sql_hom_chunked")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hom_group, "MIN_SUMMAND_BITS", CHUNK_BITS)
+        patch.setattr(hom_group, "MAX_SUMMAND_BITS", CHUNK_BITS)
+        load(
+            str(readings_dir), url, str(root / "client"), CHUNKED_QUERIES,
+            progress=lambda _: None, domains=["readings.c=0..1000"],
+        )  # fmt: skip
+    opened = _pushing_down(root)
     yield opened
     opened.close()
 
@@ -120,3 +167,15 @@ def test_explain_shows_the_hom_step(hom_session: Session) -> None:
 
     text = explain(hom_session, QUERIES[0])
     assert "server HOM" in text and "load order" in text
+
+
+@pytest.mark.parametrize("sql", CHUNKED_QUERIES)
+def test_chunked_products_sum_exactly(
+    chunked_session: Session, plain_readings: duckdb.DuckDBPyConnection, sql: str
+) -> None:
+    group = chunked_session.design.table("readings").hom
+    assert group is not None and group.summand_bits == CHUNK_BITS and group.value_bits == 11
+    assert group.rows_per_ciphertext == 8  # ~47 chunks of 8 packs for 3000 rows
+    result = chunked_session.run(sql)
+    assert result.plan is not None and result.plan.scans[0].aggregation is not None
+    assert_same(result.table, plain_readings.execute(sql).fetchall(), False, sql)

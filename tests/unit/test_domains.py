@@ -103,11 +103,11 @@ def test_overflow_marks_fail_decoding() -> None:
     assert decode(pa.array([10**18 - 1]), SqlType("DECIMAL(18,4)")).to_pylist()[0] is not None
 
 
-def test_overflow_slot_sends_sums_over_overflowed_rows_to_the_client() -> None:
+def test_overflow_flags_send_sums_over_overflowed_rows_to_the_client() -> None:
     group = HomGroup("t_side", "c_slot", ["a * b"], ["BIGINT"], "hom:o", value_bits=64)
-    group.overflow_slot = True
+    group.overflow_flags = True
     cipher = HomGroupCipher.sized(MasterKey(b"\x09" * 32), group)
-    assert cipher.rows == 8  # two 96-bit slots a row
+    assert cipher.rows == 8  # a 96-bit slot and a 34-bit flag counter a row
 
     marked = Sources()  # what TableEncryptor.sources returns
     marked["a * b"] = pa.array([2**63 - 1, None, -(2**63), 5])

@@ -28,7 +28,10 @@ DESIGN_FORMAT = "veil-physical-design"
 # 2: HOM is one packed group per table (``HomGroup``) instead of HOM columns.
 # 3: OPE and HOM widths from value domains (types, or domains declared at load
 #    time: ``Column.domain``), not from the loaded data; HOM overflow slot.
-DESIGN_VERSION = 3
+# 4: HOM headroom per group (``HomGroup.summand_bits``: products of at most
+#    2^h packs, chunked by the server); overflow flags as counters above the
+#    slots (``HomGroup.overflow_flags``) instead of a slot per row.
+DESIGN_VERSION = 4
 
 RND = "RND"
 DET = "DET"
@@ -111,9 +114,13 @@ class HomGroup:
     key_scope: str
     value_bits: int = 64  # every packed value is a signed integer of this many bits
     rows_per_ciphertext: int = 1
-    # One more slot per row, 1 where an expression of the row overflowed its
-    # type (DuckDB cannot compute it): a sum over such a row is left to the client.
-    overflow_slot: bool = False
+    # Headroom h of each slot: the server multiplies at most 2^h packs in one
+    # product (it groups them by pack // 2^h), so their sums never overflow.
+    summand_bits: int = 32
+    # A 0/1 flag per row (a counter above the slots), 1 where an expression of
+    # the row overflowed its type (DuckDB cannot compute it): a sum over such a
+    # row is left to the client.
+    overflow_flags: bool = False
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None
@@ -184,7 +191,7 @@ class PhysicalDesign:
         if document.get("version") != DESIGN_VERSION:
             raise DesignError(
                 f"{origin} has design version {document.get('version')}; this Veil reads "
-                f"version {DESIGN_VERSION} (value domains): reload the data with `veil load`"
+                f"version {DESIGN_VERSION} (HOM headroom per group): reload the data with `veil load`"
             )
         tables = {name: _table_from_dict(t) for name, t in document["tables"].items()}
         return cls(key_fingerprint=document["key_fingerprint"], tables=tables)

@@ -206,7 +206,7 @@ def _hom_group(table: str, columns: list[Column], needs: WorkloadNeeds) -> HomGr
         types=types,
         key_scope=f"hom:{table}",
         value_bits=max(bits, 2),
-        overflow_slot=overflow,
+        overflow_flags=overflow,
     )
 
 

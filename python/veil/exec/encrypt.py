@@ -13,7 +13,7 @@ precomputed DET/OPE value is the mark just beyond the expression's domain on
 the value's side (so comparisons with any value of the type stay right, and
 decoding it fails, which sends a query reading it to the client, where DuckDB
 reports its overflow), or NULL where int64 has no room for the mark; its HOM
-row sets the group's overflow slot (``veil.exec.hom_group``).
+row sets the group's (encrypted) overflow flag (``veil.exec.hom_group``).
 """
 
 from __future__ import annotations

@@ -15,12 +15,30 @@ Packs are grouped by mask, so every slot the client adds holds a sum over
 exactly the group's rows; slots at other positions hold other rows' sums and
 are ignored.
 
-Slot widths come from the expressions' value domains (``veil.design.domains``:
-the types', or declared ones), so a sum of up to ``MAX_SUMMANDS`` packs of any
-values the types admit never overflows. A group whose expressions DuckDB may
-fail to compute for some rows (a product beyond DECIMAL(18)) has one more
-slot per row (``HomGroup.overflow_slot``): 1 where the row's value could not
-be computed (its expression slots hold 0). A sum that includes such a row
+**Slot widths and bounded products.** A slot holds ``value_bits`` (the
+widest value domain of the group's expressions, ``veil.design.domains``: the
+types', or declared ones) plus ``h = HomGroup.summand_bits`` bits of
+headroom, rounded up to whole bytes, so a product of at most ``2^h`` packs
+sums any values the types admit without overflow. The server never
+multiplies more: the HOM statement groups the packs of a (group, mask) by
+chunk ``pack // 2^h`` too (``veil.sql.remote._packed_sums``), and the client
+adds the chunks' exact sums. ``sized`` picks the most rows per plaintext
+that any ``h >= MIN_SUMMAND_BITS`` allows, then the largest ``h`` (at most
+``MAX_SUMMAND_BITS``) that keeps them: TPC-H lineitem (six sums, up to 61
+bits) gets ``h = 19``, 80-bit slots and 4 rows, where a fixed ``h = 32``
+(96-bit slots) held 3. Lowering ``h`` costs one more decryption per chunk,
+and a chunk of ``2^12`` packs and more holds every group of a real table in
+a few chunks.
+
+**Overflowed rows.** A group whose expressions DuckDB may fail to compute
+for some rows (a product beyond DECIMAL(18)) packs a 0/1 flag per row
+(``HomGroup.overflow_flags``): 1 where the row's value could not be
+computed (its expression slots hold 0). The flag is not a full slot but an
+``h + 2``-bit counter above the slots (``veil.crypto.hom``, "Flags"), so it
+costs lineitem 21 bits a row instead of an 80-bit slot (which would leave 3
+rows), and it stays encrypted: the server learns nothing new (a public
+per-row flag column would have told it which rows overflow even where no
+DET/OPE column of the expression shows it). A sum whose counter is non-zero
 raises ``OverflowedRowsError``, and the query runs on the client instead,
 where DuckDB reports the overflow exactly as it would over plaintext.
 """
@@ -32,16 +50,20 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from veil.crypto.hom import HomPacker
+from veil.crypto.hom import HomPacker, rows_that_fit
 from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
+from veil.crypto.paillier import PaillierKey
 from veil.design.model import HomGroup
 from veil.encoding import SqlType, encode
 from veil.errors import ParameterError, VeilError
 
 PACK_COLUMN = "pack"
 CIPHERTEXT_COLUMN = "ct"
-MAX_SUMMANDS = 2**32  # ciphertexts one product may multiply (packs of one table, with inserts)
+# Headroom bits h of a slot (a product multiplies at most 2^h packs): at most
+# 2^32 (HomGroup's default), and at least 2^12 packs per chunk, so that chunks
+# cost few decryptions.
+MIN_SUMMAND_BITS, MAX_SUMMAND_BITS = 12, 32
 
 
 class OverflowedRowsError(VeilError):
@@ -83,31 +105,28 @@ class HomGroupCipher:
     def __init__(self, master: MasterKey, group: HomGroup):
         self.group = group
         self._master = master
-        names = group.sources + (["(overflowed row)"] if group.overflow_slot else [])
+        names = group.sources + (["(overflowed row)"] if group.overflow_flags else [])
         self.packer = HomPacker.from_master(
             master,
             group.key_scope,
             group.value_bits,
-            len(names),
-            max_summands=MAX_SUMMANDS,
+            len(group.sources),
+            max_summands=2**group.summand_bits,
             rows_per_ciphertext=group.rows_per_ciphertext,
             names=names,
             column=f"HOM group of {len(group.sources)} sums",
+            flags=group.overflow_flags,
         )
 
     @classmethod
     def sized(cls, master: MasterKey, group: HomGroup, bits: int | None = None) -> HomGroupCipher:
-        """Fill the plaintext with as many rows as fit (``bits``: a new value width)."""
+        """Fill the plaintext with rows, then headroom (``bits``: a new value width)."""
         if bits is not None:
             group.value_bits = bits
-        fit = HomPacker.from_master(
-            master,
-            group.key_scope,
-            group.value_bits,
-            len(group.sources) + group.overflow_slot,
-            max_summands=MAX_SUMMANDS,
-        ).rows_per_ciphertext
-        group.rows_per_ciphertext = min(fit, MAX_ROWS_PER_CIPHERTEXT)
+        capacity = PaillierKey.from_master(master, group.key_scope).public.capacity_bits
+        group.summand_bits, group.rows_per_ciphertext = headroom(
+            capacity, group.value_bits, len(group.sources), group.overflow_flags
+        )
         return cls(master, group)
 
     @property
@@ -122,13 +141,13 @@ class HomGroupCipher:
         """The ``(rows, k)`` int64 matrix of encoded values; NULL packs as 0.
 
         ``sources`` is ``TableEncryptor.sources``: its ``overflow`` marks set
-        the overflow slot (the last column) of the rows they mark.
+        the overflow flag (the last column) of the rows they mark.
         """
         encoded: list[object] = [
             encode(sources[source], SqlType(type_name))
             for source, type_name in zip(self.group.sources, self.group.types, strict=True)
         ]
-        if self.group.overflow_slot:
+        if self.group.overflow_flags:
             rows = len(encoded[0]) if encoded else 0  # type: ignore[arg-type]
             lost = np.zeros(rows, np.int64)
             marks: dict[str, np.ndarray] = getattr(sources, "overflow", {})
@@ -142,11 +161,8 @@ class HomGroupCipher:
         self, values: np.ndarray, first_pack: int, pool: EncryptionPool | None = None
     ) -> pa.Table:
         """Side-table rows ``(pack, ct)`` for ``values`` starting at ``first_pack``."""
-        per, k = self.rows, self.packer.columns
-        count = -(-len(values) // per)
-        padded = np.zeros((count * per, k), np.int64)
-        padded[: len(values)] = values
-        plaintexts = self.packer.layout.pack(padded.reshape(count, per * k))
+        plaintexts = self.packer.plaintexts(values)
+        count = len(plaintexts)
         if pool is not None:
             ciphertexts = pool.encrypt(plaintexts)
         else:
@@ -162,7 +178,7 @@ class HomGroupCipher:
             None if c is None else decrypt(c, positions=in_positions(int(m), self.rows))
             for c, m in zip(products.to_pylist(), masks, strict=True)
         ]
-        if not self.group.overflow_slot:
+        if not self.group.overflow_flags:
             return sums
         if any(s is not None and s[-1] for s in sums):
             raise OverflowedRowsError(
@@ -170,3 +186,19 @@ class HomGroupCipher:
                 "the client computes it instead"
             )
         return [None if s is None else s[:-1] for s in sums]
+
+
+def headroom(capacity_bits: int, value_bits: int, columns: int, flags: bool) -> tuple[int, int]:
+    """``(summand_bits, rows_per_ciphertext)``: the most rows, then the most headroom.
+
+    Rows per plaintext fall as the headroom ``h`` grows, so the largest ``h``
+    whose rows equal those of ``MIN_SUMMAND_BITS`` keeps the most rows.
+    """
+
+    def rows(bits: int) -> int:
+        fit = rows_that_fit(capacity_bits, value_bits, columns, max_summands=2**bits, flags=flags)
+        return min(fit, MAX_ROWS_PER_CIPHERTEXT)
+
+    most = rows(MIN_SUMMAND_BITS)
+    bits = max(b for b in range(MIN_SUMMAND_BITS, MAX_SUMMAND_BITS + 1) if rows(b) == most)
+    return bits, most

@@ -19,7 +19,7 @@ Statement shapes (names shortened)::
     reduction    SELECT r1.rid FROM t_x AS r0, t_y AS r1 WHERE r0.c_k = r1.c_k AND ...
     joined       SELECT j0.c_a, j1.c_b FROM t_x AS j0, t_y AS j1 WHERE j0.c_k = j1.c_k AND ...
     aggregate    SELECT c_k, COUNT(*), MIN(c_ope) FROM t_x WHERE ... GROUP BY c_k
-    HOM sums     two levels, per (keys, pack) then per (keys, mask) (``_packed_sums``)
+    HOM sums     two levels, per (keys, pack) then per (keys, mask, chunk) (``_packed_sums``)
     DML          DELETE FROM t_x WHERE rid IN (...); SELECT MAX(pack) FROM t_side
 """
 
@@ -212,13 +212,17 @@ def _pack_level(
 
 
 def _packed_sums(inner: exp.Select, aggregation: Aggregation, table: TableDesign) -> exp.Select:
-    """Outer level (MONOMI §5.3): re-aggregate per (keys, mask), multiply the packs::
+    """Outer level (MONOMI §5.3): re-aggregate per (keys, mask, chunk), multiply the packs::
 
     SELECT g.k0, CAST(SUM(g.a0) AS BIGINT), g.m, hom_sum(h.ct, $1)
-    FROM (<inner>) AS g JOIN t_side AS h ON g.p = h.pack GROUP BY g.k0, g.m
+    FROM (<inner>) AS g JOIN t_side AS h ON g.p = h.pack
+    GROUP BY g.k0, g.m, g.p // 524288
 
     Full packs of a group share the all-ones mask, so a group gets one
-    product for them and one per distinct partial mask.
+    product for them and one per distinct partial mask, in each chunk of
+    ``2^summand_bits`` packs: no product multiplies more packs than the
+    slots' headroom allows (``veil.exec.hom_group``), and the client adds
+    the chunks' sums.
     """
     group = table.hom
     assert group is not None and aggregation.hom_product is not None
@@ -237,7 +241,10 @@ def _packed_sums(inner: exp.Select, aggregation: Aggregation, table: TableDesign
         this=exp.column("p", table=_INNER), expression=exp.column(HOM_PACK_COLUMN, table=_SIDE)
     )
     select = select.from_(inner.subquery(_INNER)).join(side, on=on)
-    return select.group_by(*[k.copy() for k in keys], mask.copy())
+    chunk = exp.IntDiv(
+        this=exp.column("p", table=_INNER), expression=exp.Literal.number(2**group.summand_bits)
+    )
+    return select.group_by(*[k.copy() for k in keys], mask.copy(), chunk)
 
 
 def hom_ciphertexts() -> exp.Column:

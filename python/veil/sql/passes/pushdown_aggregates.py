@@ -24,7 +24,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from veil.design.model import DET, OPE, SEARCH, TableDesign
+from veil.design.model import DET, OPE, SEARCH, HomGroup, TableDesign
 from veil.sql.columns import BaseColumn, columns_read, row_expression
 from veil.sql.plan import Aggregation, Scan
 from veil.sql.remote import hom_ciphertexts
@@ -195,9 +195,12 @@ def _hom_pays(policy: str, table: TableDesign, keys: list[str]) -> bool:
 def few_groups(table: TableDesign, keys: list[str]) -> bool:
     """The cost rule for HOM sums: push them down when decrypting costs less than fetching.
 
-    Each (group, pack mask) row the server returns costs the client one
-    Paillier decryption (``HOM_DECRYPT_SECONDS``); a group has at most
-    ``2^R`` masks and at most as many as it has packs. Summing on the client
+    Each (group, pack mask, chunk) row the server returns costs the client
+    one Paillier decryption (``HOM_DECRYPT_SECONDS``). The server multiplies
+    at most ``2^summand_bits`` packs per product, so the table's packs fall
+    into chunks, and a group's rows (spread over the table, as Q1's flags
+    are) may touch every chunk: per chunk at most ``2^R`` masks, and in all
+    at most one per pack plus one per chunk. Summing on the client
     instead costs about ``CLIENT_SECONDS_PER_ROW`` per row (fetch, decrypt,
     add). Groups are estimated from the distinct counts the loader recorded
     (their product for several keys; the row count when unknown).
@@ -212,9 +215,16 @@ def few_groups(table: TableDesign, keys: list[str]) -> bool:
         distinct = enc.params.get("distinct") if enc is not None else None
         groups *= int(str(distinct)) if distinct is not None else rows
     groups = min(groups, rows)
+    decryptions = groups * _products_per_group(group, rows, groups)
+    return decryptions * HOM_DECRYPT_SECONDS <= rows * CLIENT_SECONDS_PER_ROW
+
+
+def _products_per_group(group: HomGroup, rows: int, groups: int) -> int:
+    """At most ``2^R`` masks per chunk, and one product per pack plus one per chunk."""
     packs_per_group = -(-rows // (group.rows_per_ciphertext * groups))
-    masks = min(2**group.rows_per_ciphertext, packs_per_group + 1)
-    return groups * masks * HOM_DECRYPT_SECONDS <= rows * CLIENT_SECONDS_PER_ROW
+    table_chunks = -(-rows // (group.rows_per_ciphertext << group.summand_bits))
+    chunks = max(1, min(packs_per_group, table_chunks))
+    return min(2**group.rows_per_ciphertext * chunks, packs_per_group + chunks)
 
 
 def _columns_are_keys(
