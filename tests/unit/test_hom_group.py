@@ -134,3 +134,12 @@ def test_cost_rule_sends_q1_shaped_sums_to_the_server_only_at_scale() -> None:
     assert few_groups(table(6_000_000), ["flag"])  # TPC-H Q1 at SF 1: 6 groups
     assert not few_groups(table(60_000), ["flag"])  # SF 0.01: fetching is cheaper
     assert not few_groups(table(6_000_000), ["key"])  # Q18: 1.5M groups
+    # Q1's flags spread over the table: every group touches every chunk of 2^h
+    # packs. 1.5M packs in 3 chunks of 2^19 (lineitem's h): 6 * 16 * 3 products
+    # still pay; in 367 chunks of 2^12, 6 * 16 * 367 decryptions (~78 s) do not.
+    lineitem = table(6_000_000)
+    assert lineitem.hom is not None
+    lineitem.hom.summand_bits = 19
+    assert few_groups(lineitem, ["flag"])
+    lineitem.hom.summand_bits = 12
+    assert not few_groups(lineitem, ["flag"])

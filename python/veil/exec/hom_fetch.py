@@ -1,10 +1,12 @@
 """Finishing a two-level server aggregation with packed HOM sums on the client.
 
-The server returns one row per (group, pack mask): the group's DET keys, the
-partial COUNT / MIN / MAX over the rows with that mask, the mask and the
-product of the packs (``veil.sql.hom_statement``). The client decrypts each
-product once, takes each summed expression's slots at the mask's positions,
-and re-aggregates the rows of a group (all decomposable)::
+The server returns one row per (group, pack mask, chunk of ``2^summand_bits``
+packs): the group's DET keys, the partial COUNT / MIN / MAX over the rows with
+that mask in that chunk, the mask and the product of the packs
+(``veil.sql.remote._packed_sums``). The client decrypts each product once,
+takes each summed expression's slots at the mask's positions (exact Python
+integers), and re-aggregates the rows of a group, over masks and chunks
+alike (all decomposable)::
 
     COUNT -> SUM of partial counts     MIN / MAX -> MIN / MAX of partials
     SUM   -> SUM of partial sums, NULL when the expression's count is 0

@@ -4,7 +4,7 @@ A query block over one table whose WHERE went to the server whole, whose
 GROUP BY keys have DET encryptions and whose aggregates the schemes allow
 (COUNT(*), COUNT(col), MIN/MAX of an OPE column, SUM/AVG of an expression in
 the table's packed HOM group, over few groups: ``few_groups``) is aggregated
-by the server (two-level with HOM sums: ``veil.sql.hom_statement``)::
+by the server (two-level with HOM sums: ``veil.sql.remote._packed_sums``)::
 
     SELECT l_returnflag, COUNT(*), MAX(l_shipdate) FROM lineitem
     WHERE l_shipdate < DATE '1998-09-02' GROUP BY l_returnflag
