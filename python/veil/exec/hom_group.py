@@ -26,9 +26,9 @@ adds the chunks' exact sums. ``sized`` picks the most rows per plaintext
 that any ``h >= MIN_SUMMAND_BITS`` allows, then the largest ``h`` (at most
 ``MAX_SUMMAND_BITS``) that keeps them: TPC-H lineitem (six sums, up to 61
 bits) gets ``h = 19``, 80-bit slots and 4 rows, where a fixed ``h = 32``
-(96-bit slots) held 3. Lowering ``h`` costs one more decryption per chunk,
-and a chunk of ``2^12`` packs and more holds every group of a real table in
-a few chunks.
+(96-bit slots) held 3. A lower ``h`` costs decryptions: one product per
+mask and chunk a group touches; chunks of at least ``2^12`` packs keep them
+few (SF 1 lineitem: 1.5M packs, 3 chunks of ``2^19``).
 
 **Overflowed rows.** A group whose expressions DuckDB may fail to compute
 for some rows (a product beyond DECIMAL(18)) packs a 0/1 flag per row
