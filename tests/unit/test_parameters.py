@@ -74,3 +74,12 @@ def test_unbindable_values_are_refused() -> None:
     with pytest.raises(QueryError, match="cannot bind a parameter of type list"):
         bind_parameters(parse_statement("SELECT ?"), [[1, 2]])
     assert isinstance(bind_parameters(parse_statement("SELECT ?"), [None]).selects[0], exp.Null)
+
+
+def test_markers_next_to_empty_strings_and_casts() -> None:
+    """Numbering edits tokens, not the text (``$1 ... ''`` trips sqlglot's tokenizer)."""
+    sql = "SELECT ? AS x, ?::VARCHAR FROM t WHERE a < '' AND b = ? OR c = '?'"
+    tree = bind_parameters(parse_statement(sql), [1, 2, "z"])
+    assert tree.sql(dialect="duckdb") == (
+        "SELECT 1 AS x, CAST(2 AS TEXT) FROM t WHERE a < '' AND b = 'z' OR c = '?'"
+    )

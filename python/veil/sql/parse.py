@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 import uuid
 from collections.abc import Sequence
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.errors import OptimizeError, ParseError, TokenError
 from sqlglot.optimizer.qualify import qualify
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
 from veil.sql.errors import QueryError, QuerySyntaxError
 from veil.sql.functions import normalize_functions
@@ -34,43 +35,66 @@ def parse_statement(sql: str) -> exp.Expr:
     aggregates sqlglot does not know become aggregate nodes
     (``veil.sql.functions``).
     """
+    dialect = sqlglot.Dialect.get_or_raise(DIALECT)
     try:
-        statements = [s for s in sqlglot.parse(_number_markers(sql), read=DIALECT) if s is not None]
+        tokens = _numbered_markers(dialect.tokenize(sql))
+        statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         description = str(first.get("description", exc)).split(". Line")[0]
+        description = re.sub(
+            r"<Token token_type: TokenType\.SENTINEL[^>]*>", "the end", description
+        )
+        description = re.sub(
+            r"<Token token_type: [^,]*, text: ([^,]*),[^>]*>", r"'\1'", description
+        )
+        description = re.sub(
+            r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>",
+            lambda m: f"incomplete {m.group(1).upper()}",
+            description,
+        )
         raise QuerySyntaxError(
             f"{description} near {first.get('highlight', '')!r}",
             line=first.get("line"),
             column=first.get("col"),
         ) from None
+    except TokenError as exc:
+        raise QuerySyntaxError(str(exc)) from None
     if len(statements) != 1:
         raise QuerySyntaxError(f"expected exactly one SQL statement, got {len(statements)}")
     return normalize_functions(statements[0])
 
 
-def _number_markers(sql: str) -> str:
-    """``?`` markers written as ``$1``, ``$2`` ... in order of appearance in the text.
+def _numbered_markers(tokens: list[Token]) -> list[Token]:
+    """The tokens with the ``n``-th ``?`` marker written as ``$n``.
 
     sqlglot keeps no position on parsed placeholders, and walking the tree
     visits them in tree order (``SELECT ? + 0, ?`` would bind its second
-    marker first), so the order is taken from the token stream instead.
+    marker first), so the order is taken from the token stream. The tokens
+    themselves are edited (not the text, which would be tokenized anew).
     """
-    try:
-        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
-    except Exception:  # the parser reports the syntax error with its position
-        return sql
-    # ``?::TYPE`` is one token (QDCOLON) whose first character is the marker
     markers = [t for t in tokens if t.token_type in _MARKERS and t.text.startswith("?")]
     if not markers:
-        return sql
+        return tokens
     if any(t.token_type == TokenType.PARAMETER for t in tokens):
         raise QuerySyntaxError("use one parameter style: ? markers, not $n as well")
-    pieces, end = [], 0
-    for number, token in enumerate(markers, start=1):
-        pieces += [sql[end : token.start], f"${number}"]
-        end = token.start + 1
-    return "".join(pieces) + sql[end:]
+    edited: list[Token] = []
+    number = 0
+    for token in tokens:
+        if not (token.token_type in _MARKERS and token.text.startswith("?")):
+            edited.append(token)
+            continue
+        number += 1
+        where = (token.line, token.col, token.start, token.start)
+        edited += [
+            Token(TokenType.PARAMETER, "$", *where),
+            Token(TokenType.NUMBER, str(number), *where),
+        ]
+        if token.token_type == TokenType.QDCOLON:  # ``?::TYPE`` is one token
+            edited.append(
+                Token(TokenType.DCOLON, "::", token.line, token.col, token.start + 1, token.end)
+            )
+    return edited
 
 
 def bind_parameters(tree: exp.Expr, params: Sequence[object] | None) -> exp.Expr:
