@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", help="replay the regression files of a folder instead")
     parser.add_argument("--workdir", help="keep the databases here (default: a temp dir)")
     args = parser.parse_args(argv)
+    # A plain SIGTERM would skip the finally blocks that stop the PostgreSQL cluster.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="veil-fuzz-"))
     try:
         if args.replay:

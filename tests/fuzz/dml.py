@@ -34,7 +34,17 @@ BOUNDARIES: dict[str, list[object]] = {
     INT: [2147483647, -2147483648, 0, -1, None],
     BIGINT: [9223372036854775807, -9223372036854775808, 0, -1, None],
     DECIMAL: ["max", "min", decimal.Decimal("0"), decimal.Decimal("-0.01"), None],
-    DOUBLE: [1.7976931348623157e308, -1.7976931348623157e308, 5e-324, -0.0, 0.25, None],
+    DOUBLE: [
+        1.7976931348623157e308,
+        -1.7976931348623157e308,
+        5e-324,
+        -0.0,
+        0.25,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        None,
+    ],
     DATE: [
         dt.date(1, 1, 1),
         dt.date(9999, 12, 31),

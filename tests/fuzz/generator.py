@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+import math
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -178,7 +179,7 @@ def sql_literal(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value!r}::DOUBLE"
+        return f"{value!r}::DOUBLE" if math.isfinite(value) else f"'{value!r}'::DOUBLE"
     if isinstance(value, int | decimal.Decimal):
         return str(value)
     if isinstance(value, dt.date):
@@ -323,7 +324,7 @@ class Generator:
                 self.pick(["0.00", "1.50", "-3.25", "100.00", "0.05", "9999.99"])
             )
         if kind == DOUBLE:
-            return self.pick([0.0, 0.25, -1.5, 2.75, 100.0, -0.0, 1e6])
+            return self.pick([0.0, 0.25, -1.5, 2.75, 100.0, -0.0, 1e6, math.inf])
         if kind == DATE:
             return dt.date.fromisoformat(
                 self.pick(["1995-01-01", "1970-01-01", "0001-01-01", "9999-12-31", "1998-12-01"])
@@ -1029,11 +1030,13 @@ class Generator:
             with_text = self.with_clause()
         elif roll < 0.2:
             with_text = self.recursive_cte()
-        shape = self.r.choices(["select", "setop", "pushable"], [6, 1, 3])[0]
+        shape = self.r.choices(["select", "setop", "pushable", "star"], [6, 1, 3, 2])[0]
         if shape == "setop":
             body = self.set_operation()
         elif shape == "pushable" and not with_text:
             body = self.pushable_block()
+        elif shape == "star" and not with_text:
+            body = self.star_block()
         else:
             body = self.select_block(None, 0, None, top=True)
         sql = with_text + body.sql + self.order_limit(body)
@@ -1085,6 +1088,110 @@ class Generator:
             having = f" HAVING count(*) > {self._lit_or_param(self.pick([1, 2, 10]))}"
         sql = f"SELECT {', '.join(items)} FROM {frm}{where}{group}{having}"
         return Block(sql, cols, 50, [c.name for c in cols[: len(keys)]])
+
+    def star_block(self) -> Block:
+        """A TPC-H-like join of a fact table with its dimensions along foreign keys:
+        filters on the dimensions (LIKE '%word%' among them: bind filters), an IN
+        subquery with GROUP BY ... HAVING (Q18), a correlated aggregate (Q17),
+        GROUP BY a dimension column with SUM of a per-row expression."""
+        fact = self.catalog.tables[self.pick(["lineitem", "orders", "partsupp", "fz_items"])]
+        source = self.base_source(fact)
+        sources, frm, links = [source], source.sql_from, []
+        comma = self.chance(0.3)
+        for _ in range(self.pick([1, 2, 2, 3])):
+            fk = self.fk_partner(sources)
+            if fk is None:
+                break
+            left, table, right = fk
+            joined = self.base_source(table)
+            if comma:
+                frm += f", {joined.sql_from}"
+                links.append(f"{left.ref} = {joined.alias}.{right}")
+            else:
+                word = self.r.choices(["JOIN", "LEFT JOIN"], [4, 1])[0]
+                frm += f" {word} {joined.sql_from} ON {left.ref} = {joined.alias}.{right}"
+            sources.append(joined)
+        scope = Scope(sources, None, fact.rows)
+        conjuncts = list(links)
+        for dim in sources[1:]:
+            if self.chance(0.6):
+                dim_scope = Scope([dim])
+                text_cols = dim_scope.columns((VARCHAR,))
+                if text_cols and self.chance(0.5):
+                    col = self.pick(text_cols)
+                    words = (col.origin.words if col.origin else []) or ["special"]
+                    conjuncts.append(
+                        f"{col.ref} LIKE {self._lit_or_param('%' + self.pick(words) + '%')}"
+                    )
+                else:
+                    conjuncts.append(self.pushable_pred(dim_scope))
+        if self.chance(0.3):
+            conjuncts.append(self.pushable_pred(Scope([source])))
+        if self.chance(0.25):
+            conjuncts.append(self.having_subquery(source))
+        if self.chance(0.2):
+            conjuncts.append(self.correlated_aggregate(source))
+        where = f" WHERE {' AND '.join(conjuncts)}" if conjuncts else ""
+        keys = [
+            c
+            for c in scope.columns((VARCHAR, INT, BIGINT, DATE))
+            if c.origin and len(c.origin.samples) < 25
+        ]
+        keys = self.r.sample(keys, min(len(keys), self.pick([0, 1, 1, 2])))
+        numbers = [c for c in source.columns if c.kind in NUMERIC and not c.wide]
+        items = [f"{k.ref} AS c{i}" for i, k in enumerate(keys)]
+        cols = [Col("", f"c{i}", k.kind, k.origin) for i, k in enumerate(keys)]
+        measures = ["count(*)"]
+        if numbers:
+            a, b = self.pick(numbers), self.pick(numbers)
+            measures += [
+                f"sum({a.ref})",
+                f"sum({a.ref} * (1 - {b.ref}))",
+                f"avg({a.ref})",
+                f"max({b.ref})",
+            ]
+        for measure in self.r.sample(measures, min(len(measures), self.r.randint(1, 3))):
+            items.append(f"{measure} AS c{len(items)}")
+            cols.append(Col("", f"c{len(cols)}", DOUBLE))
+        group = f" GROUP BY {', '.join(k.ref for k in keys)}" if keys else ""
+        return Block(f"SELECT {', '.join(items)} FROM {frm}{where}{group}", cols, 50)
+
+    def having_subquery(self, source: Source) -> str:
+        """``key IN (SELECT fk FROM child GROUP BY fk HAVING SUM(x) > ?)`` (TPC-H Q18)."""
+        assert source.table is not None
+        links = self.catalog.foreign_keys
+        for table, col, ref_table, ref_col in self.r.sample(links, len(links)):
+            if source.table.name not in (ref_table, table):
+                continue
+            if ref_table == source.table.name:
+                other, mine, theirs = self.catalog.tables[table], ref_col, col
+            else:
+                other, mine, theirs = self.catalog.tables[ref_table], col, ref_col
+            numbers = [c for c in other.columns if c.kind in NUMERIC and not _wide(c)]
+            if numbers:
+                measure = self.pick(numbers)
+                bound = self._lit_or_param(
+                    _python_value(self.pick(measure.samples or [0]), measure.kind)
+                )
+                return (
+                    f"{source.alias}.{mine} IN (SELECT {theirs} FROM {other.name} GROUP BY {theirs} "
+                    f"HAVING sum({measure.name}) > {bound})"
+                )
+        return "true"
+
+    def correlated_aggregate(self, source: Source) -> str:
+        """``x < (SELECT 0.2 * avg(x) FROM t i WHERE i.k = outer.k)`` (TPC-H Q17)."""
+        numbers = [c for c in source.columns if c.kind in NUMERIC and not c.wide]
+        keys = [c for c in source.columns if c.kind in (INT, BIGINT, VARCHAR) and not c.wide]
+        if not numbers or not keys or source.table is None:
+            return "true"
+        x, k = self.pick(numbers), self.pick(keys)
+        inner = self.alias("i")
+        factor = self.pick(["0.2", "1", "1.5"])
+        return (
+            f"{x.ref} {self.pick(['<', '>'])} (SELECT {factor} * avg({inner}.{x.name}) "
+            f"FROM {source.table.name} AS {inner} WHERE {inner}.{k.name} = {k.ref})"
+        )
 
     def pushable_pred(self, scope: Scope) -> str:
         col = self.column(scope, None)

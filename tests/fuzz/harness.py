@@ -2,8 +2,12 @@
 
 A query plaintext DuckDB rejects (or runs past the time guard) is discarded.
 Otherwise Veil must return the same multiset of rows (numbers to 1e-9
-relative); a Veil error where plaintext succeeds is a failure, and so is any
-exception that is not a ``veil.errors.VeilError`` (a crash). Each failure gets
+relative) with the same Arrow column types (Veil's local DuckDB should type a
+result as DuckDB does: a DECIMAL(38,0) where DuckDB gives DOUBLE shows up in a
+UNION or a CAST sooner or later); a Veil error where plaintext succeeds is a
+failure, and so is any exception that is not a ``veil.errors.VeilError`` (a
+crash). Warnings Veil logs (a split plan that fell back to running everything
+on the client) are counted as notes, not failures. Each failure gets
 a *signature* (its class with names and numbers blanked out), so that a batch
 reports each distinct problem once.
 
@@ -224,9 +228,21 @@ def _veil_outcome(session: Session, query: Query, expected: pa.Table, timeout: f
         problem = difference(got, expected)
     except (OverflowError, ValueError, pa.ArrowException):
         return Outcome("discard", "incomparable")  # values Python cannot hold
-    if problem is None:
-        return Outcome("ok", seconds=elapsed)
-    return Outcome("fail", f"wrong-result:{problem[0]}", problem[1], elapsed)
+    if problem is not None:
+        return Outcome("fail", f"wrong-result:{problem[0]}", problem[1], elapsed)
+    types = type_difference(got.schema, expected.schema)
+    if types is not None:
+        signature = f"wrong-type:{re.sub(r'[0-9]+', 'N', types)}"
+        return Outcome("fail", signature, f"result column types {types}", elapsed)
+    return Outcome("ok", seconds=elapsed)
+
+
+def type_difference(got: pa.Schema, expected: pa.Schema) -> str | None:
+    """The first column whose type differs (Veil's local DuckDB should give DuckDB's types)."""
+    for g, e in zip(got.types, expected.types, strict=True):
+        if g != e:
+            return f"{g} from Veil, {e} expected"
+    return None
 
 
 def note_signature(message: str) -> str:
