@@ -23,6 +23,7 @@ FRONT_ENDS = frozenset({"veil.frontend", "veil.cli"})
 # The one crypto module the (untrusted, keyless) server side may import.
 BACKEND_CRYPTO = "veil.crypto.server_ops"
 
+
 @dataclass(frozen=True)
 class Edge:
     """``importer`` (a module) imports ``imported`` (a module or package) at ``line``."""
