@@ -3,7 +3,7 @@
 ``backend_url`` gives each test a fresh, empty server on every backend: a DuckDB
 file under the test's tmp_path and, for tests that may use PostgreSQL, a new
 schema in one throwaway cluster started for the whole session
-(``veil.backends.pgcluster``; its ``read_log()`` holds every statement the
+(``veil.servers.postgres``; its ``read_log()`` holds every statement the
 server received). PostgreSQL cases carry the ``postgres`` mark, so
 ``-m "not postgres"`` skips them.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.backends.pgcluster import ThrowawayCluster
+from veil.servers.postgres import ThrowawayCluster
 
 _schema_numbers = itertools.count(1)
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends import Backend, connect, n_square_bytes, render
-from veil.backends.pgcluster import ThrowawayCluster
 from veil.crypto import hom
+from veil.servers.postgres import ThrowawayCluster
 
 ROWS = 1_000_000
 HOM_ROWS = 100_000

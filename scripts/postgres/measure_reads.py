@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from veil.backends.pgcluster import ThrowawayCluster
 from veil.backends.postgres import PostgresBackend
 from veil.load.loader import load
+from veil.servers.postgres import ThrowawayCluster
 from veil.tpch.gen import generate
 
 

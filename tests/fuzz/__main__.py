@@ -52,7 +52,7 @@ def server(backend: str, root: Path) -> Iterator[Callable[[str], str]]:
 
         yield fresh
         return
-    from veil.backends.pgcluster import ThrowawayCluster
+    from veil.servers.postgres import ThrowawayCluster
 
     cluster = ThrowawayCluster(Path(tempfile.mkdtemp(prefix="veil-fuzz-pg-")))
     cluster.start()

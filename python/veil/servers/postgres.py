@@ -27,7 +27,7 @@ PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
 SERVICE_USER = "veil-pg"
 SUPERUSER = "veil"
 EXTENSION_INSTALLER = Path(__file__).resolve().parents[3] / "scripts/postgres/install_extension.sh"
-EXTENSION_SOURCES = Path(__file__).resolve().parent / "pgext"
+EXTENSION_SOURCES = Path(__file__).resolve().parents[1] / "backends" / "pgext"
 
 _SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
