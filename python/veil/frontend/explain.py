@@ -122,8 +122,9 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
             group.sources[i.hom_index or 0] for i in scan.aggregation.items if i.kind == "SUM"
         )
         lines.append(
-            f"  server HOM: per group and pack mask, the product of the packs ({group.rows_per_ciphertext} "
-            f"rows each) holding {sums}; the client decrypts each product once  "
+            f"  server HOM: per group, pack mask and chunk of {2**group.summand_bits:,} packs, "
+            f"the product of the packs ({group.rows_per_ciphertext} rows each) holding {sums}; "
+            "the client decrypts each product once  "
             "[HOM: nothing; slots: which packs (load order) each group's rows lie in]"
         )
     return lines
