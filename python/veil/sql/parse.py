@@ -164,8 +164,7 @@ def _typed(text: str, sql_type: str) -> exp.Expr:
 
 
 def _integer(value: int) -> exp.Expr:
-    if -(2**31) <= value < 2**31:
-        return exp.Literal.number(value)  # INTEGER, like a literal in the text
+    # typed even in INTEGER's range: COALESCE(tinyint_col, ?) is an INTEGER, as in DuckDB
     for low, high, sql_type in _INTEGER_TYPES:
         if low <= value < high:
             return _typed(str(value), sql_type)
@@ -173,6 +172,7 @@ def _integer(value: int) -> exp.Expr:
 
 
 _INTEGER_TYPES = (
+    (-(2**31), 2**31, "INTEGER"),
     (-(2**63), 2**63, "BIGINT"),
     (2**63, 2**64, "UBIGINT"),
     (-(2**127), 2**127, "HUGEINT"),
