@@ -144,26 +144,22 @@ class Session:
     def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
         """Run a plan (never changing it): fetch and decrypt its scans, run its local plan."""
         registered = []
+        extras: Extras = {}  # this run's bind filters, by scan (the plan stays as it is)
         try:
             joined: dict[str, pa.Table] = {}
             for scan in fetch_order(plan.scans):
                 if scan.joined is not None and scan.local_name not in joined:
-                    extras: Extras = {
-                        id(m): key_filters(m, self.local, self.ciphers) for m in scan.joined.scans
-                    }
+                    for member in scan.joined.scans:
+                        extras[id(member)] = key_filters(member, self.local, self.ciphers)
                     joined.update(
                         run_joined(scan.joined, extras, self.backend, self.ciphers, stats)
                     )
+                if scan.joined is None:
+                    extras[id(scan)] = key_filters(scan, self.local, self.ciphers)
                 fetched = (
                     joined.pop(scan.local_name)
                     if scan.joined is not None
-                    else run_scan(
-                        scan,
-                        {id(scan): key_filters(scan, self.local, self.ciphers)},
-                        self.backend,
-                        self.ciphers,
-                        stats,
-                    )
+                    else run_scan(scan, extras, self.backend, self.ciphers, stats)
                 )
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)

@@ -83,25 +83,28 @@ def numbered(statement: exp.Expression) -> tuple[exp.Expression, list[object]]:
 
 
 def scan_statement(scan: Scan, extras: Extras | None = None) -> exp.Select:
-    """The RemoteSQL of a scan fetched by its own statement."""
-    extra = (extras or {}).get(id(scan), [])
+    """The RemoteSQL of a scan fetched by its own statement (``extras``: run-time filters)."""
+    extras = extras or {}
     if scan.aggregation is not None:
-        return _aggregate_statement(scan, extra)
+        return _aggregate_statement(scan, extras)
     names = [enc.name if enc else scan.table.row_id for _, enc in scan.fetched()]
     select = exp.select(*[exp.column(n) for n in names]).from_(scan.table.server_name)
-    return _filtered(select, scan, None, extra)
+    return _filtered(select, scan, None, extras)
 
 
-def _filtered(
-    select: exp.Select, scan: Scan, alias: str | None, extra: Sequence[exp.Expr]
-) -> exp.Select:
-    """``select`` with ``scan``'s server predicates, reduction and ``extra`` filters."""
-    for predicate in [p.server for p in scan.predicates] + list(extra):
+def _filtered(select: exp.Select, scan: Scan, alias: str | None, extras: Extras) -> exp.Select:
+    """``select`` with ``scan``'s server predicates and run-time filters, then its reduction."""
+    for predicate in _filters(scan, extras):
         select = select.where(_qualified(predicate, alias), copy=False)
     if scan.reduction is not None:
         row_id = exp.column(scan.table.row_id, table=alias)
-        select = select.where(row_id.isin(query=reduction_statement(scan.reduction, scan)))
+        statement = reduction_statement(scan.reduction, scan, extras)
+        select = select.where(row_id.isin(query=statement))
     return select
+
+
+def _filters(scan: Scan, extras: Extras) -> list[exp.Expr]:
+    return [p.server for p in scan.predicates] + extras.get(id(scan), [])
 
 
 def _qualified(server: exp.Expr, alias: str | None) -> exp.Expr:
@@ -115,16 +118,21 @@ def _qualified(server: exp.Expr, alias: str | None) -> exp.Expr:
     return copied
 
 
-def reduction_statement(reduction: Reduction, target: Scan) -> exp.Select:
-    """The row ids of ``target`` that join the reduction's other scans on the server."""
+def reduction_statement(
+    reduction: Reduction, target: Scan, extras: Extras | None = None
+) -> exp.Select:
+    """The row ids of ``target`` that join the reduction's other scans on the server.
+
+    ``extras``: run-time filters of scans fetched before (their bind filters).
+    """
     aliases = {id(scan): f"r{i}" for i, scan in enumerate(reduction.scans)}
     select = exp.select(exp.column(target.table.row_id, table=aliases[id(target)]))
     select = _from_joined(select, reduction.scans, aliases)
     for edge in reduction.edges:
         select = select.where(_edge(edge, aliases), copy=False)
     for scan in reduction.scans:
-        for predicate in scan.predicates:
-            select = select.where(_qualified(predicate.server, aliases[id(scan)]), copy=False)
+        for predicate in _filters(scan, extras or {}):
+            select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
     return select
 
 
@@ -138,8 +146,14 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
     select = _from_joined(exp.select(*names), fetch.scans, aliases)
     for edge in fetch.edges:
         select = select.where(_edge(edge, aliases), copy=False)
+    for scan in fetch.scans:  # every scan's filters first, then the semi-joins
+        for predicate in _filters(scan, extras or {}):
+            select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
     for scan in fetch.scans:
-        select = _filtered(select, scan, aliases[id(scan)], (extras or {}).get(id(scan), []))
+        if scan.reduction is not None:
+            row_id = exp.column(scan.table.row_id, table=aliases[id(scan)])
+            statement = reduction_statement(scan.reduction, scan, extras)
+            select = select.where(row_id.isin(query=statement))
     return select
 
 
@@ -159,7 +173,7 @@ def _edge(edge: object, aliases: dict[int, str]) -> exp.Expr:
 # -- aggregates ---------------------------------------------------------------------
 
 
-def _aggregate_statement(scan: Scan, extra: Sequence[exp.Expr]) -> exp.Select:
+def _aggregate_statement(scan: Scan, extras: Extras) -> exp.Select:
     aggregation = scan.aggregation
     assert aggregation is not None
     table = scan.table
@@ -181,9 +195,9 @@ def _aggregate_statement(scan: Scan, extra: Sequence[exp.Expr]) -> exp.Select:
         select = exp.select(*key_columns, *values)
         if key_columns:
             select = select.group_by(*[c.copy() for c in key_columns])
-        return _filtered(select.from_(table.server_name), scan, None, extra)
+        return _filtered(select.from_(table.server_name), scan, None, extras)
     inner = _pack_level(key_columns, values, table).from_(table.server_name)
-    return _packed_sums(_filtered(inner, scan, None, extra), aggregation, table)
+    return _packed_sums(_filtered(inner, scan, None, extras), aggregation, table)
 
 
 def _pack_level(
