@@ -229,8 +229,8 @@ def _packed_sums(inner: exp.Select, aggregation: Aggregation, table: TableDesign
     """Outer level (MONOMI §5.3): re-aggregate per (keys, mask, chunk), multiply the packs::
 
     SELECT g.k0, CAST(SUM(g.a0) AS BIGINT), g.m, hom_sum(h.ct, $1)
-    FROM (<inner>) AS g JOIN t_side AS h ON g.p = h.pack
-    GROUP BY g.k0, g.m, g.p // 524288
+    FROM (SELECT *, <chunk> AS c FROM (<inner>) AS w) AS g JOIN t_side AS h ON g.p = h.pack
+    GROUP BY g.k0, g.m, g.c
 
     Full packs of a group share the all-ones mask, so a group gets one
     product for them and one per distinct partial mask, in each chunk of
@@ -254,11 +254,28 @@ def _packed_sums(inner: exp.Select, aggregation: Aggregation, table: TableDesign
     on = exp.EQ(
         this=exp.column("p", table=_INNER), expression=exp.column(HOM_PACK_COLUMN, table=_SIDE)
     )
-    select = select.from_(inner.subquery(_INNER)).join(side, on=on)
-    chunk = exp.IntDiv(
-        this=exp.column("p", table=_INNER), expression=exp.Literal.number(2**group.summand_bits)
-    )
+    chunked = _chunked(inner, len(aggregation.keys), 2**group.summand_bits)
+    select = select.from_(chunked.subquery(_INNER)).join(side, on=on)
+    chunk = exp.column("c", table=_INNER)
     return select.group_by(*[k.copy() for k in keys], mask.copy(), chunk)
+
+
+def _chunked(inner: exp.Select, keys: int, packs: int) -> exp.Select:
+    """``inner`` with a chunk number ``c``: 0 while a (keys, mask) has at most ``packs`` packs.
+
+    Only a (keys, mask) over more packs than the headroom allows is split,
+    by pack number, so small groups and selective filters (TPC-H Q6) still
+    get one product per mask.
+    """
+    partition = [exp.column(f"k{i}") for i in range(keys)] + [exp.column("m")]
+    count = exp.Window(this=exp.Count(this=exp.Star()), partition_by=partition)
+    limit = exp.Literal.number(packs)
+    split = exp.IntDiv(this=exp.column("p"), expression=limit.copy())
+    chunk = exp.Case(
+        ifs=[exp.If(this=exp.GT(this=count, expression=limit), true=split)],
+        default=exp.Literal.number(0),
+    )
+    return exp.select(exp.Star(), exp.alias_(chunk, "c")).from_(inner.subquery("w"))
 
 
 def hom_ciphertexts() -> exp.Column:
