@@ -57,15 +57,24 @@ def _is_param(node: exp.Expr) -> bool:
 
 
 def render(statement: exp.Expression, backend: Backend) -> tuple[str, list[object]]:
-    """SQL text in ``backend``'s dialect (parameters ``$1``, ``$2`` ...) and the values."""
-    from veil.backends.base import render as render_text
+    """SQL text in ``backend``'s dialect (parameters ``$1``, ``$2`` ...) and the values.
 
+    Works in place: every statement here is built fresh for one use, and a
+    bind filter's key list can make it large (TPC-H Q9: 21,000 nodes), so it
+    is not copied again on the way to text.
+    """
     sent, left = backend.inline_parameters(*numbered(statement))
-    return render_text(sent, backend.dialect), left
+
+    def dollar(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Placeholder) and node.args.get("this") is not None:
+            return exp.var(f"${node.name}")
+        return node
+
+    return sent.transform(dollar, copy=False).sql(dialect=backend.dialect), left
 
 
 def numbered(statement: exp.Expression) -> tuple[exp.Expression, list[object]]:
-    """A copy with the parameters numbered ``$1``, ``$2`` ... and their values in order."""
+    """The statement (changed in place) with its parameters numbered, and their values."""
     values: list[object] = []
 
     def number(node: exp.Expr) -> exp.Expr:
@@ -74,9 +83,9 @@ def numbered(statement: exp.Expression) -> tuple[exp.Expression, list[object]]:
             return exp.Placeholder(this=str(len(values)))
         return node
 
-    copied = statement.transform(number)
-    assert isinstance(copied, exp.Expression)
-    return copied, values
+    done = statement.transform(number, copy=False)
+    assert isinstance(done, exp.Expression)
+    return done, values
 
 
 # -- scans ------------------------------------------------------------------------
@@ -99,7 +108,7 @@ def _filtered(select: exp.Select, scan: Scan, alias: str | None, extras: Extras)
     if scan.reduction is not None:
         row_id = exp.column(scan.table.row_id, table=alias)
         statement = reduction_statement(scan.reduction, scan, extras)
-        select = select.where(row_id.isin(query=statement))
+        select = select.where(row_id.isin(query=statement), copy=False)
     return select
 
 
@@ -153,7 +162,7 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
         if scan.reduction is not None:
             row_id = exp.column(scan.table.row_id, table=aliases[id(scan)])
             statement = reduction_statement(scan.reduction, scan, extras)
-            select = select.where(row_id.isin(query=statement))
+            select = select.where(row_id.isin(query=statement), copy=False)
     return select
 
 
