@@ -71,18 +71,20 @@ def run_dml(session: Session, tree: exp.Expr) -> Result:
     return _update(session, tree)
 
 
-def _check(session: Session, tree: exp.Expr) -> None:
+def _check(session: Session, tree: exp.Expr, read: str | None = None) -> pa.Table | None:
     """Reject, with DuckDB's reason, every statement DuckDB itself would reject.
 
     The statement runs on the client's empty copy of the plaintext schema
     (the catalog) and is rolled back: its binder and casts see exactly what
     plaintext DuckDB would (duplicate or unknown target columns, wrong
     value counts, values that do not convert), and nothing reaches the server.
+    ``read``: a table whose rows to return before the rollback (what an INSERT made).
     """
     catalog = session.catalog
     catalog.execute("BEGIN TRANSACTION")
     try:
         catalog.execute(tree.sql(dialect="duckdb"))
+        return None if read is None else catalog.sql(f'SELECT * FROM "{read}"').to_arrow_table()
     except duckdb.Error as exc:
         raise QueryError(str(exc).replace("\n", " ").strip()) from None
     finally:
@@ -129,21 +131,10 @@ def _insert(session: Session, tree: exp.Insert) -> Result:
 
 
 def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa.Table:
-    """The rows ``tree`` inserts, as DuckDB's INSERT makes them (column lists, casts, NULLs).
-
-    The INSERT runs on the client's empty copy of the plaintext schema, in a
-    transaction that is rolled back, so the rows are computed by DuckDB's own
-    INSERT and a statement DuckDB rejects fails with DuckDB's reason.
-    """
-    catalog = session.catalog
-    catalog.execute("BEGIN TRANSACTION")
-    try:
-        catalog.execute(tree.sql(dialect="duckdb"))
-        return catalog.sql(f'SELECT * FROM "{table.name}"').to_arrow_table()
-    except duckdb.Error as exc:
-        raise QueryError(str(exc).replace("\n", " ").strip()) from None
-    finally:
-        catalog.execute("ROLLBACK")
+    """The rows ``tree`` inserts, as DuckDB's own INSERT makes them (column lists, casts, NULLs)."""
+    rows = _check(session, tree, read=table.name)
+    assert rows is not None
+    return rows
 
 
 def _append_rows(
