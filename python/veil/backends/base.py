@@ -143,11 +143,12 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def render(expression: exp.Expression, dialect: str) -> str:
+def render(expression: exp.Expression, dialect: str, *, copy: bool = True) -> str:
     """SQL text for ``expression`` in ``dialect``, placeholders written ``$1``, ``$2``...
 
     Numbered placeholders (``exp.Placeholder(this="1")``) keep their number;
-    anonymous ones (``?``) are numbered in order of appearance.
+    anonymous ones (``?``) are numbered in order of appearance. ``copy=False``
+    changes ``expression`` in place (for a large statement built for one use).
     """
     counter = iter(range(1, 1_000_000))
 
@@ -157,7 +158,7 @@ def render(expression: exp.Expression, dialect: str) -> str:
             return exp.var(f"${number if number is not None else next(counter)}")
         return node
 
-    return expression.transform(numbered).sql(dialect=dialect)
+    return expression.transform(numbered, copy=copy).sql(dialect=dialect)
 
 
 def n_square_bytes(n_square: int) -> bytes:

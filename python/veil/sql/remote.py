@@ -63,14 +63,10 @@ def render(statement: exp.Expression, backend: Backend) -> tuple[str, list[objec
     bind filter's key list can make it large (TPC-H Q9: 21,000 nodes), so it
     is not copied again on the way to text.
     """
+    from veil.backends.base import render as render_text
+
     sent, left = backend.inline_parameters(*numbered(statement))
-
-    def dollar(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Placeholder) and node.args.get("this") is not None:
-            return exp.var(f"${node.name}")
-        return node
-
-    return sent.transform(dollar, copy=False).sql(dialect=backend.dialect), left
+    return render_text(sent, backend.dialect, copy=False), left
 
 
 def numbered(statement: exp.Expression) -> tuple[exp.Expression, list[object]]:
