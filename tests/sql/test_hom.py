@@ -167,6 +167,12 @@ def test_explain_shows_the_hom_step(hom_session: Session) -> None:
 
     text = explain(hom_session, QUERIES[0])
     assert "server HOM" in text and "load order" in text
+    # Its storage line counts the HOM side table with the table it belongs to.
+    backend = hom_session.backend
+    table = hom_session.design.table("readings")
+    assert table.hom is not None
+    read = backend.table_bytes(table.server_name) + backend.table_bytes(table.hom.server_name)
+    assert f"server storage: {read / 2**20:,.1f} MB in the tables this query reads" in text
 
 
 @pytest.mark.parametrize("sql", CHUNKED_QUERIES)

@@ -28,7 +28,12 @@ def test_bench_tpch_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert query["veil_seconds"] > 0 and query["plain_seconds"] > 0
         assert query["veil_link_seconds"] >= query["server_seconds"]
     assert document["summary"]["correct"] == 3
-    assert document["space"]["veil_bytes"] > 0 and document["space"]["plain_bytes"] > 0
+    space = document["space"]
+    assert space["veil_bytes"] > 0 and space["plain_bytes"] > 0
+    # Every server byte is counted: the HOM side table of Q1/Q6's sums too.
+    assert space["veil_tables"]["lineitem (HOM side table)"] > 0
+    assert space["veil_bytes"] == sum(space["veil_tables"].values())
+    assert space["veil_bytes"] > space["veil_tables"]["lineitem"]
     assert (out / "r.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "Q17" in printed and "3/3 correct" in printed

@@ -272,14 +272,27 @@ def _reference(data: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def measure_space(servers: BenchServers) -> dict[str, float]:
+def measure_space(servers: BenchServers) -> dict[str, Any]:
+    """Every byte each server stores, with Veil's bytes per plaintext table."""
     design = design_of(servers.client_dir)
-    plain = server_bytes(servers.plain_url, list(TABLES))
-    veil = server_bytes(servers.veil_url, [t.server_name for t in design.tables.values()])
-    return {"plain_bytes": plain, "veil_bytes": veil, "overhead": veil / max(plain, 1)}
+    plain = server_bytes(servers.plain_url)
+    veil = server_bytes(servers.veil_url)
+    names: dict[str, str] = {}
+    for table in design.tables.values():
+        names[table.server_name] = table.name
+        if table.hom is not None:
+            names[table.hom.server_name] = f"{table.name} (HOM side table)"
+    plain_total, veil_total = sum(plain.values()), sum(veil.values())
+    return {
+        "plain_bytes": plain_total,
+        "veil_bytes": veil_total,
+        "overhead": veil_total / max(plain_total, 1),
+        "plain_tables": plain,
+        "veil_tables": {names.get(t, t): b for t, b in sorted(veil.items())},
+    }
 
 
-def to_document(bench: Bench, servers: BenchServers, space: dict[str, float]) -> dict[str, Any]:
+def to_document(bench: Bench, servers: BenchServers, space: dict[str, Any]) -> dict[str, Any]:
     ok = [f for f in bench.figures if f.ratio is not None]
     summary: dict[str, Any] = {
         "queries": len(bench.figures),
@@ -325,7 +338,7 @@ def table_rows(bench: Bench) -> tuple[list[str], list[list[object]]]:
     return headers, rows
 
 
-def summary_line(summary: dict[str, Any], space: dict[str, float]) -> str:
+def summary_line(summary: dict[str, Any], space: dict[str, Any]) -> str:
     parts = [f"{summary['correct']}/{summary['queries']} correct"]
     for key, name in (("ratio", "local"), ("link_ratio", "link")):
         if f"median_{key}" in summary:

@@ -203,10 +203,16 @@ def analyze(backend: Backend) -> None:
         backend.execute("ANALYZE")
 
 
-def server_bytes(url: str, tables: list[str]) -> int:
+def server_bytes(url: str) -> dict[str, int]:
+    """Bytes of every table the server holds at ``url`` (its database or schema).
+
+    All tables, not just those a design names, so that side tables (HOM
+    ciphertexts) and anything else Veil stores are counted; on PostgreSQL a
+    table's bytes include its indexes and TOAST.
+    """
     backend = connect(url)
     try:
-        return sum(backend.table_bytes(t) for t in tables)
+        return {t: backend.table_bytes(t) for t in backend.table_names()}
     finally:
         backend.close()
 

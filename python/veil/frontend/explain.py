@@ -46,7 +46,28 @@ def explain(session: Session, sql: str, params: list[object] | None = None) -> s
     ]
     if not plan.pushdown:
         lines.append("  (the query could not be analysed: all of it runs on the client)")
+    lines += ["", _stored_bytes(session, plan.scans)]
     return "\n".join(lines)
+
+
+def _stored_bytes(session: Session, scans: list[Scan]) -> str:
+    """Every byte the server stores for the tables read, HOM side tables included."""
+    backend = session.backend
+    stored = {name: backend.table_bytes(name) for name in backend.table_names()}
+    read: set[str] = set()
+    for scan in scans:
+        read.add(scan.table.server_name)
+        if scan.table.hom is not None:
+            read.add(scan.table.hom.server_name)
+    used = sum(stored.get(name, 0) for name in read)
+    return (
+        f"server storage: {_mb(used)} in the tables this query reads (with their side "
+        f"tables), {_mb(sum(stored.values()))} in all"
+    )
+
+
+def _mb(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB"
 
 
 def _parameters(values: list[object]) -> list[str]:
