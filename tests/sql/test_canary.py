@@ -28,6 +28,8 @@ QUERIES = [
 
 
 def _contains(value: object, needle: str) -> bool:
+    if isinstance(value, list):  # a bind filter's key list
+        return any(_contains(v, needle) for v in value)
     if isinstance(value, bytes):
         return needle.encode() in value
     return needle in str(value)

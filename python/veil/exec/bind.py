@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Integer DET ciphertexts go into the statement as literals (they are
-# ciphertexts); byte strings as parameters, of which PostgreSQL takes 65,535.
-MAX_INT_KEYS = 100_000
-MAX_BYTE_KEYS = 5_000
+# The key list is sent as one array parameter (``col IN (SELECT UNNEST($n))``):
+# as literals, TPC-H Q9's 2 x 10,664 keys made a 456 KB statement that took
+# ~1 s to build and 0.7 s for DuckDB to parse. Past this many keys a filter
+# costs more than it saves.
+MAX_KEYS = 100_000
 # A join's key list is worth sending only when the client-side filter
 # dropped most of the source's rows.
 _MAX_KEPT = 0.5
@@ -82,7 +83,7 @@ def _key_filter(
         f"SELECT DISTINCT {cast} FROM ({bind.keys.sql(dialect='duckdb')}) AS __veil_keys(k) "
         f"WHERE {cast} = k"
     ).to_arrow_table()
-    limit = MAX_INT_KEYS if sql_type.is_integral else MAX_BYTE_KEYS
+    limit = MAX_KEYS
     if bind.shrinks is not None:
         rows = local.sql(f'SELECT COUNT(*) FROM "{bind.shrinks.local_name}"').fetchall()[0][0]
         limit = min(limit, int(rows * _MAX_KEPT))
@@ -95,10 +96,8 @@ def _key_filter(
         encoded = encode(keys.column(0), sql_type)
         cipher = ciphers.get(scan.table, bind.target_enc)
         ciphertexts = cipher.encrypt(encoded).to_pylist()
-        values: list[exp.Expr] = (
-            [exp.Literal.number(int(c)) for c in ciphertexts]
-            if sql_type.is_integral
-            else [param(bytes(c)) for c in ciphertexts]
+        keys_param = param(ciphertexts)
+        server = exp.column(bind.target_enc.name).isin(
+            query=exp.select(exp.Unnest(expressions=[keys_param]))
         )
-        server = exp.column(bind.target_enc.name).isin(*values)
     return server

@@ -71,11 +71,16 @@ def _mb(size: int) -> str:
 
 
 def _parameters(values: list[object]) -> list[str]:
-    params = ", ".join(
-        f"${i} = {'ciphertext' if isinstance(v, int) or len(v) < 256 else 'public key (n^2)'}"  # type: ignore[arg-type]
-        for i, v in enumerate(values, 1)
-    )
+    params = ", ".join(f"${i} = {_described(v)}" for i, v in enumerate(values, 1))
     return [f"  parameters: {params}"] if params else []
+
+
+def _described(value: object) -> str:
+    if isinstance(value, list):
+        return f"{len(value):,} ciphertexts (the bind filter's keys, computed at run time)"
+    if isinstance(value, bytes) and len(value) >= 256:
+        return "public key (n^2)"
+    return "ciphertext"
 
 
 def _explain_join(number: int, fetch: JoinedFetch, dialect: str) -> list[str]:

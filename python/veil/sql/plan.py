@@ -148,8 +148,8 @@ class Reduction:
     pushed predicates. The server keeps just those rows::
 
         SELECT c_a, c_b FROM t_orders WHERE c_date < $1
-          AND rid IN (SELECT r0.rid FROM t_orders AS r0, t_customer AS r1
-                      WHERE r0.c_custkey = r1.c_custkey AND r0.c_date < $2 AND r1.c_seg = $3)
+          AND EXISTS (SELECT 1 FROM t_customer AS r1
+                      WHERE r1.c_custkey = t_orders.c_custkey AND r1.c_seg = $2)
 
     The local plan is unchanged and still joins and filters exactly.
     """

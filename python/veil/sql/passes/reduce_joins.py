@@ -8,8 +8,8 @@ which some *other* scan has a pushed predicate is fetched reduced to the rows
 that join with the rest::
 
     FROM customer c, orders o WHERE c.c_custkey = o.o_custkey AND c.c_mktsegment = 'BUILDING'
-      orders scan:  ... WHERE rid IN (SELECT r1.rid FROM t_cust r0, t_ord r1
-                                      WHERE r0.c_ck = r1.c_ok AND r0.c_seg = $1)
+      orders scan:  ... WHERE EXISTS (SELECT 1 FROM t_cust r1
+                                      WHERE r1.c_ck = t_ord.c_ok AND r1.c_seg = $1)
 
 Sound because every row of the scope's result satisfies every conjunct used,
 and the local plan re-evaluates them all anyway. A correlated subquery's scan
