@@ -291,7 +291,7 @@ def _inlinable(value: object) -> bool:
 def _array_literal(values: list[int] | list[bytes]) -> exp.Expression:
     """One array literal: PostgreSQL parses it far faster than a list of constants."""
     if values and isinstance(values[0], bytes):
-        items = ",".join(f'"\\\\x{v.hex()}"' for v in values)  # type: ignore[union-attr]
+        items = ",".join(f'"\\\\x{v.hex()}"' for v in values)
         return exp.cast(exp.Literal.string("{" + items + "}"), "BYTEA[]")
     return exp.cast(exp.Literal.string("{" + ",".join(map(str, values)) + "}"), "BIGINT[]")
 
