@@ -1,0 +1,220 @@
+"""Aggregation pipelines: the server's prefix, the client's rest.
+
+The leading ``$match`` stages become one server ``$match``. When it is exact
+and the next stage is a ``$group`` whose keys the server can group on (``int``
+or ``datetime`` index fields, ``do_nothing`` fields) and whose accumulators it
+can compute (``$count``, ``$sum`` of a constant, ``$sum``/``$avg`` of an
+``h_add`` field), the server groups: it sums the halves of the ASHE
+ciphertexts per group and the client removes the pads. The ids of the summed
+ciphertexts come from a second query (FerretDB 1.x has no ``$push``
+accumulator). Every other stage runs on the client over decrypted
+documents (or over the groups), with MongoDB's semantics.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import bson
+
+from veil.documents.errors import DocumentsError
+from veil.documents.match import MISSING, get_path, matches
+from veil.documents.query import translate_filter
+from veil.documents.stages import run_client_stages
+
+if TYPE_CHECKING:
+    from veil.documents.collection import Collection
+
+
+def run_pipeline(collection: Collection, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return Pipeline(collection, pipeline).run()
+
+
+class Pipeline:
+    def __init__(self, collection: Collection, pipeline: list[dict[str, Any]]):
+        if not isinstance(pipeline, list) or not all(
+            isinstance(s, dict) and len(s) == 1 for s in pipeline
+        ):
+            raise DocumentsError("a pipeline is a list of one-key stage documents")
+        self.collection = collection
+        self.codec = collection.codec
+        lead = 0
+        while lead < len(pipeline) and "$match" in pipeline[lead]:
+            lead += 1
+        self.query = {"$and": [s["$match"] for s in pipeline[:lead]]} if lead else {}
+        self.rest = pipeline[lead:]
+        self.server_filter = translate_filter(self.codec, self.query)
+
+    def explain(self) -> dict[str, Any]:
+        group = self._server_group()
+        return {
+            "server": {"match": self.server_filter.document(), "group": group and group[0]},
+            "client": {"match": None if self.server_filter.exact else self.query,
+                       "stages": self.rest[1:] if group else self.rest},
+        }  # fmt: skip
+
+    def run(self) -> list[dict[str, Any]]:
+        group = self._server_group()
+        if group is not None:
+            documents = self._grouped_on_server(*group)
+            return run_client_stages(documents, self.rest[1:])
+        stored = self.collection._find_stored(self.server_filter.document(), None, 0, 0)
+        documents = self.codec.decode_many(list(stored))
+        if not self.server_filter.exact:
+            documents = [d for d in documents if matches(d, self.query)]
+        return run_client_stages(documents, self.rest)
+
+    # -- the server's $group -------------------------------------------------------
+
+    def _server_group(self) -> tuple[dict[str, Any], list[tuple[str, str, Any]]] | None:
+        """({server $group}, [(output, kind, cipher)]) or None if the client must group."""
+        if not self.server_filter.exact or not self.rest or "$group" not in self.rest[0]:
+            return None
+        spec = self.rest[0]["$group"]
+        keys = self._keys(spec.get("_id"))
+        if keys is None:
+            return None
+        server_keys = {k: server for k, (server, _) in keys.items()}
+        if self._single_key:
+            server_keys = server_keys["k"]  # type: ignore[assignment]
+        group: dict[str, Any] = {"_id": server_keys or None}
+        outputs: list[tuple[str, str, Any]] = []
+        for output, accumulator in spec.items():
+            if output == "_id":
+                continue
+            planned = self._accumulator(output, accumulator, group)
+            if planned is None:
+                return None
+            outputs.append(planned)
+        self._key_ciphers = keys
+        return group, outputs
+
+    def _keys(self, key: Any) -> dict[str, tuple[str, Any]] | None:
+        """{key name: (server expression, cipher or None)}; '' names a single key."""
+        self._single_key = isinstance(key, str)
+        if key is None:
+            return {}
+        parts = {"": key} if isinstance(key, str) else key
+        if not isinstance(parts, dict):
+            return None
+        out: dict[str, tuple[str, Any]] = {}
+        for name, expression in parts.items():
+            if not isinstance(expression, str) or not expression.startswith("$"):
+                return None
+            path = expression[1:]
+            spec = self.codec.schema.spec(path)
+            if spec is not None and spec.attr == "do_nothing":
+                out[name or "k"] = (expression, None)
+            elif spec is not None and spec.exact_order and spec.path == path:
+                cipher = self.codec.ciphers[path]
+                out[name or "k"] = (f"${cipher.name}.o", cipher)
+            else:
+                return None
+        return out
+
+    def _accumulator(
+        self, output: str, accumulator: Any, group: dict[str, Any]
+    ) -> tuple[str, str, Any] | None:
+        if not isinstance(accumulator, dict) or len(accumulator) != 1:
+            return None
+        ((op, argument),) = accumulator.items()
+        if op == "$count" and argument == {}:
+            group[output] = {"$sum": 1}
+            return output, "count", None
+        if op == "$sum" and isinstance(argument, int) and not isinstance(argument, bool):
+            group[output] = {"$sum": argument}
+            return output, "count", None
+        if op in ("$sum", "$avg") and isinstance(argument, str) and argument.startswith("$"):
+            spec = self.codec.schema.fields.get(argument[1:])
+            if spec is None or spec.attr != "h_add":
+                return None
+            cipher = self.codec.ciphers[spec.path]
+            group[f"{output}_l"] = {"$sum": f"${cipher.name}.l"}
+            group[f"{output}_h"] = {"$sum": f"${cipher.name}.h"}
+            return output, op[1:], cipher
+        return None
+
+    def _grouped_on_server(
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+    ) -> list[dict[str, Any]]:
+        rows = self._server_rows(group)
+        additive = [cipher for _, kind, cipher in outputs if cipher is not None]
+        keys = {k: server for k, (server, _) in self._key_ciphers.items()}
+        ids = self._summed_ids(keys, additive) if additive else {}
+        results = []
+        for key, row in rows.items():
+            document = {"_id": self._plain_key(row.get("_id"))}
+            for output, kind, cipher in outputs:
+                if cipher is None:
+                    document[output] = row[output]
+                    continue
+                total = (int(row[f"{output}_h"]) << 32) + int(row[f"{output}_l"])
+                group_ids = ids.get(key, {}).get(cipher.name, [])
+                count = ids.get(key, {}).get(cipher.name + "#", 0)
+                value = cipher.additive_sum(total, group_ids) if group_ids else 0
+                document[output] = value if kind == "sum" else (value / count if count else None)
+            results.append(document)
+        return results
+
+    def _server_rows(self, group: dict[str, Any]) -> dict[bytes, dict[str, Any]]:
+        """Each group's server accumulators, one aggregation per accumulator: FerretDB
+        1.24 computes only the first accumulator of a $group (later ones come back 0)."""
+        rows: dict[bytes, dict[str, Any]] = {}
+        match = {"$match": self.server_filter.document()}
+        accumulators = [(k, v) for k, v in group.items() if k != "_id"] or [("_n", {"$sum": 1})]
+        for output, accumulator in accumulators:
+            stage = {"$group": {"_id": group["_id"], output: accumulator}}
+            for row in self.collection.server_aggregate([match, stage]):
+                server_key = row.get("_id")
+                if self._single_key:
+                    server_key = {"k": server_key}
+                entry = rows.setdefault(self._key_bytes(server_key), row)
+                entry[output] = row[output]
+        return rows
+
+    def _summed_ids(self, keys: dict[str, str], ciphers: list[Any]) -> dict[bytes, dict[str, Any]]:
+        """Per group key: the ASHE ids of each summed field, and how many values it has."""
+        projection = {e[1:]: 1 for e in keys.values()} | {f"{c.name}.i": 1 for c in ciphers}
+        stored = self.collection.find_projected(self.server_filter.document(), projection)
+        out: dict[bytes, dict[str, Any]] = {}
+        for document in stored:
+            values = {k: get_path(document, e[1:]) for k, e in keys.items()}
+            key = self._key_bytes({k: v for k, v in values.items() if v is not MISSING})
+            entry = out.setdefault(key, {})
+            for cipher in ciphers:
+                form = document.get(cipher.name)
+                if isinstance(form, dict) and form.get("i"):
+                    entry.setdefault(cipher.name, []).extend(form["i"])
+                    entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
+        return out
+
+    def _key_bytes(self, server_key: Any) -> bytes:
+        """One group's identity: its keys in order, an absent key apart from null."""
+        if not self._key_ciphers:
+            return b""
+        present = server_key if isinstance(server_key, dict) else {}
+        values = [present.get(k) if k in present else {"$absent": 1} for k in self._key_ciphers]
+        if self._single_key:
+            values = [None if isinstance(v, dict) else v for v in values]
+        return bson.encode({"k": values})
+
+    def _plain_key(self, server_key: Any) -> Any:
+        if not self._key_ciphers:
+            return None
+        if self._single_key:
+            ((_, cipher),) = self._key_ciphers.values()
+            return _decrypt_key(cipher, server_key)
+        present = server_key if isinstance(server_key, dict) else {}
+        return {
+            name: _decrypt_key(cipher, present[name])
+            for name, (_, cipher) in self._key_ciphers.items()
+            if name in present
+        }
+
+
+def _decrypt_key(cipher: Any, value: Any) -> Any:
+    if cipher is None or value is None:
+        return value
+    if isinstance(value, list):
+        return [_decrypt_key(cipher, v) for v in value]
+    return cipher.order_value(value)

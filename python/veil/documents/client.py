@@ -1,0 +1,131 @@
+"""``connect``: a database of encrypted collections on any MongoDB-wire server.
+
+Collection names reach the server as keyed hashes (``c`` + 16 hex digits);
+the database name is the server's and stays in the clear. Each database keeps
+one catalog document (``veil_documents`` collection) with the key's public
+fingerprint, so opening it with another key fails up front instead of
+finding every collection empty.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from pathlib import Path
+from typing import Any
+
+import pymongo
+from pymongo.uri_parser import parse_uri
+
+from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
+from veil.documents.collection import Collection, server_errors
+from veil.documents.schema import Schema, load_schema
+from veil.errors import WrongKeyError
+
+CATALOG = "veil_documents"
+DEFAULT_DATABASE = "veil"
+DEFAULT_TIMEOUT_MS = 5000
+
+
+def connect(
+    url: str,
+    key_file: str | os.PathLike[str] | MasterKey,
+    schema: dict[str, Any] | str | os.PathLike[str] | None = None,
+    *,
+    database: str | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+) -> Database:
+    """Open the database named in ``url`` (or ``database``, default ``veil``).
+
+    ``schema`` maps collection names to their schemas (dicts or JSON files),
+    or is a JSON file holding that map; a collection without one seals every
+    field ``static``.
+    """
+    master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file)
+    schemas = _schemas(schema)
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+        url, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms, tz_aware=False
+    )
+    name = database or parse_uri(url).get("database") or DEFAULT_DATABASE
+    return Database(client, name, master, schemas)
+
+
+def _schemas(schema: dict[str, Any] | str | os.PathLike[str] | None) -> dict[str, Schema]:
+    if schema is None:
+        return {}
+    if isinstance(schema, (str, os.PathLike)):
+        import json
+
+        schema = json.loads(Path(schema).read_text())
+    assert isinstance(schema, dict)
+    return {name: load_schema(value) for name, value in schema.items()}
+
+
+class Database:
+    """A database of encrypted collections: ``db.movies`` or ``db["movies"]``."""
+
+    def __init__(
+        self,
+        client: pymongo.MongoClient[dict[str, Any]],
+        name: str,
+        master: MasterKey,
+        schemas: dict[str, Schema],
+    ):
+        self.client = client
+        self.name = name
+        self.master = master
+        self.server_database = client[name]
+        self._schemas = schemas
+        self._collections: dict[str, Collection] = {}
+        self._name_key = master.derive(KeyLabel("documents-collection", name))
+        self._check_key()
+
+    def _check_key(self) -> None:
+        fingerprint = self.master.fingerprint()
+        catalog = self.server_database[CATALOG]
+        with server_errors(f"opening database {self.name!r}"):
+            found = catalog.find_one({"_id": "key"})
+            if found is None:
+                catalog.update_one(
+                    {"_id": "key"}, {"$setOnInsert": {"fingerprint": fingerprint}}, upsert=True
+                )
+                found = catalog.find_one({"_id": "key"})
+        if found is not None and found.get("fingerprint") != fingerprint:
+            raise WrongKeyError(
+                f"database {self.name!r} was encrypted with key {found.get('fingerprint')}, "
+                f"not with this key file's {fingerprint}"
+            )
+
+    def opaque_collection_name(self, name: str) -> str:
+        return "c" + hmac.digest(self._name_key, name.encode(), "sha256")[:8].hex()
+
+    def get_collection(self, name: str, schema: Any = None) -> Collection:
+        """The collection ``name``; ``schema`` sets (or replaces) its schema in this client."""
+        if schema is not None:
+            self._schemas[name] = load_schema(schema)
+            self._collections.pop(name, None)
+        if name not in self._collections:
+            self._collections[name] = Collection(
+                self, name, self._schemas.get(name, load_schema(None))
+            )
+        return self._collections[name]
+
+    def __getitem__(self, name: str) -> Collection:
+        return self.get_collection(name)
+
+    def __getattr__(self, name: str) -> Collection:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.get_collection(name)
+
+    def drop_collection(self, name: str) -> None:
+        self.get_collection(name).drop()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,144 @@
+"""Whole documents to stored documents and back, field by field, batch at a time.
+
+A document is split into leaf paths by the schema: each schema path becomes
+one opaque top-level field of the stored document (its attribute's stored
+form, see :mod:`veil.documents.fields`); ``do_nothing`` paths keep their place
+in the clear; fields the schema does not name are refused or, with
+``"default": "static"``, sealed together in one extra ``static`` field
+(their names included). Each field's values across a batch are encrypted in
+one native call.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from bson import ObjectId
+
+from veil.crypto.keys import MasterKey
+from veil.documents.errors import SchemaError
+from veil.documents.fields import FieldCipher
+from veil.documents.schema import FieldSpec, Schema
+
+EXTRA_PATH = "\x00extra"  # the sealed field of unnamed paths; no user path looks like it
+
+
+class DocumentCodec:
+    """Encrypts and decrypts the documents of one collection."""
+
+    def __init__(self, master: MasterKey, scope: str, schema: Schema):
+        self.schema = schema
+        self.ciphers = {
+            path: FieldCipher(master, scope, spec)
+            for path, spec in schema.fields.items()
+            if spec.attr != "do_nothing"
+        }
+        self.extra = FieldCipher(master, scope, FieldSpec(EXTRA_PATH, "static"))
+        self._by_name = {cipher.name: cipher for cipher in self.ciphers.values()}
+        self._by_name[self.extra.name] = self.extra
+
+    def cipher(self, path: str) -> FieldCipher | None:
+        return self.ciphers.get(path)
+
+    # -- documents to stored documents -------------------------------------------
+
+    def encode_many(self, documents: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Stored forms of ``documents``; each document without ``_id`` gets an ObjectId."""
+        stored: list[dict[str, Any]] = []
+        columns: dict[str, list[tuple[int, Any]]] = {}
+        for row, document in enumerate(documents):
+            if not isinstance(document, dict):
+                raise SchemaError(f"a document is a dict, not {type(document).__name__}")
+            document.setdefault("_id", ObjectId())
+            out: dict[str, Any] = {"_id": document["_id"]}
+            extras: dict[str, Any] = {}
+            self._split(document, "", out, columns, extras, row)
+            if extras:
+                columns.setdefault(EXTRA_PATH, []).append((row, extras))
+            stored.append(out)
+        for path, entries in columns.items():
+            cipher = self.extra if path == EXTRA_PATH else self.ciphers[path]
+            forms = cipher.encrypt([value for _, value in entries])
+            for (row, _), form in zip(entries, forms, strict=True):
+                stored[row][cipher.name] = form
+        return stored
+
+    def encode_value(self, path: str, value: Any) -> tuple[str, Any]:
+        """The stored (name, form) of one value at ``path`` (for ``$set``)."""
+        spec = self.schema.fields.get(path)
+        if spec is None:
+            raise SchemaError(self._unknown(path))
+        if spec.attr == "do_nothing":
+            return path, value
+        cipher = self.ciphers[path]
+        return cipher.name, cipher.encrypt([value])[0]
+
+    def _split(
+        self,
+        document: dict[str, Any],
+        prefix: str,
+        out: dict[str, Any],
+        columns: dict[str, list[tuple[int, Any]]],
+        extras: dict[str, Any],
+        row: int,
+    ) -> None:
+        for key, value in document.items():
+            if not isinstance(key, str) or not key or key.startswith("$") or "." in key:
+                raise SchemaError(f"field name {key!r} is not allowed (no $, no dots, not empty)")
+            path = prefix + key
+            if path == "_id":
+                continue
+            spec = self.schema.fields.get(path)
+            if spec is not None and spec.attr == "do_nothing":
+                _set_path(out, path, value)
+            elif spec is not None:
+                columns.setdefault(path, []).append((row, value))
+            elif isinstance(value, dict) and self.schema.has_children(path):
+                self._split(value, path + ".", out, columns, extras, row)
+            elif self.schema.default == "static":
+                extras[path] = value
+            else:
+                raise SchemaError(self._unknown(path))
+
+    def _unknown(self, path: str) -> str:
+        return (
+            f"field {path!r} is not in the collection's schema; add it with an attribute "
+            '(or set "default": "static" to seal unnamed fields)'
+        )
+
+    # -- stored documents to documents -------------------------------------------
+
+    def decode_many(self, stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Plaintext documents of stored ones (each field's values decrypted in one call)."""
+        documents: list[dict[str, Any]] = []
+        columns: dict[str, list[tuple[int, Any]]] = {}
+        for row, entry in enumerate(stored):
+            document: dict[str, Any] = {}
+            for name, form in entry.items():
+                if name in self._by_name:
+                    columns.setdefault(name, []).append((row, form))
+                else:
+                    document[name] = copy.deepcopy(form) if isinstance(form, dict) else form
+            documents.append(document)
+        for name, entries in columns.items():
+            cipher = self._by_name[name]
+            values = cipher.decrypt([form for _, form in entries])
+            for (row, _), value in zip(entries, values, strict=True):
+                if cipher is self.extra:
+                    for path, extra in value.items():
+                        _set_path(documents[row], path, extra)
+                else:
+                    _set_path(documents[row], cipher.spec.path, value)
+        return documents
+
+
+def _set_path(document: dict[str, Any], path: str, value: Any) -> None:
+    *outer, last = path.split(".")
+    for key in outer:
+        inner = document.get(key)
+        if not isinstance(inner, dict):
+            inner = document[key] = {}
+        document = inner
+    document[last] = value

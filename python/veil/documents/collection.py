@@ -1,0 +1,250 @@
+"""An encrypted collection, shaped like pymongo's Collection.
+
+Every method translates its plaintext paths and values into the stored
+fields' opaque names and ciphertexts, sends one command (two for an update
+the server cannot do blind), and decrypts what comes back. Documents are
+validated and encrypted whole before anything is written: a bad document
+leaves the collection unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pymongo
+import pymongo.errors
+from pymongo.results import DeleteResult, InsertManyResult, InsertOneResult, UpdateResult
+
+from veil.documents.codec import DocumentCodec
+from veil.documents.cursor import Cursor
+from veil.documents.errors import (
+    DocumentsError,
+    PartialWriteError,
+    ServerError,
+    UnsupportedQueryError,
+)
+from veil.documents.match import matches
+from veil.documents.query import normalise_sort, translate_filter
+from veil.documents.schema import Schema
+from veil.documents.update import plan_update
+
+if TYPE_CHECKING:
+    from veil.documents.client import Database
+
+
+@contextlib.contextmanager
+def server_errors(what: str) -> Iterator[None]:
+    """The one place where the driver's errors become Veil's."""
+    try:
+        yield
+    except pymongo.errors.ServerSelectionTimeoutError as exc:
+        raise ServerError(f"{what}: the server did not answer ({exc.__class__.__name__})") from None
+    except pymongo.errors.BulkWriteError:
+        raise
+    except pymongo.errors.PyMongoError as exc:
+        raise ServerError(f"{what}: the server refused it: {exc}") from None
+
+
+class Collection:
+    """One collection: its schema, its codec and the server collection under an opaque name."""
+
+    def __init__(self, database: Database, name: str, schema: Schema):
+        self.database = database
+        self.name = name
+        self.schema = schema
+        self.codec = DocumentCodec(database.master, f"{database.name}/{name}", schema)
+        self.server_name = database.opaque_collection_name(name)
+        self._server = database.server_database[self.server_name]
+
+    # -- writes ----------------------------------------------------------------
+
+    def insert_one(self, document: dict[str, Any]) -> InsertOneResult:
+        stored = self.codec.encode_many([document])
+        with server_errors("insert_one"):
+            self._server.insert_one(stored[0])
+        return InsertOneResult(document["_id"], acknowledged=True)
+
+    def insert_many(self, documents: Iterable[dict[str, Any]]) -> InsertManyResult:
+        """Insert in order; all documents are encrypted before the first is written."""
+        documents = list(documents)
+        stored = self.codec.encode_many(documents)
+        ids = [d["_id"] for d in documents]
+        if not stored:
+            raise DocumentsError("insert_many needs at least one document")
+        try:
+            with server_errors("insert_many"):
+                self._server.insert_many(stored, ordered=True)
+        except pymongo.errors.BulkWriteError as exc:
+            written = ids[: exc.details.get("nInserted", 0)]
+            raise PartialWriteError(
+                f"insert_many stopped after {len(written)} of {len(ids)} documents: "
+                f"{exc.details.get('writeErrors', [{}])[0].get('errmsg', exc)}",
+                written,
+            ) from None
+        return InsertManyResult(ids, acknowledged=True)
+
+    def update_one(self, query: dict[str, Any], update: dict[str, Any]) -> UpdateResult:
+        return self._update(query, update, many=False)
+
+    def update_many(self, query: dict[str, Any], update: dict[str, Any]) -> UpdateResult:
+        return self._update(query, update, many=True)
+
+    def _update(self, query: dict[str, Any], update: dict[str, Any], many: bool) -> UpdateResult:
+        server_update, client_ops = plan_update(self.codec, update)
+        if client_ops:
+            return self._update_on_client(query, client_ops, server_update, many)
+        server_filter = self._exact_filter(query, many)
+        with server_errors("update"):
+            if many:
+                result = self._server.update_many(server_filter, server_update)
+            else:
+                result = self._server.update_one(server_filter, server_update)
+        return result
+
+    def _update_on_client(
+        self, query: dict[str, Any], client_ops: dict[str, Any], server_update: dict[str, Any],
+        many: bool,
+    ) -> UpdateResult:  # fmt: skip
+        """Read, change, re-encrypt, write back only if the document is unchanged meanwhile."""
+        matched = modified = 0
+        for stored, document in self._matching(query, many):
+            for path, delta in client_ops.items():
+                old = _get(document, path)
+                old = 0 if old is None else old
+                if isinstance(old, bool) or not isinstance(old, (int, float)):
+                    raise DocumentsError(f"field {path!r}: cannot $inc a non-numeric value")
+                _set(document, path, old + delta)
+            changed = dict(
+                self.codec.encode_value(path, _get(document, path)) for path in client_ops
+            )
+            update = dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
+            with server_errors("update"):
+                result = self._server.update_one(stored_condition(stored), update)
+            if result.matched_count == 0:
+                raise ServerError(
+                    f"document {stored['_id']!r} changed while it was being updated; retry"
+                )
+            matched += 1
+            modified += result.modified_count
+        return UpdateResult({"n": matched, "nModified": modified, "ok": 1.0}, acknowledged=True)
+
+    def replace_one(self, query: dict[str, Any], replacement: dict[str, Any]) -> UpdateResult:
+        if "_id" in replacement:
+            raise DocumentsError("a replacement document cannot change _id; leave it out")
+        document = dict(replacement, _id=None)
+        stored = self.codec.encode_many([document])[0]
+        stored.pop("_id")
+        server_filter = self._exact_filter(query, many=False)
+        with server_errors("replace_one"):
+            return self._server.replace_one(server_filter, stored)
+
+    def delete_one(self, query: dict[str, Any]) -> DeleteResult:
+        with server_errors("delete_one"):
+            return self._server.delete_one(self._exact_filter(query, many=False))
+
+    def delete_many(self, query: dict[str, Any]) -> DeleteResult:
+        with server_errors("delete_many"):
+            return self._server.delete_many(self._exact_filter(query, many=True))
+
+    def _exact_filter(self, query: dict[str, Any], many: bool) -> dict[str, Any]:
+        """A server filter selecting exactly the matching documents (by _id if need be)."""
+        server_filter = translate_filter(self.codec, query)
+        if server_filter.exact:
+            return server_filter.document()
+        ids = [document["_id"] for _, document in self._matching(query, many)]
+        return {"_id": {"$in": ids}}
+
+    def _matching(self, query: dict[str, Any], many: bool) -> Iterator[tuple[Any, Any]]:
+        """(stored, decrypted) pairs of the matching documents, in the server's order."""
+        server_filter = translate_filter(self.codec, query)
+        stored_documents = list(self._find_stored(server_filter.document(), None, 0, 0))
+        decoded = self.codec.decode_many(stored_documents)
+        for stored, document in zip(stored_documents, decoded, strict=True):
+            if matches(document, query):
+                yield stored, document
+                if not many:
+                    return
+
+    # -- reads -----------------------------------------------------------------
+
+    def find(
+        self, filter: dict[str, Any] | None = None, projection: Any = None, **kwargs: Any
+    ) -> Cursor:
+        return Cursor(self, filter, projection, **kwargs)
+
+    def find_one(self, filter: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+        for document in self.find(filter, *args, **kwargs).limit(1):
+            return document
+        return None
+
+    def count_documents(self, filter: dict[str, Any]) -> int:
+        server_filter = translate_filter(self.codec, filter)
+        if server_filter.exact:
+            with server_errors("count_documents"):
+                return int(self._server.count_documents(server_filter.document()))
+        return sum(1 for _ in self._matching(filter, many=True))
+
+    def aggregate(self, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from veil.documents.aggregate import run_pipeline
+
+        return run_pipeline(self, pipeline)
+
+    def create_index(self, keys: Any, unique: bool = False) -> str:
+        """A server index on the stored form of each key (``index`` and ``do_nothing`` fields)."""
+        server_keys: list[tuple[str, Any]] = []
+        for path, direction in normalise_sort(keys):
+            spec = self.schema.spec(path)
+            if path == "_id" or (spec is not None and spec.attr == "do_nothing"):
+                server_keys.append((path, direction))
+            elif spec is not None and spec.attr == "index" and spec.path == path:
+                cipher = self.codec.ciphers[path]
+                role = "e" if (unique and spec.type == "string") else "o"
+                server_keys.append((f"{cipher.name}.{role}", direction))
+            else:
+                attr = "static (not in the schema)" if spec is None else spec.attr
+                raise UnsupportedQueryError(path, "create_index", attr, "index")
+        with server_errors("create_index"):
+            return str(self._server.create_index(server_keys, unique=unique))
+
+    def drop(self) -> None:
+        with server_errors("drop"):
+            self._server.drop()
+
+    def _find_stored(
+        self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int
+    ) -> Iterator[dict[str, Any]]:
+        with server_errors("find"):
+            cursor = self._server.find(query, sort=sort, skip=skip, limit=limit)
+            yield from cursor
+
+    def find_projected(self, query: dict[str, Any], projection: dict[str, Any]) -> list[Any]:
+        with server_errors("find"):
+            return list(self._server.find(query, projection))
+
+    def server_aggregate(self, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        with server_errors("aggregate"):
+            return list(self._server.aggregate(pipeline))
+
+    def __repr__(self) -> str:
+        return f"Collection({self.database.name!r}, {self.name!r})"
+
+
+def _get(document: dict[str, Any], path: str) -> Any:
+    value: Any = document
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _set(document: dict[str, Any], path: str, value: Any) -> None:
+    *outer, last = path.split(".")
+    for key in outer:
+        document = document.setdefault(key, {})
+    document[last] = value
+
+
+def stored_condition(stored: dict[str, Any]) -> dict[str, Any]:
+    """A filter matching ``stored`` only while none of its fields changed."""
+    return {"$and": [{key: value} for key, value in stored.items()]}

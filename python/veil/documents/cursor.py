@@ -1,0 +1,132 @@
+"""Cursors over encrypted collections: the server's part of a find, then the client's.
+
+A find runs as one server query. When the server's filter and sort are exact
+(see :mod:`veil.documents.query`), skip and limit go to the server too and
+documents are decrypted a batch at a time as they arrive. Otherwise the
+server returns every document that could match, and the client re-checks the
+filter, sorts, skips and limits. ``explain()`` shows both parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from veil.documents.errors import DocumentsError
+from veil.documents.match import matches, project, sort_documents
+from veil.documents.query import normalise_sort, translate_filter, translate_sort
+
+if TYPE_CHECKING:
+    from veil.documents.collection import Collection
+
+BATCH = 1000
+
+
+class Cursor:
+    """A lazy find, shaped like pymongo's Cursor (``sort``, ``skip``, ``limit``, iteration)."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        query: dict[str, Any] | None = None,
+        projection: dict[str, Any] | list[str] | None = None,
+        *,
+        sort: Any = None,
+        skip: int = 0,
+        limit: int = 0,
+    ) -> None:
+        self._collection = collection
+        self._query = dict(query or {})
+        if isinstance(projection, list):
+            projection = dict.fromkeys(projection, 1)
+        self._projection = projection
+        self._sort = normalise_sort(sort)
+        self._skip = skip
+        self._limit = limit
+        self._started = False
+
+    def sort(self, key: Any, direction: int | None = None) -> Cursor:
+        self._check_not_started()
+        self._sort = normalise_sort(key, direction)
+        return self
+
+    def skip(self, count: int) -> Cursor:
+        self._check_not_started()
+        self._skip = count
+        return self
+
+    def limit(self, count: int) -> Cursor:
+        self._check_not_started()
+        self._limit = count
+        return self
+
+    def _check_not_started(self) -> None:
+        if self._started:
+            raise DocumentsError("a cursor cannot be changed once iteration has started")
+
+    def _plan(self) -> dict[str, Any]:
+        codec = self._collection.codec
+        server_filter = translate_filter(codec, self._query)
+        server_sort = translate_sort(codec, self._sort)
+        window = server_filter.exact and server_sort.exact
+        return {
+            "server": {
+                "collection": self._collection.server_name,
+                "filter": server_filter.document(),
+                "sort": server_sort.keys or None,
+                "skip": self._skip if window else 0,
+                "limit": self._limit if window else 0,
+            },
+            "client": {
+                "filter": None if server_filter.exact else self._query,
+                "sort": None if server_sort.exact or not self._sort else self._sort,
+                "skip": 0 if window else self._skip,
+                "limit": 0 if window else self._limit,
+                "projection": self._projection,
+            },
+        }
+
+    def explain(self) -> dict[str, Any]:
+        """The server's query (opaque names, ciphertexts) and what the client finishes."""
+        return self._plan()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._started = True
+        plan = self._plan()
+        server, client = plan["server"], plan["client"]
+        documents = self._collection._find_stored(
+            server["filter"], server["sort"], server["skip"], server["limit"]
+        )
+        if client["sort"] is None and not client["skip"] and not client["limit"]:
+            for batch in _batches(documents):
+                yield from self._finish(batch, client)
+            return
+        decoded = [d for batch in _batches(documents) for d in self._filter(batch, client)]
+        if client["sort"]:
+            sort_documents(decoded, client["sort"])
+        end = client["skip"] + client["limit"] if client["limit"] else None
+        for document in decoded[client["skip"] : end]:
+            yield project(document, client["projection"])
+
+    def _filter(self, stored: list[dict[str, Any]], client: dict[str, Any]) -> list[Any]:
+        decoded = self._collection.codec.decode_many(stored)
+        if client["filter"] is None:
+            return decoded
+        return [d for d in decoded if matches(d, client["filter"])]
+
+    def _finish(self, stored: list[dict[str, Any]], client: dict[str, Any]) -> list[Any]:
+        return [project(d, client["projection"]) for d in self._filter(stored, client)]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return list(self)
+
+
+def _batches(documents: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for document in documents:
+        batch.append(document)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

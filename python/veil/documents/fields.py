@@ -1,0 +1,197 @@
+"""Per-field encryption: what each attribute stores on the server, batch at a time.
+
+Stored forms, under an opaque field name (``f`` + 16 hex digits of a keyed
+hash of the collection and path):
+
+* ``static``: ``Binary(AES-256-GCM(BSON {"v": value}))`` (version byte 0x01,
+  random nonce, the collection and path as associated data).
+* ``index``: ``{"s": <static form>, "o": OPE(order key) | [OPE, ...] | null,
+  "e": keyed hash (strings only)}``; ``o`` is 13 bytes ``0x01 || 96-bit BCLO``
+  which the server compares byte-wise. Arrays of scalars keep one ``o`` (and
+  ``e``) per element, so the server's array matching is the plaintext's.
+* ``h_add``: ``{"v": 1, "l": low 32 bits, "h": high 32 bits, "i": [ids]}``: an
+  ASHE ciphertext under a fresh 63-bit id, split in halves so the server's
+  int64 ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc``
+  adds the halves of the increment's ciphertext and appends its id.
+* ``do_nothing``: the value itself, at its own path.
+
+``null`` is stored as ``null`` for ``index`` and ``h_add`` (the server learns
+which values are null); ``static`` encrypts it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from typing import Any
+
+import bson
+import numpy as np
+import pyarrow as pa
+
+from veil.crypto.ashe import Ashe
+from veil.crypto.keys import KeyLabel, MasterKey
+from veil.crypto.ope import Ope
+from veil.crypto.rnd import Rnd
+from veil.documents.errors import FieldTypeError
+from veil.documents.schema import FieldSpec
+from veil.documents.values import key_value, order_key
+from veil.errors import MalformedCiphertextError
+
+TAG_VERSION = b"\x01"
+HADD_VERSION = 1
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+def opaque_name(master: MasterKey, scope: str, path: str) -> str:
+    """The server's name for ``path`` in ``scope`` (a keyed hash: names stay hidden)."""
+    key = master.derive(KeyLabel("documents-name", scope))
+    return "f" + hmac.digest(key, path.encode(), "sha256")[:8].hex()
+
+
+class FieldCipher:
+    """Encrypts and decrypts one field path's values, in batches."""
+
+    def __init__(self, master: MasterKey, scope: str, spec: FieldSpec):
+        self.spec = spec
+        self.name = opaque_name(master, scope, spec.path)
+        where = f"documents:{scope}/{spec.path}"
+        self._rnd = Rnd.from_master(master, where, context=where.encode(), column=spec.path)
+        self._ope: Ope | None = None
+        self._ashe: Ashe | None = None
+        self._tag_key = b""
+        if spec.attr == "index":
+            signed = spec.type != "string"
+            self._ope = Ope.from_master(master, where, 64, signed=signed, column=spec.path)
+            self._tag_key = master.derive(KeyLabel("documents-tag", where))
+        if spec.attr == "h_add":
+            self._ashe = Ashe.from_master(master, where, column=spec.path)
+
+    # -- writing ---------------------------------------------------------------
+
+    def encrypt(self, values: list[Any]) -> list[Any]:
+        """The stored forms of ``values`` (one per value, same order)."""
+        if self.spec.attr == "h_add":
+            return self._encrypt_additive(values)
+        sealed = self.seal(values)
+        if self.spec.attr == "static":
+            return sealed
+        orders = self.order_ciphertexts(values)
+        stored = [{"s": s, "o": o} for s, o in zip(sealed, orders, strict=True)]
+        if self.spec.type == "string":
+            for entry, value in zip(stored, values, strict=True):
+                entry["e"] = self.tags(value)
+        return stored
+
+    def seal(self, values: list[Any]) -> list[bytes]:
+        """AES-GCM of each value's BSON encoding (one native call for the batch)."""
+        plain = [bson.encode({"v": value}) for value in values]
+        return list(self._rnd.encrypt(pa.array(plain, pa.binary())).to_pylist())
+
+    def order_ciphertexts(self, values: list[Any]) -> list[Any]:
+        """OPE of each value's order key; arrays give lists, null gives null."""
+        keys: list[int] = []
+        for value in values:
+            for element in value if isinstance(value, list) else [value]:
+                if element is not None:
+                    keys.append(order_key(self.spec, element))
+        assert self._ope is not None
+        dtype = np.int64 if self._ope.signed else np.uint64
+        ciphertexts = self._ope.encrypt(pa.array(np.array(keys, dtype=dtype)))
+        assert isinstance(ciphertexts, pa.Array)
+        encrypted = iter(ciphertexts.to_pylist())
+        out: list[Any] = []
+        for value in values:
+            if isinstance(value, list):
+                out.append([None if e is None else next(encrypted) for e in value])
+            else:
+                out.append(None if value is None else next(encrypted))
+        return out
+
+    def order_ciphertext(self, value: Any) -> Any:
+        return self.order_ciphertexts([value])[0]
+
+    def tags(self, value: Any) -> Any:
+        """The keyed hash of a string (or of each string of an array); null stays null."""
+        if isinstance(value, list):
+            return [self.tags(element) for element in value]
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            order_key(self.spec, value)  # raises the type error
+        encoded = value.encode("utf-8", "surrogatepass")
+        return TAG_VERSION + hmac.digest(self._tag_key, encoded, hashlib.sha256)[:16]
+
+    def _encrypt_additive(self, values: list[Any]) -> list[Any]:
+        present = [j for j, value in enumerate(values) if value is not None]
+        for j in present:
+            if isinstance(values[j], bool) or not isinstance(values[j], int):
+                raise FieldTypeError(
+                    f"field {self.spec.path!r} is h_add: it takes integers, "
+                    f"got {type(values[j]).__name__} {values[j]!r}"
+                )
+        ids = fresh_ids(len(present))
+        out: list[Any] = [None] * len(values)
+        if present:
+            assert self._ashe is not None
+            plain = np.array([values[j] for j in present], dtype=object)
+            if any(not -(2**63) <= v < 2**63 for v in plain):
+                self._ashe.encrypt_one(0, max(plain, key=abs))  # raises DomainError
+            cipher = self._ashe.encrypt(ids, plain.astype(np.int64)).view(np.uint64)
+            lows, highs = (cipher & _LOW).tolist(), (cipher >> np.uint64(32)).tolist()
+            for k, j in enumerate(present):
+                out[j] = {"v": HADD_VERSION, "l": lows[k], "h": highs[k], "i": [int(ids[k])]}
+        return out
+
+    def increment(self, delta: int) -> tuple[dict[str, int], int]:
+        """The halves to add and the id to append for a blind ``$inc`` by ``delta``."""
+        stored = self._encrypt_additive([delta])[0]
+        return {"l": stored["l"], "h": stored["h"]}, stored["i"][0]
+
+    # -- reading ---------------------------------------------------------------
+
+    def decrypt(self, stored: list[Any]) -> list[Any]:
+        """Plaintext values of stored forms (one native call per batch for GCM)."""
+        if self.spec.attr == "h_add":
+            return [self.additive_value(entry) for entry in stored]
+        sealed = stored if self.spec.attr == "static" else [self._sealed(e) for e in stored]
+        for value in sealed:
+            if not isinstance(value, bytes):
+                raise MalformedCiphertextError(
+                    f"field {self.spec.path!r}: the server returned {type(value).__name__} "
+                    "where a ciphertext was stored"
+                )
+        plain = self._rnd.decrypt(pa.array(sealed, pa.binary())).to_pylist()
+        return [bson.decode(p)["v"] for p in plain]
+
+    def _sealed(self, entry: Any) -> Any:
+        return entry.get("s") if isinstance(entry, dict) else entry
+
+    def additive_value(self, entry: Any) -> int | None:
+        if entry is None:
+            return None
+        try:
+            total = (int(entry["h"]) << 32) + int(entry["l"])
+            ids = [int(i) for i in entry["i"]]
+        except (KeyError, TypeError, ValueError):
+            raise MalformedCiphertextError(
+                f"field {self.spec.path!r}: malformed h_add ciphertext"
+            ) from None
+        assert self._ashe is not None
+        return self._ashe.decrypt_sum(total, ids=np.array(ids, dtype=np.int64))
+
+    def additive_sum(self, total: int, ids: list[int]) -> int:
+        assert self._ashe is not None
+        return self._ashe.decrypt_sum(total, ids=np.array(ids, dtype=np.int64))
+
+    def order_value(self, ciphertext: bytes) -> Any:
+        """The value of an OPE ciphertext, for the one-to-one index types."""
+        assert self._ope is not None and self.spec.exact_order
+        return key_value(self.spec, self._ope.decrypt_one(ciphertext))
+
+
+def fresh_ids(count: int) -> np.ndarray:
+    """``count`` random 63-bit ASHE ids (one-time: a collision has odds ~count**2 / 2**64)."""
+    raw = np.frombuffer(os.urandom(8 * count), dtype=np.uint64) >> np.uint64(1)
+    return raw.astype(np.int64)

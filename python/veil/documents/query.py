@@ -1,0 +1,159 @@
+"""Filters and sorts over plaintext paths -> filters and sorts over stored fields.
+
+``translate_filter`` returns the server's filter and whether it is *exact*
+(the server's matches are exactly the plaintext filter's). When it is not,
+the server's filter keeps every document that could match and the client
+re-checks the original filter after decryption (conservative pre-filtering,
+MONOMI §5.4). Before -> after, for ``year`` an ``int`` index and ``title`` a
+``string`` index::
+
+    {"year": {"$gte": 1980, "$lt": 1990}}
+      -> {"$and": [{"f3a..": ..}]} with {"f3a...o": {"$gte": OPE(1980)}}, {... "$lt": OPE(1990)}
+         exact
+    {"title": {"$gt": "Rain"}}
+      -> {"f9c....o": {"$gte": OPE(prefix8("Rain"))}}   not exact: re-checked
+
+What no attribute allows fails with :class:`UnsupportedQueryError` naming the
+field, the operator and the attribute that would allow it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from veil.documents.codec import DocumentCodec
+from veil.documents.errors import UnsupportedQueryError
+from veil.documents.match import is_operator_dict
+
+EQUALITY = ("$eq", "$ne", "$in", "$nin")
+RANGES = {"$gt": "$gte", "$gte": "$gte", "$lt": "$lte", "$lte": "$lte"}
+SUPPORTED = (*EQUALITY, *RANGES, "$exists")
+
+
+@dataclass
+class ServerFilter:
+    """The server's part of a filter: ``clauses`` ANDed; ``exact`` if nothing is left over."""
+
+    clauses: list[dict[str, Any]]
+    exact: bool = True
+
+    def document(self) -> dict[str, Any]:
+        if not self.clauses:
+            return {}
+        return self.clauses[0] if len(self.clauses) == 1 else {"$and": self.clauses}
+
+
+def translate_filter(codec: DocumentCodec, query: dict[str, Any] | None) -> ServerFilter:
+    result = ServerFilter([])
+    for key, condition in (query or {}).items():
+        if key == "$and":
+            for part in condition:
+                sub = translate_filter(codec, part)
+                result.clauses.extend(sub.clauses)
+                result.exact &= sub.exact
+        elif key in ("$or", "$nor"):
+            _logical(codec, key, condition, result)
+        elif key.startswith("$"):
+            raise UnsupportedQueryError(key, f"the operator {key}", "any")
+        else:
+            _field(codec, key, condition, result)
+    return result
+
+
+def _logical(codec: DocumentCodec, key: str, parts: list[Any], result: ServerFilter) -> None:
+    subs = [translate_filter(codec, part) for part in parts]
+    if all(sub.exact for sub in subs):
+        result.clauses.append({key: [sub.document() for sub in subs]})
+    elif key == "$or" and all(sub.clauses for sub in subs):
+        result.clauses.append({"$or": [sub.document() for sub in subs]})
+        result.exact = False
+    else:
+        result.exact = False  # nothing safe to push: the client evaluates it
+
+
+def _field(codec: DocumentCodec, path: str, condition: Any, result: ServerFilter) -> None:
+    spec = codec.schema.spec(path)
+    if path == "_id" or path.startswith("_id.") or (spec is not None and spec.attr == "do_nothing"):
+        result.clauses.append({path: condition})
+        return
+    if spec is None:
+        raise UnsupportedQueryError(path, "a filter", "static (not in the schema)", "index")
+    operators = condition if is_operator_dict(condition) else {"$eq": condition}
+    for op, arg in operators.items():
+        if op not in SUPPORTED:
+            raise UnsupportedQueryError(path, op, spec.attr)
+        if spec.attr != "index" or spec.path != path:
+            if op == "$exists" and spec.path == path:
+                name = codec.ciphers[path].name
+                result.clauses.append({name: {"$exists": bool(arg)}})
+                continue
+            raise UnsupportedQueryError(path, op, spec.attr, "index")
+        clause, exact = _index_clause(codec, path, op, arg)
+        if clause is not None:
+            result.clauses.append(clause)
+        result.exact &= exact
+
+
+def _index_clause(codec: DocumentCodec, path: str, op: str, arg: Any) -> tuple[Any, bool]:
+    cipher = codec.ciphers[path]
+    spec = cipher.spec
+    if op == "$exists":
+        return {cipher.name: {"$exists": bool(arg)}}, True
+    if isinstance(arg, (dict, list)) and op not in ("$in", "$nin"):
+        raise UnsupportedQueryError(path, f"{op} with a document or array", spec.attr, "static")
+    if op in ("$in", "$nin") and not isinstance(arg, list):
+        raise UnsupportedQueryError(path, f"{op} without a list", spec.attr)
+    if spec.type == "string" and op in EQUALITY:
+        tags = [cipher.tags(a) for a in arg] if op in ("$in", "$nin") else cipher.tags(arg)
+        return {f"{cipher.name}.e": {op: tags}}, True
+    if op in EQUALITY:
+        if op in ("$in", "$nin"):
+            stored: Any = [cipher.order_ciphertext(a) for a in arg]
+        else:
+            stored = cipher.order_ciphertext(arg)
+        if spec.exact_order:
+            return {f"{cipher.name}.o": {op: stored}}, True
+        if op in ("$ne", "$nin"):
+            return None, False  # keys are many-to-one: only the client can tell
+        return {f"{cipher.name}.o": {op: stored}}, False
+    if arg is None:
+        return {f"{cipher.name}.o": {op: None}}, True
+    ciphertext = cipher.order_ciphertext(arg)
+    if spec.exact_order:
+        return {f"{cipher.name}.o": {op: ciphertext}}, True
+    return {f"{cipher.name}.o": {RANGES[op]: ciphertext}}, False
+
+
+def normalise_sort(sort: Any, direction: int | None = None) -> list[tuple[str, int]]:
+    """pymongo's sort forms (a key, a key and a direction, a list of pairs) as pairs."""
+    if sort is None:
+        return []
+    if isinstance(sort, str):
+        return [(sort, direction if direction is not None else 1)]
+    if isinstance(sort, dict):
+        return [(k, int(v)) for k, v in sort.items()]
+    return [(k, int(v)) for k, v in sort]
+
+
+@dataclass
+class ServerSort:
+    keys: list[tuple[str, int]]
+    exact: bool
+
+
+def translate_sort(codec: DocumentCodec, sort: list[tuple[str, int]]) -> ServerSort:
+    """The server's sort keys; ``exact`` when the server's order is the plaintext's."""
+    keys: list[tuple[str, int]] = []
+    exact = True
+    for path, direction in sort:
+        spec = codec.schema.spec(path)
+        if path == "_id" or (spec is not None and spec.attr == "do_nothing"):
+            keys.append((path, direction))
+            continue
+        if spec is None or spec.attr != "index" or spec.path != path:
+            attr = "static (not in the schema)" if spec is None else spec.attr
+            raise UnsupportedQueryError(path, "sort", attr, "index")
+        keys.append((f"{codec.ciphers[path].name}.o", direction))
+        exact &= spec.exact_order
+    return ServerSort(keys, exact)

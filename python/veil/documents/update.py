@@ -1,0 +1,68 @@
+"""Update documents (``$set``, ``$unset``, ``$inc``) over stored fields.
+
+Most updates go to the server blind, as one command: ``$set`` sends the new
+value's stored form (encrypted once for every matched document), ``$unset``
+the opaque name, and ``$inc`` on an ``h_add`` field adds the halves of the
+increment's ASHE ciphertext and appends its id, without reading the value.
+``$inc`` on an ``index`` or ``static`` field cannot be done blind: those
+paths come back as *client ops*, which the collection applies by reading,
+decrypting, adding and writing back conditionally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veil.documents.codec import DocumentCodec
+from veil.documents.errors import DocumentsError, UnsupportedQueryError
+
+OPERATORS = ("$set", "$unset", "$inc")
+
+
+def plan_update(
+    codec: DocumentCodec, update: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(server update document, client ops {path: increment})."""
+    if not isinstance(update, dict) or not update:
+        raise DocumentsError("an update is a non-empty dict of $set / $unset / $inc")
+    server: dict[str, dict[str, Any]] = {}
+    client: dict[str, Any] = {}
+    for op, fields in update.items():
+        if op not in OPERATORS:
+            raise UnsupportedQueryError("(update)", f"the update operator {op}", "any")
+        if not isinstance(fields, dict):
+            raise DocumentsError(f"{op} takes a dict of field paths")
+        for path, value in fields.items():
+            _plan_field(codec, op, path, value, server, client)
+    return server, client
+
+
+def _plan_field(
+    codec: DocumentCodec, op: str, path: str, value: Any,
+    server: dict[str, dict[str, Any]], client: dict[str, Any],
+) -> None:  # fmt: skip
+    if path == "_id" or path.startswith("_id."):
+        raise DocumentsError("_id cannot be updated")
+    spec = codec.schema.spec(path)
+    if spec is None or (spec.path != path and spec.attr != "do_nothing"):
+        attr = "static (not in the schema)" if spec is None else spec.attr
+        raise UnsupportedQueryError(path, op, attr)
+    if spec.attr == "do_nothing":
+        server.setdefault(op, {})[path] = value
+        return
+    name = codec.ciphers[path].name
+    if op == "$set":
+        server.setdefault("$set", {})[name] = codec.encode_value(path, value)[1]
+    elif op == "$unset":
+        server.setdefault("$unset", {})[name] = ""
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DocumentsError(f"field {path!r}: $inc takes a number, got {value!r}")
+    elif spec.attr == "h_add":
+        if not isinstance(value, int):
+            raise DocumentsError(f"field {path!r} is h_add over integers: $inc takes an integer")
+        halves, id_ = codec.ciphers[path].increment(value)
+        server.setdefault("$inc", {}).update({f"{name}.l": halves["l"], f"{name}.h": halves["h"]})
+        server.setdefault("$push", {})[f"{name}.i"] = id_
+        server.setdefault("$set", {})[f"{name}.v"] = 1
+    else:
+        client[path] = value

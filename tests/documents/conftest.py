@@ -1,0 +1,53 @@
+"""A FerretDB server for the session (built once, cached under target/ferretdb)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pymongo
+import pytest
+
+from veil.crypto.keys import write_key_file
+from veil.servers.ferretdb import FerretDBServer
+
+_databases = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def ferretdb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FerretDBServer]:
+    """One FerretDB for the whole session; a build failure fails loudly, never skips."""
+    server = FerretDBServer(tmp_path_factory.mktemp("ferretdb")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def database_name() -> str:
+    return f"veil_test_{next(_databases)}"
+
+
+@pytest.fixture
+def url(ferretdb: FerretDBServer, database_name: str) -> str:
+    """A URL naming a fresh database on the session's server."""
+    return f"{ferretdb.url}{database_name}"
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "veil.key"
+    write_key_file(path)
+    return path
+
+
+@pytest.fixture
+def plain(ferretdb: FerretDBServer, database_name: str) -> Iterator[pymongo.database.Database]:
+    """The same server through plain pymongo, in a database of its own (the oracle)."""
+    client: pymongo.MongoClient = pymongo.MongoClient(ferretdb.url)
+    try:
+        yield client[f"{database_name}_plain"]
+    finally:
+        client.close()
