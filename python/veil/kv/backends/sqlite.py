@@ -16,10 +16,32 @@ never block the writer) with a busy timeout, so a writer waits for the lock
 instead of failing. One backend object holds one connection; a lock serialises
 its use, so the store's own thread and its background merge thread can share
 it safely.
+
+On-disk layout (issue 14: the file should be within ~10% of the bytes of the
+packs it holds). A pack is one row of a few kilobytes. In the original layout
+(``WITHOUT ROWID`` tables, 4 KiB pages) a row past ~1 KB keeps only ~490
+bytes in its B-tree leaf and spills the rest into an overflow page of its own,
+so a 2.4 KB pack took two pages: half the file was waste. New files now use
+
+* 64 KiB pages, so a leaf holds a dozen or more packs and the slack at the end
+  of a leaf is small against it;
+* rowid tables (rows stored in the table B-tree, whose cells may be as large
+  as the page; a row larger than a page overflows into *full* pages, SQLite
+  keeping the remainder in the leaf) with a unique index on ``(part, key)``
+  for the floor lookups and scans;
+* incremental auto-vacuum, run after an epoch is deleted (APPEND merges), so
+  freed pages go back to the file system; and a WAL kept short
+  (``journal_size_limit``) and truncated by a checkpoint when the store closes;
+* memory-mapped reads, so a point read does not copy a 64 KiB page.
+
+Files and tables created before keep their layout and are read the same way
+(the SQL is identical); :meth:`SQLiteBackend.compact` (``VACUUM``) rewrites a
+file densely.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
@@ -33,6 +55,9 @@ from veil.kv.backends.base import Row
 
 BUSY_TIMEOUT_MS = 60_000
 SCAN_PAGE_ROWS = 512
+PAGE_SIZE = 65_536  # for new files (fixed when SQLite creates the file)
+MMAP_BYTES = 1 << 30
+WAL_LIMIT_BYTES = 16 << 20
 _TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 
 
@@ -52,6 +77,7 @@ class SQLiteBackend:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._rowid: dict[str, bool] = {}
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             self.path,
             timeout=BUSY_TIMEOUT_MS / 1000,
@@ -59,19 +85,39 @@ class SQLiteBackend:
             check_same_thread=False,
         )
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # Page size and auto-vacuum only take effect on a file with no table
+        # yet (before WAL mode writes its header); on older files they are no-ops.
+        self._conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+        self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_LIMIT_BYTES // PAGE_SIZE}")
+        self._conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
 
     # -- tables ---------------------------------------------------------
     def ensure_table(self, table: str) -> None:
-        self._execute(
-            f"CREATE TABLE IF NOT EXISTS {_name(table)} (part INTEGER NOT NULL, "
-            "key BLOB NOT NULL, value BLOB NOT NULL, tag BLOB NOT NULL, "
-            "PRIMARY KEY (part, key)) WITHOUT ROWID"
-        )
+        name = _name(table)
+        with self._lock:
+            conn = self._connection()
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {name} (part INTEGER NOT NULL, "
+                "key BLOB NOT NULL, tag BLOB NOT NULL, value BLOB NOT NULL)"
+            )
+            if self._has_rowid(name):  # tables of the old layout are keyed (part, key)
+                conn.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {name}_k ON {name} (part, key)")
 
     def drop_table(self, table: str) -> None:
         self._execute(f"DROP TABLE IF EXISTS {_name(table)}")
+        self._rowid.pop(table, None)
+
+    def _has_rowid(self, name: str) -> bool:
+        """False for a table of the original layout (``WITHOUT ROWID``, keyed (part, key))."""
+        known = self._rowid.get(name)
+        if known is None:
+            row = self._one_raw("SELECT sql FROM sqlite_master WHERE name = ?", (name,))
+            known = self._rowid[name] = not (row and "WITHOUT ROWID" in row[0].upper())
+        return known
 
     # -- reads ----------------------------------------------------------
     def get(self, table: str, partition: int, key: bytes) -> Row | None:
@@ -152,11 +198,23 @@ class SQLiteBackend:
         tag: bytes,
         expected_tag: bytes,
     ) -> bool:
-        changed = self._execute(
-            f"UPDATE {_name(table)} SET value = ?, tag = ? WHERE part = ? AND key = ? AND tag = ?",
-            (value, tag, partition, key, expected_tag),
-        )
-        return changed == 1
+        name = _name(table)
+        if self._has_rowid(name):
+            # A value whose size changes by more than a quarter page (a bulk
+            # load's oversized pack, and that pack cut down by its split) moves
+            # to the end of the table: growing in place would split its leaf,
+            # shrinking would leave a nearly empty one.
+            sql = (
+                f"UPDATE {name} SET value = ?1, tag = ?2, rowid = CASE WHEN "
+                f"abs(length(?1) - length(value)) > {PAGE_SIZE // 4} "
+                f"THEN (SELECT max(rowid) + 1 FROM {name}) ELSE rowid END "
+                "WHERE part = ?3 AND key = ?4 AND tag = ?5"
+            )
+        else:
+            sql = (
+                f"UPDATE {name} SET value = ?1, tag = ?2 WHERE part = ?3 AND key = ?4 AND tag = ?5"
+            )
+        return self._execute(sql, (value, tag, partition, key, expected_tag)) == 1
 
     def upsert(self, table: str, partition: int, key: bytes, value: bytes, tag: bytes) -> None:
         self._execute(
@@ -168,7 +226,26 @@ class SQLiteBackend:
         self._execute(f"DELETE FROM {_name(table)} WHERE part = ? AND key = ?", (partition, key))
 
     def delete_partition(self, table: str, partition: int) -> None:
-        self._execute(f"DELETE FROM {_name(table)} WHERE part = ?", (partition,))
+        with self._lock:
+            conn = self._connection()
+            conn.execute(f"DELETE FROM {_name(table)} WHERE part = ?", (partition,))
+            _release_free_pages(conn)
+
+    def disk_bytes(self) -> int:
+        """Bytes of the database file and its WAL, after a checkpoint truncates the WAL."""
+        with self._lock:
+            conn = self._connection()
+            _release_free_pages(conn)
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        wal = self.path.with_name(self.path.name + "-wal")
+        return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+    def compact(self) -> None:
+        """Rewrite the file densely (``VACUUM``): after many GENERIC updates or splits."""
+        with self._lock:
+            conn = self._connection()
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def stored_bytes(self, table: str) -> int:
         row = self._one_raw(
@@ -181,6 +258,9 @@ class SQLiteBackend:
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
+                # Best effort: another process may hold the file (it checkpoints later).
+                with contextlib.suppress(sqlite3.OperationalError):
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 self._conn.close()
                 self._conn = None
 
@@ -202,6 +282,14 @@ class SQLiteBackend:
     def _one(self, sql: str, params: tuple[object, ...]) -> Row | None:
         row = self._one_raw(sql, params)
         return None if row is None else Row(*row)
+
+
+def _release_free_pages(conn: sqlite3.Connection) -> None:
+    """Give the file's free pages back to the file system (incremental auto-vacuum).
+
+    Through ``execute`` the pragma frees one page per step; a script runs it to the end.
+    """
+    conn.executescript("PRAGMA incremental_vacuum;")
 
 
 def _name(table: str) -> str:
