@@ -51,7 +51,12 @@ def test_cli_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert set(result["algorithms"]) == {"zlib", "zstd", "lz4"}
     assert result["algorithms"]["zlib"]["fraction_of_whole_at_50"] > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "zlib" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "zlib" in out
+    # The same recommendation a store would record for these records as its first batch.
+    chosen = result["recommended"]["zlib"]
+    assert chosen == packsize.recommend(_records(300), ("zlib",))["zlib"]
+    assert f"recommended pack_rows (zlib): {chosen['pack_rows']}," in out
 
 
 def test_file_datasets_json_documents_and_lines(tmp_path: Path) -> None:

@@ -123,10 +123,15 @@ class AppendStore(Store):
             self._append(encoded, TOMBSTONE)
 
     def put_many(self, items: Iterable[tuple[Key, bytes]] | Mapping[Key, bytes]) -> None:
-        """Append every pair (one insert each: APPEND mode has no bulk path)."""
-        pairs = items.items() if isinstance(items, Mapping) else items
-        for key, value in pairs:
-            self.put(key, value)
+        """Append every pair (one insert each: APPEND mode has no bulk path).
+
+        A table with no pack size yet takes it from this batch (merges need it).
+        """
+        pairs = list(items.items() if isinstance(items, Mapping) else items)
+        encoded = [(self._encode_for_write(key), _value(value)) for key, value in pairs]
+        self._settle_pack_rows(sorted(dict(encoded).items()))
+        for key, value in encoded:
+            self._append(key, LIVE + value)
 
     def _append(self, encoded: bytes, record: bytes) -> None:
         if self._frontier is not None and encoded <= self._frontier:
@@ -155,7 +160,7 @@ class AppendStore(Store):
         return self.packs.get(encoded)  # a merge may have moved it meanwhile
 
     def _range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
-        return batched(self._range(low, high), self.config.pack_rows)
+        return batched(self._range(low, high), self.packs.pack_rows)
 
     def _range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         # Epochs first, packs second: a merge that runs in between has put
@@ -288,6 +293,7 @@ class AppendStore(Store):
         return entries, max(newest).hex()
 
     def _insert_packs(self, entries: list[tuple[bytes, bytes]]) -> None:
+        self._settle_pack_rows(entries)  # before a first merge cuts packs
         by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
         for key, value in entries:
             by_partition.setdefault(self.layout.partition(key), []).append((key, value))

@@ -8,7 +8,10 @@ One backend table, ``veil_kv_catalog``, holds:
   store (table names are derived from the key) or failing later on every pack.
 * ``table/<name>`` -- each table's fixed configuration (JSON): mode,
   pack_rows, partitions, pseudorandom packIDs, the APPEND epoch length, and
-  the key type once the first key is written. These must agree between clients: splits and merges are
+  the key type once the first key is written. A table created without
+  ``pack_rows`` has none until its first write chooses one from the data
+  (:mod:`veil.kv.packsize`); ``pack_choice`` then records the curve point the
+  choice rests on (ratio, whole-sample ratio, target, read cap, sample size). These must agree between clients: splits and merges are
   deterministic only if every client cuts packs the same way.
 
 The backend names of a table's parts are derived from the key
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -35,16 +39,21 @@ FINGERPRINT_ROW = b"fingerprint"
 @dataclass(frozen=True)
 class TableConfig:
     mode: str
-    pack_rows: int
+    pack_rows: int | None  # None: not chosen yet (chosen from the first batch)
     partitions: int
     prf_pack_ids: bool
     key_kind: str | None = None
     epoch_seconds: float = 10.0
+    pack_choice: dict[str, Any] | None = None
 
     @property
     def max_keys(self) -> int:
         """Split threshold: 1.5 x the target pack size, as §5.2 suggests."""
-        return max(self.pack_rows + 1, (3 * self.pack_rows) // 2)
+        return max_keys(self.pack_rows or 1)
+
+
+def max_keys(pack_rows: int) -> int:
+    return max(pack_rows + 1, (3 * pack_rows) // 2)
 
 
 def physical_base(master: MasterKey, table: str) -> str:
@@ -83,16 +92,42 @@ def load_config(backend: KVBackend, base: str, wanted: TableConfig, table: str) 
 
 def record_key_kind(backend: KVBackend, base: str, config: TableConfig, kind: str) -> TableConfig:
     """Fix the table's key type at its first write (update-if, so racers agree)."""
+    return _settle(backend, base, "key_kind", lambda current: replace(current, key_kind=kind))
+
+
+def record_pack_rows(
+    backend: KVBackend,
+    base: str,
+    choose: Callable[[], tuple[int, dict[str, Any] | None]],
+) -> TableConfig:
+    """Fix the table's pack size at its first write, unless another client did.
+
+    ``choose`` runs only while the stored entry still has none; of racing
+    clients, the first update-if wins and every other adopts its value.
+    """
+
+    def chosen(current: TableConfig) -> TableConfig:
+        pack_rows, record = choose()
+        return replace(current, pack_rows=pack_rows, pack_choice=record)
+
+    return _settle(backend, base, "pack_rows", chosen)
+
+
+def _settle(
+    backend: KVBackend, base: str, field: str, fill: Callable[[TableConfig], TableConfig]
+) -> TableConfig:
+    """Set a once-only ``field`` of the stored entry (update-if; the first writer wins)."""
     row_key = f"table/{base}".encode()
     while True:
         row = backend.get(CATALOG_TABLE, 0, row_key)
         assert row is not None
         current = TableConfig(**_json(row.value))
-        if current.key_kind is not None:
+        if getattr(current, field) is not None:
             return current
-        updated = json.dumps(asdict(replace(current, key_kind=kind))).encode()
-        if backend.update_if(CATALOG_TABLE, 0, row_key, updated, os.urandom(16), row.tag):
-            return replace(current, key_kind=kind)
+        updated = fill(current)
+        data = json.dumps(asdict(updated)).encode()
+        if backend.update_if(CATALOG_TABLE, 0, row_key, data, os.urandom(16), row.tag):
+            return updated
 
 
 def _json(data: bytes) -> dict[str, Any]:

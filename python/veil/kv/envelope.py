@@ -56,7 +56,7 @@ def stored_tag(stored: bytes) -> bytes:
 class Envelope:
     """Seals and opens records of one table under its pack key."""
 
-    __slots__ = ("_aad_prefix", "_aead", "_codec", "_key", "_tiers")
+    __slots__ = ("_aad_prefix", "_aead", "_codec", "_key", "_tiers", "codec_name")
 
     def __init__(self, key: bytes, scope: str, codec_name: str, tiers: tuple[int, ...]):
         self._aead = AESGCM(key)
@@ -66,6 +66,7 @@ class Envelope:
             b"\x00\x00\x00\x07veil-kv" + len(scope_bytes).to_bytes(4, "big") + scope_bytes
         )
         self._codec = codec.codec_id(codec_name)
+        self.codec_name = codec_name
         self._tiers = tiers
 
     def seal(self, kind: bytes, location: bytes, plaintext: bytes) -> bytes:

@@ -32,6 +32,7 @@ from veil.kv.envelope import Envelope
 from veil.kv.keys import Key, decode_keys, encode_key, key_kind
 from veil.kv.layout import Layout
 from veil.kv.packs import Batch, PackTable
+from veil.kv.packsize import choose_pack_rows
 
 DEFAULT_PACK_ROWS = 50
 DEFAULT_EPOCH_SECONDS = 10.0
@@ -66,7 +67,7 @@ class Store:
             self._base + "p",
             envelope,
             self.layout,
-            config.pack_rows,
+            config.pack_rows or DEFAULT_PACK_ROWS,  # until the first write chooses
             config.max_keys,
             PackCache(pack_cache),
         )
@@ -81,7 +82,9 @@ class Store:
 
     def put(self, key: Key, value: bytes) -> None:
         """Set ``key`` to ``value``."""
-        self.packs.write(self._encode_for_write(key), _value(value))
+        encoded, value = self._encode_for_write(key), _value(value)
+        self._settle_pack_rows([(encoded, value)])
+        self.packs.write(encoded, value)
 
     def delete(self, key: Key) -> None:
         """Remove ``key`` (nothing happens if it is absent)."""
@@ -94,7 +97,27 @@ class Store:
         pairs = items.items() if isinstance(items, Mapping) else items
         encoded = {self._encode_for_write(k): _value(v) for k, v in pairs}
         if encoded:
+            self._settle_pack_rows(sorted(encoded.items()))
             self.packs.write_many(encoded)
+
+    def _settle_pack_rows(self, entries: Sequence[tuple[bytes, bytes]]) -> None:
+        """Choose the pack size from the first batch written, if the table has none yet.
+
+        Every write path calls this before cutting packs: splits and merges are
+        deterministic only once every client uses the recorded size.
+        """
+
+        def choose() -> tuple[int, dict[str, object]]:
+            choice = choose_pack_rows(entries, self.packs.envelope.codec_name)
+            return choice.pack_rows, choice.record()
+
+        if self.config.pack_rows is None:
+            self.config = catalog.record_pack_rows(self.backend, self._base, choose)
+        self._adopt_pack_rows()  # also when a reload brought another client's choice
+
+    def _adopt_pack_rows(self) -> None:
+        pack_rows = self.config.pack_rows or DEFAULT_PACK_ROWS
+        self.packs.pack_rows, self.packs.max_keys = pack_rows, catalog.max_keys(pack_rows)
 
     def range(self, low: Key, high: Key) -> Iterator[tuple[Key, bytes]]:
         """Pairs with ``low <= key <= high``, ascending, across pack borders."""
@@ -114,6 +137,17 @@ class Store:
     def _decoded(self, batches: Iterator[Batch]) -> Iterator[tuple[Key, bytes]]:
         for keys, values in batches:
             yield from zip(decode_keys(keys), values, strict=True)
+
+    def compact(self) -> None:
+        """Ask the server to store this database densely (SQLite: ``VACUUM``).
+
+        Worth running after a large bulk load or many updates: B-tree pages
+        that splits and rewrites left part-empty are rewritten full. A no-op on
+        backends that compact by themselves (Cassandra).
+        """
+        compact = getattr(self.backend, "compact", None)
+        if compact is not None:
+            compact()
 
     def close(self) -> None:
         if not self._closed:
@@ -184,8 +218,11 @@ def open(
 ) -> Store:
     """Open (creating if needed) the MiniCrypt table ``table`` at ``url``.
 
-    ``pack_rows`` (default 50) is the target keys per pack, fixed when the
-    table is created; packs split past 1.5 x that. ``padding`` pads every
+    ``pack_rows`` is the target keys per pack, fixed when the table is
+    created; packs split past 1.5 x that. Without it, the first batch written
+    chooses it from the data: the smallest pack whose compression reaches 90%
+    of the whole batch's, within a 64 KiB read cap (:mod:`veil.kv.packsize`;
+    a first write of a single key takes the default, 50). ``padding`` pads every
     compressed pack to a size tier (``"pow2"`` or a list of byte sizes).
     ``prf_pack_ids`` hides keys behind pseudorandom packIDs (GENERIC mode
     only; no range queries). ``partitions`` overrides the backend's number of
@@ -210,13 +247,15 @@ def open(
         catalog.check_fingerprint(backend, master)
         wanted = catalog.TableConfig(
             mode=mode,
-            pack_rows=pack_rows or DEFAULT_PACK_ROWS,
+            pack_rows=pack_rows,
             partitions=partitions or backend.default_partitions,
             prf_pack_ids=prf_pack_ids,
             epoch_seconds=epoch_seconds or DEFAULT_EPOCH_SECONDS,
         )
         base = catalog.physical_base(master, table)
         config = catalog.load_config(backend, base, wanted, table)
+        if config.pack_rows is None and pack_rows is not None:  # created without, not yet chosen
+            config = catalog.record_pack_rows(backend, base, lambda: (pack_rows, None))
         _check_fixed(table, config, pack_rows=pack_rows, epoch_seconds=epoch_seconds)
         envelope = Envelope(master.derive(KeyLabel("kv-pack", table)), table, compression, tiers)
         if mode == "generic":

@@ -66,13 +66,32 @@ def _register_packsize(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, default=None, help="use only the first N records")
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
     parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=0.9,
+        help="share of the whole-dataset ratio the recommended pack must reach (default 0.9)",
+    )
+    parser.add_argument(
+        "--max-pack-bytes",
+        type=int,
+        default=64 * 1024,
+        help="read-cost cap: plaintext bytes per pack (default 65536)",
+    )
     parser.set_defaults(handler=_packsize)
 
 
 def _packsize(args: argparse.Namespace) -> int:
     from veil.bench.kv import packsize
 
-    result = packsize.run(args.dataset, limit=args.limit, json_path=args.json, png_path=args.png)
+    result = packsize.run(
+        args.dataset,
+        limit=args.limit,
+        json_path=args.json,
+        png_path=args.png,
+        target=args.target,
+        max_pack_bytes=args.max_pack_bytes,
+    )
     print("\n".join(packsize.summary_lines(result)))
     return 0
 

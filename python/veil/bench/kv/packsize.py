@@ -6,6 +6,11 @@ raw bytes / compressed bytes over the whole dataset. ``whole`` compresses the
 entire dataset as one blob, the upper bound a pack can approach (§3). The
 rows needed for 75% and 90% of that bound are interpolated between measured
 pack sizes on a log scale, as the paper's table reports fractional sizes.
+
+``recommended`` is what a store would choose for a table created without
+``pack_rows`` whose first batch were these records (keyed 0, 1, 2, ...): the
+same function, :func:`veil.kv.packsize.choose_pack_rows`, on real packs
+(keys, lengths and envelope bytes counted), for the codecs a store offers.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from pathlib import Path
 
 import lz4.frame
 import zstandard
+
+from veil.kv.keys import encode_key
+from veil.kv.packsize import MAX_PACK_BYTES, TARGET_SHARE, choose_pack_rows
 
 PACK_ROWS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 TARGETS = (0.75, 0.90)
@@ -84,6 +92,21 @@ def measure(
         curve.rows_for_target = {t: rows_for_fraction(ratios, whole, t) for t in TARGETS}
         curves[name] = curve
     return curves
+
+
+def recommend(
+    records: Sequence[bytes],
+    algorithms: Sequence[str] = tuple(COMPRESSORS),
+    *,
+    target: float = TARGET_SHARE,
+    max_pack_bytes: int = MAX_PACK_BYTES,
+) -> dict[str, dict[str, object]]:
+    """The pack size a store would choose for each codec (its catalogue record)."""
+    entries = [(encode_key(i), record) for i, record in enumerate(records)]
+    return {
+        name: choose_pack_rows(entries, name, target=target, max_pack_bytes=max_pack_bytes).record()
+        for name in algorithms
+    }
 
 
 def report(dataset: str, records: Sequence[bytes], curves: dict[str, AlgorithmCurve]) -> dict:
@@ -152,6 +175,14 @@ def summary_lines(result: dict) -> list[str]:
             f"{'-' if at50 is None else f'{at50:.0%}':>9}  "
             f"{_fmt(curve['rows_for_75pct']):>4}  {_fmt(curve['rows_for_90pct']):>4}"
         )
+    for name, choice in result.get("recommended", {}).items():
+        verdict = "reaches" if choice["reached_target"] else "short of"
+        lines.append(
+            f"recommended pack_rows ({name}): {choice['pack_rows']}, stored ratio "
+            f"{choice['ratio']:.2f} {verdict} {choice['target']:.0%} of the whole sample's "
+            f"{choice['whole_ratio']:.2f} (reads of at most {choice['max_pack_bytes']} bytes; "
+            f"{choice['sample_rows']} rows sampled)"
+        )
     return lines
 
 
@@ -164,12 +195,24 @@ def _fmt(value: float | None) -> str:
     return ">max" if value is None else f"{value:g}"
 
 
-def run(dataset: str, *, limit: int | None, json_path: Path | None, png_path: Path | None) -> dict:
+def run(
+    dataset: str,
+    *,
+    limit: int | None,
+    json_path: Path | None,
+    png_path: Path | None,
+    target: float = TARGET_SHARE,
+    max_pack_bytes: int = MAX_PACK_BYTES,
+) -> dict:
     from veil.bench.kv.datasets import load_records
+    from veil.kv.codec import CODEC_IDS
 
     started = time.perf_counter()
     records = load_records(dataset, limit)
     result = report(dataset, records, measure(records))
+    result["recommended"] = recommend(
+        records, tuple(CODEC_IDS), target=target, max_pack_bytes=max_pack_bytes
+    )
     result["seconds"] = round(time.perf_counter() - started, 2)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,124 @@
+"""Choosing a table's pack size from its data (MiniCrypt §3 and §8.3).
+
+A pack of n consecutive rows compresses better as n grows, quickly at first
+and then approaching the ratio of the whole dataset compressed as one blob
+(Figure 2). A point read inflates a whole pack, so the best pack is the
+*smallest* one whose ratio reaches a target share of the whole-dataset ratio
+(default 90%), and never one larger than a read-cost cap (``max_pack_bytes``
+of plaintext a point read may have to inflate, default 64 KiB). When no size
+within the cap reaches the target, the largest size within the cap is chosen:
+the best compression the read cost allows.
+
+The curve is measured on a sample of the first batch a table receives, cut
+into real packs (the record list of :mod:`veil.kv.pack`, keys included) and
+compressed with the table's codec; each pack is charged the bytes its envelope
+and server row add (nonce, GCM tag, length, update-if tag, packID), so the
+ratio is the one the server will see. The sample is a few evenly spaced runs of
+consecutive rows, picked by position only, so the same batch always gives the
+same choice.
+
+``veil kv packsize`` prints the same recommendation for a file of records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from veil.kv import codec
+from veil.kv.pack import serialize_entries
+
+CANDIDATE_ROWS = (1, 2, 3, 5, 8, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000)
+TARGET_SHARE = 0.90
+MAX_PACK_BYTES = 64 * 1024
+SAMPLE_RUNS = 4
+RUN_ROWS = 2 * CANDIDATE_ROWS[-1]  # a run holds two of the largest packs
+# Envelope (version, codec, nonce, GCM tag), length prefix, update-if tag: per
+# stored pack on top of its compressed bytes and its packID.
+ENVELOPE_BYTES = 2 + 12 + 16 + 4 + 16
+MIN_SAMPLE_ROWS = 2 * 8  # fewer rows say nothing about a curve
+
+Entry = tuple[bytes, bytes]  # (encoded key, value)
+
+
+@dataclass(frozen=True)
+class PackSizeChoice:
+    """The chosen rows per pack and the curve point it rests on."""
+
+    pack_rows: int
+    ratio: float  # raw value bytes / stored bytes at pack_rows
+    whole_ratio: float  # raw value bytes / the sample compressed as one blob
+    target: float
+    max_pack_bytes: int
+    sample_rows: int
+    codec: str
+    reached_target: bool
+
+    def record(self) -> dict[str, object]:
+        """What the table's catalogue entry keeps about the choice."""
+        return asdict(self)
+
+
+def sample_runs(entries: Sequence[Entry]) -> list[Sequence[Entry]]:
+    """Up to SAMPLE_RUNS evenly spaced runs of RUN_ROWS consecutive entries."""
+    if len(entries) <= SAMPLE_RUNS * RUN_ROWS:
+        return [entries]
+    stride = (len(entries) - RUN_ROWS) // (SAMPLE_RUNS - 1)
+    return [entries[i * stride : i * stride + RUN_ROWS] for i in range(SAMPLE_RUNS)]
+
+
+def whole_ratio(runs: Sequence[Sequence[Entry]], codec_name: str) -> float:
+    """Raw value bytes / the sample's values compressed as one blob (the upper bound)."""
+    whole = b"".join(value for run in runs for _, value in run)
+    return len(whole) / max(1, len(codec.compress(codec.codec_id(codec_name), whole)))
+
+
+def stored_ratio(runs: Sequence[Sequence[Entry]], codec_name: str, rows: int) -> float:
+    """Raw value bytes / stored bytes when each run is cut into packs of ``rows``."""
+    codec_id = codec.codec_id(codec_name)
+    raw = stored = 0
+    for run in runs:
+        for start in range(0, len(run), rows):
+            piece = run[start : start + rows]
+            raw += sum(len(value) for _, value in piece)
+            compressed = codec.compress(codec_id, serialize_entries(piece))
+            stored += len(compressed) + ENVELOPE_BYTES + len(piece[0][0])
+    return raw / stored
+
+
+def curve(
+    runs: Sequence[Sequence[Entry]], codec_name: str, sizes: Sequence[int] = CANDIDATE_ROWS
+) -> dict[int, float]:
+    """Stored ratio for each pack size no larger than the longest run."""
+    longest = max(len(run) for run in runs)
+    return {n: stored_ratio(runs, codec_name, n) for n in sizes if n <= longest}
+
+
+def choose_pack_rows(
+    entries: Sequence[Entry],
+    codec_name: str,
+    *,
+    target: float = TARGET_SHARE,
+    max_pack_bytes: int = MAX_PACK_BYTES,
+    default: int = 50,
+) -> PackSizeChoice:
+    """The smallest pack reaching ``target`` x the whole-sample ratio within the read cap.
+
+    ``entries`` are (encoded key, value) pairs in key order. Too small a sample
+    (fewer than MIN_SAMPLE_ROWS rows) gives ``default``.
+    """
+    runs = sample_runs(entries)
+    count = sum(len(run) for run in runs)
+    if count < MIN_SAMPLE_ROWS:
+        return PackSizeChoice(default, 0.0, 0.0, target, max_pack_bytes, count, codec_name, False)
+    mean_row = sum(len(k) + len(v) + 8 for run in runs for k, v in run) / count
+    affordable = [n for n in CANDIDATE_ROWS if n == 1 or n * mean_row <= max_pack_bytes]
+    whole = whole_ratio(runs, codec_name)
+    longest = max(len(run) for run in runs)
+    ratio, chosen = 0.0, 1
+    for rows in (n for n in affordable if n <= longest):  # ascending: stop at the first
+        ratio, chosen = stored_ratio(runs, codec_name, rows), rows
+        if ratio >= target * whole:
+            break
+    reached = ratio >= target * whole
+    return PackSizeChoice(chosen, ratio, whole, target, max_pack_bytes, count, codec_name, reached)

@@ -1,0 +1,130 @@
+"""Pack size chosen from the data (issue 14): the curve, the cap, the catalogue."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from conftest import StoreFactory
+from veil.errors import ParameterError
+from veil.kv import catalog
+from veil.kv.keys import encode_key
+from veil.kv.packsize import CANDIDATE_ROWS, choose_pack_rows
+
+
+def _records(count: int, size: int = 120, seed: int = 3) -> list[bytes]:
+    """Log-like records: repetitive structure, some variety (compress ~3-6x)."""
+    rng = random.Random(seed)
+    words = ["install", "status", "half-configured", "unpacked", "libc6", "amd64", "ok"]
+    out = []
+    for i in range(count):
+        text = f"2026-11-{i % 28 + 1:02d} {i:08d} " + " ".join(rng.choice(words) for _ in range(30))
+        out.append(text.encode()[:size])
+    return out
+
+
+def _entries(records: list[bytes]) -> list[tuple[bytes, bytes]]:
+    return [(encode_key(i), r) for i, r in enumerate(records)]
+
+
+def test_choice_is_deterministic_for_a_given_sample() -> None:
+    entries = _entries(_records(20_000))
+    first = choose_pack_rows(entries, "zlib")
+    assert choose_pack_rows(list(entries), "zlib") == first
+    assert first.pack_rows in CANDIDATE_ROWS
+    assert first.sample_rows == 8000  # four evenly spaced runs of 2,000 rows
+
+
+def test_smallest_pack_reaching_the_target() -> None:
+    entries = _entries(_records(3000))
+    choice = choose_pack_rows(entries, "zlib", target=0.5)
+    assert choice.reached_target and choice.ratio >= 0.5 * choice.whole_ratio
+    smaller = [n for n in CANDIDATE_ROWS if n < choice.pack_rows]
+    if smaller:  # the next smaller candidate falls short
+        below = choose_pack_rows(entries, "zlib", target=0.5, max_pack_bytes=smaller[-1] * 140)
+        assert below.pack_rows == smaller[-1] and not below.reached_target
+    assert choose_pack_rows(entries, "zlib", target=0.8).pack_rows >= choice.pack_rows
+
+
+def test_read_cap_bounds_the_pack() -> None:
+    # Near-copies of one random block: only a pack of many rows would approach
+    # the whole blob's ratio, and the cap allows at most 16 rows of 4 KB.
+    block = os.urandom(4000)
+    entries = [(encode_key(i), i.to_bytes(4, "big") + block) for i in range(500)]
+    choice = choose_pack_rows(entries, "zstd", max_pack_bytes=64 * 1024)
+    assert choice.pack_rows == max(n for n in CANDIDATE_ROWS if n * 4013 <= 64 * 1024)
+    assert not choice.reached_target
+
+
+def test_too_small_a_sample_takes_the_default() -> None:
+    choice = choose_pack_rows(_entries(_records(3)), "zlib", default=50)
+    assert choice.pack_rows == 50 and choice.sample_rows == 3
+
+
+def test_first_batch_chooses_and_the_catalogue_records_it(open_store: StoreFactory) -> None:
+    records = _records(3000)
+    store = open_store()
+    assert store.config.pack_rows is None
+    store.put_many(enumerate(records))
+    expected = choose_pack_rows(sorted(_entries(records)), "zlib").pack_rows
+    assert store.config.pack_rows == expected == store.packs.pack_rows
+    assert store.config.pack_choice is not None
+    assert store.config.pack_choice["pack_rows"] == expected
+    other = open_store()  # a second client adopts the recorded size
+    assert other.config.pack_rows == expected
+    assert [store.get(i) for i in (0, 1499, 2999)] == [records[0], records[1499], records[2999]]
+    with pytest.raises(ParameterError, match="pack_rows"):
+        open_store(pack_rows=expected + 1)
+
+
+def test_a_client_opened_before_the_choice_adopts_it(open_store: StoreFactory) -> None:
+    early, chooser = open_store(), open_store()
+    chooser.put_many(enumerate(_records(2000)))
+    early.put_many({5000 + i: b"late %d" % i for i in range(100)})  # its own batch differs
+    assert early.config.pack_rows == chooser.config.pack_rows == early.packs.pack_rows
+    assert early.get(5050) == b"late 50"
+
+
+def test_explicit_pack_rows_fixes_an_undecided_table(open_store: StoreFactory) -> None:
+    open_store()
+    fixed = open_store(pack_rows=20)
+    assert fixed.config.pack_rows == 20 and fixed.config.pack_choice is None
+    fixed.put_many(enumerate(_records(500)))
+    assert fixed.config.pack_rows == 20
+
+
+def test_single_put_on_a_new_table_takes_the_default(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.put(1, b"one")
+    assert store.config.pack_rows == 50
+
+
+def test_append_merge_chooses_from_the_epoch(open_store: StoreFactory) -> None:
+    clock = [1000.0]
+    store = open_store("append", epoch_seconds=1.0, clock=lambda: clock[0])
+    records = _records(600)
+    for i, record in enumerate(records):
+        store.put(i, record)
+    assert store.config.pack_rows is None  # single APPEND puts cut no pack
+    clock[0] += 10
+    store.settle()
+    assert store.config.pack_rows is not None
+    assert store.get(599) == records[599]
+    assert list(store.range(0, 599)) == list(enumerate(records))
+
+
+def test_catalogue_entry_is_json_with_the_choice(tmp_path: Path, key_file: Path) -> None:
+    import veil.kv
+
+    url = f"sqlite:///{tmp_path}/c.db"
+    with veil.kv.open(url, key_file, table="t") as store:
+        store.put_many(enumerate(_records(400)))
+        row = store.backend.get(catalog.CATALOG_TABLE, 0, f"table/{store._base}".encode())
+    assert row is not None
+    stored = json.loads(row.value)
+    assert stored["pack_rows"] == stored["pack_choice"]["pack_rows"]
+    assert stored["pack_choice"]["codec"] == "zlib"
