@@ -122,6 +122,12 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
         default="zlib",
         help="codec of Veil's packs and of the per-row baseline's rows (default zlib)",
     )
+    parser.add_argument(
+        "--pack-rows",
+        type=int,
+        default=None,
+        help="Veil's rows per pack (default: chosen by the store from the loaded data)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
     parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
     parser.set_defaults(handler=_bench)

@@ -50,7 +50,9 @@ import veil.kv
 from veil.bench.kv.clients import PackClient, RowClient
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.errors import ParameterError
+from veil.kv import codec
 from veil.kv.backends import open_backend
+from veil.kv.backends.sqlite import SQLiteBackend
 from veil.kv.envelope import Envelope
 
 CLIENTS = ("veil", "per_row", "vanilla")
@@ -89,7 +91,7 @@ class BenchConfig:
     records: int = 20_000
     ops: int = 2_000
     seconds: float = 20.0
-    pack_rows: int = 50
+    pack_rows: int | None = None  # None: the store chooses from the loaded data
     compression: str = "zlib"
     epoch_seconds: float = 2.0
     pack_cache: int = 0
@@ -112,6 +114,7 @@ class BenchConfig:
             compression=args.compression,
             heap_mb=args.heap_mb,
             threads=args.threads,
+            pack_rows=args.pack_rows,
         )
 
 
@@ -308,6 +311,19 @@ def disk_bytes(keyspace_dir: Path, facts: dict) -> dict[str, int]:
     }
 
 
+def sqlite_pages(backend: object, clients: list[Client], facts: dict) -> None:
+    """SQLite: each client's pages (table + index) after the load, and after ``VACUUM``."""
+    if not isinstance(backend, SQLiteBackend):
+        return
+    for label in ("disk_bytes_loaded", "disk_bytes"):
+        if label == "disk_bytes":
+            backend.compact()
+        facts[label] = {
+            client.name: sum(backend.table_disk_bytes(t) for t in client.tables)
+            for client in clients
+        }
+
+
 def _fresh_keyspace(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme == "cassandra":
@@ -348,6 +364,9 @@ def run(config: BenchConfig) -> dict:
     clock = Clock(config.ops, config.seconds, config.threads)
     result: dict[str, Any] = {"config": dict(config.__dict__), "distinct_values": len(values)}
     result["raw_bytes"] = sum(len(v) for _, v in plan.items())
+    whole = b"".join(v for _, v in plan.items())
+    whole_bytes = len(codec.compress(codec.codec_id(config.compression), whole))
+    result["whole_ratio"] = round(len(whole) / whole_bytes, 3)
     started = time.perf_counter()
     with store_url(config) as (url, facts):
         result["server"] = facts
@@ -373,6 +392,9 @@ def _generic_phase(url: str, config: BenchConfig, plan: Plan, clock: Clock, fact
             client.put_many(items)
             load[client.name] = round(time.perf_counter() - began, 2)
             sizes[client.name] = client.stored_bytes()
+        store = next(c.store for c in clients if isinstance(c, PackClient))
+        facts["pack_rows"], facts["pack_choice"] = store.config.pack_rows, store.config.pack_choice
+        sqlite_pages(store.backend, clients, facts)
         for name in workloads:
             for client in clients:
                 workloads[name][client.name] = run_workload(name, client, plan, clock, {}).summary()
@@ -406,12 +428,21 @@ def ratios(result: dict) -> dict[str, float]:
         return float(work[name][client]["ops_per_s"]) or float("nan")
 
     disk = result["server"].get("disk_bytes") or {}
+    raw, whole = result["raw_bytes"], result["whole_ratio"]
+    payload_ratio = raw / result["server_bytes"]["veil"]
     extra = (
-        {"disk_bytes_per_row_over_veil": round(disk["per_row"] / disk["veil"], 2)}
+        {
+            "disk_bytes_per_row_over_veil": round(disk["per_row"] / disk["veil"], 2),
+            "veil_disk_ratio": round(raw / disk["veil"], 3),
+            "veil_disk_share_of_whole": round(raw / disk["veil"] / whole, 3),
+            "veil_disk_over_payload": round(disk["veil"] / result["server_bytes"]["veil"], 3),
+        }
         if disk.get("veil")
         else {}
     )
     return extra | {
+        "veil_payload_ratio": round(payload_ratio, 3),
+        "veil_payload_share_of_whole": round(payload_ratio / whole, 3),
         "range_1000_veil_over_per_row": round(
             speed("range_1000", "veil") / speed("range_1000", "per_row"), 2
         ),
@@ -431,7 +462,8 @@ def summary_lines(result: dict) -> list[str]:
     lines = [
         f"{result['config']['backend']}: {result['config']['records']} records "
         f"({result['raw_bytes']} bytes raw) of {result['config']['dataset']}, "
-        f"{result['seconds']} s in all",
+        f"{result['seconds']} s in all; Veil pack_rows {result['server'].get('pack_rows')}, "
+        f"whole-dataset ratio {result['whole_ratio']}",
         "server bytes: "
         + ", ".join(f"{c} {result['server_bytes'][c]}" for c in CLIENTS)
         + "; load s: "
@@ -446,7 +478,10 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(f"{name:<14}{cells}")
     if result["server"].get("disk_bytes"):
         disk = result["server"]["disk_bytes"]
-        lines.append("on-disk SSTable bytes: " + ", ".join(f"{c} {disk[c]}" for c in CLIENTS))
+        lines.append(
+            "on-disk bytes (SQLite pages after VACUUM, Cassandra SSTables): "
+            + ", ".join(f"{c} {disk[c]}" for c in CLIENTS)
+        )
     lines.append("targets: " + json.dumps(result["ratios"]))
     return lines
 

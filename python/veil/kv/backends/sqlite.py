@@ -240,6 +240,14 @@ class SQLiteBackend:
         wal = self.path.with_name(self.path.name + "-wal")
         return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
+    def table_disk_bytes(self, table: str) -> int:
+        """Bytes of the pages holding ``table`` and its index (SQLite's dbstat)."""
+        name = _name(table)
+        row = self._one_raw(
+            "SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN (?, ?)", (name, name + "_k")
+        )
+        return int(row[0]) if row else 0
+
     def compact(self) -> None:
         """Rewrite the file densely (``VACUUM``): after many GENERIC updates or splits."""
         with self._lock:
