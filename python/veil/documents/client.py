@@ -47,7 +47,11 @@ def connect(
         url, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms, tz_aware=False
     )
     name = database or parse_uri(url).get("database") or DEFAULT_DATABASE
-    return Database(client, name, master, schemas)
+    try:
+        return Database(client, name, master, schemas)
+    except BaseException:
+        client.close()  # a wrong key or an unreachable server leaves no client behind
+        raise
 
 
 def _schemas(schema: dict[str, Any] | str | os.PathLike[str] | None) -> dict[str, Schema]:

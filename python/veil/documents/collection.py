@@ -39,8 +39,8 @@ def server_errors(what: str) -> Iterator[None]:
     """The one place where the driver's errors become Veil's."""
     try:
         yield
-    except pymongo.errors.ServerSelectionTimeoutError as exc:
-        raise ServerError(f"{what}: the server did not answer ({exc.__class__.__name__})") from None
+    except pymongo.errors.ConnectionFailure as exc:
+        raise ServerError(f"{what}: the server did not answer ({exc})") from None
     except pymongo.errors.BulkWriteError:
         raise
     except pymongo.errors.PyMongoError as exc:

@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 import bson
+import bson.errors
 import numpy as np
 import pyarrow as pa
 
@@ -74,10 +75,10 @@ class FieldCipher:
         """The stored forms of ``values`` (one per value, same order)."""
         if self.spec.attr == "h_add":
             return self._encrypt_additive(values)
-        sealed = self.seal(values)
         if self.spec.attr == "static":
-            return sealed
-        orders = self.order_ciphertexts(values)
+            return self.seal(values)
+        orders = self.order_ciphertexts(values)  # checks the values' types first
+        sealed = self.seal(values)
         stored = [{"s": s, "o": o} for s, o in zip(sealed, orders, strict=True)]
         if self.spec.type == "string":
             for entry, value in zip(stored, values, strict=True):
@@ -86,7 +87,10 @@ class FieldCipher:
 
     def seal(self, values: list[Any]) -> list[bytes]:
         """AES-GCM of each value's BSON encoding (one native call for the batch)."""
-        plain = [bson.encode({"v": value}) for value in values]
+        try:
+            plain = [bson.encode({"v": value}) for value in values]
+        except (OverflowError, bson.errors.InvalidDocument) as exc:
+            raise FieldTypeError(f"field {self.spec.path!r}: cannot store a value: {exc}") from None
         return list(self._rnd.encrypt(pa.array(plain, pa.binary())).to_pylist())
 
     def order_ciphertexts(self, values: list[Any]) -> list[Any]:
