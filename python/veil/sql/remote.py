@@ -15,8 +15,9 @@ other statements' predicates (semi-joins, server joins) need no offsets.
 Statement shapes (names shortened)::
 
     scan         SELECT c_a, c_b FROM t_x WHERE <server predicates>
-                   [AND EXISTS (<reduction>)] [AND c_k IN (SELECT UNNEST($n))]
-    reduction    SELECT 1 FROM t_y AS r1 WHERE r1.c_k = t_x.c_k AND <t_y's predicates>
+                   [AND c_k IN (<reduction>)] [AND c_k IN (SELECT UNNEST($n))]
+    reduction    SELECT r1.c_k FROM t_y AS r1 WHERE <t_y's predicates>
+                   (or, when several key columns join: rid IN (SELECT r0.rid FROM <the join>))
     joined       SELECT j0.c_a, j1.c_b FROM t_x AS j0, t_y AS j1 WHERE j0.c_k = j1.c_k AND ...
     aggregate    SELECT c_k, COUNT(*), MIN(c_ope) FROM t_x WHERE ... GROUP BY c_k
     HOM sums     two levels, per (keys, pack) then per (keys, mask, chunk) (``_packed_sums``)
@@ -34,7 +35,7 @@ from veil.design.model import TableDesign
 
 if TYPE_CHECKING:
     from veil.backends.base import Backend
-    from veil.sql.plan import Aggregation, JoinedFetch, Reduction, Scan
+    from veil.sql.plan import Aggregation, JoinedFetch, JoinEdge, Reduction, Scan
 
 _VALUE = "veil_param"  # meta key of a placeholder's value
 _INNER, _SIDE = "g", "h"
@@ -102,8 +103,7 @@ def _filtered(select: exp.Select, scan: Scan, alias: str | None, extras: Extras)
     for predicate in _filters(scan, extras):
         select = select.where(_qualified(predicate, alias), copy=False)
     if scan.reduction is not None:
-        outer = alias or scan.table.server_name
-        select = select.where(reduction_exists(scan.reduction, scan, outer, extras), copy=False)
+        select = select.where(reduction_filter(scan.reduction, scan, alias, extras), copy=False)
     return select
 
 
@@ -122,28 +122,71 @@ def _qualified(server: exp.Expr, alias: str | None) -> exp.Expr:
     return copied
 
 
-def reduction_exists(
-    reduction: Reduction, target: Scan, outer: str, extras: Extras | None = None
-) -> exp.Exists:
-    """``EXISTS`` a join partner of the ``target`` row (named ``outer``) on the server.
+def reduction_filter(
+    reduction: Reduction, target: Scan, outer: str | None, extras: Extras | None = None
+) -> exp.Expr:
+    """The server filter keeping the rows of ``target`` (named ``outer``) that have join partners.
 
-    The reduction's other scans, with their filters (``extras``: run-time
-    filters of scans fetched before), joined to the outer row on their DET
-    keys: the engine runs it as a hash semi-join on the keys. (It was
-    ``rid IN (SELECT r0.rid FROM <the whole join>)``, which scanned the
-    target again and probed millions of random row ids: TPC-H Q4 spent 343
-    of its 448 ms there.) The target's own filters are on the outer row.
+    When every join edge of the target uses one of its columns, a key
+    semi-join, computed once and run by the engine as a hash semi-join::
+
+        c_k IN (SELECT r1.c_k FROM t_y AS r1 WHERE <t_y's predicates>)
+
+    (TPC-H Q4: 448 -> ~100 ms.) Otherwise the row ids of the target rows that
+    join the rest, ``rid IN (SELECT r0.rid FROM <the whole join>)``: a
+    correlated ``EXISTS`` on several keys made DuckDB run Q7's reductions
+    thirty times slower. ``extras``: run-time filters of scans fetched before.
     """
+    keys = {c for edge in reduction.edges if (c := edge_column(edge, target)) is not None}
+    if len(keys) != 1:
+        row_id = exp.column(target.table.row_id, table=outer)
+        return row_id.isin(query=_reduction_rows(reduction, target, extras or {}))
+    (key,) = keys
     others = [scan for scan in reduction.scans if scan is not target]
     aliases = {id(scan): f"r{i}" for i, scan in enumerate(others, 1)}
-    aliases[id(target)] = outer
-    select = _from_joined(exp.select(exp.Literal.number(1)), others, aliases)
-    for edge in reduction.edges:
-        select = select.where(_edge(edge, aliases), copy=False)
+    partners = [_partner(edge, target, aliases) for edge in reduction.edges]
+    first = next(p for p in partners if p is not None)
+    select = _from_joined(exp.select(first.copy()), others, aliases)
+    for edge, partner in zip(reduction.edges, partners, strict=True):
+        condition = (
+            _edge(edge, aliases)
+            if partner is None
+            else exp.EQ(this=first.copy(), expression=partner)
+        )
+        if partner is not first:
+            select = select.where(condition, copy=False)
     for scan in others:
         for predicate in _filters(scan, extras or {}):
             select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
-    return exp.Exists(this=select)
+    return exp.column(key, table=outer).isin(query=select)
+
+
+def edge_column(edge: JoinEdge, scan: Scan) -> str | None:
+    """``scan``'s column in ``edge``, if the edge touches it."""
+    if edge.left is scan:
+        return edge.left_column
+    return edge.right_column if edge.right is scan else None
+
+
+def _partner(edge: JoinEdge, target: Scan, aliases: dict[int, str]) -> exp.Column | None:
+    """The other side of a target's edge, as a column of the semi-join's scans."""
+    if edge.left is target:
+        return exp.column(edge.right_column, table=aliases[id(edge.right)])
+    if edge.right is target:
+        return exp.column(edge.left_column, table=aliases[id(edge.left)])
+    return None
+
+
+def _reduction_rows(reduction: Reduction, target: Scan, extras: Extras) -> exp.Select:
+    aliases = {id(scan): f"r{i}" for i, scan in enumerate(reduction.scans)}
+    select = exp.select(exp.column(target.table.row_id, table=aliases[id(target)]))
+    select = _from_joined(select, reduction.scans, aliases)
+    for edge in reduction.edges:
+        select = select.where(_edge(edge, aliases), copy=False)
+    for scan in reduction.scans:
+        for predicate in _filters(scan, extras):
+            select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
+    return select
 
 
 def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Select:
@@ -161,7 +204,7 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
             select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
     for scan in fetch.scans:
         if scan.reduction is not None:
-            semi = reduction_exists(scan.reduction, scan, aliases[id(scan)], extras)
+            semi = reduction_filter(scan.reduction, scan, aliases[id(scan)], extras)
             select = select.where(semi, copy=False)
     return select
 
@@ -173,9 +216,9 @@ def _from_joined(select: exp.Select, scans: Sequence[Scan], aliases: dict[int, s
     return select
 
 
-def _edge(edge: object, aliases: dict[int, str]) -> exp.Expr:
-    left = exp.column(edge.left_column, table=aliases[id(edge.left)])  # type: ignore[attr-defined]
-    right = exp.column(edge.right_column, table=aliases[id(edge.right)])  # type: ignore[attr-defined]
+def _edge(edge: JoinEdge, aliases: dict[int, str]) -> exp.Expr:
+    left = exp.column(edge.left_column, table=aliases[id(edge.left)])
+    right = exp.column(edge.right_column, table=aliases[id(edge.right)])
     return exp.EQ(this=left, expression=right)
 
 
