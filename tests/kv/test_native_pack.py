@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -13,7 +14,7 @@ from veil.errors import AuthenticationError, MalformedCiphertextError
 from veil.kv import codec
 from veil.kv.codec import Inflater
 from veil.kv.envelope import Envelope
-from veil.kv.pack import lookup, parse_entries, serialize_entries
+from veil.kv.pack import lookup, parse_entries, serialize_entries, serialize_entries_v1
 
 KEY = bytes(range(32))
 CODECS = ["zlib", "zstd", "lz4"]
@@ -30,13 +31,18 @@ def _sealed_raw(name: str, compressed: bytes, codec_byte: int | None = None) -> 
 
 
 @settings(max_examples=40, deadline=None)
-@given(entries=ENTRIES, name=st.sampled_from(CODECS), padded=st.booleans())
+@given(
+    entries=ENTRIES,
+    name=st.sampled_from(CODECS),
+    padded=st.booleans(),
+    serialize=st.sampled_from([serialize_entries, serialize_entries_v1]),
+)
 def test_native_open_equals_the_python_path(
-    entries: dict[bytes, bytes], name: str, padded: bool
+    entries: dict[bytes, bytes], name: str, padded: bool, serialize: Any
 ) -> None:
     envelope = Envelope(KEY, "t", name, codec.pad_tiers("pow2" if padded else None))
     ordered = sorted(entries.items())
-    stored = envelope.seal(b"pack", b"p", serialize_entries(ordered))
+    stored = envelope.seal(b"pack", b"p", serialize(ordered))
     old = parse_entries(envelope.open(b"pack", b"p", stored))
     assert envelope.open_records(b"pack", b"p", stored) == old
     for key in [*entries, b"\xff" * 13]:
@@ -77,7 +83,8 @@ def test_truncated_stream_is_a_clear_error(name: str) -> None:
 @pytest.mark.parametrize(
     ("plaintext", "reason"),
     [
-        (b"\x02\x00\x00\x00\x00", "version 2 is unknown"),
+        (b"\x03\x00\x00\x00\x00", "version 3 is unknown"),
+        (b"\x02\x01\x01\x01\x00k", "shares more than the previous key"),
         (serialize_entries([(b"k", b"value")])[:-1], "do not add up"),
         (b"\x01\x00\x00\x00\x09", "truncated"),
     ],

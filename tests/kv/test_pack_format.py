@@ -14,15 +14,57 @@ from veil.errors import AuthenticationError, MalformedCiphertextError, WrongKeyE
 from veil.kv import codec
 from veil.kv.envelope import Envelope
 from veil.kv.keys import ROOT_PACK_ID, decode_key, decode_keys, encode_key
-from veil.kv.pack import lookup, parse_entries, serialize_entries
+from veil.kv.pack import lookup, parse_entries, serialize_entries, serialize_entries_v1
 
 KEY = bytes(range(32))
 
 
 @given(st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=50)), max_size=30))
 def test_entries_round_trip(entries: list[tuple[bytes, bytes]]) -> None:
-    keys, values = parse_entries(serialize_entries(entries))
-    assert list(zip(keys, values, strict=True)) == entries
+    for serialize in (serialize_entries, serialize_entries_v1):
+        keys, values = parse_entries(serialize(entries))
+        assert list(zip(keys, values, strict=True)) == entries
+
+
+def test_packs_of_format_one_stay_readable_and_writable(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import veil.kv.packs
+
+    with monkeypatch.context() as patch:  # a store as Veil wrote it before issue 14
+        patch.setattr(veil.kv.packs, "serialize_entries", serialize_entries_v1)
+        old = open_store(pack_rows=10, pack_cache=0)
+        old.put_many({i: b"old %d" % i for i in range(100)})
+    store = open_store(pack_rows=10, pack_cache=0)
+    assert store.get(42) == b"old 42"
+    store.put(42, b"new")  # rewrites that pack in format 2
+    store.put_many({i: b"more %d" % i for i in range(100, 150)})
+    assert [v for _, v in store.range(40, 44)] == [
+        b"old 40",
+        b"old 41",
+        b"new",
+        b"old 43",
+        b"old 44",
+    ]
+    assert store.get(149) == b"more 149"
+
+
+def test_format_two_costs_short_records_little() -> None:
+    # 750 consecutive integer keys and 68-byte lines: the keys and lengths of
+    # format 1 took a third of the compressed pack.
+    import zlib
+
+    entries = [
+        (
+            encode_key(i),
+            b"2026-11-24 13:%02d status installed libfoo%d:amd64 1.%d" % (i % 60, i % 97, i),
+        )
+        for i in range(750)
+    ]
+    v1 = len(zlib.compress(serialize_entries_v1(entries)))
+    v2 = len(zlib.compress(serialize_entries(entries)))
+    values_only = len(zlib.compress(b"".join(v for _, v in entries)))
+    assert v2 < v1 and v2 - values_only < (v1 - values_only) / 2
 
 
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=2, max_size=20))

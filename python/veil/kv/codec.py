@@ -90,6 +90,8 @@ class Inflater:
             return self.buffer
         try:
             if self._inflate is None:
+                if not self._data:  # inflated whole already
+                    return self.buffer
                 self.buffer = decompress(self._codec, self._data)
                 self._data = b""
             else:

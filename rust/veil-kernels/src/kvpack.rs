@@ -5,9 +5,20 @@
 //! plaintext a record list (`veil/kv/pack.py` documents both layouts):
 //!
 //! ```text
-//! version (0x01) | count n (u32) | key lengths (n x u32) | value lengths (n x u32)
-//! keys, concatenated | values, concatenated            (integers big-endian)
+//! version 1: 0x01 | count n (u32) | key lengths (n x u32) | value lengths (n x u32)
+//!            keys, concatenated | values, concatenated            (integers big-endian)
+//! version 2: 0x02 | count n | n shared-prefix lengths | n suffix lengths
+//!            | n value lengths | key suffixes, concatenated | values, concatenated
+//!            (counts and lengths as LEB128 varints)
 //! ```
+//!
+//! Version 2 (written since issue 14) front-codes the keys: each key is the
+//! bytes it shares with the previous key plus its own suffix, and the
+//! suffix's first byte is stored as its difference (mod 256) from the
+//! previous key's byte at that position, so consecutive integer keys become
+//! runs of identical bytes. On short records the fixed 8 bytes of lengths and
+//! the 9-byte keys of version 1 compressed to as much as a third of the pack.
+//! Both versions are read.
 //!
 //! Python checks the envelope header and builds the associated data; this
 //! module does the per-byte work, so the glue can run it without the GIL and
@@ -27,8 +38,9 @@ use crate::KernelError;
 pub const ZLIB: u8 = 1;
 pub const ZSTD: u8 = 2;
 pub const LZ4: u8 = 3;
-/// The record-list layout version this module reads.
-pub const PACK_FORMAT_VERSION: u8 = 1;
+/// The record-list layout versions this module reads (it writes version 2).
+pub const PACK_FORMAT_V1: u8 = 1;
+pub const PACK_FORMAT_VERSION: u8 = 2;
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
 const LENGTH_PREFIX: usize = 4;
@@ -37,9 +49,11 @@ const HEADER: usize = 5;
 /// that claims more is treated as malformed rather than exhausting memory.
 const MAX_PLAINTEXT: usize = 1 << 30;
 
-/// A pack's plaintext and where each key and value sits in it.
+/// A pack's plaintext: its keys (rebuilt into `key_data`) and where each
+/// value sits in `data`.
 pub struct RecordList {
     pub data: Vec<u8>,
+    pub key_data: Vec<u8>,
     pub keys: Vec<Range<usize>>,
     pub values: Vec<Range<usize>>,
 }
@@ -50,8 +64,12 @@ impl RecordList {
         let index = self
             .keys
             .iter()
-            .position(|key| &self.data[key.clone()] == wanted)?;
+            .position(|key| &self.key_data[key.clone()] == wanted)?;
         Some(&self.data[self.values[index].clone()])
+    }
+
+    pub fn key(&self, index: usize) -> &[u8] {
+        &self.key_data[self.keys[index].clone()]
     }
 }
 
@@ -168,15 +186,18 @@ fn inflate_zlib(data: &[u8]) -> Result<Vec<u8>, KernelError> {
 
 /// Split a pack plaintext into its keys and values (checking every length).
 pub fn parse_records(data: Vec<u8>) -> Result<RecordList, KernelError> {
-    let (&version, rest) = data
-        .split_first()
-        .ok_or_else(|| malformed("pack plaintext is truncated".into()))?;
-    if version != PACK_FORMAT_VERSION {
-        return Err(malformed(format!(
+    match data.first() {
+        Some(&PACK_FORMAT_V1) => parse_v1(data),
+        Some(&PACK_FORMAT_VERSION) => parse_v2(data),
+        Some(version) => Err(malformed(format!(
             "pack format version {version} is unknown; upgrade Veil to read it"
-        )));
+        ))),
+        None => Err(malformed("pack plaintext is truncated".into())),
     }
-    let count = read_u32(rest, 0)? as usize;
+}
+
+fn parse_v1(data: Vec<u8>) -> Result<RecordList, KernelError> {
+    let count = read_u32(&data, 1)? as usize;
     let lengths_end = count
         .checked_mul(8)
         .and_then(|n| n.checked_add(HEADER))
@@ -186,22 +207,146 @@ pub fn parse_records(data: Vec<u8>) -> Result<RecordList, KernelError> {
     let mut spans = Vec::with_capacity(2 * count);
     for index in 0..2 * count {
         let length = read_u32(&data, HEADER + 4 * index)? as usize;
-        let end = cursor
-            .checked_add(length)
-            .filter(|&end| end <= data.len())
-            .ok_or_else(|| malformed("pack plaintext lengths do not add up".into()))?;
-        spans.push(cursor..end);
-        cursor = end;
+        spans.push(take(&mut cursor, length, data.len())?);
     }
     if cursor != data.len() {
         return Err(malformed("pack plaintext lengths do not add up".into()));
     }
     let values = spans.split_off(count);
+    let key_data = data[lengths_end..spans.last().map_or(lengths_end, |k| k.end)].to_vec();
+    let keys = spans
+        .into_iter()
+        .map(|k| k.start - lengths_end..k.end - lengths_end)
+        .collect();
     Ok(RecordList {
         data,
-        keys: spans,
+        key_data,
+        keys,
         values,
     })
+}
+
+fn parse_v2(data: Vec<u8>) -> Result<RecordList, KernelError> {
+    let mut at = 1;
+    let count = read_varint(&data, &mut at)? as usize;
+    // Every record takes at least three length bytes: a cheap bound on `count`.
+    if count > data.len() / 3 {
+        return Err(malformed("pack plaintext is truncated".into()));
+    }
+    let mut lengths = Vec::with_capacity(3 * count);
+    for _ in 0..3 * count {
+        lengths.push(read_varint(&data, &mut at)? as usize);
+    }
+    let (shared, rest) = lengths.split_at(count);
+    let (suffixes, value_lengths) = rest.split_at(count);
+    let mut key_data: Vec<u8> = Vec::new();
+    let mut keys: Vec<Range<usize>> = Vec::with_capacity(count);
+    for index in 0..count {
+        let suffix = take(&mut at, suffixes[index], data.len())?;
+        let previous = keys.last().cloned().unwrap_or(0..0);
+        if shared[index] > previous.len() {
+            return Err(malformed(
+                "pack key shares more than the previous key".into(),
+            ));
+        }
+        let start = key_data.len();
+        key_data.extend_from_within(previous.start..previous.start + shared[index]);
+        key_data.extend_from_slice(&data[suffix]);
+        if suffixes[index] > 0 && previous.len() > shared[index] {
+            let base = key_data[previous.start + shared[index]];
+            let first = &mut key_data[start + shared[index]];
+            *first = first.wrapping_add(base);
+        }
+        keys.push(start..key_data.len());
+    }
+    let mut values = Vec::with_capacity(count);
+    for &length in value_lengths {
+        values.push(take(&mut at, length, data.len())?);
+    }
+    if at != data.len() {
+        return Err(malformed("pack plaintext lengths do not add up".into()));
+    }
+    Ok(RecordList {
+        data,
+        key_data,
+        keys,
+        values,
+    })
+}
+
+/// Serialise (key, value) pairs as a version-2 record list (keys in pack order).
+pub fn serialize_records(keys: &[&[u8]], values: &[&[u8]]) -> Vec<u8> {
+    let payload: usize = keys.iter().chain(values).map(|b| b.len()).sum();
+    let mut out = Vec::with_capacity(1 + 5 + 9 * keys.len() + payload);
+    out.push(PACK_FORMAT_VERSION);
+    write_varint(&mut out, keys.len());
+    let mut previous: &[u8] = &[];
+    let mut shared = Vec::with_capacity(keys.len());
+    for key in keys {
+        let common = key.iter().zip(previous).take_while(|(a, b)| a == b).count();
+        shared.push(common);
+        previous = key;
+    }
+    for &common in &shared {
+        write_varint(&mut out, common);
+    }
+    for (key, &common) in keys.iter().zip(&shared) {
+        write_varint(&mut out, key.len() - common);
+    }
+    for value in values {
+        write_varint(&mut out, value.len());
+    }
+    let mut previous: &[u8] = &[];
+    for (key, &common) in keys.iter().zip(&shared) {
+        let suffix = &key[common..];
+        if let (Some(&first), Some(&base)) = (suffix.first(), previous.get(common)) {
+            out.push(first.wrapping_sub(base));
+            out.extend_from_slice(&suffix[1..]);
+        } else {
+            out.extend_from_slice(suffix);
+        }
+        previous = key;
+    }
+    for value in values {
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+fn write_varint(out: &mut Vec<u8>, mut n: usize) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// An unsigned LEB128 integer of at most 32 bits.
+fn read_varint(data: &[u8], at: &mut usize) -> Result<u32, KernelError> {
+    let mut value: u64 = 0;
+    for shift in (0..35).step_by(7) {
+        let byte = *data
+            .get(*at)
+            .ok_or_else(|| malformed("pack plaintext is truncated".into()))?;
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return u32::try_from(value)
+                .map_err(|_| malformed("pack plaintext has a length past 4 GiB".into()));
+        }
+    }
+    Err(malformed("pack plaintext has an overlong length".into()))
+}
+
+/// The next `length` bytes from `cursor`, checked against `end`.
+fn take(cursor: &mut usize, length: usize, end: usize) -> Result<Range<usize>, KernelError> {
+    let stop = cursor
+        .checked_add(length)
+        .filter(|&stop| stop <= end)
+        .ok_or_else(|| malformed("pack plaintext lengths do not add up".into()))?;
+    let span = *cursor..stop;
+    *cursor = stop;
+    Ok(span)
 }
 
 fn read_u32(data: &[u8], at: usize) -> Result<u32, KernelError> {

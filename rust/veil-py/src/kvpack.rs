@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use veil_kernels::kvpack::{PackKey, RecordList};
+use veil_kernels::kvpack::{serialize_records, PackKey, RecordList};
 
 use crate::errors::to_py;
 
@@ -33,15 +33,18 @@ fn kv_open_pack<'py>(
     aad: &[u8],
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let records = open(py, key, codec, nonce, sealed, aad)?;
-    let cut = |spans: &[std::ops::Range<usize>]| {
+    let cut = |buffer: &[u8], spans: &[std::ops::Range<usize>]| {
         PyList::new(
             py,
             spans
                 .iter()
-                .map(|span| PyBytes::new(py, &records.data[span.clone()])),
+                .map(|span| PyBytes::new(py, &buffer[span.clone()])),
         )
     };
-    Ok((cut(&records.keys)?, cut(&records.values)?))
+    Ok((
+        cut(&records.key_data, &records.keys)?,
+        cut(&records.data, &records.values)?,
+    ))
 }
 
 /// The value of `wanted` in a stored pack body, or None.
@@ -61,7 +64,25 @@ fn kv_pack_lookup<'py>(
         .map(|value| PyBytes::new(py, value)))
 }
 
+/// A pack's record list (format version 2) from its keys and values, in pack order.
+#[pyfunction]
+fn kv_serialize_pack<'py>(
+    py: Python<'py>,
+    keys: Vec<Bound<'py, PyBytes>>,
+    values: Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    if keys.len() != values.len() {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "a pack needs as many values as keys",
+        ));
+    }
+    let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    let values: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+    Ok(PyBytes::new(py, &serialize_records(&keys, &values)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(kv_serialize_pack, m)?)?;
     m.add_function(wrap_pyfunction!(kv_open_pack, m)?)?;
     m.add_function(wrap_pyfunction!(kv_pack_lookup, m)?)?;
     Ok(())

@@ -9,8 +9,9 @@ const KEY: [u8; 32] = [7; 32];
 const NONCE: [u8; 12] = [9; 12];
 const AAD: &[u8] = b"table/pack/0";
 
+/// A version-1 record list, as Veil wrote before issue 14.
 fn record_list(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut out = vec![PACK_FORMAT_VERSION];
+    let mut out = vec![PACK_FORMAT_V1];
     out.extend((entries.len() as u32).to_be_bytes());
     for (key, _) in entries {
         out.extend((key.len() as u32).to_be_bytes());
@@ -81,6 +82,59 @@ fn every_codec_round_trips() {
         assert_eq!(records.value_of(b"\x01b"), Some(&b""[..]));
         assert_eq!(records.value_of(b"\x01c").unwrap().len(), 100_000);
         assert_eq!(records.value_of(b"\x01d"), None);
+    }
+}
+
+fn open_plain(plaintext: &[u8]) -> Result<RecordList, KernelError> {
+    let sealed = seal(ZSTD, plaintext, 0);
+    PackKey::new(&KEY)
+        .unwrap()
+        .open_pack(ZSTD, &NONCE, &sealed, AAD)
+}
+
+#[test]
+fn version_two_front_codes_keys_and_reads_back() {
+    let keys: Vec<Vec<u8>> = vec![
+        vec![],
+        b"\x01\x00\x00\x00\xfe".to_vec(),
+        b"\x01\x00\x00\x00\xff".to_vec(),
+        b"\x01\x00\x00\x01\x00".to_vec(), // a carry: the suffix starts one byte earlier
+        b"\x01\x00\x00\x01".to_vec(),     // shorter than the previous key
+        b"\x01\x00\x00\x01\x00\x07".to_vec(), // longer: no byte to difference against
+        b"\x02zz".to_vec(),
+    ];
+    let values: Vec<Vec<u8>> = (0..keys.len()).map(|i| vec![b'v'; i * 100]).collect();
+    let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let value_refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let plaintext = serialize_records(&key_refs, &value_refs);
+    assert_eq!(plaintext[0], PACK_FORMAT_VERSION);
+    let records = open_plain(&plaintext).unwrap();
+    for (index, key) in keys.iter().enumerate() {
+        assert_eq!(records.key(index), key.as_slice());
+        assert_eq!(records.value_of(key), Some(values[index].as_slice()));
+    }
+    // Consecutive integer keys cost three constant bytes each before compression.
+    let ints: Vec<Vec<u8>> = (0u64..300)
+        .map(|i| [&[1u8][..], &i.to_be_bytes()].concat())
+        .collect();
+    let int_refs: Vec<&[u8]> = ints.iter().map(|k| k.as_slice()).collect();
+    let empty: Vec<&[u8]> = vec![&[]; 300];
+    let compact = serialize_records(&int_refs, &empty);
+    assert!(compact.len() < 300 * 5, "{}", compact.len());
+    let records = open_plain(&compact).unwrap();
+    assert_eq!(records.key(299), ints[299].as_slice());
+}
+
+#[test]
+fn malformed_version_two_lists_are_refused() {
+    for plaintext in [
+        vec![2, 1, 1, 1, 0, b'k'], // shares a byte with no previous key
+        vec![2, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01], // overlong count
+        vec![2, 1, 0, 2, 0, b'k'], // suffix runs past the end
+        vec![2, 1, 0, 1, 0, b'k', b'x'], // trailing bytes
+    ] {
+        let err = open_plain(&plaintext).err().unwrap();
+        assert!(matches!(err, KernelError::Malformed { .. }), "{err}");
     }
 }
 
