@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "veil.crypto.cli",
     "veil.bench.cli",
     "veil.bench.kv.cli",
+    "veil.bench.documents.cli",
     "veil.frontend.cli",
     "veil.tpch.cli",
 )

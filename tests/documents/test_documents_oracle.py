@@ -69,8 +69,17 @@ def make_documents(count: int, seed: int) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def pair(url, key_file, plain):
-    database = veil.documents.connect(url, key_file, {"movies": SCHEMA})
+def sums():
+    """How grouped h_add sums run; the aggregate tests run both ways."""
+    return "server"
+
+
+BOTH_SUMS = pytest.mark.parametrize("sums", ["server", "fetch"])
+
+
+@pytest.fixture
+def pair(url, key_file, plain, sums):
+    database = veil.documents.connect(url, key_file, {"movies": SCHEMA}, sums=sums)
     documents = make_documents(300, seed=7)
     database.movies.insert_many(copy.deepcopy(documents))
     plain.movies.insert_many(copy.deepcopy(documents))
@@ -182,6 +191,7 @@ def by_key(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: repr(r.get("_id")))
 
 
+@BOTH_SUMS
 @pytest.mark.parametrize("pipeline", PIPELINES, ids=[str(p)[:70] for p in PIPELINES])
 def test_aggregate(pair, pipeline):
     veil_collection, plain_collection = pair
@@ -200,6 +210,7 @@ def _approx(rows: list[dict[str, Any]]) -> list[Any]:
     ]
 
 
+@BOTH_SUMS
 def test_avg_on_the_server(pair):
     """FerretDB has no $avg: the expected averages are computed here from plain documents."""
     veil_collection, plain_collection = pair
@@ -220,6 +231,7 @@ def test_avg_on_the_server(pair):
         assert got[year] == (None if average is None else pytest.approx(average, rel=1e-12))
 
 
+@BOTH_SUMS
 def test_several_accumulators_match_single_ones(pair):
     veil_collection, plain_collection = pair
     match = {"$match": {"year": {"$gte": 1960}}}

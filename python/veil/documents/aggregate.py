@@ -137,10 +137,13 @@ class Pipeline:
     def _grouped_on_server(
         self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
     ) -> list[dict[str, Any]]:
-        rows = self._server_rows(group)
         additive = [cipher for _, kind, cipher in outputs if cipher is not None]
-        keys = {k: server for k, (server, _) in self._key_ciphers.items()}
-        ids = self._summed_ids(keys, additive) if additive else {}
+        if self.collection.database.sums == "fetch":
+            rows, ids = self._fetched_rows(group, outputs)
+        else:
+            rows = self._server_rows(group)
+            keys = {k: server for k, (server, _) in self._key_ciphers.items()}
+            ids = self._summed_ids(keys, additive) if additive else {}
         results = []
         for key, row in rows.items():
             document = {"_id": self._plain_key(row.get("_id"))}
@@ -171,6 +174,37 @@ class Pipeline:
                 entry = rows.setdefault(self._key_bytes(server_key), row)
                 entry[output] = row[output]
         return rows
+
+    def _fetched_rows(
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+    ) -> tuple[dict[bytes, dict[str, Any]], dict[bytes, dict[str, Any]]]:
+        """The groups from one find of the keys and ciphertexts (``sums="fetch"``): one
+        scan where FerretDB needs one per accumulator and one for the ids."""
+        keys = {k: server for k, (server, _) in self._key_ciphers.items()}
+        additive = {cipher.name: cipher for _, _, cipher in outputs if cipher is not None}
+        projection = {e[1:]: 1 for e in keys.values()} | dict.fromkeys(additive, 1)
+        stored = self.collection.find_projected(self.server_filter.document(), projection)
+        rows: dict[bytes, dict[str, Any]] = {}
+        ids: dict[bytes, dict[str, Any]] = {}
+        for document in stored:
+            values = {k: get_path(document, e[1:]) for k, e in keys.items()}
+            present = {k: v for k, v in values.items() if v is not MISSING}
+            key = self._key_bytes(present)
+            if key not in rows:
+                server_key = present.get("k") if self._single_key else present
+                rows[key] = {"_id": server_key, **{k: 0 for k in group if k != "_id"}}
+            row, entry = rows[key], ids.setdefault(key, {})
+            for output, _, cipher in outputs:
+                if cipher is None:
+                    row[output] += group[output]["$sum"]
+                    continue
+                form = document.get(cipher.name)
+                if isinstance(form, dict) and form.get("i"):
+                    row[f"{output}_l"] += int(form["l"])
+                    row[f"{output}_h"] += int(form["h"])
+                    entry.setdefault(cipher.name, []).extend(form["i"])
+                    entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
+        return rows, ids
 
     def _summed_ids(self, keys: dict[str, str], ciphers: list[Any]) -> dict[bytes, dict[str, Any]]:
         """Per group key: the ASHE ids of each summed field, and how many values it has."""

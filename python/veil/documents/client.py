@@ -19,6 +19,7 @@ from pymongo.uri_parser import parse_uri
 
 from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
 from veil.documents.collection import Collection, server_errors
+from veil.documents.errors import DocumentsError
 from veil.documents.schema import Schema, load_schema
 from veil.errors import WrongKeyError
 
@@ -34,21 +35,37 @@ def connect(
     *,
     database: str | None = None,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    client_options: dict[str, Any] | None = None,
+    sums: str = "server",
 ) -> Database:
     """Open the database named in ``url`` (or ``database``, default ``veil``).
 
     ``schema`` maps collection names to their schemas (dicts or JSON files),
     or is a JSON file holding that map; a collection without one seals every
-    field ``static``.
+    field ``static``. ``client_options`` go to ``pymongo.MongoClient``.
+
+    ``sums`` chooses how a grouped ``$sum``/``$avg`` of ``h_add`` fields runs:
+    ``"server"`` (the server adds the ciphertexts, a second query returns the
+    ids whose pads the client removes) or ``"fetch"`` (one query returns keys
+    and ciphertexts; the client adds them), which is faster on FerretDB 1.24,
+    whose ``$group`` computes one accumulator per query.
     """
+    if sums not in ("server", "fetch"):
+        raise DocumentsError(f'sums is "server" or "fetch", not {sums!r}')
     master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file)
     schemas = _schemas(schema)
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
-        url, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms, tz_aware=False
+        url,
+        serverSelectionTimeoutMS=timeout_ms,
+        connectTimeoutMS=timeout_ms,
+        tz_aware=False,
+        **(client_options or {}),
     )
     name = database or parse_uri(url).get("database") or DEFAULT_DATABASE
     try:
-        return Database(client, name, master, schemas)
+        opened = Database(client, name, master, schemas)
+        opened.sums = sums
+        return opened
     except BaseException:
         client.close()  # a wrong key or an unreachable server leaves no client behind
         raise
@@ -80,6 +97,7 @@ class Database:
         self.master = master
         self.server_database = client[name]
         self._schemas = schemas
+        self.sums = "server"
         self._collections: dict[str, Collection] = {}
         self._name_key = master.derive(KeyLabel("documents-collection", name))
         self._check_key()

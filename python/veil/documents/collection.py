@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from veil.documents.client import Database
 
 
+#: Documents per server reply: few round trips for large results, within 16 MiB replies.
+FETCH_BATCH = 20_000
+
+
 @contextlib.contextmanager
 def server_errors(what: str) -> Iterator[None]:
     """The one place where the driver's errors become Veil's."""
@@ -216,12 +220,14 @@ class Collection:
         self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int
     ) -> Iterator[dict[str, Any]]:
         with server_errors("find"):
-            cursor = self._server.find(query, sort=sort, skip=skip, limit=limit)
+            cursor = self._server.find(
+                query, sort=sort, skip=skip, limit=limit, batch_size=FETCH_BATCH
+            )
             yield from cursor
 
     def find_projected(self, query: dict[str, Any], projection: dict[str, Any]) -> list[Any]:
         with server_errors("find"):
-            return list(self._server.find(query, projection))
+            return list(self._server.find(query, projection, batch_size=FETCH_BATCH))
 
     def server_aggregate(self, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
         with server_errors("aggregate"):

@@ -9,6 +9,10 @@ hash of the collection and path):
   "e": keyed hash (strings only)}``; ``o`` is 13 bytes ``0x01 || 96-bit BCLO``
   which the server compares byte-wise. Arrays of scalars keep one ``o`` (and
   ``e``) per element, so the server's array matching is the plaintext's.
+  ``int`` and ``datetime`` fields store no ``s``: their OPE is one-to-one, so
+  values decrypt from ``o`` (a changed ``o`` fails as a malformed ciphertext
+  unless it happens to be another valid one; ``s`` would not stop a swap of
+  whole fields between documents either, see docs/security.md).
 * ``h_add``: ``{"v": 1, "l": low 32 bits, "h": high 32 bits, "i": [ids]}``: an
   ASHE ciphertext under a fresh 63-bit id, split in halves so the server's
   int64 ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc``
@@ -30,6 +34,7 @@ import bson
 import bson.errors
 import numpy as np
 import pyarrow as pa
+from bson.int64 import Int64
 
 from veil.crypto.ashe import Ashe
 from veil.crypto.keys import KeyLabel, MasterKey
@@ -78,6 +83,8 @@ class FieldCipher:
         if self.spec.attr == "static":
             return self.seal(values)
         orders = self.order_ciphertexts(values)  # checks the values' types first
+        if self.spec.exact_order:  # OPE is one-to-one here: values decrypt from it
+            return [{"o": o} for o in orders]
         sealed = self.seal(values)
         stored = [{"s": s, "o": o} for s, o in zip(sealed, orders, strict=True)]
         if self.spec.type == "string":
@@ -144,8 +151,11 @@ class FieldCipher:
                 self._ashe.encrypt_one(0, max(plain, key=abs))  # raises DomainError
             cipher = self._ashe.encrypt(ids, plain.astype(np.int64)).view(np.uint64)
             lows, highs = (cipher & _LOW).tolist(), (cipher >> np.uint64(32)).tolist()
-            for k, j in enumerate(present):
-                out[j] = {"v": HADD_VERSION, "l": lows[k], "h": highs[k], "i": [int(ids[k])]}
+            for k, j in enumerate(present):  # Int64: FerretDB's int32 $inc wraps at 2**31
+                out[j] = {
+                    "v": HADD_VERSION, "l": Int64(lows[k]), "h": Int64(highs[k]),
+                    "i": [Int64(ids[k])],
+                }  # fmt: skip
         return out
 
     def increment(self, delta: int) -> tuple[dict[str, int], int]:
@@ -159,6 +169,8 @@ class FieldCipher:
         """Plaintext values of stored forms (one native call per batch for GCM)."""
         if self.spec.attr == "h_add":
             return [self.additive_value(entry) for entry in stored]
+        if self.spec.exact_order:
+            return self._decrypt_orders(stored)
         sealed = stored if self.spec.attr == "static" else [self._sealed(e) for e in stored]
         for value in sealed:
             if not isinstance(value, bytes):
@@ -168,6 +180,24 @@ class FieldCipher:
                 )
         plain = self._rnd.decrypt(pa.array(sealed, pa.binary())).to_pylist()
         return [bson.decode(p)["v"] for p in plain]
+
+    def _decrypt_orders(self, stored: list[Any]) -> list[Any]:
+        """Values of one-to-one index fields, from their OPE ciphertexts (one native call)."""
+        forms = [entry.get("o") if isinstance(entry, dict) else entry for entry in stored]
+        flat = [c for f in forms for c in (f if isinstance(f, list) else [f]) if c is not None]
+        if any(not isinstance(c, bytes) for c in flat):
+            raise MalformedCiphertextError(f"field {self.spec.path!r}: malformed OPE ciphertext")
+        assert self._ope is not None
+        plain = self._ope.decrypt(pa.array(flat, pa.binary()))
+        assert isinstance(plain, pa.Array)
+        keys = iter(plain.to_pylist())
+        out: list[Any] = []
+        for form in forms:
+            if isinstance(form, list):
+                out.append([None if c is None else key_value(self.spec, next(keys)) for c in form])
+            else:
+                out.append(None if form is None else key_value(self.spec, next(keys)))
+        return out
 
     def _sealed(self, entry: Any) -> Any:
         return entry.get("s") if isinstance(entry, dict) else entry

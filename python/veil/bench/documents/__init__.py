@@ -1,0 +1,1 @@
+"""Tooling around :mod:`veil.documents`: ``veil documents server|bench``."""

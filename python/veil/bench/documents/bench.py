@@ -1,0 +1,303 @@
+"""``veil documents bench``: Veil's encrypted documents against plain pymongo, side by side.
+
+Both clients use the same FerretDB (started for the run on a free loopback
+port unless ``--url`` names a server), each in a database of its own, one
+after the other for each measurement:
+
+* ``benchmarkdb``: the Secure Mongo paper's BenchmarkDB (§3.3.2, Tables
+  4.5-4.6): ``docs`` sequential ``insert_one`` of movies ``{title, Index}``,
+  then ``ops`` reads searched by ``Index`` (an ``index`` field; plain:
+  a native index). Per-operation latencies.
+* ``ycsb``: the paper's YCSB workload (Table 3.1: 50% reads by key, 50%
+  updates of one field; uniform and Zipfian) over ``docs`` records of ten
+  100-byte ``static`` fields, on 1 and 8 client threads: ops/s, p50, p99.
+* ``range``: ``find`` of ``Index`` in ``[k, k + width)`` (``ope``; plain:
+  a native index), with the server commands per query counted.
+* ``sum``: ``$group`` by a 10-value ``index`` key with ``$sum`` of an
+  ``h_add`` field (plain: ``$sum`` of the plain field), over all documents.
+
+Every Veil read is checked against what was written. Timings are medians of
+the runs; the machine is shared, so the JSON records what it was told about
+other load (``--note``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pymongo
+from pymongo import monitoring
+
+import veil.documents
+from veil.bench.kv.ycsb import zipfian_ranks
+from veil.crypto.keys import MasterKey
+from veil.servers.ferretdb import FerretDBServer
+
+MOVIE_SCHEMA = {"fields": {"title": "static", "Index": "index"}}
+SALES_SCHEMA = {"fields": {"g": "index", "v": "h_add"}}
+SCHEMAS = {"movies": MOVIE_SCHEMA, "sales": SALES_SCHEMA, "usertable": None}
+#: Scans per query on FerretDB 1.24 (it uses no index but _id): cap them at this many
+#: documents scanned per measurement.
+SCAN_BUDGET = 4_000_000
+YCSB_FIELDS = [f"field{i}" for i in range(10)]
+YCSB_SCHEMA = {"fields": dict.fromkeys(YCSB_FIELDS, "static")}
+SCHEMAS["usertable"] = YCSB_SCHEMA
+LOAD_BATCH = 1000
+
+
+class CommandCounter(monitoring.CommandListener):
+    """Counts the commands a client sends (one per round trip)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        with self._lock:
+            self.count += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@contextmanager
+def server_url(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="veil-docbench-") as directory:
+        server = FerretDBServer(directory).start()
+        try:
+            yield server.url
+        finally:
+            server.stop()
+
+
+class Clients:
+    """The two clients of one measurement: Veil and plain pymongo, same server."""
+
+    def __init__(self, url: str, run: str):
+        self.veil_counter, self.plain_counter = CommandCounter(), CommandCounter()
+        self.veil = veil.documents.connect(
+            url, MasterKey.generate(), SCHEMAS, database=f"bench_veil_{run}",
+            client_options={"event_listeners": [self.veil_counter]},
+        )  # fmt: skip
+        self._plain_client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+            url, event_listeners=[self.plain_counter]
+        )
+        self.plain = self._plain_client[f"bench_plain_{run}"]
+
+    def close(self) -> None:
+        self.veil.close()
+        self._plain_client.close()
+
+
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    return {
+        "p50_us": 1e6 * ordered[len(ordered) // 2],
+        "p99_us": 1e6 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "mean_us": 1e6 * statistics.fmean(ordered),
+    }
+
+
+def timed(operation: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    operation()
+    return time.perf_counter() - start
+
+
+# -- BenchmarkDB ----------------------------------------------------------------------
+
+
+def movies(count: int) -> list[dict[str, Any]]:
+    return [{"_id": i, "title": f"Movie title {i}", "Index": i} for i in range(count)]
+
+
+def sales(count: int) -> list[dict[str, Any]]:
+    return [{"_id": i, "g": i % 10, "v": (i * 7919) % 100_000 - 50_000} for i in range(count)]
+
+
+def benchmarkdb(clients: Clients, docs: int, ops: int, seed: int) -> dict[str, Any]:
+    """Sequential inserts, then reads searched by Index (paper Tables 4.5-4.6)."""
+    rows = movies(docs)
+    clients.plain.movies.create_index("Index")
+    clients.veil.movies.create_index("Index")
+    writes: dict[str, list[float]] = {"veil": [], "plain": []}
+    for document in rows:  # side by side, one document each in turn
+        writes["plain"].append(timed(partial(clients.plain.movies.insert_one, dict(document))))
+        writes["veil"].append(timed(partial(clients.veil.movies.insert_one, dict(document))))
+    keys = random.Random(seed).choices(range(docs), k=scans(docs, ops))
+    reads: dict[str, list[float]] = {"veil": [], "plain": []}
+    for key in keys:
+        reads["plain"].append(timed(partial(clients.plain.movies.find_one, {"Index": key})))
+        start = time.perf_counter()
+        found = clients.veil.movies.find_one({"Index": key})
+        reads["veil"].append(time.perf_counter() - start)
+        assert found is not None and found["title"] == f"Movie title {key}"
+    return {
+        "write": {name: percentiles(values) for name, values in writes.items()},
+        "read": {name: percentiles(values) for name, values in reads.items()},
+    }
+
+
+# -- ranges and sums over the movies --------------------------------------------------------
+
+
+def scans(docs: int, wanted: int) -> int:
+    """How many full-scan queries fit the budget (at least 10)."""
+    return max(10, min(wanted, SCAN_BUDGET // docs))
+
+
+def ranges(clients: Clients, docs: int, width: int, queries: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    starts = [rng.randrange(0, max(1, docs - width)) for _ in range(queries)]
+    out: dict[str, Any] = {}
+    for name, collection, counter in (
+        ("plain", clients.plain.movies, clients.plain_counter),
+        ("veil", clients.veil.movies, clients.veil_counter),
+    ):
+        latencies, before = [], counter.count
+        for start in starts:
+            query = {"Index": {"$gte": start, "$lt": start + width}}
+            t0 = time.perf_counter()
+            found = list(collection.find(query))
+            latencies.append(time.perf_counter() - t0)
+            assert len(found) == min(width, docs - start)
+        out[name] = percentiles(latencies) | {"round_trips": (counter.count - before) / queries}
+    return out
+
+
+def sums(clients: Clients, docs: int, runs: int) -> dict[str, Any]:
+    """``$group`` by ``g`` with ``$sum`` of ``v``: plain, Veil's server sums, Veil's fetch."""
+    rows = sales(docs)
+    for at in range(0, docs, LOAD_BATCH):
+        clients.plain.sales.insert_many(rows[at : at + LOAD_BATCH])
+        clients.veil.sales.insert_many([dict(r) for r in rows[at : at + LOAD_BATCH]])
+    pipeline = [{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}]
+    expected = {g: sum(r["v"] for r in rows if r["g"] == g) for g in range(10)}
+    systems = (
+        ("plain", clients.plain.sales, clients.plain_counter, None),
+        ("veil_server", clients.veil.sales, clients.veil_counter, "server"),
+        ("veil_fetch", clients.veil.sales, clients.veil_counter, "fetch"),
+    )
+    latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
+    trips: dict[str, int] = dict.fromkeys(latencies, 0)
+    for _ in range(runs):  # side by side: one run of each in turn
+        for name, collection, counter, strategy in systems:
+            if strategy:
+                clients.veil.sums = strategy
+            before, t0 = counter.count, time.perf_counter()
+            got = {row["_id"]: row["s"] for row in collection.aggregate(pipeline)}
+            latencies[name].append(time.perf_counter() - t0)
+            trips[name] += counter.count - before
+            assert got == expected, name
+    return {
+        name: percentiles(values) | {"round_trips": trips[name] / runs}
+        for name, values in latencies.items()
+    }
+
+
+# -- YCSB ------------------------------------------------------------------------------------
+
+
+def ycsb_records(count: int, seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", dtype=np.uint8)
+    blob = letters[rng.integers(0, len(letters), size=count * 10 * 100)].tobytes().decode()
+    return [
+        {"_id": f"user{i:012d}", **{f: blob[(i * 10 + j) * 100 : (i * 10 + j + 1) * 100]
+                                    for j, f in enumerate(YCSB_FIELDS)}}
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def load_ycsb(clients: Clients, records: list[dict[str, Any]]) -> dict[str, float]:
+    out = {}
+    for name, collection in (("plain", clients.plain.usertable), ("veil", clients.veil.usertable)):
+        start = time.perf_counter()
+        for at in range(0, len(records), LOAD_BATCH):
+            collection.insert_many([dict(r) for r in records[at : at + LOAD_BATCH]])
+        out[name] = len(records) / (time.perf_counter() - start)
+    return out
+
+
+def ycsb_run(
+    collection: Any, keys: np.ndarray, updates: np.ndarray, threads: int, check: bool
+) -> dict[str, Any]:
+    """50/50 reads and updates of the given keys on ``threads`` threads."""
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+
+    def worker(slot: int) -> None:
+        mine = latencies[slot]
+        for j in range(slot, len(keys), threads):
+            key = f"user{int(keys[j]):012d}"
+            start = time.perf_counter()
+            if updates[j]:
+                collection.update_one({"_id": key}, {"$set": {"field3": f"u{j:099d}"}})
+            else:
+                document = collection.find_one({"_id": key})
+                if check:
+                    assert document is not None and len(document["field0"]) == 100
+            mine.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(worker, range(threads)))
+    elapsed = time.perf_counter() - start
+    flat = [x for slot in latencies for x in slot]
+    return {"ops_per_s": len(flat) / elapsed} | percentiles(flat)
+
+
+def ycsb(clients: Clients, docs: int, ops: int, threads: list[int], seed: int) -> dict[str, Any]:
+    records = ycsb_records(docs, seed)
+    out: dict[str, Any] = {"load_docs_per_s": load_ycsb(clients, records)}
+    rng = np.random.default_rng(seed)
+    scramble = rng.permutation(docs)
+    distributions = {
+        "uniform": rng.integers(0, docs, size=ops),
+        "zipfian": scramble[zipfian_ranks(docs, ops, rng)],
+    }
+    updates = rng.random(ops) < 0.5
+    for distribution, keys in distributions.items():
+        for count in threads:
+            label = f"{distribution}_{count}t"
+            out[label] = {
+                "plain": ycsb_run(clients.plain.usertable, keys, updates, count, False),
+                "veil": ycsb_run(clients.veil.usertable, keys, updates, count, True),
+            }
+    return out
+
+
+def run(
+    url: str | None, docs: int, ops: int, threads: list[int], range_width: int, seed: int,
+    note: str,
+) -> dict[str, Any]:  # fmt: skip
+    with server_url(url) as address:
+        clients = Clients(address, f"{docs}_{os.getpid()}")
+        try:
+            result: dict[str, Any] = {
+                "docs": docs, "ops": ops, "note": note, "cpus": os.cpu_count(),
+                "server": "FerretDB 1.24.2 (SQLite), same machine, loopback",
+            }  # fmt: skip
+            result["benchmarkdb"] = benchmarkdb(clients, docs, ops, seed)
+            result["range"] = ranges(clients, docs, range_width, scans(docs, ops // 10), seed)
+            result["sum"] = sums(clients, docs, 5)
+            result["ycsb"] = ycsb(clients, docs, ops, threads, seed)
+        finally:
+            clients.close()
+    return result

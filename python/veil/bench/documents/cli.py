@@ -1,0 +1,72 @@
+"""``veil documents ...``: a private FerretDB server and the benchmark against plain pymongo.
+
+Tooling around the shipping :mod:`veil.documents` package, which imports
+none of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    documents = subparsers.add_parser(
+        "documents", help="encrypted documents: a private FerretDB server, benchmark"
+    )
+    commands = documents.add_subparsers(dest="documents_command", required=True, metavar="CMD")
+    server = commands.add_parser("server", help="start, stop or inspect a private FerretDB")
+    server.add_argument("action", choices=("start", "stop", "status"))
+    server.add_argument("dir", type=Path, help="server directory (data, log, server.json)")
+    server.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
+    server.set_defaults(handler=_server)
+    bench = commands.add_parser("bench", help="Veil against plain pymongo on one FerretDB")
+    bench.add_argument("--url", default=None, help="a MongoDB-wire server (default: start one)")
+    bench.add_argument("--docs", type=int, default=10_000, help="documents loaded (default 10k)")
+    bench.add_argument("--ops", type=int, default=2_000, help="operations per workload")
+    bench.add_argument("--threads", default="1,8", help="YCSB client threads (default 1,8)")
+    bench.add_argument("--range-width", type=int, default=100, help="documents per range query")
+    bench.add_argument("--seed", type=int, default=1)
+    bench.add_argument("--note", default="", help="what else ran on the machine")
+    bench.add_argument("--json", type=Path, default=None, help="write the figures here")
+    bench.add_argument("--png", type=Path, default=None, help="write the overhead plot here")
+    bench.set_defaults(handler=_bench)
+
+
+def _server(args: argparse.Namespace) -> int:
+    from veil.servers.ferretdb import FerretDBServer
+
+    running = FerretDBServer.running(args.dir)
+    if args.action == "start":
+        if running is not None:
+            print(f"ferretdb already running: pid {running.pid}, url {running.url}")
+            return 0
+        server = FerretDBServer(args.dir).start(args.port)
+        print(f"ferretdb running: pid {server.pid}, url {server.url}")
+        return 0
+    if args.action == "stop":
+        if running is not None:
+            running.stop()
+        print("ferretdb stopped" if running else "no ferretdb was running there")
+        return 0
+    if running is None:
+        print("ferretdb: not running")
+        return 1
+    print(f"ferretdb running: pid {running.pid}, url {running.url}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from veil.bench.documents.bench import run
+    from veil.bench.documents.report import overheads, plot, table
+    from veil.bench.report import write_json
+
+    threads = [int(t) for t in args.threads.split(",") if t]
+    result = run(args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note)
+    result["overheads"] = overheads(result)
+    print(table(result))
+    if args.json:
+        write_json(args.json, result)
+    if args.png:
+        plot(args.png, result)
+    return 0

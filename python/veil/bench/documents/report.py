@@ -1,0 +1,60 @@
+"""The benchmark's figures as Veil / plain ratios, a table and a plot, with the paper's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from veil.bench.report import bar_plot, format_table
+
+# Secure Mongo's overheads over plain MongoDB (paper Tables 4.5 and 4.6, median latency).
+PAPER = {
+    "read": {1_000: 11.4, 10_000: 21.5, 100_000: 53.0},
+    "write": {1_000: 123.9, 10_000: 114.0, 100_000: 135.5},
+}
+GOALS = {"read": 2.0, "write": 3.0, "range ope": 2.0, "sum": 3.0}
+
+
+def overheads(result: dict[str, Any]) -> dict[str, float]:
+    """Veil's median latency (or 1 / throughput) over plain's, per figure."""
+    out: dict[str, float] = {}
+    for kind in ("read", "write"):
+        pair = result["benchmarkdb"][kind]
+        out[f"benchmarkdb {kind}"] = pair["veil"]["p50_us"] / pair["plain"]["p50_us"]
+    out["range ope"] = result["range"]["veil"]["p50_us"] / result["range"]["plain"]["p50_us"]
+    for strategy in ("server", "fetch"):
+        veil_sum = result["sum"][f"veil_{strategy}"]["p50_us"]
+        out[f"sum ({strategy})"] = veil_sum / result["sum"]["plain"]["p50_us"]
+    ycsb = result["ycsb"]
+    load = ycsb["load_docs_per_s"]
+    out["ycsb load"] = load["plain"] / load["veil"]
+    for label, pair in ycsb.items():
+        if label != "load_docs_per_s":
+            out[f"ycsb {label}"] = pair["plain"]["ops_per_s"] / pair["veil"]["ops_per_s"]
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = []
+    paper_read = PAPER["read"].get(result["docs"])
+    paper_write = PAPER["write"].get(result["docs"])
+    for name, ratio in result["overheads"].items():
+        paper = (
+            paper_read if name.endswith("read") else paper_write if name.endswith("write") else None
+        )
+        rows.append([name, ratio, paper])
+    return format_table(["figure (Veil / plain)", "Veil", "paper"], rows)
+
+
+def plot(path: str | Path, result: dict[str, Any]) -> None:
+    labels = list(result["overheads"])
+    paper = [
+        PAPER["read"].get(result["docs"]) if n.endswith("read")
+        else PAPER["write"].get(result["docs"]) if n.endswith("write") else None
+        for n in labels
+    ]  # fmt: skip
+    bar_plot(
+        path, labels, {"Veil": list(result["overheads"].values()), "Secure Mongo (paper)": paper},
+        title=f"Overhead over plain pymongo, {result['docs']:,} documents (FerretDB)",
+        ylabel="Veil / plain (median latency or 1/throughput)",
+    )  # fmt: skip

@@ -1,0 +1,76 @@
+"""API details: explain, h_add increments, schema files, unnamed fields, server sums."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import veil.documents
+from veil.documents import DocumentsError, UnsupportedQueryError
+
+
+def test_explain_shows_server_and_client_parts(url, key_file):
+    schema = {"m": {"year": "index", "title": {"attr": "index", "type": "string"}}}
+    with veil.documents.connect(url, key_file, schema) as database:
+        cursor = database.m.find({"year": {"$gte": 1980}}).sort("year", -1).limit(5)
+        plan = cursor.explain()
+        (name,) = {k.split(".")[0] for k in plan["server"]["filter"]}
+        assert name.startswith("f") and "year" not in json.dumps(str(plan["server"]))
+        assert plan["server"]["limit"] == 5 and plan["client"]["filter"] is None
+        inexact = database.m.find({"title": {"$gt": "M"}}).limit(5).explain()
+        assert inexact["client"]["filter"] == {"title": {"$gt": "M"}}
+        assert inexact["server"]["limit"] == 0 and inexact["client"]["limit"] == 5
+
+
+@pytest.mark.parametrize("sums", ["server", "fetch"])
+def test_many_increments_sum_right(url, key_file, sums):
+    """Halves pass 2**31 after a few blind $inc (FerretDB wraps int32 $inc: stored as int64)."""
+    rng = random.Random(3)
+    schema = {"t": {"g": "index", "v": "h_add"}}
+    with veil.documents.connect(url, key_file, schema, sums=sums) as database:
+        values = {i: rng.randrange(-(2**40), 2**40) for i in range(40)}
+        database.t.insert_many([{"_id": i, "g": i % 3, "v": v} for i, v in values.items()])
+        for _ in range(6):
+            delta = rng.randrange(-(2**45), 2**45)
+            database.t.update_many({"g": {"$lte": 1}}, {"$inc": {"v": delta}})
+            for i in values:
+                values[i] += delta if i % 3 <= 1 else 0
+            one = rng.randrange(40)
+            database.t.update_one({"_id": one}, {"$inc": {"v": 7}})
+            values[one] += 7
+        assert {d["_id"]: d["v"] for d in database.t.find()} == values
+        rows = database.t.aggregate([{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}])
+        expected = {g: sum(v for i, v in values.items() if i % 3 == g) for g in range(3)}
+        assert {row["_id"]: row["s"] for row in rows} == expected
+
+
+def test_schema_file_and_unnamed_fields_sealed(url, key_file, tmp_path):
+    path = tmp_path / "schemas.json"
+    path.write_text(json.dumps({"c": {"fields": {"k": "index"}, "default": "static"}}))
+    with veil.documents.connect(url, key_file, path) as database:
+        document = {"_id": 1, "k": 5, "free": {"nested": [1, "two"]}, "other": None}
+        database.c.insert_one(dict(document))
+        assert database.c.find_one({"k": 5}) == document
+        with pytest.raises(UnsupportedQueryError, match=r"'free\.nested'"):
+            database.c.find_one({"free.nested": 1})
+        with pytest.raises(UnsupportedQueryError):
+            database.c.update_one({"k": 5}, {"$set": {"free": 1}})
+
+
+def test_collection_without_schema_seals_everything(url, key_file):
+    with veil.documents.connect(url, key_file) as database:
+        database.notes.insert_one({"_id": "a", "text": "hello"})
+        assert database["notes"].find_one() == {"_id": "a", "text": "hello"}
+        assert database.notes.count_documents({"_id": "a"}) == 1
+
+
+def test_bad_options(url, key_file):
+    with pytest.raises(DocumentsError, match="sums"):
+        veil.documents.connect(url, key_file, sums="sometimes")
+    with veil.documents.connect(url, key_file, {"m": {"n": "static"}}) as database:
+        with pytest.raises(UnsupportedQueryError, match="create_index"):
+            database.m.create_index("n")
+        with pytest.raises(DocumentsError, match="cannot change _id"):
+            database.m.replace_one({}, {"_id": 3})
