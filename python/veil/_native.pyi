@@ -113,10 +113,24 @@ class AsheKey:
 
 # KV packs (rust/veil-py/src/kvpack.rs): decrypt + decompress + parse one pack
 # body (ciphertext || tag), GIL released. codec: 1 zlib, 2 zstd, 3 lz4.
+class KvDictionary:
+    def __init__(self, dictionary: bytes) -> None: ...
+
 def kv_open_pack(
-    key: bytes, codec: int, nonce: bytes, sealed: bytes, aad: bytes
+    key: bytes,
+    codec: int,
+    nonce: bytes,
+    sealed: bytes,
+    aad: bytes,
+    dictionary: KvDictionary | None = None,
 ) -> tuple[list[bytes], list[bytes]]: ...
 def kv_pack_lookup(
-    key: bytes, codec: int, nonce: bytes, sealed: bytes, aad: bytes, wanted: bytes
+    key: bytes,
+    codec: int,
+    nonce: bytes,
+    sealed: bytes,
+    aad: bytes,
+    wanted: bytes,
+    dictionary: KvDictionary | None = None,
 ) -> bytes | None: ...
 def kv_serialize_pack(keys: list[bytes], values: list[bytes]) -> bytes: ...

@@ -99,7 +99,7 @@ def test_envelope_round_trip_and_binding(name: str) -> None:
     with pytest.raises(AuthenticationError):
         envelope.open(b"pack", b"id-1", bytes(flipped))
     with pytest.raises(MalformedCiphertextError, match="version"):
-        envelope.open(b"pack", b"id-1", b"\x02" + stored[1:])
+        envelope.open(b"pack", b"id-1", b"\x07" + stored[1:])
 
 
 def test_padding_hides_the_compressed_size() -> None:

@@ -129,7 +129,7 @@ class AppendStore(Store):
         """
         pairs = list(items.items() if isinstance(items, Mapping) else items)
         encoded = [(self._encode_for_write(key), _value(value)) for key, value in pairs]
-        self._settle_pack_rows(sorted(dict(encoded).items()))
+        self._prepare_batch(sorted(dict(encoded).items()))
         for key, value in encoded:
             self._append(key, LIVE + value)
 
@@ -293,7 +293,7 @@ class AppendStore(Store):
         return entries, max(newest).hex()
 
     def _insert_packs(self, entries: list[tuple[bytes, bytes]]) -> None:
-        self._settle_pack_rows(entries)  # before a first merge cuts packs
+        self._prepare_batch(entries)  # before a first merge cuts packs
         by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
         for key, value in entries:
             by_partition.setdefault(self.layout.partition(key), []).append((key, value))

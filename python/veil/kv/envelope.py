@@ -3,7 +3,13 @@
 ::
 
     stored = version (0x01) | codec id (1 byte) | nonce (12 bytes) | AES-256-GCM(body)
+    stored = version (0x02) | codec id (zstd) | dictionary version (u32) | nonce | AES-256-GCM(body)
     body   = pad(compress(plaintext))       (see veil.kv.codec)
+
+Version 2 (issue 14) is a pack compressed with the table's trained zstd
+dictionary of that version (``veil.kv.dictionary``); the header, version
+included, is part of the associated data, so a server cannot make a pack name
+another dictionary.
 
 The associated data binds the ciphertext to where it is stored: the table's
 scope, the kind of record (a pack or an epoch row) and its location (the
@@ -27,9 +33,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import zstandard
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -37,11 +45,15 @@ from veil import _native
 from veil.crypto._native_errors import native_errors
 from veil.errors import AuthenticationError, MalformedCiphertextError
 from veil.kv import codec
+from veil.kv.dictionary import Dictionaries, Dictionary, MissingDictionaryError
 
 ENVELOPE_VERSION = 0x01
+ENVELOPE_DICTIONARY = 0x02
+DICTIONARY_CODEC = "zstd-dict"  # the compression option: zstd with the table's dictionary
 NONCE_BYTES = 12
 TAG_BYTES = 16
-_HEADER_BYTES = 2 + NONCE_BYTES
+_HEADER_BYTES = {ENVELOPE_VERSION: 2, ENVELOPE_DICTIONARY: 6}
+_U32 = struct.Struct(">I")
 _AUTH_FAILED = (
     "a stored pack failed authentication: it was tampered with or moved on "
     "the server, or this store was written with a different key file"
@@ -56,7 +68,17 @@ def stored_tag(stored: bytes) -> bytes:
 class Envelope:
     """Seals and opens records of one table under its pack key."""
 
-    __slots__ = ("_aad_prefix", "_aead", "_codec", "_key", "_tiers", "codec_name")
+    __slots__ = (
+        "_aad_prefix",
+        "_aead",
+        "_codec",
+        "_key",
+        "_tiers",
+        "codec_name",
+        "dictionaries",
+        "dictionary",
+        "wants_dictionary",
+    )
 
     def __init__(self, key: bytes, scope: str, codec_name: str, tiers: tuple[int, ...]):
         self._aead = AESGCM(key)
@@ -65,19 +87,39 @@ class Envelope:
         self._aad_prefix = (
             b"\x00\x00\x00\x07veil-kv" + len(scope_bytes).to_bytes(4, "big") + scope_bytes
         )
-        self._codec = codec.codec_id(codec_name)
+        self.wants_dictionary = codec_name == DICTIONARY_CODEC
+        self._codec = codec.ZSTD if self.wants_dictionary else codec.codec_id(codec_name)
         self.codec_name = codec_name
         self._tiers = tiers
+        # The table's dictionary versions (set by the store) and the one this
+        # client compresses packs with (None: plain codec).
+        self.dictionaries: Dictionaries | None = None
+        self.dictionary: Dictionary | None = None
 
-    def seal(self, kind: bytes, location: bytes, plaintext: bytes) -> bytes:
-        header = bytes([ENVELOPE_VERSION, self._codec])
-        body = codec.pad(codec.compress(self._codec, plaintext), self._tiers)
+    def seal(
+        self, kind: bytes, location: bytes, plaintext: bytes, *, use_dictionary: bool = False
+    ) -> bytes:
+        dictionary = self.dictionary if use_dictionary else None
+        if dictionary is None:
+            header = bytes([ENVELOPE_VERSION, self._codec])
+            compressed = codec.compress(self._codec, plaintext)
+        else:
+            header = bytes([ENVELOPE_DICTIONARY, codec.ZSTD]) + _U32.pack(dictionary.version)
+            compressed = dictionary.compressor().compress(plaintext)
+        body = codec.pad(compressed, self._tiers)
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._aead.encrypt(nonce, body, self._aad(header, kind, location))
         return header + nonce + sealed
 
     def open(self, kind: bytes, location: bytes, stored: bytes) -> bytes:
         codec_id, compressed = self.open_compressed(kind, location, stored)
+        if stored[0] == ENVELOPE_DICTIONARY:
+            data = self._dictionary_for(stored).data
+            decompressor = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data))
+            try:
+                return decompressor.decompress(compressed)
+            except zstandard.ZstdError as exc:
+                raise MalformedCiphertextError(f"pack does not decompress: {exc}") from None
         return codec.decompress(codec_id, compressed)
 
     def open_compressed(self, kind: bytes, location: bytes, stored: bytes) -> tuple[int, bytes]:
@@ -95,15 +137,34 @@ class Envelope:
         """The (keys, values) of a stored pack, in one native call (GIL released)."""
         header, nonce, sealed = _split(stored)
         aad = self._aad(header, kind, location)
+        prepared = self._prepared_for(stored)
         with _pack_errors():
-            return _native.kv_open_pack(self._key, header[1], nonce, sealed, aad)
+            return _native.kv_open_pack(self._key, header[1], nonce, sealed, aad, prepared)
 
     def lookup(self, kind: bytes, location: bytes, stored: bytes, wanted: bytes) -> bytes | None:
         """The value of ``wanted`` in a stored pack (None if absent), in one native call."""
         header, nonce, sealed = _split(stored)
         aad = self._aad(header, kind, location)
+        prepared = self._prepared_for(stored)
         with _pack_errors():
-            return _native.kv_pack_lookup(self._key, header[1], nonce, sealed, aad, wanted)
+            return _native.kv_pack_lookup(
+                self._key, header[1], nonce, sealed, aad, wanted, prepared
+            )
+
+    def _prepared_for(self, stored: bytes) -> _native.KvDictionary | None:
+        if stored[0] != ENVELOPE_DICTIONARY:
+            return None
+        return self._dictionary_for(stored).prepared
+
+    def _dictionary_for(self, stored: bytes) -> Dictionary:
+        """The dictionary a (version 2) stored pack names, fetched and authenticated."""
+        (version,) = _U32.unpack_from(stored, 2)
+        if self.dictionaries is None:
+            raise MissingDictionaryError(
+                f"this pack was compressed with dictionary version {version}, and this "
+                "reader has no access to the table's dictionaries"
+            )
+        return self.dictionaries.get(version)
 
     def _aad(self, header: bytes, kind: bytes, location: bytes) -> bytes:
         # Length-prefixed parts, so no two (scope, kind, location) share an AAD.
@@ -121,14 +182,16 @@ class Envelope:
 
 def _split(stored: bytes) -> tuple[bytes, bytes, bytes]:
     """(header, nonce, ciphertext || tag) of a stored value, checking its version."""
-    if len(stored) < _HEADER_BYTES + TAG_BYTES:
-        raise MalformedCiphertextError("stored pack is truncated")
-    if stored[0] != ENVELOPE_VERSION:
+    header_bytes = _HEADER_BYTES.get(stored[0]) if stored else None
+    if header_bytes is None:
         raise MalformedCiphertextError(
-            f"stored pack has envelope version {stored[0]}; this Veil reads "
-            f"version {ENVELOPE_VERSION}"
+            f"stored pack has envelope version {stored[:1].hex() or 'none'}; this Veil reads "
+            f"versions {ENVELOPE_VERSION} and {ENVELOPE_DICTIONARY}"
         )
-    return stored[:2], stored[2:_HEADER_BYTES], stored[_HEADER_BYTES:]
+    if len(stored) < header_bytes + NONCE_BYTES + TAG_BYTES:
+        raise MalformedCiphertextError("stored pack is truncated")
+    nonce_end = header_bytes + NONCE_BYTES
+    return stored[:header_bytes], stored[header_bytes:nonce_end], stored[nonce_end:]
 
 
 @contextmanager

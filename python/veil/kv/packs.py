@@ -113,9 +113,8 @@ class PackTable:
     def seal_pack(
         self, partition: int, pack_id: bytes, entries: Iterable[tuple[bytes, bytes]]
     ) -> tuple[bytes, bytes]:
-        stored = self.envelope.seal(
-            PACK_KIND, _location(partition, pack_id), serialize_entries(entries)
-        )
+        location, plaintext = _location(partition, pack_id), serialize_entries(entries)
+        stored = self.envelope.seal(PACK_KIND, location, plaintext, use_dictionary=True)
         return stored, stored_tag(stored)
 
     def _floor(self, partition: int, position: bytes) -> tuple[Row, Pack]:

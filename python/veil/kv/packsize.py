@@ -22,7 +22,7 @@ same choice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from veil.kv import codec
@@ -39,6 +39,7 @@ ENVELOPE_BYTES = 2 + 12 + 16 + 4 + 16
 MIN_SAMPLE_ROWS = 2 * 8  # fewer rows say nothing about a curve
 
 Entry = tuple[bytes, bytes]  # (encoded key, value)
+Compress = Callable[[bytes], bytes]
 
 
 @dataclass(frozen=True)
@@ -67,31 +68,28 @@ def sample_runs(entries: Sequence[Entry]) -> list[Sequence[Entry]]:
     return [entries[i * stride : i * stride + RUN_ROWS] for i in range(SAMPLE_RUNS)]
 
 
+def codec_compress(codec_name: str) -> Compress:
+    """The plain codec a ``compression`` option names (zstd for its dictionary form)."""
+    codec_id = codec.ZSTD if codec_name == "zstd-dict" else codec.codec_id(codec_name)
+    return lambda data: codec.compress(codec_id, data)
+
+
 def whole_ratio(runs: Sequence[Sequence[Entry]], codec_name: str) -> float:
     """Raw value bytes / the sample's values compressed as one blob (the upper bound)."""
     whole = b"".join(value for run in runs for _, value in run)
-    return len(whole) / max(1, len(codec.compress(codec.codec_id(codec_name), whole)))
+    return len(whole) / max(1, len(codec_compress(codec_name)(whole)))
 
 
-def stored_ratio(runs: Sequence[Sequence[Entry]], codec_name: str, rows: int) -> float:
+def stored_ratio(runs: Sequence[Sequence[Entry]], compress: Compress, rows: int) -> float:
     """Raw value bytes / stored bytes when each run is cut into packs of ``rows``."""
-    codec_id = codec.codec_id(codec_name)
     raw = stored = 0
     for run in runs:
         for start in range(0, len(run), rows):
             piece = run[start : start + rows]
             raw += sum(len(value) for _, value in piece)
-            compressed = codec.compress(codec_id, serialize_entries(piece))
+            compressed = compress(serialize_entries(piece))
             stored += len(compressed) + ENVELOPE_BYTES + len(piece[0][0])
     return raw / stored
-
-
-def curve(
-    runs: Sequence[Sequence[Entry]], codec_name: str, sizes: Sequence[int] = CANDIDATE_ROWS
-) -> dict[int, float]:
-    """Stored ratio for each pack size no larger than the longest run."""
-    longest = max(len(run) for run in runs)
-    return {n: stored_ratio(runs, codec_name, n) for n in sizes if n <= longest}
 
 
 def choose_pack_rows(
@@ -101,12 +99,16 @@ def choose_pack_rows(
     target: float = TARGET_SHARE,
     max_pack_bytes: int = MAX_PACK_BYTES,
     default: int = 50,
+    compress: Compress | None = None,
 ) -> PackSizeChoice:
     """The smallest pack reaching ``target`` x the whole-sample ratio within the read cap.
 
     ``entries`` are (encoded key, value) pairs in key order. Too small a sample
-    (fewer than MIN_SAMPLE_ROWS rows) gives ``default``.
+    (fewer than MIN_SAMPLE_ROWS rows) gives ``default``. ``compress`` is how
+    packs will be compressed (default: the codec; with a trained dictionary,
+    its compressor); the whole-sample ratio always uses the plain codec.
     """
+    compress = compress or codec_compress(codec_name)
     runs = sample_runs(entries)
     count = sum(len(run) for run in runs)
     if count < MIN_SAMPLE_ROWS:
@@ -117,7 +119,7 @@ def choose_pack_rows(
     longest = max(len(run) for run in runs)
     ratio, chosen = 0.0, 1
     for rows in (n for n in affordable if n <= longest):  # ascending: stop at the first
-        ratio, chosen = stored_ratio(runs, codec_name, rows), rows
+        ratio, chosen = stored_ratio(runs, compress, rows), rows
         if ratio >= target * whole:
             break
     reached = ratio >= target * whole

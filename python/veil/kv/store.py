@@ -28,7 +28,8 @@ from veil.kv import catalog
 from veil.kv.backends import KVBackend, open_backend
 from veil.kv.cache import PackCache
 from veil.kv.codec import codec_id, pad_tiers
-from veil.kv.envelope import Envelope
+from veil.kv.dictionary import MIN_DICTIONARY_ROWS, Dictionaries, refresh
+from veil.kv.envelope import DICTIONARY_CODEC, Envelope
 from veil.kv.keys import Key, decode_keys, encode_key, key_kind
 from veil.kv.layout import Layout
 from veil.kv.packs import Batch, PackTable
@@ -72,6 +73,10 @@ class Store:
             PackCache(pack_cache),
         )
         backend.ensure_table(self.packs.table)
+        self._dictionaries = Dictionaries(backend, self._base, envelope.seal, envelope.open)
+        envelope.dictionaries = self._dictionaries
+        if envelope.wants_dictionary:
+            envelope.dictionary = self._dictionaries.current()
         self._closed = False
 
     # -- the API ----------------------------------------------------------
@@ -83,7 +88,7 @@ class Store:
     def put(self, key: Key, value: bytes) -> None:
         """Set ``key`` to ``value``."""
         encoded, value = self._encode_for_write(key), _value(value)
-        self._settle_pack_rows([(encoded, value)])
+        self._prepare_batch([(encoded, value)])
         self.packs.write(encoded, value)
 
     def delete(self, key: Key) -> None:
@@ -97,18 +102,26 @@ class Store:
         pairs = items.items() if isinstance(items, Mapping) else items
         encoded = {self._encode_for_write(k): _value(v) for k, v in pairs}
         if encoded:
-            self._settle_pack_rows(sorted(encoded.items()))
+            self._prepare_batch(sorted(encoded.items()))
             self.packs.write_many(encoded)
 
-    def _settle_pack_rows(self, entries: Sequence[tuple[bytes, bytes]]) -> None:
-        """Choose the pack size from the first batch written, if the table has none yet.
+    def _prepare_batch(self, entries: Sequence[tuple[bytes, bytes]]) -> None:
+        """Before cutting packs from a batch: the dictionary, then the pack size.
 
-        Every write path calls this before cutting packs: splits and merges are
-        deterministic only once every client uses the recorded size.
+        Every write path calls this first: splits and merges are deterministic
+        only once every client uses the recorded pack size. With
+        ``compression="zstd-dict"`` the batch trains the table's first
+        dictionary, or a new version when it compresses markedly worse than the
+        current one did (:mod:`veil.kv.dictionary`).
         """
+        envelope = self.packs.envelope
+        if envelope.wants_dictionary and len(entries) >= MIN_DICTIONARY_ROWS:
+            envelope.dictionary = refresh(self._dictionaries, entries)
+        dictionary = envelope.dictionary
 
         def choose() -> tuple[int, dict[str, object]]:
-            choice = choose_pack_rows(entries, self.packs.envelope.codec_name)
+            compress = dictionary.compressor().compress if dictionary else None
+            choice = choose_pack_rows(entries, envelope.codec_name, compress=compress)
             return choice.pack_rows, choice.record()
 
         if self.config.pack_rows is None:
@@ -239,7 +252,8 @@ def open(
         raise ParameterError("pseudorandom packIDs are supported only in GENERIC mode (§2.5)")
     if pack_rows is not None and pack_rows < 1:
         raise ParameterError(f"pack_rows must be at least 1, got {pack_rows}")
-    codec_id(compression)  # reject unknown names before touching the store
+    if compression != DICTIONARY_CODEC:
+        codec_id(compression)  # reject unknown names before touching the store
     tiers = pad_tiers(padding)
     master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file, passphrase)
     backend = open_backend(url)

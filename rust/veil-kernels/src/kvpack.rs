@@ -73,6 +73,24 @@ impl RecordList {
     }
 }
 
+/// A table's trained zstd dictionary, prepared once for decompression.
+///
+/// Packs written with a dictionary name its version in their (authenticated)
+/// header; the client fetches and authenticates the dictionary and passes it
+/// here. Shared by the scan threads (zstd's prepared dictionaries are
+/// read-only once built).
+pub struct PackDictionary {
+    prepared: zstd::dict::DecoderDictionary<'static>,
+}
+
+impl PackDictionary {
+    pub fn new(dictionary: &[u8]) -> Self {
+        Self {
+            prepared: zstd::dict::DecoderDictionary::copy(dictionary),
+        }
+    }
+}
+
 /// The AES-256-GCM key of one table's packs.
 pub struct PackKey {
     cipher: Aes256Gcm,
@@ -126,8 +144,31 @@ impl PackKey {
         sealed: &[u8],
         aad: &[u8],
     ) -> Result<RecordList, KernelError> {
+        self.open_pack_with(codec, nonce, sealed, aad, None)
+    }
+
+    /// [`PackKey::open_pack`] for a pack compressed with a zstd dictionary.
+    pub fn open_pack_with(
+        &self,
+        codec: u8,
+        nonce: &[u8],
+        sealed: &[u8],
+        aad: &[u8],
+        dictionary: Option<&PackDictionary>,
+    ) -> Result<RecordList, KernelError> {
         let (body, compressed) = self.open_body(nonce, sealed, aad)?;
-        parse_records(decompress(codec, &body[compressed])?)
+        let plaintext = match dictionary {
+            None => decompress(codec, &body[compressed])?,
+            Some(dictionary) if codec == ZSTD => {
+                decompress_zstd_with(&body[compressed], dictionary)?
+            }
+            Some(_) => {
+                return Err(malformed(format!(
+                    "pack names a dictionary but uses compression id {codec}, not zstd"
+                )))
+            }
+        };
+        parse_records(plaintext)
     }
 }
 
@@ -162,6 +203,18 @@ pub fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>, KernelError> {
             "pack uses unknown compression id {other}"
         ))),
     }
+}
+
+fn decompress_zstd_with(data: &[u8], dictionary: &PackDictionary) -> Result<Vec<u8>, KernelError> {
+    let mut decoder =
+        zstd::stream::read::Decoder::with_prepared_dictionary(data, &dictionary.prepared)
+            .map_err(undecodable)?;
+    let mut out = Vec::with_capacity(data.len() * 4);
+    (&mut decoder)
+        .take(MAX_PLAINTEXT as u64)
+        .read_to_end(&mut out)
+        .map_err(undecodable)?;
+    Ok(out)
 }
 
 /// libdeflate inflates whole streams into a buffer of known size; the size is

@@ -6,9 +6,25 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use veil_kernels::kvpack::{serialize_records, PackKey, RecordList};
+use veil_kernels::kvpack::{serialize_records, PackDictionary, PackKey, RecordList};
 
 use crate::errors::to_py;
+
+/// A table's zstd dictionary, prepared once (see `veil.kv.dictionary`).
+#[pyclass(frozen, module = "veil._native")]
+pub struct KvDictionary {
+    inner: PackDictionary,
+}
+
+#[pymethods]
+impl KvDictionary {
+    #[new]
+    fn new(dictionary: &[u8]) -> Self {
+        Self {
+            inner: PackDictionary::new(dictionary),
+        }
+    }
+}
 
 fn open(
     py: Python<'_>,
@@ -17,13 +33,16 @@ fn open(
     nonce: &[u8],
     sealed: &[u8],
     aad: &[u8],
+    dictionary: Option<&Bound<'_, KvDictionary>>,
 ) -> PyResult<RecordList> {
-    py.allow_threads(|| PackKey::new(key)?.open_pack(codec, nonce, sealed, aad))
+    let prepared = dictionary.map(|d| &d.get().inner);
+    py.allow_threads(|| PackKey::new(key)?.open_pack_with(codec, nonce, sealed, aad, prepared))
         .map_err(to_py)
 }
 
 /// Decrypt, decompress and parse a stored pack body; returns (keys, values).
 #[pyfunction]
+#[pyo3(signature = (key, codec, nonce, sealed, aad, dictionary=None))]
 fn kv_open_pack<'py>(
     py: Python<'py>,
     key: &[u8],
@@ -31,8 +50,9 @@ fn kv_open_pack<'py>(
     nonce: &[u8],
     sealed: &[u8],
     aad: &[u8],
+    dictionary: Option<&Bound<'py, KvDictionary>>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-    let records = open(py, key, codec, nonce, sealed, aad)?;
+    let records = open(py, key, codec, nonce, sealed, aad, dictionary)?;
     let cut = |buffer: &[u8], spans: &[std::ops::Range<usize>]| {
         PyList::new(
             py,
@@ -49,6 +69,8 @@ fn kv_open_pack<'py>(
 
 /// The value of `wanted` in a stored pack body, or None.
 #[pyfunction]
+#[pyo3(signature = (key, codec, nonce, sealed, aad, wanted, dictionary=None))]
+#[allow(clippy::too_many_arguments)]
 fn kv_pack_lookup<'py>(
     py: Python<'py>,
     key: &[u8],
@@ -57,8 +79,9 @@ fn kv_pack_lookup<'py>(
     sealed: &[u8],
     aad: &[u8],
     wanted: &[u8],
+    dictionary: Option<&Bound<'py, KvDictionary>>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let records = open(py, key, codec, nonce, sealed, aad)?;
+    let records = open(py, key, codec, nonce, sealed, aad, dictionary)?;
     Ok(records
         .value_of(wanted)
         .map(|value| PyBytes::new(py, value)))
@@ -82,6 +105,7 @@ fn kv_serialize_pack<'py>(
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<KvDictionary>()?;
     m.add_function(wrap_pyfunction!(kv_serialize_pack, m)?)?;
     m.add_function(wrap_pyfunction!(kv_open_pack, m)?)?;
     m.add_function(wrap_pyfunction!(kv_pack_lookup, m)?)?;

@@ -48,7 +48,10 @@ fn compress(codec: u8, data: &[u8]) -> Vec<u8> {
 }
 
 fn seal(codec: u8, plaintext: &[u8], padding: usize) -> Vec<u8> {
-    let compressed = compress(codec, plaintext);
+    seal_compressed(compress(codec, plaintext), padding)
+}
+
+fn seal_compressed(compressed: Vec<u8>, padding: usize) -> Vec<u8> {
     let mut body = (compressed.len() as u32).to_be_bytes().to_vec();
     body.extend(compressed);
     body.extend(vec![0; padding]);
@@ -197,4 +200,26 @@ fn truncated_streams_and_unknown_codecs_are_malformed() {
         .unwrap()
         .open_pack(ZLIB, &NONCE, &[0; 8], AAD)
         .is_err());
+}
+
+#[test]
+fn dictionary_packs_need_their_dictionary() {
+    let dictionary = b"Package: libexample Version: 1.0 Architecture: amd64 ".repeat(40);
+    let plaintext = sample();
+    let compressed = zstd::bulk::Compressor::with_dictionary(3, &dictionary)
+        .unwrap()
+        .compress(&plaintext)
+        .unwrap();
+    let sealed = seal_compressed(compressed, 0);
+    let key = PackKey::new(&KEY).unwrap();
+    let prepared = PackDictionary::new(&dictionary);
+    let records = key
+        .open_pack_with(ZSTD, &NONCE, &sealed, AAD, Some(&prepared))
+        .unwrap();
+    assert_eq!(records.value_of(b"\x01a"), Some(&b"first"[..]));
+    let err = key
+        .open_pack_with(ZLIB, &NONCE, &sealed, AAD, Some(&prepared))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("not zstd"), "{err}");
 }
