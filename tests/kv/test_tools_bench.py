@@ -90,3 +90,15 @@ def test_parallel_reads_split_the_operations_between_threads() -> None:
     )
     assert sorted(seen) == list(range(40))
     assert len(outcome.latencies_ns) == 40 and outcome.wrong == 4
+
+
+def test_sweep_measures_every_configuration(tmp_path: Path) -> None:
+    from veil.bench.kv import sweep
+
+    out = tmp_path / "s.json"
+    result = sweep.run(str(_dataset(tmp_path, 900)), records=900, reads=5, json_path=out)
+    assert len(result["configs"]) == len(sweep.PACK_ROWS) * len(sweep.COMPRESSIONS)
+    for config in result["configs"]:
+        assert config["stored_ratio"] > 1 and config["point_read_us"] > 0
+    assert json.loads(out.read_text())["per_row_point_read_us"] > 0
+    assert "zstd-dict/10" in "\n".join(sweep.summary_lines(result))

@@ -151,6 +151,10 @@ class Store:
         for keys, values in batches:
             yield from zip(decode_keys(keys), values, strict=True)
 
+    def dictionary_bytes(self) -> int:
+        """Bytes the server stores for this table's compression dictionaries (all versions)."""
+        return self._dictionaries.stored_bytes()
+
     def compact(self) -> None:
         """Ask the server to store this database densely (SQLite: ``VACUUM``).
 

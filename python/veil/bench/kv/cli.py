@@ -1,4 +1,4 @@
-"""``veil kv ...``: the private Cassandra server, the pack-size tool and the benchmark.
+"""``veil kv ...``: the private Cassandra server, the pack-size tool, the benchmarks.
 
 All three are tooling around the shipping :mod:`veil.kv` package, which
 imports none of them.
@@ -18,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_cassandra(commands)
     _register_packsize(commands)
     _register_bench(commands)
+    _register_sweep(commands)
 
 
 def _register_cassandra(commands: argparse._SubParsersAction) -> None:
@@ -118,9 +119,10 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--compression",
-        choices=("zlib", "zstd", "lz4"),
+        choices=("zlib", "zstd", "lz4", "zstd-dict"),
         default="zlib",
-        help="codec of Veil's packs and of the per-row baseline's rows (default zlib)",
+        help="codec of Veil's packs and of the per-row baseline's rows (default zlib; "
+        "zstd-dict: Veil with a trained dictionary, the baseline plain zstd)",
     )
     parser.add_argument(
         "--pack-rows",
@@ -139,4 +141,30 @@ def _bench(args: argparse.Namespace) -> int:
     result = ycsb.run(ycsb.BenchConfig.from_args(args))
     ycsb.write_outputs(result, args.json, args.png)
     print("\n".join(ycsb.summary_lines(result)))
+    return 0
+
+
+def _register_sweep(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "sweep", help="ratio and point reads against rows per pack, with and without a dictionary"
+    )
+    parser.add_argument("dataset", help="a file of records or a named dataset")
+    parser.add_argument("--records", type=int, default=20_000, help="records loaded")
+    parser.add_argument("--reads", type=int, default=300, help="point reads per round")
+    parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
+    parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
+    parser.set_defaults(handler=_sweep)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from veil.bench.kv import sweep
+
+    result = sweep.run(
+        args.dataset,
+        records=args.records,
+        reads=args.reads,
+        json_path=args.json,
+        png_path=args.png,
+    )
+    print("\n".join(sweep.summary_lines(result)))
     return 0

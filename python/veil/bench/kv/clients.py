@@ -112,7 +112,9 @@ class PackClient:
             yield key, value
 
     def stored_bytes(self) -> int:
-        return sum(self.store.backend.stored_bytes(t) for t in self.tables)
+        """Packs (and epochs) plus the table's dictionaries, which live in the catalogue."""
+        tables = sum(self.store.backend.stored_bytes(t) for t in self.tables)
+        return tables + self.store.dictionary_bytes()
 
     def close(self) -> None:
         self.store.close()

@@ -11,6 +11,9 @@ gets back with ``apt-get update``); nothing is downloaded:
 - ``iso-codes``: the JSON objects of ``/usr/share/iso-codes/json`` (languages,
   countries, subdivisions, currencies; package iso-codes), short records.
 - ``dpkg-log``: the lines of ``/var/log/dpkg.log``, a time series of events.
+- ``apt-json``: short JSON records (~200 bytes), one per package of the APT
+  index: its name, version, architecture, section, priority, sizes,
+  maintainer and source, as a JSON API would return them.
 
 Any other argument is a file: a JSON document whose top level is a list (or an
 object holding lists) gives one record per element, re-serialised compactly;
@@ -72,6 +75,33 @@ def debian_packages() -> list[bytes]:
     return records
 
 
+APT_JSON_FIELDS = (
+    "Package",
+    "Version",
+    "Architecture",
+    "Section",
+    "Priority",
+    "Installed-Size",
+    "Size",
+    "Maintainer",
+    "Source",
+)
+
+
+def apt_json() -> list[bytes]:
+    """Short JSON records of the APT index's packages (see the module docstring)."""
+    records = []
+    for stanza in debian_packages():
+        fields = dict(
+            line.split(": ", 1)
+            for line in stanza.decode(errors="replace").split("\n")
+            if ": " in line
+        )
+        record = {name.lower(): fields[name] for name in APT_JSON_FIELDS if name in fields}
+        records.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode())
+    return records
+
+
 def dpkg_status() -> list[bytes]:
     _require(DPKG_STATUS, "dpkg-status exists only on Debian-based systems")
     return stanzas(DPKG_STATUS.read_bytes())
@@ -104,6 +134,7 @@ NAMED: dict[str, Callable[[], list[bytes]]] = {
     "dpkg-status": dpkg_status,
     "iso-codes": iso_codes,
     "dpkg-log": dpkg_log,
+    "apt-json": apt_json,
 }
 
 
