@@ -65,8 +65,7 @@ def _register_packsize(commands: argparse._SubParsersAction) -> None:
         "dataset", help=f"a file of records (JSON or one per line) or one of: {', '.join(NAMED)}"
     )
     parser.add_argument("--limit", type=int, default=None, help="use only the first N records")
-    parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
-    parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
+    _add_outputs(parser)
     parser.add_argument(
         "--target",
         type=float,
@@ -130,8 +129,7 @@ def _register_bench(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="Veil's rows per pack (default: chosen by the store from the loaded data)",
     )
-    parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
-    parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
+    _add_outputs(parser)
     parser.set_defaults(handler=_bench)
 
 
@@ -151,8 +149,7 @@ def _register_sweep(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("dataset", help="a file of records or a named dataset")
     parser.add_argument("--records", type=int, default=20_000, help="records loaded")
     parser.add_argument("--reads", type=int, default=300, help="point reads per round")
-    parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
-    parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
+    _add_outputs(parser)
     parser.set_defaults(handler=_sweep)
 
 
@@ -168,3 +165,8 @@ def _sweep(args: argparse.Namespace) -> int:
     )
     print("\n".join(sweep.summary_lines(result)))
     return 0
+
+
+def _add_outputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--png", type=Path, default=None, help="write the plot as PNG here")
