@@ -4,7 +4,8 @@ The leading ``$match`` stages become one server ``$match``. When it is exact
 and the next stage is a ``$group`` whose keys the server can group on (``int``
 or ``datetime`` index fields, ``do_nothing`` fields) and whose accumulators it
 can compute (``$count``, ``$sum`` of a constant, ``$sum``/``$avg`` of an
-``h_add`` field), the server groups: it sums the halves of the ASHE
+``h_add`` field; ``$product`` of an ``h_mul`` field, Veil's own accumulator,
+multiplies the fetched ciphertexts on the client and decrypts once per group), the server groups: it sums the halves of the ASHE
 ciphertexts per group and the client removes the pads. The ids of the summed
 ciphertexts come from a second query (FerretDB 1.x has no ``$push``
 accumulator). Every other stage runs on the client over decrypted
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import bson
 
+from veil.documents.elgamal import Product
 from veil.documents.errors import DocumentsError
 from veil.documents.match import MISSING, get_path, matches
 from veil.documents.query import translate_filter
@@ -132,13 +134,19 @@ class Pipeline:
             group[f"{output}_l"] = {"$sum": f"${cipher.name}.l"}
             group[f"{output}_h"] = {"$sum": f"${cipher.name}.h"}
             return output, op[1:], cipher
+        if op == "$product" and isinstance(argument, str) and argument.startswith("$"):
+            spec = self.codec.schema.fields.get(argument[1:])
+            if spec is None or spec.attr != "h_mul":
+                return None
+            return output, "product", self.codec.ciphers[spec.path]
         return None
 
     def _grouped_on_server(
         self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
     ) -> list[dict[str, Any]]:
         additive = [cipher for _, kind, cipher in outputs if cipher is not None]
-        if self.collection.database.sums == "fetch":
+        products = any(kind == "product" for _, kind, _ in outputs)
+        if self.collection.database.sums == "fetch" or products:
             rows, ids = self._fetched_rows(group, outputs)
         else:
             rows = self._server_rows(group)
@@ -150,6 +158,10 @@ class Pipeline:
             for output, kind, cipher in outputs:
                 if cipher is None:
                     document[output] = row[output]
+                    continue
+                if kind == "product":
+                    product = ids.get(key, {}).get(f"{output}*", Product())
+                    document[output] = product.value(cipher.elgamal)
                     continue
                 total = (int(row[f"{output}_h"]) << 32) + int(row[f"{output}_l"])
                 group_ids = ids.get(key, {}).get(cipher.name, [])
@@ -194,11 +206,15 @@ class Pipeline:
                 server_key = present.get("k") if self._single_key else present
                 rows[key] = {"_id": server_key, **{k: 0 for k in group if k != "_id"}}
             row, entry = rows[key], ids.setdefault(key, {})
-            for output, _, cipher in outputs:
+            for output, kind, cipher in outputs:
                 if cipher is None:
                     row[output] += group[output]["$sum"]
                     continue
                 form = document.get(cipher.name)
+                if kind == "product":
+                    if isinstance(form, dict):
+                        entry.setdefault(f"{output}*", Product()).add(cipher.elgamal.parse(form))
+                    continue
                 if isinstance(form, dict) and form.get("i"):
                     row[f"{output}_l"] += int(form["l"])
                     row[f"{output}_h"] += int(form["h"])

@@ -17,6 +17,7 @@ hash of the collection and path):
   ASHE ciphertext under a fresh 63-bit id, split in halves so the server's
   int64 ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc``
   adds the halves of the increment's ciphertext and appends its id.
+* ``h_mul``: ``{"v": 1, "a": g^r, "b": m·h^r}`` (ElGamal, :mod:`veil.documents.elgamal`).
 * ``do_nothing``: the value itself, at its own path.
 
 ``null`` is stored as ``null`` for ``index`` and ``h_add`` (the server learns
@@ -40,6 +41,7 @@ from veil.crypto.ashe import Ashe
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.ope import Ope
 from veil.crypto.rnd import Rnd
+from veil.documents.elgamal import ElGamal
 from veil.documents.errors import FieldTypeError
 from veil.documents.schema import FieldSpec
 from veil.documents.values import key_value, order_key
@@ -73,6 +75,7 @@ class FieldCipher:
             self._tag_key = master.derive(KeyLabel("documents-tag", where))
         if spec.attr == "h_add":
             self._ashe = Ashe.from_master(master, where, column=spec.path)
+        self.elgamal = ElGamal(master, where, spec.path) if spec.attr == "h_mul" else None
 
     # -- writing ---------------------------------------------------------------
 
@@ -80,6 +83,8 @@ class FieldCipher:
         """The stored forms of ``values`` (one per value, same order)."""
         if self.spec.attr == "h_add":
             return self._encrypt_additive(values)
+        if self.elgamal is not None:
+            return [None if v is None else self.elgamal.encrypt(v) for v in values]
         if self.spec.attr == "static":
             return self.seal(values)
         orders = self.order_ciphertexts(values)  # checks the values' types first
@@ -169,6 +174,8 @@ class FieldCipher:
         """Plaintext values of stored forms (one native call per batch for GCM)."""
         if self.spec.attr == "h_add":
             return [self.additive_value(entry) for entry in stored]
+        if self.elgamal is not None:
+            return [None if e is None else self.elgamal.decrypt(e) for e in stored]
         if self.spec.exact_order:
             return self._decrypt_orders(stored)
         sealed = stored if self.spec.attr == "static" else [self._sealed(e) for e in stored]

@@ -29,7 +29,8 @@ from veil.documents.errors import SchemaError
 ATTRIBUTES = ("static", "index", "h_add", "h_mul", "do_nothing")
 INDEX_TYPES = ("int", "decimal", "datetime", "string")
 #: Attributes whose scheme is not built yet, with what to use meanwhile.
-NOT_BUILT = {"h_mul": "ElGamal (h_mul) is not built yet; use static for now"}
+NOT_BUILT: dict[str, str] = {}
+DEFAULT_SCHEMES = {"index": "ope", "h_add": "ashe", "h_mul": "elgamal"}
 INDEX_SCHEMES = ("ope",)
 DEFAULT_POLICIES = ("refuse", "static")
 
@@ -112,7 +113,7 @@ def _field(path: object, value: object) -> FieldSpec:
         attr,
         type=options.get("type", "int"),
         scale=options.get("scale", 0),
-        scheme=options.get("scheme", "ope" if attr == "index" else "ashe"),
+        scheme=options.get("scheme", DEFAULT_SCHEMES.get(attr, "")),
     )
     _check(spec)
     return spec
@@ -137,3 +138,5 @@ def _check(spec: FieldSpec) -> None:
             f"{where}: h_add holds int values under scheme 'ashe' "
             "(Paillier is not built into veil.documents yet)"
         )
+    elif spec.attr == "h_mul" and (spec.type != "int" or spec.scheme != "elgamal"):
+        raise SchemaError(f"{where}: h_mul holds positive int values under scheme 'elgamal'")

@@ -137,6 +137,14 @@ def _sum(values: list[Any]) -> Any:
     return sum(numbers)
 
 
+def _product(values: list[Any]) -> Any:
+    """Veil's ``$product`` accumulator (MongoDB has none): the product of the numbers."""
+    result: Any = 1
+    for value in _numbers(values):
+        result *= value
+    return result
+
+
 def _avg(values: list[Any]) -> Any:
     numbers = _numbers(values)
     return _sum(numbers) / len(numbers) if numbers else None
@@ -156,6 +164,7 @@ def _extreme(pick: int) -> Callable[[list[Any]], Any]:
 _ACCUMULATORS: dict[str, Callable[[list[Any]], Any]] = {
     "$sum": _sum,
     "$avg": _avg,
+    "$product": _product,
     "$min": _extreme(-1),
     "$max": _extreme(1),
     "$first": lambda values: _none(values[0]) if values else None,
