@@ -86,3 +86,21 @@ def server_log(session: Session):  # type: ignore[no-untyped-def]
     )
     yield statements
     remove()
+
+
+@pytest.fixture()
+def first_scan_fails(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The next query's first server scan raises (as a RemoteSQL bug would); the rest run."""
+    import veil.exec.session as session_module
+
+    real = session_module.run_scan
+    calls: list[object] = []
+
+    def flaky(scan, *args):  # type: ignore[no-untyped-def]
+        calls.append(scan)
+        if len(calls) == 1:
+            raise duckdb.BinderException("a RemoteSQL bug")
+        return real(scan, *args)
+
+    monkeypatch.setattr(session_module, "run_scan", flaky)
+    return calls

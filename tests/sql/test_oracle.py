@@ -84,6 +84,7 @@ def test_pushdown_filters(session: Session, sql: str, filters: int) -> None:
 def test_join_reduction(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     # the per-table path (test_join_pushdown.py covers the server join that replaces it)
     monkeypatch.setattr(planner, "PASSES", without(planner.PASSES, pushdown_joins))
+    session.plans.clear()  # plans made with the usual passes
     sql = (
         "SELECT COUNT(*) FROM orders, customer, nation WHERE o_custkey = c_custkey "
         "AND c_nationkey = n_nationkey AND n_name = 'PERU'"

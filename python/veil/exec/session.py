@@ -26,7 +26,9 @@ from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
+from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.sql.errors import QueryError, UnsupportedStatementError
+from veil.sql.functions import is_repeatable
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
@@ -66,10 +68,12 @@ class Session:
         self.local = duckdb.connect()
         self.catalog = duckdb.connect()
         self._owners: dict[str, TableDesign] = {}
+        self.plans = PlanCache()
         self.refresh_catalog()
 
     def refresh_catalog(self) -> None:
         """Rebuild the empty plaintext schema the binder checks queries against."""
+        self.plans.clear()
         for name, table in self.design.tables.items():
             columns = ", ".join(f'"{c.name}" {c.type}' for c in table.columns)
             self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
@@ -98,22 +102,34 @@ class Session:
             ) from exc
 
     def _run(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Result:
+        key = plan_key(sql, params, self.hom_pushdown)
+        cached = self.plans.get(key)
+        if cached is not None:
+            return self._answer(cached)
         tree = bind_parameters(parse_statement(sql), params)
         if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
             from veil.exec.dml import run_dml
 
+            self.plans.clear()  # before: a failed statement may have written some packs
             return run_dml(self, tree)
         if not isinstance(tree, exp.Query | exp.Pivot):
             raise UnsupportedStatementError(
                 f"Veil runs queries (SELECT, WITH, set operations, PIVOT) and INSERT/UPDATE/DELETE; "
                 f"not {tree.key.upper()} statements"
             )
-        return self.query(tree)
+        planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
+        result = self._answer(planned)
+        # kept only if it ran as planned (a fallback may have been transient) and
+        # means the same next time (now(), random(): planned every run)
+        if result.plan is planned.plan and is_repeatable(tree):
+            self.plans.put(key, CachedPlan(result.table.column_names, planned.plan, tree))
+        return result
 
     def query(self, tree: exp.Expr) -> Result:
-        names = self.describe(tree)
-        plan = self.plan(tree)
-        stats = FetchStats()
+        return self._answer(CachedPlan(self.describe(tree), self.plan(tree), tree))
+
+    def _answer(self, planned: CachedPlan) -> Result:
+        plan, names, stats = planned.plan, planned.names, FetchStats()
         try:
             table = self.execute_plan(plan, stats)
         except Exception as exc:
@@ -124,7 +140,7 @@ class Session:
             # it reads) or an optimisation failed: fall back to the
             # always-correct fetch-everything plan.
             log.info("split plan failed (%s: %s); the client runs the query", type(exc), exc)
-            plan = plan_fetch_all(tree, self.design)
+            plan = plan_fetch_all(planned.tree, self.design)
             table = self.execute_plan(plan, stats)
         if len(names) == table.num_columns:  # DESCRIBE of PIVOT lists something else
             table = table.rename_columns(names)

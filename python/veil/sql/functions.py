@@ -9,7 +9,9 @@ comes from ``duckdb_functions()`` of the DuckDB Veil runs the local plan in:
 
 - aggregate: ``function_type = 'aggregate'``, and macros whose body calls
   one (``geomean`` is ``exp(avg(ln(x)))``);
-- volatile: ``stability = 'VOLATILE'`` (``random``, ``uuid``, ``nextval``).
+- volatile: ``stability = 'VOLATILE'`` (``random``, ``uuid``, ``nextval``);
+- varying between runs (a cached plan must not freeze them): volatile, or
+  fixed only within one query (``now``, ``current_date``), or table functions.
 
 ``normalize_functions`` rewrites anonymous aggregate calls into
 ``exp.AnonymousAggFunc`` nodes right after parsing, so every later test for
@@ -35,46 +37,77 @@ class UnknownFunctionError(Exception):
 @functools.cache
 def aggregate_names() -> frozenset[str]:
     """Lower-case names of every aggregate function and aggregate macro DuckDB knows."""
-    with duckdb.connect() as con:
-        names = {
-            str(r[0]).lower()
-            for r in con.sql(
-                "SELECT DISTINCT function_name FROM duckdb_functions() "
-                "WHERE function_type = 'aggregate'"
-            ).fetchall()
-        }
-        macros = con.sql(
-            "SELECT DISTINCT function_name, macro_definition FROM duckdb_functions() "
-            "WHERE function_type = 'macro' AND macro_definition IS NOT NULL"
-        ).fetchall()
-    # a macro is an aggregate when its body calls one (macros may call macros)
-    changed = True
-    while changed:
-        changed = False
-        for name, body in macros:
-            if str(name).lower() not in names and _calls_any(str(body), names):
-                names.add(str(name).lower())
-                changed = True
-    return frozenset(names)
+    return _with_macros("function_type = 'aggregate'", aggregates=True)
 
 
 @functools.cache
 def volatile_names() -> frozenset[str]:
     """Lower-case names of functions that may return a new value on every call."""
+    return _catalog_names("stability = 'VOLATILE'")
+
+
+@functools.cache
+def varying_names() -> frozenset[str]:
+    """Names of calls whose value may differ between two runs of one statement.
+
+    Volatile functions, those fixed only within a query (``now``,
+    ``current_date``), table functions (``read_csv`` of a file that changes)
+    and macros calling any of them.
+    """
+    return _with_macros(
+        "stability IN ('VOLATILE', 'CONSISTENT_WITHIN_QUERY') OR function_type IN ('table', 'table_macro')",
+        aggregates=False,
+    )
+
+
+def is_repeatable(tree: exp.Expr) -> bool:
+    """Whether running ``tree`` again means the same computation (its plan may be reused)."""
+    varying = varying_names()
+    for node in tree.find_all(exp.Func):
+        name = type(node).__name__
+        if name.startswith(("Current", "Local")) or isinstance(
+            node, exp.Rand | exp.Randn | exp.Uuid
+        ):
+            return False
+        if function_name(node) in varying:
+            return False
+    return not any(isinstance(t.this, exp.Func) for t in tree.find_all(exp.Table))
+
+
+def _catalog_names(condition: str) -> frozenset[str]:
     with duckdb.connect() as con:
         rows = con.sql(
-            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE stability = 'VOLATILE'"
+            f"SELECT DISTINCT function_name FROM duckdb_functions() WHERE {condition}"
         ).fetchall()
     return frozenset(str(r[0]).lower() for r in rows)
 
 
-def _calls_any(body: str, names: set[str]) -> bool:
+def _with_macros(condition: str, *, aggregates: bool) -> frozenset[str]:
+    """The functions meeting ``condition`` and the macros whose body calls one."""
+    names = set(_catalog_names(condition))
+    with duckdb.connect() as con:
+        macros = con.sql(
+            "SELECT DISTINCT function_name, macro_definition FROM duckdb_functions() "
+            "WHERE function_type = 'macro' AND macro_definition IS NOT NULL"
+        ).fetchall()
+    # macros may call macros: repeat until nothing changes
+    changed = True
+    while changed:
+        changed = False
+        for name, body in macros:
+            if str(name).lower() not in names and _calls_any(str(body), names, aggregates):
+                names.add(str(name).lower())
+                changed = True
+    return frozenset(names)
+
+
+def _calls_any(body: str, names: set[str], aggregates: bool) -> bool:
     try:
         tree = sqlglot.parse_one(body, read="duckdb")
     except ParseError:
         return True  # unreadable: assume the worst
     return any(
-        isinstance(node, exp.AggFunc) or function_name(node) in names
+        (aggregates and isinstance(node, exp.AggFunc)) or function_name(node) in names
         for node in tree.find_all(exp.Func)
     )
 
