@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 #: Documents per server reply: few round trips for large results, within 16 MiB replies.
 FETCH_BATCH = 20_000
+#: Attempts of a read-modify-write update on one document before giving up.
+WRITE_RETRIES = 50
 
 
 @contextlib.contextmanager
@@ -111,28 +113,47 @@ class Collection:
         self, query: dict[str, Any], client_ops: dict[str, Any], server_update: dict[str, Any],
         many: bool,
     ) -> UpdateResult:  # fmt: skip
-        """Read, change, re-encrypt, write back only if the document is unchanged meanwhile."""
+        """Read, change, re-encrypt, write back only if the document is unchanged meanwhile;
+        a document another writer changed first is read again and the change re-applied."""
         matched = modified = 0
         for stored, document in self._matching(query, many):
-            for path, delta in client_ops.items():
-                old = _get(document, path)
-                old = 0 if old is None else old
-                if isinstance(old, bool) or not isinstance(old, (int, float)):
-                    raise DocumentsError(f"field {path!r}: cannot $inc a non-numeric value")
-                _set(document, path, old + delta)
-            changed = dict(
-                self.codec.encode_value(path, _get(document, path)) for path in client_ops
-            )
-            update = dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
-            with server_errors("update"):
-                result = self._server.update_one(stored_condition(stored), update)
-            if result.matched_count == 0:
+            for _ in range(WRITE_RETRIES):
+                update = self._client_update(document, client_ops, server_update)
+                with server_errors("update"):
+                    result = self._server.update_one(stored_condition(stored), update)
+                if result.matched_count:
+                    matched += 1
+                    modified += result.modified_count
+                    break
+                fresh = self._reread(stored["_id"], query)
+                if fresh is None:
+                    break  # deleted, or no longer matching: not updated, as on the server
+                stored, document = fresh
+            else:
                 raise ServerError(
-                    f"document {stored['_id']!r} changed while it was being updated; retry"
+                    f"document {stored['_id']!r} kept changing under {WRITE_RETRIES} attempts "
+                    "to update it; retry later"
                 )
-            matched += 1
-            modified += result.modified_count
         return UpdateResult({"n": matched, "nModified": modified, "ok": 1.0}, acknowledged=True)
+
+    def _client_update(
+        self, document: dict[str, Any], client_ops: dict[str, Any], server_update: dict[str, Any]
+    ) -> dict[str, Any]:
+        for path, delta in client_ops.items():
+            old = _get(document, path)
+            old = 0 if old is None else old
+            if isinstance(old, bool) or not isinstance(old, (int, float)):
+                raise DocumentsError(f"field {path!r}: cannot $inc a non-numeric value")
+            _set(document, path, old + delta)
+        changed = dict(self.codec.encode_value(path, _get(document, path)) for path in client_ops)
+        return dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
+
+    def _reread(self, id_: Any, query: dict[str, Any]) -> tuple[Any, Any] | None:
+        stored = list(self._find_stored({"_id": id_}, None, 0, 1))
+        if not stored:
+            return None
+        document = self.codec.decode_many(stored)[0]
+        return (stored[0], document) if matches(document, query) else None
 
     def replace_one(self, query: dict[str, Any], replacement: dict[str, Any]) -> UpdateResult:
         if "_id" in replacement:
