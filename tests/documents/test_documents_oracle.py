@@ -4,6 +4,7 @@ same FerretDB, results compared, over a schema that mixes every attribute."""
 from __future__ import annotations
 
 import copy
+import itertools
 import datetime as dt
 import random
 from typing import Any
@@ -159,8 +160,13 @@ def test_sort_skip_limit(pair, sort):
 
 def test_projection(pair):
     veil_collection, plain_collection = pair
-    for projection in ({"title": 1, "year": 1}, {"notes": 0, "meta": 0}, {"meta.src": 1, "_id": 0}):
-        query = {"year": {"$gt": 2000}}
+    projections = (
+        {"title": 1, "year": 1}, {"notes": 0, "meta": 0}, {"meta.src": 1, "_id": 0},
+        {"meta": 1, "gross": 1}, {"meta.rating": 1, "tags": 1, "_id": 1}, ["when", "price"],
+    )  # fmt: skip
+    for projection, query in itertools.product(
+        projections, ({"year": {"$gt": 2000}}, {"title": {"$gt": "R"}})
+    ):
         assert by_id_or_list(veil_collection.find(query, projection).to_list()) == by_id_or_list(
             list(plain_collection.find(query, projection))
         )

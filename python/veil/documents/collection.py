@@ -238,11 +238,12 @@ class Collection:
             self._server.drop()
 
     def _find_stored(
-        self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int
-    ) -> Iterator[dict[str, Any]]:
+        self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int,
+        projection: dict[str, Any] | None = None,
+    ) -> Iterator[dict[str, Any]]:  # fmt: skip
         with server_errors("find"):
             cursor = self._server.find(
-                query, sort=sort, skip=skip, limit=limit, batch_size=FETCH_BATCH
+                query, projection, sort=sort, skip=skip, limit=limit, batch_size=FETCH_BATCH
             )
             yield from cursor
 

@@ -17,6 +17,7 @@ from veil.documents.match import matches, project, sort_documents
 from veil.documents.query import normalise_sort, translate_filter, translate_sort
 
 if TYPE_CHECKING:
+    from veil.documents.codec import DocumentCodec
     from veil.documents.collection import Collection
 
 BATCH = 1000
@@ -69,6 +70,7 @@ class Cursor:
         server_filter = translate_filter(codec, self._query)
         server_sort = translate_sort(codec, self._sort)
         window = server_filter.exact and server_sort.exact
+        fields = server_projection(codec, self._projection) if server_filter.exact else None
         return {
             "server": {
                 "collection": self._collection.server_name,
@@ -76,6 +78,7 @@ class Cursor:
                 "sort": server_sort.keys or None,
                 "skip": self._skip if window else 0,
                 "limit": self._limit if window else 0,
+                "projection": fields,
             },
             "client": {
                 "filter": None if server_filter.exact else self._query,
@@ -95,7 +98,7 @@ class Cursor:
         plan = self._plan()
         server, client = plan["server"], plan["client"]
         documents = self._collection._find_stored(
-            server["filter"], server["sort"], server["skip"], server["limit"]
+            server["filter"], server["sort"], server["skip"], server["limit"], server["projection"]
         )
         if client["sort"] is None and not client["skip"] and not client["limit"]:
             for batch in _batches(documents):
@@ -119,6 +122,32 @@ class Cursor:
 
     def to_list(self) -> list[dict[str, Any]]:
         return list(self)
+
+
+def server_projection(codec: DocumentCodec, projection: dict[str, Any] | None) -> Any:
+    """The stored fields an inclusion projection needs (None: fetch whole documents).
+
+    Each projected path's stored field is fetched whole (a sealed subdocument is one
+    field); the client then projects the decrypted document exactly.
+    """
+    if not projection or not all(bool(v) for k, v in projection.items() if k != "_id"):
+        return None
+    if any("." in path for path in projection):
+        return None  # whether the parent exists needs its other fields: fetch all
+    fields: dict[str, Any] = {"_id": bool(projection.get("_id", True))}
+    for path in projection:
+        if path == "_id":
+            continue
+        spec = codec.schema.spec(path)
+        if spec is None:
+            if codec.schema.has_children(path):
+                return None  # a subdocument of several stored fields: fetch all
+            fields[codec.extra.name] = 1
+        elif spec.attr == "do_nothing":
+            fields[path] = 1
+        else:
+            fields[codec.ciphers[spec.path].name] = 1
+    return fields
 
 
 def _batches(documents: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:

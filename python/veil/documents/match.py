@@ -215,9 +215,7 @@ def project(document: dict[str, Any], projection: dict[str, Any] | None) -> dict
     if rest and all(bool(v) for v in rest.values()):
         out: dict[str, Any] = {}
         for path in rest:
-            value = get_path(document, path)
-            if value is not MISSING:
-                _put(out, path, value)
+            _include(document, out, path.split("."))
     else:
         out = {k: v for k, v in document.items() if k != "_id"}
         for path in rest:
@@ -227,11 +225,19 @@ def project(document: dict[str, Any], projection: dict[str, Any] | None) -> dict
     return out
 
 
-def _put(document: dict[str, Any], path: str, value: Any) -> None:
-    *outer, last = path.split(".")
-    for key in outer:
-        document = document.setdefault(key, {})
-    document[last] = value
+def _include(source: Any, target: dict[str, Any], keys: list[str]) -> None:
+    """Copy one projected path; a subdocument on the way is kept even if the leaf is
+    missing (MongoDB projects {"a.b": 1} of {"a": {}} as {"a": {}})."""
+    for position, key in enumerate(keys):
+        if not isinstance(source, dict) or key not in source:
+            return
+        if position == len(keys) - 1:
+            target[key] = source[key]
+        elif isinstance(source[key], dict):
+            target = target.setdefault(key, {})
+            source = source[key]
+        else:
+            return
 
 
 def _drop(document: dict[str, Any], path: str) -> None:
