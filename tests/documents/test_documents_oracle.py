@@ -4,8 +4,8 @@ same FerretDB, results compared, over a schema that mixes every attribute."""
 from __future__ import annotations
 
 import copy
-import itertools
 import datetime as dt
+import itertools
 import random
 from typing import Any
 
