@@ -206,15 +206,31 @@ pub fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>, KernelError> {
 }
 
 fn decompress_zstd_with(data: &[u8], dictionary: &PackDictionary) -> Result<Vec<u8>, KernelError> {
-    let mut decoder =
-        zstd::stream::read::Decoder::with_prepared_dictionary(data, &dictionary.prepared)
-            .map_err(undecodable)?;
-    let mut out = Vec::with_capacity(data.len() * 4);
-    (&mut decoder)
-        .take(MAX_PLAINTEXT as u64)
-        .read_to_end(&mut out)
-        .map_err(undecodable)?;
+    // Frames state their size (the client writes it), so the output is
+    // allocated once; each thread keeps one decompression context, as a
+    // fresh one per point read costs as much as inflating a small pack.
+    let size = match zstd::zstd_safe::get_frame_content_size(data) {
+        Ok(Some(size)) if size <= MAX_PLAINTEXT as u64 => size as usize,
+        Ok(Some(_)) => return Err(malformed("pack plaintext is too large".into())),
+        Ok(None) | Err(_) => {
+            return Err(malformed(
+                "pack does not decompress: its zstd frame states no size".into(),
+            ))
+        }
+    };
+    let mut out: Vec<u8> = Vec::with_capacity(size);
+    ZSTD_CONTEXT.with(|context| {
+        context
+            .borrow_mut()
+            .decompress_using_ddict(&mut out, data, dictionary.prepared.as_ddict())
+            .map_err(|code| undecodable(zstd::zstd_safe::get_error_name(code)))
+    })?;
     Ok(out)
+}
+
+thread_local! {
+    static ZSTD_CONTEXT: std::cell::RefCell<zstd::zstd_safe::DCtx<'static>> =
+        std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
 }
 
 /// libdeflate inflates whole streams into a buffer of known size; the size is
