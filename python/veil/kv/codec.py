@@ -14,6 +14,7 @@ the tier. Beyond the largest tier the size is rounded up to a multiple of it.
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Sequence
 
@@ -27,12 +28,22 @@ CODEC_IDS = {"zlib": ZLIB, "zstd": ZSTD, "lz4": LZ4}
 _LENGTH = struct.Struct(">I")
 
 
+_ZSTD = threading.local()  # zstandard's (de)compressors are not thread-safe: one per thread
+
+
 def _zstd_compress(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor(level=3).compress(data)
+    compressor = getattr(_ZSTD, "compressor", None)
+    if compressor is None:
+        compressor = _ZSTD.compressor = zstandard.ZstdCompressor(level=3)
+    return bytes(compressor.compress(data))
 
 
 def _zstd_decompress(data: bytes) -> bytes:
-    return zstandard.ZstdDecompressor().decompress(data)
+    # A new decompressor per call costs more than decompressing a short row.
+    decompressor = getattr(_ZSTD, "decompressor", None)
+    if decompressor is None:
+        decompressor = _ZSTD.decompressor = zstandard.ZstdDecompressor()
+    return bytes(decompressor.decompress(data))
 
 
 _COMPRESS: dict[int, Callable[[bytes], bytes]] = {
