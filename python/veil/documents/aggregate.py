@@ -109,7 +109,7 @@ class Pipeline:
                 out[name or "k"] = (expression, None)
             elif spec is not None and spec.exact_order and spec.path == path:
                 cipher = self.codec.ciphers[path]
-                out[name or "k"] = (f"${cipher.name}.o", cipher)
+                out[name or "k"] = (f"${cipher.order_path}", cipher)
             else:
                 return None
         return out

@@ -38,6 +38,10 @@ class DocumentCodec:
         self.extra = FieldCipher(master, scope, FieldSpec(EXTRA_PATH, "static"))
         self._by_name = {cipher.name: cipher for cipher in self.ciphers.values()}
         self._by_name[self.extra.name] = self.extra
+        if len(self._by_name) != len(self.ciphers) + 1:
+            raise SchemaError(
+                "two field paths of this collection hash to one stored name; rename one"
+            )
 
     def cipher(self, path: str) -> FieldCipher | None:
         return self.ciphers.get(path)

@@ -225,8 +225,10 @@ class Collection:
                 server_keys.append((path, direction))
             elif spec is not None and spec.attr == "index" and spec.path == path:
                 cipher = self.codec.ciphers[path]
-                role = "e" if (unique and spec.type == "string") else "o"
-                server_keys.append((f"{cipher.name}.{role}", direction))
+                string_key = unique and spec.type == "string"
+                server_keys.append(
+                    (f"{cipher.name}.e" if string_key else cipher.order_path, direction)
+                )
             else:
                 attr = "static (not in the schema)" if spec is None else spec.attr
                 raise UnsupportedQueryError(path, "create_index", attr, "index")

@@ -1,16 +1,17 @@
 """Per-field encryption: what each attribute stores on the server, batch at a time.
 
-Stored forms, under an opaque field name (``f`` + 16 hex digits of a keyed
+Stored forms, under an opaque field name (``f`` + 8 hex digits of a keyed
 hash of the collection and path):
 
 * ``static``: ``Binary(AES-256-GCM(BSON {"v": value}))`` (version byte 0x01,
   random nonce, the collection and path as associated data).
-* ``index``: ``{"s": <static form>, "o": OPE(order key) | [OPE, ...] | null,
-  "e": keyed hash (strings only)}``; ``o`` is 13 bytes ``0x01 || 96-bit BCLO``
+* ``index`` ``int``/``datetime``: ``OPE(order key) | [OPE, ...] | null`` itself.
+* ``index`` ``string``/``decimal``: ``{"s": <static form>, "o": OPE(order key) |
+  [OPE, ...] | null, "e": keyed hash (strings only)}``; ``o`` is 13 bytes ``0x01 || 96-bit BCLO``
   which the server compares byte-wise. Arrays of scalars keep one ``o`` (and
   ``e``) per element, so the server's array matching is the plaintext's.
   ``int`` and ``datetime`` fields store no ``s``: their OPE is one-to-one, so
-  values decrypt from ``o`` (a changed ``o`` fails as a malformed ciphertext
+  values decrypt from it (a changed ``o`` fails as a malformed ciphertext
   unless it happens to be another valid one; ``s`` would not stop a swap of
   whole fields between documents either, see docs/security.md).
 * ``h_add``: ``{"v": 1, "l": low 32 bits, "h": high 32 bits, "i": [ids]}``: an
@@ -48,6 +49,10 @@ from veil.documents.values import key_value, order_key
 from veil.errors import MalformedCiphertextError
 
 TAG_VERSION = b"\x01"
+#: Bytes of keyed hash in an opaque field name; short names make every server scan
+#: cheaper (FerretDB parses each stored document), and a collection checks that its
+#: names do not collide.
+NAME_BYTES = 4
 HADD_VERSION = 1
 _LOW = np.uint64(0xFFFFFFFF)
 
@@ -55,7 +60,7 @@ _LOW = np.uint64(0xFFFFFFFF)
 def opaque_name(master: MasterKey, scope: str, path: str) -> str:
     """The server's name for ``path`` in ``scope`` (a keyed hash: names stay hidden)."""
     key = master.derive(KeyLabel("documents-name", scope))
-    return "f" + hmac.digest(key, path.encode(), "sha256")[:8].hex()
+    return "f" + hmac.digest(key, path.encode(), "sha256")[:NAME_BYTES].hex()
 
 
 class FieldCipher:
@@ -89,7 +94,7 @@ class FieldCipher:
             return self.seal(values)
         orders = self.order_ciphertexts(values)  # checks the values' types first
         if self.spec.exact_order:  # OPE is one-to-one here: values decrypt from it
-            return [{"o": o} for o in orders]
+            return orders
         sealed = self.seal(values)
         stored = [{"s": s, "o": o} for s, o in zip(sealed, orders, strict=True)]
         if self.spec.type == "string":
@@ -124,6 +129,12 @@ class FieldCipher:
             else:
                 out.append(None if value is None else next(encrypted))
         return out
+
+    @property
+    def order_path(self) -> str:
+        """Where the server finds the order ciphertext: the field itself for one-to-one
+        types (nothing else is stored), its ``o`` otherwise."""
+        return self.name if self.spec.exact_order else f"{self.name}.o"
 
     def order_ciphertext(self, value: Any) -> Any:
         return self.order_ciphertexts([value])[0]
@@ -190,7 +201,7 @@ class FieldCipher:
 
     def _decrypt_orders(self, stored: list[Any]) -> list[Any]:
         """Values of one-to-one index fields, from their OPE ciphertexts (one native call)."""
-        forms = [entry.get("o") if isinstance(entry, dict) else entry for entry in stored]
+        forms = stored
         flat = [c for f in forms for c in (f if isinstance(f, list) else [f]) if c is not None]
         if any(not isinstance(c, bytes) for c in flat):
             raise MalformedCiphertextError(f"field {self.spec.path!r}: malformed OPE ciphertext")

@@ -8,10 +8,10 @@ MONOMI §5.4). Before -> after, for ``year`` an ``int`` index and ``title`` a
 ``string`` index::
 
     {"year": {"$gte": 1980, "$lt": 1990}}
-      -> {"$and": [{"f3a..": ..}]} with {"f3a...o": {"$gte": OPE(1980)}}, {... "$lt": OPE(1990)}
+      -> {"$and": [{"f3a1b2c4d": {"$gte": OPE(1980)}}, {"f3a1b2c4d": {"$lt": OPE(1990)}}]}
          exact
     {"title": {"$gt": "Rain"}}
-      -> {"f9c....o": {"$gte": OPE(prefix8("Rain"))}}   not exact: re-checked
+      -> {"f9c0d1e2f.o": {"$gte": OPE(prefix8("Rain"))}}     not exact: re-checked
 
 What no attribute allows fails with :class:`UnsupportedQueryError` naming the
 field, the operator and the attribute that would allow it.
@@ -113,16 +113,16 @@ def _index_clause(codec: DocumentCodec, path: str, op: str, arg: Any) -> tuple[A
         else:
             stored = cipher.order_ciphertext(arg)
         if spec.exact_order:
-            return {f"{cipher.name}.o": {op: stored}}, True
+            return {cipher.order_path: {op: stored}}, True
         if op in ("$ne", "$nin"):
             return None, False  # keys are many-to-one: only the client can tell
-        return {f"{cipher.name}.o": {op: stored}}, False
+        return {cipher.order_path: {op: stored}}, False
     if arg is None:
-        return {f"{cipher.name}.o": {op: None}}, True
+        return {cipher.order_path: {op: None}}, True
     ciphertext = cipher.order_ciphertext(arg)
     if spec.exact_order:
-        return {f"{cipher.name}.o": {op: ciphertext}}, True
-    return {f"{cipher.name}.o": {RANGES[op]: ciphertext}}, False
+        return {cipher.order_path: {op: ciphertext}}, True
+    return {cipher.order_path: {RANGES[op]: ciphertext}}, False
 
 
 def normalise_sort(sort: Any, direction: int | None = None) -> list[tuple[str, int]]:
@@ -154,6 +154,6 @@ def translate_sort(codec: DocumentCodec, sort: list[tuple[str, int]]) -> ServerS
         if spec is None or spec.attr != "index" or spec.path != path:
             attr = "static (not in the schema)" if spec is None else spec.attr
             raise UnsupportedQueryError(path, "sort", attr, "index")
-        keys.append((f"{codec.ciphers[path].name}.o", direction))
+        keys.append((codec.ciphers[path].order_path, direction))
         exact &= spec.exact_order
     return ServerSort(keys, exact)

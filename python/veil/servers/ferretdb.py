@@ -13,6 +13,7 @@ server, so ``veil documents server stop DIR`` can find it again.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -64,7 +65,7 @@ def build(force: bool = False) -> Path:
             return BINARY
         env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "auto"))
         partial = BINARY.with_suffix(".partial")
-        command = [find_go(), "build", "-trimpath", "-o", str(partial), "."]
+        command = [find_go(), "build", "-trimpath", "-buildvcs=false", "-o", str(partial), "."]
         result = subprocess.run(
             command, cwd=GO_SOURCES, env=env, capture_output=True, text=True,
             timeout=BUILD_TIMEOUT_S, check=False,
@@ -127,6 +128,7 @@ class FerretDBServer:
                 start_new_session=True,
             )  # fmt: skip
         self.pid, self._process = process.pid, process
+        atexit.register(self.stop)  # an interrupted run must not leave a server behind
         self._wait_ready(process)
         (self.directory / "server.json").write_text(
             json.dumps({"pid": self.pid, "port": self.port, "version": FERRETDB_VERSION})
@@ -164,6 +166,7 @@ class FerretDBServer:
 
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after 10 s); safe to call twice."""
+        atexit.unregister(self.stop)
         if not self.pid:
             return
         pid, self.pid = self.pid, 0

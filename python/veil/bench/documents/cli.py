@@ -57,7 +57,13 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    import signal
+    import sys
+
     from veil.bench.documents.bench import run
+
+    # SIGTERM unwinds like Ctrl-C, so the FerretDB started for the run is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from veil.bench.documents.report import overheads, plot, table
     from veil.bench.report import write_json
 
