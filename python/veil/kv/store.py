@@ -38,6 +38,7 @@ from veil.kv.packsize import choose_pack_rows
 DEFAULT_PACK_ROWS = 50
 DEFAULT_EPOCH_SECONDS = 10.0
 DEFAULT_PACK_CACHE = 1024  # packs; memory ~ this x one pack's plaintext
+DECODE_KEYS = 256  # range results: keys decoded per numpy pass
 MODES = ("generic", "append")
 
 
@@ -148,8 +149,17 @@ class Store:
         return self.packs.range_batches(low, high)
 
     def _decoded(self, batches: Iterator[Batch]) -> Iterator[tuple[Key, bytes]]:
-        for keys, values in batches:
-            yield from zip(decode_keys(keys), values, strict=True)
+        # Keys are decoded a few packs at a time: one numpy pass costs about
+        # as much for 20 keys as for 500, and small packs make many batches.
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        for batch_keys, batch_values in batches:
+            keys += batch_keys
+            values += batch_values
+            if len(keys) >= DECODE_KEYS:
+                yield from zip(decode_keys(keys), values, strict=True)
+                keys, values = [], []
+        yield from zip(decode_keys(keys), values, strict=True)
 
     def dictionary_bytes(self) -> int:
         """Bytes the server stores for this table's compression dictionaries (all versions)."""
