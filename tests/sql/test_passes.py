@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from sqlglot import exp
+from tests.sql.conftest import tpch_queries
 
 from veil.exec.session import Session
 from veil.sql.parse import parse_statement, qualify_query
@@ -24,8 +25,11 @@ from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.passes.trim_reductions import trim_reductions
 from veil.sql.remote import scan_statement
 from veil.sql.state import Pass, PlanState
+
+TPCH = dict(tpch_queries())
 
 
 def state_before(session: Session, sql: str, target: Pass) -> PlanState:
@@ -81,6 +85,7 @@ def test_passes_are_in_order() -> None:
         reduce_joins,
         pushdown_aggregates,
         pushdown_joins,
+        trim_reductions,
         drop_pushed_filters,
         plan_bind_filters,
         rename_scans,
@@ -178,6 +183,24 @@ def test_pushdown_joins_one_statement(session: Session) -> None:
     joined = {id(s.joined) for s in state.scans.values() if s.joined is not None}
     assert len(joined) == 1
     assert "__veil_join_row" in state.query.sql()
+
+
+def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -> None:
+    # TPC-H Q7: supplier, lineitem, orders, customer joined on the server; n1, n2 outside
+    state = state_before(session, TPCH["q7"], trim_reductions)
+    scans = {s.alias: s for s in state.scans.values()}
+    assert scans["lineitem"].joined is not None and scans["n1"].joined is None
+    assert all(len(s.reduction.scans) == 6 for s in scans.values() if s.reduction)
+    trim_reductions(state)
+
+    def reduced_by(alias: str) -> list[str] | None:
+        reduction = scans[alias].reduction
+        return None if reduction is None else [s.alias for s in reduction.scans]
+
+    assert reduced_by("supplier") == ["supplier", "n1"]  # what the join does not do
+    assert reduced_by("customer") == ["customer", "n2"]
+    assert reduced_by("lineitem") is None and reduced_by("orders") is None  # the join does it
+    assert reduced_by("n1") is None and reduced_by("n2") is None  # 25 rows: not worth the join
 
 
 def test_drop_pushed_filters(session: Session) -> None:

@@ -21,6 +21,7 @@ from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.passes.trim_reductions import trim_reductions
 from veil.sql.state import Pass
 
 PASSES: tuple[Pass, ...] = (
@@ -30,6 +31,7 @@ PASSES: tuple[Pass, ...] = (
     reduce_joins,  # semi-join reductions by joined and outer scans
     pushdown_aggregates,  # GROUP BY / COUNT / MIN / MAX / HOM SUM on the server
     pushdown_joins,  # inner DET equi-joins as one server statement
+    trim_reductions,  # drop reductions a server join does, or too costly for a small table
     drop_pushed_filters,  # exact server filters leave the local plan
     plan_bind_filters,  # client-computed key filters on large scans
     rename_scans,  # the local plan reads the scans' local tables

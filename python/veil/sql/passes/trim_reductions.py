@@ -1,0 +1,61 @@
+"""Pass: keep only the semi-join reductions worth their server join.
+
+``reduce_joins`` gives a scan a reduction whenever its join partners filter
+on the server. Two kinds cost more than they save, and this pass, run once
+the server joins are chosen, trims them:
+
+- a scan fetched inside a server join (``pushdown_joins``): the join already
+  does the part of its reduction among the joined scans; only the scans
+  outside it that hang off this scan are left (TPC-H Q7: customer's nation),
+  or nothing;
+- a small table reduced by a join over far larger ones: a table with less
+  than 1% of the rows of the reduction's other tables is fetched whole (Q7's
+  25-row nation scans each ran lineitem's six-million-row join to drop a few
+  rows).
+
+Dropping a reduction, or part of one, only lets more rows reach the client,
+whose local plan joins and filters exactly. Scans aggregated on the server
+keep theirs (the reduction decides which groups they return).
+"""
+
+from __future__ import annotations
+
+from veil.sql.plan import Reduction, Scan
+from veil.sql.state import PlanState
+
+_MIN_SHARE = 100  # a reduced table holds at least 1/_MIN_SHARE of the others' rows
+
+
+def trim_reductions(state: PlanState) -> PlanState:
+    for scan in state.scans.values():
+        if scan.reduction is None or scan.aggregation is not None:
+            continue
+        if scan.joined is not None:
+            scan.reduction = _outside(scan.reduction, scan, scan.joined.scans)
+        if scan.reduction is not None and not _worth_it(scan, scan.reduction):
+            scan.reduction = None
+    return state
+
+
+def _worth_it(scan: Scan, reduction: Reduction) -> bool:
+    """Row counts from the load (0 when unknown, which keeps the reduction)."""
+    others = sum(o.table.row_count for o in reduction.scans if o is not scan)
+    return scan.table.row_count * _MIN_SHARE >= others
+
+
+def _outside(reduction: Reduction, target: Scan, members: list[Scan]) -> Reduction | None:
+    """The part of a joined scan's reduction that its server join does not do."""
+    inside = {id(m) for m in members if m is not target}
+    edges = [e for e in reduction.edges if id(e.left) not in inside and id(e.right) not in inside]
+    reached, frontier = {id(target): target}, [target]
+    while frontier:
+        scan = frontier.pop()
+        for edge in edges:
+            for a, b in ((edge.left, edge.right), (edge.right, edge.left)):
+                if a is scan and id(b) not in reached:
+                    reached[id(b)] = b
+                    frontier.append(b)
+    if len(reached) == 1:
+        return None
+    kept = [e for e in edges if id(e.left) in reached and id(e.right) in reached]
+    return Reduction(list(reached.values()), kept)
