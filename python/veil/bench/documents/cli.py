@@ -27,6 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--threads", default="1,8", help="YCSB client threads (default 1,8)")
     bench.add_argument("--range-width", type=int, default=100, help="documents per range query")
     bench.add_argument("--seed", type=int, default=1)
+    bench.add_argument(
+        "--timed-inserts", type=int, default=None,
+        help="insert (and time) only the last N documents one by one, bulk-load the rest",
+    )  # fmt: skip
+    bench.add_argument(
+        "--scan-budget", type=int, default=4_000_000,
+        help="documents scanned per read/range measurement (FerretDB scans for each query)",
+    )  # fmt: skip
     bench.add_argument("--note", default="", help="what else ran on the machine")
     bench.add_argument("--json", type=Path, default=None, help="write the figures here")
     bench.add_argument("--png", type=Path, default=None, help="write the overhead plot here")
@@ -68,7 +76,10 @@ def _bench(args: argparse.Namespace) -> int:
     from veil.bench.report import write_json
 
     threads = [int(t) for t in args.threads.split(",") if t]
-    result = run(args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note)
+    result = run(
+        args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note,
+        args.timed_inserts, args.scan_budget,
+    )  # fmt: skip
     result["overheads"] = overheads(result)
     print(table(result))
     if args.json:
