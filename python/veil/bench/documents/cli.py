@@ -76,9 +76,14 @@ def _bench(args: argparse.Namespace) -> int:
     from veil.bench.report import write_json
 
     threads = [int(t) for t in args.threads.split(",") if t]
+
+    def progress(partial: dict[str, object]) -> None:  # each section as soon as it ends
+        if args.json:
+            write_json(args.json, partial)
+
     result = run(
         args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note,
-        args.timed_inserts, args.scan_budget,
+        args.timed_inserts, args.scan_budget, progress,
     )  # fmt: skip
     result["overheads"] = overheads(result)
     print(table(result))

@@ -29,7 +29,7 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
     load = ycsb["load_docs_per_s"]
     out["ycsb load"] = load["plain"] / load["veil"]
     for label, pair in ycsb.items():
-        if label != "load_docs_per_s":
+        if label != "load_docs_per_s" and pair["veil"]["ops_per_s"]:
             out[f"ycsb {label}"] = pair["plain"]["ops_per_s"] / pair["veil"]["ops_per_s"]
     return out
 
