@@ -116,8 +116,12 @@ class FerretDBServer:
     def log_path(self) -> Path:
         return self.directory / "ferretdb.log"
 
-    def start(self, port: int = 0) -> FerretDBServer:
-        """Build if need be, start on ``port`` (a free one by default), wait until it answers."""
+    def start(self, port: int = 0, *, stop_at_exit: bool = True) -> FerretDBServer:
+        """Build if need be, start on ``port`` (a free one by default), wait until it answers.
+
+        The server is stopped when this process exits unless ``stop_at_exit`` is false
+        (``veil documents server start`` leaves it running).
+        """
         binary = build()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -128,7 +132,8 @@ class FerretDBServer:
                 start_new_session=True,
             )  # fmt: skip
         self.pid, self._process = process.pid, process
-        atexit.register(self.stop)  # an interrupted run must not leave a server behind
+        if stop_at_exit:
+            atexit.register(self.stop)  # an interrupted run must not leave a server behind
         self._wait_ready(process)
         (self.directory / "server.json").write_text(
             json.dumps({"pid": self.pid, "port": self.port, "version": FERRETDB_VERSION})

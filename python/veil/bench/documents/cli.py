@@ -49,7 +49,7 @@ def _server(args: argparse.Namespace) -> int:
         if running is not None:
             print(f"ferretdb already running: pid {running.pid}, url {running.url}")
             return 0
-        server = FerretDBServer(args.dir).start(args.port)
+        server = FerretDBServer(args.dir).start(args.port, stop_at_exit=False)
         print(f"ferretdb running: pid {server.pid}, url {server.url}")
         return 0
     if args.action == "stop":

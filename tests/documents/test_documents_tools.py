@@ -1,0 +1,37 @@
+"""The tooling: `veil documents server start|status|stop DIR` and a tiny `veil documents bench`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+from veil.bench.documents.bench import run
+from veil.bench.documents.report import overheads, table
+from veil.cli import main
+
+
+def test_server_commands(tmp_path, capsys):
+    """`start` leaves the server running after the command exits; `stop` stops it."""
+    directory = tmp_path / "server"
+    command = [sys.executable, "-m", "veil.cli", "documents", "server", "start", str(directory)]
+    started = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert "ferretdb running" in started.stdout
+        assert main(["documents", "server", "status", str(directory)]) == 0
+        port = json.loads((directory / "server.json").read_text())["port"]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        assert main(["documents", "server", "stop", str(directory)]) == 0
+    assert main(["documents", "server", "status", str(directory)]) == 1
+
+
+def test_small_bench(ferretdb):
+    result = run(ferretdb.url, 60, 20, [1, 2], 5, 1, "test", timed_inserts=10, scan_budget=600)
+    assert result["range"]["veil"]["round_trips"] == 1.0
+    assert set(result["sum"]) == {"plain", "veil_server", "veil_fetch"}
+    result["overheads"] = overheads(result)
+    assert "benchmarkdb read" in table(result)
