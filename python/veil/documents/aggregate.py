@@ -194,7 +194,7 @@ class Pipeline:
         scan where FerretDB needs one per accumulator and one for the ids."""
         keys = {k: server for k, (server, _) in self._key_ciphers.items()}
         additive = {cipher.name: cipher for _, _, cipher in outputs if cipher is not None}
-        projection = {e[1:]: 1 for e in keys.values()} | dict.fromkeys(additive, 1)
+        projection = _only({e[1:]: 1 for e in keys.values()} | dict.fromkeys(additive, 1))
         stored = self.collection.find_projected(self.server_filter.document(), projection)
         rows: dict[bytes, dict[str, Any]] = {}
         ids: dict[bytes, dict[str, Any]] = {}
@@ -224,7 +224,7 @@ class Pipeline:
 
     def _summed_ids(self, keys: dict[str, str], ciphers: list[Any]) -> dict[bytes, dict[str, Any]]:
         """Per group key: the ASHE ids of each summed field, and how many values it has."""
-        projection = {e[1:]: 1 for e in keys.values()} | {f"{c.name}.i": 1 for c in ciphers}
+        projection = _only({e[1:]: 1 for e in keys.values()} | {f"{c.name}.i": 1 for c in ciphers})
         stored = self.collection.find_projected(self.server_filter.document(), projection)
         out: dict[bytes, dict[str, Any]] = {}
         for document in stored:
@@ -260,6 +260,12 @@ class Pipeline:
             for name, (_, cipher) in self._key_ciphers.items()
             if name in present
         }
+
+
+def _only(fields: dict[str, int]) -> dict[str, int]:
+    """An inclusion projection of ``fields`` without ``_id`` (smaller replies: FerretDB's
+    cost grows with every document it returns); ``_id`` alone when nothing else is needed."""
+    return fields | {"_id": 0} if fields else {"_id": 1}
 
 
 def _decrypt_key(cipher: Any, value: Any) -> Any:
