@@ -12,7 +12,7 @@ import pytest
 from tests.sql.oracle import assert_same
 
 import veil.sql.planner as planner
-from veil.errors import VeilError
+from veil.errors import InternalError, VeilError
 from veil.exec.session import Session
 from veil.sql.errors import QueryError, QuerySyntaxError
 
@@ -159,6 +159,19 @@ def test_a_failing_server_statement_falls_back_to_the_client(
 def test_errors_reach_the_user_as_veil_errors(any_session: Session, sql: str) -> None:
     with pytest.raises(VeilError):
         any_session.run(sql)
+
+
+def test_explain_failures_reach_the_user_as_veil_errors(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import veil.frontend.explain as explain_module
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("a renderer bug")
+
+    monkeypatch.setattr(explain_module, "scan_statement", broken)
+    with pytest.raises(InternalError, match="a renderer bug"):
+        explain_module.explain(session, "SELECT n_name FROM nation WHERE n_regionkey = 1")
 
 
 def test_a_plan_runs_twice_unchanged(session: Session, plain: duckdb.DuckDBPyConnection) -> None:

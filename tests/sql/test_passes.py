@@ -203,6 +203,18 @@ def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -
     assert reduced_by("n1") is None and reduced_by("n2") is None  # 25 rows: not worth the join
 
 
+def test_a_reduction_splits_into_one_semi_join_per_branch(session: Session) -> None:
+    # TPC-H Q21's l1 joins supplier (and its nation) on l_suppkey and orders on
+    # l_orderkey: two key semi-joins instead of the row ids of a four-table join
+    plan = session.plan(parse_statement(TPCH["q21"]))
+    l1 = next(s for s in plan.scans if s.alias == "l1")
+    assert l1.reduction is not None and len(l1.reduction.scans) == 4
+    text = readable(session, scan_statement(l1))
+    assert "rid" not in text
+    assert "det_l_suppkey IN (SELECT r1.det_s_suppkey FROM supplier AS r1, nation AS r2" in text
+    assert "det_l_orderkey IN (SELECT r1.det_o_orderkey FROM orders AS r1 WHERE" in text
+
+
 def test_drop_pushed_filters(session: Session) -> None:
     sql = "SELECT o_orderkey FROM orders WHERE o_orderdate < DATE '1995-01-01'"
     before, after = apply(session, sql, drop_pushed_filters)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -35,6 +37,7 @@ from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _FAMILIES = {
     "int": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
@@ -88,8 +91,12 @@ class Session:
 
     def run(self, sql: str, params: list[object] | tuple[object, ...] | None = None) -> Result:
         """Run one statement; every failure reaches the caller as a ``VeilError``."""
+        return self.guarded(sql, lambda: self._run(sql, params))
+
+    def guarded(self, sql: str, work: Callable[[], T]) -> T:
+        """``work()`` on ``sql``, with every failure turned into a ``VeilError``."""
         try:
-            return self._run(sql, params)
+            return work()
         except VeilError:
             raise
         except duckdb.Error as exc:

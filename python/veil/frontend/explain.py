@@ -25,6 +25,11 @@ REVEALS = {
 
 
 def explain(session: Session, sql: str, params: list[object] | None = None) -> str:
+    """The split plan of ``sql`` in words; any failure is a ``VeilError``."""
+    return session.guarded(sql, lambda: _explain(session, sql, params))
+
+
+def _explain(session: Session, sql: str, params: list[object] | None) -> str:
     tree = bind_parameters(parse_statement(sql), params)
     if not isinstance(tree, exp.Query):
         raise UnsupportedStatementError("veil explain shows queries (SELECT, WITH, set operations)")

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from veil.design.model import TableDesign
+from veil.sql.plan import Reduction
 
 if TYPE_CHECKING:
     from veil.backends.base import Backend
-    from veil.sql.plan import Aggregation, JoinedFetch, JoinEdge, Reduction, Scan
+    from veil.sql.plan import Aggregation, JoinedFetch, JoinEdge, Scan
 
 _VALUE = "veil_param"  # meta key of a placeholder's value
 _INNER, _SIDE = "g", "h"
@@ -127,36 +128,73 @@ def reduction_filter(
 ) -> exp.Expr:
     """The server filter keeping the rows of ``target`` (named ``outer``) that have join partners.
 
-    When every join edge of the target uses one of its columns, a key
-    semi-join, computed once and run by the engine as a hash semi-join::
+    The reduction's other scans fall into branches hanging off the target
+    (TPC-H Q21's l1: supplier and nation on l_suppkey, orders on l_orderkey).
+    A branch joined on one column of the target is a key semi-join, computed
+    once and run by the engine as a hash semi-join::
 
         c_k IN (SELECT r1.c_k FROM t_y AS r1 WHERE <t_y's predicates>)
 
-    (TPC-H Q4: 448 -> ~100 ms.) Otherwise the row ids of the target rows that
-    join the rest, ``rid IN (SELECT r0.rid FROM <the whole join>)``: a
-    correlated ``EXISTS`` on several keys made DuckDB run Q7's reductions
-    thirty times slower. ``extras``: run-time filters of scans fetched before.
+    (TPC-H Q4: 448 -> ~100 ms.) A branch joined on several of its columns
+    keeps the row-id form, ``rid IN (SELECT r0.rid FROM <target and the
+    branch joined>)``: a correlated ``EXISTS`` on several keys made DuckDB run
+    Q7's reductions thirty times slower. The branches' filters together keep
+    at least the rows the whole reduction keeps (the local plan filters
+    exactly). ``extras``: run-time filters of scans fetched before.
     """
-    keys = {c for edge in reduction.edges if (c := edge_column(edge, target)) is not None}
-    if len(keys) != 1:
-        row_id = exp.column(target.table.row_id, table=outer)
-        return row_id.isin(query=_reduction_rows(reduction, target, extras or {}))
-    (key,) = keys
-    others = [scan for scan in reduction.scans if scan is not target]
+    extras = extras or {}
+    filters: list[exp.Expr] = []
+    for branch in _branches(reduction, target):
+        keys = {c for edge in branch.edges if (c := edge_column(edge, target)) is not None}
+        if len(keys) == 1:
+            filters.append(_key_semi_join(branch, target, keys.pop(), outer, extras))
+        else:
+            row_id = exp.column(target.table.row_id, table=outer)
+            filters.append(row_id.isin(query=_reduction_rows(branch, target, extras)))
+    return exp.and_(*filters) if filters else exp.true()
+
+
+def _branches(reduction: Reduction, target: Scan) -> list[Reduction]:
+    """The reduction split at the target: each connected part of the rest, with the target."""
+    rest = [scan for scan in reduction.scans if scan is not target]
+    inner = [e for e in reduction.edges if e.left is not target and e.right is not target]
+    branches: list[Reduction] = []
+    placed: set[int] = set()
+    for start in rest:
+        if id(start) in placed:
+            continue
+        part, frontier = {id(start)}, [start]
+        while frontier:
+            scan = frontier.pop()
+            for edge in inner:
+                for a, b in ((edge.left, edge.right), (edge.right, edge.left)):
+                    if a is scan and id(b) not in part:
+                        part.add(id(b))
+                        frontier.append(b)
+        placed |= part
+        scans = [target, *(s for s in rest if id(s) in part)]
+        members = part | {id(target)}
+        edges = [e for e in reduction.edges if id(e.left) in members and id(e.right) in members]
+        if any(edge_column(e, target) is not None for e in edges):
+            branches.append(Reduction(scans, edges))
+    return branches
+
+
+def _key_semi_join(
+    branch: Reduction, target: Scan, key: str, outer: str | None, extras: Extras
+) -> exp.Expr:
+    others = [scan for scan in branch.scans if scan is not target]
     aliases = {id(scan): f"r{i}" for i, scan in enumerate(others, 1)}
-    partners = [_partner(edge, target, aliases) for edge in reduction.edges]
+    partners = [_partner(edge, target, aliases) for edge in branch.edges]
     first = next(p for p in partners if p is not None)
     select = _from_joined(exp.select(first.copy()), others, aliases)
-    for edge, partner in zip(reduction.edges, partners, strict=True):
-        condition = (
-            _edge(edge, aliases)
-            if partner is None
-            else exp.EQ(this=first.copy(), expression=partner)
-        )
-        if partner is not first:
-            select = select.where(condition, copy=False)
+    for edge, partner in zip(branch.edges, partners, strict=True):
+        if partner is None:
+            select = select.where(_edge(edge, aliases), copy=False)
+        elif partner is not first:  # the target's column joins several of them
+            select = select.where(exp.EQ(this=first.copy(), expression=partner), copy=False)
     for scan in others:
-        for predicate in _filters(scan, extras or {}):
+        for predicate in _filters(scan, extras):
             select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
     return exp.column(key, table=outer).isin(query=select)
 
