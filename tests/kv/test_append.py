@@ -228,3 +228,19 @@ def test_client_dies_between_deleted_status_and_deletion(
     store.delete_merged_epochs()  # finishes the interrupted deletion
     assert list(store.backend.scan(store.epochs_table, 1)) == []
     assert store.get(1) == b"x"
+
+
+def test_an_epoch_starting_below_the_previous_one_merges(open_store: StoreFactory) -> None:
+    # A late writer: epoch e holds only key 100, epoch e+1 starts at key 50.
+    # Merging e finds nothing in [kmin_e, kmin_e+1); the merge of e+1 takes both.
+    store = append_store(open_store, pack_rows=4)
+    first = store.current_epoch()
+    store.put(100, b"hundred")
+    store.advance_epoch()
+    store.put(50, b"fifty")
+    for _ in range(4):
+        store.advance_epoch()
+    store.settle()
+    assert statuses(store)[first] in (MERGED, DELETED)
+    assert dict(store.range(0, 200)) == {50: b"fifty", 100: b"hundred"}
+    assert packed(store) == {encode_key(50): b"fifty", encode_key(100): b"hundred"}

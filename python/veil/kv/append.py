@@ -290,7 +290,9 @@ class AppendStore(Store):
                 if row.key >= low and (high is None or row.key < high):
                     newest[row.key] = self._open_row(source, row)
         entries = sorted((k, v) for k, v in newest.items() if v is not None)
-        return entries, max(newest).hex()
+        # Empty when the next epoch starts at or below this one's smallest key
+        # (a late writer); those rows fall in the next epoch's merge range.
+        return entries, max(newest).hex() if newest else None
 
     def _insert_packs(self, entries: list[tuple[bytes, bytes]]) -> None:
         self._prepare_batch(entries)  # before a first merge cuts packs
