@@ -35,6 +35,11 @@ QUERIES = [
     "SELECT o_orderstatus, COUNT(*) FROM orders WHERE o_orderstatus IN "
     "(SELECT l_linestatus FROM lineitem WHERE l_orderkey < 100 AND l_linestatus = 'F') "
     "GROUP BY o_orderstatus",
+    # keys filtering the outer scan filter its correlated subquery's scan (Q20's shape)
+    "SELECT ps_partkey, ps_availqty FROM partsupp WHERE ps_partkey IN "
+    "(SELECT p_partkey FROM part WHERE p_name LIKE 'forest%') AND ps_availqty > "
+    "(SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey "
+    "AND l_suppkey = ps_suppkey) ORDER BY 1, 2",
     # NOT IN and a correlated IN are left to the client
     "SELECT COUNT(*) FROM orders WHERE o_orderkey NOT IN (SELECT l_orderkey FROM lineitem "
     "WHERE l_quantity > 5)",
@@ -95,6 +100,12 @@ def test_in_subquery_keys_filter_both_joined_scans(session: Session) -> None:
     assert _binds(plan, "lineitem") == 1  # the outer lineitem, through o_orderkey = l_orderkey
 
 
-@pytest.mark.parametrize("index", [7, 8])
+def test_outer_keys_filter_a_correlated_subquery(session: Session) -> None:
+    for sql in (QUERIES[7], TPCH["q20"]):
+        plan = session.run(sql).plan
+        assert _binds(plan, "partsupp") == 1 and _binds(plan, "lineitem") == 1
+
+
+@pytest.mark.parametrize("index", [8, 9])
 def test_not_in_and_correlated_in_get_no_bind_filter(session: Session, index: int) -> None:
     assert _binds(session.run(QUERIES[index]).plan, "orders") == 0

@@ -19,6 +19,9 @@ Two sources of keys:
   scopes: no outer column, no CTE or derived table defined outside it), on a
   column with a DET encryption.
 
+Keys then travel along DET equi-joins of the scope, and from an outer scan
+into a subquery correlated with it on that key (``_into_subquery``).
+
 Sound: a row whose key is not among the keys cannot be in the result (it
 joins nothing, or fails the IN); the local plan still evaluates everything
 exactly. What it reveals: which key values the client-side filter or
@@ -54,6 +57,10 @@ def plan_bind_filters(state: PlanState) -> PlanState:
         _bind_subquery(node, target, state.scopes, state.scans, state.resolved)
     for _, edges in state.edges:
         _propagate(edges)
+    # scopes come innermost first: carry keys into correlated subqueries outside-in
+    for outer_edges in reversed(state.correlated):
+        for edge in outer_edges:
+            _into_subquery(edge)
     _drop_cycles(list(state.scans.values()))
     return state
 
@@ -159,6 +166,28 @@ def _propagate(edges: list[JoinEdge]) -> None:
                 other.binds.append(
                     BindFilter(bind.sources, other_enc, bind.keys, bind.description, bind.shrinks)
                 )
+
+
+def _into_subquery(edge: JoinEdge) -> None:
+    """Keys filtering an outer scan filter the correlated subquery's scan too.
+
+    TPC-H Q20: partsupp keeps the keys of 'forest' parts, and the subquery
+    summing lineitem per (ps_partkey, ps_suppkey) only ever runs for those
+    partsupp rows, so lineitem is fetched for those parts only. Sound as the
+    correlated reduction is (``reduce_joins``): the correlation is a
+    top-level conjunct of the subquery, and it runs only for outer rows that
+    pass the outer scope's top-level conjuncts, the key filter's among them.
+    """
+    inner, outer = edge.left, edge.right
+    if inner.aggregation is not None or inner.with_row_id:
+        return
+    inner_enc = next(e for e in inner.table.encryptions if e.name == edge.left_column)
+    have = {id(b.keys) for b in inner.binds if b.target_enc.name == edge.left_column}
+    for bind in outer.binds:
+        if bind.target_enc.name == edge.right_column and id(bind.keys) not in have:
+            inner.binds.append(
+                BindFilter(bind.sources, inner_enc, bind.keys, bind.description, bind.shrinks)
+            )
 
 
 def _standalone(scan: Scan) -> bool:
