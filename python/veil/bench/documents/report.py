@@ -25,6 +25,8 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
     for strategy in ("server", "fetch"):
         veil_sum = result["sum"][f"veil_{strategy}"]["p50_us"]
         out[f"sum ({strategy})"] = veil_sum / result["sum"]["plain"]["p50_us"]
+    if "ycsb" not in result:  # a run stopped before its last section
+        return out
     ycsb = result["ycsb"]
     load = ycsb["load_docs_per_s"]
     out["ycsb load"] = load["plain"] / load["veil"]
