@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from veil.crypto.keys import write_key_file
 from veil.servers.postgres import ThrowawayCluster
 
 _schema_numbers = itertools.count(1)
@@ -47,3 +48,11 @@ def duckdb_url(tmp_path: Path) -> str:
 def backend_url(request: pytest.FixtureRequest) -> str:
     """A fresh, empty server on each backend in turn."""
     return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    """A fresh Veil key file (0600) in the test's own directory."""
+    path = tmp_path / "veil.key"
+    write_key_file(path)
+    return path

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import pymongo
 import pytest
 
-from veil.crypto.keys import write_key_file
 from veil.servers.ferretdb import FerretDBServer
 
 _databases = itertools.count(1)
@@ -34,13 +32,6 @@ def database_name() -> str:
 def url(ferretdb: FerretDBServer, database_name: str) -> str:
     """A URL naming a fresh database on the session's server."""
     return f"{ferretdb.url}{database_name}"
-
-
-@pytest.fixture
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "veil.key"
-    write_key_file(path)
-    return path
 
 
 @pytest.fixture

@@ -42,13 +42,6 @@ def kv_table() -> str:
 
 
 @pytest.fixture
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "veil.key"
-    write_key_file(path)
-    return path
-
-
-@pytest.fixture
 def other_key_file(tmp_path: Path) -> Path:
     path = tmp_path / "other.key"
     write_key_file(path)
