@@ -12,10 +12,11 @@ DOCS = "docs/errors.md"
 class VeilError(Exception):
     """Base class of every error Veil raises on purpose."""
 
+    docs = DOCS  # the page that explains it (an area may have its own)
     anchor = "veil-error"
 
     def __str__(self) -> str:
-        return f"{super().__str__()} (see {DOCS}#{self.anchor})"
+        return f"{super().__str__()} (see {self.docs}#{self.anchor})"
 
 
 class KeyFileError(VeilError):

@@ -115,7 +115,7 @@ def test_tampered_ciphertext(movies, ferretdb, database_name):
 
 
 def test_server_down(key_file):
-    from veil.servers.cassandra import free_port
+    from veil.servers.ports import free_port
 
     with pytest.raises(ServerError, match="did not answer"):
         veil.documents.connect(f"mongodb://127.0.0.1:{free_port()}/x", key_file, timeout_ms=300)

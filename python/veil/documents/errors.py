@@ -10,10 +10,8 @@ DOCS = "docs/documents.md"
 class DocumentsError(VeilError):
     """Base class of the errors ``veil.documents`` raises on purpose."""
 
+    docs = DOCS
     anchor = "errors"
-
-    def __str__(self) -> str:
-        return f"{Exception.__str__(self)} (see {DOCS}#{self.anchor})"
 
 
 class SchemaError(DocumentsError):

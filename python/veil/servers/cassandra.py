@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from veil.errors import VeilError
+from veil.servers.ports import free_port, port_open
 
 CASSANDRA_VERSION = "5.0.9"
 DEFAULT_HEAP_MB = 1024
@@ -182,12 +182,6 @@ def _run_maven(version: str, lib: Path) -> None:
         )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 # Under a memory budget, keep Cassandra's own memory small and fixed so the
 # budget's remainder is the page cache that holds the table (paper §8.1).
 LEAN_YAML = (
@@ -290,14 +284,6 @@ def _is_our_daemon(pid: int, directory: Path) -> bool:
     except OSError:
         return False
     return "CassandraDaemon" in cmdline and str(directory / "cassandra.yaml") in cmdline
-
-
-def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def start(

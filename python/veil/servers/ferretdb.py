@@ -20,14 +20,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from veil.errors import VeilError
-from veil.servers.cassandra import free_port
+from veil.servers.ports import free_port, port_open
 
 FERRETDB_VERSION = "1.24.2"
 ROOT = Path(__file__).resolve().parents[3]
@@ -148,10 +147,7 @@ class FerretDBServer:
                     f"FerretDB exited at start (code {process.returncode}): "
                     f"{self.read_log()[-2000:]}"
                 )
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), 1),
-            ):
+            if port_open("127.0.0.1", self.port):
                 return
             time.sleep(0.05)
         self.stop()

@@ -16,12 +16,12 @@ import atexit
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 from veil.backends.base import ServerUnavailableError
+from veil.servers.ports import free_port
 
 PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
 SERVICE_USER = "veil-pg"
@@ -79,12 +79,6 @@ def _pg_dir(bin_dir: Path | None, option: str, debian_default: str) -> Path:
 def install_extension() -> None:
     """Build and install Veil's C extension (and PostgreSQL itself if absent)."""
     subprocess.run(["bash", str(EXTENSION_INSTALLER)], check=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class ThrowawayCluster:

@@ -148,14 +148,26 @@ class Reduction:
     pushed predicates. The server keeps just those rows::
 
         SELECT c_a, c_b FROM t_orders WHERE c_date < $1
-          AND EXISTS (SELECT 1 FROM t_customer AS r1
-                      WHERE r1.c_custkey = t_orders.c_custkey AND r1.c_seg = $2)
+          AND c_custkey IN (SELECT r1.c_custkey FROM t_customer AS r1 WHERE r1.c_seg = $2)
 
     The local plan is unchanged and still joins and filters exactly.
     """
 
     scans: list[Scan]
     edges: list[JoinEdge]
+
+    def part(self, start: Scan, edges: list[JoinEdge]) -> Reduction:
+        """The scans ``edges`` connect to ``start``, with the edges among them."""
+        reached, frontier = {id(start): start}, [start]
+        while frontier:
+            scan = frontier.pop()
+            for edge in edges:
+                for a, b in ((edge.left, edge.right), (edge.right, edge.left)):
+                    if a is scan and id(b) not in reached:
+                        reached[id(b)] = b
+                        frontier.append(b)
+        kept = [e for e in self.edges if id(e.left) in reached and id(e.right) in reached]
+        return Reduction([s for s in self.scans if id(s) in reached], kept)
 
 
 JOIN_ROW = "__veil_join_row"  # local column pairing the parts of one joined row

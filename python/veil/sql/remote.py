@@ -156,27 +156,18 @@ def reduction_filter(
 
 def _branches(reduction: Reduction, target: Scan) -> list[Reduction]:
     """The reduction split at the target: each connected part of the rest, with the target."""
-    rest = [scan for scan in reduction.scans if scan is not target]
     inner = [e for e in reduction.edges if e.left is not target and e.right is not target]
     branches: list[Reduction] = []
-    placed: set[int] = set()
-    for start in rest:
+    placed: set[int] = {id(target)}
+    for start in reduction.scans:
         if id(start) in placed:
             continue
-        part, frontier = {id(start)}, [start]
-        while frontier:
-            scan = frontier.pop()
-            for edge in inner:
-                for a, b in ((edge.left, edge.right), (edge.right, edge.left)):
-                    if a is scan and id(b) not in part:
-                        part.add(id(b))
-                        frontier.append(b)
-        placed |= part
-        scans = [target, *(s for s in rest if id(s) in part)]
-        members = part | {id(target)}
+        part = reduction.part(start, inner)
+        placed |= {id(s) for s in part.scans}
+        members = {id(target)} | {id(s) for s in part.scans}
         edges = [e for e in reduction.edges if id(e.left) in members and id(e.right) in members]
         if any(edge_column(e, target) is not None for e in edges):
-            branches.append(Reduction(scans, edges))
+            branches.append(Reduction([target, *part.scans], edges))
     return branches
 
 

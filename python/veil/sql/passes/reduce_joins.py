@@ -8,8 +8,10 @@ which some *other* scan has a pushed predicate is fetched reduced to the rows
 that join with the rest::
 
     FROM customer c, orders o WHERE c.c_custkey = o.o_custkey AND c.c_mktsegment = 'BUILDING'
-      orders scan:  ... WHERE EXISTS (SELECT 1 FROM t_cust r1
-                                      WHERE r1.c_ck = t_ord.c_ok AND r1.c_seg = $1)
+      orders scan:  ... WHERE c_ok IN (SELECT r1.c_ck FROM t_cust r1 WHERE r1.c_seg = $1)
+
+(the statement's form is ``veil.sql.remote.reduction_filter``'s; ``trim_reductions``
+later drops the reductions that cost more than they save).
 
 Sound because every row of the scope's result satisfies every conjunct used,
 and the local plan re-evaluates them all anyway. A correlated subquery's scan

@@ -47,15 +47,5 @@ def _outside(reduction: Reduction, target: Scan, members: list[Scan]) -> Reducti
     """The part of a joined scan's reduction that its server join does not do."""
     inside = {id(m) for m in members if m is not target}
     edges = [e for e in reduction.edges if id(e.left) not in inside and id(e.right) not in inside]
-    reached, frontier = {id(target): target}, [target]
-    while frontier:
-        scan = frontier.pop()
-        for edge in edges:
-            for a, b in ((edge.left, edge.right), (edge.right, edge.left)):
-                if a is scan and id(b) not in reached:
-                    reached[id(b)] = b
-                    frontier.append(b)
-    if len(reached) == 1:
-        return None
-    kept = [e for e in edges if id(e.left) in reached and id(e.right) in reached]
-    return Reduction(list(reached.values()), kept)
+    part = reduction.part(target, edges)
+    return part if len(part.scans) > 1 else None
