@@ -46,6 +46,19 @@ def session(veil_env: dict[str, object]) -> Iterator[Session]:
 
 
 @pytest.fixture(scope="session")
+def paillier_session(tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """The same data loaded with packed Paillier sums instead of ASHE (DuckDB server)."""
+    root = tmp_path_factory.mktemp("veil-paillier")
+    workload = [sql for _, sql in read_fixture("features.sql") + tpch_queries()]
+    url = f"duckdb:///{root / 'server.duckdb'}"
+    load(str(tpch_dir), url, str(root / "client"), workload, lambda _: None, sums="paillier")
+    opened = Session(str(root / "client"))
+    opened.hom_pushdown = "always"  # at SF 0.01 the cost rule prefers the client
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="session")
 def postgres_session(
     tpch_dir: Path, postgres_cluster: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Session]:

@@ -146,12 +146,14 @@ def test_default_domains_cover_the_types(pair: tuple[Session, duckdb.DuckDBPyCon
     assert bits[("events", "e_at")] == 64
     assert bits[("events", "e_small")] == 16
     assert bits[("customer", "c_acctbal")] == signed_bits(*type_domain(SqlType("DECIMAL(15,2)")))
-    lineitem = design.table("lineitem").hom
-    assert lineitem is not None and lineitem.value_bits == 61  # DECIMAL(18,s) products
-    # 3 sums of 61 + 13 bits (rounded to 80) and a 15-bit flag counter: 8 rows in
-    # 2047 bits; 14 bits of headroom would leave 7
-    assert lineitem.overflow_flags and lineitem.rows_per_ciphertext == 8
-    assert lineitem.summand_bits == 13
+    sums = design.table("lineitem").sums
+    assert sums is not None and sums.overflow_column is not None  # DECIMAL(18,s) products
+    words = {
+        source: len(columns) for source, columns in zip(sums.sources, sums.columns, strict=True)
+    }
+    # 64 values of DECIMAL(15,2) fit an int64 sum; 64 of a DECIMAL(18,s) product do not
+    assert words["l_quantity"] == 1
+    assert words["l_extendedprice * (1 - l_discount)"] == 2
 
 
 @pytest.mark.parametrize("pushdown", ["auto", "always"])

@@ -1,4 +1,4 @@
-"""SUM and AVG on the server from packed HOM groups (MONOMI §5.2-5.3), against plain DuckDB.
+"""SUM and AVG on the server from packed Paillier groups (MONOMI §5.2-5.3), against plain DuckDB.
 
 ``readings`` has negative values, NULLs in summed columns, a group whose
 few rows lie in packs shared with other groups (partial masks only), and a
@@ -67,7 +67,10 @@ def hom_session(
     with pytest.MonkeyPatch.context() as patch:
         # several load batches, so slots and packs must continue across batches
         patch.setattr(loader, "BATCH_ROWS", 700)
-        load(str(readings_dir), url, str(root / "client"), QUERIES, progress=lambda _: None)
+        load(
+            str(readings_dir), url, str(root / "client"), QUERIES,
+            progress=lambda _: None, sums="paillier",
+        )  # fmt: skip
     opened = _pushing_down(root)
     yield opened
     opened.close()
@@ -114,7 +117,7 @@ def chunked_session(
         patch.setattr(hom_group, "MAX_SUMMAND_BITS", CHUNK_BITS)
         load(
             str(readings_dir), url, str(root / "client"), CHUNKED_QUERIES,
-            progress=lambda _: None, domains=["readings.c=0..1000"],
+            progress=lambda _: None, domains=["readings.c=0..1000"], sums="paillier",
         )  # fmt: skip
     opened = _pushing_down(root)
     yield opened

@@ -126,9 +126,9 @@ def test_correlated_and_implied_reduction(session: Session) -> None:
             True,
         ),
         ("SELECT COUNT(*) FROM orders WHERE o_orderdate < DATE '1995-01-01'", True),
-        # 15,000 rows in 3 groups: up to 3 x 256 decryptions cost more than fetching them
-        ("SELECT o_orderstatus, SUM(o_totalprice) FROM orders GROUP BY o_orderstatus", False),
-        ("SELECT o_custkey, SUM(o_totalprice) FROM orders GROUP BY o_custkey", False),
+        # ASHE: a server row per group and block of 64 rows never costs more than the rows
+        ("SELECT o_orderstatus, SUM(o_totalprice) FROM orders GROUP BY o_orderstatus", True),
+        ("SELECT o_custkey, SUM(o_totalprice) FROM orders GROUP BY o_custkey", True),
         ("SELECT COUNT(*) FROM orders WHERE o_comment LIKE '%special%'", False),
         ("SELECT COUNT(DISTINCT o_custkey) FROM orders", False),
     ],
@@ -138,19 +138,55 @@ def test_aggregate_pushdown(session: Session, sql: str, pushed: bool) -> None:
     assert (plan.scans[0].aggregation is not None) == pushed
 
 
-def test_q1_sums_on_the_server_and_q18_on_the_client(any_session: Session) -> None:
-    """Q1 (4 groups) sums packed HOM on the server; Q18's GROUP BY l_orderkey does not."""
-    queries = dict(tpch_queries())
-    lineitem = any_session.design.table("lineitem").hom
-    assert lineitem is not None
-    any_session.hom_pushdown = "always"  # at SF 0.01 the cost rule prefers the client
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # 15,000 rows in 3 groups: up to 3 x 256 decryptions cost more than fetching them
+        "SELECT o_orderstatus, SUM(o_totalprice) FROM orders GROUP BY o_orderstatus",
+        "SELECT o_custkey, SUM(o_totalprice) FROM orders GROUP BY o_custkey",
+    ],
+)
+def test_paillier_sums_follow_the_cost_rule(paillier_session: Session, sql: str) -> None:
+    paillier_session.hom_pushdown = "auto"
     try:
-        q1 = any_session.run(queries["q1"]).stats.remote_sql
+        plan = paillier_session.plan(sqlglot.parse_one(sql, read="duckdb"))
     finally:
-        any_session.hom_pushdown = "auto"
-    assert len(q1) == 1 and lineitem.server_name in q1[0] and "veil_hom_sum" in q1[0].lower()
+        paillier_session.hom_pushdown = "always"
+    assert plan.scans[0].aggregation is None
+
+
+def test_q1_and_q18_sum_under_ashe_on_the_server(any_session: Session) -> None:
+    """Q1 is one server statement (sums per group and block of row ids); so is Q18's inner sum."""
+    queries = dict(tpch_queries())
+    lineitem = any_session.design.table("lineitem")
+    assert lineitem.sums is not None and lineitem.hom is None
+    q1 = any_session.run(queries["q1"]).stats.remote_sql
+    assert len(q1) == 1 and lineitem.server_name in q1[0] and "bit_or" in q1[0].lower()
     q18 = any_session.run(queries["q18"]).stats.remote_sql
-    assert q18 and not any(lineitem.server_name in sql for sql in q18)
+    assert any(lineitem.server_name in sql and "bit_or" in sql.lower() for sql in q18)
+
+
+@pytest.mark.parametrize(("name", "sql"), tpch_queries(), ids=lambda v: str(v)[:8])
+def test_tpch_query_with_paillier_sums(
+    paillier_session: Session, plain: duckdb.DuckDBPyConnection, name: str, sql: str
+) -> None:
+    _check(paillier_session, plain, sql)
+
+
+def test_q1_sums_paillier_packs_and_q18_sums_on_the_client(paillier_session: Session) -> None:
+    """With Paillier, Q1 (4 groups) multiplies packs on the server; Q18's GROUP BY l_orderkey does not."""
+    queries = dict(tpch_queries())
+    lineitem = paillier_session.design.table("lineitem")
+    assert lineitem.hom is not None and lineitem.sums is None
+    assert lineitem.hom.slot_column == lineitem.row_id
+    q1 = paillier_session.run(queries["q1"]).stats.remote_sql
+    assert len(q1) == 1 and lineitem.hom.server_name in q1[0] and "veil_hom_sum" in q1[0].lower()
+    paillier_session.hom_pushdown = "auto"
+    try:
+        q18 = paillier_session.run(queries["q18"]).stats.remote_sql
+    finally:
+        paillier_session.hom_pushdown = "always"
+    assert q18 and not any(lineitem.hom.server_name in sql for sql in q18)
 
 
 def test_per_row_expressions_are_precomputed(session: Session) -> None:

@@ -132,6 +132,13 @@ class Backend(Protocol):
         """Boolean expression: does a SEARCH ciphertext contain the token's word."""
         ...
 
+    def id_bit(self, position: exp.Expression) -> exp.Expression:
+        """64-bit integer expression ``1 << position`` for positions 0..63 (bit 63 too).
+
+        ``BIT_OR`` of it over a block's rows is the block's mask of row ids.
+        """
+        ...
+
     def add_statement_listener(self, listener: StatementListener) -> Callable[[], None]:
         """Call ``listener(sql, params)`` for every statement sent; returns its remover."""
         ...

@@ -129,6 +129,11 @@ class DuckDBBackend(StagedBackend):
         listed = exp.Anonymous(this="list", expressions=[ciphertexts])
         return exp.Anonymous(this=duckdb_functions.HOM_SUM, expressions=[listed, n_square])
 
+    def id_bit(self, position: exp.Expression) -> exp.Expression:
+        # an unsigned shift: BIGINT's 1 << 63 overflows in DuckDB
+        one = exp.cast(exp.Literal.number(1), exp.DataType.build("UBIGINT", dialect="duckdb"))
+        return exp.BitwiseLeftShift(this=one, expression=exp.cast(position, "INT"))
+
     def search_match(self, ciphertexts: exp.Expression, token: exp.Expression) -> exp.Expression:
         return exp.Anonymous(this=duckdb_functions.SEARCH_MATCH, expressions=[ciphertexts, token])
 

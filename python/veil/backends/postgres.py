@@ -265,6 +265,11 @@ class PostgresBackend(StagedBackend):
         self._need_extension()
         return exp.Anonymous(this=HOM_SUM, expressions=[ciphertexts, n_square])
 
+    def id_bit(self, position: exp.Expression) -> exp.Expression:
+        # PostgreSQL shifts BIGINT bits without an overflow check: 1 << 63 is the sign bit
+        one = exp.cast(exp.Literal.number(1), "BIGINT")
+        return exp.BitwiseLeftShift(this=one, expression=exp.cast(position, "INT"))
+
     def search_match(self, ciphertexts: exp.Expression, token: exp.Expression) -> exp.Expression:
         self._need_extension()
         return exp.Anonymous(this=SEARCH_MATCH, expressions=[ciphertexts, token])

@@ -282,6 +282,8 @@ def measure_space(servers: BenchServers) -> dict[str, Any]:
         names[table.server_name] = table.name
         if table.hom is not None:
             names[table.hom.server_name] = f"{table.name} (HOM side table)"
+        if table.id_counter:
+            names[table.id_counter] = f"{table.name} (row-id counter)"
     plain_total, veil_total = sum(plain.values()), sum(veil.values())
     return {
         "plain_bytes": plain_total,

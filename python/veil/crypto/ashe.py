@@ -61,6 +61,9 @@ KEY_LABEL = f"ashe-v{VERSION}"
 KEY_BYTES = 32
 #: A sum of values is exact while its magnitude stays below this bound.
 SUM_BOUND = 2**63
+#: Ids per block of a grouped server sum: the server returns, per group and
+#: block, the SUM of the ciphertexts and the ids summed as one 64-bit mask.
+BLOCK_ROWS = 64
 _MOD = 2**64
 
 IntColumn: TypeAlias = np.ndarray | pa.Array | pa.ChunkedArray
@@ -157,6 +160,25 @@ class Ashe:
         assert bitmap is not None
         base, words = self._bitmap(bitmap)
         return int(self._cipher.pad_sum_bitmap(base, words))
+
+    def pad_sums_blocks(self, blocks: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Per row r, the pad sum of the ids ``BLOCK_ROWS * blocks[r] + k`` for the set bits k of ``masks[r]``.
+
+        ``blocks`` (int64 block numbers) and ``masks`` (uint64 or int64 bits,
+        least significant first) come from a grouped server sum; the result
+        is uint64, one pad sum per row, to subtract from the row's SUM mod 2**64.
+        """
+        if len(blocks) != len(masks):
+            raise ParameterError(
+                f"{self._where()}one mask per block; got {len(blocks)} blocks and {len(masks)} masks"
+            )
+        bases = np.ascontiguousarray(blocks, dtype=np.int64).view(np.uint64) * np.uint64(BLOCK_ROWS)
+        bits = np.ascontiguousarray(masks)
+        bits = bits.view(np.uint64) if bits.dtype == np.int64 else bits.astype(np.uint64)
+        out = np.empty(len(bits), dtype=np.uint64)
+        with native_errors(column=self.column):
+            self._cipher.pad_sums_blocks(bases, bits, out)
+        return out
 
     def decrypt_sum(
         self,

@@ -31,14 +31,20 @@ DESIGN_FORMAT = "veil-physical-design"
 # 4: HOM headroom per group (``HomGroup.summand_bits``: products of at most
 #    2^h packs, chunked by the server); overflow flags as counters above the
 #    slots (``HomGroup.overflow_flags``) instead of a slot per row.
-DESIGN_VERSION = 4
+# 5: sequential row ids from a server counter (``TableDesign.id_counter``), the
+#    HOM slot is the row id; ASHE sums (``TableDesign.sums``) are the default.
+DESIGN_VERSION = 5
 
 RND = "RND"
 DET = "DET"
 OPE = "OPE"
 HOM = "HOM"
 SEARCH = "SEARCH"
+ASHE = "ASHE"
 SCHEMES = (RND, DET, OPE, HOM, SEARCH)
+# How the server sums: ASHE (symmetric, the default), Paillier (a keyless
+# party can add), or not at all (the client sums the rows it fetches).
+SUM_SCHEMES = ("ashe", "paillier", "none")
 # Schemes whose ciphertexts the client can decrypt back to single values.
 DECRYPTABLE = (DET, RND, OPE)
 
@@ -127,14 +133,43 @@ class HomGroup:
 
 
 @dataclass
+class AsheSums:
+    """A table's summed expressions under ASHE (Seabed): the server adds with its own SUM.
+
+    Each source is stored as one or two BIGINT server columns (``columns[i]``),
+    each the ASHE encryption of one word of the encoded value under the row's
+    id (``TableDesign.row_id``) and a key of its own (``veil.crypto.ashe``):
+    one word when a sum of ``BLOCK_ROWS`` values of the source's domain stays
+    within int64, else two (the low 32 bits, unsigned, and the rest). NULL is
+    stored as the encryption of 0; the server counts an expression's non-NULL
+    rows from its columns' other encryptions, as for Paillier.
+    ``overflow_column`` holds a 0/1 flag per row under ASHE, 1 where an
+    expression of the row overflowed its type (its words hold 0).
+    """
+
+    sources: list[str]
+    types: list[str]
+    columns: list[list[str]]
+    key_scope: str
+    overflow_column: str | None = None
+
+    def index(self, source: str) -> int | None:
+        return self.sources.index(source) if source in self.sources else None
+
+
+@dataclass
 class TableDesign:
     name: str
     server_name: str
-    row_id: str  # server column holding a random row id (for UPDATE/DELETE)
+    # server column of the row id: sequential, from the ``id_counter`` table's
+    # counter, never reused (an UPDATE writes fresh ids): ASHE's pads are one-time
+    row_id: str
     columns: list[Column]
     encryptions: list[Encryption]
     row_count: int = 0
     hom: HomGroup | None = None
+    sums: AsheSums | None = None
+    id_counter: str = ""  # server table holding the next free row id
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -191,7 +226,7 @@ class PhysicalDesign:
         if document.get("version") != DESIGN_VERSION:
             raise DesignError(
                 f"{origin} has design version {document.get('version')}; this Veil reads "
-                f"version {DESIGN_VERSION} (HOM headroom per group): reload the data with `veil load`"
+                f"version {DESIGN_VERSION} (sequential row ids, ASHE sums): reload the data with `veil load`"
             )
         tables = {name: _table_from_dict(t) for name, t in document["tables"].items()}
         return cls(key_fingerprint=document["key_fingerprint"], tables=tables)
@@ -229,4 +264,6 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         encryptions=encryptions,
         row_count=int(str(data.get("row_count", 0))),
         hom=HomGroup(**data["hom"]) if data.get("hom") else None,  # type: ignore[arg-type]
+        sums=AsheSums(**data["sums"]) if data.get("sums") else None,  # type: ignore[arg-type]
+        id_counter=str(data.get("id_counter", "")),
     )

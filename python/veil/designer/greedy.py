@@ -17,10 +17,13 @@ A cost-based designer (MONOMI §6) will replace this; it produces the same
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import duckdb
 import sqlglot
 from sqlglot import exp
 
+from veil.crypto.ashe import BLOCK_ROWS, sum_fits
 from veil.design.domains import (
     ExpressionDomain,
     column_domain,
@@ -34,6 +37,8 @@ from veil.design.model import (
     OPE,
     RND,
     SEARCH,
+    SUM_SCHEMES,
+    AsheSums,
     Column,
     Encryption,
     HomGroup,
@@ -59,9 +64,15 @@ def greedy_design(
     schemes: frozenset[str],
     key_fingerprint: str,
     *,
-    hom: bool = True,
+    sums: str = "ashe",
 ) -> PhysicalDesign:
-    """The design serving ``workload``; ``hom=False`` leaves out the packed HOM groups."""
+    """The design serving ``workload``.
+
+    ``sums`` says how the server adds the workload's SUM/AVG arguments: under
+    ASHE (the default), in packed Paillier groups, or not at all ("none").
+    """
+    if sums not in SUM_SCHEMES:
+        raise ValueError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
     needs = analyse_workload(workload, plain)
     groups = _key_groups(needs.joins, plain)
@@ -72,13 +83,17 @@ def greedy_design(
         for column in columns:
             encryptions += _column_encryptions(table, column, needs, (groups, ope_groups), schemes)
         encryptions += _row_encryptions(table, columns, needs, schemes)
+        row_id = opaque_name("c")
+        summed = _summed(table, columns, needs)
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
-            row_id=opaque_name("c"),
+            row_id=row_id,
             columns=list(columns),
             encryptions=encryptions,
-            hom=_hom_group(table, columns, needs) if hom and HOM in schemes else None,
+            hom=_hom_group(summed, row_id) if sums == "paillier" and HOM in schemes else None,
+            sums=_ashe_sums(summed) if sums == "ashe" else None,
+            id_counter=opaque_name("t"),
         )
     _share_ope_widths(design)
     return design
@@ -175,38 +190,69 @@ def _share_ope_widths(design: PhysicalDesign) -> None:
         enc.params["bits"] = widths[enc.key_scope]
 
 
-def _hom_group(table: str, columns: list[Column], needs: WorkloadNeeds) -> HomGroup | None:
-    """One packed HOM group of the table's summed exact-number expressions (MONOMI §5.3).
+@dataclass
+class _Summed:
+    """The exact-number expressions of a table the workload sums, with their domains."""
 
-    Only expressions that are NULL exactly when one of their columns is NULL
-    (arithmetic over columns and constants) are packed: the server counts an
-    expression's non-NULL rows (for AVG and for telling an empty SUM from 0)
-    from its columns' other encryptions.
+    table: str
+    sources: list[str]
+    domains: list[ExpressionDomain]
+
+
+def _summed(table: str, columns: list[Column], needs: WorkloadNeeds) -> _Summed:
+    """The table's summed expressions the server can add (MONOMI §5.3).
+
+    Only exact numbers (integers, decimals), and only expressions that are
+    NULL exactly when one of their columns is NULL (arithmetic over columns
+    and constants): the server counts an expression's non-NULL rows (for AVG
+    and for telling an empty SUM from 0) from its columns' other encryptions.
+    The rest is summed by the client.
     """
     catalog = _catalog(table, columns)
-    sources: list[str] = []
-    types: list[str] = []
-    bits, overflow = 1, False
+    found = _Summed(table, [], [])
     for t, source in sorted(needs.sums):
         domain = _expression_domain(catalog, table, source, columns) if t == table else None
         exact = domain is not None and SqlType(domain.type).kind in (INT_KIND, DECIMAL_KIND)
         if domain is None or not exact or not null_follows_columns(source):
-            continue  # Paillier sums exact numbers; the rest is summed by the client
-        sources.append(source)
-        types.append(domain.type)
-        bits = max(bits, signed_bits(domain.low, domain.high))
-        overflow = overflow or domain.overflow
+            continue
+        found.sources.append(source)
+        found.domains.append(domain)
     catalog.close()
-    if not sources:
+    return found
+
+
+def _hom_group(summed: _Summed, row_id: str) -> HomGroup | None:
+    """One packed Paillier group of the summed expressions; its slot is the row id."""
+    if not summed.sources:
         return None
+    bits = max(signed_bits(d.low, d.high) for d in summed.domains)
     return HomGroup(
         server_name=opaque_name("t"),
-        slot_column=opaque_name("c"),
-        sources=sources,
-        types=types,
-        key_scope=f"hom:{table}",
+        slot_column=row_id,
+        sources=summed.sources,
+        types=[d.type for d in summed.domains],
+        key_scope=f"hom:{summed.table}",
         value_bits=max(bits, 2),
-        overflow_flags=overflow,
+        overflow_flags=any(d.overflow for d in summed.domains),
+    )
+
+
+def _ashe_sums(summed: _Summed) -> AsheSums | None:
+    """ASHE columns of the summed expressions: one word each where a block sum fits int64.
+
+    The server sums blocks of ``BLOCK_ROWS`` consecutive row ids
+    (``veil.exec.ashe_sums``); a block's sum is recovered mod 2**64, so a
+    source whose domain could make it leave int64 is split into two words.
+    """
+    if not summed.sources:
+        return None
+    words = [1 if sum_fits(BLOCK_ROWS, max(abs(d.low), abs(d.high))) else 2 for d in summed.domains]
+    return AsheSums(
+        sources=summed.sources,
+        types=[d.type for d in summed.domains],
+        columns=[[opaque_name("c") for _ in range(n)] for n in words],
+        key_scope=f"ashe:{opaque_name('s')}",  # fresh per load: ids restart, keys must too
+        overflow_column=opaque_name("c") if any(d.overflow for d in summed.domains) else None,
     )
 
 

@@ -8,18 +8,17 @@ The server cannot compute new ciphertexts, so the client does the work:
   so the WHERE clause is pushed down where it can be) and deletes by row id.
 - UPDATE: the client computes the new rows (same query, with the SET
   expressions in place of the columns) and, in one server transaction,
-  deletes the old rows and appends the re-encrypted new ones under the same
+  deletes the old rows and appends the re-encrypted new ones under fresh
   row ids. Every server column of a row, precomputed ones included, is
-  rebuilt from the new plaintext row, so they stay consistent; the row's HOM
-  values go into a fresh slot of a new pack (its old slot is orphaned: no
-  row selects it any more).
+  rebuilt from the new plaintext row, so they stay consistent.
 
-HOM packs: INSERT appends new packs after the last one (``_append_rows``)
-and never rewrites a pack other rows share. DELETE needs nothing: a deleted
-row's slot is no longer selected by any query, so its pack position is
-simply never added by the client.
-
-Row ids are random numbers, never plaintext.
+Row ids come from the table's counter on the server (``veil.exec.row_ids``),
+taken before the write's transaction begins: fresh for every row written,
+INSERT and UPDATE alike, and disjoint between clients writing at once. ASHE
+pads are one-time, so an id is never used twice. A Paillier row's slot is
+its row id: its values go into a new pack, starting on a pack boundary, so
+no pack other rows share is ever rewritten; an old slot is orphaned (no row
+selects it any more). DELETE needs nothing more.
 """
 
 from __future__ import annotations
@@ -33,9 +32,10 @@ from sqlglot import exp
 from veil.design.model import TableDesign
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
+from veil.exec.row_ids import allocate
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.plan import ROW_ID
-from veil.sql.remote import delete_rows_statement, last_pack_statement
+from veil.sql.remote import delete_rows_statement
 
 if TYPE_CHECKING:
     from veil.exec.session import Result, Session
@@ -125,8 +125,9 @@ def _insert(session: Session, tree: exp.Insert) -> Result:
         finally:
             session.catalog.unregister(_VALUES_VIEW)
     TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
+    first_id = _fresh_ids(session, table, len(plain))
     with session.backend.transaction():
-        _append_rows(session, table, plain)
+        _append_rows(session, table, plain, first_id)
     return Result(pa.table({}), len(plain), stats)
 
 
@@ -137,26 +138,24 @@ def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa
     return rows
 
 
-def _append_rows(
-    session: Session, table: TableDesign, plain: pa.Table, row_ids: pa.Array | None = None
-) -> None:
-    """Encrypt and append rows; their HOM values go into new packs after the last one.
+def _fresh_ids(session: Session, table: TableDesign, count: int) -> int:
+    """The first of ``count`` fresh row ids (on a pack boundary for a Paillier group)."""
+    align = table.hom.rows_per_ciphertext if table.hom is not None else 1
+    return allocate(session.backend, table, count, align=align)
 
-    Packs already on the server are never rewritten: a new row's slot is in a
-    pack of its own statement, so no other row's ciphertext changes.
+
+def _append_rows(session: Session, table: TableDesign, plain: pa.Table, first_id: int) -> None:
+    """Encrypt and append rows under the ids ``first_id``, ``first_id + 1``, ...
+
+    A Paillier group's packs for them are new ones (``first_id`` starts a pack).
     """
     encryptor = TableEncryptor(session.master, table)
-    first_slot = 0
     if table.hom is not None and len(plain):
         group = session.ciphers.group(table)
-        last = run_remote(last_pack_statement(table), session.backend, FetchStats())
-        last = last.column(0)[0].as_py()
-        first_pack = 0 if last is None else int(last) + 1
-        first_slot = first_pack * group.rows
-        packs = group.encrypt_packs(group.values(encryptor.sources(plain)), first_pack)
+        values = group.values(encryptor.sources(plain))
+        packs = group.encrypt_packs(values, first_id // group.rows)
         session.backend.append(table.hom.server_name, packs)
-    server_rows = encryptor.encrypt(plain, row_ids=row_ids, first_slot=first_slot)
-    session.backend.append(table.server_name, server_rows)
+    session.backend.append(table.server_name, encryptor.encrypt(plain, first_id))
 
 
 def _matching_rows(
@@ -213,7 +212,8 @@ def _update(session: Session, tree: exp.Update) -> Result:
         [c.name for c in table.columns]
     )
     TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
+    first_id = _fresh_ids(session, table, len(plain))
     with session.backend.transaction():
         _delete_rows(session, table, row_ids)
-        _append_rows(session, table, plain, row_ids)
+        _append_rows(session, table, plain, first_id)
     return Result(pa.table({}), len(row_ids))

@@ -2,8 +2,8 @@
 
 Used by the loader and by DML: evaluate each server column's source (a column,
 or a per-row expression evaluated by an in-process DuckDB), encode, encrypt
-column-wise. Row ids are random 63-bit integers, so they reveal neither
-insertion order nor anything about the row.
+column-wise. Row ids are sequential (``veil.exec.row_ids``): the caller gives
+the first id of the batch.
 
 Values outside a column's declared domain are refused here, before anything
 is encrypted or written (``DeclaredDomainError``). A row whose per-row
@@ -18,8 +18,6 @@ row sets the group's (encrypted) overflow flag (``veil.exec.hom_group``).
 
 from __future__ import annotations
 
-import secrets
-
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -31,6 +29,7 @@ from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, sentinels
 from veil.design.model import Encryption, TableDesign
 from veil.encoding import encode
+from veil.exec.ashe_sums import AsheSumsCipher
 from veil.exec.ciphers import ColumnCipher, column_cipher
 
 _BATCH_VIEW = "__veil_plain_batch"
@@ -57,27 +56,26 @@ class TableEncryptor:
         self._ciphers: dict[str, ColumnCipher] = {
             e.name: column_cipher(master, e, rnd_context(table, e)) for e in table.encryptions
         }
-        self._rng = np.random.default_rng(secrets.randbits(128))
+        self._sums = AsheSumsCipher(master, table.sums) if table.sums is not None else None
         self._local = duckdb.connect()
 
     def server_schema(self, sample: pa.Table) -> pa.Schema:
-        return self.encrypt(sample.slice(0, 0)).schema
+        return self.encrypt(sample.slice(0, 0), 0).schema
 
-    def encrypt(
-        self, plain: pa.Table, row_ids: pa.Array | None = None, first_slot: int = 0
-    ) -> pa.Table:
+    def encrypt(self, plain: pa.Table, first_id: int) -> pa.Table:
         """Server rows for ``plain`` (whose columns are the table's plaintext columns).
 
-        A table with a HOM group gets its rows' slots ``first_slot``,
-        ``first_slot + 1``, ... (their packs are encrypted apart, ``hom_values``).
+        The rows get the row ids ``first_id``, ``first_id + 1``, ...; the row
+        id is also a HOM group's slot (its packs are encrypted apart,
+        ``HomGroupCipher``) and the id ASHE sums are encrypted under.
         """
         sources = self.sources(plain)
-        if row_ids is None:
-            row_ids = pa.array(self._rng.integers(0, 2**63 - 1, len(plain), dtype=np.int64))
-        columns = {self.table.row_id: row_ids}
+        ids = np.arange(first_id, first_id + len(plain), dtype=np.int64)
+        columns: dict[str, pa.Array] = {self.table.row_id: pa.array(ids)}
         if self.table.hom is not None:
-            slots = np.arange(first_slot, first_slot + len(plain), dtype=np.int64)
-            columns[self.table.hom.slot_column] = pa.array(slots)
+            columns[self.table.hom.slot_column] = columns[self.table.row_id]
+        if self._sums is not None:
+            columns.update(self._sums.encrypt(sources, ids))
         for enc in self.table.encryptions:
             encoded = encode(sources[enc.source], enc.sql_type)
             if enc.source in sources.overflow:
@@ -138,9 +136,9 @@ class TableEncryptor:
 
     def _expression_types(self) -> dict[str, str]:
         found = {e.source: e.type for e in self.table.encryptions if e.is_expression}
-        group = self.table.hom
-        if group is not None:
-            found |= {s: t for s, t in zip(group.sources, group.types, strict=True)}
+        for group in (self.table.hom, self.table.sums):
+            if group is not None:
+                found |= {s: t for s, t in zip(group.sources, group.types, strict=True)}
         return {s: t for s, t in found.items() if not s.isidentifier()}
 
 

@@ -13,6 +13,7 @@ from veil.backends import Backend
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, TableDesign
 from veil.encoding import decode
+from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
 from veil.exec.ciphers import ColumnCipher, column_cipher
 from veil.exec.encrypt import rnd_context
 from veil.exec.hom_group import HomGroupCipher
@@ -39,6 +40,7 @@ class CipherCache:
         self._master = master
         self._ciphers: dict[tuple[str, str], ColumnCipher] = {}
         self._groups: dict[str, HomGroupCipher] = {}
+        self._sums: dict[str, AsheSumsCipher] = {}
 
     def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
         key = (table.server_name, encryption.name)
@@ -53,6 +55,13 @@ class CipherCache:
         if table.server_name not in self._groups:
             self._groups[table.server_name] = HomGroupCipher(self._master, table.hom)
         return self._groups[table.server_name]
+
+    def ashe(self, table: TableDesign) -> AsheSumsCipher:
+        """The ASHE keys of the table's summed expressions."""
+        assert table.sums is not None
+        if table.server_name not in self._sums:
+            self._sums[table.server_name] = AsheSumsCipher(self._master, table.sums)
+        return self._sums[table.server_name]
 
 
 def run_remote(statement: exp.Expression, backend: Backend, stats: FetchStats) -> pa.Table:
@@ -77,6 +86,10 @@ def run_scan(
         from veil.exec.hom_fetch import finish_packed_sums
 
         plain = finish_packed_sums(fetched, scan, ciphers)
+        stats.decrypt_seconds += time.perf_counter() - started
+        return plain
+    if scan.aggregation is not None and scan.aggregation.id_bit is not None:
+        plain = finish_ashe_sums(fetched, scan, ciphers)
         stats.decrypt_seconds += time.perf_counter() - started
         return plain
     plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers)

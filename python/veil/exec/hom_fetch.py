@@ -53,7 +53,7 @@ def finish_packed_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> p
         columns[name] = _decimals(
             [None if s is None else s[item.hom_index] for s in sums], sql_type.scale
         )
-    return _reaggregate(pa.table(columns), aggregation)
+    return reaggregate(pa.table(columns), aggregation)
 
 
 def _decimals(values: list[int | None], scale: int) -> pa.Array:
@@ -66,7 +66,8 @@ def _decimals(values: list[int | None], scale: int) -> pa.Array:
         )
 
 
-def _reaggregate(per_mask: pa.Table, aggregation: Aggregation) -> pa.Table:
+def reaggregate(per_mask: pa.Table, aggregation: Aggregation) -> pa.Table:
+    """One row per group from partial rows (per pack mask, or per block of row ids)."""
     keys = [f'"{k}"' for k in aggregation.keys]
     values = [
         f"{_final(item, f'__veil_agg_{i}', aggregation)} AS __veil_agg_{i}"

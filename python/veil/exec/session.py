@@ -65,7 +65,10 @@ class Session:
         self.client: ClientDir = open_client_dir(client_dir)
         self.master: MasterKey = self.client.master_key()
         self.design: PhysicalDesign = self.client.design(self.master)
-        self.backend: Backend = _open_backend(self.client.server_url())
+        # a connection of its own (an embedded DuckDB file is opened once per
+        # process and shared by its connections: ``veil.backends.duckdb``), so
+        # sessions in several threads each run their own statements and transactions
+        self.backend: Backend = connect(self.client.server_url())
         self.ciphers = CipherCache(self.master)
         self.hom_pushdown = _hom_pushdown()
         self.local = duckdb.connect()
@@ -83,7 +86,7 @@ class Session:
             self._owners.update({e.name: table for e in table.encryptions})
 
     def close(self) -> None:
-        _release_backend(self.backend)
+        self.backend.close()
         self.local.close()
         self.catalog.close()
 
@@ -226,6 +229,9 @@ class Session:
         n_square = param(n_square_bytes(self.ciphers.group(table).n_square))
         return self.backend.hom_sum(ciphertexts, n_square)  # type: ignore[arg-type]
 
+    def id_bit(self, position: exp.Expr) -> exp.Expr:
+        return self.backend.id_bit(position)  # type: ignore[arg-type]
+
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
         cast = f"TRY_CAST(({constant}) AS {sql_type.name})"
         # Python reads DATE 'infinity' as 9999-12-31: such constants stay on the client
@@ -241,38 +247,6 @@ class Session:
         if not any(f in str(row[2]) for f in _FAMILIES[sql_type.kind]):
             return None
         return row[0]
-
-
-@dataclass
-class _SharedBackend:
-    backend: Backend
-    users: int = 0
-
-
-# An embedded DuckDB file can be opened once per process, so sessions on the
-# same server URL share one backend (counted, closed with the last session).
-_SHARED: dict[str, _SharedBackend] = {}
-
-
-def _open_backend(url: str) -> Backend:
-    if not url.startswith("duckdb://"):
-        return connect(url)
-    shared = _SHARED.get(url)
-    if shared is None:
-        shared = _SHARED[url] = _SharedBackend(connect(url))
-    shared.users += 1
-    return shared.backend
-
-
-def _release_backend(backend: Backend) -> None:
-    shared = _SHARED.get(backend.url)
-    if shared is None or shared.backend is not backend:
-        backend.close()
-        return
-    shared.users -= 1
-    if shared.users == 0:
-        del _SHARED[backend.url]
-        backend.close()
 
 
 def _duckdb_message(exc: duckdb.Error) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from veil.design.model import SUM_SCHEMES
 from veil.frontend.output import print_table
 
 
@@ -32,11 +33,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
     )
     load.add_argument(
-        "--no-hom",
-        dest="hom",
-        action="store_false",
-        help="leave out the packed Paillier (HOM) groups of the workload's SUM/AVG arguments "
-        "(faster loads; every SUM then runs on the client)",
+        "--sums",
+        choices=SUM_SCHEMES,
+        default="ashe",
+        help="how the server adds the workload's SUM/AVG arguments: ashe (symmetric, the "
+        "default), paillier (packed Paillier groups, slow to load; a party without the key can "
+        "add them too) or none (every SUM runs on the client)",
+    )
+    load.add_argument(
+        "--no-hom", dest="sums", action="store_const", const="none", help="the same as --sums none"
     )
     load.add_argument(
         "--domain",
@@ -78,7 +83,7 @@ def run_load(args: argparse.Namespace) -> int:
         args.server,
         args.client_dir,
         read_workload(args.workload),
-        hom=args.hom,
+        sums=args.sums,
         domains=args.domain,
     )
     print(

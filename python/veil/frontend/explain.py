@@ -146,6 +146,15 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
         lines.append(
             f"  server GROUP BY {keys} computing {kinds}  [DET: group sizes; OPE: the extremes' order; HOM: nothing]"
         )
+    if scan.aggregation is not None and scan.aggregation.id_bit is not None:
+        ashe = scan.table.sums
+        assert ashe is not None
+        summed = ", ".join(ashe.sources[i] for i in scan.aggregation.ashe_sources())
+        lines.append(
+            f"  server ASHE: per group and block of 64 row ids, the SUM of the ciphertexts of "
+            f"{summed} and the mask of the ids summed; the client removes the pads  "
+            "[ASHE: nothing of the values; row ids: which rows (load order) each group holds]"
+        )
     if scan.aggregation is not None and scan.aggregation.hom_product is not None:
         group = scan.table.hom
         assert group is not None

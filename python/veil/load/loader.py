@@ -29,13 +29,14 @@ from veil.backends import Backend, connect
 from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, declare_domains, parse_domain_specs
-from veil.design.model import DET, Column, PhysicalDesign, TableDesign
+from veil.design.model import DET, SUM_SCHEMES, Column, DesignError, PhysicalDesign, TableDesign
 from veil.designer.greedy import greedy_design
 from veil.encoding import SqlType, encode
 from veil.exec.ciphers import available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
+from veil.exec.row_ids import counter_table
 from veil.load.sources import SourceTable, open_source
 
 BATCH_ROWS = 65536
@@ -69,14 +70,17 @@ def load(
     workload: list[str] | None = None,
     progress: Progress | None = None,
     *,
-    hom: bool = True,
+    sums: str = "ashe",
     domains: Domains | None = None,
 ) -> list[LoadReport]:
     """Load every table of ``source``; returns what was loaded.
 
-    ``hom=False`` leaves out the packed Paillier groups of the workload's
-    SUM/AVG arguments (their encryption dominates load time: ~0.2 ms per
-    ciphertext and core, one ciphertext per few rows).
+    ``sums`` says how the server adds the workload's SUM/AVG arguments:
+    ``"ashe"`` (symmetric, 8 or 16 bytes per value and row, the default),
+    ``"paillier"`` (packed Paillier groups, which a party without the key
+    can add too; their encryption dominates load time: ~0.2 ms per
+    ciphertext and core, one ciphertext per few rows) or ``"none"`` (every
+    SUM runs on the client).
 
     ``domains`` declares narrower value domains than the columns' types
     (``{"lineitem.l_quantity": (0, 100)}`` or ``["lineitem.l_quantity=0..100"]``):
@@ -96,8 +100,10 @@ def load(
     for table in tables:
         _check_declared_domains(table, con, schema[table.name])
     client, master = create_client_dir(client_dir, server_url)
+    if sums not in SUM_SCHEMES:
+        raise DesignError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     fresh = greedy_design(
-        schema, workload or [], available_schemes(), master.fingerprint(), hom=hom
+        schema, workload or [], available_schemes(), master.fingerprint(), sums=sums
     )
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     backend = connect(server_url)
@@ -130,6 +136,7 @@ def _load_table(
         schema=encryptor.server_schema(_empty(table.columns)),
     )
     table.row_count = rows
+    backend.bulk_load(table.id_counter, counter_table(rows))
     if table.hom is not None:
         _load_hom_group(source, con, table, master, backend, say)
     # The new tables have fresh random names: until the design names them,
@@ -139,6 +146,8 @@ def _load_table(
     design.save(client.design_path)
     if previous is not None and previous.server_name != table.server_name:
         backend.drop_table(previous.server_name)
+        if previous.id_counter:
+            backend.drop_table(previous.id_counter)
         if previous.hom is not None:
             backend.drop_table(previous.hom.server_name)
     seconds = time.perf_counter() - started
@@ -154,8 +163,8 @@ def _encrypted_batches(
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
         )
-        # slots number the rows across batches: row i of the table is in pack i // R
-        yield from encryptor.encrypt(plain, first_slot=done).to_batches()
+        # row i of the source gets row id i (and is in Paillier pack i // R)
+        yield from encryptor.encrypt(plain, first_id=done).to_batches()
         done += batch.num_rows
         say(f"{source.name}: {done} rows encrypted")
 

@@ -22,6 +22,9 @@ from veil.design.model import Encryption, TableDesign
 ROW_ID = "__veil_row_id"  # the local name of a scan's row-id column (DML only)
 HOM_MASK = "__veil_hom_mask"  # which row positions of its packs a HOM product sums
 HOM_PRODUCT = "__veil_hom_product"  # the product of a (group, mask)'s packs
+ASHE_BLOCK = "__veil_ashe_block"  # a block of 64 row ids an ASHE sum covers
+ASHE_MASK = "__veil_ashe_mask"  # which ids of the block it summed
+ASHE_FLAGS = "__veil_ashe_overflowed"  # the sum of the rows' overflow flags
 
 
 @dataclass
@@ -82,24 +85,36 @@ class BindFilter:
 @dataclass
 class AggregateItem:
     key: int  # identifies the client aggregate it serves
-    kind: str  # COUNT, MIN, MAX or SUM (the packed HOM group's sum of one expression)
+    kind: str  # COUNT, MIN, MAX or SUM (a HOM group's or ASHE sum of one expression)
     enc: Encryption | None  # None for COUNT(*) and SUM
     server: exp.Expr | None = None  # prebuilt server expression (counts of expressions)
     hom_index: int | None = None  # SUM: the expression's place in the HOM group
+    ashe_index: int | None = None  # SUM: the expression's place in the table's ASHE sums
     count_key: int | None = None  # SUM: the item counting the expression's non-NULL rows
 
 
 @dataclass
 class Aggregation:
-    """The server groups a scan by DET keys: COUNT, MIN / MAX (OPE), SUM (packed HOM).
+    """The server groups a scan by DET keys: COUNT, MIN / MAX (OPE), SUM (ASHE or Paillier).
 
-    With SUMs the statement is two-level (``packed_sums_select``) and the
-    client re-aggregates its (group, pack mask) rows (``veil.exec.hom_fetch``).
+    With Paillier sums the statement is two-level (``packed_sums_select``) and
+    the client re-aggregates its (group, pack mask) rows (``veil.exec.hom_fetch``);
+    with ASHE sums the server groups by (keys, block of row ids) and the client
+    unpads and re-aggregates those rows (``veil.exec.ashe_sums``).
     """
 
     keys: list[str]  # plaintext key columns
     items: list[AggregateItem] = field(default_factory=list)
     hom_product: exp.Expr | None = None  # server product of a (group, mask)'s HOM packs
+    id_bit: exp.Expr | None = None  # ASHE: the server's 64-bit ``1 << (row id % 64)``
+
+    def ashe_sources(self) -> list[int]:
+        """The ASHE sources the SUM items read, each once, in order of first use."""
+        found: list[int] = []
+        for item in self.items:
+            if item.ashe_index is not None and item.ashe_index not in found:
+                found.append(item.ashe_index)
+        return found
 
     def add(
         self, key: int, kind: str, enc: Encryption | None, server: exp.Expr | None = None
@@ -122,8 +137,17 @@ class Aggregation:
             (f"__veil_agg_{i}", item.enc if item.kind != "COUNT" else None)
             for i, item in self.server_items()
         ]
-        hom = [(HOM_MASK, None), (HOM_PRODUCT, None)] if self.hom_product is not None else []
-        return keys + values + hom
+        sums: list[tuple[str, Encryption | None]] = []
+        if self.hom_product is not None:
+            sums = [(HOM_MASK, None), (HOM_PRODUCT, None)]
+        if self.id_bit is not None:
+            assert table.sums is not None
+            sums = [(ASHE_BLOCK, None), (ASHE_MASK, None)]
+            for index in self.ashe_sources():
+                sums += [(name, None) for name in table.sums.columns[index]]
+            if table.sums.overflow_column is not None:
+                sums.append((ASHE_FLAGS, None))
+        return keys + values + sums
 
 
 @dataclass

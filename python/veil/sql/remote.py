@@ -21,7 +21,9 @@ Statement shapes (names shortened)::
     joined       SELECT j0.c_a, j1.c_b FROM t_x AS j0, t_y AS j1 WHERE j0.c_k = j1.c_k AND ...
     aggregate    SELECT c_k, COUNT(*), MIN(c_ope) FROM t_x WHERE ... GROUP BY c_k
     HOM sums     two levels, per (keys, pack) then per (keys, mask, chunk) (``_packed_sums``)
-    DML          DELETE FROM t_x WHERE rid IN (...); SELECT MAX(pack) FROM t_side
+    ASHE sums    SELECT c_k, rid >> 6, BIT_OR(1 << (rid & 63)), SUM(c_w) ... GROUP BY c_k, rid >> 6
+    DML          DELETE FROM t_x WHERE rid IN (...);
+                 UPDATE t_ids SET next_id = next_id + $1 RETURNING next_id - $1
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import TableDesign
 from veil.sql.plan import Reduction
 
@@ -42,6 +45,7 @@ _VALUE = "veil_param"  # meta key of a placeholder's value
 _INNER, _SIDE = "g", "h"
 HOM_PACK_COLUMN = "pack"  # the HOM side table's pack number column
 HOM_CT_COLUMN = "ct"  # ... and its ciphertext column
+ID_COUNTER_COLUMN = "next_id"  # the row-id counter table's one column
 
 # Extra predicates per scan, found at execution time (bind filters), keyed by id(scan).
 Extras = dict[int, list[exp.Expr]]
@@ -272,6 +276,9 @@ def _aggregate_statement(scan: Scan, extras: Extras) -> exp.Select:
         values.append(
             {"COUNT": exp.Count, "MIN": exp.Min, "MAX": exp.Max}[item.kind](this=argument)
         )
+    if aggregation.id_bit is not None:
+        blocks = _ashe_blocks(key_columns, values, aggregation, table).from_(table.server_name)
+        return _filtered(blocks, scan, None, extras)
     if aggregation.hom_product is None:
         select = exp.select(*key_columns, *values)
         if key_columns:
@@ -279,6 +286,45 @@ def _aggregate_statement(scan: Scan, extras: Extras) -> exp.Select:
         return _filtered(select.from_(table.server_name), scan, None, extras)
     inner = _pack_level(key_columns, values, table).from_(table.server_name)
     return _packed_sums(_filtered(inner, scan, None, extras), aggregation, table)
+
+
+def _ashe_blocks(
+    key_columns: Sequence[exp.Expr],
+    values: Sequence[exp.Expr],
+    aggregation: Aggregation,
+    table: TableDesign,
+) -> exp.Select:
+    """ASHE sums per (keys, block of ``BLOCK_ROWS`` row ids), with the ids summed as a mask::
+
+    SELECT c_rf, COUNT(*), c_rid >> 6, BIT_OR(<1 << (c_rid & 63)>), SUM(c_w0), SUM(c_w1)
+    FROM t_li WHERE ... GROUP BY c_rf, c_rid >> 6
+
+    Every sum adds at most 64 ciphertexts, so the client recovers it exactly
+    mod 2**64 (``veil.exec.ashe_sums``); one block's rows of a group share its
+    mask, so each row costs the client two PRF calls per run of ids.
+    """
+    sums = table.sums
+    assert sums is not None and aggregation.id_bit is not None
+    shift = exp.Literal.number(BLOCK_ROWS.bit_length() - 1)
+    block = exp.BitwiseRightShift(this=exp.column(table.row_id), expression=shift)
+    words = [exp.column(name) for i in aggregation.ashe_sources() for name in sums.columns[i]]
+    if sums.overflow_column is not None:
+        words.append(exp.column(sums.overflow_column))
+    select = exp.select(
+        *key_columns,
+        *values,
+        block,
+        exp.func("BIT_OR", aggregation.id_bit.copy()),
+        *[exp.Sum(this=w) for w in words],
+    )
+    return select.group_by(*[k.copy() for k in key_columns], block.copy())
+
+
+def id_bit_position(table: TableDesign) -> exp.Expr:
+    """``row id & 63``: a row's bit in its block's mask."""
+    return exp.BitwiseAnd(
+        this=exp.column(table.row_id), expression=exp.Literal.number(BLOCK_ROWS - 1)
+    )
 
 
 def _pack_level(
@@ -373,7 +419,17 @@ def delete_rows_statement(table: TableDesign, row_ids: Sequence[object]) -> exp.
     return exp.delete(exp.to_table(table.server_name)).where(condition)
 
 
-def last_pack_statement(table: TableDesign) -> exp.Select:
-    """The highest pack number in the table's HOM side table (NULL when empty)."""
-    assert table.hom is not None
-    return exp.select(exp.Max(this=exp.column(HOM_PACK_COLUMN))).from_(table.hom.server_name)
+def allocate_ids_statement(table: TableDesign, count: int) -> exp.Update:
+    """Take ``count`` row ids from the table's counter, atomically; returns the first.
+
+    ``count`` (how many rows a statement writes, which the server sees anyway)
+    is a literal: DuckDB cannot prepare a parameter in RETURNING.
+    """
+    counter, taken = exp.column(ID_COUNTER_COLUMN), exp.Literal.number(int(count))
+    update = exp.update(
+        exp.to_table(table.id_counter),
+        {ID_COUNTER_COLUMN: exp.Add(this=counter.copy(), expression=taken.copy())},
+    )
+    first = exp.Sub(this=counter.copy(), expression=taken)
+    update.set("returning", exp.Returning(expressions=[first]))
+    return update

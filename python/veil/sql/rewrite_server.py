@@ -51,6 +51,10 @@ class ServerContext(Protocol):
         """The server's Paillier product of ``table``'s HOM packs (n^2 a parameter)."""
         ...
 
+    def id_bit(self, position: exp.Expr) -> exp.Expr:
+        """The server's 64-bit ``1 << position`` (a row's bit in an ASHE block mask)."""
+        ...
+
 
 _RANGE_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT,

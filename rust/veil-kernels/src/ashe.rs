@@ -161,6 +161,49 @@ impl Ashe {
         sum.finish()
     }
 
+    /// Per-block pad sums: `out[r]` is the sum of the pads of the ids whose
+    /// bit is set in `masks[r]`, bit `k` standing for id `bases[r] + k`.
+    ///
+    /// This is what a grouped server sum needs: the server returns, per
+    /// (group, block of 64 ids), the SUM of the block's ciphertexts and the
+    /// BIT_OR of the ids' bits, and every such row is unpadded on its own.
+    /// AES blocks of all rows are batched together.
+    pub fn pad_sums_blocks(
+        &self,
+        bases: &[u64],
+        masks: &[u64],
+        out: &mut [u64],
+    ) -> Result<(), KernelError> {
+        if bases.len() != masks.len() || masks.len() != out.len() {
+            return Err(KernelError::Parameter(format!(
+                "per-block pad sums need one base and one output slot per mask; got {} bases, \
+                 {} masks and {} output slots",
+                bases.len(),
+                masks.len(),
+                out.len()
+            )));
+        }
+        let mut batch = RowBatch::new(self);
+        for (row, (&base, &mask)) in bases.iter().zip(masks).enumerate() {
+            out[row] = 0;
+            let mut rest = mask;
+            while rest != 0 {
+                let start = rest.trailing_zeros();
+                let ones = (rest >> start).trailing_ones();
+                let end = start + ones - 1;
+                let first = base.wrapping_add(u64::from(start));
+                batch.add_run(row, first, base.wrapping_add(u64::from(end)), out);
+                rest = if end >= 63 {
+                    0
+                } else {
+                    rest & (u64::MAX << (end + 1))
+                };
+            }
+        }
+        batch.flush(out);
+        Ok(())
+    }
+
     /// Calls `emit(j, pad(ids[j]))` for every j, batching the AES blocks.
     /// A run of consecutive ids reuses `F(i)` as the next id's `F(i − 1)`,
     /// so sequential ids cost one block per id.
@@ -241,49 +284,71 @@ fn bitmap_word_runs(
     open
 }
 
-/// Accumulates `F(end) − F(start − 1)` over runs, AES blocks batched:
-/// even slots hold run ends (added), odd slots the ids before run starts
-/// (subtracted).
+/// Accumulates `F(end) − F(start − 1)` over runs into one total (a
+/// `RowBatch` with a single output row).
 struct PadSum<'a> {
-    cipher: &'a Aes256,
-    blocks: [Block; BATCH],
-    used: usize,
-    total: u64,
+    batch: RowBatch<'a>,
+    total: [u64; 1],
 }
 
 impl<'a> PadSum<'a> {
     fn new(ashe: &'a Ashe) -> Self {
         Self {
-            cipher: &ashe.cipher,
-            blocks: [Block::default(); BATCH],
-            used: 0,
-            total: 0,
+            batch: RowBatch::new(ashe),
+            total: [0],
         }
     }
 
     #[inline]
     fn add_run(&mut self, start: u64, end: u64) {
-        self.blocks[self.used] = block(end);
-        self.blocks[self.used + 1] = block(start.wrapping_sub(1));
-        self.used += 2;
-        if self.used == BATCH {
-            self.flush();
-        }
-    }
-
-    fn flush(&mut self) {
-        let blocks = &mut self.blocks[..self.used];
-        self.cipher.encrypt_blocks(blocks);
-        for pair in blocks.chunks_exact(2) {
-            let run = prf_output(&pair[0]).wrapping_sub(prf_output(&pair[1]));
-            self.total = self.total.wrapping_add(run);
-        }
-        self.used = 0;
+        self.batch.add_run(0, start, end, &mut self.total);
     }
 
     fn finish(mut self) -> u64 {
-        self.flush();
-        self.total
+        self.batch.flush(&mut self.total);
+        self.total[0]
+    }
+}
+
+/// Sums `F(end) − F(start − 1)` per run into the run's output row, AES
+/// blocks batched: even slots hold run ends (added), odd slots the ids
+/// before run starts (subtracted).
+struct RowBatch<'a> {
+    cipher: &'a Aes256,
+    blocks: [Block; BATCH],
+    rows: [usize; BATCH / 2],
+    used: usize,
+}
+
+impl<'a> RowBatch<'a> {
+    fn new(ashe: &'a Ashe) -> Self {
+        Self {
+            cipher: &ashe.cipher,
+            blocks: [Block::default(); BATCH],
+            rows: [0; BATCH / 2],
+            used: 0,
+        }
+    }
+
+    #[inline]
+    fn add_run(&mut self, row: usize, start: u64, end: u64, out: &mut [u64]) {
+        self.blocks[self.used] = block(end);
+        self.blocks[self.used + 1] = block(start.wrapping_sub(1));
+        self.rows[self.used / 2] = row;
+        self.used += 2;
+        if self.used == BATCH {
+            self.flush(out);
+        }
+    }
+
+    fn flush(&mut self, out: &mut [u64]) {
+        let blocks = &mut self.blocks[..self.used];
+        self.cipher.encrypt_blocks(blocks);
+        for (pair, &row) in blocks.chunks_exact(2).zip(&self.rows) {
+            let run = prf_output(&pair[0]).wrapping_sub(prf_output(&pair[1]));
+            out[row] = out[row].wrapping_add(run);
+        }
+        self.used = 0;
     }
 }
 

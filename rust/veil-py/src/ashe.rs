@@ -111,6 +111,23 @@ impl AsheKey {
         }))
     }
 
+    /// Per-block pad sums into `out` (uint64): `masks[r]`'s bit k stands
+    /// for id `bases[r] + k`.
+    fn pad_sums_blocks(
+        &self,
+        py: Python<'_>,
+        bases: PyReadonlyArray1<'_, u64>,
+        masks: PyReadonlyArray1<'_, u64>,
+        out: &Bound<'_, PyArray1<u64>>,
+    ) -> PyResult<()> {
+        let mut out = out.readwrite();
+        let (bases, masks, dst) = (bases.as_slice()?, masks.as_slice()?, out.as_slice_mut()?);
+        run(py, masks.len() * 8, || {
+            self.inner.pad_sums_blocks(bases, masks, dst)
+        })
+        .map_err(to_py)
+    }
+
     fn __repr__(&self) -> &'static str {
         "AsheKey(...)"
     }

@@ -27,7 +27,7 @@ from sqlglot.optimizer.scope import Scope
 from veil.design.model import DET, OPE, SEARCH, HomGroup, TableDesign
 from veil.sql.columns import BaseColumn, columns_read, row_expression
 from veil.sql.plan import Aggregation, Scan
-from veil.sql.remote import hom_ciphertexts
+from veil.sql.remote import hom_ciphertexts, id_bit_position
 from veil.sql.rewrite_server import ServerContext
 from veil.sql.state import PlanState, ScanKey
 
@@ -108,7 +108,7 @@ def _aggregation(
     aggregates = [a for a in select.find_all(exp.AggFunc)]
     if not aggregates:
         return None
-    if any(isinstance(a, exp.Sum | exp.Avg) for a in aggregates) and not _hom_pays(
+    if any(isinstance(a, exp.Sum | exp.Avg) for a in aggregates) and not _sums_pay(
         ctx.hom_pushdown, scan.table, keys
     ):
         return None  # one decryption per group and pack mask would cost more than the rows
@@ -156,23 +156,43 @@ def _add_sum(
     aggregation: Aggregation,
     ctx: ServerContext,
 ) -> bool:
-    """SUM from the packed HOM group, with the count of the expression's non-NULL rows.
+    """SUM under ASHE or from the packed HOM group, with the count of the expression's non-NULL rows.
 
-    The count makes an all-NULL SUM NULL and is AVG's denominator.
+    The count makes an all-NULL SUM NULL and is AVG's denominator; sums of
+    one expression share it.
     """
     summed = row_expression(node.this, resolved)
-    group = scan.table.hom
-    if group is None or not summed or summed[0] != scan.table.name:
+    table = scan.table
+    if not summed or summed[0] != table.name:
         return False
-    index = group.index(summed[1])
-    if index is None:
-        return False
-    item = aggregation.add(id(node), "SUM", None)
-    item.hom_index, item.count_key = index, -id(node)
-    aggregation.add(-id(node), "COUNT", None, _count_present(scan.table, summed[1]))
-    if aggregation.hom_product is None:
-        aggregation.hom_product = ctx.hom_product(hom_ciphertexts(), scan.table)
+    if table.sums is not None:
+        index = table.sums.index(summed[1])
+        if index is None:
+            return False
+        item = aggregation.add(id(node), "SUM", None)
+        item.ashe_index = index
+        if aggregation.id_bit is None:
+            aggregation.id_bit = ctx.id_bit(id_bit_position(table))
+    else:
+        group = table.hom
+        index = group.index(summed[1]) if group is not None else None
+        if index is None:
+            return False
+        item = aggregation.add(id(node), "SUM", None)
+        item.hom_index = index
+        if aggregation.hom_product is None:
+            aggregation.hom_product = ctx.hom_product(hom_ciphertexts(), table)
+    item.count_key = _count_key(aggregation, _count_present(table, summed[1]), -id(node))
     return True
+
+
+def _count_key(aggregation: Aggregation, count: exp.Expr, key: int) -> int:
+    """The key of the item counting ``count``: an existing one, or a new one under ``key``."""
+    for item in aggregation.items:
+        if item.kind == "COUNT" and item.server is not None and item.server == count:
+            return item.key
+    aggregation.add(key, "COUNT", None, count)
+    return key
 
 
 def _count_present(table: TableDesign, source: str) -> exp.Expr:
@@ -185,10 +205,15 @@ def _count_present(table: TableDesign, source: str) -> exp.Expr:
     return exp.Count(this=case)
 
 
-def _hom_pays(policy: str, table: TableDesign, keys: list[str]) -> bool:
-    """``auto``: the cost rule decides; ``always`` / ``never`` override it."""
+def _sums_pay(policy: str, table: TableDesign, keys: list[str]) -> bool:
+    """``auto``: ASHE sums always (a server row per group and block of 64 rows
+    never costs more than fetching the rows), Paillier by the cost rule;
+    ``always`` / ``never`` override it.
+    """
     if policy == "never":
         return False
+    if table.sums is not None:
+        return True
     return table.hom is not None if policy == "always" else few_groups(table, keys)
 
 
@@ -253,7 +278,9 @@ def _rewrite_locally(
     for node in list(select.find_all(exp.AggFunc)):
         value = _any_value(aggregation.local_name(id(node)), scan.alias)
         if isinstance(node, exp.Avg):
-            count = _any_value(aggregation.local_name(-id(node)), scan.alias)
+            count_key = next(i.count_key for i in aggregation.items if i.key == id(node))
+            assert count_key is not None
+            count = _any_value(aggregation.local_name(count_key), scan.alias)
             value = exp.Div(
                 this=exp.cast(value, "DOUBLE"),
                 expression=exp.Nullif(this=count, expression=exp.Literal.number(0)),

@@ -181,6 +181,33 @@ fn bitmaps_sum_the_ids_of_their_set_bits() {
     }
 }
 
+#[test]
+fn block_pad_sums_equal_one_bitmap_per_row() {
+    let ashe = Ashe::new(&KEY).unwrap();
+    // enough rows and runs to fill several AES batches, with empty and full masks
+    let mut masks = vec![0u64, u64::MAX, 1, 1 << 63, 0x8000_0000_0000_0001];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..300 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        masks.push(state);
+    }
+    let bases: Vec<u64> = (0..masks.len() as u64)
+        .map(|r| (r * 64).wrapping_add(u64::MAX - 200))
+        .collect();
+    let mut out = vec![7; masks.len()];
+    ashe.pad_sums_blocks(&bases, &masks, &mut out).unwrap();
+    for ((&base, &mask), &got) in bases.iter().zip(&masks).zip(&out) {
+        assert_eq!(
+            got,
+            ashe.pad_sum_bitmap(base, &[mask]),
+            "base {base} mask {mask:x}"
+        );
+    }
+    assert!(ashe.pad_sums_blocks(&bases, &masks[1..], &mut out).is_err());
+}
+
 fn set_bits(base: u64, words: &[u64]) -> Vec<u64> {
     let mut ids = Vec::new();
     for (w, &word) in words.iter().enumerate() {

@@ -1,0 +1,180 @@
+"""A table's ASHE sums: rows -> word ciphertexts under row ids; block sums -> plaintext sums.
+
+Storing (``AsheSumsCipher.encrypt``): each summed expression of a row is
+encoded as an int64 (a decimal as its unscaled integer; NULL as 0, the
+server counts non-NULL rows from other columns) and stored in one or two
+BIGINT columns (``AsheSums.columns``), each the ASHE encryption of one word
+under the row's id and a key of its own. Two words, the low 32 bits
+(unsigned) and the rest (signed), where a sum of ``BLOCK_ROWS`` values of the
+expression's domain could leave int64.
+
+Summing (``finish_ashe_sums``): the server groups the filtered rows by the
+query's keys and by block of 64 row ids and returns, per (group, block), the
+partial COUNT / MIN / MAX, the block number, the BIT_OR of the rows' id bits
+and the SUM of each word column (``veil.sql.remote._ashe_blocks``). Such a
+sum adds at most 64 ciphertexts, so it is exact mod 2**64 once the pads of
+the mask's ids are removed (one native call per word column for all rows:
+two PRF calls per run of ids). The words are put back together as 128-bit
+decimals and the rows of each group re-aggregated, as for Paillier
+(``veil.exec.hom_fetch``)::
+
+    COUNT -> SUM of partial counts     MIN / MAX -> MIN / MAX of partials
+    SUM   -> SUM of the block sums, NULL when the expression's count is 0
+
+A non-zero sum of the overflow flags means a summed row holds an
+expression DuckDB cannot compute: ``OverflowedRowsError``, and the query
+runs on the client, which reports the overflow as plaintext DuckDB would.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from veil.crypto.ashe import Ashe
+from veil.crypto.keys import MasterKey
+from veil.design.model import AsheSums
+from veil.encoding import SqlType, encode
+from veil.exec.hom_fetch import reaggregate
+from veil.exec.hom_group import OverflowedRowsError
+from veil.sql.plan import ASHE_BLOCK, ASHE_FLAGS, ASHE_MASK, Scan
+
+if TYPE_CHECKING:
+    from veil.exec.encrypt import Sources
+    from veil.exec.fetch import CipherCache
+
+_LOW_BITS = 32
+_LOW_MASK = np.int64((1 << _LOW_BITS) - 1)
+
+
+class AsheSumsCipher:
+    """The ASHE keys of one table's summed expressions (one per stored word)."""
+
+    def __init__(self, master: MasterKey, sums: AsheSums):
+        self.sums = sums
+        names = [n for words in sums.columns for n in words]
+        if sums.overflow_column is not None:
+            names.append(sums.overflow_column)
+        self._keys = {
+            name: Ashe.from_master(master, f"{sums.key_scope}/{name}", column=name)
+            for name in names
+        }
+
+    def encrypt(self, sources: Sources, ids: np.ndarray) -> dict[str, pa.Array]:
+        """The server columns of a batch whose rows get the row ids ``ids``."""
+        out: dict[str, pa.Array] = {}
+        flags = np.zeros(len(ids), dtype=np.int64)
+        for source, type_name, names in zip(
+            self.sums.sources, self.sums.types, self.sums.columns, strict=True
+        ):
+            encoded = encode(sources[source], SqlType(type_name))
+            values = encoded.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            marks = sources.overflow.get(source)
+            if marks is not None:
+                lost = marks != 0
+                values[lost] = 0
+                flags[lost] = 1
+            words = [values] if len(names) == 1 else [values & _LOW_MASK, values >> _LOW_BITS]
+            for name, word in zip(names, words, strict=True):
+                out[name] = pa.array(self._keys[name].encrypt(ids, word))
+        if self.sums.overflow_column is not None:
+            name = self.sums.overflow_column
+            out[name] = pa.array(self._keys[name].encrypt(ids, flags))
+        return out
+
+    def block_sums(
+        self, name: str, totals: pa.Array, blocks: np.ndarray, masks: np.ndarray
+    ) -> np.ndarray:
+        """The plaintext int64 sum of each block's words, from the server's SUMs."""
+        pads = self._keys[name].pad_sums_blocks(blocks, masks)
+        return (_low_words(totals) - pads).view(np.int64)
+
+
+def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.Table:
+    """One row per group from the server's (group, block) rows."""
+    from veil.exec.fetch import decrypt_columns
+
+    aggregation, table = scan.aggregation, scan.table
+    assert aggregation is not None and table.sums is not None
+    layout = [name for name, _ in aggregation.fetched(table)]
+    first_sum = layout.index(ASHE_BLOCK)
+    wanted = aggregation.fetched(table)[:first_sum]
+    plain = decrypt_columns(fetched.select(list(range(first_sum))), table, wanted, ciphers)
+    cipher = ciphers.ashe(table)
+    blocks = _numpy(fetched.column(layout.index(ASHE_BLOCK)), np.int64)
+    masks = _numpy(fetched.column(layout.index(ASHE_MASK)), np.uint64)
+
+    def block_sums(name: str, position: str | None = None) -> np.ndarray:
+        totals = fetched.column(layout.index(position or name))
+        return cipher.block_sums(name, totals, blocks, masks)
+
+    if ASHE_FLAGS in layout:
+        assert table.sums.overflow_column is not None
+        if block_sums(table.sums.overflow_column, ASHE_FLAGS).any():
+            raise OverflowedRowsError(
+                "the sum includes rows whose summed expression overflows its type; "
+                "the client computes it instead"
+            )
+    sums: dict[int, pa.Array] = {}
+    for index in aggregation.ashe_sources():
+        words = [block_sums(name) for name in table.sums.columns[index]]
+        scale = SqlType(table.sums.types[index]).scale
+        sums[index] = _decimal128(*words, scale=scale)
+    columns = {key: plain.column(key) for key in aggregation.keys}
+    for i, item in enumerate(aggregation.items):
+        name = f"__veil_agg_{i}"
+        if item.kind == "SUM":
+            assert item.ashe_index is not None
+            columns[name] = sums[item.ashe_index]
+        else:
+            columns[name] = plain.column(name)
+    return reaggregate(pa.table(columns), aggregation)
+
+
+def _numpy(column: pa.ChunkedArray | pa.Array, dtype: type[np.generic]) -> np.ndarray:
+    """A 64-bit integer column's bits (the backend may widen UBIGINT to a decimal)."""
+    return _low_words(column).view(dtype)
+
+
+def _low_words(totals: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The server's exact sums mod 2**64 (the low 64 bits of their two's complement).
+
+    Both backends return integer SUMs as decimal128(38, 0), whose storage is
+    the unscaled int128, little-endian: its low word is the sum mod 2**64.
+    """
+    array = totals.combine_chunks() if isinstance(totals, pa.ChunkedArray) else totals
+    if pa.types.is_decimal(array.type):
+        if array.type.scale != 0:
+            array = array.cast(pa.decimal128(38, 0))
+        words = np.frombuffer(array.buffers()[1], dtype=np.uint64)
+        return words[2 * array.offset : 2 * (array.offset + len(array)) : 2].copy()
+    if array.null_count:
+        raise ValueError("a server sum or mask is NULL")  # never for a group with rows
+    values = array.to_numpy(zero_copy_only=False)
+    return (
+        values.astype(np.int64, copy=False).view(np.uint64)
+        if values.dtype.kind == "i"
+        else values.astype(np.uint64)
+    )
+
+
+def _decimal128(*words: np.ndarray, scale: int) -> pa.Array:
+    """Block sums as DECIMAL(38, scale): one word, or ``high * 2**32 + low`` from two.
+
+    The high word's sum times 2**32 may leave int64, so the 128-bit result is
+    built from two 64-bit limbs: (low limb, high limb) little-endian.
+    """
+    if len(words) == 1:
+        (value,) = words
+        low, high = value.view(np.uint64), value >> 63
+    else:
+        low_sum, high_sum = words
+        shifted = (high_sum & _LOW_MASK).view(np.uint64) << np.uint64(_LOW_BITS)
+        low = shifted + low_sum.view(np.uint64)  # low_sum >= 0: wraps at most once
+        carry = (low < shifted).astype(np.int64)
+        high = (high_sum >> _LOW_BITS) + carry
+    limbs = np.empty(2 * len(low), dtype=np.uint64)
+    limbs[0::2], limbs[1::2] = low, high.view(np.uint64)
+    return pa.Array.from_buffers(pa.decimal128(38, scale), len(low), [None, pa.py_buffer(limbs)])

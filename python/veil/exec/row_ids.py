@@ -1,0 +1,64 @@
+"""Row ids: sequential, taken from a counter on the server, never used twice.
+
+ASHE's pads are one-time (two values under one id leak their difference), and
+its sums telescope over runs of consecutive ids, so every row of a table gets
+the next ids in load (and insert) order, and an UPDATE writes its new rows
+under fresh ids. The server learns the order rows were written in, which the
+sequence of statements shows it anyway.
+
+The counter is a one-row table (``TableDesign.id_counter``) that ``allocate``
+advances with one atomic ``UPDATE ... RETURNING``: PostgreSQL locks the row
+until the statement commits, and DuckDB aborts the second of two concurrent
+updates, which ``allocate`` retries. So several clients writing the same table
+at once always get disjoint ranges. Ids taken by a statement that then fails
+are skipped, never handed out again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pyarrow as pa
+
+from veil.backends import Backend
+from veil.backends.base import BackendError
+from veil.design.model import TableDesign
+from veil.exec.fetch import FetchStats, run_remote
+from veil.sql.remote import ID_COUNTER_COLUMN, allocate_ids_statement
+
+# DuckDB reports a concurrent update of the counter row as a conflict: retry.
+_CONFLICT = "onflict"
+_ATTEMPTS = 200
+
+
+def counter_table(next_id: int) -> pa.Table:
+    """The counter's contents when the table's rows hold ids ``0 .. next_id - 1``."""
+    return pa.table({ID_COUNTER_COLUMN: pa.array([next_id], pa.int64())})
+
+
+def allocate(backend: Backend, table: TableDesign, count: int, *, align: int = 1) -> int:
+    """The first of ``count`` fresh consecutive row ids, a multiple of ``align``.
+
+    ``align`` > 1 takes ``align - 1`` ids more, so the range can start on a
+    boundary (a new Paillier pack of ``align`` rows); the ids before it are
+    never used.
+    """
+    if count <= 0:
+        return 0
+    taken = count + align - 1
+    for attempt in range(_ATTEMPTS):
+        try:
+            result = run_remote(allocate_ids_statement(table, taken), backend, FetchStats())
+            break
+        except BackendError as exc:
+            if _CONFLICT not in str(exc) or attempt == _ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+    if result.num_rows != 1:
+        raise BackendError(
+            f"the row-id counter of table {table.name!r} is missing or damaged on the server "
+            f"({result.num_rows} rows); reload the table with `veil load`"
+        )
+    first = int(result.column(0)[0].as_py())
+    return -(-first // align) * align
