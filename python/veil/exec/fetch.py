@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from veil.backends import Backend
 from veil.crypto.keys import MasterKey
-from veil.design.model import Encryption, TableDesign
+from veil.design.model import DET, OPE, Encryption, TableDesign
 from veil.encoding import decode
 from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
 from veil.exec.ciphers import ColumnCipher, column_cipher
@@ -134,6 +134,28 @@ def decrypt_columns(
             columns[name] = stored
             continue
         ciphertexts = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
-        encoded = ciphers.get(table, enc).decrypt(ciphertexts)
-        columns[name] = decode(encoded, enc.sql_type)
+        cipher = ciphers.get(table, enc)
+        if enc.scheme in DETERMINISTIC and _repeats(ciphertexts):
+            # equal ciphertexts are equal values: decrypt and decode each value once
+            indexed = ciphertexts.dictionary_encode()
+            values = decode(cipher.decrypt(indexed.dictionary), enc.sql_type)
+            columns[name] = values.take(indexed.indices)
+            continue
+        columns[name] = decode(cipher.decrypt(ciphertexts), enc.sql_type)
     return pa.table(columns)
+
+
+DETERMINISTIC = (DET, OPE)
+_SAMPLE = 4096
+
+
+def _repeats(ciphertexts: pa.Array) -> bool:
+    """Whether a column's values repeat enough to decrypt its distinct values only.
+
+    Judged on its first rows: at most half of them distinct (low-cardinality
+    keys, flags, dates, sorted foreign keys); mostly-unique columns (primary
+    keys) are decrypted as they are, without the hashing.
+    """
+    if len(ciphertexts) < 2 * _SAMPLE:
+        return False
+    return len(ciphertexts.slice(0, _SAMPLE).unique()) <= _SAMPLE // 2
