@@ -115,7 +115,9 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
 
     # one native call per word column, run side by side (the kernel releases the GIL)
     sources = aggregation.ashe_sources()
-    jobs = [(name, None) for index in sources for name in table.sums.columns[index]]
+    jobs: list[tuple[str, str | None]] = [
+        (name, None) for index in sources for name in table.sums.columns[index]
+    ]
     if ASHE_FLAGS in layout:
         assert table.sums.overflow_column is not None
         jobs.append((table.sums.overflow_column, ASHE_FLAGS))
