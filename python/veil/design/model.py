@@ -33,7 +33,8 @@ DESIGN_FORMAT = "veil-physical-design"
 #    slots (``HomGroup.overflow_flags``) instead of a slot per row.
 # 5: sequential row ids from a server counter (``TableDesign.id_counter``), the
 #    HOM slot is the row id; ASHE sums (``TableDesign.sums``) are the default.
-DESIGN_VERSION = 5
+# 6: RND of table columns is row-bound (``veil.crypto.rowrnd``): 8-byte numbers.
+DESIGN_VERSION = 6
 
 RND = "RND"
 DET = "DET"
@@ -226,7 +227,7 @@ class PhysicalDesign:
         if document.get("version") != DESIGN_VERSION:
             raise DesignError(
                 f"{origin} has design version {document.get('version')}; this Veil reads "
-                f"version {DESIGN_VERSION} (sequential row ids, ASHE sums): reload the data with `veil load`"
+                f"version {DESIGN_VERSION} (sequential row ids, ASHE sums, row-bound RND): reload the data with `veil load`"
             )
         tables = {name: _table_from_dict(t) for name, t in document["tables"].items()}
         return cls(key_fingerprint=document["key_fingerprint"], tables=tables)

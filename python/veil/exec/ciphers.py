@@ -17,11 +17,11 @@ import importlib
 from functools import cache
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from veil.crypto.keys import MasterKey
 from veil.design.model import DET, HOM, OPE, RND, SEARCH, Encryption
-from veil.encoding import bytes_to_int64, int64_to_bytes
 from veil.errors import ParameterError
 
 _MODULES = {
@@ -59,7 +59,7 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
     scheme, integral = encryption.scheme, encryption.sql_type.is_integral
     label = encryption.source
     if scheme == RND:
-        return _RndCipher(master, encryption.key_scope, context, label, integral)
+        return RowBoundCipher(master, encryption.key_scope, context, label)
     module = _module(scheme)
     if module is None:
         raise ParameterError(f"scheme {scheme} is not installed in this Veil; cannot use {label!r}")
@@ -116,22 +116,31 @@ class _Int64Cipher:
         return self._inner.encrypt_one(encoded)
 
 
-class _RndCipher:
-    """RND over the encoded value (integers as 8 big-endian bytes)."""
+class RowBoundCipher:
+    """RND of a table column under its rows' ids (``veil.crypto.rowrnd``).
 
-    def __init__(self, master: MasterKey, scope: str, context: bytes, label: str, integral: bool):
-        self._integral = integral
-        from veil.crypto.rnd import Rnd
+    Integers stay 8-byte BIGINTs and strings keep their length; both need the
+    rows' ids to encrypt and decrypt, so the column-only methods refuse.
+    """
 
-        self._inner = Rnd.from_master(master, scope, context=context, column=label)
+    def __init__(self, master: MasterKey, scope: str, context: bytes, label: str):
+        from veil.crypto.rowrnd import RowRnd
+
+        # the context names the server column, whose table name is fresh per load:
+        # a reloaded table's ids start at 0 again, under other keys
+        self._inner = RowRnd.from_master(master, f"{scope}@{context.decode()}", column=label)
+
+    def encrypt_rows(self, ids: np.ndarray, encoded: pa.Array) -> pa.Array:
+        return self._inner.encrypt(ids, encoded)
+
+    def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
+        return self._inner.decrypt(ids, stored)
 
     def encrypt(self, encoded: pa.Array) -> pa.Array:
-        data = int64_to_bytes(encoded) if self._integral else encoded
-        return self._inner.encrypt(data)
+        raise ParameterError("row-bound RND encrypts a column with its rows' ids: encrypt_rows()")
 
     def decrypt(self, stored: pa.Array) -> pa.Array:
-        plain = self._inner.decrypt(stored)
-        return bytes_to_int64(plain) if self._integral else plain
+        raise ParameterError("row-bound RND decrypts a column with its rows' ids: decrypt_rows()")
 
     def encrypt_one(self, encoded: int | bytes) -> int | bytes:
         raise ParameterError(

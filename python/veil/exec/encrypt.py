@@ -30,7 +30,7 @@ from veil.design.domains import check_declared, sentinels
 from veil.design.model import Encryption, TableDesign
 from veil.encoding import encode
 from veil.exec.ashe_sums import AsheSumsCipher
-from veil.exec.ciphers import ColumnCipher, column_cipher
+from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
 
 _BATCH_VIEW = "__veil_plain_batch"
 
@@ -80,7 +80,11 @@ class TableEncryptor:
             encoded = encode(sources[enc.source], enc.sql_type)
             if enc.source in sources.overflow:
                 encoded = _marked(encoded, sources.overflow[enc.source], enc)
-            columns[enc.name] = self._ciphers[enc.name].encrypt(encoded)
+            cipher = self._ciphers[enc.name]
+            if isinstance(cipher, RowBoundCipher):
+                columns[enc.name] = cipher.encrypt_rows(ids, encoded)
+            else:
+                columns[enc.name] = cipher.encrypt(encoded)
         return pa.table(columns)
 
     def check_domains(self, plain: pa.Table) -> None:

@@ -14,10 +14,10 @@ from veil.crypto.keys import MasterKey
 from veil.design.model import DET, OPE, Encryption, TableDesign
 from veil.encoding import decode
 from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
-from veil.exec.ciphers import ColumnCipher, column_cipher
+from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
 from veil.exec.encrypt import rnd_context
 from veil.exec.hom_group import HomGroupCipher
-from veil.sql.plan import JOIN_ROW, JoinedFetch, Scan
+from veil.sql.plan import JOIN_ROW, RND_ROW_ID, ROW_ID, JoinedFetch, Scan
 from veil.sql.remote import Extras, joined_statement, render, scan_statement
 
 
@@ -128,13 +128,21 @@ def decrypt_columns(
     ciphers: CipherCache,
 ) -> pa.Table:
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+    names = [name for name, _ in wanted]
+    ids = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)
     for index, (name, enc) in enumerate(wanted):
         stored = fetched.column(index)
         if enc is None:  # the row id: not a secret, just counts rows
-            columns[name] = stored
+            if name != RND_ROW_ID:
+                columns[name] = stored
             continue
         ciphertexts = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
         cipher = ciphers.get(table, enc)
+        if isinstance(cipher, RowBoundCipher):
+            assert ids is not None, "RND columns are fetched with their row ids"
+            row_ids = fetched.column(ids).to_numpy()
+            columns[name] = decode(cipher.decrypt_rows(row_ids, ciphertexts), enc.sql_type)
+            continue
         if enc.scheme in DETERMINISTIC and _repeats(ciphertexts):
             # equal ciphertexts are equal values: decrypt and decode each value once
             indexed = ciphertexts.dictionary_encode()

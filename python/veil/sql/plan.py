@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from veil.design.model import Encryption, TableDesign
+from veil.design.model import RND, Encryption, TableDesign
 
 ROW_ID = "__veil_row_id"  # the local name of a scan's row-id column (DML only)
+RND_ROW_ID = "__veil_rnd_row_id"  # the row ids fetched to decrypt RND columns (then dropped)
 HOM_MASK = "__veil_hom_mask"  # which row positions of its packs a HOM product sums
 HOM_PRODUCT = "__veil_hom_product"  # the product of a (group, mask)'s packs
 ASHE_BLOCK = "__veil_ashe_block"  # a block of 64 row ids an ASHE sum covers
@@ -62,6 +63,8 @@ class Scan:
         wanted = [(c, self.table.fetchable(c)) for c in ordered]
         if self.with_row_id or (not wanted and self.joined is None):
             wanted.append((ROW_ID, None))
+        elif any(enc is not None and enc.scheme == RND for _, enc in wanted):
+            wanted.append((RND_ROW_ID, None))  # RND decrypts under the row id
         return wanted
 
 

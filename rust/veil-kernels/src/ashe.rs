@@ -62,11 +62,9 @@ pub struct Ashe {
 impl Ashe {
     /// Expand a 32-byte key.
     pub fn new(key: &[u8]) -> Result<Self, KernelError> {
-        let cipher = Aes256::new_from_slice(key).map_err(|_| KernelError::KeyLength {
-            expected: KEY_LEN,
-            got: key.len(),
-        })?;
-        Ok(Self { cipher })
+        Ok(Self {
+            cipher: aes256(key)?,
+        })
     }
 
     /// The PRF `F(id)`.
@@ -359,9 +357,18 @@ fn block(id: u64) -> Block {
     Block::from(value.to_be_bytes())
 }
 
-/// The PRF's output: the first 8 bytes of the AES block, little-endian.
+/// Expands a 32-byte AES-256 key (shared with `rowrnd`).
+pub(crate) fn aes256(key: &[u8]) -> Result<Aes256, KernelError> {
+    Aes256::new_from_slice(key).map_err(|_| KernelError::KeyLength {
+        expected: KEY_LEN,
+        got: key.len(),
+    })
+}
+
+/// The PRF's output: the first 8 bytes of the AES block, little-endian
+/// (also row-bound RND's word of keystream).
 #[inline]
-fn prf_output(block: &Block) -> u64 {
+pub(crate) fn prf_output(block: &Block) -> u64 {
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&block[..8]);
     u64::from_le_bytes(bytes)

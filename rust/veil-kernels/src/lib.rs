@@ -14,6 +14,7 @@ pub mod kvpack;
 pub mod ope;
 pub mod paillier;
 pub mod rnd;
+pub mod rowrnd;
 pub mod search;
 pub mod siv;
 

@@ -14,6 +14,7 @@ mod kvpack;
 mod ope;
 mod paillier;
 mod rnd;
+mod rowrnd;
 mod search;
 mod siv;
 
@@ -27,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ope::register(m)?;
     paillier::register(m)?;
     rnd::register(m)?;
+    rowrnd::register(m)?;
     search::register(m)?;
     siv::register(m)?;
     Ok(())
