@@ -20,7 +20,7 @@ REVEALS = {
     SEARCH: "which rows contain a searched word, once searched",
     "NULL": "which rows are NULL (visible at rest anyway)",
     "count": "a row count (computed by the server)",
-    "row id": "nothing (random numbers)",
+    "row id": "the order rows were written in (sequential ids)",
 }
 
 
@@ -117,9 +117,12 @@ def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
 def _explain_scan_parts(scan: Scan) -> list[str]:
     lines = []
     prefix = f"{scan.alias}." if scan.joined is not None else ""
+    summed = scan.aggregation is not None and scan.aggregation.id_bit is not None
     for column, enc in scan.fetched():
-        if column in (HOM_MASK, HOM_PRODUCT):
-            continue
+        if column in (HOM_MASK, HOM_PRODUCT) or (
+            summed and enc is None and (not column.startswith("__veil_agg_"))
+        ):
+            continue  # the sums' parts: the ASHE / HOM line below says what they reveal
         scheme = enc.scheme if enc else "count" if column.startswith("__veil_agg_") else "row id"
         lines.append(
             f"  fetch {prefix}{column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}"
