@@ -117,7 +117,7 @@ def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
 def _explain_scan_parts(scan: Scan) -> list[str]:
     lines = []
     prefix = f"{scan.alias}." if scan.joined is not None else ""
-    summed = scan.aggregation is not None and scan.aggregation.id_bit is not None
+    ashe_parts = scan.aggregation is not None and scan.aggregation.id_bit is not None
     for column, enc in scan.fetched():
         if column in (HOM_MASK, HOM_PRODUCT) or (
             summed and enc is None and (not column.startswith("__veil_agg_"))
