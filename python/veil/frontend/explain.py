@@ -120,7 +120,7 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
     ashe_parts = scan.aggregation is not None and scan.aggregation.id_bit is not None
     for column, enc in scan.fetched():
         if column in (HOM_MASK, HOM_PRODUCT) or (
-            summed and enc is None and (not column.startswith("__veil_agg_"))
+            ashe_parts and enc is None and (not column.startswith("__veil_agg_"))
         ):
             continue  # the sums' parts: the ASHE / HOM line below says what they reveal
         scheme = enc.scheme if enc else "count" if column.startswith("__veil_agg_") else "row id"
