@@ -244,3 +244,24 @@ def test_an_epoch_starting_below_the_previous_one_merges(open_store: StoreFactor
     assert statuses(store)[first] in (MERGED, DELETED)
     assert dict(store.range(0, 200)) == {50: b"fifty", 100: b"hundred"}
     assert packed(store) == {encode_key(50): b"fifty", encode_key(100): b"hundred"}
+
+
+def test_a_late_epoch_key_above_the_second_following_epoch_survives(
+    open_store: StoreFactory,
+) -> None:
+    # Two writers of different key ranges (what the concurrent writers test
+    # does under load): epoch e holds key 100, epoch e+1 starts at 50 and
+    # epoch e+2 at 60. Merging e takes [100, 50): nothing; merging e+1 takes
+    # [50, 60); merging e+2 takes [60, ...) but reads only e+1..e+3. Key 100
+    # must not be lost when epoch e is deleted.
+    store = append_store(open_store, pack_rows=4)
+    store.put(100, b"hundred")
+    store.advance_epoch()
+    store.put(50, b"fifty")
+    store.advance_epoch()
+    store.put(60, b"sixty")
+    store.settle()
+    expected = {50: b"fifty", 60: b"sixty", 100: b"hundred"}
+    assert dict(store.range(0, 200)) == expected
+    assert store.get(100) == b"hundred"
+    assert packed(store) == {encode_key(k): v for k, v in expected.items()}

@@ -11,7 +11,10 @@ table) in the background, deterministically (§6.1.4):
    each key, minus tombstones;
 3. cut them, in key order per hash partition, into packs of ``pack_rows`` and
    insert each with insert-if-not-exists;
-4. set the epoch's status to MERGED (update-if).
+4. move rows of e-1 that neither e-1's range nor e's holds (possible when
+   epochs do not start in increasing key order) into the current epoch,
+   where a later merge takes them (Veil's addition; see ``_carry_orphans``);
+5. set the epoch's status to MERGED (update-if).
 
 The epoch-deletion rule: e is deleted once it is MERGED and e-1 and e+1 are
 MERGED or DELETED; its status becomes DELETED *before* its rows go.
@@ -105,6 +108,7 @@ class AppendStore(Store):
         self._c_epoch, self._c_epoch_read = FIRST_EPOCH, float("-inf")
         self._frontier: bytes | None = None  # keys <= this go the GENERIC way
         self._oldest_live = FIRST_EPOCH  # every epoch below it is DELETED and purged
+        self._carried = 0  # rows this client's merges moved into a later epoch
         self.em.heartbeat()
         self.refresh()
         self._stop = threading.Event()
@@ -269,6 +273,7 @@ class AppendStore(Store):
             return False
         entries, max_key = self._merged_entries(epoch, rows)
         self._insert_packs(entries)
+        self._carry_orphans(epoch, rows)
         crash_point(MERGE_BEFORE_STATUS)
         current = self.em.stat(epoch)
         if current is None or current.status != NOT_MERGED:
@@ -293,6 +298,47 @@ class AppendStore(Store):
         # Empty when the next epoch starts at or below this one's smallest key
         # (a late writer); those rows fall in the next epoch's merge range.
         return entries, max(newest).hex() if newest else None
+
+    def _carry_orphans(self, epoch: int, rows: dict[int, list[Row]]) -> None:
+        """Move rows of epoch e-1 that no merge range holds into the current epoch.
+
+        The merge of e is the last to read e-1. A row of e-1 is merged by e-1
+        (keys in [kmin_e-1, kmin_e)) or by e ([kmin_e, kmin_e+1)); when epochs
+        do not start in increasing key order (two writers of different key
+        ranges, a late writer) a key of e-1 can lie outside both, above the
+        second following epoch's start, and would be lost with e-1. Unless a
+        later epoch holds a newer version, it is written again as a fresh row
+        of the current epoch (insert-if-not-exists: a concurrent put wins, and
+        a merge retried after a crash adds nothing), where a later merge takes
+        it; at or below the merged frontier it goes into its pack instead.
+        """
+        previous = rows.get(epoch - 1, [])
+        if not previous:
+            return
+        bounds = [
+            r[0].key if r else None
+            for r in (previous, rows.get(epoch, []), rows.get(epoch + 1, []))
+        ]
+        newer = {row.key for e in (epoch, epoch + 1) for row in rows.get(e, [])}
+        orphans = [
+            row for row in previous if row.key not in newer and not _covered(row.key, bounds)
+        ]
+        for row in orphans:
+            self._carry(epoch - 1, row, epoch + 2)
+
+    def _carry(self, source: int, row: Row, first_unread: int) -> None:
+        record = self.envelope.open(ROW_KIND, source.to_bytes(8, "big") + row.key, row.value)
+        if self._frontier is not None and row.key <= self._frontier:
+            self.packs.write(row.key, None if record[:1] == TOMBSTONE else record[1:])
+            return
+        target = self.em.global_epoch()[0]
+        for later in range(first_unread, target + 1):
+            if self.backend.get(self.epochs_table, later, row.key) is not None:
+                return  # a newer version (or an earlier carry) is there
+        location = target.to_bytes(8, "big") + row.key
+        stored = self.envelope.seal(ROW_KIND, location, record)
+        self.backend.insert_if_not_exists(self.epochs_table, target, row.key, stored, stored[-16:])
+        self._carried += 1
 
     def _insert_packs(self, entries: list[tuple[bytes, bytes]]) -> None:
         self._prepare_batch(entries)  # before a first merge cuts packs
@@ -340,12 +386,19 @@ class AppendStore(Store):
         self.delete_merged_epochs()
 
     def settle(self) -> None:
-        """Close the current epoch and merge and delete everything (tests, tools)."""
-        for _ in range(MERGE_LAG + 1):
-            self.advance_epoch()
-        for stat in self.em.stats(self._oldest_live):
-            if stat.status == NOT_MERGED:
-                self._merge_epoch(stat.epoch)
+        """Close the current epoch and merge and delete everything (tests, tools).
+
+        Rows a merge carried into the current epoch are merged by another round.
+        """
+        carried = True
+        while carried:
+            for _ in range(MERGE_LAG + 1):
+                self.advance_epoch()
+            before = self._carried
+            for stat in self.em.stats(self._oldest_live):
+                if stat.status == NOT_MERGED:
+                    self._merge_epoch(stat.epoch)
+            carried = self._carried > before
         self.refresh()
         while self.delete_merged_epochs():
             pass
@@ -367,6 +420,20 @@ class AppendStore(Store):
             with contextlib.suppress(Exception):  # best effort: the row times out anyway
                 self.em.leave()
         super().close()
+
+
+def _covered(key: bytes, bounds: list[bytes | None]) -> bool:
+    """Whether ``key`` (a row of epoch e-1) is in the merge range of e-1 or of e.
+
+    ``bounds`` are kmin of epochs e-1, e and e+1 (None: the epoch is empty).
+    Epoch e-1's range is [kmin_e-1, kmin_e); e's is [kmin_e, kmin_e+1), none
+    when e is empty; a missing upper bound is no bound.
+    """
+    low, middle, high = bounds
+    assert low is not None
+    if low <= key and (middle is None or key < middle):
+        return True
+    return middle is not None and middle <= key and (high is None or key < high)
 
 
 def merged_frontier(stats: list[EpochStat]) -> bytes | None:
