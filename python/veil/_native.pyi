@@ -156,3 +156,24 @@ class RowRndKey:
         ids: npt.NDArray[np.uint64],
         column: tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.uint8] | None],
     ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]: ...
+def kv_seal_blocked(
+    key: bytes,
+    nonce: bytes,
+    aad: bytes,
+    keys: list[bytes],
+    values: list[bytes],
+    positions: list[bytes],
+    block_rows: int,
+    dictionary: KvDictionary | None = None,
+) -> bytes: ...
+def kv_open_blocked(
+    key: bytes, stored: bytes, aad: bytes, dictionary: KvDictionary | None = None
+) -> tuple[list[bytes], list[bytes]]: ...
+def kv_blocked_lookup(
+    key: bytes,
+    stored: bytes,
+    aad: bytes,
+    position: bytes,
+    wanted: bytes,
+    dictionary: KvDictionary | None = None,
+) -> bytes | None: ...

@@ -97,8 +97,10 @@ def test_sweep_measures_every_configuration(tmp_path: Path) -> None:
 
     out = tmp_path / "s.json"
     result = sweep.run(str(_dataset(tmp_path, 900)), records=900, reads=5, json_path=out)
-    assert len(result["configs"]) == len(sweep.PACK_ROWS) * len(sweep.COMPRESSIONS)
+    # Two pack codecs per pack size, blocked packs per block size, the store's choice.
+    assert len(result["configs"]) == 2 * len(sweep.PACK_ROWS) + len(sweep.BLOCK_ROWS) + 1
     for config in result["configs"]:
         assert config["stored_ratio"] > 1 and config["point_read_us"] > 0
     assert json.loads(out.read_text())["per_row_point_read_us"] > 0
-    assert "zstd-dict/10" in "\n".join(sweep.summary_lines(result))
+    summary = "\n".join(sweep.summary_lines(result))
+    assert "zstd-dict/10" in summary and "blocks/8" in summary and "chosen" in summary

@@ -45,6 +45,7 @@ class TableConfig:
     key_kind: str | None = None
     epoch_seconds: float = 10.0
     pack_choice: dict[str, Any] | None = None
+    block_rows: int | None = None  # rows per block of blocked packs (None: one block a pack)
 
     @property
     def max_keys(self) -> int:
@@ -98,7 +99,7 @@ def record_key_kind(backend: KVBackend, base: str, config: TableConfig, kind: st
 def record_pack_rows(
     backend: KVBackend,
     base: str,
-    choose: Callable[[], tuple[int, dict[str, Any] | None]],
+    choose: Callable[[], tuple[int, int | None, dict[str, Any] | None]],
 ) -> TableConfig:
     """Fix the table's pack size at its first write, unless another client did.
 
@@ -107,8 +108,8 @@ def record_pack_rows(
     """
 
     def chosen(current: TableConfig) -> TableConfig:
-        pack_rows, record = choose()
-        return replace(current, pack_rows=pack_rows, pack_choice=record)
+        pack_rows, block_rows, record = choose()
+        return replace(current, pack_rows=pack_rows, block_rows=block_rows, pack_choice=record)
 
     return _settle(backend, base, "pack_rows", chosen)
 

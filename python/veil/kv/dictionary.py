@@ -44,6 +44,7 @@ CATALOG_TABLE = "veil_kv_catalog"  # shared with veil.kv.catalog (no import cycl
 DICT_KIND = b"dict"
 CURRENT_KIND = b"dict-current"
 LEVEL = 3
+BLOCK_LEVEL = 9  # blocked packs (rust/veil-kernels/src/kvpack/blocks.rs, BLOCK_LEVEL)
 MIN_DICT_BYTES, MAX_DICT_BYTES = 4 * 1024, 64 * 1024
 SAMPLE_GROUP = 8  # rows per training sample: a small pack's worth
 MAX_SAMPLE_BYTES = 4 << 20
@@ -64,7 +65,7 @@ class MissingDictionaryError(VeilError):
 class Dictionary:
     """One trained version: its bytes, its prepared forms, and the ratio it reached."""
 
-    __slots__ = ("_compression", "data", "prepared", "ratio", "version")
+    __slots__ = ("_block_compression", "_compression", "data", "prepared", "ratio", "version")
 
     def __init__(self, version: int, data: bytes, ratio: float = 0.0):
         self.version, self.data = version, data
@@ -72,10 +73,27 @@ class Dictionary:
         self.prepared = _native.KvDictionary(data)  # for the native pack decoder
         self._compression = zstandard.ZstdCompressionDict(data)
         self._compression.precompute_compress(level=LEVEL)
+        self._block_compression: zstandard.ZstdCompressionDict | None = None
 
     def compressor(self) -> zstandard.ZstdCompressor:
         """A compressor using this dictionary (zstandard's are not thread-safe: one per use)."""
         return zstandard.ZstdCompressor(level=LEVEL, dict_data=self._compression)
+
+    def block_compressor(self) -> zstandard.ZstdCompressor:
+        """A compressor as the native writer of blocked packs uses (for sizing estimates)."""
+        if self._block_compression is None:
+            self._block_compression = zstandard.ZstdCompressionDict(self.data)
+            self._block_compression.precompute_compress(level=BLOCK_LEVEL)
+        return block_compressor(self._block_compression)
+
+
+def block_compressor(
+    dictionary: zstandard.ZstdCompressionDict | None = None,
+) -> zstandard.ZstdCompressor:
+    """zstd as blocks are written: no dictionary id, no checksum (GCM authenticates)."""
+    return zstandard.ZstdCompressor(
+        level=BLOCK_LEVEL, dict_data=dictionary, write_dict_id=False, write_checksum=False
+    )
 
 
 def training_samples(entries: Sequence[tuple[bytes, bytes]]) -> list[bytes]:

@@ -6,10 +6,24 @@
     stored = version (0x02) | codec id (zstd) | dictionary version (u32) | nonce | AES-256-GCM(body)
     body   = pad(compress(plaintext))       (see veil.kv.codec)
 
+    stored = version (0x03) | codec id (zstd) | dictionary version (u32, 0 = none)
+             | nonce (12 bytes) | index length (u32) | sealed index | sealed blocks
+
 Version 2 (issue 14) is a pack compressed with the table's trained zstd
 dictionary of that version (``veil.kv.dictionary``); the header, version
 included, is part of the associated data, so a server cannot make a pack name
 another dictionary.
+
+Version 3 (issue 14, *blocked packs*) cuts a pack's rows into blocks of
+``block_rows`` that are compressed (zstd, with the dictionary when the table
+has one) and sealed one by one under a key derived from the pack's nonce,
+behind a sealed index of each block's first key and length
+(rust/veil-kernels/src/kvpack/blocks.rs documents the layout and why it is
+safe). A point read decrypts the index and one block, not the whole pack, so
+packs can be large (little envelope per row, good compression) while a read
+stays as cheap as a small pack's. Stores write it with
+``compression="zstd-dict"`` and no padding (padding tiers keep version 2: a
+blocked pack's index length would tell the server its block count).
 
 The associated data binds the ciphertext to where it is stored: the table's
 scope, the kind of record (a pack or an epoch row) and its location (the
@@ -34,8 +48,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import zstandard
 from cryptography.exceptions import InvalidTag
@@ -43,16 +56,17 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from veil import _native
 from veil.crypto._native_errors import native_errors
-from veil.errors import AuthenticationError, MalformedCiphertextError
+from veil.errors import AuthenticationError, MalformedCiphertextError, VeilError
 from veil.kv import codec
 from veil.kv.dictionary import Dictionaries, Dictionary, MissingDictionaryError
 
 ENVELOPE_VERSION = 0x01
 ENVELOPE_DICTIONARY = 0x02
+ENVELOPE_BLOCKED = 0x03
 DICTIONARY_CODEC = "zstd-dict"  # the compression option: zstd with the table's dictionary
 NONCE_BYTES = 12
 TAG_BYTES = 16
-_HEADER_BYTES = {ENVELOPE_VERSION: 2, ENVELOPE_DICTIONARY: 6}
+_HEADER_BYTES = {ENVELOPE_VERSION: 2, ENVELOPE_DICTIONARY: 6, ENVELOPE_BLOCKED: 6}
 _U32 = struct.Struct(">I")
 _AUTH_FAILED = (
     "a stored pack failed authentication: it was tampered with or moved on "
@@ -73,7 +87,9 @@ class Envelope:
         "_aead",
         "_codec",
         "_key",
+        "_prepared",
         "_tiers",
+        "blocked",
         "codec_name",
         "dictionaries",
         "dictionary",
@@ -91,10 +107,12 @@ class Envelope:
         self._codec = codec.ZSTD if self.wants_dictionary else codec.codec_id(codec_name)
         self.codec_name = codec_name
         self._tiers = tiers
+        self.blocked = self.wants_dictionary and not tiers  # write version 3 packs
         # The table's dictionary versions (set by the store) and the one this
         # client compresses packs with (None: plain codec).
         self.dictionaries: Dictionaries | None = None
         self.dictionary: Dictionary | None = None
+        self._prepared: dict[int, _native.KvDictionary] = {}  # authenticated versions
 
     def seal(
         self, kind: bytes, location: bytes, plaintext: bytes, *, use_dictionary: bool = False
@@ -111,7 +129,35 @@ class Envelope:
         sealed = self._aead.encrypt(nonce, body, self._aad(header, kind, location))
         return header + nonce + sealed
 
+    def seal_blocked(
+        self,
+        kind: bytes,
+        location: bytes,
+        entries: Sequence[tuple[bytes, bytes]],
+        positions: Sequence[bytes],
+        block_rows: int,
+    ) -> bytes:
+        """A blocked pack (version 3) of ``entries`` in pack order, ``positions`` their order keys."""
+        dictionary = self.dictionary
+        header = bytes([ENVELOPE_BLOCKED, codec.ZSTD]) + _U32.pack(
+            dictionary.version if dictionary else 0
+        )
+        nonce = os.urandom(NONCE_BYTES)
+        body = _native.kv_seal_blocked(
+            self._key,
+            nonce,
+            self._aad(header, kind, location),
+            [k for k, _ in entries],
+            [v for _, v in entries],
+            list(positions),
+            block_rows,
+            dictionary.prepared if dictionary else None,
+        )
+        return header + nonce + body
+
     def open(self, kind: bytes, location: bytes, stored: bytes) -> bytes:
+        if stored[:1] == bytes([ENVELOPE_BLOCKED]):
+            raise MalformedCiphertextError("a blocked pack is opened with open_records")
         codec_id, compressed = self.open_compressed(kind, location, stored)
         if stored[0] == ENVELOPE_DICTIONARY:
             data = self._dictionary_for(stored).data
@@ -135,29 +181,69 @@ class Envelope:
         self, kind: bytes, location: bytes, stored: bytes
     ) -> tuple[list[bytes], list[bytes]]:
         """The (keys, values) of a stored pack, in one native call (GIL released)."""
-        header, nonce, sealed = _split(stored)
+        header_bytes = _check(stored)
+        header = stored[:header_bytes]
         aad = self._aad(header, kind, location)
         prepared = self._prepared_for(stored)
-        with _pack_errors():
-            return _native.kv_open_pack(self._key, header[1], nonce, sealed, aad, prepared)
-
-    def lookup(self, kind: bytes, location: bytes, stored: bytes, wanted: bytes) -> bytes | None:
-        """The value of ``wanted`` in a stored pack (None if absent), in one native call."""
-        header, nonce, sealed = _split(stored)
-        aad = self._aad(header, kind, location)
-        prepared = self._prepared_for(stored)
-        with _pack_errors():
-            return _native.kv_pack_lookup(
-                self._key, header[1], nonce, sealed, aad, wanted, prepared
+        try:
+            if header[0] == ENVELOPE_BLOCKED:
+                return _native.kv_open_blocked(self._key, stored, aad, prepared)
+            nonce, sealed = (
+                stored[header_bytes : header_bytes + NONCE_BYTES],
+                stored[header_bytes + NONCE_BYTES :],
             )
+            return _native.kv_open_pack(self._key, header[1], nonce, sealed, aad, prepared)
+        except _native.NativeError as exc:
+            raise _pack_error(exc) from None
+
+    def lookup(
+        self,
+        kind: bytes,
+        location: bytes,
+        stored: bytes,
+        wanted: bytes,
+        position: bytes | None = None,
+    ) -> bytes | None:
+        """The value of ``wanted`` in a stored pack (None if absent), in one native call.
+
+        ``position`` is the key's place in pack order (default: the key itself);
+        a blocked pack uses it to pick the one block to open. A point read's
+        hot path: no slicing of the stored pack, no context managers.
+        """
+        header_bytes = _check(stored)
+        aad = self._aad(stored[:header_bytes], kind, location)
+        prepared = self._prepared_for(stored)
+        try:
+            if stored[0] == ENVELOPE_BLOCKED:
+                return _native.kv_blocked_lookup(
+                    self._key, stored, aad, position or wanted, wanted, prepared
+                )
+            nonce_end = header_bytes + NONCE_BYTES
+            return _native.kv_pack_lookup(
+                self._key,
+                stored[1],
+                stored[header_bytes:nonce_end],
+                stored[nonce_end:],
+                aad,
+                wanted,
+                prepared,
+            )
+        except _native.NativeError as exc:
+            raise _pack_error(exc) from None
 
     def _prepared_for(self, stored: bytes) -> _native.KvDictionary | None:
-        if stored[0] != ENVELOPE_DICTIONARY:
+        if stored[0] == ENVELOPE_VERSION:
             return None
-        return self._dictionary_for(stored).prepared
+        version = int.from_bytes(stored[2:6], "big")
+        prepared = self._prepared.get(version)
+        if prepared is None:
+            if stored[0] == ENVELOPE_BLOCKED and version == 0:
+                return None  # a blocked pack written before the table had a dictionary
+            prepared = self._prepared[version] = self._dictionary_for(stored).prepared
+        return prepared
 
     def _dictionary_for(self, stored: bytes) -> Dictionary:
-        """The dictionary a (version 2) stored pack names, fetched and authenticated."""
+        """The dictionary a (version 2 or 3) stored pack names, fetched and authenticated."""
         (version,) = _U32.unpack_from(stored, 2)
         if self.dictionaries is None:
             raise MissingDictionaryError(
@@ -180,25 +266,33 @@ class Envelope:
         )
 
 
-def _split(stored: bytes) -> tuple[bytes, bytes, bytes]:
-    """(header, nonce, ciphertext || tag) of a stored value, checking its version."""
+def _check(stored: bytes) -> int:
+    """The header length of a stored value, checking its version and minimum length."""
     header_bytes = _HEADER_BYTES.get(stored[0]) if stored else None
     if header_bytes is None:
         raise MalformedCiphertextError(
             f"stored pack has envelope version {stored[:1].hex() or 'none'}; this Veil reads "
-            f"versions {ENVELOPE_VERSION} and {ENVELOPE_DICTIONARY}"
+            f"versions {ENVELOPE_VERSION} to {ENVELOPE_BLOCKED}; upgrade Veil to read it"
         )
     if len(stored) < header_bytes + NONCE_BYTES + TAG_BYTES:
         raise MalformedCiphertextError("stored pack is truncated")
+    return header_bytes
+
+
+def _split(stored: bytes) -> tuple[bytes, bytes, bytes]:
+    """(header, nonce, ciphertext || tag) of a stored value, checking its version."""
+    header_bytes = _check(stored)
     nonce_end = header_bytes + NONCE_BYTES
     return stored[:header_bytes], stored[header_bytes:nonce_end], stored[nonce_end:]
 
 
-@contextmanager
-def _pack_errors() -> Iterator[None]:
-    """Native errors as Veil's, with the envelope's own authentication advice."""
+def _pack_error(exc: _native.NativeError) -> VeilError:
+    """A native error as Veil's, with the envelope's own authentication advice."""
+    if isinstance(exc, _native.NativeAuthenticationError):
+        return AuthenticationError(_AUTH_FAILED)
     try:
         with native_errors():
-            yield
-    except AuthenticationError:
-        raise AuthenticationError(_AUTH_FAILED) from None
+            raise exc
+    except VeilError as mapped:
+        return mapped
+    raise AssertionError("native_errors maps every native error")  # pragma: no cover

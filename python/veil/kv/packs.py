@@ -69,6 +69,7 @@ class PackTable:
         self.layout = layout
         self.pack_rows = pack_rows
         self.max_keys = max_keys
+        self.block_rows = pack_rows  # rows per block of a blocked pack (envelope version 3)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -113,8 +114,16 @@ class PackTable:
     def seal_pack(
         self, partition: int, pack_id: bytes, entries: Iterable[tuple[bytes, bytes]]
     ) -> tuple[bytes, bytes]:
-        location, plaintext = _location(partition, pack_id), serialize_entries(entries)
-        stored = self.envelope.seal(PACK_KIND, location, plaintext, use_dictionary=True)
+        location = _location(partition, pack_id)
+        if self.envelope.blocked:
+            pairs = list(entries)
+            positions = [self.layout.position(k) for k, _ in pairs]
+            stored = self.envelope.seal_blocked(
+                PACK_KIND, location, pairs, positions, self.block_rows
+            )
+        else:
+            plaintext = serialize_entries(entries)
+            stored = self.envelope.seal(PACK_KIND, location, plaintext, use_dictionary=True)
         return stored, stored_tag(stored)
 
     def _floor(self, partition: int, position: bytes) -> tuple[Row, Pack]:
@@ -132,14 +141,16 @@ class PackTable:
         row = self.backend.floor(self.table, partition, position)
         if row is None:
             return None
-        return self.lookup(partition, row, encoded)
+        return self.lookup(partition, row, encoded, position)
 
-    def lookup(self, partition: int, row: Row, encoded: bytes) -> bytes | None:
+    def lookup(
+        self, partition: int, row: Row, encoded: bytes, position: bytes | None = None
+    ) -> bytes | None:
         """One key's value in a stored pack (without a cache: one native call)."""
         if self.cache.capacity > 0:
             return self.open_entries(partition, row)[2].get(encoded)
         location = _location(partition, row.key)
-        return self.envelope.lookup(PACK_KIND, location, row.value, encoded)
+        return self.envelope.lookup(PACK_KIND, location, row.value, encoded, position)
 
     def range(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``low <= encoded key <= high``, ascending (Figure 4)."""

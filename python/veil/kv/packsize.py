@@ -17,6 +17,13 @@ ratio is the one the server will see. The sample is a few evenly spaced runs of
 consecutive rows, picked by position only, so the same batch always gives the
 same choice.
 
+Blocked packs (``compression="zstd-dict"``, envelope version 3) separate the
+two sizes: a point read inflates one *block*, so the curve chooses the rows
+per block (the smallest block reaching the target within ``max_block_bytes``,
+default 16 KiB), and a pack holds as many whole blocks as fit in
+``PACK_BYTES`` of plaintext, which spreads the envelope and the server row
+over many rows (:func:`choose_blocked`).
+
 ``veil kv packsize`` prints the same recommendation for a file of records.
 """
 
@@ -37,6 +44,13 @@ RUN_ROWS = 2 * CANDIDATE_ROWS[-1]  # a run holds two of the largest packs
 # stored pack on top of its compressed bytes and its packID.
 ENVELOPE_BYTES = 2 + 12 + 16 + 4 + 16
 MIN_SAMPLE_ROWS = 2 * 8  # fewer rows say nothing about a curve
+MAX_BLOCK_BYTES = 16 * 1024
+PACK_BYTES = 64 * 1024  # plaintext of a blocked pack: a few SQLite cells per 64 KiB page
+# A blocked pack's own bytes (header, nonce, index length and tag, update-if
+# tag) and each block's (GCM tag, its index entry: about 3 bytes of first key
+# past the shared prefix and a length).
+BLOCKED_PACK_BYTES = 6 + 12 + 4 + 16 + 16 + 1
+BLOCK_BYTES = 16 + 3 + 2
 
 Entry = tuple[bytes, bytes]  # (encoded key, value)
 Compress = Callable[[bytes], bytes]
@@ -54,6 +68,7 @@ class PackSizeChoice:
     sample_rows: int
     codec: str
     reached_target: bool
+    block_rows: int | None = None  # blocked packs: rows per block (pack_rows is a multiple)
 
     def record(self) -> dict[str, object]:
         """What the table's catalogue entry keeps about the choice."""
@@ -110,6 +125,10 @@ def choose_pack_rows(
     """
     compress = compress or codec_compress(codec_name)
     runs = sample_runs(entries)
+
+    def measure(rows: int) -> float:
+        return stored_ratio(runs, compress, rows)
+
     count = sum(len(run) for run in runs)
     if count < MIN_SAMPLE_ROWS:
         return PackSizeChoice(default, 0.0, 0.0, target, max_pack_bytes, count, codec_name, False)
@@ -117,10 +136,81 @@ def choose_pack_rows(
     affordable = [n for n in CANDIDATE_ROWS if n == 1 or n * mean_row <= max_pack_bytes]
     whole = whole_ratio(runs, codec_name)
     longest = max(len(run) for run in runs)
-    ratio, chosen = 0.0, 1
-    for rows in (n for n in affordable if n <= longest):  # ascending: stop at the first
-        ratio, chosen = stored_ratio(runs, compress, rows), rows
-        if ratio >= target * whole:
-            break
+    chosen, ratio = _first_reaching(affordable, longest, target * whole, measure)
     reached = ratio >= target * whole
     return PackSizeChoice(chosen, ratio, whole, target, max_pack_bytes, count, codec_name, reached)
+
+
+def blocked_ratio(runs: Sequence[Sequence[Entry]], compress: Compress, block_rows: int) -> float:
+    """Raw value bytes / stored bytes of blocked packs with blocks of ``block_rows``."""
+    pack_rows = blocked_pack_rows(runs, block_rows)
+    raw = stored = 0
+    for run in runs:
+        for start in range(0, len(run), block_rows):
+            piece = run[start : start + block_rows]
+            raw += sum(len(value) for _, value in piece)
+            stored += len(compress(serialize_entries(piece))) + BLOCK_BYTES
+        packs = -(-len(run) // pack_rows)
+        stored += packs * (BLOCKED_PACK_BYTES + len(run[0][0]))
+    return raw / stored
+
+
+def blocked_pack_rows(runs: Sequence[Sequence[Entry]], block_rows: int) -> int:
+    """Rows of a blocked pack: the whole blocks that fit in PACK_BYTES (at least one)."""
+    count = sum(len(run) for run in runs)
+    mean_row = sum(len(k) + len(v) + 2 for run in runs for k, v in run) / max(1, count)
+    return block_rows * max(1, int(PACK_BYTES // (block_rows * mean_row)))
+
+
+def choose_blocked(
+    entries: Sequence[Entry],
+    compress: Compress,
+    *,
+    target: float = TARGET_SHARE,
+    max_block_bytes: int = MAX_BLOCK_BYTES,
+    default: int = 50,
+) -> PackSizeChoice:
+    """Rows per block (the smallest reaching ``target`` x whole within the cap) and per pack.
+
+    ``compress`` compresses one block as the store will (zstd at the block
+    level, with the table's dictionary when it has one).
+    """
+    runs = sample_runs(entries)
+    count = sum(len(run) for run in runs)
+    if count < MIN_SAMPLE_ROWS:
+        return PackSizeChoice(
+            default, 0.0, 0.0, target, max_block_bytes, count, "zstd-dict", False, default
+        )
+    mean_row = sum(len(k) + len(v) + 2 for run in runs for k, v in run) / count
+    affordable = [n for n in CANDIDATE_ROWS if n == 1 or n * mean_row <= max_block_bytes]
+    whole = whole_ratio(runs, "zlib")  # issue 14's reference: the whole dataset, zlib
+    longest = max(len(run) for run in runs)
+    chosen, ratio = _first_reaching(
+        affordable, longest, target * whole, lambda rows: blocked_ratio(runs, compress, rows)
+    )
+    return PackSizeChoice(
+        blocked_pack_rows(runs, chosen),
+        ratio,
+        whole,
+        target,
+        max_block_bytes,
+        count,
+        "zstd-dict",
+        ratio >= target * whole,
+        chosen,
+    )
+
+
+def _first_reaching(
+    candidates: Sequence[int], longest: int, goal: float, measure: Callable[[int], float]
+) -> tuple[int, float]:
+    """The first candidate (ascending, at most ``longest``) whose ratio reaches ``goal``.
+
+    When none does, the largest one measured, with its ratio.
+    """
+    ratio, chosen = 0.0, 1
+    for rows in (n for n in candidates if n <= longest):
+        ratio, chosen = measure(rows), rows
+        if ratio >= goal:
+            break
+    return chosen, ratio

@@ -28,12 +28,12 @@ from veil.kv import catalog
 from veil.kv.backends import KVBackend, open_backend
 from veil.kv.cache import PackCache
 from veil.kv.codec import codec_id, pad_tiers
-from veil.kv.dictionary import MIN_DICTIONARY_ROWS, Dictionaries, refresh
+from veil.kv.dictionary import MIN_DICTIONARY_ROWS, Dictionaries, block_compressor, refresh
 from veil.kv.envelope import DICTIONARY_CODEC, Envelope
 from veil.kv.keys import Key, decode_keys, encode_key, key_kind
 from veil.kv.layout import Layout
 from veil.kv.packs import Batch, PackTable
-from veil.kv.packsize import choose_pack_rows
+from veil.kv.packsize import choose_blocked, choose_pack_rows
 
 DEFAULT_PACK_ROWS = 50
 DEFAULT_EPOCH_SECONDS = 10.0
@@ -73,6 +73,7 @@ class Store:
             config.max_keys,
             PackCache(pack_cache),
         )
+        self.packs.block_rows = config.block_rows or self.packs.pack_rows
         backend.ensure_table(self.packs.table)
         self._dictionaries = Dictionaries(backend, self._base, envelope.seal, envelope.open)
         envelope.dictionaries = self._dictionaries
@@ -120,10 +121,14 @@ class Store:
             envelope.dictionary = refresh(self._dictionaries, entries)
         dictionary = envelope.dictionary
 
-        def choose() -> tuple[int, dict[str, object]]:
-            compress = dictionary.compressor().compress if dictionary else None
-            choice = choose_pack_rows(entries, envelope.codec_name, compress=compress)
-            return choice.pack_rows, choice.record()
+        def choose() -> tuple[int, int | None, dict[str, object]]:
+            if envelope.blocked:
+                blocks = dictionary.block_compressor() if dictionary else block_compressor()
+                choice = choose_blocked(entries, blocks.compress)
+            else:
+                compress = dictionary.compressor().compress if dictionary else None
+                choice = choose_pack_rows(entries, envelope.codec_name, compress=compress)
+            return choice.pack_rows, choice.block_rows, choice.record()
 
         if self.config.pack_rows is None:
             self.config = catalog.record_pack_rows(self.backend, self._base, choose)
@@ -132,6 +137,7 @@ class Store:
     def _adopt_pack_rows(self) -> None:
         pack_rows = self.config.pack_rows or DEFAULT_PACK_ROWS
         self.packs.pack_rows, self.packs.max_keys = pack_rows, catalog.max_keys(pack_rows)
+        self.packs.block_rows = self.config.block_rows or pack_rows
 
     def range(self, low: Key, high: Key) -> Iterator[tuple[Key, bytes]]:
         """Pairs with ``low <= key <= high``, ascending, across pack borders."""
@@ -231,6 +237,7 @@ def open(
     mode: str = "generic",
     *,
     pack_rows: int | None = None,
+    block_rows: int | None = None,
     compression: str = "zlib",
     table: str = "default",
     padding: str | Sequence[int] | None = None,
@@ -246,7 +253,10 @@ def open(
     """Open (creating if needed) the MiniCrypt table ``table`` at ``url``.
 
     ``pack_rows`` is the target keys per pack, fixed when the table is
-    created; packs split past 1.5 x that. Without it, the first batch written
+    created; packs split past 1.5 x that. ``block_rows`` (with
+    ``compression="zstd-dict"``): rows per independently compressed block of
+    a pack, the most a point read inflates (default: chosen with the pack
+    size, or ``pack_rows`` when that is given). Without ``pack_rows``, the first batch written
     chooses it from the data: the smallest pack whose compression reaches 90%
     of the whole batch's, within a 64 KiB read cap (:mod:`veil.kv.packsize`;
     a first write of a single key takes the default, 50). ``padding`` pads every
@@ -264,8 +274,9 @@ def open(
         raise ParameterError(f"unknown mode {mode!r}; use 'generic' or 'append'")
     if prf_pack_ids and mode != "generic":
         raise ParameterError("pseudorandom packIDs are supported only in GENERIC mode (§2.5)")
-    if pack_rows is not None and pack_rows < 1:
-        raise ParameterError(f"pack_rows must be at least 1, got {pack_rows}")
+    for name, rows in (("pack_rows", pack_rows), ("block_rows", block_rows)):
+        if rows is not None and rows < 1:
+            raise ParameterError(f"{name} must be at least 1, got {rows}")
     if compression != DICTIONARY_CODEC:
         codec_id(compression)  # reject unknown names before touching the store
     tiers = pad_tiers(padding)
@@ -279,11 +290,12 @@ def open(
             partitions=partitions or backend.default_partitions,
             prf_pack_ids=prf_pack_ids,
             epoch_seconds=epoch_seconds or DEFAULT_EPOCH_SECONDS,
+            block_rows=block_rows if pack_rows is not None else None,
         )
         base = catalog.physical_base(master, table)
         config = catalog.load_config(backend, base, wanted, table)
         if config.pack_rows is None and pack_rows is not None:  # created without, not yet chosen
-            config = catalog.record_pack_rows(backend, base, lambda: (pack_rows, None))
+            config = catalog.record_pack_rows(backend, base, lambda: (pack_rows, block_rows, None))
         _check_fixed(table, config, pack_rows=pack_rows, epoch_seconds=epoch_seconds)
         envelope = Envelope(master.derive(KeyLabel("kv-pack", table)), table, compression, tiers)
         if mode == "generic":

@@ -34,6 +34,8 @@ use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
 
 use crate::KernelError;
 
+pub mod blocks;
+
 /// Codec ids stored in the envelope (`veil.kv.codec`).
 pub const ZLIB: u8 = 1;
 pub const ZSTD: u8 = 2;
@@ -81,12 +83,14 @@ impl RecordList {
 /// read-only once built).
 pub struct PackDictionary {
     prepared: zstd::dict::DecoderDictionary<'static>,
+    encoder: zstd::dict::EncoderDictionary<'static>,
 }
 
 impl PackDictionary {
     pub fn new(dictionary: &[u8]) -> Self {
         Self {
             prepared: zstd::dict::DecoderDictionary::copy(dictionary),
+            encoder: zstd::dict::EncoderDictionary::copy(dictionary, blocks::BLOCK_LEVEL),
         }
     }
 }
@@ -160,7 +164,7 @@ impl PackKey {
         let plaintext = match dictionary {
             None => decompress(codec, &body[compressed])?,
             Some(dictionary) if codec == ZSTD => {
-                decompress_zstd_with(&body[compressed], dictionary)?
+                decompress_zstd_with(&body[compressed], Some(dictionary))?
             }
             Some(_) => {
                 return Err(malformed(format!(
@@ -205,7 +209,11 @@ pub fn decompress(codec: u8, data: &[u8]) -> Result<Vec<u8>, KernelError> {
     }
 }
 
-fn decompress_zstd_with(data: &[u8], dictionary: &PackDictionary) -> Result<Vec<u8>, KernelError> {
+/// Decompress a zstd frame (with a dictionary, or none) into a buffer of its stated size.
+fn decompress_zstd_with(
+    data: &[u8],
+    dictionary: Option<&PackDictionary>,
+) -> Result<Vec<u8>, KernelError> {
     // Frames state their size (the client writes it), so the output is
     // allocated once; each thread keeps one decompression context, as a
     // fresh one per point read costs as much as inflating a small pack.
@@ -220,10 +228,14 @@ fn decompress_zstd_with(data: &[u8], dictionary: &PackDictionary) -> Result<Vec<
     };
     let mut out: Vec<u8> = Vec::with_capacity(size);
     ZSTD_CONTEXT.with(|context| {
-        context
-            .borrow_mut()
-            .decompress_using_ddict(&mut out, data, dictionary.prepared.as_ddict())
-            .map_err(|code| undecodable(zstd::zstd_safe::get_error_name(code)))
+        let mut context = context.borrow_mut();
+        match dictionary {
+            Some(dictionary) => {
+                context.decompress_using_ddict(&mut out, data, dictionary.prepared.as_ddict())
+            }
+            None => context.decompress(&mut out, data),
+        }
+        .map_err(|code| undecodable(zstd::zstd_safe::get_error_name(code)))
     })?;
     Ok(out)
 }

@@ -6,9 +6,13 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+use veil_kernels::kvpack::blocks::{seal_blocked, BlockedPack};
 use veil_kernels::kvpack::{serialize_records, PackDictionary, PackKey, RecordList};
 
 use crate::errors::to_py;
+
+/// Envelope version, codec and dictionary version precede a blocked pack's nonce.
+const BLOCKED_HEADER: usize = 6;
 
 /// A table's zstd dictionary, prepared once (see `veil.kv.dictionary`).
 #[pyclass(frozen, module = "veil._native")]
@@ -24,6 +28,24 @@ impl KvDictionary {
             inner: PackDictionary::new(dictionary),
         }
     }
+}
+
+fn lists<'py>(
+    py: Python<'py>,
+    records: &RecordList,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let cut = |buffer: &[u8], spans: &[std::ops::Range<usize>]| {
+        PyList::new(
+            py,
+            spans
+                .iter()
+                .map(|span| PyBytes::new(py, &buffer[span.clone()])),
+        )
+    };
+    Ok((
+        cut(&records.key_data, &records.keys)?,
+        cut(&records.data, &records.values)?,
+    ))
 }
 
 fn open(
@@ -53,18 +75,7 @@ fn kv_open_pack<'py>(
     dictionary: Option<&Bound<'py, KvDictionary>>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let records = open(py, key, codec, nonce, sealed, aad, dictionary)?;
-    let cut = |buffer: &[u8], spans: &[std::ops::Range<usize>]| {
-        PyList::new(
-            py,
-            spans
-                .iter()
-                .map(|span| PyBytes::new(py, &buffer[span.clone()])),
-        )
-    };
-    Ok((
-        cut(&records.key_data, &records.keys)?,
-        cut(&records.data, &records.values)?,
-    ))
+    lists(py, &records)
 }
 
 /// The value of `wanted` in a stored pack body, or None.
@@ -104,10 +115,107 @@ fn kv_serialize_pack<'py>(
     Ok(PyBytes::new(py, &serialize_records(&keys, &values)))
 }
 
+/// Seal entries (in pack order) as a blocked pack: the stored bytes after its nonce.
+#[pyfunction]
+#[pyo3(signature = (key, nonce, aad, keys, values, positions, block_rows, dictionary=None))]
+#[allow(clippy::too_many_arguments)]
+fn kv_seal_blocked<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    nonce: &[u8],
+    aad: &[u8],
+    keys: Vec<Bound<'py, PyBytes>>,
+    values: Vec<Bound<'py, PyBytes>>,
+    positions: Vec<Bound<'py, PyBytes>>,
+    block_rows: usize,
+    dictionary: Option<&Bound<'py, KvDictionary>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    if keys.len() != values.len() || keys.len() != positions.len() {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "a pack needs as many values and positions as keys",
+        ));
+    }
+    let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    let values: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+    let positions: Vec<&[u8]> = positions.iter().map(|p| p.as_bytes()).collect();
+    let prepared = dictionary.map(|d| &d.get().inner);
+    let sealed = py
+        .allow_threads(|| {
+            seal_blocked(
+                key, nonce, aad, &keys, &values, &positions, block_rows, prepared,
+            )
+        })
+        .map_err(to_py)?;
+    Ok(PyBytes::new(py, &sealed))
+}
+
+/// The nonce and the sealed body of a stored blocked pack (after its 6-byte header).
+fn blocked_parts(stored: &[u8]) -> PyResult<(&[u8], &[u8])> {
+    if stored.len() < BLOCKED_HEADER + 12 {
+        return Err(to_py(veil_kernels::KernelError::Malformed {
+            row: 0,
+            reason: "stored pack is truncated".into(),
+        }));
+    }
+    let (nonce, body) = stored[BLOCKED_HEADER..].split_at(12);
+    Ok((nonce, body))
+}
+
+/// Decrypt, decompress and parse every block of a stored blocked pack; returns (keys, values).
+#[pyfunction]
+#[pyo3(signature = (key, stored, aad, dictionary=None))]
+fn kv_open_blocked<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    stored: &[u8],
+    aad: &[u8],
+    dictionary: Option<&Bound<'py, KvDictionary>>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let prepared = dictionary.map(|d| &d.get().inner);
+    let (nonce, body) = blocked_parts(stored)?;
+    let records = py
+        .allow_threads(|| BlockedPack::open(key, nonce, aad, body)?.records(prepared))
+        .map_err(to_py)?;
+    lists(py, &records)
+}
+
+/// The value of `wanted` (at `position` in pack order) in a stored blocked
+/// pack, or None: only the index and the one block that may hold it are
+/// decrypted and inflated.
+#[pyfunction]
+#[pyo3(signature = (key, stored, aad, position, wanted, dictionary=None))]
+fn kv_blocked_lookup<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    stored: &[u8],
+    aad: &[u8],
+    position: &[u8],
+    wanted: &[u8],
+    dictionary: Option<&Bound<'py, KvDictionary>>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let prepared = dictionary.map(|d| &d.get().inner);
+    let (nonce, body) = blocked_parts(stored)?;
+    let records = py
+        .allow_threads(|| {
+            let pack = BlockedPack::open(key, nonce, aad, body)?;
+            pack.block_of(position)
+                .map(|number| pack.block(number, prepared))
+                .transpose()
+        })
+        .map_err(to_py)?;
+    Ok(records
+        .as_ref()
+        .and_then(|records| records.value_of(wanted))
+        .map(|value| PyBytes::new(py, value)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<KvDictionary>()?;
     m.add_function(wrap_pyfunction!(kv_serialize_pack, m)?)?;
     m.add_function(wrap_pyfunction!(kv_open_pack, m)?)?;
     m.add_function(wrap_pyfunction!(kv_pack_lookup, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_seal_blocked, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_open_blocked, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_blocked_lookup, m)?)?;
     Ok(())
 }

@@ -13,6 +13,12 @@ measures
   compressed on its own, with zstd or zlib, whichever reads faster, and
   encrypted) on the same file.
 
+Blocked packs (issue 14, envelope version 3: ``compression="zstd-dict"``
+writes them) are swept twice: one block per pack (``zstd-dict/N``: a small
+dictionary pack, as before blocks existed) and ``blocks/B``: packs of about
+64 KiB of plaintext cut into blocks of B rows, of which a point read opens
+one. ``chosen`` is the store's own choice from the data (no ``pack_rows``).
+
 Point reads are timed in interleaved rounds (every configuration once per
 round, then the next round), so load from other processes hits all of them
 alike; each figure is the median over rounds of a round's median latency.
@@ -39,8 +45,10 @@ from veil.kv.backends.sqlite import SQLiteBackend
 from veil.kv.envelope import Envelope
 
 PACK_ROWS = (10, 20, 50, 100, 200)
-COMPRESSIONS = ("zstd", "zstd-dict")
+BLOCK_ROWS = (4, 8, 16, 32, 64)
+COMPRESSIONS = ("zstd", "zstd-dict", "blocks")
 ROUNDS = 7
+PACK_BYTES = 64 * 1024
 
 
 def run(
@@ -49,6 +57,7 @@ def run(
     records: int,
     reads: int = 300,
     pack_rows: tuple[int, ...] = PACK_ROWS,
+    block_rows: tuple[int, ...] = BLOCK_ROWS,
     json_path: Path | None = None,
     png_path: Path | None = None,
 ) -> dict[str, Any]:
@@ -69,7 +78,9 @@ def run(
     keys = np.random.default_rng(7).integers(0, len(values), reads * ROUNDS).tolist()
     with tempfile.TemporaryDirectory(prefix="veil-kv-sweep-") as work:
         url = f"sqlite:///{work}/sweep.db"
-        stores, readers = _load(url, master, values, pack_rows, result)
+        stores, readers = _load(
+            url, master, values, _configs(values, pack_rows, block_rows), result
+        )
         timings = _time_rounds(readers, keys, values, reads)
         for store in stores:
             store.close()
@@ -91,42 +102,60 @@ def run(
     return result
 
 
+Config = tuple[str, str, int | None, int | None]  # name, compression, pack rows, block rows
+
+
+def _configs(
+    values: list[bytes], pack_rows: tuple[int, ...], block_rows: tuple[int, ...]
+) -> list[Config]:
+    configs: list[Config] = []
+    for rows in pack_rows:
+        configs.append((f"zstd/{rows}", "zstd", rows, None))
+        configs.append((f"zstd-dict/{rows}", "zstd-dict", rows, rows))
+    mean = sum(len(v) for v in values) / max(1, len(values))
+    for rows in block_rows:
+        per_pack = rows * max(1, int(PACK_BYTES // (rows * (mean + 11))))
+        configs.append((f"blocks/{rows}", "zstd-dict", per_pack, rows))
+    configs.append(("chosen", "zstd-dict", None, None))
+    return configs
+
+
 def _load(
     url: str,
     master: MasterKey,
     values: list[bytes],
-    pack_rows: tuple[int, ...],
+    configs: list[Config],
     result: dict[str, Any],
 ) -> tuple[list[veil.kv.Store], dict[str, Any]]:
     raw = result["raw_bytes"]
     stores: list[veil.kv.Store] = []
     readers: dict[str, Callable[[int], bytes | None]] = {}
-    for rows in pack_rows:
-        for compression in COMPRESSIONS:
-            name = f"{compression}/{rows}"
-            store = veil.kv.open(
-                url,
-                master,
-                pack_rows=rows,
-                compression=compression,
-                table=name.replace("/", "_").replace("-", "_"),
-                pack_cache=0,
-            )
-            store.put_many(enumerate(values))
-            stores.append(store)
-            readers[name] = store.get
-            stored = store.backend.stored_bytes(store.packs.table) + store.dictionary_bytes()
-            result["configs"].append(
-                {
-                    "name": name,
-                    "compression": compression,
-                    "pack_rows": rows,
-                    "stored_ratio": round(raw / stored, 3),
-                    "dictionary_bytes": store.dictionary_bytes(),
-                    "_tables": [store.packs.table],
-                    "_dict": store.dictionary_bytes(),
-                }
-            )
+    for name, compression, rows, blocks in configs:
+        store = veil.kv.open(
+            url,
+            master,
+            pack_rows=rows,
+            block_rows=blocks,
+            compression=compression,
+            table=name.replace("/", "_").replace("-", "_"),
+            pack_cache=0,
+        )
+        store.put_many(enumerate(values))
+        stores.append(store)
+        readers[name] = store.get
+        stored = store.backend.stored_bytes(store.packs.table) + store.dictionary_bytes()
+        result["configs"].append(
+            {
+                "name": name,
+                "compression": name.split("/")[0],
+                "pack_rows": store.config.pack_rows,
+                "block_rows": store.packs.block_rows if compression == "zstd-dict" else None,
+                "stored_ratio": round(raw / stored, 3),
+                "dictionary_bytes": store.dictionary_bytes(),
+                "_tables": [store.packs.table],
+                "_dict": store.dictionary_bytes(),
+            }
+        )
     backend = stores[0].backend
     for codec_name, name in (("zstd", "per_row"), ("zlib", "per_row_zlib")):
         envelope = Envelope(master.derive(KeyLabel("bench-row", name)), name, codec_name, ())
@@ -165,11 +194,13 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f"{result['dataset']}: {result['records']} records, whole-dataset ratio zlib "
         f"{result['whole_ratio_zlib']} / zstd {result['whole_ratio_zstd']}; per-row point read "
         f"{result['per_row_point_read_us']} µs (by codec: {result['per_row_point_read_us_by_codec']})",
-        f"{'config':<16}{'stored':>8}{'on disk':>9}{'disk/whole':>11}{'read µs':>9}{'/per-row':>9}",
+        f"{'config':<16}{'rows':>11}{'stored':>8}{'on disk':>9}{'disk/whole':>11}"
+        f"{'read µs':>9}{'/per-row':>9}",
     ]
     for c in result["configs"]:
+        rows = f"{c['pack_rows']}/{c['block_rows'] or '-'}"
         lines.append(
-            f"{c['name']:<16}{c['stored_ratio']:>8}{c['disk_ratio']:>9}"
+            f"{c['name']:<16}{rows:>11}{c['stored_ratio']:>8}{c['disk_ratio']:>9}"
             f"{c['disk_share_of_whole_zlib']:>11.0%}{c['point_read_us']:>9}"
             f"{c['point_read_over_per_row']:>9}"
         )
@@ -193,7 +224,8 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     fig, (ratio_ax, read_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     for compression in COMPRESSIONS:
         rows = [c for c in result["configs"] if c["compression"] == compression]
-        xs = [c["pack_rows"] for c in rows]
+        key = "block_rows" if compression == "blocks" else "pack_rows"
+        xs = [c[key] for c in rows]
         ratio_ax.plot(xs, [c["stored_ratio"] for c in rows], marker="o", label=compression)
         read_ax.plot(
             xs, [c["point_read_over_per_row"] for c in rows], marker="o", label=compression
@@ -205,7 +237,7 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     read_ax.axhline(1.3, linestyle=":", color="grey", label="1.3x per-row")
     for ax, label in ((ratio_ax, "stored compression ratio"), (read_ax, "point read / per-row")):
         ax.set_xscale("log")
-        ax.set_xlabel("rows per pack (log)")
+        ax.set_xlabel("rows per pack; blocks: rows per block (log)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()

@@ -1,0 +1,127 @@
+use super::*;
+
+const KEY: [u8; 32] = [3; 32];
+const NONCE: [u8; 12] = [5; 12];
+const AAD: &[u8] = b"table/pack/0/header";
+
+fn entries(count: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let keys = (0..count as u64)
+        .map(|i| i.to_be_bytes().to_vec())
+        .collect();
+    let values = (0..count)
+        .map(|i| format!("{{\"id\":{i},\"name\":\"pkg{}\"}}", i % 7).into_bytes())
+        .collect();
+    (keys, values)
+}
+
+fn sealed(count: usize, block_rows: usize) -> (Vec<u8>, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (keys, values) = entries(count);
+    let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let body = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, block_rows, None).unwrap();
+    (body, keys, values)
+}
+
+#[test]
+fn blocked_pack_round_trips() {
+    let (body, keys, values) = sealed(100, 8);
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    assert_eq!(pack.index.spans.len(), 13);
+    let records = pack.records(None).unwrap();
+    assert_eq!(records.keys.len(), 100);
+    for (index, (key, value)) in keys.iter().zip(&values).enumerate() {
+        assert_eq!(records.key(index), key.as_slice());
+        let block = pack.block_of(key).unwrap();
+        assert_eq!(block, index / 8);
+        let found = pack.block(block, None).unwrap();
+        assert_eq!(found.value_of(key), Some(value.as_slice()));
+    }
+}
+
+#[test]
+fn a_key_below_the_first_block_has_no_block() {
+    let (body, _, _) = sealed(20, 8);
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    assert_eq!(pack.block_of(&[]), None);
+}
+
+#[test]
+fn an_empty_pack_has_no_blocks() {
+    let body = seal_blocked(&KEY, &NONCE, AAD, &[], &[], &[], 8, None).unwrap();
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    assert_eq!(pack.records(None).unwrap().keys.len(), 0);
+    assert_eq!(pack.block_of(b"k"), None);
+}
+
+#[test]
+fn another_nonce_aad_or_key_fails_authentication() {
+    let (body, _, _) = sealed(30, 8);
+    let other_key = [4u8; 32];
+    for (key, nonce, aad) in [
+        (&KEY, [6u8; 12], AAD),
+        (&KEY, NONCE, &b"table/pack/1/header"[..]),
+        (&other_key, NONCE, AAD),
+    ] {
+        assert!(matches!(
+            BlockedPack::open(key, &nonce, aad, &body),
+            Err(KernelError::Authentication { .. })
+        ));
+    }
+}
+
+#[test]
+fn a_damaged_block_fails_only_its_reads() {
+    let (mut body, keys, _) = sealed(30, 8);
+    let last = body.len() - 1;
+    body[last] ^= 1;
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    assert!(pack.block(0, None).is_ok());
+    let damaged = pack.block_of(&keys[29]).unwrap();
+    assert!(matches!(
+        pack.block(damaged, None),
+        Err(KernelError::Authentication { .. })
+    ));
+    assert!(pack.records(None).is_err());
+}
+
+#[test]
+fn swapped_blocks_fail_authentication() {
+    let (body, _, _) = sealed(16, 8);
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    let (first, second) = (pack.index.spans[0].clone(), pack.index.spans[1].clone());
+    if first.len() == second.len() {
+        let mut swapped = body.clone();
+        swapped[first.clone()].copy_from_slice(&body[second.clone()]);
+        swapped[second].copy_from_slice(&body[first]);
+        let pack = BlockedPack::open(&KEY, &NONCE, AAD, &swapped).unwrap();
+        assert!(pack.block(0, None).is_err());
+    }
+}
+
+#[test]
+fn truncated_or_extended_packs_are_malformed() {
+    let (body, _, _) = sealed(30, 8);
+    for broken in [&body[..body.len() - 3], &body[..2]] {
+        assert!(matches!(
+            BlockedPack::open(&KEY, &NONCE, AAD, broken),
+            Err(KernelError::Malformed { .. })
+        ));
+    }
+    let mut longer = body.clone();
+    longer.push(0);
+    assert!(BlockedPack::open(&KEY, &NONCE, AAD, &longer).is_err());
+}
+
+#[test]
+fn blocks_compress_with_a_dictionary() {
+    let (keys, values) = entries(400);
+    let sample: Vec<u8> = values.concat();
+    let dictionary = PackDictionary::new(&sample[..4096]);
+    let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let with = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, 4, Some(&dictionary)).unwrap();
+    let without = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, 4, None).unwrap();
+    assert!(with.len() < without.len());
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &with).unwrap();
+    assert_eq!(pack.records(Some(&dictionary)).unwrap().keys.len(), 400);
+}

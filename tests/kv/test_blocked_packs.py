@@ -1,0 +1,112 @@
+"""Blocked packs (issue 14, envelope version 3): blocks sealed and inflated one by one."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import StoreFactory
+from veil.errors import AuthenticationError, MalformedCiphertextError
+from veil.kv import Store
+from veil.kv.backends.base import Row
+from veil.kv.envelope import ENVELOPE_BLOCKED, ENVELOPE_DICTIONARY, Envelope
+from veil.kv.keys import encode_key
+from veil.kv.packs import PACK_KIND
+from veil.kv.packsize import choose_blocked
+
+
+def _records(count: int) -> dict[int, bytes]:
+    return {
+        i: json.dumps({"id": i, "name": f"pkg{i % 97}", "size": i * 37 % 1000}).encode()
+        for i in range(count)
+    }
+
+
+def _rows(store: Store) -> list[tuple[int, Row]]:
+    return [
+        (partition, row)
+        for partition in range(store.layout.partitions)
+        for row in store.backend.scan(store.packs.table, partition)
+    ]
+
+
+def test_blocked_store_round_trips(open_store: StoreFactory) -> None:
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
+    records = _records(1500)
+    store.put_many(records)
+    assert {row.value[0] for _, row in _rows(store)} == {ENVELOPE_BLOCKED}
+    assert all(store.get(key) == value for key, value in records.items())
+    assert dict(store.range(100, 900)) == {k: records[k] for k in range(100, 901)}
+    store.put(5, b"five")
+    store.delete(6)
+    store.put(10_000, b"new")
+    assert (store.get(5), store.get(6), store.get(10_000)) == (b"five", None, b"new")
+
+
+def test_a_point_read_opens_only_its_block(open_store: StoreFactory) -> None:
+    # Damage the last block of a pack: keys of the first block still read,
+    # keys of the damaged one fail authentication (never a wrong value).
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
+    store.put_many(_records(600))
+    partition, row = _rows(store)[0]
+    keys, values = store.packs.open_sorted(partition, row)
+    assert len(keys) > 8
+    damaged = bytearray(row.value)
+    damaged[-1] ^= 1
+    store.backend.update_if(
+        store.packs.table, partition, row.key, bytes(damaged), os.urandom(16), row.tag
+    )
+    assert store.packs.get(keys[0]) == values[0]
+    with pytest.raises(AuthenticationError):
+        store.packs.get(keys[-1])
+    with pytest.raises(AuthenticationError):
+        dict(store.range(0, 100))
+
+
+def test_a_blocked_pack_moved_to_another_pack_id_fails(open_store: StoreFactory) -> None:
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
+    store.put_many(_records(600))
+    (_, first), (p2, second) = _rows(store)[:2]
+    store.backend.update_if(store.packs.table, p2, second.key, first.value, b"x" * 16, second.tag)
+    moved = store.backend.get(store.packs.table, p2, second.key)
+    assert moved is not None
+    with pytest.raises(AuthenticationError):
+        store.packs.open_sorted(p2, moved)
+
+
+def test_dictionary_packs_of_version_2_stay_readable(open_store: StoreFactory) -> None:
+    # Padded dictionary packs are written as version 2; a client without
+    # padding reads them and rewrites the packs it changes as version 3.
+    records = _records(1200)
+    old = open_store(compression="zstd-dict", pack_rows=50, padding="pow2", pack_cache=0)
+    old.put_many(records)
+    assert {row.value[0] for _, row in _rows(old)} == {ENVELOPE_DICTIONARY}
+    new = open_store(compression="zstd-dict", pack_cache=0)
+    assert all(new.get(key) == value for key, value in records.items())
+    new.put(3, b"three")
+    assert {row.value[0] for _, row in _rows(new)} == {ENVELOPE_DICTIONARY, ENVELOPE_BLOCKED}
+    assert dict(new.range(0, 2000)) == records | {3: b"three"}
+
+
+def test_an_unknown_envelope_version_is_a_clear_error() -> None:
+    envelope = Envelope(os.urandom(32), "t", "zstd-dict", ())
+    stored = bytes([ENVELOPE_BLOCKED + 1]) + bytes(60)
+    with pytest.raises(MalformedCiphertextError, match="upgrade Veil"):
+        envelope.open_records(PACK_KIND, b"loc", stored)
+
+
+def test_truncated_blocked_pack_is_malformed() -> None:
+    envelope = Envelope(os.urandom(32), "t", "zstd-dict", ())
+    entries = [(encode_key(i), b"v%d" % i) for i in range(30)]
+    stored = envelope.seal_blocked(PACK_KIND, b"loc", entries, [k for k, _ in entries], 4)
+    with pytest.raises((MalformedCiphertextError, AuthenticationError)):
+        envelope.open_records(PACK_KIND, b"loc", stored[:-20])
+
+
+def test_block_size_choice_is_deterministic() -> None:
+    entries = [(encode_key(k), v) for k, v in sorted(_records(3000).items())]
+    first = choose_blocked(entries, lambda data: data[: len(data) // 4])
+    assert first == choose_blocked(entries, lambda data: data[: len(data) // 4])
+    assert first.block_rows is not None and first.pack_rows % first.block_rows == 0
