@@ -80,3 +80,34 @@ def test_tables_of_the_old_layout_still_work(tmp_path: Path) -> None:
     assert not backend.insert_if_not_exists("p", 0, b"\x07", b"w", b"\x04")
     assert [r.key for r in backend.scan("p", 0)] == [b"\x05", b"\x07"]
     backend.close()
+
+
+def test_compact_if_sparse_vacuums_only_a_sparse_file(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "kv.db")
+    backend.ensure_table("t")
+    for key in range(700):  # 7 MB of 10 KB rows
+        backend.upsert("t", 0, key.to_bytes(4, "big"), os.urandom(10_000), b"tag")
+    assert not backend.compact_if_sparse()  # dense: nothing to do
+    for key in range(0, 700, 2):  # half of every leaf emptied
+        backend.delete("t", 0, key.to_bytes(4, "big"))
+    before = backend.disk_bytes()
+    assert backend.compact_if_sparse()
+    assert backend.disk_bytes() < 0.7 * before
+    assert not backend.compact_if_sparse()
+    assert len(list(backend.scan("t", 0))) == 350
+    backend.close()
+
+
+def test_bulk_loads_check_for_waste_unless_turned_off(tmp_path: Path, monkeypatch) -> None:
+    import veil.kv.store
+
+    monkeypatch.setattr(veil.kv.store, "AUTO_COMPACT_ROWS", 10)
+    calls: list[str] = []
+    monkeypatch.setattr(SQLiteBackend, "compact_if_sparse", lambda self: calls.append("x"))
+    for auto, expected in ((True, ["x"]), (False, [])):
+        calls.clear()
+        url = f"sqlite:///{tmp_path}/{auto}.db"
+        with veil.kv.open(url, MASTER, pack_rows=10, auto_compact=auto) as store:
+            store.put_many({k: b"v" for k in range(20)})
+            store.put_many({k: b"w" for k in range(20)})  # within the minute: not again
+        assert calls == expected

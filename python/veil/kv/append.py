@@ -89,10 +89,19 @@ class AppendStore(Store):
         *,
         background: bool,
         pack_cache: int,
+        auto_compact: bool = True,
         clock: Callable[[], float] | None,
         client_id: str | None,
     ):
-        super().__init__(backend, master, table, config, envelope, pack_cache=pack_cache)
+        super().__init__(
+            backend,
+            master,
+            table,
+            config,
+            envelope,
+            pack_cache=pack_cache,
+            auto_compact=auto_compact,
+        )
         self.envelope = envelope
         self.clock = clock or time.time
         self.epochs_table = self._base + "e"
@@ -365,6 +374,8 @@ class AppendStore(Store):
                 self.backend.delete_partition(self.epochs_table, epoch)
                 deleted.append(epoch)
         self.refresh()
+        if deleted:
+            self._auto_compact()
         return deleted
 
     def _deletable(self, stat: EpochStat, stats: dict[int, EpochStat]) -> bool:

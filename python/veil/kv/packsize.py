@@ -20,8 +20,8 @@ same choice.
 Blocked packs (``compression="zstd-dict"``, envelope version 3) separate the
 two sizes: a point read inflates one *block*, so the curve chooses the rows
 per block (the smallest block reaching the target within ``max_block_bytes``,
-default 16 KiB), and a pack holds as many whole blocks as fit in
-``PACK_BYTES`` of plaintext, which spreads the envelope and the server row
+default 16 KiB), and a pack holds as many whole blocks as make about
+``PACK_STORED_BYTES`` stored, which spreads the envelope and the server row
 over many rows (:func:`choose_blocked`).
 
 ``veil kv packsize`` prints the same recommendation for a file of records.
@@ -45,7 +45,10 @@ RUN_ROWS = 2 * CANDIDATE_ROWS[-1]  # a run holds two of the largest packs
 ENVELOPE_BYTES = 2 + 12 + 16 + 4 + 16
 MIN_SAMPLE_ROWS = 2 * 8  # fewer rows say nothing about a curve
 MAX_BLOCK_BYTES = 16 * 1024
-PACK_BYTES = 64 * 1024  # plaintext of a blocked pack: a few SQLite cells per 64 KiB page
+# Stored bytes of a blocked pack: small against SQLite's 64 KiB pages (the end of
+# a page holds on average half a pack of slack: 15 KB packs lost 12% of the file
+# to it, 4 KB packs 3%), large against a pack's ~60 bytes of envelope and row.
+PACK_STORED_BYTES = 4 * 1024
 # A blocked pack's own bytes (header, nonce, index length and tag, update-if
 # tag) and each block's (GCM tag, its index entry: about 3 bytes of first key
 # past the shared prefix and a length).
@@ -141,31 +144,31 @@ def choose_pack_rows(
     return PackSizeChoice(chosen, ratio, whole, target, max_pack_bytes, count, codec_name, reached)
 
 
-def blocked_ratio(runs: Sequence[Sequence[Entry]], compress: Compress, block_rows: int) -> float:
-    """Raw value bytes / stored bytes of blocked packs with blocks of ``block_rows``."""
-    pack_rows = blocked_pack_rows(runs, block_rows)
-    raw = stored = 0
+def blocked_point(
+    runs: Sequence[Sequence[Entry]], compress: Compress, block_rows: int
+) -> tuple[float, int]:
+    """(raw value bytes / stored bytes, rows per pack) with blocks of ``block_rows``.
+
+    A pack holds as many whole blocks as make about PACK_STORED_BYTES stored.
+    """
+    raw, sizes = 0, []
     for run in runs:
         for start in range(0, len(run), block_rows):
             piece = run[start : start + block_rows]
             raw += sum(len(value) for _, value in piece)
-            stored += len(compress(serialize_entries(piece))) + BLOCK_BYTES
-        packs = -(-len(run) // pack_rows)
-        stored += packs * (BLOCKED_PACK_BYTES + len(run[0][0]))
-    return raw / stored
-
-
-def blocked_pack_rows(runs: Sequence[Sequence[Entry]], block_rows: int) -> int:
-    """Rows of a blocked pack: the whole blocks that fit in PACK_BYTES (at least one)."""
-    count = sum(len(run) for run in runs)
-    mean_row = sum(len(k) + len(v) + 2 for run in runs for k, v in run) / max(1, count)
-    return block_rows * max(1, int(PACK_BYTES // (block_rows * mean_row)))
+            sizes.append(len(compress(serialize_entries(piece))) + BLOCK_BYTES)
+    per_pack = max(1, round(PACK_STORED_BYTES * len(sizes) / sum(sizes)))
+    pack_rows = block_rows * per_pack
+    packs = sum(-(-len(run) // pack_rows) for run in runs)
+    key_bytes = len(runs[0][0][0])
+    return raw / (sum(sizes) + packs * (BLOCKED_PACK_BYTES + key_bytes)), pack_rows
 
 
 def choose_blocked(
     entries: Sequence[Entry],
     compress: Compress,
     *,
+    block_rows: int | None = None,
     target: float = TARGET_SHARE,
     max_block_bytes: int = MAX_BLOCK_BYTES,
     default: int = 50,
@@ -173,23 +176,32 @@ def choose_blocked(
     """Rows per block (the smallest reaching ``target`` x whole within the cap) and per pack.
 
     ``compress`` compresses one block as the store will (zstd at the block
-    level, with the table's dictionary when it has one).
+    level, with the table's dictionary when it has one); ``block_rows`` fixes
+    the block and leaves only the pack to choose.
     """
     runs = sample_runs(entries)
     count = sum(len(run) for run in runs)
     if count < MIN_SAMPLE_ROWS:
+        rows = block_rows or default
         return PackSizeChoice(
-            default, 0.0, 0.0, target, max_block_bytes, count, "zstd-dict", False, default
+            rows, 0.0, 0.0, target, max_block_bytes, count, "zstd-dict", False, rows
         )
     mean_row = sum(len(k) + len(v) + 2 for run in runs for k, v in run) / count
     affordable = [n for n in CANDIDATE_ROWS if n == 1 or n * mean_row <= max_block_bytes]
     whole = whole_ratio(runs, "zlib")  # issue 14's reference: the whole dataset, zlib
     longest = max(len(run) for run in runs)
-    chosen, ratio = _first_reaching(
-        affordable, longest, target * whole, lambda rows: blocked_ratio(runs, compress, rows)
-    )
+    points: dict[int, tuple[float, int]] = {}
+
+    def measure(rows: int) -> float:
+        points[rows] = blocked_point(runs, compress, rows)
+        return points[rows][0]
+
+    if block_rows is not None:
+        chosen, ratio = block_rows, measure(block_rows)
+    else:
+        chosen, ratio = _first_reaching(affordable, longest, target * whole, measure)
     return PackSizeChoice(
-        blocked_pack_rows(runs, chosen),
+        points[chosen][1],
         ratio,
         whole,
         target,

@@ -18,6 +18,7 @@ Several processes or machines each open their own store on the same URL.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
 from types import TracebackType
@@ -39,6 +40,8 @@ DEFAULT_PACK_ROWS = 50
 DEFAULT_EPOCH_SECONDS = 10.0
 DEFAULT_PACK_CACHE = 1024  # packs; memory ~ this x one pack's plaintext
 DECODE_KEYS = 256  # range results: keys decoded per numpy pass
+AUTO_COMPACT_ROWS = 10_000  # a bulk load at least this large checks the file's waste
+AUTO_COMPACT_SECONDS = 60.0  # and at most once a minute per store
 MODES = ("generic", "append")
 
 
@@ -55,6 +58,7 @@ class Store:
         *,
         pack_cache: int = DEFAULT_PACK_CACHE,
         owns_backend: bool = True,
+        auto_compact: bool = True,
     ):
         self.backend = backend
         self.table = table
@@ -79,6 +83,8 @@ class Store:
         envelope.dictionaries = self._dictionaries
         if envelope.wants_dictionary:
             envelope.dictionary = self._dictionaries.current()
+        self.auto_compact = auto_compact
+        self._compact_checked = float("-inf")
         self._closed = False
 
     # -- the API ----------------------------------------------------------
@@ -106,6 +112,8 @@ class Store:
         if encoded:
             self._prepare_batch(sorted(encoded.items()))
             self.packs.write_many(encoded)
+            if len(encoded) >= AUTO_COMPACT_ROWS:
+                self._auto_compact()
 
     def _prepare_batch(self, entries: Sequence[tuple[bytes, bytes]]) -> None:
         """Before cutting packs from a batch: the dictionary, then the pack size.
@@ -124,7 +132,7 @@ class Store:
         def choose() -> tuple[int, int | None, dict[str, object]]:
             if envelope.blocked:
                 blocks = dictionary.block_compressor() if dictionary else block_compressor()
-                choice = choose_blocked(entries, blocks.compress)
+                choice = choose_blocked(entries, blocks.compress, block_rows=self.config.block_rows)
             else:
                 compress = dictionary.compressor().compress if dictionary else None
                 choice = choose_pack_rows(entries, envelope.codec_name, compress=compress)
@@ -181,6 +189,24 @@ class Store:
         compact = getattr(self.backend, "compact", None)
         if compact is not None:
             compact()
+
+    def _auto_compact(self) -> None:
+        """Compact when the backend finds its file sparse (at most once a minute).
+
+        Bulk loads into existing packs split them, and merges and epoch
+        deletions free pages; a backend that compacts by itself (Cassandra)
+        has no ``compact_if_sparse``. ``auto_compact=False`` turns this off.
+        """
+        check = getattr(self.backend, "compact_if_sparse", None)
+        now = time.monotonic()
+        if (
+            check is None
+            or not self.auto_compact
+            or now - self._compact_checked < AUTO_COMPACT_SECONDS
+        ):
+            return
+        self._compact_checked = now
+        check()
 
     def close(self) -> None:
         if not self._closed:
@@ -249,6 +275,7 @@ def open(
     clock: Callable[[], float] | None = None,
     client_id: str | None = None,
     pack_cache: int = DEFAULT_PACK_CACHE,
+    auto_compact: bool = True,
 ) -> Store:
     """Open (creating if needed) the MiniCrypt table ``table`` at ``url``.
 
@@ -269,6 +296,9 @@ def open(
     background thread; tests turn it off and call ``maintain()``), ``clock``
     and ``client_id`` (for tests). ``pack_cache`` is how many opened packs
     this client keeps in memory (0 = none; see :mod:`veil.kv.cache`).
+    ``auto_compact`` (default on): after a bulk load of 10,000 keys or more and
+    after APPEND merges, compact the database when the backend finds more than
+    15% of it free or unused (SQLite ``VACUUM``; at most once a minute).
     """
     if mode not in MODES:
         raise ParameterError(f"unknown mode {mode!r}; use 'generic' or 'append'")
@@ -290,7 +320,7 @@ def open(
             partitions=partitions or backend.default_partitions,
             prf_pack_ids=prf_pack_ids,
             epoch_seconds=epoch_seconds or DEFAULT_EPOCH_SECONDS,
-            block_rows=block_rows if pack_rows is not None else None,
+            block_rows=block_rows,
         )
         base = catalog.physical_base(master, table)
         config = catalog.load_config(backend, base, wanted, table)
@@ -299,7 +329,15 @@ def open(
         _check_fixed(table, config, pack_rows=pack_rows, epoch_seconds=epoch_seconds)
         envelope = Envelope(master.derive(KeyLabel("kv-pack", table)), table, compression, tiers)
         if mode == "generic":
-            return Store(backend, master, table, config, envelope, pack_cache=pack_cache)
+            return Store(
+                backend,
+                master,
+                table,
+                config,
+                envelope,
+                pack_cache=pack_cache,
+                auto_compact=auto_compact,
+            )
         from veil.kv.append import AppendStore
 
         return AppendStore(
@@ -310,6 +348,7 @@ def open(
             envelope,
             background=background,
             pack_cache=pack_cache,
+            auto_compact=auto_compact,
             clock=clock,
             client_id=client_id,
         )

@@ -36,7 +36,10 @@ so a 2.4 KB pack took two pages: half the file was waste. New files now use
 
 Files and tables created before keep their layout and are read the same way
 (the SQL is identical); :meth:`SQLiteBackend.compact` (``VACUUM``) rewrites a
-file densely.
+file densely, and :meth:`SQLiteBackend.compact_if_sparse` does so only when
+free pages and the unused bytes inside pages exceed ``SPARSE_SHARE`` of a file
+of at least ``SPARSE_MIN_BYTES`` (stores call it after bulk loads and APPEND
+merges: page splits of out-of-order writes leave leaves half full).
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ SCAN_PAGE_ROWS = 512
 PAGE_SIZE = 65_536  # for new files (fixed when SQLite creates the file)
 MMAP_BYTES = 1 << 30
 WAL_LIMIT_BYTES = 16 << 20
+SPARSE_SHARE = 0.15  # compact_if_sparse: VACUUM past this share of waste
+SPARSE_MIN_BYTES = 4 << 20  # smaller files waste pages VACUUM cannot give back
 _TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 
 
@@ -254,6 +259,27 @@ class SQLiteBackend:
             conn = self._connection()
             conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def compact_if_sparse(self) -> bool:
+        """``VACUUM`` if free pages and unused page bytes exceed SPARSE_SHARE; True if it did.
+
+        Measured with SQLite's dbstat (one pass over the file's pages), so
+        callers run it after work of the same order: a bulk load, merges.
+        """
+        with self._lock:
+            conn = self._connection()
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            if pages * page_size < SPARSE_MIN_BYTES:
+                return False
+            unused = conn.execute(
+                "SELECT COALESCE(SUM(unused), 0) FROM dbstat WHERE aggregate = TRUE"
+            ).fetchone()[0]
+            if free * page_size + unused <= SPARSE_SHARE * pages * page_size:
+                return False
+        self.compact()
+        return True
 
     def stored_bytes(self, table: str) -> int:
         row = self._one_raw(
