@@ -165,6 +165,7 @@ def kv_seal_blocked(
     positions: list[bytes],
     block_rows: int,
     dictionary: KvDictionary | None = None,
+    dense: bool = False,
 ) -> bytes: ...
 def kv_open_blocked(
     key: bytes, stored: bytes, aad: bytes, dictionary: KvDictionary | None = None

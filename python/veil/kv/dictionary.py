@@ -44,7 +44,9 @@ CATALOG_TABLE = "veil_kv_catalog"  # shared with veil.kv.catalog (no import cycl
 DICT_KIND = b"dict"
 CURRENT_KIND = b"dict-current"
 LEVEL = 3
-BLOCK_LEVEL = 9  # blocked packs (rust/veil-kernels/src/kvpack/blocks.rs, BLOCK_LEVEL)
+# Blocked packs written in bulk (rust/veil-kernels/src/kvpack/blocks.rs, Level::Dense):
+# the level the pack-size choice estimates with.
+BLOCK_LEVEL = 19
 MIN_DICT_BYTES, MAX_DICT_BYTES = 4 * 1024, 64 * 1024
 SAMPLE_GROUP = 8  # rows per training sample: a small pack's worth
 MAX_SAMPLE_BYTES = 4 << 20

@@ -136,8 +136,14 @@ class Envelope:
         entries: Sequence[tuple[bytes, bytes]],
         positions: Sequence[bytes],
         block_rows: int,
+        *,
+        dense: bool = False,
     ) -> bytes:
-        """A blocked pack (version 3) of ``entries`` in pack order, ``positions`` their order keys."""
+        """A blocked pack (version 3) of ``entries`` in pack order, ``positions`` their order keys.
+
+        ``dense`` compresses hard (zstd 19 against 9: a few % smaller, ~20x
+        slower to write, as fast to read), for packs written once in bulk.
+        """
         dictionary = self.dictionary
         header = bytes([ENVELOPE_BLOCKED, codec.ZSTD]) + _U32.pack(
             dictionary.version if dictionary else 0
@@ -152,6 +158,7 @@ class Envelope:
             list(positions),
             block_rows,
             dictionary.prepared if dictionary else None,
+            dense,
         )
         return header + nonce + body
 

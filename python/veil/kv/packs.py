@@ -112,14 +112,20 @@ class PackTable:
         return Pack(dict(self.open_entries(partition, row)[2]))
 
     def seal_pack(
-        self, partition: int, pack_id: bytes, entries: Iterable[tuple[bytes, bytes]]
+        self,
+        partition: int,
+        pack_id: bytes,
+        entries: Iterable[tuple[bytes, bytes]],
+        *,
+        dense: bool = False,
     ) -> tuple[bytes, bytes]:
+        """The stored form and tag of a pack; ``dense``: a bulk write, worth compressing hard."""
         location = _location(partition, pack_id)
         if self.envelope.blocked:
             pairs = list(entries)
             positions = [self.layout.position(k) for k, _ in pairs]
             stored = self.envelope.seal_blocked(
-                PACK_KIND, location, pairs, positions, self.block_rows
+                PACK_KIND, location, pairs, positions, self.block_rows, dense=dense
             )
         else:
             plaintext = serialize_entries(entries)
@@ -227,7 +233,7 @@ class PackTable:
         return self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag)
 
     # -- split (Figure 6) -------------------------------------------------
-    def split(self, partition: int, row: Row, pack: Pack) -> None:
+    def split(self, partition: int, row: Row, pack: Pack, *, dense: bool = False) -> None:
         """Cut an oversized pack deterministically; ignores the outcome.
 
         Whether this client's writes won or another client's did, the caller
@@ -238,13 +244,13 @@ class PackTable:
         for number, (start, stop) in enumerate(reversed(pieces[1:])):
             piece = entries[start:stop]
             piece_id = self.layout.position(piece[0][0])
-            stored, tag = self.seal_pack(partition, piece_id, piece)
+            stored, tag = self.seal_pack(partition, piece_id, piece, dense=dense)
             self.backend.insert_if_not_exists(self.table, partition, piece_id, stored, tag)
             if number == 0:
                 crash_point(SPLIT_AFTER_FIRST_PIECE)
         crash_point(SPLIT_BEFORE_LEFT)
         start, stop = pieces[0]
-        stored, tag = self.seal_pack(partition, row.key, entries[start:stop])
+        stored, tag = self.seal_pack(partition, row.key, entries[start:stop], dense=dense)
         self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag)
 
     # -- bulk load ----------------------------------------------------------
@@ -273,12 +279,14 @@ class PackTable:
                     break
                 pack.items[entries[stop][1]] = entries[stop][2]
                 stop += 1
-            stored, tag = self.seal_pack(partition, row.key, pack.ordered(self.layout.position))
+            ordered = pack.ordered(self.layout.position)
+            oversized = len(pack) > self.max_keys  # its split writes the packs that stay
+            stored, tag = self.seal_pack(partition, row.key, ordered, dense=not oversized)
             if not self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag):
                 attempt = _backoff(attempt)
                 continue
-            if len(pack) > self.max_keys:
-                self.split(partition, Row(row.key, stored, tag), pack)
+            if oversized:
+                self.split(partition, Row(row.key, stored, tag), pack, dense=True)
             done, attempt = stop, 0
 
     def _next_pack_id(self, partition: int, pack_id: bytes) -> bytes | None:
@@ -297,7 +305,7 @@ class PackTable:
         for start in range(0, len(entries), self.pack_rows):
             piece = entries[start : start + self.pack_rows]
             piece_id = self.layout.position(piece[0][0])
-            stored, tag = self.seal_pack(partition, piece_id, piece)
+            stored, tag = self.seal_pack(partition, piece_id, piece, dense=True)
             inserted += self.backend.insert_if_not_exists(
                 self.table, partition, piece_id, stored, tag
             )

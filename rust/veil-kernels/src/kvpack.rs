@@ -83,15 +83,23 @@ impl RecordList {
 /// read-only once built).
 pub struct PackDictionary {
     prepared: zstd::dict::DecoderDictionary<'static>,
-    encoder: zstd::dict::EncoderDictionary<'static>,
+    data: Vec<u8>,
+    // Prepared for compression on first use, one per block level.
+    encoders: [std::sync::OnceLock<zstd::dict::EncoderDictionary<'static>>; 2],
 }
 
 impl PackDictionary {
     pub fn new(dictionary: &[u8]) -> Self {
         Self {
             prepared: zstd::dict::DecoderDictionary::copy(dictionary),
-            encoder: zstd::dict::EncoderDictionary::copy(dictionary, blocks::BLOCK_LEVEL),
+            data: dictionary.to_vec(),
+            encoders: Default::default(),
         }
+    }
+
+    fn encoder(&self, level: blocks::Level) -> &zstd::dict::EncoderDictionary<'static> {
+        self.encoders[level as usize]
+            .get_or_init(|| zstd::dict::EncoderDictionary::copy(&self.data, level.zstd()))
     }
 }
 

@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use veil_kernels::kvpack::blocks::{seal_blocked, BlockedPack};
+use veil_kernels::kvpack::blocks::{seal_blocked, BlockedPack, Level};
 use veil_kernels::kvpack::{serialize_records, PackDictionary, PackKey, RecordList};
 
 use crate::errors::to_py;
@@ -115,9 +115,10 @@ fn kv_serialize_pack<'py>(
     Ok(PyBytes::new(py, &serialize_records(&keys, &values)))
 }
 
-/// Seal entries (in pack order) as a blocked pack: the stored bytes after its nonce.
+/// Seal entries (in pack order) as a blocked pack: the stored bytes after its
+/// nonce. `dense`: compress hard (write-once paths: bulk loads, merges).
 #[pyfunction]
-#[pyo3(signature = (key, nonce, aad, keys, values, positions, block_rows, dictionary=None))]
+#[pyo3(signature = (key, nonce, aad, keys, values, positions, block_rows, dictionary=None, dense=false))]
 #[allow(clippy::too_many_arguments)]
 fn kv_seal_blocked<'py>(
     py: Python<'py>,
@@ -129,6 +130,7 @@ fn kv_seal_blocked<'py>(
     positions: Vec<Bound<'py, PyBytes>>,
     block_rows: usize,
     dictionary: Option<&Bound<'py, KvDictionary>>,
+    dense: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     if keys.len() != values.len() || keys.len() != positions.len() {
         return Err(pyo3::exceptions::PyValueError::new_err(
@@ -139,10 +141,11 @@ fn kv_seal_blocked<'py>(
     let values: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
     let positions: Vec<&[u8]> = positions.iter().map(|p| p.as_bytes()).collect();
     let prepared = dictionary.map(|d| &d.get().inner);
+    let level = if dense { Level::Dense } else { Level::Fast };
     let sealed = py
         .allow_threads(|| {
             seal_blocked(
-                key, nonce, aad, &keys, &values, &positions, block_rows, prepared,
+                key, nonce, aad, &keys, &values, &positions, block_rows, prepared, level,
             )
         })
         .map_err(to_py)?;

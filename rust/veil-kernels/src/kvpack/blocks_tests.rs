@@ -18,7 +18,7 @@ fn sealed(count: usize, block_rows: usize) -> (Vec<u8>, Vec<Vec<u8>>, Vec<Vec<u8
     let (keys, values) = entries(count);
     let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-    let body = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, block_rows, None).unwrap();
+    let body = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, block_rows, None, Level::Fast).unwrap();
     (body, keys, values)
 }
 
@@ -47,7 +47,7 @@ fn a_key_below_the_first_block_has_no_block() {
 
 #[test]
 fn an_empty_pack_has_no_blocks() {
-    let body = seal_blocked(&KEY, &NONCE, AAD, &[], &[], &[], 8, None).unwrap();
+    let body = seal_blocked(&KEY, &NONCE, AAD, &[], &[], &[], 8, None, Level::Fast).unwrap();
     let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
     assert_eq!(pack.records(None).unwrap().keys.len(), 0);
     assert_eq!(pack.block_of(b"k"), None);
@@ -119,8 +119,19 @@ fn blocks_compress_with_a_dictionary() {
     let dictionary = PackDictionary::new(&sample[..4096]);
     let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-    let with = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, 4, Some(&dictionary)).unwrap();
-    let without = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, 4, None).unwrap();
+    let with = seal_blocked(
+        &KEY,
+        &NONCE,
+        AAD,
+        &k,
+        &v,
+        &k,
+        4,
+        Some(&dictionary),
+        Level::Dense,
+    )
+    .unwrap();
+    let without = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, 4, None, Level::Fast).unwrap();
     assert!(with.len() < without.len());
     let pack = BlockedPack::open(&KEY, &NONCE, AAD, &with).unwrap();
     assert_eq!(pack.records(Some(&dictionary)).unwrap().keys.len(), 400);
