@@ -57,6 +57,9 @@ def test_cli_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[s
     chosen = result["recommended"]["zlib"]
     assert chosen == packsize.recommend(_records(300), ("zlib",))["zlib"]
     assert f"recommended pack_rows (zlib): {chosen['pack_rows']}," in out
+    blocked = result["recommended"]["zstd-dict"]  # blocked packs: rows per block too
+    assert blocked["pack_rows"] % blocked["block_rows"] == 0
+    assert f"recommended pack_rows (zstd-dict): {blocked['pack_rows']} in blocks of" in out
 
 
 def test_file_datasets_json_documents_and_lines(tmp_path: Path) -> None:

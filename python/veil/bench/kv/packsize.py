@@ -28,7 +28,7 @@ import lz4.frame
 import zstandard
 
 from veil.kv.keys import encode_key
-from veil.kv.packsize import MAX_PACK_BYTES, TARGET_SHARE, choose_pack_rows
+from veil.kv.packsize import MAX_PACK_BYTES, TARGET_SHARE, choose_blocked, choose_pack_rows
 
 PACK_ROWS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 TARGETS = (0.75, 0.90)
@@ -103,10 +103,21 @@ def recommend(
 ) -> dict[str, dict[str, object]]:
     """The pack size a store would choose for each codec (its catalogue record)."""
     entries = [(encode_key(i), record) for i, record in enumerate(records)]
-    return {
+    chosen = {
         name: choose_pack_rows(entries, name, target=target, max_pack_bytes=max_pack_bytes).record()
         for name in algorithms
     }
+    chosen["zstd-dict"] = _recommend_blocked(entries, target)
+    return chosen
+
+
+def _recommend_blocked(entries: list[tuple[bytes, bytes]], target: float) -> dict[str, object]:
+    """What a ``compression="zstd-dict"`` table chooses: its dictionary, then blocks."""
+    from veil.kv.dictionary import block_compressor, train, training_samples
+
+    dictionary = train(1, training_samples(entries))
+    compressor = dictionary.block_compressor() if dictionary else block_compressor()
+    return choose_blocked(entries, compressor.compress, target=target).record()
 
 
 def report(dataset: str, records: Sequence[bytes], curves: dict[str, AlgorithmCurve]) -> dict:
@@ -177,8 +188,9 @@ def summary_lines(result: dict) -> list[str]:
         )
     for name, choice in result.get("recommended", {}).items():
         verdict = "reaches" if choice["reached_target"] else "short of"
+        blocks = f" in blocks of {choice['block_rows']}" if choice.get("block_rows") else ""
         lines.append(
-            f"recommended pack_rows ({name}): {choice['pack_rows']}, stored ratio "
+            f"recommended pack_rows ({name}): {choice['pack_rows']}{blocks}, stored ratio "
             f"{choice['ratio']:.2f} {verdict} {choice['target']:.0%} of the whole sample's "
             f"{choice['whole_ratio']:.2f} (reads of at most {choice['max_pack_bytes']} bytes; "
             f"{choice['sample_rows']} rows sampled)"
