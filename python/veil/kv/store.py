@@ -122,9 +122,15 @@ class Store:
         only once every client uses the recorded pack size. With
         ``compression="zstd-dict"`` the batch trains the table's first
         dictionary, or a new version when it compresses markedly worse than the
-        current one did (:mod:`veil.kv.dictionary`).
+        current one did (:mod:`veil.kv.dictionary`). Both see the batch in pack
+        order -- by hash partition, then packID position -- since that is which
+        rows share a pack (with 8 partitions, keys 8 apart: on short JSON
+        records the choice made on consecutive keys reached 71% of the whole
+        ratio on Cassandra instead of 90%).
         """
         envelope = self.packs.envelope
+        if self.layout.partitions > 1 or not self.layout.ordered:
+            entries = sorted(entries, key=lambda kv: self.layout.locate(kv[0]))
         if envelope.wants_dictionary and len(entries) >= MIN_DICTIONARY_ROWS:
             envelope.dictionary = refresh(self._dictionaries, entries)
         dictionary = envelope.dictionary
