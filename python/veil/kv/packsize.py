@@ -121,13 +121,16 @@ def choose_pack_rows(
     max_pack_bytes: int = MAX_PACK_BYTES,
     default: int = 50,
     compress: Compress | None = None,
+    reference: Sequence[Entry] | None = None,
 ) -> PackSizeChoice:
     """The smallest pack reaching ``target`` x the whole-sample ratio within the read cap.
 
     ``entries`` are (encoded key, value) pairs in key order. Too small a sample
     (fewer than MIN_SAMPLE_ROWS rows) gives ``default``. ``compress`` is how
     packs will be compressed (default: the codec; with a trained dictionary,
-    its compressor); the whole-sample ratio always uses the plain codec.
+    its compressor); the whole-sample ratio always uses the plain codec, on
+    ``reference`` when given (the batch in key order, when ``entries`` are in
+    the pack order of hash partitions).
     """
     compress = compress or codec_compress(codec_name)
     runs = sample_runs(entries)
@@ -140,7 +143,7 @@ def choose_pack_rows(
         return PackSizeChoice(default, 0.0, 0.0, target, max_pack_bytes, count, codec_name, False)
     mean_row = sum(len(k) + len(v) + 8 for run in runs for k, v in run) / count
     affordable = [n for n in CANDIDATE_ROWS if n == 1 or n * mean_row <= max_pack_bytes]
-    whole = whole_ratio(runs, codec_name)
+    whole = whole_ratio(sample_runs(reference) if reference else runs, codec_name)
     longest = max(len(run) for run in runs)
     chosen, ratio = _first_reaching(affordable, longest, target * whole, measure)
     reached = ratio >= target * whole
@@ -172,6 +175,7 @@ def choose_blocked(
     compress: Compress,
     *,
     block_rows: int | None = None,
+    reference: Sequence[Entry] | None = None,
     target: float = TARGET_SHARE,
     max_block_bytes: int = MAX_BLOCK_BYTES,
     default: int = 50,
@@ -180,7 +184,8 @@ def choose_blocked(
 
     ``compress`` compresses one block as the store will (zstd at the bulk
     level, with the table's dictionary when it has one); ``block_rows`` fixes
-    the block and leaves only the pack to choose.
+    the block and leaves only the pack to choose; ``reference`` is as for
+    :func:`choose_pack_rows`.
     """
     runs = sample_runs(entries)
     count = sum(len(run) for run in runs)
@@ -191,7 +196,8 @@ def choose_blocked(
         )
     mean_row = sum(len(k) + len(v) + 2 for run in runs for k, v in run) / count
     affordable = [n for n in CANDIDATE_ROWS if n == 1 or n * mean_row <= max_block_bytes]
-    whole = whole_ratio(runs, "zlib")  # issue 14's reference: the whole dataset, zlib
+    # Issue 14's reference: the whole dataset, zlib, in key order (``reference``).
+    whole = whole_ratio(sample_runs(reference) if reference else runs, "zlib")
     longest = max(len(run) for run in runs)
     points: dict[int, tuple[float, int]] = {}
     sample = [run[:BLOCK_SAMPLE_ROWS] for run in runs[:BLOCK_SAMPLE_RUNS]]

@@ -129,6 +129,7 @@ class Store:
         ratio on Cassandra instead of 90%).
         """
         envelope = self.packs.envelope
+        by_key = entries  # the whole-dataset reference stays the batch in key order
         if self.layout.partitions > 1 or not self.layout.ordered:
             entries = sorted(entries, key=lambda kv: self.layout.locate(kv[0]))
         if envelope.wants_dictionary and len(entries) >= MIN_DICTIONARY_ROWS:
@@ -138,10 +139,14 @@ class Store:
         def choose() -> tuple[int, int | None, dict[str, object]]:
             if envelope.blocked:
                 blocks = dictionary.block_compressor() if dictionary else block_compressor()
-                choice = choose_blocked(entries, blocks.compress, block_rows=self.config.block_rows)
+                choice = choose_blocked(
+                    entries, blocks.compress, block_rows=self.config.block_rows, reference=by_key
+                )
             else:
                 compress = dictionary.compressor().compress if dictionary else None
-                choice = choose_pack_rows(entries, envelope.codec_name, compress=compress)
+                choice = choose_pack_rows(
+                    entries, envelope.codec_name, compress=compress, reference=by_key
+                )
             return choice.pack_rows, choice.block_rows, choice.record()
 
         if self.config.pack_rows is None:
