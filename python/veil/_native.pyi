@@ -140,22 +140,6 @@ def kv_pack_lookup(
     dictionary: KvDictionary | None = None,
 ) -> bytes | None: ...
 def kv_serialize_pack(keys: list[bytes], values: list[bytes]) -> bytes: ...
-
-# Row-bound RND (rust/veil-py/src/rowrnd.rs): values XOR an AES-CTR keystream
-# whose nonce is the row id.
-class RowRndKey:
-    def __init__(self, key: bytes) -> None: ...
-    def xor_words(
-        self,
-        ids: npt.NDArray[np.uint64],
-        values: npt.NDArray[np.uint64],
-        out: npt.NDArray[np.uint64],
-    ) -> None: ...
-    def xor_column(
-        self,
-        ids: npt.NDArray[np.uint64],
-        column: tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.uint8] | None],
-    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]: ...
 def kv_seal_blocked(
     key: bytes,
     nonce: bytes,
@@ -178,3 +162,19 @@ def kv_blocked_lookup(
     wanted: bytes,
     dictionary: KvDictionary | None = None,
 ) -> bytes | None: ...
+
+# Row-bound RND (rust/veil-py/src/rowrnd.rs): values XOR an AES-CTR keystream
+# whose nonce is the row id.
+class RowRndKey:
+    def __init__(self, key: bytes) -> None: ...
+    def xor_words(
+        self,
+        ids: npt.NDArray[np.uint64],
+        values: npt.NDArray[np.uint64],
+        out: npt.NDArray[np.uint64],
+    ) -> None: ...
+    def xor_column(
+        self,
+        ids: npt.NDArray[np.uint64],
+        column: tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.uint8] | None],
+    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]: ...
