@@ -6,6 +6,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import StoreFactory
 from veil.errors import AuthenticationError, MalformedCiphertextError
@@ -110,3 +112,23 @@ def test_block_size_choice_is_deterministic() -> None:
     first = choose_blocked(entries, lambda data: data[: len(data) // 4])
     assert first == choose_blocked(entries, lambda data: data[: len(data) // 4])
     assert first.block_rows is not None and first.pack_rows % first.block_rows == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.binary(max_size=300), min_size=0, max_size=60),
+    block_rows=st.integers(min_value=1, max_value=20),
+    dense=st.booleans(),
+)
+def test_blocked_packs_round_trip_any_rows(
+    values: list[bytes], block_rows: int, dense: bool
+) -> None:
+    envelope = Envelope(b"k" * 32, "t", "zstd-dict", ())
+    entries = [(encode_key(i * 7 - 100), value) for i, value in enumerate(values)]
+    positions = [key for key, _ in entries]
+    stored = envelope.seal_blocked(PACK_KIND, b"loc", entries, positions, block_rows, dense=dense)
+    assert envelope.open_records(PACK_KIND, b"loc", stored) == (positions, values)
+    for key, value in entries:
+        assert envelope.lookup(PACK_KIND, b"loc", stored, key) == value
+    assert envelope.lookup(PACK_KIND, b"loc", stored, encode_key(10**6)) is None
+    assert envelope.lookup(PACK_KIND, b"loc", stored, encode_key(-(10**6))) is None
