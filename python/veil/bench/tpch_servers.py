@@ -5,7 +5,7 @@ one cluster) and get the same indexes: the primary keys plus
 lineitem(l_partkey, l_suppkey) and lineitem(l_suppkey), without which
 PostgreSQL runs Q17/Q20 as a scan of lineitem per outer row. On Veil's side an
 index covers the DET ciphertext column of each indexed column (the server can
-only look up equal ciphertexts), and each table's random row id, which the
+only look up equal ciphertexts), and each table's row id (sequential), which the
 semi-join reductions and DML select by.
 
 DuckDB databases are cached in the work directory (a marker file records a
