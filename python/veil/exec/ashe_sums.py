@@ -41,7 +41,7 @@ from veil.design.model import AsheSums
 from veil.encoding import SqlType, encode
 from veil.exec.hom_fetch import reaggregate
 from veil.exec.hom_group import OverflowedRowsError
-from veil.sql.plan import ASHE_BLOCK, ASHE_FLAGS, ASHE_MASK, Scan
+from veil.sql.plan import ASHE_BLOCK, ASHE_MASK, Scan
 
 if TYPE_CHECKING:
     from veil.exec.encrypt import Sources
@@ -101,35 +101,31 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
 
     aggregation, table = scan.aggregation, scan.table
     assert aggregation is not None and table.sums is not None
-    layout = [name for name, _ in aggregation.fetched(table)]
+    fetched_names = aggregation.fetched(table)
+    layout = [name for name, _ in fetched_names]
     first_sum = layout.index(ASHE_BLOCK)
-    wanted = aggregation.fetched(table)[:first_sum]
-    plain = decrypt_columns(fetched.select(list(range(first_sum))), table, wanted, ciphers)
+    plain = decrypt_columns(
+        fetched.select(list(range(first_sum))), table, fetched_names[:first_sum], ciphers
+    )
     cipher = ciphers.ashe(table)
-    blocks = _numpy(fetched.column(layout.index(ASHE_BLOCK)), np.int64)
+    blocks = _numpy(fetched.column(first_sum), np.int64)
     masks = _numpy(fetched.column(layout.index(ASHE_MASK)), np.uint64)
 
-    def block_sums(name: str, position: str | None = None) -> np.ndarray:
-        totals = fetched.column(layout.index(position or name))
-        return cipher.block_sums(name, totals, blocks, masks)
+    def block_sums(name: str) -> np.ndarray:
+        return cipher.block_sums(name, fetched.column(layout.index(name)), blocks, masks)
 
-    # one native call per word column, run side by side (the kernel releases the GIL)
-    sources = aggregation.ashe_sources()
-    jobs: list[tuple[str, str | None]] = [
-        (name, None) for index in sources for name in table.sums.columns[index]
-    ]
-    if ASHE_FLAGS in layout:
-        assert table.sums.overflow_column is not None
-        jobs.append((table.sums.overflow_column, ASHE_FLAGS))
-    unpadded = dict(zip(jobs, _POOL.map(lambda job: block_sums(*job), jobs), strict=True))
-    if ASHE_FLAGS in layout and unpadded[jobs[-1]].any():
+    # one native call per word column (and the flags), side by side: the kernel releases the GIL
+    names = layout[layout.index(ASHE_MASK) + 1 :]
+    unpadded = dict(zip(names, _POOL.map(block_sums, names), strict=True))
+    flags = table.sums.overflow_column
+    if flags is not None and unpadded[flags].any():
         raise OverflowedRowsError(
             "the sum includes rows whose summed expression overflows its type; "
             "the client computes it instead"
         )
     sums: dict[int, pa.Array] = {}
-    for index in sources:
-        words = [unpadded[(name, None)] for name in table.sums.columns[index]]
+    for index in aggregation.ashe_sources():
+        words = [unpadded[name] for name in table.sums.columns[index]]
         scale = SqlType(table.sums.types[index]).scale
         sums[index] = _decimal128(*words, scale=scale)
     columns = {key: plain.column(key) for key in aggregation.keys}
@@ -155,13 +151,13 @@ def _low_words(totals: pa.ChunkedArray | pa.Array) -> np.ndarray:
     the unscaled int128, little-endian: its low word is the sum mod 2**64.
     """
     array = totals.combine_chunks() if isinstance(totals, pa.ChunkedArray) else totals
+    if array.null_count:
+        raise ValueError("a server sum or mask is NULL")  # never for a group with rows
     if pa.types.is_decimal(array.type):
         if array.type.scale != 0:
             array = array.cast(pa.decimal128(38, 0))
         words = np.frombuffer(array.buffers()[1], dtype=np.uint64)
         return words[2 * array.offset : 2 * (array.offset + len(array)) : 2].copy()
-    if array.null_count:
-        raise ValueError("a server sum or mask is NULL")  # never for a group with rows
     values = array.to_numpy(zero_copy_only=False)
     return (
         values.astype(np.int64, copy=False).view(np.uint64)

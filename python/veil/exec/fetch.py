@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from veil.backends import Backend
 from veil.crypto.keys import MasterKey
-from veil.design.model import DET, OPE, Encryption, TableDesign
+from veil.design.model import DET, OPE, RND, Encryption, TableDesign
 from veil.encoding import decode
 from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
 from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
@@ -129,7 +129,9 @@ def decrypt_columns(
 ) -> pa.Table:
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     names = [name for name, _ in wanted]
-    ids = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)
+    at = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)
+    rnd = any(enc is not None and enc.scheme == RND for _, enc in wanted)
+    ids = fetched.column(at).to_numpy() if rnd and at is not None else None  # RND's nonces
     for index, (name, enc) in enumerate(wanted):
         stored = fetched.column(index)
         if enc is None:  # the row id: not a secret, just counts rows
@@ -140,8 +142,7 @@ def decrypt_columns(
         cipher = ciphers.get(table, enc)
         if isinstance(cipher, RowBoundCipher):
             assert ids is not None, "RND columns are fetched with their row ids"
-            row_ids = fetched.column(ids).to_numpy()
-            columns[name] = decode(cipher.decrypt_rows(row_ids, ciphertexts), enc.sql_type)
+            columns[name] = decode(cipher.decrypt_rows(ids, ciphertexts), enc.sql_type)
             continue
         if enc.scheme in DETERMINISTIC and _repeats(ciphertexts):
             # equal ciphertexts are equal values: decrypt and decode each value once

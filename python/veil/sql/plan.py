@@ -25,7 +25,6 @@ HOM_MASK = "__veil_hom_mask"  # which row positions of its packs a HOM product s
 HOM_PRODUCT = "__veil_hom_product"  # the product of a (group, mask)'s packs
 ASHE_BLOCK = "__veil_ashe_block"  # a block of 64 row ids an ASHE sum covers
 ASHE_MASK = "__veil_ashe_mask"  # which ids of the block it summed
-ASHE_FLAGS = "__veil_ashe_overflowed"  # the sum of the rows' overflow flags
 
 
 @dataclass
@@ -146,10 +145,11 @@ class Aggregation:
         if self.id_bit is not None:
             assert table.sums is not None
             sums = [(ASHE_BLOCK, None), (ASHE_MASK, None)]
-            for index in self.ashe_sources():
-                sums += [(name, None) for name in table.sums.columns[index]]
+            # the word columns' sums, then the overflow flags' sum, under their server names
+            words = [n for index in self.ashe_sources() for n in table.sums.columns[index]]
             if table.sums.overflow_column is not None:
-                sums.append((ASHE_FLAGS, None))
+                words.append(table.sums.overflow_column)
+            sums += [(name, None) for name in words]
         return keys + values + sums
 
 
