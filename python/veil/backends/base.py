@@ -72,6 +72,9 @@ class Backend(Protocol):
 
     url: str
     dialect: str  # sqlglot dialect name: "duckdb" or "postgres"
+    # Whether the server dictionary-compresses repeated binary values: then a
+    # DET integer column with few distinct values is stored smaller as bytes.
+    compresses_repeated_bytes: bool
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
         """Run one statement; a query's rows as a table, an empty table otherwise."""

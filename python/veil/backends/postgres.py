@@ -72,6 +72,7 @@ class PostgresBackend(StagedBackend):
     """A PostgreSQL database as Veil's server."""
 
     dialect = "postgres"
+    compresses_repeated_bytes = False  # a bytea takes a header byte more than a BIGINT
     load_in_one_transaction = True
 
     def __init__(self, url: str) -> None:

@@ -34,7 +34,10 @@ DESIGN_FORMAT = "veil-physical-design"
 # 5: sequential row ids from a server counter (``TableDesign.id_counter``), the
 #    HOM slot is the row id; ASHE sums (``TableDesign.sums``) are the default.
 # 6: RND of table columns is row-bound (``veil.crypto.rowrnd``): 8-byte numbers.
-DESIGN_VERSION = 6
+# 7: a DET integer column may be stored as 8-byte binaries (``params["form"]``,
+#    ``veil.exec.ciphers.BytesForm``); version 6 designs read unchanged.
+DESIGN_VERSION = 7
+READABLE_VERSIONS = (6, 7)
 
 RND = "RND"
 DET = "DET"
@@ -224,7 +227,7 @@ class PhysicalDesign:
             raise DesignError(f"{origin} is not valid JSON ({exc})") from None
         if not isinstance(document, dict) or document.get("format") != DESIGN_FORMAT:
             raise DesignError(f"{origin} is not a Veil physical design file")
-        if document.get("version") != DESIGN_VERSION:
+        if document.get("version") not in READABLE_VERSIONS:
             raise DesignError(
                 f"{origin} has design version {document.get('version')}; this Veil reads "
                 f"version {DESIGN_VERSION} (sequential row ids, ASHE sums, row-bound RND): reload the data with `veil load`"

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from veil.crypto.keys import MasterKey
 from veil.design.model import DET, HOM, OPE, RND, SEARCH, Encryption
@@ -65,9 +66,10 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
         raise ParameterError(f"scheme {scheme} is not installed in this Veil; cannot use {label!r}")
     if scheme == DET:
         if integral:
-            return _Int64Cipher(
+            det = _Int64Cipher(
                 module.DetInt.from_master(master, encryption.key_scope, bits=64, column=label)
             )
+            return BytesForm(det) if encryption.params.get("form") == BYTES_FORM else det
         return module.DetBytes.from_master(master, encryption.key_scope, column=label)
     if scheme == OPE:
         bits = int(str(encryption.params.get("bits", 64)))
@@ -114,6 +116,54 @@ class _Int64Cipher:
 
     def encrypt_one(self, encoded: int | bytes) -> int | bytes:
         return self._inner.encrypt_one(encoded)
+
+
+BYTES_FORM = "bytes"
+
+
+class BytesForm:
+    """Integer ciphertexts stored as 8-byte binaries (``Encryption.params["form"]``).
+
+    The same int64 ciphertexts, in another server type: a server that
+    dictionary-compresses binary columns (DuckDB) stores a column of few
+    distinct ciphertexts in a fraction of 8 bytes a row. Only equality is
+    preserved (the bytes are little-endian), which is all DET promises.
+    """
+
+    def __init__(self, inner: ColumnCipher):
+        self._inner = inner
+
+    def encrypt(self, encoded: pa.Array) -> pa.Array:
+        return as_bytes(self._inner.encrypt(encoded))
+
+    def decrypt(self, stored: pa.Array) -> pa.Array:
+        return self._inner.decrypt(as_int64(stored))
+
+    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
+        value = self._inner.encrypt_one(encoded)
+        assert isinstance(value, int)
+        return value.to_bytes(8, "little", signed=True)
+
+
+def as_bytes(ints: pa.Array) -> pa.Array:
+    """int64 values as 8-byte little-endian binaries (NULL stays NULL)."""
+    ints = ints.cast(pa.int64())
+    words = ints.fill_null(0).to_numpy(zero_copy_only=False).astype("<i8", copy=False)
+    validity = ints.buffers()[0] if ints.null_count else None
+    if validity is not None and ints.offset:
+        validity = pa.array(ints.is_valid().to_numpy(zero_copy_only=False)).buffers()[1]
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(8), len(ints), [validity, pa.py_buffer(words.tobytes())], ints.null_count
+    )
+    return fixed.cast(pa.binary())
+
+
+def as_int64(stored: pa.Array) -> pa.Array:
+    """8-byte binaries back to the int64 values ``as_bytes`` wrote."""
+    fixed = stored.cast(pa.binary(8))
+    values = np.frombuffer(fixed.buffers()[1], dtype="<i8", count=len(fixed) + fixed.offset)
+    ints = pa.array(values[fixed.offset :].astype(np.int64))
+    return pc.if_else(fixed.is_valid(), ints, None) if fixed.null_count else ints
 
 
 class RowBoundCipher:

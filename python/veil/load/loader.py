@@ -32,7 +32,7 @@ from veil.design.domains import check_declared, declare_domains, parse_domain_sp
 from veil.design.model import DET, SUM_SCHEMES, Column, DesignError, PhysicalDesign, TableDesign
 from veil.designer.greedy import greedy_design
 from veil.encoding import SqlType, encode
-from veil.exec.ciphers import available_schemes
+from veil.exec.ciphers import BYTES_FORM, available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
@@ -107,9 +107,10 @@ def load(
     )
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     backend = connect(server_url)
+    shared = _shared_scopes(fresh, design)
     try:
         return [
-            _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
+            _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say, shared)
             for t in tables
         ]
     finally:
@@ -126,9 +127,12 @@ def _load_table(
     master: MasterKey,
     backend: Backend,
     say: Progress,
+    shared: set[str],
 ) -> LoadReport:
     started = time.perf_counter()
     _count_distinct_keys(source, con, table)
+    if backend.compresses_repeated_bytes:
+        _store_few_values_as_bytes(table, shared)
     encryptor = TableEncryptor(master, table)
     rows = backend.bulk_load(
         table.server_name,
@@ -231,6 +235,41 @@ def _count_distinct_keys(
     row = con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0]
     for enc, count in zip(keys, row, strict=True):
         enc.params["distinct"] = int(count)
+
+
+# At most this many distinct values, a DET integer column is stored as 8-byte
+# binaries where the server compresses those (``BytesForm``). Measured on
+# DuckDB 2.0, 6M rows: 11 distinct values take 4 MB as bytes against 51 MB as
+# BIGINT, 2,400 take 13 MB, 9,442 take 19 MB, 195,000 take 64 MB (worse).
+BYTES_FORM_MAX_DISTINCT = 16384
+
+
+def _store_few_values_as_bytes(table: TableDesign, shared: set[str]) -> None:
+    """Choose the bytes form for the table's own DET integer columns of few values.
+
+    A key scope shared with other server columns (an equi-join group) keeps
+    the BIGINT form: every column of a scope must store the same type.
+    """
+    for enc in table.encryptions:
+        distinct = enc.params.get("distinct")
+        if (
+            enc.scheme == DET
+            and enc.sql_type.is_integral
+            and enc.key_scope not in shared
+            and isinstance(distinct, int)
+            and distinct <= BYTES_FORM_MAX_DISTINCT
+        ):
+            enc.params["form"] = BYTES_FORM
+
+
+def _shared_scopes(*designs: PhysicalDesign) -> set[str]:
+    """Key scopes of more than one server column, across the given designs."""
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for design in designs:
+        for table in design.tables.values():
+            for enc in table.encryptions:
+                seen.setdefault(enc.key_scope, set()).add((table.name, enc.source))
+    return {scope for scope, users in seen.items() if len(users) > 1}
 
 
 def _check_declared_domains(
