@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
+import sqlglot
 
 from veil.bench.compare import difference
+from veil.exec.session import Session
 from veil.sql.state import Pass
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -33,6 +36,12 @@ def assert_same(
 ) -> None:
     problem = difference(veil, expected, ordered)
     assert problem is None, f"{problem}\n{sql}"
+
+
+def check_query(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Veil's answer to ``sql`` is plaintext DuckDB's (in order if the query orders)."""
+    ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
+    assert_same(session.run(sql).table, plain.execute(sql).fetchall(), ordered, sql)
 
 
 def without(passes: tuple[Pass, ...], dropped: Pass) -> tuple[Pass, ...]:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import sqlglot
-from tests.sql.oracle import assert_same
+from tests.sql.oracle import check_query
 from tests.sql.test_hom import QUERIES as HOM_QUERIES
 from tests.sql.test_hom import READINGS, _server_url
 
@@ -71,11 +70,6 @@ def ashe_session(
     opened.close()
 
 
-def _check(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> None:
-    ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
-    assert_same(session.run(sql).table, plain.execute(sql).fetchall(), ordered, sql)
-
-
 def test_the_design_splits_wide_values_into_two_words(ashe_session: Session) -> None:
     table = ashe_session.design.table("readings")
     assert table.sums is not None and table.hom is None
@@ -87,7 +81,7 @@ def test_the_design_splits_wide_values_into_two_words(ashe_session: Session) -> 
 def test_sums_match_plaintext(
     ashe_session: Session, plain: duckdb.DuckDBPyConnection, sql: str
 ) -> None:
-    _check(ashe_session, plain, sql)
+    check_query(ashe_session, plain, sql)
 
 
 @pytest.mark.parametrize("sql", HOM_QUERIES[:7] + QUERIES[-3:])
@@ -130,7 +124,7 @@ def test_ids_are_sequential_and_writes_take_fresh_ones(
     # ids first, first + 1 inserted; 13 rows updated (one of them first + 1) got fresh ids
     assert [i for i in after if i >= first] == [first, *list(range(first + 2, first + 15))]
     for sql in QUERIES:
-        _check(ashe_session, plain, sql)
+        check_query(ashe_session, plain, sql)
 
 
 def test_concurrent_writers_get_disjoint_ids(ashe_session: Session) -> None:
@@ -190,4 +184,4 @@ def test_concurrent_sessions_insert_and_sum_exactly(
     ids = _row_ids(ashe_session)
     assert len(ids) == len(set(ids))
     for sql in [*QUERIES[-3:], "SELECT g, SUM(a), SUM(w), COUNT(*) FROM readings GROUP BY g"]:
-        _check(ashe_session, plain, sql)
+        check_query(ashe_session, plain, sql)

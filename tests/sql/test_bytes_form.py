@@ -16,8 +16,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
-import sqlglot
-from tests.sql.oracle import assert_same
+from tests.sql.oracle import check_query
 from tests.sql.test_hom import _server_url
 
 from veil.exec.ciphers import BYTES_FORM, as_bytes, as_int64
@@ -105,7 +104,7 @@ def test_queries_match_plaintext(
     visits: tuple[Session, duckdb.DuckDBPyConnection], sql: str
 ) -> None:
     session, plain = visits
-    _check(session, plain, sql)
+    check_query(session, plain, sql)
 
 
 def test_writes_of_unseen_values_and_nulls_then_queries(
@@ -116,7 +115,7 @@ def test_writes_of_unseen_values_and_nulls_then_queries(
         session.run(statement)
         plain.execute(statement)
         for sql in QUERIES:
-            _check(session, plain, sql)
+            check_query(session, plain, sql)
 
 
 def test_bytes_round_trip_int64_with_nulls_and_offsets() -> None:
@@ -125,8 +124,3 @@ def test_bytes_round_trip_int64_with_nulls_and_offsets() -> None:
         sliced = values.slice(start)
         assert as_int64(as_bytes(sliced)).to_pylist() == sliced.to_pylist()
     assert as_bytes(pa.array([1], pa.int64())).to_pylist() == [b"\x01" + b"\x00" * 7]
-
-
-def _check(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> None:
-    ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
-    assert_same(session.run(sql).table, plain.execute(sql).fetchall(), ordered, sql)

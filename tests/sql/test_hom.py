@@ -170,11 +170,12 @@ def test_explain_shows_the_hom_step(hom_session: Session) -> None:
 
     text = explain(hom_session, QUERIES[0])
     assert "server HOM" in text and "load order" in text
-    # Its storage line counts the HOM side table with the table it belongs to.
+    # Its storage line counts the HOM and blocks side tables with the table they belong to.
     backend = hom_session.backend
     table = hom_session.design.table("readings")
     assert table.hom is not None
-    read = backend.table_bytes(table.server_name) + backend.table_bytes(table.hom.server_name)
+    sides = [table.hom.server_name, table.blocks_table]
+    read = sum(backend.table_bytes(name) for name in [table.server_name, *sides] if name)
     assert f"server storage: {read / 2**20:,.1f} MB in the tables this query reads" in text
 
 

@@ -284,6 +284,8 @@ def measure_space(servers: BenchServers) -> dict[str, Any]:
             names[table.hom.server_name] = f"{table.name} (HOM side table)"
         if table.id_counter:
             names[table.id_counter] = f"{table.name} (row-id counter)"
+        if table.blocks_table:
+            names[table.blocks_table] = f"{table.name} (blocks)"
     plain_total, veil_total = sum(plain.values()), sum(veil.values())
     return {
         "plain_bytes": plain_total,

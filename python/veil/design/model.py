@@ -35,7 +35,9 @@ DESIGN_FORMAT = "veil-physical-design"
 #    HOM slot is the row id; ASHE sums (``TableDesign.sums``) are the default.
 # 6: RND of table columns is row-bound (``veil.crypto.rowrnd``): 8-byte numbers.
 # 7: a DET integer column may be stored as 8-byte binaries (``params["form"]``,
-#    ``veil.exec.ciphers.BytesForm``); version 6 designs read unchanged.
+#    ``veil.exec.ciphers.BytesForm``); columns the workload never reads are
+#    stored in sealed blocks of rows (``BLOCKS``, ``TableDesign.blocks_table``).
+#    Version 6 designs read unchanged.
 DESIGN_VERSION = 7
 READABLE_VERSIONS = (6, 7)
 
@@ -45,12 +47,15 @@ OPE = "OPE"
 HOM = "HOM"
 SEARCH = "SEARCH"
 ASHE = "ASHE"
+# A column's values in sealed blocks of rows, in the table's side table
+# (``veil.crypto.rowblocks``): for columns the workload never reads on the server.
+BLOCKS = "BLOCKS"
 SCHEMES = (RND, DET, OPE, HOM, SEARCH)
 # How the server sums: ASHE (symmetric, the default), Paillier (a keyless
 # party can add), or not at all (the client sums the rows it fetches).
 SUM_SCHEMES = ("ashe", "paillier", "none")
 # Schemes whose ciphertexts the client can decrypt back to single values.
-DECRYPTABLE = (DET, RND, OPE)
+DECRYPTABLE = (DET, RND, OPE, BLOCKS)
 
 
 class DesignError(VeilError):
@@ -174,9 +179,20 @@ class TableDesign:
     hom: HomGroup | None = None
     sums: AsheSums | None = None
     id_counter: str = ""  # server table holding the next free row id
+    # server table of the BLOCKS columns' sealed blocks: (c, first_id, row_count, payload)
+    blocks_table: str = ""
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
+
+    def side_tables(self) -> list[str]:
+        """The server tables besides the main one: HOM packs, row-id counter, blocks."""
+        found = [self.hom.server_name] if self.hom is not None else []
+        return found + [name for name in (self.id_counter, self.blocks_table) if name]
+
+    def stored_column(self, enc: Encryption | None) -> str:
+        """The main table's column a fetch of ``enc`` reads (a BLOCKS column: the row id)."""
+        return enc.name if enc is not None and enc.scheme != BLOCKS else self.row_id
 
     def encryptions_of(self, source: str, scheme: str | None = None) -> list[Encryption]:
         return [e for e in self.encryptions if e.source == source and scheme in (None, e.scheme)]
@@ -270,4 +286,5 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         hom=HomGroup(**data["hom"]) if data.get("hom") else None,  # type: ignore[arg-type]
         sums=AsheSums(**data["sums"]) if data.get("sums") else None,  # type: ignore[arg-type]
         id_counter=str(data.get("id_counter", "")),
+        blocks_table=str(data.get("blocks_table", "")),
     )

@@ -3,7 +3,9 @@
 For each column it stores the encryptions the workload analysis asked for
 (DET, OPE, SEARCH), if the crypto core offers them and the column's type
 allows them, and makes sure every column stays fetchable: a column without a
-DET encryption (which the client can decrypt) also gets RND. Equi-joined
+DET encryption (which the client can decrypt) also gets RND, or, when no
+query of the workload reads it at all, is stored in sealed blocks of rows
+(``BLOCKS``: compressed, a fraction of RND's bytes, fetched whole). Equi-joined
 columns of the same encoded type share one DET key scope (a key group) so the
 server can join them.
 
@@ -32,6 +34,7 @@ from veil.design.domains import (
     signed_bits,
 )
 from veil.design.model import (
+    BLOCKS,
     DET,
     HOM,
     OPE,
@@ -94,6 +97,7 @@ def greedy_design(
             hom=_hom_group(summed, row_id) if sums == "paillier" and HOM in schemes else None,
             sums=_ashe_sums(summed) if sums == "ashe" else None,
             id_counter=opaque_name("t"),
+            blocks_table=opaque_name("t") if any(e.scheme == BLOCKS for e in encryptions) else "",
         )
     _share_ope_widths(design)
     return design
@@ -128,6 +132,9 @@ def _column_encryptions(
     # to decrypt) instead of a 37-byte RND ciphertext.
     if (ref in needs.det or wants_ope) and DET in schemes:
         add(DET, f"det:{groups.get(ref, f'{table}.{column.name}')}")
+    elif needs.queries and ref not in needs.read:
+        # no query of the workload reads it: it only comes back whole, in blocks
+        add(BLOCKS, f"blocks:{table}.{column.name}")
     else:
         add(RND, f"rnd:{table}.{column.name}")
     if wants_ope:

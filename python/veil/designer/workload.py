@@ -43,6 +43,9 @@ class WorkloadNeeds:
     # per-row expressions compared with constants (MONOMI §5.1): (table, unqualified SQL)
     det_rows: set[tuple[str, str]] = field(default_factory=set)
     ope_rows: set[tuple[str, str]] = field(default_factory=set)
+    # every column some query reads, anywhere; and how many queries were analysed
+    read: set[ColumnRef] = field(default_factory=set)
+    queries: int = 0
 
 
 def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> WorkloadNeeds:
@@ -51,6 +54,7 @@ def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> W
         tree = qualify_query(parse_statement(sql), schema)
         if tree is not None:
             _analyse(tree, set(schema), needs)
+            needs.queries += 1
     return needs
 
 
@@ -61,6 +65,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         found: BaseColumn | None = resolved.get(id(node)) if isinstance(node, exp.Column) else None
         return (found.table, found.column) if found else None
 
+    needs.read.update((c.table, c.column) for c in resolved.values())
     for node in tree.walk():
         _note_row_expression(node, resolved, needs)
         if isinstance(node, exp.EQ | exp.NEQ):

@@ -156,6 +156,9 @@ def _append_rows(session: Session, table: TableDesign, plain: pa.Table, first_id
         packs = group.encrypt_packs(values, first_id // group.rows)
         session.backend.append(table.hom.server_name, packs)
     session.backend.append(table.server_name, encryptor.encrypt(plain, first_id))
+    sealed = encryptor.blocks(plain, first_id)
+    if sealed is not None and len(plain):
+        session.backend.append(table.blocks_table, sealed)
 
 
 def _matching_rows(

@@ -27,9 +27,10 @@ from sqlglot import exp
 
 from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, sentinels
-from veil.design.model import Encryption, TableDesign
+from veil.design.model import BLOCKS, Encryption, TableDesign
 from veil.encoding import encode
 from veil.exec.ashe_sums import AsheSumsCipher
+from veil.exec.blocks import block_columns, block_key, seal_blocks
 from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
 
 _BATCH_VIEW = "__veil_plain_batch"
@@ -54,8 +55,11 @@ class TableEncryptor:
     def __init__(self, master: MasterKey, table: TableDesign):
         self.table = table
         self._ciphers: dict[str, ColumnCipher] = {
-            e.name: column_cipher(master, e, rnd_context(table, e)) for e in table.encryptions
+            e.name: column_cipher(master, e, rnd_context(table, e))
+            for e in table.encryptions
+            if e.scheme != BLOCKS
         }
+        self._blocks = {e.name: block_key(master, table, e) for e in block_columns(table)}
         self._sums = AsheSumsCipher(master, table.sums) if table.sums is not None else None
         self._local = duckdb.connect()
 
@@ -77,6 +81,8 @@ class TableEncryptor:
         if self._sums is not None:
             columns.update(self._sums.encrypt(sources, ids))
         for enc in self.table.encryptions:
+            if enc.scheme == BLOCKS:
+                continue  # in the side table: ``blocks``
             encoded = encode(sources[enc.source], enc.sql_type)
             if enc.source in sources.overflow:
                 encoded = _marked(encoded, sources.overflow[enc.source], enc)
@@ -86,6 +92,15 @@ class TableEncryptor:
             else:
                 columns[enc.name] = cipher.encrypt(encoded)
         return pa.table(columns)
+
+    def blocks(self, plain: pa.Table, first_id: int) -> pa.Table | None:
+        """The side-table rows of the BLOCKS columns of ``plain`` (ids from ``first_id``)."""
+        if not self._blocks:
+            return None
+        encoded = {
+            e.name: encode(plain.column(e.source), e.sql_type) for e in block_columns(self.table)
+        }
+        return seal_blocks(self.table, self._blocks, encoded, first_id)
 
     def check_domains(self, plain: pa.Table) -> None:
         """Refuse a batch with a value outside its column's declared domain."""

@@ -11,14 +11,24 @@ from sqlglot import exp
 
 from veil.backends import Backend
 from veil.crypto.keys import MasterKey
-from veil.design.model import DET, OPE, RND, Encryption, TableDesign
+from veil.crypto.rowblocks import BlockIntegrityError, RowBlocks
+from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign
 from veil.encoding import decode
+from veil.errors import InternalError
 from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
+from veil.exec.blocks import block_key, block_number, covering_blocks, values_at
 from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
 from veil.exec.encrypt import rnd_context
 from veil.exec.hom_group import HomGroupCipher
 from veil.sql.plan import JOIN_ROW, RND_ROW_ID, ROW_ID, JoinedFetch, Scan
-from veil.sql.remote import Extras, joined_statement, render, scan_statement
+from veil.sql.remote import (
+    Extras,
+    block_index_statement,
+    block_payloads_statement,
+    joined_statement,
+    render,
+    scan_statement,
+)
 
 
 @dataclass
@@ -41,6 +51,7 @@ class CipherCache:
         self._ciphers: dict[tuple[str, str], ColumnCipher] = {}
         self._groups: dict[str, HomGroupCipher] = {}
         self._sums: dict[str, AsheSumsCipher] = {}
+        self._blocks: dict[tuple[str, str], RowBlocks] = {}
 
     def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
         key = (table.server_name, encryption.name)
@@ -55,6 +66,13 @@ class CipherCache:
         if table.server_name not in self._groups:
             self._groups[table.server_name] = HomGroupCipher(self._master, table.hom)
         return self._groups[table.server_name]
+
+    def blocks(self, table: TableDesign, encryption: Encryption) -> RowBlocks:
+        """The key of a BLOCKS column."""
+        key = (table.server_name, encryption.name)
+        if key not in self._blocks:
+            self._blocks[key] = block_key(self._master, table, encryption)
+        return self._blocks[key]
 
     def ashe(self, table: TableDesign) -> AsheSumsCipher:
         """The ASHE keys of the table's summed expressions."""
@@ -92,7 +110,8 @@ def run_scan(
         plain = finish_ashe_sums(fetched, scan, ciphers)
         stats.decrypt_seconds += time.perf_counter() - started
         return plain
-    plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers)
+    blocks = BlockReader(backend, stats)
+    plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers, blocks)
     stats.decrypt_seconds += time.perf_counter() - started
     return plain
 
@@ -114,11 +133,60 @@ def run_joined(
         indexes = [i for i, (owner, _, _) in enumerate(wanted) if owner is scan]
         part = fetched.select(indexes)
         pairs = [(column, enc) for owner, column, enc in wanted if owner is scan]
-        plain = decrypt_columns(part, scan.table, pairs, ciphers)
+        plain = decrypt_columns(part, scan.table, pairs, ciphers, BlockReader(backend, stats))
         columns = dict(zip(plain.column_names, plain.columns, strict=True))
         tables[scan.local_name] = pa.table({**columns, JOIN_ROW: row_numbers})
     stats.decrypt_seconds += time.perf_counter() - started
     return tables
+
+
+class BlockReader:
+    """Fetches and opens the blocks of BLOCKS columns for a scan's rows."""
+
+    def __init__(self, backend: Backend, stats: FetchStats):
+        self._backend = backend
+        self._stats = stats
+
+    def read(
+        self, table: TableDesign, encs: list[Encryption], ids: np.ndarray, ciphers: CipherCache
+    ) -> dict[str, pa.Array]:
+        """The encoded values of ``encs`` (BLOCKS columns) for the rows ``ids``."""
+        wanted = np.unique(ids)
+        index = run_remote(
+            block_index_statement(table, block_number(table, encs[0])), self._backend, self._stats
+        )
+        order = np.argsort(index.column(0).to_numpy())
+        starts = index.column(0).to_numpy()[order]
+        counts = index.column(1).to_numpy()[order].astype(np.int64)
+        chosen = starts[covering_blocks(starts, counts, wanted)] if len(wanted) else starts[:0]
+        numbers = {block_number(table, e): e.name for e in encs}
+        found = (
+            run_remote(
+                block_payloads_statement(table, list(numbers), chosen.tolist()),
+                self._backend,
+                self._stats,
+            )
+            if len(chosen)
+            else None
+        )
+        opened: dict[str, dict[int, pa.Array]] = {e.name: {} for e in encs}
+        by_name = {e.name: ciphers.blocks(table, e) for e in encs}
+        if found is not None:
+            for number, first, count, payload in zip(
+                *(found.column(i).to_pylist() for i in range(4)), strict=True
+            ):
+                name = numbers[number]
+                opened[name][first] = by_name[name].open(first, count, payload)
+        result = {}
+        for enc in encs:
+            if len(opened[enc.name]) != len(chosen):
+                raise BlockIntegrityError(
+                    f"the server returned {len(opened[enc.name])} of {len(chosen)} blocks of "
+                    f"column {enc.source!r} of table {table.name!r}"
+                )
+            value_type = pa.binary() if not enc.sql_type.is_integral else pa.int64()
+            result[enc.name] = values_at(opened[enc.name], ids, value_type)
+        return result
 
 
 def decrypt_columns(
@@ -126,17 +194,22 @@ def decrypt_columns(
     table: TableDesign,
     wanted: list[tuple[str, Encryption | None]],
     ciphers: CipherCache,
+    blocks: BlockReader | None = None,
 ) -> pa.Table:
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     names = [name for name, _ in wanted]
     at = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)
     rnd = any(enc is not None and enc.scheme == RND for _, enc in wanted)
     ids = fetched.column(at).to_numpy() if rnd and at is not None else None  # RND's nonces
+    in_blocks = _block_values(fetched, table, wanted, ciphers, blocks)
     for index, (name, enc) in enumerate(wanted):
         stored = fetched.column(index)
         if enc is None:  # the row id: not a secret, just counts rows
             if name != RND_ROW_ID:
                 columns[name] = stored
+            continue
+        if enc.scheme == BLOCKS:
+            columns[name] = decode(in_blocks[enc.name], enc.sql_type)
             continue
         ciphertexts = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
         cipher = ciphers.get(table, enc)
@@ -152,6 +225,25 @@ def decrypt_columns(
             continue
         columns[name] = decode(cipher.decrypt(ciphertexts), enc.sql_type)
     return pa.table(columns)
+
+
+def _block_values(
+    fetched: pa.Table,
+    table: TableDesign,
+    wanted: list[tuple[str, Encryption | None]],
+    ciphers: CipherCache,
+    blocks: BlockReader | None,
+) -> dict[str, pa.Array]:
+    """The encoded values of the BLOCKS columns in ``wanted`` (whose places hold row ids)."""
+    places = [
+        (i, enc) for i, (_, enc) in enumerate(wanted) if enc is not None and enc.scheme == BLOCKS
+    ]
+    if not places:
+        return {}
+    if blocks is None:
+        raise InternalError(f"table {table.name!r}: BLOCKS columns fetched without a block reader")
+    ids = fetched.column(places[0][0]).to_numpy(zero_copy_only=False).astype(np.int64)
+    return blocks.read(table, [enc for _, enc in places], ids, ciphers)
 
 
 DETERMINISTIC = (DET, OPE)

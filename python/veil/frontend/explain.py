@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from veil.backends import render
-from veil.design.model import DET, HOM, OPE, RND, SEARCH
+from veil.design.model import BLOCKS, DET, HOM, OPE, RND, SEARCH
 from veil.exec.session import Session
 from veil.sql.errors import UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
@@ -14,6 +14,7 @@ from veil.sql.remote import joined_statement, numbered, scan_statement
 
 REVEALS = {
     RND: "nothing but lengths and NULLs",
+    BLOCKS: "which blocks of rows are read (a second statement fetches them whole)",
     DET: "which rows hold equal values",
     OPE: "the order of values (and some high bits)",
     HOM: "nothing (sums are computed blind)",
@@ -61,9 +62,10 @@ def _stored_bytes(session: Session, scans: list[Scan]) -> str:
     stored = {name: backend.table_bytes(name) for name in backend.table_names()}
     read: set[str] = set()
     for scan in scans:
-        read.add(scan.table.server_name)
-        if scan.table.hom is not None:
-            read.add(scan.table.hom.server_name)
+        table = scan.table
+        read.update(n for n in (table.server_name, table.blocks_table) if n)
+        if table.hom is not None:
+            read.add(table.hom.server_name)
     used = sum(stored.get(name, 0) for name in read)
     return (
         f"server storage: {_mb(used)} in the tables this query reads (with their side "

@@ -32,6 +32,7 @@ from veil.design.domains import check_declared, declare_domains, parse_domain_sp
 from veil.design.model import DET, SUM_SCHEMES, Column, DesignError, PhysicalDesign, TableDesign
 from veil.designer.greedy import greedy_design
 from veil.encoding import SqlType, encode
+from veil.exec.blocks import blocks_schema
 from veil.exec.ciphers import BYTES_FORM, available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
 from veil.exec.encrypt import TableEncryptor
@@ -134,13 +135,20 @@ def _load_table(
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(table, shared)
     encryptor = TableEncryptor(master, table)
+    blocks: list[pa.Table] = []
     rows = backend.bulk_load(
         table.server_name,
-        _encrypted_batches(source, con, encryptor, say),
+        _encrypted_batches(source, con, encryptor, say, blocks),
         schema=encryptor.server_schema(_empty(table.columns)),
     )
     table.row_count = rows
     backend.bulk_load(table.id_counter, counter_table(rows))
+    if table.blocks_table:
+        backend.bulk_load(
+            table.blocks_table,
+            (b for sealed in blocks for b in sealed.to_batches()),
+            schema=blocks_schema(),
+        )
     if table.hom is not None:
         _load_hom_group(source, con, table, master, backend, say)
     # The new tables have fresh random names: until the design names them,
@@ -149,19 +157,21 @@ def _load_table(
     design.tables[table.name] = table
     design.save(client.design_path)
     if previous is not None and previous.server_name != table.server_name:
-        backend.drop_table(previous.server_name)
-        if previous.id_counter:
-            backend.drop_table(previous.id_counter)
-        if previous.hom is not None:
-            backend.drop_table(previous.hom.server_name)
+        for name in [previous.server_name, *previous.side_tables()]:
+            backend.drop_table(name)
     seconds = time.perf_counter() - started
     say(f"{table.name}: {rows} rows loaded in {seconds:.1f} s")
     return LoadReport(table.name, rows, seconds)
 
 
 def _encrypted_batches(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, encryptor: TableEncryptor, say: Progress
+    source: SourceTable,
+    con: duckdb.DuckDBPyConnection,
+    encryptor: TableEncryptor,
+    say: Progress,
+    blocks: list[pa.Table],
 ) -> Iterator[pa.RecordBatch]:
+    """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``."""
     done = 0
     for batch in source.batches(con, BATCH_ROWS):
         plain = pa.Table.from_batches([batch]).rename_columns(
@@ -169,6 +179,9 @@ def _encrypted_batches(
         )
         # row i of the source gets row id i (and is in Paillier pack i // R)
         yield from encryptor.encrypt(plain, first_id=done).to_batches()
+        sealed = encryptor.blocks(plain, first_id=done)
+        if sealed is not None:
+            blocks.append(sealed)
         done += batch.num_rows
         say(f"{source.name}: {done} rows encrypted")
 

@@ -98,7 +98,7 @@ def scan_statement(scan: Scan, extras: Extras | None = None) -> exp.Select:
     extras = extras or {}
     if scan.aggregation is not None:
         return _aggregate_statement(scan, extras)
-    names = [enc.name if enc else scan.table.row_id for _, enc in scan.fetched()]
+    names = [scan.table.stored_column(enc) for _, enc in scan.fetched()]
     select = exp.select(*[exp.column(n) for n in names]).from_(scan.table.server_name)
     return _filtered(select, scan, None, extras)
 
@@ -226,7 +226,7 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
     """The one statement that fetches a server join's scans."""
     aliases = {id(scan): f"j{i}" for i, scan in enumerate(fetch.scans)}
     names = [
-        exp.column(enc.name if enc else scan.table.row_id, table=aliases[id(scan)])
+        exp.column(scan.table.stored_column(enc), table=aliases[id(scan)])
         for scan, _, enc in fetch.fetched()
     ]
     select = _from_joined(exp.select(*names), fetch.scans, aliases)
@@ -417,6 +417,34 @@ def delete_rows_statement(table: TableDesign, row_ids: Sequence[object]) -> exp.
     """Delete the rows with these (random, public) row ids."""
     condition = exp.column(table.row_id).isin(*[param(r) for r in row_ids])
     return exp.delete(exp.to_table(table.server_name)).where(condition)
+
+
+# -- blocks of rows (``veil.exec.blocks``) -------------------------------------------
+
+BLOCK_COLUMNS = ("c", "first_id", "row_count", "payload")
+
+
+def block_index_statement(table: TableDesign, column: int) -> exp.Select:
+    """Where the blocks of one BLOCKS column (by number) start, and how many rows each holds."""
+    c, first, count, _ = BLOCK_COLUMNS
+    return (
+        exp.select(exp.column(first), exp.column(count))
+        .from_(exp.to_table(table.blocks_table))
+        .where(exp.column(c).eq(param(column)))
+    )
+
+
+def block_payloads_statement(
+    table: TableDesign, columns: Sequence[int], starts: Sequence[int]
+) -> exp.Select:
+    """The sealed blocks of ``columns`` (by number) that start at ``starts`` (public row ids)."""
+    c, first, count, payload = BLOCK_COLUMNS
+    wanted = exp.column(first).isin(query=exp.select(exp.Unnest(expressions=[param(list(starts))])))
+    return (
+        exp.select(*[exp.column(n) for n in (c, first, count, payload)])
+        .from_(exp.to_table(table.blocks_table))
+        .where(exp.and_(exp.column(c).isin(*[param(n) for n in columns]), wanted))
+    )
 
 
 def allocate_ids_statement(table: TableDesign, count: int) -> exp.Update:
