@@ -121,3 +121,40 @@ def test_hom_sum_refuses_mixing_keys(backend: Backend, paillier: object) -> None
     query = render(exp.select(total).from_("t_h"), backend.dialect)
     with pytest.raises(BackendError):  # ciphertexts not below the other key's n^2, or wrong width
         backend.execute(query, [n_square_bytes(other.public.n_square // 2**40)])  # type: ignore[attr-defined]
+
+
+WORDS = [2**63 - 1, 1, -(2**63), -5, 2**62, 2**62, None, 7]
+WORD_GROUPS = [0, 0, 1, 1, 2, 2, 2, 3]
+
+
+def test_wrapping_sum_is_the_sum_mod_2_64(backend: Backend) -> None:
+    backend.bulk_load(
+        "t_w",
+        pa.table({"g": pa.array(WORD_GROUPS, pa.int64()), "w": pa.array(WORDS, pa.int64())}),
+    )
+    total = backend.wrapping_sum(exp.column("w", quoted=True))
+    query = exp.select(exp.column("g", quoted=True), total).from_("t_w").group_by('"g"')
+    sql = render(query, backend.dialect)
+    assert "SUM(" not in sql.upper().replace("_SUM(", "")  # each backend has one
+    rows = backend.execute(sql)
+    found = dict(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True))
+    for group in set(WORD_GROUPS):
+        present = [
+            w for g, w in zip(WORD_GROUPS, WORDS, strict=True) if g == group and w is not None
+        ]
+        assert int(found[group]) % 2**64 == sum(present) % 2**64
+
+
+@pytest.mark.postgres
+def test_an_older_extension_is_updated_on_connect(postgres_cluster: object) -> None:
+    """A database whose extension an earlier Veil created (0.1) gets the wrapping sum."""
+    cluster = postgres_cluster
+    cluster._admin("CREATE DATABASE veil_old_extension")  # type: ignore[attr-defined]
+    cluster._admin("CREATE EXTENSION veil VERSION '0.1'", "veil_old_extension")  # type: ignore[attr-defined]
+    server = connect(cluster.url_for("veil_old_extension"))  # type: ignore[attr-defined]
+    try:
+        assert server.has_wrapping_sum  # type: ignore[attr-defined]
+        version = server.execute("SELECT extversion FROM pg_extension WHERE extname = 'veil'")
+        assert version.column(0)[0].as_py() == "0.2"
+    finally:
+        server.close()

@@ -142,6 +142,15 @@ class Backend(Protocol):
         """
         ...
 
+    def wrapping_sum(self, value: exp.Expression) -> exp.Expression:
+        """Aggregate expression: a BIGINT column's sum; only its value mod 2**64 counts.
+
+        ASHE sums need nothing more, and a machine addition that wraps is
+        several times cheaper than the exact 128-bit or numeric SUM. Where the
+        server has no such aggregate it is the exact SUM.
+        """
+        ...
+
     def add_statement_listener(self, listener: StatementListener) -> Callable[[], None]:
         """Call ``listener(sql, params)`` for every statement sent; returns its remover."""
         ...

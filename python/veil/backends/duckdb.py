@@ -41,6 +41,9 @@ def database_path(url: str) -> str:
     return ":memory:" if rest in ("", ":memory:", "/:memory:") else rest
 
 
+_WRAPPING_SUM = "sum_no_overflow"
+
+
 class DuckDBBackend(StagedBackend):
     """A DuckDB file as Veil's server."""
 
@@ -57,6 +60,7 @@ class DuckDBBackend(StagedBackend):
         self._path = database_path(url)
         self._con = _DATABASES.open(self._path)
         self._closed = False
+        self._wrapping_sum: bool | None = None
 
     # -- statements ---------------------------------------------------------
 
@@ -141,6 +145,31 @@ class DuckDBBackend(StagedBackend):
 
     def search_match(self, ciphertexts: exp.Expression, token: exp.Expression) -> exp.Expression:
         return exp.Anonymous(this=duckdb_functions.SEARCH_MATCH, expressions=[ciphertexts, token])
+
+    def wrapping_sum(self, value: exp.Expression) -> exp.Expression:
+        if not self._wraps():
+            return exp.Sum(this=value)
+        # in one run, 6M rows in 375k groups, 10 sums: 0.30 s against SUM's 0.47 s
+        wrapped = exp.Anonymous(this=_WRAPPING_SUM, expressions=[value])
+        return exp.cast(wrapped, "BIGINT")
+
+    def _wraps(self) -> bool:
+        """Does this DuckDB's ``sum_no_overflow`` add BIGINTs modulo 2**64?
+
+        It is an internal aggregate (the optimizer's, for sums statistics
+        prove cannot overflow): checked once, so a DuckDB that drops or
+        changes it gets the exact SUM instead.
+        """
+        if self._wrapping_sum is None:
+            probe = (
+                f"SELECT {_WRAPPING_SUM}(x) = -9223372036854775807 - 1 "
+                "FROM (VALUES (9223372036854775807::BIGINT), (1::BIGINT)) AS t(x)"
+            )
+            try:
+                self._wrapping_sum = self.execute(probe).column(0)[0].as_py() is True
+            except BackendError:
+                self._wrapping_sum = False
+        return self._wrapping_sum
 
     def close(self) -> None:
         if not self._closed:

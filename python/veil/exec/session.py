@@ -232,6 +232,9 @@ class Session:
     def id_bit(self, position: exp.Expr) -> exp.Expr:
         return self.backend.id_bit(position)  # type: ignore[arg-type]
 
+    def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
+        return self.backend.wrapping_sum(value)  # type: ignore[arg-type]
+
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
         cast = f"TRY_CAST(({constant}) AS {sql_type.name})"
         # Python reads DATE 'infinity' as 9999-12-31: such constants stay on the client

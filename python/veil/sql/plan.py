@@ -25,6 +25,7 @@ HOM_MASK = "__veil_hom_mask"  # which row positions of its packs a HOM product s
 HOM_PRODUCT = "__veil_hom_product"  # the product of a (group, mask)'s packs
 ASHE_BLOCK = "__veil_ashe_block"  # a block of 64 row ids an ASHE sum covers
 ASHE_MASK = "__veil_ashe_mask"  # which ids of the block it summed
+ASHE_WORD = "__veil_ashe_word"  # stands for the word column in ``Aggregation.word_sum``
 
 
 @dataclass
@@ -109,6 +110,8 @@ class Aggregation:
     items: list[AggregateItem] = field(default_factory=list)
     hom_product: exp.Expr | None = None  # server product of a (group, mask)'s HOM packs
     id_bit: exp.Expr | None = None  # ASHE: the server's 64-bit ``1 << (row id % 64)``
+    # ASHE: the server's sum mod 2**64 of the column named ``ASHE_WORD``
+    word_sum: exp.Expr | None = None
 
     def ashe_sources(self) -> list[int]:
         """The ASHE sources the SUM items read, each once, in order of first use."""

@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import TableDesign
-from veil.sql.plan import Reduction
+from veil.sql.plan import ASHE_WORD, Reduction
 
 if TYPE_CHECKING:
     from veil.backends.base import Backend
@@ -315,9 +315,20 @@ def _ashe_blocks(
         *values,
         block,
         exp.func("BIT_OR", aggregation.id_bit.copy()),
-        *[exp.Sum(this=w) for w in words],
+        *[_word_sum(aggregation, w) for w in words],
     )
     return select.group_by(*[k.copy() for k in key_columns], block.copy())
+
+
+def _word_sum(aggregation: Aggregation, word: exp.Expr) -> exp.Expr:
+    """The server's sum of an ASHE word column (wrapping where the backend can)."""
+    if aggregation.word_sum is None:
+        return exp.Sum(this=word)
+    return aggregation.word_sum.transform(
+        lambda node: (
+            word.copy() if isinstance(node, exp.Column) and node.name == ASHE_WORD else node
+        )
+    )
 
 
 def id_bit_position(table: TableDesign) -> exp.Expr:

@@ -55,6 +55,10 @@ class ServerContext(Protocol):
         """The server's 64-bit ``1 << position`` (a row's bit in an ASHE block mask)."""
         ...
 
+    def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
+        """The server's sum of a BIGINT column, right modulo 2**64 (ASHE words)."""
+        ...
+
 
 _RANGE_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT,

@@ -27,7 +27,7 @@ from sqlglot.optimizer.scope import Scope
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import DET, OPE, SEARCH, HomGroup, TableDesign
 from veil.sql.columns import BaseColumn, columns_read, row_expression
-from veil.sql.plan import Aggregation, Scan
+from veil.sql.plan import ASHE_WORD, Aggregation, Scan
 from veil.sql.remote import hom_ciphertexts, id_bit_position
 from veil.sql.rewrite_server import ServerContext
 from veil.sql.state import PlanState, ScanKey
@@ -175,6 +175,7 @@ def _add_sum(
         item.ashe_index = index
         if aggregation.id_bit is None:
             aggregation.id_bit = ctx.id_bit(id_bit_position(table))
+            aggregation.word_sum = ctx.wrapping_sum(exp.column(ASHE_WORD))
     else:
         group = table.hom
         index = group.index(summed[1]) if group is not None else None
