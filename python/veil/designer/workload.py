@@ -8,7 +8,7 @@ EncSet, §6.2):
   and equi-joins (the two sides become one key group);
 - OPE: ranges against constants, BETWEEN, ORDER BY, MIN and MAX, and order
   comparisons between two columns of one table (they share an OPE key);
-- SEARCH: LIKE patterns;
+- SEARCH: LIKE patterns that bound whole words (``'% special requests %'``);
 - DET / OPE of per-row expressions compared with constants
   (``substring(c_phone, 1, 2) IN (...)``, MONOMI §5.1);
 - HOM: SUM and AVG arguments over one row of one table (a column or a
@@ -24,6 +24,8 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from veil.sql.columns import BaseColumn, base_columns, is_constant, row_expression
 from veil.sql.parse import parse_statement, qualify_query
+from veil.sql.passes.prune_exists_projections import prune_exists
+from veil.sql.prefilter_like import like_pattern_words
 
 ColumnRef = tuple[str, str]  # (table, column)
 
@@ -53,6 +55,7 @@ def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> W
     for sql in queries:
         tree = qualify_query(parse_statement(sql), schema)
         if tree is not None:
+            prune_exists(tree)  # EXISTS (SELECT * ...) reads no column through its *
             _analyse(tree, set(schema), needs)
             needs.queries += 1
     return needs
@@ -85,12 +88,26 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
             needs.det.update(r for r in map(ref, node.this.expressions) if r)
-        elif isinstance(node, exp.Like | exp.ILike) and ref(node.this):
+        elif isinstance(node, exp.Like | exp.ILike) and ref(node.this) and _searchable(node):
             needs.search.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Sum | exp.Avg):
             summed = row_expression(node.this, resolved)
             if summed is not None:
                 needs.sums.add(summed)
+
+
+def _searchable(like: exp.Like | exp.ILike) -> bool:
+    """Can SEARCH pre-filter this LIKE: a plain pattern bounding whole words, not negated?
+
+    ``'%special%requests%'`` bounds none ("special" may end "especial"), so a
+    SEARCH encryption would never be read: it is not stored.
+    """
+    pattern = like.expression
+    if like.args.get("negate") or isinstance(like.parent, exp.Not | exp.Escape):
+        return False
+    return isinstance(pattern, exp.Literal) and pattern.is_string and bool(
+        like_pattern_words(pattern.this)
+    )
 
 
 def _note_row_expression(

@@ -16,7 +16,13 @@ from veil.sql.state import PlanState
 
 
 def prune_exists_projections(state: PlanState) -> PlanState:
-    for exists in state.query.find_all(exp.Exists):
+    prune_exists(state.query)
+    return state
+
+
+def prune_exists(query: exp.Expr) -> None:
+    """Replace the projections of ``query``'s EXISTS subqueries by ``1``, in place."""
+    for exists in query.find_all(exp.Exists):
         select = exists.this.this if isinstance(exists.this, exp.Subquery) else exists.this
         if not isinstance(select, exp.Select) or any(
             select.args.get(k) for k in ("group", "having", "distinct", "qualify")
@@ -25,4 +31,3 @@ def prune_exists_projections(state: PlanState) -> PlanState:
         if any(p.find(exp.AggFunc, exp.Window) for p in select.expressions):
             continue
         select.set("expressions", [exp.alias_(exp.Literal.number(1), "one")])
-    return state
