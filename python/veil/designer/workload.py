@@ -105,8 +105,10 @@ def _searchable(like: exp.Like | exp.ILike) -> bool:
     pattern = like.expression
     if like.args.get("negate") or isinstance(like.parent, exp.Not | exp.Escape):
         return False
-    return isinstance(pattern, exp.Literal) and pattern.is_string and bool(
-        like_pattern_words(pattern.this)
+    return (
+        isinstance(pattern, exp.Literal)
+        and pattern.is_string
+        and bool(like_pattern_words(pattern.this))
     )
 
 
