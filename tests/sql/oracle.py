@@ -6,10 +6,12 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pytest
 import sqlglot
 
 from veil.bench.compare import difference
 from veil.exec.session import Session
+from veil.load.loader import load
 from veil.sql.state import Pass
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -42,6 +44,40 @@ def check_query(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) ->
     """Veil's answer to ``sql`` is plaintext DuckDB's (in order if the query orders)."""
     ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
     assert_same(session.run(sql).table, plain.execute(sql).fetchall(), ordered, sql)
+
+
+def server_url(request: pytest.FixtureRequest, root: Path, schema: str) -> str:
+    """The fixture's server: an embedded DuckDB file, or a schema of the test cluster."""
+    if request.param == "duckdb":
+        return f"duckdb:///{root}/server.duckdb"
+    return str(request.getfixturevalue("postgres_cluster").create_schema(schema))
+
+
+def load_tables(
+    request: pytest.FixtureRequest,
+    root: Path,
+    tables: dict[str, str],
+    workload: list[str],
+) -> tuple[Session, duckdb.DuckDBPyConnection]:
+    """Small tables (name -> DuckDB query) through Veil on the fixture's backend, and in plain DuckDB.
+
+    The server's schema is named after the test module, so modules never share one.
+    """
+    source = root / "source"
+    source.mkdir()
+    plain = duckdb.connect()
+    for name, sql in tables.items():
+        plain.execute(f"CREATE TABLE {name} AS {sql}")
+        plain.table(name).write_parquet(str(source / f"{name}.parquet"))
+    schema = "veil_" + request.module.__name__.rsplit(".", 1)[-1]
+    load(
+        str(source),
+        server_url(request, root, schema),
+        str(root / "client"),
+        workload,
+        lambda _: None,
+    )
+    return Session(root / "client"), plain
 
 
 def without(passes: tuple[Pass, ...], dropped: Pass) -> tuple[Pass, ...]:

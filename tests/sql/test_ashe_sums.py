@@ -15,9 +15,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from tests.sql.oracle import check_query
+from tests.sql.oracle import check_query, server_url
 from tests.sql.test_hom import QUERIES as HOM_QUERIES
-from tests.sql.test_hom import READINGS, _server_url
+from tests.sql.test_hom import READINGS
 
 import veil.load.loader as loader
 from veil.backends import connect
@@ -61,7 +61,7 @@ def ashe_session(
     request: pytest.FixtureRequest, wide_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Session]:
     root = tmp_path_factory.mktemp("ashe")
-    url = _server_url(request, root, "veil_sql_ashe")
+    url = server_url(request, root, "veil_sql_ashe")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loader, "BATCH_ROWS", 700)  # ids continue across load batches
         load(str(wide_dir), url, str(root / "client"), QUERIES, progress=lambda _: None)

@@ -15,15 +15,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from tests.sql.oracle import check_query
-from tests.sql.test_hom import _server_url
+from tests.sql.oracle import check_query, load_tables
 
 import veil.exec.blocks as blocks_module
 import veil.load.loader as loader
 from veil.crypto.rowblocks import BlockIntegrityError
 from veil.design.model import BLOCKS
 from veil.exec.session import Session
-from veil.load.loader import load
 
 CANARY = "zebracanary"
 TICKETS = f"""
@@ -59,32 +57,19 @@ STATEMENTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tickets")
-    duckdb.sql(TICKETS).write_parquet(str(out / "tickets.parquet"))
-    duckdb.sql(KINDS).write_parquet(str(out / "kinds.parquet"))
-    return out
-
-
 @pytest.fixture(
     scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def tickets(
-    request: pytest.FixtureRequest, source: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection, str]]:
     root = tmp_path_factory.mktemp("blocks")
-    url = _server_url(request, root, "veil_sql_blocks")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loader, "BATCH_ROWS", 1000)  # blocks of 128, batches of 1000
         patch.setattr(blocks_module, "BLOCK_ROWS", 128)
-        load(str(source), url, str(root / "client"), WORKLOAD, progress=lambda _: None)
-    plain = duckdb.connect()
-    for name in ("tickets", "kinds"):
-        plain.execute(f"CREATE TABLE {name} AS SELECT * FROM '{source / name}.parquet'")
-    opened = Session(root / "client")
-    yield opened, plain, str(root)
-    opened.close()
+        session, plain = load_tables(request, root, {"tickets": TICKETS, "kinds": KINDS}, WORKLOAD)
+    yield session, plain, str(root)
+    session.close()
 
 
 def test_unread_columns_are_blocks(tickets: tuple[Session, duckdb.DuckDBPyConnection, str]) -> None:

@@ -11,17 +11,14 @@ plaintext DuckDB's answers on both backends.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pytest
-from tests.sql.oracle import check_query
-from tests.sql.test_hom import _server_url
+from tests.sql.oracle import check_query, load_tables
 
 from veil.exec.ciphers import BYTES_FORM, as_bytes, as_int64
 from veil.exec.session import Session
-from veil.load.loader import load
 
 VISITS = """
 SELECT i AS v_id, i % 7 AS v_site, DATE '2024-01-01' + (i % 40)::INT AS v_day,
@@ -49,29 +46,17 @@ STATEMENTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("visits")
-    duckdb.sql(VISITS).write_parquet(str(out / "visits.parquet"))
-    duckdb.sql(SITES).write_parquet(str(out / "sites.parquet"))
-    return out
-
-
 @pytest.fixture(
     scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def visits(
-    request: pytest.FixtureRequest, source: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
-    root = tmp_path_factory.mktemp("bytes-form")
-    url = _server_url(request, root, "veil_sql_bytes_form")
-    load(str(source), url, str(root / "client"), QUERIES, progress=lambda _: None)
-    plain = duckdb.connect()
-    for name in ("visits", "sites"):
-        plain.execute(f"CREATE TABLE {name} AS SELECT * FROM '{source / name}.parquet'")
-    opened = Session(root / "client")
-    yield opened, plain
-    opened.close()
+    session, plain = load_tables(
+        request, tmp_path_factory.mktemp("bytes-form"), {"visits": VISITS, "sites": SITES}, QUERIES
+    )
+    yield session, plain
+    session.close()
 
 
 def _forms(session: Session) -> dict[str, str | None]:

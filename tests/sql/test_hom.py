@@ -16,7 +16,7 @@ import duckdb
 import numpy as np
 import pytest
 import sqlglot
-from tests.sql.oracle import assert_same
+from tests.sql.oracle import assert_same, server_url
 
 import veil.exec.hom_group as hom_group
 import veil.load.loader as loader
@@ -63,7 +63,7 @@ def hom_session(
     request: pytest.FixtureRequest, readings_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Session]:
     root = tmp_path_factory.mktemp("hom")
-    url = _server_url(request, root, "veil_sql_hom")
+    url = server_url(request, root, "veil_sql_hom")
     with pytest.MonkeyPatch.context() as patch:
         # several load batches, so slots and packs must continue across batches
         patch.setattr(loader, "BATCH_ROWS", 700)
@@ -74,13 +74,6 @@ def hom_session(
     opened = _pushing_down(root)
     yield opened
     opened.close()
-
-
-def _server_url(request: pytest.FixtureRequest, root: Path, schema: str) -> str:
-    """The fixture's server: an embedded DuckDB file, or a schema of the test cluster."""
-    if request.param == "duckdb":
-        return f"duckdb:///{root}/server.duckdb"
-    return str(request.getfixturevalue("postgres_cluster").create_schema(schema))
 
 
 def _pushing_down(root: Path) -> Session:
@@ -111,7 +104,7 @@ def chunked_session(
     product (the client adds the chunks' sums).
     """
     root = tmp_path_factory.mktemp("hom-chunked")
-    url = _server_url(request, root, "veil_sql_hom_chunked")
+    url = server_url(request, root, "veil_sql_hom_chunked")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(hom_group, "MIN_SUMMAND_BITS", CHUNK_BITS)
         patch.setattr(hom_group, "MAX_SUMMAND_BITS", CHUNK_BITS)

@@ -10,7 +10,9 @@ EncSet, §6.2):
   comparisons between two columns of one table (they share an OPE key);
 - SEARCH: LIKE patterns that bound whole words (``'% special requests %'``);
 - DET / OPE of per-row expressions compared with constants
-  (``substring(c_phone, 1, 2) IN (...)``, MONOMI §5.1);
+  (``substring(c_phone, 1, 2) IN (...)``, MONOMI §5.1), and DET of the
+  boolean of a LIKE filter (``o_comment LIKE '%special%requests%'``), which
+  the server then tests exactly (its column is not counted as read);
 - HOM: SUM and AVG arguments over one row of one table (a column or a
   per-row expression such as ``l_extendedprice * (1 - l_discount)``).
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from veil.sql.columns import BaseColumn, base_columns, is_constant, row_expression
+from veil.sql.columns import BaseColumn, base_columns, is_constant, like_source, row_expression
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes.prune_exists_projections import prune_exists
 from veil.sql.prefilter_like import like_pattern_words
@@ -68,7 +70,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         found: BaseColumn | None = resolved.get(id(node)) if isinstance(node, exp.Column) else None
         return (found.table, found.column) if found else None
 
-    needs.read.update((c.table, c.column) for c in resolved.values())
+    through_like: set[int] = set()  # columns a precomputed LIKE reads for the server
     for node in tree.walk():
         _note_row_expression(node, resolved, needs)
         if isinstance(node, exp.EQ | exp.NEQ):
@@ -88,12 +90,26 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
             needs.det.update(r for r in map(ref, node.this.expressions) if r)
-        elif isinstance(node, exp.Like | exp.ILike) and ref(node.this) and _searchable(node):
-            needs.search.add(ref(node.this))  # type: ignore[arg-type]
+        elif isinstance(node, exp.Like | exp.ILike) and ref(node.this):
+            if _searchable(node):
+                needs.search.add(ref(node.this))  # type: ignore[arg-type]
+            precomputed = like_source(node, resolved) if _in_condition(node) else None
+            if precomputed is not None:
+                needs.det_rows.add(precomputed)
+                through_like.update(id(c) for c in node.find_all(exp.Column))
         elif isinstance(node, exp.Sum | exp.Avg):
             summed = row_expression(node.this, resolved)
             if summed is not None:
                 needs.sums.add(summed)
+    needs.read.update((c.table, c.column) for i, c in resolved.items() if i not in through_like)
+
+
+def _in_condition(node: exp.Expr) -> bool:
+    """Is ``node`` a filter of WHERE or of a join's ON (under AND / OR / NOT only)?"""
+    parent = node.parent
+    while isinstance(parent, exp.And | exp.Or | exp.Not | exp.Paren):
+        parent = parent.parent
+    return isinstance(parent, exp.Where | exp.Join)
 
 
 def _searchable(like: exp.Like | exp.ILike) -> bool:

@@ -29,7 +29,15 @@ from veil.backends import Backend, connect
 from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, declare_domains, parse_domain_specs
-from veil.design.model import DET, SUM_SCHEMES, Column, DesignError, PhysicalDesign, TableDesign
+from veil.design.model import (
+    DET,
+    SUM_SCHEMES,
+    Column,
+    DesignError,
+    Encryption,
+    PhysicalDesign,
+    TableDesign,
+)
 from veil.designer.greedy import greedy_design
 from veil.encoding import SqlType, encode
 from veil.exec.blocks import blocks_schema
@@ -241,13 +249,24 @@ def _count_distinct_keys(
 
     It stays in the client's design file; the server could count DET values itself.
     """
-    keys = [e for e in table.encryptions if e.scheme == DET and not e.is_expression]
-    if not keys:
-        return
-    counts = ", ".join(f'approx_count_distinct("{e.source}")' for e in keys)
-    row = con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0]
+    keys = [e for e in table.encryptions if e.scheme == DET]
+    try:
+        row = _distinct_counts(source, con, keys)
+    except duckdb.Error:  # an expression DuckDB cannot compute for some row: columns only
+        keys = [e for e in keys if not e.is_expression]
+        row = _distinct_counts(source, con, keys)
     for enc, count in zip(keys, row, strict=True):
         enc.params["distinct"] = int(count)
+
+
+def _distinct_counts(
+    source: SourceTable, con: duckdb.DuckDBPyConnection, keys: list[Encryption]
+) -> tuple[int, ...]:
+    if not keys:
+        return ()
+    counted = [e.source if e.is_expression else f'"{e.source}"' for e in keys]
+    counts = ", ".join(f"approx_count_distinct({c})" for c in counted)
+    return tuple(con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0])
 
 
 # At most this many distinct values, a DET integer column is stored as 8-byte

@@ -79,6 +79,27 @@ def row_expression(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str
     return next(iter(owners))[0], copied.sql(dialect="duckdb")
 
 
+def like_source(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, str] | None:
+    """``(table, SQL)`` of a ``LIKE`` / ``ILIKE`` over one row, always in its positive form.
+
+    ``o_comment NOT LIKE '%special%requests%'`` gives the source of
+    ``o_comment LIKE '%special%requests%'``: one precomputed boolean serves
+    both. Only string-literal patterns without ESCAPE (whose SQL the node
+    alone does not carry).
+    """
+    if not isinstance(node, exp.Like | exp.ILike) or isinstance(node.parent, exp.Escape):
+        return None
+    pattern = node.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        return None
+    negated = node.args.get("negate")
+    try:
+        node.set("negate", None)
+        return row_expression(node, resolved)
+    finally:
+        node.set("negate", negated)
+
+
 def columns_read(source: str) -> list[str]:
     """The columns a design source (a column or per-row expression) reads, sorted."""
     tree = sqlglot.parse_one(source, read="duckdb")

@@ -24,7 +24,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from veil.design.model import BLOCKS, DET, OPE, Encryption, TableDesign
-from veil.sql.columns import BaseColumn, is_constant, row_expression
+from veil.sql.columns import BaseColumn, is_constant, like_source, row_expression
 from veil.sql.plan import Scan
 from veil.sql.remote import param
 
@@ -110,6 +110,8 @@ class _Rewriter:
         if isinstance(node, exp.Not):
             inner = self.rewrite(node.this)
             return exp.Not(this=inner) if inner is not None else None
+        if isinstance(node, exp.Like | exp.ILike):
+            return _like(self, node)
         if node.args.get("negate"):  # sqlglot's form of `x NOT LIKE y` and the like
             positive = node.copy()
             positive.set("negate", None)
@@ -136,6 +138,22 @@ def _equality(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
         return type(node)(this=exp.column(enc.name), expression=exp.column(other_enc.name))
     value = rw.constant(other, enc)
     return type(node)(this=exp.column(enc.name), expression=value) if value is not None else None
+
+
+def _like(rw: _Rewriter, node: exp.Like | exp.ILike) -> exp.Expr | None:
+    """A LIKE whose boolean the design precomputed: ``c = DET(true)`` (NOT LIKE: NOT of it).
+
+    A NULL value gives a NULL boolean, so ``=`` and ``NOT`` give NULL as LIKE does.
+    """
+    found = like_source(node, rw.resolved)
+    if found is None or found[0] != rw.scan.table.name:
+        return None
+    enc = rw.server_column(found[1], DET)
+    value = rw.constant(exp.true(), enc) if enc is not None else None
+    if enc is None or value is None:
+        return None
+    test = exp.EQ(this=exp.column(enc.name), expression=value)
+    return exp.Not(this=test) if node.args.get("negate") else test
 
 
 def _in_list(rw: _Rewriter, node: exp.In) -> exp.Expr | None:
