@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import duckdb
+import pyarrow as pa
 from sqlglot import exp
 
 from veil.encoding import encode
@@ -53,18 +54,23 @@ def fetch_order(scans: list[Scan]) -> list[Scan]:
     return ordered
 
 
+KeyMemo = dict[str, pa.Table]  # key query (its SQL) -> its distinct keys
+
+
 def key_filters(
-    scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache
+    scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache, memo: KeyMemo | None = None
 ) -> list[exp.Expr]:
     """Server predicates for ``scan``'s bind filters (their sources must be registered).
 
     A bind filter is an optimisation: one whose keys cannot be computed (its
     query fails locally) is skipped, and the local plan still filters exactly.
+    ``memo`` keeps one run's key lists: TPC-H Q18's IN-subquery filters both
+    orders and lineitem, and is computed once (~100 ms at SF 1).
     """
     found = []
     for bind in scan.binds:
         try:
-            predicate = _key_filter(bind, scan, local, ciphers)
+            predicate = _key_filter(bind, scan, local, ciphers, {} if memo is None else memo)
         except Exception as exc:  # an optimisation only: the local plan filters exactly
             log.info("bind filter on %s skipped (%s: %s)", scan.alias, type(exc), exc)
             continue
@@ -74,15 +80,22 @@ def key_filters(
 
 
 def _key_filter(
-    bind: BindFilter, scan: Scan, local: duckdb.DuckDBPyConnection, ciphers: CipherCache
+    bind: BindFilter,
+    scan: Scan,
+    local: duckdb.DuckDBPyConnection,
+    ciphers: CipherCache,
+    memo: KeyMemo,
 ) -> exp.Expr | None:
     sql_type = bind.target_enc.sql_type
     # keys that are not exactly values of the column's type can equal none of its values
     cast = f"TRY_CAST(k AS {sql_type.name})"
-    keys = local.sql(
+    query = (
         f"SELECT DISTINCT {cast} FROM ({bind.keys.sql(dialect='duckdb')}) AS __veil_keys(k) "
         f"WHERE {cast} = k"
-    ).to_arrow_table()
+    )
+    if query not in memo:
+        memo[query] = local.sql(query).to_arrow_table()
+    keys = memo[query]
     limit = MAX_KEYS
     if bind.shrinks is not None:
         rows = local.sql(f'SELECT COUNT(*) FROM "{bind.shrinks.local_name}"').fetchall()[0][0]

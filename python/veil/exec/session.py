@@ -25,7 +25,7 @@ from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import SqlType, encode_scalar
 from veil.errors import InternalError, ParameterError, VeilError
-from veil.exec.bind import fetch_order, key_filters
+from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
@@ -171,17 +171,18 @@ class Session:
         """Run a plan (never changing it): fetch and decrypt its scans, run its local plan."""
         registered = []
         extras: Extras = {}  # this run's bind filters, by scan (the plan stays as it is)
+        memo: KeyMemo = {}  # this run's bind filters' key lists
         try:
             joined: dict[str, pa.Table] = {}
             for scan in fetch_order(plan.scans):
                 if scan.joined is not None and scan.local_name not in joined:
                     for member in scan.joined.scans:
-                        extras[id(member)] = key_filters(member, self.local, self.ciphers)
+                        extras[id(member)] = key_filters(member, self.local, self.ciphers, memo)
                     joined.update(
                         run_joined(scan.joined, extras, self.backend, self.ciphers, stats)
                     )
                 if scan.joined is None:
-                    extras[id(scan)] = key_filters(scan, self.local, self.ciphers)
+                    extras[id(scan)] = key_filters(scan, self.local, self.ciphers, memo)
                 fetched = (
                     joined.pop(scan.local_name)
                     if scan.joined is not None
