@@ -1,8 +1,8 @@
 """DET integers of few distinct values stored as 8-byte binaries where the server compresses those.
 
 On DuckDB a DET integer column with at most ``BYTES_FORM_MAX_DISTINCT``
-values and a key scope of its own is stored as BLOB (dictionary-compressed);
-a join group keeps BIGINT, and PostgreSQL keeps BIGINT everywhere. Equality,
+values is stored as BLOB (dictionary-compressed), and so is a join group
+whose columns all have few values; PostgreSQL keeps BIGINT everywhere. Equality,
 IN lists, GROUP BY, COUNT(DISTINCT), joins of the other columns, bind filters,
 and INSERT/UPDATE/DELETE with values and NULLs the load never saw must give
 plaintext DuckDB's answers on both backends.
@@ -23,7 +23,7 @@ from veil.exec.session import Session
 VISITS = """
 SELECT i AS v_id, i % 7 AS v_site, DATE '2024-01-01' + (i % 40)::INT AS v_day,
        CASE WHEN i % 13 = 0 THEN NULL ELSE (i % 5) * 1000000007 END::BIGINT AS v_n
-FROM range(3000) t(i)
+FROM range(20000) t(i)
 """
 SITES = "SELECT i AS s_id, 'site ' || i AS s_name FROM range(7) t(i)"
 QUERIES = [
@@ -68,7 +68,7 @@ def _forms(session: Session) -> dict[str, str | None]:
     }
 
 
-def test_few_valued_columns_of_their_own_scope_are_bytes_on_duckdb(
+def test_few_valued_columns_and_join_groups_are_bytes_on_duckdb(
     visits: tuple[Session, duckdb.DuckDBPyConnection],
 ) -> None:
     session, _ = visits
@@ -79,9 +79,13 @@ def test_few_valued_columns_of_their_own_scope_are_bytes_on_duckdb(
         day = next(e for e in table.encryptions if e.source == "v_day" and e.scheme == "DET")
         stored = session.backend.execute(f"SELECT {day.name} FROM {table.server_name} LIMIT 1")
         assert stored.schema.field(0).type == pa.binary()
+        sites = session.design.table("sites").find("s_id", "DET")
+        assert forms["v_site"] == BYTES_FORM  # joined with sites.s_id: one form for the group
+        assert sites is not None and sites.params.get("form") == BYTES_FORM
+        many = session.design.table("visits").find("v_id", "DET")
+        assert many is None or many.params.get("form") is None  # 20,000 values: BIGINT
     else:
-        assert forms["v_day"] is None and forms["v_n"] is None
-    assert forms["v_site"] is None  # joined with sites.s_id: one type for the group
+        assert forms["v_day"] is None and forms["v_n"] is None and forms["v_site"] is None
 
 
 @pytest.mark.parametrize("sql", QUERIES)

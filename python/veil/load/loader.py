@@ -115,11 +115,14 @@ def load(
         schema, workload or [], available_schemes(), master.fingerprint(), sums=sums
     )
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
+    for table in tables:
+        _count_distinct_keys(table, con, fresh.tables[table.name])
     backend = connect(server_url)
-    shared = _shared_scopes(fresh, design)
+    if backend.compresses_repeated_bytes:
+        _store_few_values_as_bytes(fresh, design)
     try:
         return [
-            _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say, shared)
+            _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
             for t in tables
         ]
     finally:
@@ -136,12 +139,8 @@ def _load_table(
     master: MasterKey,
     backend: Backend,
     say: Progress,
-    shared: set[str],
 ) -> LoadReport:
     started = time.perf_counter()
-    _count_distinct_keys(source, con, table)
-    if backend.compresses_repeated_bytes:
-        _store_few_values_as_bytes(table, shared)
     encryptor = TableEncryptor(master, table)
     blocks: list[pa.Table] = []
     rows = backend.bulk_load(
@@ -276,32 +275,39 @@ def _distinct_counts(
 BYTES_FORM_MAX_DISTINCT = 16384
 
 
-def _store_few_values_as_bytes(table: TableDesign, shared: set[str]) -> None:
-    """Choose the bytes form for the table's own DET integer columns of few values.
+def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) -> None:
+    """Choose the bytes form for the DET integer key scopes whose columns hold few values.
 
-    A key scope shared with other server columns (an equi-join group) keeps
-    the BIGINT form: every column of a scope must store the same type.
+    Every column of a scope (an equi-join group) must store the same type: a
+    scope gets the bytes form when each of its columns is a DET integer of
+    at most ``BYTES_FORM_MAX_DISTINCT`` values (TPC-H's l_suppkey, ps_suppkey,
+    s_suppkey: 10,000 at SF 1). A scope that tables loaded earlier (and not
+    reloaded now) already use keeps their form.
     """
-    for enc in table.encryptions:
-        distinct = enc.params.get("distinct")
-        if (
-            enc.scheme == DET
-            and enc.sql_type.is_integral
-            and enc.key_scope not in shared
-            and isinstance(distinct, int)
-            and distinct <= BYTES_FORM_MAX_DISTINCT
-        ):
-            enc.params["form"] = BYTES_FORM
-
-
-def _shared_scopes(*designs: PhysicalDesign) -> set[str]:
-    """Key scopes of more than one server column, across the given designs."""
-    seen: dict[str, set[tuple[str, str]]] = {}
-    for design in designs:
-        for table in design.tables.values():
-            for enc in table.encryptions:
-                seen.setdefault(enc.key_scope, set()).add((table.name, enc.source))
-    return {scope for scope, users in seen.items() if len(users) > 1}
+    members: dict[str, list[Encryption]] = {}
+    for table in fresh.tables.values():
+        for enc in table.encryptions:
+            members.setdefault(enc.key_scope, []).append(enc)
+    earlier = {
+        enc.key_scope: enc.params.get("form")
+        for table in loaded.tables.values()
+        if table.name not in fresh.tables
+        for enc in table.encryptions
+    }
+    for scope, encs in members.items():
+        if scope in earlier:
+            few = earlier[scope] == BYTES_FORM
+        else:
+            few = all(
+                e.scheme == DET
+                and e.sql_type.is_integral
+                and isinstance(e.params.get("distinct"), int)
+                and int(str(e.params["distinct"])) <= BYTES_FORM_MAX_DISTINCT
+                for e in encs
+            )
+        for enc in encs:
+            if few:
+                enc.params["form"] = BYTES_FORM
 
 
 def _check_declared_domains(
