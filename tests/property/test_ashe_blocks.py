@@ -14,9 +14,10 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from veil.crypto.ashe import ASHE_FLAG_BIT
 from veil.crypto.keys import MasterKey
 from veil.design.model import AsheSums
-from veil.exec.ashe_sums import AsheSumsCipher, _decimal128, _low_words
+from veil.exec.ashe_sums import AsheSumsCipher, _decimal128, _flags_apart, _low_words
 from veil.exec.encrypt import Sources
 
 UNTIMED = settings(deadline=None, max_examples=60)
@@ -92,3 +93,38 @@ def test_low_words_are_sums_mod_2_64(values: list[int], offset: int) -> None:
     array = pa.array([Decimal(v) for v in [0] * offset + values], pa.decimal128(38, 0))
     low = _low_words(array.slice(offset))
     assert low.tolist() == [v % 2**64 for v in values]
+
+
+FLAGGED = AsheSums(
+    sources=["wide"],
+    types=["BIGINT"],
+    columns=[["f_wide_low", "f_wide_high"]],
+    key_scope="ashe:test-flags",
+    flag_bit=ASHE_FLAG_BIT,
+)
+FLAGGED_CIPHER = AsheSumsCipher(MASTER, FLAGGED)
+
+
+@UNTIMED
+@given(st.data(), st.integers(0, 2**40), st.integers(1, 300))
+def test_flags_in_high_words_come_apart_from_the_sums(
+    data: st.DataObject, first_id: int, rows: int
+) -> None:
+    wide = data.draw(st.lists(st.one_of(st.none(), int64s), min_size=rows, max_size=rows))
+    groups = data.draw(st.lists(st.integers(0, 3), min_size=rows, max_size=rows))
+    lost = data.draw(st.lists(st.booleans(), min_size=rows, max_size=rows))
+    sources = Sources()
+    sources["wide"] = pa.array(wide, pa.int64())
+    sources.overflow["wide"] = np.array(lost, dtype=np.int8)
+    ids = np.arange(first_id, first_id + rows, dtype=np.int64)
+    encrypted = FLAGGED_CIPHER.encrypt(sources, ids)
+    assert set(encrypted) == {"f_wide_low", "f_wide_high"}  # no flags column
+    stored = {k: v.to_numpy(zero_copy_only=False) for k, v in encrypted.items()}
+    keys, blocks, masks, totals = _server_rows(ids, groups, stored)
+    low, high = (FLAGGED_CIPHER.block_sums(c, totals[c], blocks, masks) for c in FLAGGED.columns[0])
+    high, flags = _flags_apart(high, ASHE_FLAG_BIT)
+    sums = _decimal128(low, high, scale=0).to_pylist()
+    for n, key in enumerate(keys):
+        rows_here = [r for r in range(rows) if (groups[r], int(ids[r]) >> 6) == key]
+        assert flags[n] == sum(lost[r] for r in rows_here)
+        assert sums[n] == sum(0 if lost[r] else wide[r] or 0 for r in rows_here)

@@ -64,6 +64,10 @@ SUM_BOUND = 2**63
 #: Ids per block of a grouped server sum: the server returns, per group and
 #: block, the SUM of the ciphertexts and the ids summed as one 64-bit mask.
 BLOCK_ROWS = 64
+# Where a two-word expression's high word carries its rows' overflow flags:
+# a high word is ``value >> 32`` of an int64, |.| <= 2**31, so a block's sum of
+# them stays within 2**37 and the flags' count (<= 64) sits apart above.
+ASHE_FLAG_BIT = 40
 _MOD = 2**64
 
 IntColumn: TypeAlias = np.ndarray | pa.Array | pa.ChunkedArray

@@ -152,8 +152,13 @@ class AsheSums:
     within int64, else two (the low 32 bits, unsigned, and the rest). NULL is
     stored as the encryption of 0; the server counts an expression's non-NULL
     rows from its columns' other encryptions, as for Paillier.
-    ``overflow_column`` holds a 0/1 flag per row under ASHE, 1 where an
-    expression of the row overflowed its type (its words hold 0).
+    A row whose expression overflowed its type (DuckDB cannot compute it)
+    stores 0 in its words and is flagged: with ``flag_bit`` set, in the high
+    word of that expression (``+ 2**flag_bit``: a block's 64 high words sum to
+    less than 2**38 in absolute value, so the count of flags stays apart);
+    else in ``overflow_column``, a 0/1 flag per row under ASHE, 1 where any
+    expression of the row overflowed (when an expression that can overflow
+    has a single word).
     """
 
     sources: list[str]
@@ -161,6 +166,7 @@ class AsheSums:
     columns: list[list[str]]
     key_scope: str
     overflow_column: str | None = None
+    flag_bit: int | None = None
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None

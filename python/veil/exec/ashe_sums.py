@@ -75,11 +75,13 @@ class AsheSumsCipher:
             encoded = encode(sources[source], SqlType(type_name))
             values = encoded.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             marks = sources.overflow.get(source)
-            if marks is not None:
-                lost = marks != 0
+            lost = marks != 0 if marks is not None else None
+            if lost is not None:
                 values[lost] = 0
                 flags[lost] = 1
             words = [values] if len(names) == 1 else [values & _LOW_MASK, values >> _LOW_BITS]
+            if lost is not None and len(names) == 2 and self.sums.flag_bit is not None:
+                words[1] = words[1] + (lost.astype(np.int64) << self.sums.flag_bit)
             for name, word in zip(names, words, strict=True):
                 out[name] = pa.array(self._keys[name].encrypt(ids, word))
         if self.sums.overflow_column is not None:
@@ -118,14 +120,18 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
     names = layout[layout.index(ASHE_MASK) + 1 :]
     unpadded = dict(zip(names, _POOL.map(block_sums, names), strict=True))
     flags = table.sums.overflow_column
-    if flags is not None and unpadded[flags].any():
-        raise OverflowedRowsError(
-            "the sum includes rows whose summed expression overflows its type; "
-            "the client computes it instead"
-        )
+    overflowed = flags is not None and bool(unpadded[flags].any())
     sums: dict[int, pa.Array] = {}
     for index in aggregation.ashe_sources():
         words = [unpadded[name] for name in table.sums.columns[index]]
+        if len(words) == 2 and table.sums.flag_bit is not None:
+            words[1], count = _flags_apart(words[1], table.sums.flag_bit)
+            overflowed = overflowed or bool(count.any())
+        if overflowed:
+            raise OverflowedRowsError(
+                "the sum includes rows whose summed expression overflows its type; "
+                "the client computes it instead"
+            )
         scale = SqlType(table.sums.types[index]).scale
         sums[index] = _decimal128(*words, scale=scale)
     columns = {key: plain.column(key) for key in aggregation.keys}
@@ -137,6 +143,12 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
         else:
             columns[name] = plain.column(name)
     return reaggregate(pa.table(columns), aggregation)
+
+
+def _flags_apart(high: np.ndarray, bit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block sums of high words that carry ``2**bit`` per flagged row: (the sums, the flags)."""
+    count = (high + np.int64(1 << (bit - 1))) >> bit  # the sums proper are below 2**(bit - 1)
+    return high - (count << bit), count
 
 
 def _numpy(column: pa.ChunkedArray | pa.Array, dtype: type[np.generic]) -> np.ndarray:
