@@ -14,7 +14,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veil.crypto.ashe import ASHE_FLAG_BIT
+from veil.crypto.ashe import ASHE_FLAG_BIT, word_bits
 from veil.crypto.keys import MasterKey
 from veil.design.model import AsheSums
 from veil.exec.ashe_sums import AsheSumsCipher, _decimal128, _flags_apart, _low_words
@@ -28,6 +28,7 @@ SUMS = AsheSums(
     columns=[["c_narrow"], ["c_wide_low", "c_wide_high"]],
     key_scope="ashe:test",
     overflow_column="c_flags",
+    word_bits=[word_bits(2**31, 1, None), word_bits(2**63 - 1, 2, None)],  # [39], [38, 39]
 )
 CIPHER = AsheSumsCipher(MASTER, SUMS)
 
@@ -73,7 +74,11 @@ def test_block_sums_decrypt_to_each_groups_sums(
     sources["wide"] = pa.array(wide, pa.int64())
     sources.overflow["narrow"] = np.array(lost, dtype=np.int8)
     ids = np.arange(first_id, first_id + rows, dtype=np.int64)
-    stored = {k: v.to_numpy(zero_copy_only=False) for k, v in CIPHER.encrypt(sources, ids).items()}
+    encrypted = CIPHER.encrypt(sources, ids)
+    for name, bits in (("c_narrow", 39), ("c_wide_low", 38), ("c_wide_high", 39)):
+        values = encrypted[name].to_numpy()
+        assert values.min() >= 0 and int(values.max()) < 2**bits  # stored modulo 2**bits
+    stored = {k: v.to_numpy(zero_copy_only=False) for k, v in encrypted.items()}
     keys, blocks, masks, totals = _server_rows(ids, groups, stored)
 
     narrow_sums = CIPHER.block_sums("c_narrow", totals["c_narrow"], blocks, masks)
@@ -101,6 +106,7 @@ FLAGGED = AsheSums(
     columns=[["f_wide_low", "f_wide_high"]],
     key_scope="ashe:test-flags",
     flag_bit=ASHE_FLAG_BIT,
+    word_bits=[word_bits(2**63 - 1, 2, ASHE_FLAG_BIT)],  # [38, 48]
 )
 FLAGGED_CIPHER = AsheSumsCipher(MASTER, FLAGGED)
 

@@ -78,6 +78,28 @@ Bitmap: TypeAlias = tuple[int, np.ndarray]
 _Kernel: TypeAlias = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
+LOW_WORD_BITS = 32  # a two-word value's low word: its low 32 bits, unsigned
+
+
+def word_bits(max_abs: int, words: int, flag_bit: int | None) -> list[int]:
+    """Ciphertext bits per word of a value with ``|value| <= max_abs``, for block sums.
+
+    A word stored modulo ``2**b`` needs a block's sum to be exact modulo
+    ``2**b``: ``BLOCK_ROWS`` values of a signed word need ``|sum| < 2**(b-1)``,
+    of the unsigned low word ``sum < 2**b``. A high word carries up to
+    ``BLOCK_ROWS`` overflow flags of ``2**flag_bit`` each.
+    """
+    if max_abs <= 0:  # no domain known: whole words
+        return [64] * words
+    if words == 1:
+        return [min(64, (BLOCK_ROWS * max_abs).bit_length() + 1)]
+    low = (BLOCK_ROWS * ((1 << LOW_WORD_BITS) - 1)).bit_length()
+    high_sum = BLOCK_ROWS * ((max_abs >> LOW_WORD_BITS) + 1)
+    if flag_bit is not None:
+        high_sum += BLOCK_ROWS << flag_bit
+    return [low, min(64, high_sum.bit_length() + 1)]
+
+
 def sum_fits(count: int, max_abs: int) -> bool:
     """Whether any sum of ``count`` values with ``|value| <= max_abs`` is exact."""
     if count < 0 or max_abs < 0:

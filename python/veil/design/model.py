@@ -167,6 +167,10 @@ class AsheSums:
     key_scope: str
     overflow_column: str | None = None
     flag_bit: int | None = None
+    # Ciphertext bits of each word column (``columns``' shape; None: 64 each).
+    # A word is stored modulo 2**bits, the fewest that keep a block's sum
+    # exact: DuckDB bit-packs them (38 bits for a low word, not 64).
+    word_bits: list[list[int]] | None = None
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None

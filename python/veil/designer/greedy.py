@@ -25,7 +25,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from veil.crypto.ashe import ASHE_FLAG_BIT, BLOCK_ROWS, sum_fits
+from veil.crypto.ashe import ASHE_FLAG_BIT, BLOCK_ROWS, sum_fits, word_bits
 from veil.design.domains import (
     ExpressionDomain,
     column_domain,
@@ -253,17 +253,20 @@ def _ashe_sums(summed: _Summed) -> AsheSums | None:
     """
     if not summed.sources:
         return None
-    words = [1 if sum_fits(BLOCK_ROWS, max(abs(d.low), abs(d.high))) else 2 for d in summed.domains]
+    largest = [max(abs(d.low), abs(d.high)) for d in summed.domains]
+    words = [1 if sum_fits(BLOCK_ROWS, m) else 2 for m in largest]
     overflowing = [n for n, d in zip(words, summed.domains, strict=True) if d.overflow]
     # an expression that can overflow is flagged in its high word (free), where it has one
     in_high_words = bool(overflowing) and min(overflowing) == 2
+    flag_bit = ASHE_FLAG_BIT if in_high_words else None
     return AsheSums(
         sources=summed.sources,
         types=[d.type for d in summed.domains],
         columns=[[opaque_name("c") for _ in range(n)] for n in words],
         key_scope=f"ashe:{opaque_name('s')}",  # fresh per load: ids restart, keys must too
         overflow_column=opaque_name("c") if overflowing and not in_high_words else None,
-        flag_bit=ASHE_FLAG_BIT if in_high_words else None,
+        flag_bit=flag_bit,
+        word_bits=[word_bits(m, n, flag_bit) for m, n in zip(largest, words, strict=True)],
     )
 
 

@@ -64,6 +64,16 @@ class AsheSumsCipher:
             name: Ashe.from_master(master, f"{sums.key_scope}/{name}", column=name)
             for name in names
         }
+        # words stored modulo 2**bits (bits < 64): their ciphertexts and sums are masked
+        bits = sums.word_bits or [[64] * len(words) for words in sums.columns]
+        self._bits = {
+            name: b
+            for words, sizes in zip(sums.columns, bits, strict=True)
+            for name, b in zip(words, sizes, strict=True)
+        }
+        self._masks = {n: np.int64((1 << b) - 1) for n, b in self._bits.items() if b < 64}
+        # the low word of a two-word value is unsigned: its sums are not sign-extended
+        self._unsigned = {words[0] for words in sums.columns if len(words) == 2}
 
     def encrypt(self, sources: Sources, ids: np.ndarray) -> dict[str, pa.Array]:
         """The server columns of a batch whose rows get the row ids ``ids``."""
@@ -83,7 +93,8 @@ class AsheSumsCipher:
             if lost is not None and len(names) == 2 and self.sums.flag_bit is not None:
                 words[1] = words[1] + (lost.astype(np.int64) << self.sums.flag_bit)
             for name, word in zip(names, words, strict=True):
-                out[name] = pa.array(self._keys[name].encrypt(ids, word))
+                stored = self._keys[name].encrypt(ids, word)
+                out[name] = pa.array(stored & self._masks[name] if name in self._masks else stored)
         if self.sums.overflow_column is not None:
             name = self.sums.overflow_column
             out[name] = pa.array(self._keys[name].encrypt(ids, flags))
@@ -94,7 +105,15 @@ class AsheSumsCipher:
     ) -> np.ndarray:
         """The plaintext int64 sum of each block's words, from the server's SUMs."""
         pads = self._keys[name].pad_sums_blocks(blocks, masks)
-        return (_low_words(totals) - pads).view(np.int64)
+        sums = _low_words(totals) - pads
+        bits = self._bits.get(name, 64)
+        if bits == 64:
+            return sums.view(np.int64)
+        sums &= np.uint64((1 << bits) - 1)
+        if name not in self._unsigned:  # sign-extend from ``bits``
+            top = np.uint64(1 << (bits - 1))
+            sums = (sums ^ top) - top
+        return sums.view(np.int64)
 
 
 def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.Table:
