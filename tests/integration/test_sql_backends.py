@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -207,3 +208,10 @@ def test_render_numbers_placeholders_for_both_dialects() -> None:
 def test_unknown_url_scheme_is_refused() -> None:
     with pytest.raises(BackendError, match="unknown server URL"):
         connect("mysql://nobody@localhost/db")
+
+
+def test_table_bytes_count_long_values_stored_apart(backend: Backend) -> None:
+    """Sealed blocks (tens of KB each) live outside their column's segments: counted too."""
+    noise = pa.array([os.urandom(200_000) for _ in range(40)], pa.binary())  # incompressible
+    backend.bulk_load("t_long", pa.table({"n": noise}))
+    assert backend.table_bytes("t_long") >= 40 * 200_000

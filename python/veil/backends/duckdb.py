@@ -119,11 +119,16 @@ class DuckDBBackend(StagedBackend):
         return [str(name) for name in names.column(0).to_pylist()]
 
     def table_bytes(self, table: str) -> int:
-        """Bytes of the storage blocks the table's columns occupy after a checkpoint."""
+        """Bytes of the storage blocks the table's columns occupy after a checkpoint.
+
+        A segment's own block, and the blocks holding its strings too long to
+        sit in it (``additional_block_ids``: a blocks table's sealed blocks).
+        """
         self._run_quiet("CHECKPOINT")
         block_size = self.execute("SELECT block_size FROM pragma_database_size()").column(0)[0]
         blocks = self.execute(
-            "SELECT count(DISTINCT block_id) FROM pragma_storage_info($1) WHERE persistent",
+            "SELECT count(DISTINCT b) FROM (SELECT unnest(list_append(additional_block_ids, "
+            "block_id)) AS b FROM pragma_storage_info($1) WHERE persistent) WHERE b >= 0",
             [table],
         ).column(0)[0]
         return int(blocks.as_py() or 0) * int(block_size.as_py())
