@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from veil.backends import BackendError, ServerUnavailableError
+from veil.backends import BackendError, ServerUnavailableError, pg_read
 from veil.backends.postgres import PostgresBackend
 
 pytestmark = pytest.mark.postgres
@@ -157,3 +157,13 @@ def test_a_lost_server_gives_server_unavailable(server: PostgresBackend) -> None
     server._execute_rows("SELECT pg_terminate_backend($1::int)", [reader_pid])
     with pytest.raises(ServerUnavailableError, match="lost the PostgreSQL server"):
         server.execute("SELECT 1")
+
+
+def test_settings_toggled_around_statements_do_not_pile_up() -> None:
+    """The ADBC reader replays the last SET/RESET per parameter on a reconnect, not every one."""
+    reader = pg_read.ArrowReader("postgresql://nobody@127.0.0.1:1/none", 1)
+    for _ in range(1000):
+        reader.remember_setting("SET enable_sort = off")
+        reader.remember_setting("RESET enable_sort")
+    reader.remember_setting("SET LOCAL work_mem = '64MB'")
+    assert list(reader._settings.values()) == ["RESET enable_sort", "SET LOCAL work_mem = '64MB'"]

@@ -142,6 +142,15 @@ class Backend(Protocol):
         """
         ...
 
+    def hash_aggregation(self) -> AbstractContextManager[None]:
+        """Statements run inside it group by hashing rather than sorting, where that is a choice.
+
+        An ASHE statement groups by (keys, block of row ids): PostgreSQL
+        estimates a group per row and sorts 6M rows to disk (TPC-H Q1: 12 s),
+        where hashing its 300k groups takes 2.9 s.
+        """
+        ...
+
     def wrapping_sum(self, value: exp.Expression) -> exp.Expression:
         """Aggregate expression: a BIGINT column's sum; only its value mod 2**64 counts.
 

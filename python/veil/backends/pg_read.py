@@ -79,11 +79,20 @@ class ArrowReader:
     def __init__(self, url: str, connect_seconds: int) -> None:
         self._url = _with_timeout(url, connect_seconds)
         self._con: Any = None
-        self._settings: list[str] = []
+        self._settings: dict[str, str] = {}  # the last SET/RESET of each parameter
 
     def remember_setting(self, sql: str) -> None:
-        """A ``SET``/``RESET`` the psycopg connection ran: apply it here too."""
-        self._settings.append(sql)
+        """A ``SET``/``RESET`` the psycopg connection ran: apply it here too.
+
+        Only the last statement per parameter is kept for a reconnect, so a
+        setting toggled around every statement does not pile up.
+        """
+        words = sql.replace("=", " ").split()
+        name = words[1].lower() if len(words) > 1 else sql
+        if name in ("local", "session") and len(words) > 2:
+            name = words[2].lower()
+        self._settings.pop(name, None)
+        self._settings[name] = sql
         if self._con is not None:
             self._run(sql)
 
@@ -132,7 +141,7 @@ class ArrowReader:
                 raise ServerUnavailableError(
                     f"cannot open a second connection to the PostgreSQL server: {_message(exc)}"
                 ) from exc
-            for setting in self._settings:
+            for setting in self._settings.values():
                 self._run(setting)
         return self._con
 

@@ -280,6 +280,14 @@ class PostgresBackend(StagedBackend):
         one = exp.cast(exp.Literal.number(1), "BIGINT")
         return exp.BitwiseLeftShift(this=one, expression=exp.cast(position, "INT"))
 
+    @contextlib.contextmanager
+    def hash_aggregation(self) -> Iterator[None]:
+        self.execute("SET enable_sort = off")  # a penalty, not a ban: ORDER BY still sorts
+        try:
+            yield
+        finally:
+            self.execute("RESET enable_sort")
+
     def wrapping_sum(self, value: exp.Expression) -> exp.Expression:
         if not self.has_wrapping_sum:
             return exp.Sum(this=value)  # numeric: exact, and several times slower

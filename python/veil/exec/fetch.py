@@ -98,7 +98,12 @@ def run_scan(
     scan: Scan, extras: Extras, backend: Backend, ciphers: CipherCache, stats: FetchStats
 ) -> pa.Table:
     """The scan's rows (``extras``: filters found at run time), decrypted."""
-    fetched = run_remote(scan_statement(scan, extras), backend, stats)
+    statement = scan_statement(scan, extras)
+    if scan.aggregation is not None and scan.aggregation.id_bit is not None:
+        with backend.hash_aggregation():  # its (keys, block) groups: far fewer than rows
+            fetched = run_remote(statement, backend, stats)
+    else:
+        fetched = run_remote(statement, backend, stats)
     started = time.perf_counter()
     if scan.aggregation is not None and scan.aggregation.hom_product is not None:
         from veil.exec.hom_fetch import finish_packed_sums
