@@ -149,12 +149,11 @@ def as_bytes(ints: pa.Array) -> pa.Array:
     """int64 values as 8-byte little-endian binaries (NULL stays NULL)."""
     ints = ints.cast(pa.int64())
     words = ints.fill_null(0).to_numpy(zero_copy_only=False).astype("<i8", copy=False)
-    validity = ints.buffers()[0] if ints.null_count else None
-    if validity is not None and ints.offset:
-        validity = pa.array(ints.is_valid().to_numpy(zero_copy_only=False)).buffers()[1]
     fixed = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(8), len(ints), [validity, pa.py_buffer(words.tobytes())], ints.null_count
+        pa.binary(8), len(ints), [None, pa.py_buffer(words.tobytes())]
     )
+    if ints.null_count:
+        fixed = pc.if_else(ints.is_valid(), fixed, None)
     return fixed.cast(pa.binary())
 
 

@@ -160,9 +160,9 @@ class BlockReader:
         index = run_remote(
             block_index_statement(table, block_number(table, encs[0])), self._backend, self._stats
         )
-        order = np.argsort(index.column(0).to_numpy())
-        starts = index.column(0).to_numpy()[order]
-        counts = index.column(1).to_numpy()[order].astype(np.int64)
+        firsts = index.column(0).to_numpy()
+        order = np.argsort(firsts)
+        starts, counts = firsts[order], index.column(1).to_numpy()[order].astype(np.int64)
         chosen = starts[covering_blocks(starts, counts, wanted)] if len(wanted) else starts[:0]
         numbers = {block_number(table, e): e.name for e in encs}
         found = (

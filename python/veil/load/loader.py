@@ -301,12 +301,12 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
             few = all(
                 e.scheme == DET
                 and e.sql_type.is_integral
-                and isinstance(e.params.get("distinct"), int)
-                and int(str(e.params["distinct"])) <= BYTES_FORM_MAX_DISTINCT
+                and isinstance(distinct := e.params.get("distinct"), int)
+                and distinct <= BYTES_FORM_MAX_DISTINCT
                 for e in encs
             )
-        for enc in encs:
-            if few:
+        if few:
+            for enc in encs:
                 enc.params["form"] = BYTES_FORM
 
 
