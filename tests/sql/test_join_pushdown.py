@@ -107,3 +107,13 @@ def test_explain_shows_the_server_join(session: Session) -> None:
     assert "server join on customer.c_custkey = orders.o_custkey" in text
     assert "__veil_join_row" in text
     assert "BUILDING" not in text.split("local plan")[0].split("server filter")[0]
+
+
+def test_q21_is_one_grouped_server_statement(session: Session) -> None:
+    """EXISTS / NOT EXISTS as server filters of l1, and the four-table join grouped by
+    s_name and counted on the server: a row per supplier comes back."""
+    result = session.run(TPCH["q21"])
+    joins = _joins(result.plan)
+    assert len(joins) == 1 and joins[0].groups is not None and len(joins[0].scans) == 4
+    assert result.stats.statements == 1
+    assert "GROUP BY" in result.stats.remote_sql[0] and "NOT EXISTS" in result.stats.remote_sql[0]

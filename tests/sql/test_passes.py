@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 from sqlglot import exp
 from tests.sql.conftest import tpch_queries
+from tests.sql.oracle import without
 
+import veil.sql.planner as planner
 from veil.exec.session import Session
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes import PASSES
@@ -21,8 +23,10 @@ from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
+from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
 from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
+from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.rename_scans import rename_scans
 from veil.sql.passes.trim_reductions import trim_reductions
@@ -82,8 +86,10 @@ def test_passes_are_in_order() -> None:
         prune_exists_projections,
         find_scans,
         pushdown_predicates,
+        pushdown_subqueries,
         reduce_joins,
         pushdown_aggregates,
+        pushdown_join_aggregates,
         pushdown_joins,
         trim_reductions,
         drop_pushed_filters,
@@ -130,6 +136,47 @@ def test_pushdown_predicates_keeps_outer_join_nullable_side(session: Session) ->
     assert "WHERE" not in orders  # pre-filtering orders would NULL-extend customers instead
 
 
+def test_pushdown_subqueries_exists_on_the_server(session: Session) -> None:
+    # TPC-H Q21's shape: EXISTS and NOT EXISTS correlated on a DET key and a DET <>
+    sql = (
+        "SELECT COUNT(*) FROM lineitem l1 WHERE l1.l_receiptdate > l1.l_commitdate "
+        "AND EXISTS (SELECT * FROM lineitem l2 WHERE l2.l_orderkey = l1.l_orderkey "
+        "AND l2.l_suppkey <> l1.l_suppkey) AND NOT EXISTS (SELECT * FROM lineitem l3 "
+        "WHERE l3.l_orderkey = l1.l_orderkey AND l3.l_suppkey <> l1.l_suppkey "
+        "AND l3.l_receiptdate > l3.l_commitdate)"
+    )
+    before, after = apply(session, sql, pushdown_subqueries)
+    assert [line.split(":")[0] for line in before[1:]] == ["l2", "l3", "l1"]
+    assert [line.split(":")[0] for line in after[1:]] == ["l1"]  # l2, l3: not fetched
+    assert (
+        "EXISTS(SELECT 1 FROM lineitem AS s1 WHERE s1.det_l_orderkey = lineitem.det_l_orderkey "
+        "AND s1.det_l_suppkey <> lineitem.det_l_suppkey)" in after[1]
+    )
+    assert "NOT EXISTS(SELECT 1 FROM lineitem AS s2" in after[1]
+    assert "s2.ope_l_receiptdate > s2.ope_l_commitdate" in after[1]
+
+
+@pytest.mark.parametrize(
+    "subquery",
+    [
+        # a client-side filter inside
+        "EXISTS (SELECT 1 FROM lineitem WHERE l_orderkey = o_orderkey AND l_comment LIKE '%x%')",
+        # a correlation the schemes cannot compare (no OPE on the order key)
+        "EXISTS (SELECT 1 FROM lineitem WHERE l_orderkey < o_orderkey)",
+        # grouping inside
+        "o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING COUNT(*) > 6)",
+        # LIMIT changes which rows the subquery has
+        "o_orderkey IN (SELECT l_orderkey FROM lineitem ORDER BY l_orderkey LIMIT 3)",
+        # a derived table inside
+        "EXISTS (SELECT 1 FROM (SELECT l_orderkey FROM lineitem) d WHERE d.l_orderkey = o_orderkey)",
+    ],
+)
+def test_pushdown_subqueries_leaves_what_is_not_exact(session: Session, subquery: str) -> None:
+    sql = f"SELECT COUNT(*) FROM orders WHERE {subquery}"
+    before, after = apply(session, sql, pushdown_subqueries)
+    assert after == before
+
+
 def test_reduce_joins_semi_join(session: Session) -> None:
     sql = (
         "SELECT o_orderkey FROM customer, orders WHERE c_custkey = o_custkey "
@@ -174,9 +221,9 @@ def test_pushdown_aggregates_commits_whole_or_not_at_all(session: Session, aggre
 
 def test_pushdown_joins_one_statement(session: Session) -> None:
     sql = (
-        "SELECT l_shipmode, COUNT(*) FROM orders, lineitem WHERE o_orderkey = l_orderkey "
+        "SELECT l_shipmode, SUM(l_quantity) FROM orders, lineitem WHERE o_orderkey = l_orderkey "
         "AND l_receiptdate >= DATE '1994-01-01' GROUP BY l_shipmode"
-    )
+    )  # a SUM: not grouped on the server (``pushdown_join_aggregates``), but joined
     state = state_before(session, sql, pushdown_joins)
     assert all(s.joined is None for s in state.scans.values())
     state = pushdown_joins(state)
@@ -203,9 +250,13 @@ def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -
     assert reduced_by("n1") is None and reduced_by("n2") is None  # 25 rows: not worth the join
 
 
-def test_a_reduction_splits_into_one_semi_join_per_branch(session: Session) -> None:
+def test_a_reduction_splits_into_one_semi_join_per_branch(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # TPC-H Q21's l1 joins supplier (and its nation) on l_suppkey and orders on
     # l_orderkey: two key semi-joins instead of the row ids of a four-table join
+    # (when the whole block is not grouped on the server)
+    monkeypatch.setattr(planner, "PASSES", without(planner.PASSES, pushdown_join_aggregates))
     plan = session.plan(parse_statement(TPCH["q21"]))
     l1 = next(s for s in plan.scans if s.alias == "l1")
     assert l1.reduction is not None and len(l1.reduction.scans) == 4

@@ -160,6 +160,14 @@ class Backend(Protocol):
         """
         ...
 
+    def extreme(self, kind: str, value: exp.Expression, binary: bool) -> exp.Expression:
+        """Aggregate expression: ``kind`` (MIN or MAX) of OPE ciphertexts.
+
+        ``binary``: the ciphertexts are byte strings (OPE over more than 32
+        bits), ordered byte-wise, which not every server can aggregate.
+        """
+        ...
+
     def add_statement_listener(self, listener: StatementListener) -> Callable[[], None]:
         """Call ``listener(sql, params)`` for every statement sent; returns its remover."""
         ...

@@ -154,6 +154,9 @@ class DuckDBBackend(StagedBackend):
     def hash_aggregation(self) -> AbstractContextManager[None]:
         return nullcontext()  # DuckDB always hashes
 
+    def extreme(self, kind: str, value: exp.Expression, binary: bool) -> exp.Expression:
+        return exp.Min(this=value) if kind == "MIN" else exp.Max(this=value)  # BLOBs too
+
     def wrapping_sum(self, value: exp.Expression) -> exp.Expression:
         if not self._wraps():
             return exp.Sum(this=value)

@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import sqlglot
 from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from sqlglot import exp
 
@@ -287,6 +288,18 @@ class PostgresBackend(StagedBackend):
             yield
         finally:
             self.execute("RESET enable_sort")
+
+    def extreme(self, kind: str, value: exp.Expression, binary: bool) -> exp.Expression:
+        if not binary:
+            return exp.Min(this=value) if kind == "MIN" else exp.Max(this=value)
+        # PostgreSQL has no MIN/MAX of bytea, but orders bytea: the first non-NULL in order
+        order = "DESC" if kind == "MAX" else "ASC"
+        template = sqlglot.parse_one(
+            f"(ARRAY_AGG(v ORDER BY v {order}) FILTER (WHERE NOT v IS NULL))[1]", read="postgres"
+        )
+        return template.transform(
+            lambda node: value.copy() if isinstance(node, exp.Column) and node.name == "v" else node
+        )
 
     def wrapping_sum(self, value: exp.Expression) -> exp.Expression:
         if not self.has_wrapping_sum:

@@ -51,6 +51,7 @@ ASHE = "ASHE"
 # (``veil.crypto.rowblocks``): for columns the workload never reads on the server.
 BLOCKS = "BLOCKS"
 SCHEMES = (RND, DET, OPE, HOM, SEARCH)
+OPE_INT64_BITS = 32  # OPE over at most this many bits stores BIGINT ciphertexts
 # How the server sums: ASHE (symmetric, the default), Paillier (a keyless
 # party can add), or not at all (the client sums the rows it fetches).
 SUM_SCHEMES = ("ashe", "paillier", "none")
@@ -107,6 +108,11 @@ class Encryption:
     @property
     def is_expression(self) -> bool:
         return not self.source.isidentifier()
+
+    @property
+    def ope_binary(self) -> bool:
+        """OPE over more than 32 bits: byte-string ciphertexts (``veil.crypto.ope``)."""
+        return self.scheme == OPE and int(str(self.params.get("bits", 64))) > OPE_INT64_BITS
 
 
 @dataclass

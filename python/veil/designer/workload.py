@@ -7,7 +7,8 @@ EncSet, §6.2):
 - DET: equality with a constant, IN lists, GROUP BY keys, COUNT(DISTINCT),
   and equi-joins (the two sides become one key group);
 - OPE: ranges against constants, BETWEEN, ORDER BY, MIN and MAX, and order
-  comparisons between two columns of one table (they share an OPE key);
+  comparisons between two columns of one table (they share an OPE key), or
+  of a column with itself (a correlated subquery's ``q.id < p.id``);
 - SEARCH: LIKE patterns that bound whole words (``'% special requests %'``);
 - DET / OPE of per-row expressions compared with constants
   (``substring(c_phone, 1, 2) IN (...)``, MONOMI §5.1), and DET of the
@@ -182,7 +183,9 @@ def _note_in_subquery(
 def _note_column_order(
     left: ColumnRef | None, right: ColumnRef | None, needs: WorkloadNeeds
 ) -> None:
-    if left and right and left[0] == right[0] and left != right:
+    if left and right and left == right:  # a column against itself in a subquery: one key
+        needs.ope.add(left)
+    elif left and right and left[0] == right[0]:
         needs.ope.update((left, right))
         needs.ope_pairs.add((left, right))
 

@@ -236,6 +236,9 @@ class Session:
     def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
         return self.backend.wrapping_sum(value)  # type: ignore[arg-type]
 
+    def extreme(self, kind: str, value: exp.Expr, enc: Encryption) -> exp.Expr:
+        return self.backend.extreme(kind, value, enc.ope_binary)  # type: ignore[arg-type]
+
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
         cast = f"TRY_CAST(({constant}) AS {sql_type.name})"
         # Python reads DATE 'infinity' as 9999-12-31: such constants stay on the client

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from veil.sql.columns import BaseColumn
+from veil.sql.plan import JOIN_ROW
 
 
 def drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
@@ -21,7 +22,7 @@ def drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
         if clause is None:
             continue
         condition = clause.this if isinstance(clause, exp.Where) else clause
-        kept = [c for c in _conjunct_list(condition) if id(c) not in gone]
+        kept = [c for c in conjunct_list(condition) if id(c) not in gone]
         rebuilt = exp.and_(*kept, copy=False) if kept else exp.true()
         if isinstance(clause, exp.Where):
             select.set("where", exp.Where(this=rebuilt) if kept else None)
@@ -29,11 +30,12 @@ def drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
             clause.replace(rebuilt)
 
 
-def _conjunct_list(condition: exp.Expr) -> list[exp.Expr]:
+def conjunct_list(condition: exp.Expr) -> list[exp.Expr]:
+    """The conjuncts of ``condition`` (through nested ANDs and parenthesised ANDs)."""
     if isinstance(condition, exp.And):
-        return _conjunct_list(condition.this) + _conjunct_list(condition.expression)
+        return conjunct_list(condition.this) + conjunct_list(condition.expression)
     if isinstance(condition, exp.Paren) and isinstance(condition.this, exp.And):
-        return _conjunct_list(condition.this)
+        return conjunct_list(condition.this)
     return [condition]
 
 
@@ -57,3 +59,62 @@ def columns_outside(
         if ref is not None and id(column) not in skipped:
             used.add((ref.scope_id, ref.alias, ref.column))
     return used
+
+
+def aliases_of(select: exp.Select) -> set[str]:
+    """The aliases of the sources in ``select``'s FROM and JOINs."""
+    sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    return {s.this.alias_or_name for s in sources if s is not None}
+
+
+def nullable_aliases(select: exp.Select) -> set[str]:
+    """The aliases an outer join of ``select`` may NULL-extend."""
+    nullable: set[str] = set()
+    seen: list[str] = []
+    from_ = select.args.get("from_")
+    if from_ is not None:
+        seen.append(from_.this.alias_or_name)
+    for join in select.args.get("joins") or []:
+        name = join.this.alias_or_name
+        side = join.args.get("side")
+        if side in ("LEFT", "FULL"):
+            nullable.add(name)
+        if side in ("RIGHT", "FULL"):
+            nullable.update(seen)
+        seen.append(name)
+    return nullable
+
+
+def subqueries_outside_where(select: exp.Expr) -> bool:
+    """Whether ``select`` holds subqueries outside its WHERE.
+
+    Those in WHERE may have gone to the server whole (``pushdown_subqueries``);
+    a pass that needs the block's every conjunct on the server checks that.
+    """
+    where = select.args.get("where")
+    for node in select.find_all(exp.Select, exp.Subquery):
+        if node is not select and (where is None or not is_part_of(node, where)):
+            return True
+    return False
+
+
+def inner_joins_only(select: exp.Expr) -> bool:
+    """A SELECT whose joins are all inner or comma joins (no USING, no join hints)."""
+    if not isinstance(select, exp.Select):
+        return False
+    for join in select.args.get("joins") or []:
+        if join.args.get("side") or join.args.get("kind") not in (None, "INNER", "CROSS"):
+            return False
+        if join.args.get("using") or join.args.get("method"):
+            return False
+    return True
+
+
+def pair_join_rows(select: exp.Select, aliases: list[str]) -> None:
+    """Join the local tables of a server join's scans on their ``JOIN_ROW`` numbers."""
+    first, *rest = aliases
+    for alias in rest:
+        pair = exp.EQ(
+            this=exp.column(JOIN_ROW, table=first), expression=exp.column(JOIN_ROW, table=alias)
+        )
+        select.where(pair, copy=False)

@@ -58,6 +58,8 @@ class Scan:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
         if self.aggregation is not None:
             return self.aggregation.fetched(self.table)
+        if self.joined is not None and self.joined.groups is not None:
+            return self.joined.groups.fetched(self)
         wanted: list[tuple[str, Encryption | None]]
         ordered = [c.name for c in self.table.columns if c.name in self.columns]  # table order
         wanted = [(c, self.table.fetchable(c)) for c in ordered]
@@ -204,6 +206,32 @@ JOIN_ROW = "__veil_join_row"  # local column pairing the parts of one joined row
 
 
 @dataclass
+class JoinGroup:
+    """GROUP BY DET keys with COUNT / MIN / MAX over a server join (``pushdown_join_aggregates``).
+
+    Each of ``keys`` and ``items`` belongs to the scan whose column it reads
+    (COUNT(*) to the first); each scan's local table gets its own part of
+    every group's row, all parts of a group under one ``JOIN_ROW``.
+    """
+
+    keys: list[tuple[Scan, str, Encryption]]  # (scan, plaintext column, its DET)
+    items: list[tuple[Scan, AggregateItem]]  # ``server``: the aggregate over ``j<n>`` names
+
+    def fetched(self, scan: Scan) -> list[tuple[str, Encryption | None]]:
+        keys: list[tuple[str, Encryption | None]] = [(c, e) for s, c, e in self.keys if s is scan]
+        values: list[tuple[str, Encryption | None]] = [
+            (self.local_name(item.key), item.enc if item.kind != "COUNT" else None)
+            for s, item in self.items
+            if s is scan
+        ]
+        return keys + values
+
+    def local_name(self, key: int) -> str:
+        index = next(i for i, (_, item) in enumerate(self.items) if item.key == key)
+        return f"__veil_agg_{index}"
+
+
+@dataclass
 class JoinedFetch:
     """Inner-joined scans fetched by ONE server statement (see ``pushdown_joins``)::
 
@@ -217,6 +245,7 @@ class JoinedFetch:
 
     scans: list[Scan]
     edges: list[JoinEdge]
+    groups: JoinGroup | None = None  # grouped and counted on the server too
 
     def fetched(self) -> list[tuple[Scan, str, Encryption | None]]:
         wanted = [(scan, column, enc) for scan in self.scans for column, enc in scan.fetched()]

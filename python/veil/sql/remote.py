@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from veil.sql.plan import Aggregation, JoinedFetch, JoinEdge, Scan
 
 _VALUE = "veil_param"  # meta key of a placeholder's value
+OUTER = "__veil_outer"  # in a pushed subquery, qualifies the columns of the scan it filters
 _INNER, _SIDE = "g", "h"
 HOM_PACK_COLUMN = "pack"  # the HOM side table's pack number column
 HOM_CT_COLUMN = "ct"  # ... and its ciphertext column
@@ -106,7 +107,7 @@ def scan_statement(scan: Scan, extras: Extras | None = None) -> exp.Select:
 def _filtered(select: exp.Select, scan: Scan, alias: str | None, extras: Extras) -> exp.Select:
     """``select`` with ``scan``'s server predicates and run-time filters, then its reduction."""
     for predicate in _filters(scan, extras):
-        select = select.where(_qualified(predicate, alias), copy=False)
+        select = select.where(_qualified(predicate, scan, alias), copy=False)
     if scan.reduction is not None:
         select = select.where(reduction_filter(scan.reduction, scan, alias, extras), copy=False)
     return select
@@ -116,13 +117,20 @@ def _filters(scan: Scan, extras: Extras) -> list[exp.Expr]:
     return [p.server for p in scan.predicates] + extras.get(id(scan), [])
 
 
-def _qualified(server: exp.Expr, alias: str | None) -> exp.Expr:
-    """A copy of a scan's server predicate with its columns qualified by ``alias``."""
+def _qualified(server: exp.Expr, scan: Scan, alias: str | None) -> exp.Expr:
+    """A copy of a scan's server predicate with its columns qualified by ``alias``.
+
+    A pushed subquery (``veil.sql.server_subquery``) names its own tables'
+    columns by their aliases and the scan's columns by ``OUTER``: those are
+    qualified too, by the scan's table name when it has no alias, so that a
+    subquery over the same table never captures them.
+    """
     copied = server.copy()
-    if alias is None:
-        return copied
+    outer = alias or scan.table.server_name
     for column in list(copied.find_all(exp.Column)):
-        if not column.table:
+        if column.table == OUTER:
+            column.replace(exp.column(column.name, table=outer))
+        elif not column.table and alias is not None:
             column.replace(exp.column(column.name, table=alias))
     return copied
 
@@ -190,7 +198,7 @@ def _key_semi_join(
             select = select.where(exp.EQ(this=first.copy(), expression=partner), copy=False)
     for scan in others:
         for predicate in _filters(scan, extras):
-            select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
+            select = select.where(_qualified(predicate, scan, aliases[id(scan)]), copy=False)
     return exp.column(key, table=outer).isin(query=select)
 
 
@@ -218,28 +226,47 @@ def _reduction_rows(reduction: Reduction, target: Scan, extras: Extras) -> exp.S
         select = select.where(_edge(edge, aliases), copy=False)
     for scan in reduction.scans:
         for predicate in _filters(scan, extras):
-            select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
+            select = select.where(_qualified(predicate, scan, aliases[id(scan)]), copy=False)
     return select
 
 
 def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Select:
     """The one statement that fetches a server join's scans."""
-    aliases = {id(scan): f"j{i}" for i, scan in enumerate(fetch.scans)}
-    names = [
-        exp.column(scan.table.stored_column(enc), table=aliases[id(scan)])
-        for scan, _, enc in fetch.fetched()
-    ]
+    aliases = {id(scan): joined_alias(i) for i, scan in enumerate(fetch.scans)}
+    groups = fetch.groups
+    if groups is not None:
+        parts: dict[tuple[int, str], exp.Expr] = {
+            (id(s), column): exp.column(enc.name, table=aliases[id(s)])
+            for s, column, enc in groups.keys
+        }
+        for s, item in groups.items:
+            assert item.server is not None
+            parts[(id(s), groups.local_name(item.key))] = item.server.copy()
+        names = [parts[(id(scan), column)] for scan, column, _ in fetch.fetched()]
+    else:
+        names = [
+            exp.column(scan.table.stored_column(enc), table=aliases[id(scan)])
+            for scan, _, enc in fetch.fetched()
+        ]
     select = _from_joined(exp.select(*names), fetch.scans, aliases)
     for edge in fetch.edges:
         select = select.where(_edge(edge, aliases), copy=False)
     for scan in fetch.scans:  # every scan's filters first, then the semi-joins
         for predicate in _filters(scan, extras or {}):
-            select = select.where(_qualified(predicate, aliases[id(scan)]), copy=False)
+            select = select.where(_qualified(predicate, scan, aliases[id(scan)]), copy=False)
     for scan in fetch.scans:
         if scan.reduction is not None:
             semi = reduction_filter(scan.reduction, scan, aliases[id(scan)], extras)
             select = select.where(semi, copy=False)
+    if fetch.groups is not None and fetch.groups.keys:
+        by = [exp.column(enc.name, table=aliases[id(s)]) for s, _, enc in fetch.groups.keys]
+        select = select.group_by(*by, copy=False)
     return select
+
+
+def joined_alias(index: int) -> str:
+    """The name of a server join's ``index``-th table in its statement."""
+    return f"j{index}"
 
 
 def _from_joined(select: exp.Select, scans: Sequence[Scan], aliases: dict[int, str]) -> exp.Select:

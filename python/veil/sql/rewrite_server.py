@@ -59,6 +59,10 @@ class ServerContext(Protocol):
         """The server's sum of a BIGINT column, right modulo 2**64 (ASHE words)."""
         ...
 
+    def extreme(self, kind: str, value: exp.Expr, enc: Encryption) -> exp.Expr:
+        """The server's MIN or MAX (``kind``) of ``enc``'s OPE ciphertexts ``value``."""
+        ...
+
 
 _RANGE_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT,

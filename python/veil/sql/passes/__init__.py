@@ -17,8 +17,10 @@ from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
+from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
 from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
+from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.rename_scans import rename_scans
 from veil.sql.passes.trim_reductions import trim_reductions
@@ -28,8 +30,10 @@ PASSES: tuple[Pass, ...] = (
     prune_exists_projections,  # EXISTS (SELECT * ...) fetches no columns
     find_scans,  # scopes, base columns, one Scan per table reference
     pushdown_predicates,  # exact server filters; join edges; IN-subqueries
+    pushdown_subqueries,  # [NOT] EXISTS / IN / MIN-MAX subqueries as server filters
     reduce_joins,  # semi-join reductions by joined and outer scans
     pushdown_aggregates,  # GROUP BY / COUNT / MIN / MAX / HOM SUM on the server
+    pushdown_join_aggregates,  # a whole joined block grouped and counted on the server
     pushdown_joins,  # inner DET equi-joins as one server statement
     trim_reductions,  # drop reductions a server join does, or too costly for a small table
     drop_pushed_filters,  # exact server filters leave the local plan

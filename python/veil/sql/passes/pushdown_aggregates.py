@@ -27,6 +27,7 @@ from sqlglot.optimizer.scope import Scope
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import DET, OPE, SEARCH, HomGroup, TableDesign
 from veil.sql.columns import BaseColumn, columns_read, row_expression
+from veil.sql.conjuncts import subqueries_outside_where
 from veil.sql.plan import ASHE_WORD, Aggregation, Scan
 from veil.sql.remote import hom_ciphertexts, id_bit_position
 from veil.sql.rewrite_server import ServerContext
@@ -76,9 +77,9 @@ def _result_types(select: exp.Select, scan: Scan, ctx: ServerContext) -> dict[in
 
 def _sole_scan(scope: Scope, scans: dict[ScanKey, Scan]) -> Scan | None:
     select = scope.expression
-    if select.args.get("joins") or len(scope.sources) != 1 or scope.subquery_scopes:
+    if select.args.get("joins") or len(scope.sources) != 1 or subqueries_outside_where(select):
         return None
-    if select.find(exp.Window, exp.Subquery) or select.args.get("distinct") is not None:
+    if select.find(exp.Window) or select.args.get("distinct") is not None:
         return None
     alias = next(iter(scope.sources))
     scan = scans.get((id(scope), alias))
@@ -146,7 +147,9 @@ def _add_aggregate(
     if isinstance(node, exp.Min | exp.Max):
         enc = scan.table.find(ref.column, OPE)
         if enc is not None:
-            aggregation.add(id(node), type(node).__name__.upper(), enc)
+            kind = type(node).__name__.upper()
+            extreme = ctx.extreme(kind, exp.column(enc.name), enc)
+            aggregation.add(id(node), kind, enc, extreme)
             return True
     return False
 

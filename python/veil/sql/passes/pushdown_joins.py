@@ -33,9 +33,15 @@ from sqlglot import exp
 
 from veil.design.model import DET, OPE, Encryption
 from veil.sql.columns import BaseColumn
-from veil.sql.conjuncts import columns_outside, drop_conjuncts, is_part_of
+from veil.sql.conjuncts import (
+    columns_outside,
+    drop_conjuncts,
+    inner_joins_only,
+    is_part_of,
+    pair_join_rows,
+)
 from veil.sql.join_graph import components
-from veil.sql.plan import JOIN_ROW, JoinedFetch, JoinEdge, Scan
+from veil.sql.plan import JoinedFetch, JoinEdge, Scan
 from veil.sql.state import PlanState, ScanKey
 
 # One statement instead of several, and no join left for the client, are worth
@@ -48,27 +54,15 @@ def pushdown_joins(state: PlanState) -> PlanState:
     tree, resolved = state.query, state.resolved
     keys = {id(scan): key for key, scan in state.scans.items()}
     for scope, edges in state.edges:
-        if not _inner_block(scope.expression):
+        if not inner_joins_only(scope.expression):
             continue
         select = scope.expression
-        assert isinstance(select, exp.Select)  # checked by _inner_block
+        assert isinstance(select, exp.Select)  # checked by inner_joins_only
         for members, member_edges in components(edges):
-            if any(s.aggregation is not None or s.with_row_id for s in members):
+            if any(s.aggregation or s.joined or s.with_row_id for s in members):
                 continue
             _try_join(tree, members, member_edges, select, keys, resolved)
     return state
-
-
-def _inner_block(select: exp.Expr) -> bool:
-    """A SELECT whose joins are all inner or comma joins."""
-    if not isinstance(select, exp.Select):
-        return False
-    for join in select.args.get("joins") or []:
-        if join.args.get("side") or join.args.get("kind") not in (None, "INNER", "CROSS"):
-            return False
-        if join.args.get("using") or join.args.get("method"):
-            return False
-    return True
 
 
 def _try_join(
@@ -135,13 +129,7 @@ def _adopt(
         scan.joined = fetch
         if scan.reduction is not None and {id(s) for s in scan.reduction.scans} <= members:
             scan.reduction = None  # the server join itself reduces this scan
-    first, *rest = fetch.scans
-    for scan in rest:
-        pair = exp.EQ(
-            this=exp.column(JOIN_ROW, table=first.alias),
-            expression=exp.column(JOIN_ROW, table=scan.alias),
-        )
-        select.where(pair, copy=False)
+    pair_join_rows(select, [s.alias for s in fetch.scans])
 
 
 def _width(scan: Scan, columns: set[str]) -> int:

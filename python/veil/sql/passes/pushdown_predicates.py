@@ -20,7 +20,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.sql.columns import BaseColumn
-from veil.sql.conjuncts import is_part_of
+from veil.sql.conjuncts import aliases_of, is_part_of, nullable_aliases
 from veil.sql.implied_predicates import implied_conjuncts
 from veil.sql.join_graph import join_edge
 from veil.sql.plan import JoinEdge, Scan, ServerPredicate
@@ -73,9 +73,9 @@ def _push(predicate: exp.Expr, scan: Scan, select: exp.Select, state: PlanState)
 def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:
     """Conjuncts with the aliases they may be pushed to (None: any of the scope)."""
     joins = select.args.get("joins") or []
-    nullable = _nullable_aliases(select)
+    nullable = nullable_aliases(select)
     found: list[tuple[exp.Expr, set[str] | None]] = []
-    preserved = _aliases_of(select) - nullable
+    preserved = aliases_of(select) - nullable
     where = select.args.get("where")
     if where is not None:
         found += [(c, preserved) for c in where.this.flatten() if isinstance(where.this, exp.And)]
@@ -90,28 +90,6 @@ def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:
         parts = list(on.flatten()) if isinstance(on, exp.And) else [on]
         found += [(c, target) for c in parts]
     return found
-
-
-def _aliases_of(select: exp.Select) -> set[str]:
-    sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
-    return {s.this.alias_or_name for s in sources if s is not None}
-
-
-def _nullable_aliases(select: exp.Select) -> set[str]:
-    nullable: set[str] = set()
-    seen: list[str] = []
-    from_ = select.args.get("from_")
-    if from_ is not None:
-        seen.append(from_.this.alias_or_name)
-    for join in select.args.get("joins") or []:
-        name = join.this.alias_or_name
-        side = join.args.get("side")
-        if side in ("LEFT", "FULL"):
-            nullable.add(name)
-        if side in ("RIGHT", "FULL"):
-            nullable.update(seen)
-        seen.append(name)
-    return nullable
 
 
 def _single_scan(

@@ -1,0 +1,201 @@
+"""Pass: a whole joined block, grouped and counted on the server (one statement).
+
+A SELECT whose sources are all scans inner-joined on DET keys (join edges
+connecting every one), whose every WHERE / ON conjunct the server evaluates
+exactly (join edges, exact predicates, pushed subqueries), whose GROUP BY
+keys have DET encryptions and whose aggregates are COUNT(*), COUNT(col) and
+MIN/MAX of OPE columns, runs on the server whole (TPC-H Q21)::
+
+    SELECT s_name, COUNT(*) FROM supplier, lineitem l1, orders, nation
+    WHERE s_suppkey = l1.l_suppkey AND o_orderkey = l1.l_orderkey AND ... GROUP BY s_name
+      RemoteSQL: SELECT j0.c_name, COUNT(*) FROM t_supp AS j0, t_li AS j1, ...
+                 WHERE j0.c_sk = j1.c_sk AND ... GROUP BY j0.c_name
+      local:     ... ANY_VALUE(supplier.__veil_agg_0) ... GROUP BY supplier.s_name
+
+The server returns a row per group, which the client splits into the
+scans' local tables under one ``JOIN_ROW`` (``veil.exec.fetch.run_joined``);
+the local plan's GROUP BY sees each group once, as with a single table
+(``pushdown_aggregates``). Exact: DET groups as the plaintext does, the
+server's join and filters are the local plan's, and COUNT / MIN / MAX of
+DET and OPE ciphertexts are the counts and the ciphertexts of the extremes.
+
+Chosen without a byte estimate: the server's answer has at most one row per
+group, never more than what the per-table or joined fetches would send.
+Sums (ASHE / Paillier are per table: a join may repeat a row), DISTINCT,
+FILTER, windows, correlated blocks and ROLLUP are left to the other passes.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from veil.design.model import DET, OPE
+from veil.sql.conjuncts import (
+    conjunct_list,
+    drop_conjuncts,
+    inner_joins_only,
+    is_part_of,
+    pair_join_rows,
+    subqueries_outside_where,
+)
+from veil.sql.join_graph import components
+from veil.sql.plan import AggregateItem, JoinedFetch, JoinEdge, JoinGroup, Scan
+from veil.sql.remote import joined_alias
+from veil.sql.state import PlanState
+
+
+def pushdown_join_aggregates(state: PlanState) -> PlanState:
+    for scope, edges in state.edges:
+        select = scope.expression
+        if not isinstance(select, exp.Select) or not edges or scope.external_columns:
+            continue
+        groups = components(edges)
+        if len(groups) != 1:
+            continue
+        members, member_edges = groups[0]
+        if not _whole_block(scope, select, members, member_edges):
+            continue
+        members = _in_from_order(scope, members)
+        fetch = JoinedFetch(members, member_edges)
+        found = _join_group(select, members, state)
+        if found is None:
+            continue
+        fetch.groups, types = found
+        _adopt(fetch, select, types)
+    return state
+
+
+def _whole_block(
+    scope: Scope, select: exp.Select, members: list[Scan], edges: list[JoinEdge]
+) -> bool:
+    """All of the block's sources are these scans, and every conjunct is on the server."""
+    if len(members) != len(scope.sources) or subqueries_outside_where(select):
+        return False
+    if select.find(exp.Window) or select.args.get("distinct") is not None:
+        return False
+    if not inner_joins_only(select):
+        return False
+    if any(s.aggregation or s.with_row_id or s.joined or s.residuals for s in members):
+        return False
+    on_server = {id(e.node) for e in edges} | {
+        id(p.node) for s in members for p in s.predicates if p.exact
+    }
+    return all(id(c) in on_server for c in _conjuncts(select))
+
+
+def _conjuncts(select: exp.Select) -> list[exp.Expr]:
+    clauses = [select.args.get("where")] + [
+        j.args.get("on") for j in select.args.get("joins") or []
+    ]
+    found: list[exp.Expr] = []
+    for clause in clauses:
+        if clause is not None:
+            found += conjunct_list(clause.this if isinstance(clause, exp.Where) else clause)
+    return found
+
+
+def _in_from_order(scope: Scope, members: list[Scan]) -> list[Scan]:
+    by_alias = {s.alias: s for s in members}
+    return [by_alias[alias] for alias in scope.sources if alias in by_alias]
+
+
+def _join_group(
+    select: exp.Select, members: list[Scan], state: PlanState
+) -> tuple[JoinGroup, dict[int, str]] | None:
+    """The block's keys and aggregates over the join, with each aggregate's SQL type."""
+    group = select.args.get("group")
+    if group is not None and any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
+        return None
+    aliases = {id(s): joined_alias(i) for i, s in enumerate(members)}
+    by_alias = {s.alias: s for s in members}
+    keys = []
+    for key in group.expressions if group is not None else []:
+        ref = state.resolved.get(id(key)) if isinstance(key, exp.Column) else None
+        scan = by_alias.get(ref.alias) if ref is not None else None
+        enc = scan.table.find(ref.column, DET) if scan is not None and ref is not None else None
+        if scan is None or enc is None or ref is None:
+            return None
+        keys.append((scan, ref.column, enc))
+    # its own: a pushed MIN/MAX subquery in WHERE has one too, and leaves with WHERE
+    aggregates = [a for a in select.find_all(exp.AggFunc) if a.find_ancestor(exp.Select) is select]
+    if not aggregates:
+        return None
+    items: list[tuple[Scan, AggregateItem]] = []
+    types: dict[int, str] = {}
+    for node in aggregates:
+        found = _item(node, members, by_alias, aliases, state)
+        if found is None:
+            return None
+        items.append(found[:2])
+        types[id(node)] = found[2]
+    key_columns = {(s.alias, column) for s, column, _ in keys}
+    inside = {id(c) for a in aggregates for c in a.find_all(exp.Column)}
+    for column in select.find_all(exp.Column):
+        if id(column) in inside or column.find_ancestor(exp.Where, exp.Join):
+            continue  # aggregated, or in a conjunct the server evaluates
+        ref = state.resolved.get(id(column))
+        if ref is None and not column.table:
+            continue  # an output alias (ORDER BY numwait)
+        if ref is None or (ref.alias, ref.column) not in key_columns:
+            return None
+    return JoinGroup(keys, items), types
+
+
+def _item(
+    node: exp.Expr,
+    members: list[Scan],
+    by_alias: dict[str, Scan],
+    aliases: dict[int, str],
+    state: PlanState,
+) -> tuple[Scan, AggregateItem, str] | None:
+    """One aggregate as an item of the scan it reads, and its plaintext SQL type."""
+    if isinstance(node.parent, exp.Filter) or isinstance(node.this, exp.Distinct):
+        return None
+    if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
+        return (
+            members[0],
+            AggregateItem(id(node), "COUNT", None, exp.Count(this=exp.Star())),
+            "BIGINT",
+        )
+    if not isinstance(node, exp.Count | exp.Min | exp.Max) or node.expressions:
+        return None
+    ref = state.resolved.get(id(node.this)) if isinstance(node.this, exp.Column) else None
+    scan = by_alias.get(ref.alias) if ref is not None else None
+    column = scan.table.column(ref.column) if scan is not None and ref is not None else None
+    if scan is None or ref is None or column is None:
+        return None
+    if isinstance(node, exp.Count):  # NULL stays NULL under DET and OPE: counts agree
+        enc = scan.table.find(ref.column, DET) or scan.table.find(ref.column, OPE)
+        if enc is None:
+            return None
+        server: exp.Expr = exp.Count(this=exp.column(enc.name, table=aliases[id(scan)]))
+        return scan, AggregateItem(id(node), "COUNT", None, server), "BIGINT"
+    enc = scan.table.find(ref.column, OPE)
+    if enc is None:
+        return None
+    kind = "MIN" if isinstance(node, exp.Min) else "MAX"
+    server = state.ctx.extreme(kind, exp.column(enc.name, table=aliases[id(scan)]), enc)
+    return scan, AggregateItem(id(node), kind, enc, server), column.type
+
+
+def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> None:
+    """Commit: the scans fetch the groups; the local plan reads them once per group."""
+    groups = fetch.groups
+    assert groups is not None
+    drop_conjuncts(select, _conjuncts(select))
+    owners = {item.key: s for s, item in groups.items}
+    for scan in fetch.scans:
+        scan.columns = {c for s, c, _ in groups.keys if s is scan}
+        scan.joined = fetch
+        scan.reduction = None  # the server join does it
+    pair_join_rows(select, [s.alias for s in fetch.scans])
+    for node in list(select.find_all(exp.AggFunc)):
+        if not is_part_of(node, select):
+            continue
+        scan = owners[id(node)]
+        value = exp.Anonymous(
+            this="ANY_VALUE",
+            expressions=[exp.column(groups.local_name(id(node)), table=scan.alias)],
+        )
+        node.replace(exp.cast(value, exp.DataType.build(types[id(node)], dialect="duckdb")))
