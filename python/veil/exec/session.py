@@ -74,6 +74,8 @@ class Session:
         self.local = duckdb.connect()
         self.catalog = duckdb.connect()
         self._owners: dict[str, TableDesign] = {}
+        # constants' encodings, within one planning (``current_date`` changes between plans)
+        self._encoded: dict[tuple[str, str], int | bytes | None] = {}
         self.plans = PlanCache()
         self.refresh_catalog()
 
@@ -157,6 +159,7 @@ class Session:
         return Result(table, len(table), stats, plan)
 
     def plan(self, tree: exp.Expr, *, row_ids_of: str | None = None) -> SplitPlan:
+        self._encoded.clear()
         return plan_query(tree, self.design, self, row_ids_of=row_ids_of)
 
     def describe(self, tree: exp.Expr) -> list[str]:
@@ -205,12 +208,18 @@ class Session:
 
     def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
         """The ciphertext of a constant under ``enc``, or None if not exactly representable."""
-        value = self._exact_value(node.sql(dialect="duckdb"), SqlType(enc.type))
-        if value is None:
+        encoded = self.encoded_constant(node, enc)
+        if encoded is None:
             return None
-        encoded = encode_scalar(value, enc.sql_type)
-        assert encoded is not None
         return self.ciphers.get(self._owners[enc.name], enc).encrypt_one(encoded)
+
+    def encoded_constant(self, node: exp.Expr, enc: Encryption) -> int | bytes | None:
+        """The constant's encoding under ``enc``'s type (None: not exactly representable)."""
+        key = (node.sql(dialect="duckdb"), enc.type)
+        if key not in self._encoded:
+            value = self._exact_value(key[0], SqlType(enc.type))
+            self._encoded[key] = None if value is None else encode_scalar(value, enc.sql_type)
+        return self._encoded[key]
 
     def expression_type(self, node: exp.Expr, table: str, alias: str) -> str | None:
         sql = f'DESCRIBE SELECT {node.sql(dialect="duckdb")} FROM "{table}" AS "{alias}"'

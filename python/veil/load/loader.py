@@ -31,6 +31,7 @@ from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, declare_domains, parse_domain_specs
 from veil.design.model import (
     DET,
+    OPE,
     SUM_SCHEMES,
     Column,
     DesignError,
@@ -39,7 +40,7 @@ from veil.design.model import (
     TableDesign,
 )
 from veil.designer.greedy import greedy_design
-from veil.encoding import SqlType, encode
+from veil.encoding import SqlType, encode, encode_scalar
 from veil.exec.blocks import blocks_schema
 from veil.exec.ciphers import BYTES_FORM, available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
@@ -117,6 +118,7 @@ def load(
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
+        _record_quantiles(table, con, fresh.tables[table.name])
     backend = connect(server_url)
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
@@ -256,6 +258,35 @@ def _count_distinct_keys(
         row = _distinct_counts(source, con, keys)
     for enc, count in zip(keys, row, strict=True):
         enc.params["distinct"] = int(count)
+
+
+QUANTILES = 32  # an OPE column's recorded quantiles: 0, 1/32, ..., 1 (33 points)
+
+
+def _record_quantiles(
+    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
+) -> None:
+    """Record each OPE column's quantiles (encoded, as OPE encrypts them): the planner's
+    estimate of how many rows a range filter keeps (``veil.sql.selectivity``).
+
+    Like the distinct counts, they stay in the client's design file; the server
+    could estimate them from the OPE ciphertexts' order anyway.
+    """
+    columns = [e for e in table.encryptions if e.scheme == OPE and not e.is_expression]
+    if not columns:
+        return
+    points = ", ".join(str(i / QUANTILES) for i in range(QUANTILES + 1))
+    parts = ", ".join(f'approx_quantile("{e.source}", [{points}])' for e in columns)
+    try:
+        row = con.execute(f"SELECT {parts} FROM {source.relation_sql}").fetchall()[0]
+    except duckdb.Error:  # a type approx_quantile does not take: no estimate
+        return
+    for enc, values in zip(columns, row, strict=True):
+        if values is None or any(v is None for v in values):
+            continue  # no non-NULL value
+        encoded = [encode_scalar(v, enc.sql_type) for v in values]
+        if all(isinstance(v, int) for v in encoded):
+            enc.params["quantiles"] = encoded
 
 
 def _distinct_counts(

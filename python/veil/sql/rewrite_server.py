@@ -39,6 +39,10 @@ class ServerContext(Protocol):
         """The constant's ciphertext under ``enc``, or None if it cannot be exact."""
         ...
 
+    def encoded_constant(self, node: exp.Expr, enc: Encryption) -> int | bytes | None:
+        """The constant's plaintext encoding under ``enc``'s type (None: not exact)."""
+        ...
+
     def search_token(self, word: str, enc: Encryption) -> bytes: ...
 
     def expression_type(self, node: exp.Expr, table: str, alias: str) -> str | None:
