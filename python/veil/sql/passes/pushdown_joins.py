@@ -32,7 +32,8 @@ keep the per-table path (with its semi-join reductions) and the local plan
 joins them as before. TPC-H Q14's lineitem keeps 1/84 of its rows (one
 month): lineitem and part are joined on the server (the per-table path
 scanned lineitem twice); Q10's customer (name, address, phone, comment)
-would be repeated on 76,000 joined rows against 60,000 of its own: left out.
+would be repeated on 76,000 joined rows against 60,000 of its own: left out
+(1.20 times the bytes).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from math import expm1, prod
 
 from sqlglot import exp
 
-from veil.design.model import DET, OPE, Encryption
+from veil.design.model import BLOCKS, DET, OPE, Encryption
 from veil.sql.conjuncts import (
     columns_outside,
     drop_conjuncts,
@@ -55,10 +56,13 @@ from veil.sql.selectivity import kept_share
 from veil.sql.state import PlanState, ScanKey
 
 # One statement instead of several, and no join left for the client, are worth
-# some extra bytes. Measured on TPC-H SF 1 (DuckDB and PostgreSQL): Q9's
-# five-table join (estimate 1.20) pays, Q10 with customer's text (1.26) does not.
-_JOIN_BONUS = 1.22
+# some extra bytes. On TPC-H SF 1: Q9's six-table join (estimated at 1.03 times
+# the bytes) pays; Q10 with customer's text (1.20) sends 2.5 times the bytes
+# for no gain in time.
+_JOIN_BONUS = 1.15
 _FIXED_WIDTH = ("int", "date", "timestamp", "decimal", "bool", "float")
+_TEXT_BYTES = 24  # a text column's mean length when the load recorded none
+_CIPHERTEXT_BYTES = 17
 
 
 def pushdown_joins(state: PlanState) -> PlanState:
@@ -109,15 +113,23 @@ def _try_join(
         if after <= before * _JOIN_BONUS:
             _adopt(fetch, select, [node for node in dropped if node is not None], narrowed)
             return fetch
-        # leave out the scan whose repetition costs most, if the rest stays connected
-        candidates = [m for m in members if _connected([s for s in members if s is not m], edges)]
-        if not candidates:
+
+        # leave out the scan whose repetition adds most (with the scans only it
+        # connects to the largest table): its columns on every joined row, less
+        # its own fetch (TPC-H Q10: customer, and nation hanging off it)
+        adds = {
+            id(s): rows * _width(s, narrowed[id(s)])
+            - _fetched_alone(s, kept[id(s)], rows, s is largest) * _width(s, alone[id(s)])
+            for s in members
+        }
+        options = [
+            kept_part
+            for m in members
+            if m is not largest and len(kept_part := _reaching(largest, m, members, edges)) >= 2
+        ]
+        if not options:
             return None
-        worst = max(
-            candidates,
-            key=lambda m: (rows - m.table.row_count * kept[id(m)]) * _width(m, narrowed[id(m)]),
-        )
-        members.remove(worst)
+        members = max(options, key=lambda part: sum(adds[id(s)] for s in members if s not in part))
     return None
 
 
@@ -147,10 +159,19 @@ def _narrowed(
     return {id(s): {c for c in s.columns if (*keys[id(s)], c) in used} for s in members}
 
 
-def _connected(members: list[Scan], edges: list[JoinEdge]) -> bool:
-    inside = {id(s) for s in members}
-    groups = components([e for e in edges if id(e.left) in inside and id(e.right) in inside])
-    return len(groups) == 1 and len(groups[0][0]) == len(members)
+def _reaching(start: Scan, without: Scan, members: list[Scan], edges: list[JoinEdge]) -> list[Scan]:
+    """The members still joined to ``start`` once ``without`` leaves, in members' order."""
+    inside = {id(s) for s in members if s is not without}
+    usable = [e for e in edges if id(e.left) in inside and id(e.right) in inside]
+    reached, frontier = {id(start)}, [start]
+    while frontier:
+        scan = frontier.pop()
+        for edge in usable:
+            for a, b in ((edge.left, edge.right), (edge.right, edge.left)):
+                if a is scan and id(b) not in reached:
+                    reached.add(id(b))
+                    frontier.append(b)
+    return [s for s in members if id(s) in reached]
 
 
 def _adopt(
@@ -169,13 +190,19 @@ def _adopt(
     pair_join_rows(select, [s.alias for s in fetch.scans])
 
 
-def _width(scan: Scan, columns: set[str]) -> int:
-    """Rough bytes per row of ``columns`` as fetched (integers 8, byte strings ~40)."""
+def _width(scan: Scan, columns: set[str]) -> float:
+    """Rough bytes per row of ``columns`` as fetched."""
     if not columns:
         return 0
     return sum(_encryption_width(scan.table.fetchable(c)) for c in columns)
 
 
-def _encryption_width(enc: Encryption) -> int:
-    width_preserving = enc.scheme in (DET, OPE) and enc.sql_type.kind in _FIXED_WIDTH
-    return 8 if width_preserving else 40
+def _encryption_width(enc: Encryption) -> float:
+    """8 for a width-preserving DET/OPE integer; a text's mean length (recorded at load,
+    else 24) plus its ciphertext's 17 bytes (version, SIV or nonce and tag); in BLOCKS,
+    the row id and about a third of the text (zstd)."""
+    if enc.scheme in (DET, OPE) and enc.sql_type.kind in _FIXED_WIDTH:
+        return 8
+    mean = enc.params.get("mean_bytes")
+    text = float(mean) if isinstance(mean, int | float) else _TEXT_BYTES
+    return 8 + text / 3 if enc.scheme == BLOCKS else text + _CIPHERTEXT_BYTES
