@@ -24,9 +24,11 @@ that scan is built (``veil.sql.remote._qualified``). What each conjunct may be:
 Exact, NULLs included: DET and OPE map NULL to NULL and distinct values to
 distinct ciphertexts, so ``IN``/``NOT IN``/``EXISTS`` and comparisons give the
 plaintext's three-valued answers; MIN/MAX of OPE ciphertexts are the
-ciphertexts of the MIN/MAX. A subquery referring to any scope further out,
-to a CTE or derived table, or with GROUP BY, HAVING, LIMIT, windows or outer
-joins is left as it was (the client runs it). What the server learns: which
+ciphertexts of the MIN/MAX. An uncorrelated ``col [NOT] IN (subquery)`` is
+left to the client's bind filters (``_uncorrelated_in``). A subquery referring
+to any scope further out, to a CTE or derived table, or with GROUP BY, HAVING,
+LIMIT, windows or outer joins is left as it was (the client runs it). What
+the server learns: which
 outer rows satisfy the predicate, and the equalities and order of the key
 columns it compares, as the same joins pushed as reductions would show.
 """
@@ -85,6 +87,7 @@ class _Translation:
     schemes: set[str] = field(default_factory=set)
     scopes: list[Scope] = field(default_factory=list)
     outer_scans: dict[int, Scan] = field(default_factory=dict)
+    outer_uses: int = 0  # references to the outer scope's columns
 
 
 def pushed_subquery(
@@ -100,7 +103,7 @@ def pushed_subquery(
     by_select = {id(s.expression): s for s in state.scopes}
     work = _Translation(state, scope, by_select, numbers)
     server = _subquery_test(work, conjunct)
-    if server is None or len(work.outer_scans) > 1:
+    if server is None or len(work.outer_scans) > 1 or _uncorrelated_in(conjunct, work):
         return None
     # uncorrelated: true or false for every row, so any scan of the scope may test it
     mine = (s for (scope_id, _), s in state.scans.items() if scope_id == id(scope))
@@ -110,6 +113,20 @@ def pushed_subquery(
     schemes = sorted(work.schemes)
     predicate = ServerPredicate(conjunct.sql("duckdb"), server, schemes, conjunct, True)
     return PushedSubquery(scan, predicate, work.scopes)
+
+
+def _uncorrelated_in(conjunct: exp.Expr, work: _Translation) -> bool:
+    """``col [NOT] IN (subquery)`` whose subquery reads nothing of the outer scope.
+
+    Left to the client's bind filters (``plan_bind_filters``): their keys also
+    filter the scans joined to ``col`` (TPC-H Q20's lineitem through its index on
+    l_partkey), and PostgreSQL runs a NOT IN over a subquery as a subplan per
+    row where it cannot hash it (Q16 took 1.8 times as long). The only outer
+    reference is then ``col`` itself.
+    """
+    while isinstance(conjunct, exp.Not | exp.Paren):
+        conjunct = conjunct.this
+    return isinstance(conjunct, exp.In) and work.outer_uses <= 1
 
 
 def _subquery_test(work: _Translation, node: exp.Expr) -> exp.Expr | None:
@@ -299,6 +316,7 @@ def _column(
     if ref.scope_id != id(work.outer):
         return None
     work.outer_scans[id(scan)] = scan
+    work.outer_uses += 1
     return exp.column(enc.name, table=OUTER), enc
 
 
