@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,9 +83,34 @@ class CipherCache:
         return self._sums[table.server_name]
 
 
+# Rendered statements kept by a plan, by id of the scan or server join they fetch
+Rendered = dict[int, tuple[str, list[object]]]
+
+
 def run_remote(statement: exp.Expression, backend: Backend, stats: FetchStats) -> pa.Table:
     """Run one RemoteSQL statement, counting its time and bytes."""
-    sql, params = render(statement, backend)
+    return _run_rendered(render(statement, backend), backend, stats)
+
+
+def _run_kept(
+    key: int,
+    build: Callable[[], exp.Expression],
+    kept: Rendered | None,
+    backend: Backend,
+    stats: FetchStats,
+) -> pa.Table:
+    """Run a plan's statement, rendered once: ``kept`` (None: this run's filters change it)."""
+    if kept is None:
+        return run_remote(build(), backend, stats)
+    if key not in kept:
+        kept[key] = render(build(), backend)
+    return _run_rendered(kept[key], backend, stats)
+
+
+def _run_rendered(
+    rendered: tuple[str, list[object]], backend: Backend, stats: FetchStats
+) -> pa.Table:
+    sql, params = rendered
     started = time.perf_counter()
     fetched = backend.execute(sql, params or None)
     stats.server_seconds += time.perf_counter() - started
@@ -95,15 +121,24 @@ def run_remote(statement: exp.Expression, backend: Backend, stats: FetchStats) -
 
 
 def run_scan(
-    scan: Scan, extras: Extras, backend: Backend, ciphers: CipherCache, stats: FetchStats
+    scan: Scan,
+    extras: Extras,
+    backend: Backend,
+    ciphers: CipherCache,
+    stats: FetchStats,
+    kept: Rendered | None = None,
 ) -> pa.Table:
-    """The scan's rows (``extras``: filters found at run time), decrypted."""
-    statement = scan_statement(scan, extras)
+    """The scan's rows (``extras``: filters found at run time), decrypted.
+
+    ``kept``: the plan's rendered statements, reused when no run-time filter applies.
+    """
+    keep = kept if not extras.get(id(scan)) else None
+    build = lambda: scan_statement(scan, extras)  # noqa: E731
     if scan.aggregation is not None and scan.aggregation.id_bit is not None:
         with backend.hash_aggregation():  # its (keys, block) groups: far fewer than rows
-            fetched = run_remote(statement, backend, stats)
+            fetched = _run_kept(id(scan), build, keep, backend, stats)
     else:
-        fetched = run_remote(statement, backend, stats)
+        fetched = _run_kept(id(scan), build, keep, backend, stats)
     started = time.perf_counter()
     if scan.aggregation is not None and scan.aggregation.hom_product is not None:
         from veil.exec.hom_fetch import finish_packed_sums
@@ -127,9 +162,12 @@ def run_joined(
     backend: Backend,
     ciphers: CipherCache,
     stats: FetchStats,
+    kept: Rendered | None = None,
 ) -> dict[str, pa.Table]:
     """The joined rows split into one local table per scan, paired by ``JOIN_ROW``."""
-    fetched = run_remote(joined_statement(fetch, extras), backend, stats)
+    keep = kept if not any(extras.get(id(s)) for s in fetch.scans) else None
+    build = lambda: joined_statement(fetch, extras)  # noqa: E731
+    fetched = _run_kept(id(fetch), build, keep, backend, stats)
     started = time.perf_counter()
     row_numbers = pa.array(np.arange(fetched.num_rows, dtype=np.int64))
     tables: dict[str, pa.Table] = {}

@@ -182,20 +182,23 @@ class Session:
                     for member in scan.joined.scans:
                         extras[id(member)] = key_filters(member, self.local, self.ciphers, memo)
                     joined.update(
-                        run_joined(scan.joined, extras, self.backend, self.ciphers, stats)
+                        run_joined(
+                            scan.joined, extras, self.backend, self.ciphers, stats, plan.rendered
+                        )
                     )
                 if scan.joined is None:
                     extras[id(scan)] = key_filters(scan, self.local, self.ciphers, memo)
                 fetched = (
                     joined.pop(scan.local_name)
                     if scan.joined is not None
-                    else run_scan(scan, extras, self.backend, self.ciphers, stats)
+                    else run_scan(scan, extras, self.backend, self.ciphers, stats, plan.rendered)
                 )
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
             started = time.perf_counter()
             try:
-                table = self.local.sql(plan.local.sql(dialect="duckdb")).to_arrow_table()
+                plan.local_sql = plan.local_sql or plan.local.sql(dialect="duckdb")
+                table = self.local.sql(plan.local_sql).to_arrow_table()
             except duckdb.Error as exc:
                 raise QueryError(_duckdb_message(exc)) from None
             stats.local_seconds += time.perf_counter() - started

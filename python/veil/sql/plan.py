@@ -257,3 +257,9 @@ class SplitPlan:
     scans: list[Scan]
     local: exp.Expr  # runs on the client over the scans' local tables
     pushdown: bool  # False when the query could not be qualified (fetch-and-run locally)
+    # filled by the executor, for the next run of a cached plan: the statements
+    # that take no run-time filter, rendered (text, parameters), and the local SQL
+    rendered: dict[int, tuple[str, list[object]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    local_sql: str = field(default="", repr=False, compare=False)
