@@ -49,6 +49,7 @@ QUERIES = [
     "WHERE t_id < 300 GROUP BY k_name ORDER BY k_name",
     "SELECT t_note FROM tickets WHERE t_note LIKE '%99%' ORDER BY t_note, t_id LIMIT 7",
     "SELECT t_kind, AVG(t_qty) FROM tickets WHERE t_day > DATE '2021-06-01' GROUP BY t_kind",
+    "SELECT t_kind, COUNT(t_note), COUNT(*) FROM tickets GROUP BY t_kind ORDER BY t_kind",
 ]
 STATEMENTS = [
     f"INSERT INTO tickets VALUES (9000, 1, 'fresh {CANARY}', 5, 1.50, DATE '2030-01-01', 0.5, true), "
@@ -90,6 +91,16 @@ def test_queries_match_plaintext(
 ) -> None:
     session, plain, _ = tickets
     check_query(session, plain, sql)
+
+
+def test_count_of_a_blocks_column_is_not_counted_by_the_server(
+    tickets: tuple[Session, duckdb.DuckDBPyConnection, str],
+) -> None:
+    """Its NULLs are inside the sealed blocks: the split plan fetches them (no fallback)."""
+    session, _, _ = tickets
+    plan = session.run(QUERIES[-1]).plan
+    assert plan is not None and plan.pushdown
+    assert all(s.aggregation is None for s in plan.scans)
 
 
 def test_writes_then_queries(tickets: tuple[Session, duckdb.DuckDBPyConnection, str]) -> None:

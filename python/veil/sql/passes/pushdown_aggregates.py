@@ -25,7 +25,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.crypto.ashe import BLOCK_ROWS
-from veil.design.model import DET, OPE, SEARCH, HomGroup, TableDesign
+from veil.design.model import BLOCKS, DET, OPE, SEARCH, HomGroup, TableDesign
 from veil.sql.columns import BaseColumn, columns_read, row_expression
 from veil.sql.conjuncts import subqueries_outside_where
 from veil.sql.plan import ASHE_WORD, Aggregation, Scan
@@ -142,7 +142,10 @@ def _add_aggregate(
     if ref is None or len(node.expressions) > 0:
         return False
     if isinstance(node, exp.Count):
-        aggregation.add(id(node), "COUNT", scan.table.fetchable(ref.column))
+        counted = scan.table.fetchable(ref.column)
+        if counted.scheme == BLOCKS:
+            return False  # its values (and NULLs) are inside sealed blocks: not countable there
+        aggregation.add(id(node), "COUNT", counted)
         return True
     if isinstance(node, exp.Min | exp.Max):
         enc = scan.table.find(ref.column, OPE)
