@@ -90,7 +90,11 @@ def test_tokens_are_words_and_tokenising_a_word_gives_it_back(text: str) -> None
 def test_like_pattern_words_never_miss_a_match(text: str, start: int, stop: int) -> None:
     # Any substring of a text, wrapped in %...%, is a pattern the text matches:
     # every word like_pattern_words returns must then be a word of the text.
-    pattern = "%" + text[start:stop].replace("%", "").replace("_", "") + "%"
+    # (A substring holding a wildcard is no such pattern: dropping the wildcard
+    # would join its neighbours, ':0%0:' -> '%:00:%'.)
+    part = text[start:stop]
+    assume("%" not in part and "_" not in part)
+    pattern = "%" + part + "%"
     assert set(like_pattern_words(pattern)) <= set(tokenize(text))
     anchored = text.replace("%", " ").replace("_", " ")
     assert like_pattern_words(anchored) == list(dict.fromkeys(tokenize(anchored)))

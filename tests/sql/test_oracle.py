@@ -9,6 +9,7 @@ from sqlglot import exp
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import assert_same, read_fixture, without
 
+import veil.exec.fetch as fetch
 import veil.sql.planner as planner
 from veil.exec.session import Session
 from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
@@ -20,6 +21,9 @@ FEATURES = read_fixture("features.sql")
 def _ordered(sql: str) -> bool:
     tree = sqlglot.parse_one(sql, read="duckdb")
     return tree.args.get("order") is not None
+
+
+TPCH = dict(tpch_queries())
 
 
 def _check(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> None:
@@ -40,6 +44,16 @@ def test_tpch_query(
     any_session: Session, plain: duckdb.DuckDBPyConnection, name: str, sql: str
 ) -> None:
     _check(any_session, plain, sql)
+
+
+def test_columns_decrypted_side_by_side(
+    session: Session, plain: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every scan decrypts its columns in parallel threads (at SF 0.01 none is large enough)."""
+    monkeypatch.setattr(fetch, "_PARALLEL_ROWS", 1)
+    session.plans.clear()
+    for name in ("q1", "q3", "q9", "q10", "q13", "q18"):
+        _check(session, plain, TPCH[name])
 
 
 def test_output_names_match_duckdb(session: Session, plain: duckdb.DuckDBPyConnection) -> None:

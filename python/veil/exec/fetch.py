@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -245,6 +248,7 @@ def decrypt_columns(
     rnd = any(enc is not None and enc.scheme == RND for _, enc in wanted)
     ids = fetched.column(at).to_numpy() if rnd and at is not None else None  # RND's nonces
     in_blocks = _block_values(fetched, table, wanted, ciphers, blocks)
+    work: list[tuple[str, Callable[[], pa.Array]]] = []
     for index, (name, enc) in enumerate(wanted):
         stored = fetched.column(index)
         if enc is None:  # the row id: not a secret, just counts rows
@@ -255,19 +259,42 @@ def decrypt_columns(
             columns[name] = decode(in_blocks[enc.name], enc.sql_type)
             continue
         ciphertexts = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
-        cipher = ciphers.get(table, enc)
-        if isinstance(cipher, RowBoundCipher):
-            assert ids is not None, "RND columns are fetched with their row ids"
-            columns[name] = decode(cipher.decrypt_rows(ids, ciphertexts), enc.sql_type)
-            continue
-        if enc.scheme in DETERMINISTIC and _repeats(ciphertexts):
-            # equal ciphertexts are equal values: decrypt and decode each value once
-            indexed = ciphertexts.dictionary_encode()
-            values = decode(cipher.decrypt(indexed.dictionary), enc.sql_type)
-            columns[name] = values.take(indexed.indices)
-            continue
-        columns[name] = decode(cipher.decrypt(ciphertexts), enc.sql_type)
-    return pa.table(columns)
+        work.append((name, partial(_decrypt, ciphertexts, ciphers.get(table, enc), enc, ids)))
+    if fetched.num_rows >= _PARALLEL_ROWS and len(work) > 1:
+        # each column has its own cipher, and the kernels release the GIL
+        done = dict(zip([n for n, _ in work], _pool().map(lambda w: w[1](), work), strict=True))
+    else:
+        done = {name: job() for name, job in work}
+    columns.update(done)
+    return pa.table({name: columns[name] for name in names if name in columns})
+
+
+def _decrypt(
+    ciphertexts: pa.Array, cipher: ColumnCipher, enc: Encryption, ids: np.ndarray | None
+) -> pa.Array:
+    if isinstance(cipher, RowBoundCipher):
+        assert ids is not None, "RND columns are fetched with their row ids"
+        return decode(cipher.decrypt_rows(ids, ciphertexts), enc.sql_type)
+    if enc.scheme in DETERMINISTIC and _repeats(ciphertexts):
+        # equal ciphertexts are equal values: decrypt and decode each value once
+        indexed = ciphertexts.dictionary_encode()
+        values = decode(cipher.decrypt(indexed.dictionary), enc.sql_type)
+        return values.take(indexed.indices)
+    return decode(cipher.decrypt(ciphertexts), enc.sql_type)
+
+
+# Columns of at least this many rows are decrypted side by side, one thread each.
+_PARALLEL_ROWS = 65536
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The process's decryption threads (as many as CPUs, at most 4), made on first use."""
+    if not _POOL:
+        _POOL.append(
+            ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="veil-decrypt")
+        )
+    return _POOL[0]
 
 
 def _block_values(
