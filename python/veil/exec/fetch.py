@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 import pyarrow as pa
@@ -285,16 +285,12 @@ def _decrypt(
 
 # Columns of at least this many rows are decrypted side by side, one thread each.
 _PARALLEL_ROWS = 65536
-_POOL: list[ThreadPoolExecutor] = []
 
 
+@cache
 def _pool() -> ThreadPoolExecutor:
     """The process's decryption threads (as many as CPUs, at most 4), made on first use."""
-    if not _POOL:
-        _POOL.append(
-            ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="veil-decrypt")
-        )
-    return _POOL[0]
+    return ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="veil-decrypt")
 
 
 def _block_values(

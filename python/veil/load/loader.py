@@ -118,8 +118,7 @@ def load(
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
-        _record_quantiles(table, con, fresh.tables[table.name])
-        _record_lengths(table, con, fresh.tables[table.name])
+        _record_statistics(table, con, fresh.tables[table.name])
     backend = connect(server_url)
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
@@ -264,48 +263,36 @@ def _count_distinct_keys(
 QUANTILES = 32  # an OPE column's recorded quantiles: 0, 1/32, ..., 1 (33 points)
 
 
-def _record_quantiles(
+def _record_statistics(
     source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
 ) -> None:
-    """Record each OPE column's quantiles (encoded, as OPE encrypts them): the planner's
-    estimate of how many rows a range filter keeps (``veil.sql.selectivity``).
+    """Record, in one pass over the source, what the planner estimates rows and bytes with
+    (``veil.sql.selectivity``, ``pushdown_joins``): each OPE column's quantiles (encoded,
+    as OPE encrypts them) and each text column's mean length in bytes.
 
     Like the distinct counts, they stay in the client's design file; the server
-    could estimate them from the OPE ciphertexts' order anyway.
+    could estimate the quantiles from the OPE ciphertexts' order anyway.
     """
-    columns = [e for e in table.encryptions if e.scheme == OPE and not e.is_expression]
-    if not columns:
+    ordered = [e for e in table.encryptions if e.scheme == OPE and not e.is_expression]
+    texts = [c.name for c in table.columns if not SqlType(c.type).is_integral]
+    if not ordered and not texts:
         return
     points = ", ".join(str(i / QUANTILES) for i in range(QUANTILES + 1))
-    parts = ", ".join(f'approx_quantile("{e.source}", [{points}])' for e in columns)
+    parts = [f'approx_quantile("{e.source}", [{points}])' for e in ordered]
+    parts += [f'avg(octet_length(CAST("{name}" AS BLOB)))' for name in texts]
     try:
-        row = con.execute(f"SELECT {parts} FROM {source.relation_sql}").fetchall()[0]
-    except duckdb.Error:  # a type approx_quantile does not take: no estimate
+        row = con.execute(f"SELECT {', '.join(parts)} FROM {source.relation_sql}").fetchall()[0]
+    except duckdb.Error:  # a type these aggregates do not take: no estimates
         return
-    for enc, values in zip(columns, row, strict=True):
+    for enc, values in zip(ordered, row, strict=False):
         if values is None or any(v is None for v in values):
             continue  # no non-NULL value
         encoded = [encode_scalar(v, enc.sql_type) for v in values]
         if all(isinstance(v, int) for v in encoded):
             enc.params["quantiles"] = encoded
-
-
-def _record_lengths(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
-) -> None:
-    """Record each text column's mean length in bytes: the planner's estimate of what
-    fetching it costs (``pushdown_joins``). Stays in the client's design file."""
-    texts = [c.name for c in table.columns if not SqlType(c.type).is_integral]
-    if not texts:
-        return
-    parts = ", ".join(f'avg(octet_length(CAST("{name}" AS BLOB)))' for name in texts)
-    try:
-        row = con.execute(f"SELECT {parts} FROM {source.relation_sql}").fetchall()[0]
-    except duckdb.Error:  # a type that does not cast to BLOB: no estimate
-        return
-    lengths = {name: value for name, value in zip(texts, row, strict=True) if value is not None}
+    lengths = dict(zip(texts, row[len(ordered) :], strict=True))
     for enc in table.encryptions:
-        if enc.source in lengths:
+        if lengths.get(enc.source) is not None:
             enc.params["mean_bytes"] = round(float(lengths[enc.source]), 1)
 
 

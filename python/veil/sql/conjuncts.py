@@ -30,6 +30,18 @@ def drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
             clause.replace(rebuilt)
 
 
+def block_conjuncts(select: exp.Select) -> list[exp.Expr]:
+    """The conjuncts of ``select``'s WHERE and of its joins' ON clauses."""
+    clauses = [select.args.get("where")] + [
+        j.args.get("on") for j in select.args.get("joins") or []
+    ]
+    found: list[exp.Expr] = []
+    for clause in clauses:
+        if clause is not None:
+            found += conjunct_list(clause.this if isinstance(clause, exp.Where) else clause)
+    return found
+
+
 def conjunct_list(condition: exp.Expr) -> list[exp.Expr]:
     """The conjuncts of ``condition`` (through nested ANDs and parenthesised ANDs)."""
     if isinstance(condition, exp.And):

@@ -107,7 +107,7 @@ def scan_statement(scan: Scan, extras: Extras | None = None) -> exp.Select:
 def _filtered(select: exp.Select, scan: Scan, alias: str | None, extras: Extras) -> exp.Select:
     """``select`` with ``scan``'s server predicates and run-time filters, then its reduction."""
     for predicate in _filters(scan, extras):
-        select = select.where(_qualified(predicate, scan, alias), copy=False)
+        select = select.where(qualified(predicate, scan, alias), copy=False)
     if scan.reduction is not None:
         select = select.where(reduction_filter(scan.reduction, scan, alias, extras), copy=False)
     return select
@@ -117,7 +117,7 @@ def _filters(scan: Scan, extras: Extras) -> list[exp.Expr]:
     return [p.server for p in scan.predicates] + extras.get(id(scan), [])
 
 
-def _qualified(server: exp.Expr, scan: Scan, alias: str | None) -> exp.Expr:
+def qualified(server: exp.Expr, scan: Scan, alias: str | None) -> exp.Expr:
     """A copy of a scan's server predicate with its columns qualified by ``alias``.
 
     A pushed subquery (``veil.sql.server_subquery``) names its own tables'
@@ -198,7 +198,7 @@ def _key_semi_join(
             select = select.where(exp.EQ(this=first.copy(), expression=partner), copy=False)
     for scan in others:
         for predicate in _filters(scan, extras):
-            select = select.where(_qualified(predicate, scan, aliases[id(scan)]), copy=False)
+            select = select.where(qualified(predicate, scan, aliases[id(scan)]), copy=False)
     return exp.column(key, table=outer).isin(query=select)
 
 
@@ -226,7 +226,7 @@ def _reduction_rows(reduction: Reduction, target: Scan, extras: Extras) -> exp.S
         select = select.where(_edge(edge, aliases), copy=False)
     for scan in reduction.scans:
         for predicate in _filters(scan, extras):
-            select = select.where(_qualified(predicate, scan, aliases[id(scan)]), copy=False)
+            select = select.where(qualified(predicate, scan, aliases[id(scan)]), copy=False)
     return select
 
 
@@ -253,7 +253,7 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
         select = select.where(_edge(edge, aliases), copy=False)
     for scan in fetch.scans:  # every scan's filters first, then the semi-joins
         for predicate in _filters(scan, extras or {}):
-            select = select.where(_qualified(predicate, scan, aliases[id(scan)]), copy=False)
+            select = select.where(qualified(predicate, scan, aliases[id(scan)]), copy=False)
     for scan in fetch.scans:
         if scan.reduction is not None:
             semi = reduction_filter(scan.reduction, scan, aliases[id(scan)], extras)

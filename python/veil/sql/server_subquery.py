@@ -11,7 +11,7 @@ server predicate of the outer scan it is correlated with (TPC-H Q21, Q4)::
                                               AND s1.c_sk <> __veil_outer.c_sk)
 
 ``OUTER`` stands for the outer scan's table until the statement that filters
-that scan is built (``veil.sql.remote._qualified``). What each conjunct may be:
+that scan is built (``veil.sql.remote.qualified``). What each conjunct may be:
 
 - a predicate ``pushdown_predicates`` pushed exactly to one of the
   subquery's scans (DET, OPE, precomputed LIKE, IS NULL ...);
@@ -43,9 +43,9 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET, OPE, Encryption
 from veil.sql.columns import BaseColumn
-from veil.sql.conjuncts import conjunct_list, inner_joins_only
+from veil.sql.conjuncts import block_conjuncts, inner_joins_only
 from veil.sql.plan import Scan, ServerPredicate
-from veil.sql.remote import OUTER
+from veil.sql.remote import OUTER, qualified
 from veil.sql.state import PlanState, ScanKey
 
 _COMPARISONS: dict[type[exp.Expr], str] = {
@@ -228,17 +228,11 @@ def _block(
     for table in tables[1:]:
         server = server.join(table)
     exact = _exact_predicates(state, scope)
-    clauses = [select.args.get("where")] + [
-        j.args.get("on") for j in select.args.get("joins") or []
-    ]
-    for clause in clauses:
-        if clause is None:
-            continue
-        for conjunct in conjunct_list(clause.this if isinstance(clause, exp.Where) else clause):
-            condition = _condition(work, conjunct, exact)
-            if condition is None:
-                return None
-            server = server.where(condition, copy=False)
+    for conjunct in block_conjuncts(select):
+        condition = _condition(work, conjunct, exact)
+        if condition is None:
+            return None
+        server = server.where(condition, copy=False)
     return server
 
 
@@ -278,7 +272,7 @@ def _condition(
         scan, predicate = pushed
         work.schemes.update(predicate.schemes)
         alias = next(a for k, a in work.aliases.items() if work.state.scans.get(k) is scan)
-        return _aliased(predicate.server, alias)
+        return qualified(predicate.server, scan, alias)
     if conjunct.find(exp.Select):
         return _subquery_test(work, conjunct)
     scheme = _COMPARISONS.get(type(conjunct))
@@ -318,15 +312,3 @@ def _column(
     work.outer_scans[id(scan)] = scan
     work.outer_uses += 1
     return exp.column(enc.name, table=OUTER), enc
-
-
-def _aliased(server: exp.Expr, alias: str) -> exp.Expr:
-    """A copy of a scan's server predicate with the scan's columns under ``alias``.
-
-    Its own columns are unqualified, or ``OUTER`` in a subquery it tests.
-    """
-    copied = server.copy()
-    for column in list(copied.find_all(exp.Column)):
-        if not column.table or column.table == OUTER:
-            column.replace(exp.column(column.name, table=alias))
-    return copied

@@ -32,7 +32,7 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET, OPE
 from veil.sql.conjuncts import (
-    conjunct_list,
+    block_conjuncts,
     drop_conjuncts,
     inner_joins_only,
     is_part_of,
@@ -81,18 +81,7 @@ def _whole_block(
     on_server = {id(e.node) for e in edges} | {
         id(p.node) for s in members for p in s.predicates if p.exact
     }
-    return all(id(c) in on_server for c in _conjuncts(select))
-
-
-def _conjuncts(select: exp.Select) -> list[exp.Expr]:
-    clauses = [select.args.get("where")] + [
-        j.args.get("on") for j in select.args.get("joins") or []
-    ]
-    found: list[exp.Expr] = []
-    for clause in clauses:
-        if clause is not None:
-            found += conjunct_list(clause.this if isinstance(clause, exp.Where) else clause)
-    return found
+    return all(id(c) in on_server for c in block_conjuncts(select))
 
 
 def _in_from_order(scope: Scope, members: list[Scan]) -> list[Scan]:
@@ -183,7 +172,7 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
     """Commit: the scans fetch the groups; the local plan reads them once per group."""
     groups = fetch.groups
     assert groups is not None
-    drop_conjuncts(select, _conjuncts(select))
+    drop_conjuncts(select, block_conjuncts(select))
     owners = {item.key: s for s, item in groups.items}
     for scan in fetch.scans:
         scan.columns = {c for s, c, _ in groups.keys if s is scan}

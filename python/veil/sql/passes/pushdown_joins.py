@@ -51,7 +51,7 @@ from veil.sql.conjuncts import (
     pair_join_rows,
 )
 from veil.sql.join_graph import components
-from veil.sql.plan import JoinedFetch, JoinEdge, Scan
+from veil.sql.plan import JoinedFetch, JoinEdge, Reduction, Scan
 from veil.sql.selectivity import kept_share
 from veil.sql.state import PlanState, ScanKey
 
@@ -161,17 +161,8 @@ def _narrowed(
 
 def _reaching(start: Scan, without: Scan, members: list[Scan], edges: list[JoinEdge]) -> list[Scan]:
     """The members still joined to ``start`` once ``without`` leaves, in members' order."""
-    inside = {id(s) for s in members if s is not without}
-    usable = [e for e in edges if id(e.left) in inside and id(e.right) in inside]
-    reached, frontier = {id(start)}, [start]
-    while frontier:
-        scan = frontier.pop()
-        for edge in usable:
-            for a, b in ((edge.left, edge.right), (edge.right, edge.left)):
-                if a is scan and id(b) not in reached:
-                    reached.add(id(b))
-                    frontier.append(b)
-    return [s for s in members if id(s) in reached]
+    usable = [e for e in edges if without not in (e.left, e.right)]
+    return Reduction(members, edges).part(start, usable).scans
 
 
 def _adopt(
