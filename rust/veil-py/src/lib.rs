@@ -16,6 +16,7 @@ mod paillier;
 mod rnd;
 mod rowrnd;
 mod search;
+mod serve;
 mod siv;
 
 #[pymodule]
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     rnd::register(m)?;
     rowrnd::register(m)?;
     search::register(m)?;
+    serve::register(m)?;
     siv::register(m)?;
     Ok(())
 }

@@ -1,0 +1,115 @@
+"""``veil serve`` and ``veil user add``."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import ipaddress
+import sys
+import time
+from pathlib import Path
+
+from veil.errors import VeilError
+
+
+class ServeError(VeilError):
+    anchor = "serve"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve a client directory over the PostgreSQL wire protocol (psql, drivers, BI tools)",
+        description="Listen for PostgreSQL clients and answer their SQL through Veil: the keys "
+        "stay here, the database server sees only ciphertexts. Users authenticate with "
+        "SCRAM-SHA-256 (add them with `veil user add`); --insecure-local accepts anyone, on "
+        "a loopback address only.",
+    )
+    serve.add_argument("client_dir")
+    serve.add_argument(
+        "--listen", default="127.0.0.1:5433", help="address:port (default %(default)s)"
+    )
+    serve.add_argument("--tls-cert", help="PEM certificate chain: TLS is offered to clients")
+    serve.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    serve.add_argument(
+        "--insecure-local",
+        action="store_true",
+        help="no passwords: any user and database name is accepted (loopback addresses only)",
+    )
+    serve.set_defaults(handler=run_serve)
+
+    user = subparsers.add_parser("user", help="users of `veil serve`")
+    actions = user.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="add a user (or set a user's password)")
+    add.add_argument("client_dir")
+    add.add_argument("name")
+    add.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+    add.set_defaults(handler=run_user_add)
+
+
+def start(args: argparse.Namespace) -> object:
+    """The running server (``veil._native.WireServer``) for ``args``."""
+    from veil._native import WireServer
+    from veil.exec.clientdir import open_client_dir
+    from veil.serve.engine import Engine
+
+    client = open_client_dir(args.client_dir)  # a clear error before listening
+    host = args.listen.rsplit(":", 1)[0].strip("[]")
+    if args.insecure_local and not _loopback(host):
+        raise ServeError(
+            f"--insecure-local accepts anyone without a password, so it listens on loopback "
+            f"addresses only, not {host}; use 127.0.0.1, or add users with `veil user add`"
+        )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ServeError("--tls-cert and --tls-key go together")
+    cert = Path(args.tls_cert).read_bytes() if args.tls_cert else None
+    key = Path(args.tls_key).read_bytes() if args.tls_key else None
+    engine = Engine(client.path, trust=args.insecure_local)
+    try:
+        return WireServer(engine, args.listen, cert, key, args.insecure_local)
+    except OSError as exc:
+        raise ServeError(f"cannot serve on {args.listen}: {exc}") from None
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    server = start(args)
+    address = server.address  # type: ignore[attr-defined]
+    host, port = address.rsplit(":", 1)
+    auth = "no passwords (--insecure-local)" if args.insecure_local else "SCRAM-SHA-256"
+    print(f"veil: serving {args.client_dir} on {address} ({auth}); Ctrl-C stops", flush=True)
+    print(f"      psql -h {host.strip('[]')} -p {port} -U USER veil", flush=True)
+    try:
+        while True:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("veil: stopping", file=sys.stderr)
+    finally:
+        server.stop()  # type: ignore[attr-defined]
+    return 0
+
+
+def run_user_add(args: argparse.Namespace) -> int:
+    from veil.exec.clientdir import open_client_dir
+    from veil.serve import users
+
+    client = open_client_dir(args.client_dir)
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            raise ServeError("the two passwords differ; nothing was changed")
+    users.add(client.path, args.name, password)
+    print(f"veil: user {args.name} can now connect to `veil serve {args.client_dir}`")
+    return 0

@@ -1,0 +1,214 @@
+"""PostgreSQL's dialect in, Veil's (DuckDB's) out: statements, their kinds, their parameters.
+
+A simple-protocol string may hold several statements; they are cut at the
+top-level semicolons the tokenizer finds (never inside strings or comments).
+Each statement is classified by its first keyword; queries and DML are
+parsed as PostgreSQL and written as DuckDB with the bound parameters
+(``$1``...) replaced by literals, exactly as Veil binds its own ``?``
+parameters (``veil.sql.parse.literal``): they are encrypted where a
+predicate goes to the server, never sent as plaintext.
+
+PostgreSQL divides integers with truncation (``7 / 2`` is 3) where DuckDB's
+``/`` gives 3.5: a division whose two sides have integer types (typed on the
+plaintext schema) becomes DuckDB's ``//``, which truncates the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, SqlglotError, TokenError
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.tokens import TokenType
+
+from veil.serve.errors import WireError
+from veil.sql.parse import literal
+
+READ = "postgres"
+WRITE = "duckdb"
+
+# first keyword -> kind, for the statements answered without Veil's planner
+_KINDS = {
+    "BEGIN": "begin",
+    "START": "begin",
+    "COMMIT": "commit",
+    "END": "commit",
+    "ROLLBACK": "rollback",
+    "ABORT": "rollback",
+    "SET": "set",
+    "RESET": "reset",
+    "SHOW": "show",
+    "DISCARD": "ignore",
+    "DEALLOCATE": "ignore",
+    "LISTEN": "ignore",
+    "UNLISTEN": "ignore",
+}
+_CATALOG_SCHEMAS = {"pg_catalog", "information_schema"}
+
+
+@dataclass
+class Statement:
+    text: str
+    kind: str  # a _KINDS value, "query", "catalog", "dml" or "other"
+    tree: exp.Expr | None = None
+
+
+def split(sql: str) -> list[str]:
+    """The statements of ``sql``, cut at top-level semicolons (empty ones dropped)."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(READ).tokenize(sql)
+    except TokenError as exc:
+        raise WireError("42601", f"syntax error: {exc}") from None
+    parts, start = [], 0
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            parts.append(sql[start : token.start])
+            start = token.end + 1
+    parts.append(sql[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def classify(text: str) -> Statement:
+    head = text.split(None, 1)[0].upper().rstrip(";")
+    if head in _KINDS:
+        return Statement(text, _KINDS[head])
+    tree = parse(text)
+    if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
+        return Statement(text, "dml", tree)
+    if isinstance(tree, exp.Query):
+        return Statement(text, "catalog" if _reads_catalog(tree) else "query", tree)
+    return Statement(text, "other", tree)
+
+
+def parse(text: str) -> exp.Expr:
+    try:
+        tree = sqlglot.parse_one(text, read=READ)
+    except ParseError as exc:
+        error = exc.errors[0] if exc.errors else {}
+        raise WireError(
+            "42601",
+            f"syntax error: {error.get('description', exc)}",
+            position=_position(text, error.get("line"), error.get("col")),
+        ) from None
+    if tree is None:
+        raise WireError("42601", "syntax error: an empty statement")
+    return tree
+
+
+def _position(text: str, line: int | None, column: int | None) -> int | None:
+    if line is None or column is None:
+        return None
+    lines = text.split("\n")
+    return sum(len(row) + 1 for row in lines[: line - 1]) + column
+
+
+def _reads_catalog(tree: exp.Expr) -> bool:
+    """A query of the system catalogue, or of no table at all (``SELECT version()``)."""
+    tables = list(tree.find_all(exp.Table))
+    if not tables:
+        return True
+    return any(t.db.lower() in _CATALOG_SCHEMAS or t.name.lower().startswith("pg_") for t in tables)
+
+
+Schema = dict[str, object]  # table -> {column: SQL type}
+
+
+def integer_divisions(tree: exp.Expr, schema: Schema) -> exp.Expr:
+    """``tree`` with each division of two integers made DuckDB's truncating ``//``.
+
+    Types come from a qualified copy; each of its divisions carries the
+    number of the original it was copied from (qualification may copy one,
+    as for ``GROUP BY 1``, never invent one).
+    """
+    divisions = list(tree.find_all(exp.Div))
+    if not divisions:
+        return tree
+    copy = tree.copy()
+    for number, div in enumerate(copy.find_all(exp.Div)):
+        div.meta["veil_division"] = number
+    try:
+        typed = annotate_types(
+            qualify(copy, schema=schema, dialect=READ, validate_qualify_columns=False),
+            schema=schema,
+        )
+    except SqlglotError:
+        return tree  # the binder reports the query's own error
+    integer = {
+        div.meta["veil_division"]: _integer(div.this) and _integer(div.expression)
+        for div in typed.find_all(exp.Div)
+        if "veil_division" in div.meta
+    }
+    for number, original in enumerate(divisions):
+        if integer.get(number):
+            original.replace(exp.IntDiv(this=original.this, expression=original.expression))
+    return tree
+
+
+def output_names(tree: exp.Expr) -> exp.Expr:
+    """Unnamed result columns named as PostgreSQL names them (``count``, ``?column?``).
+
+    DuckDB would call ``count(*)`` "count_star()" and ``7 / 2`` "(7 // 2)";
+    drivers and tools key rows by these names.
+    """
+    select = tree
+    while isinstance(select, exp.SetOperation):
+        select = select.this
+    if not isinstance(select, exp.Select):
+        return tree
+    for i, item in enumerate(select.expressions):
+        if isinstance(item, exp.Alias | exp.Star | exp.Column) or item.find(exp.Star) is item:
+            continue
+        select.expressions[i] = exp.alias_(item, _pg_name(item), quoted=True)
+        select.expressions[i].parent = select
+    return tree
+
+
+def _pg_name(node: exp.Expr) -> str:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return node.name
+    if isinstance(node, exp.Cast):
+        inner = node.this
+        return inner.name if isinstance(inner, exp.Column) else node.to.sql(READ).lower()
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    if isinstance(node, exp.Case):
+        return "case"
+    if isinstance(node, exp.Func):
+        return node.sql_name().lower()
+    return "?column?"
+
+
+def _integer(node: exp.Expr) -> bool:
+    kind = node.type
+    return kind is not None and kind.is_type(*exp.DataType.INTEGER_TYPES)
+
+
+def bind(tree: exp.Expr, params: Sequence[object]) -> str:
+    """The statement in DuckDB's dialect with ``$n`` replaced by the n-th value."""
+    values = [literal(v) for v in params]
+
+    def replace(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Parameter):
+            number = node.name
+            if not number.isdigit() or not 1 <= int(number) <= len(values):
+                raise WireError(
+                    "08P01",
+                    f"there is no parameter ${number}: the statement was given {len(values)}",
+                )
+            return values[int(number) - 1].copy()
+        return node
+
+    bound = tree.copy().transform(replace, copy=False)
+    return bound.sql(dialect=WRITE)
+
+
+def placeholders(tree: exp.Expr) -> int:
+    """How many parameters (``$1``...) the statement uses: its highest number."""
+    numbers = [int(p.name) for p in tree.find_all(exp.Parameter) if p.name.isdigit()]
+    return max(numbers, default=0)

@@ -1,0 +1,239 @@
+"""What the wire server calls: an engine over one client directory, a session per connection.
+
+``veil_wire`` (Rust) calls ``Engine.open`` when a connection sends its first
+statement and ``Engine.verifier`` during SCRAM authentication; then
+``WireSession.run`` for each query string (several statements under the
+simple protocol, one with parameters under the extended one) and
+``describe`` for Describe messages. Results are ``("rows", fields,
+batches)``, ``("command", tag, rowcount)`` or ``("empty",)``; errors are
+``WireError`` with a SQLSTATE.
+
+Each session is a ``veil.exec.session.Session`` of its own (its own
+connection to the server, local DuckDB and plan cache), so concurrent
+clients run side by side; an embedded DuckDB server file is opened once per
+process and shared by them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from veil.errors import VeilError
+from veil.exec.session import Session
+from veil.serve import catalog, dialect, text, users
+from veil.serve.errors import WireError, wire_error
+from veil.serve.types import TEXT, oid_of_arrow, oid_of_duckdb, parameter_value
+
+log = logging.getLogger(__name__)
+
+Outcome = tuple[Any, ...]
+
+# What SHOW answers before a SET (the values drivers ask for at connect time).
+_DEFAULT_SETTINGS = {
+    "server_version": catalog.SERVER_VERSION,
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "datestyle": "ISO, MDY",
+    "intervalstyle": "postgres",
+    "timezone": "UTC",
+    "standard_conforming_strings": "on",
+    "integer_datetimes": "on",
+    "search_path": '"$user", public',
+    "transaction_isolation": "read committed",
+    "default_transaction_isolation": "read committed",
+    "transaction_read_only": "off",
+    "max_identifier_length": "63",
+    "lc_collate": "C",
+    "lc_ctype": "C",
+    "application_name": "",
+    "extra_float_digits": "1",
+}
+_SET = re.compile(
+    r"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?P<name>[\w.]+)\s*(?:=|\s+TO\s+)\s*(?P<value>.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+class Engine:
+    def __init__(self, client_dir: str | os.PathLike[str], *, trust: bool = False):
+        self.client_dir = os.fspath(client_dir)
+        self.trust = trust
+
+    def open(self, user: str, database: str) -> WireSession:
+        try:
+            return WireSession(Session(self.client_dir), user, database)
+        except VeilError as exc:
+            raise wire_error(exc) from None
+
+    def verifier(self, user: str) -> tuple[bytes, bytes] | None:
+        return users.verifier(self.client_dir, user)
+
+
+class WireSession:
+    def __init__(self, session: Session, user: str, database: str):
+        self.veil = session
+        self.user = user
+        self.database = database or "veil"
+        self.settings = dict(_DEFAULT_SETTINGS)
+        self.in_transaction = False
+        self.written = 0  # DML statements applied since BEGIN
+        self._lock = threading.Lock()
+        self.schema: dialect.Schema = {
+            name: {c.name: c.type for c in table.columns}
+            for name, table in session.design.tables.items()
+        }
+        catalog.install(session.catalog)
+
+    # -- called by veil_wire --------------------------------------------------
+
+    def run(self, sql: str, params: Sequence[tuple[str | None, int]]) -> list[Outcome]:
+        with self._lock:
+            return self._guard(sql, lambda: self._run(sql, params))
+
+    def describe(self, sql: str, oids: Sequence[int]) -> tuple[list[int], list[tuple[str, int]]]:
+        with self._lock:
+            return self._guard(sql, lambda: self._describe(sql, oids))
+
+    def cancel(self) -> None:
+        """A cancel request: stop the client-side DuckDB work of the running statement."""
+        for connection in (self.veil.local, self.veil.catalog):
+            connection.interrupt()
+
+    def close(self) -> None:
+        self.veil.close()
+
+    # -- statements -----------------------------------------------------------
+
+    def _guard(self, sql: str, work: Any) -> Any:
+        try:
+            return work()
+        except WireError:
+            raise
+        except VeilError as exc:
+            raise wire_error(exc) from None
+        except duckdb.Error as exc:  # a catalogue query the catalogue DuckDB refused
+            raise WireError("42000", str(exc).split("\n")[0]) from None
+        except Exception as exc:
+            log.exception("internal error serving %r", sql)
+            raise WireError(
+                "XX000", f"Veil failed on this statement ({type(exc).__name__})"
+            ) from exc
+
+    def _run(self, sql: str, params: Sequence[tuple[str | None, int]]) -> list[Outcome]:
+        texts = dialect.split(sql)
+        if not texts:
+            return [("empty",)]
+        if params and len(texts) > 1:
+            raise WireError("42601", "cannot insert multiple commands into a prepared statement")
+        values = [parameter_value(value, oid) for value, oid in params]
+        return [self._statement(dialect.classify(t), values) for t in texts]
+
+    def _statement(self, statement: dialect.Statement, values: list[object]) -> Outcome:
+        kind, tree = statement.kind, statement.tree
+        if kind == "begin":
+            self.in_transaction, self.written = True, 0
+            return ("command", "BEGIN", None)
+        if kind == "commit":
+            self.in_transaction = False
+            return ("command", "COMMIT", None)
+        if kind == "rollback":
+            return self._rollback()
+        if kind in ("set", "reset"):
+            return self._set(statement.text, reset=kind == "reset")
+        if kind == "show":
+            return self._show(statement.text)
+        if kind == "ignore":
+            return ("command", statement.text.split(None, 1)[0].upper(), None)
+        assert tree is not None
+        tree = dialect.integer_divisions(tree, self.schema)
+        if kind == "catalog":
+            prepared = catalog.prepare(tree, self.user, self.database)
+            sql = dialect.bind(dialect.output_names(prepared), values)
+            table = self.veil.catalog.sql(sql).to_arrow_table()
+            return _rows(table)
+        result = self.veil.run(dialect.bind(dialect.output_names(tree), values))
+        if kind == "dml":
+            self.written += self.in_transaction
+            return ("command", tree.key.upper(), result.rowcount)
+        return _rows(result.table)
+
+    def _rollback(self) -> Outcome:
+        self.in_transaction, written, self.written = False, self.written, 0
+        if written:
+            raise WireError(
+                "0A000",
+                f"ROLLBACK cannot undo the {written} statement(s) of this transaction: Veil "
+                "applies each INSERT, UPDATE and DELETE when it runs",
+                hint="check the table's contents and undo the changes with new statements",
+            )
+        return ("command", "ROLLBACK", None)
+
+    def _set(self, sql: str, *, reset: bool) -> Outcome:
+        if reset:
+            name = sql.split(None, 1)[1].strip().lower() if len(sql.split()) > 1 else "all"
+            if name == "all":
+                self.settings = dict(_DEFAULT_SETTINGS)
+            else:
+                self.settings.pop(name, None)
+                if name in _DEFAULT_SETTINGS:
+                    self.settings[name] = _DEFAULT_SETTINGS[name]
+            return ("command", "RESET", None)
+        found = _SET.match(sql.strip())
+        if found is None:  # SET TRANSACTION ..., SET NAMES ...: accepted, nothing to keep
+            return ("command", "SET", None)
+        value = found["value"].strip().rstrip(";").strip()
+        if len(value) >= 2 and value[0] == value[-1] == "'":
+            value = value[1:-1]
+        self.settings[found["name"].lower()] = value
+        return ("command", "SET", None)
+
+    def _show(self, sql: str) -> Outcome:
+        parts = sql.split()
+        name = parts[1].rstrip(";").lower() if len(parts) > 1 else ""
+        if name == "all":
+            table = pa.table(
+                {
+                    "name": list(self.settings),
+                    "setting": list(self.settings.values()),
+                    "description": [""] * len(self.settings),
+                }
+            )
+            return _rows(table)
+        if name not in self.settings:
+            raise WireError("42704", f'unrecognized configuration parameter "{name}"')
+        return _rows(pa.table({name: [self.settings[name]]}))
+
+    def _describe(self, sql: str, oids: Sequence[int]) -> tuple[list[int], list[tuple[str, int]]]:
+        texts = dialect.split(sql)
+        if len(texts) != 1:
+            return list(oids), []
+        statement = dialect.classify(texts[0])
+        tree = statement.tree
+        count = dialect.placeholders(tree) if tree is not None else 0
+        params = [oids[i] if i < len(oids) and oids[i] else TEXT for i in range(count)]
+        if statement.kind == "show":
+            name = texts[0].split()[1].rstrip(";").lower() if len(texts[0].split()) > 1 else ""
+            return params, [(name, TEXT)]
+        if statement.kind not in ("query", "catalog") or tree is None:
+            return params, []
+        tree = dialect.integer_divisions(tree, self.schema)
+        if statement.kind == "catalog":
+            tree = catalog.prepare(tree, self.user, self.database)
+        nulls = [None] * count
+        described = dialect.bind(dialect.output_names(tree), nulls)
+        rows = self.veil.catalog.execute(f"DESCRIBE {described}").fetchall()
+        return params, [(str(name), oid_of_duckdb(str(kind))) for name, kind, *_ in rows]
+
+
+def _rows(table: pa.Table) -> Outcome:
+    fields = [(f.name, oid_of_arrow(f.type)) for f in table.schema]
+    batches: Iterator[tuple[int, list[text.Column]]] = text.batches(table)
+    return ("rows", fields, batches)

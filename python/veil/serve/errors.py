@@ -1,0 +1,61 @@
+"""Errors as the wire reports them: a SQLSTATE for each of Veil's error classes."""
+
+from __future__ import annotations
+
+from veil.errors import (
+    AuthenticationError,
+    DomainError,
+    InternalError,
+    KeyFileError,
+    ParameterError,
+    VeilError,
+    WrongKeyError,
+)
+from veil.sql.errors import (
+    ClientDirectoryError,
+    QueryError,
+    QuerySyntaxError,
+    UnsupportedStatementError,
+)
+
+# https://www.postgresql.org/docs/current/errcodes-appendix.html
+_SQLSTATES: list[tuple[type[VeilError], str]] = [
+    (QuerySyntaxError, "42601"),  # syntax_error
+    (UnsupportedStatementError, "0A000"),  # feature_not_supported
+    (ParameterError, "22023"),  # invalid_parameter_value
+    (DomainError, "22003"),  # numeric_value_out_of_range
+    (QueryError, "42000"),  # syntax_error_or_access_rule_violation
+    (ClientDirectoryError, "58000"),  # system_error
+    (KeyFileError, "58000"),
+    (WrongKeyError, "58000"),
+    (AuthenticationError, "XX001"),  # data_corrupted
+    (InternalError, "XX000"),
+]
+
+
+class WireError(Exception):
+    """An error for the wire client; the Rust glue reads these attributes."""
+
+    def __init__(
+        self,
+        sqlstate: str,
+        message: str,
+        *,
+        hint: str | None = None,
+        position: int | None = None,
+    ):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.message = message
+        self.hint = hint
+        self.position = position
+
+
+def wire_error(exc: VeilError) -> WireError:
+    code = next((c for cls, c in _SQLSTATES if isinstance(exc, cls)), "XX000")
+    text = str(exc)
+    # "... (see docs/errors.md#query)": the reference goes to the hint
+    message, _, see = text.rpartition(" (see ")
+    if not message:
+        return WireError(code, text)
+    return WireError(code, message, hint=f"see {see.rstrip(')')}")

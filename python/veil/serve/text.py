@@ -1,0 +1,71 @@
+"""Arrow results as PostgreSQL text columns, batch by batch, for the wire (vectorised).
+
+Each column of a batch leaves as Arrow-style buffers of its values' text
+forms (``veil_wire`` turns them into ``DataRow``s, and into binary fields
+where the client asks): pyarrow casts numbers, decimals, dates and strings;
+booleans become ``t``/``f``, float infinities and NaN PostgreSQL's spellings,
+bytea stays raw bytes, and any other type is cast by DuckDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+BATCH_ROWS = 16_384
+
+Column = tuple[bool, int, bytes, bytes, bytes | None]
+
+
+def batches(table: pa.Table) -> Iterator[tuple[int, list[Column]]]:
+    for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+        yield batch.num_rows, [_column(c) for c in batch.columns]
+
+
+def _column(values: pa.Array) -> Column:
+    kind = values.type
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return _buffers(values.cast(pa.large_binary()), raw=True)
+    return _buffers(_as_text(values), raw=False)
+
+
+def _as_text(values: pa.Array) -> pa.Array:
+    kind = values.type
+    if pa.types.is_boolean(kind):
+        return pc.if_else(values, "t", "f").cast(pa.large_string())
+    if pa.types.is_floating(kind):
+        text = pc.cast(values, pa.large_string())
+        for arrow, postgres in (("inf", "Infinity"), ("-inf", "-Infinity"), ("nan", "NaN")):
+            text = pc.if_else(pc.equal(text, arrow), postgres, text)
+        return text
+    if (
+        pa.types.is_integer(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+    ):
+        return pc.cast(values, pa.large_string())
+    # timestamps, times, intervals, lists, structs...: DuckDB's own text forms
+    connection = duckdb.connect()
+    connection.register("frame", pa.table({"v": values}))
+    cast = connection.sql("SELECT CAST(v AS VARCHAR) FROM frame").to_arrow_table()
+    return pc.cast(cast.column(0).combine_chunks(), pa.large_string())
+
+
+def _buffers(values: pa.Array, *, raw: bool) -> Column:
+    """Offsets rebased to 0 and the data they cover: a slice never copies its whole buffers."""
+    _, offsets_buffer, data_buffer = values.buffers()
+    n = len(values)
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=n + 1, offset=values.offset * 8)
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = data_buffer.slice(start, end - start).to_pybytes() if data_buffer is not None else b""
+    validity = None
+    if values.null_count:
+        valid = values.is_valid().to_numpy(zero_copy_only=False)
+        validity = np.packbits(valid, bitorder="little").tobytes()
+    return raw, 0, (offsets - start).tobytes(), data, validity

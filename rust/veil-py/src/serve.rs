@@ -1,0 +1,272 @@
+//! PyO3 glue for `veil_wire`: a Python engine object behind the wire server.
+//!
+//! `WireServer(engine, listen, cert_pem, key_pem, trust)` starts the server on
+//! its own tokio runtime (a thread of its own) and returns once it listens;
+//! `address` is where, `stop()` ends it. The engine is Python
+//! (`veil.serve.engine`): `open(user, database)` gives a session with
+//! `run(sql, params)`, `describe(sql, oids)`, `cancel()` and `close()`;
+//! `verifier(user)` gives a SCRAM verifier. Every call into Python holds the
+//! GIL only for the call; the protocol work runs without it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use pyo3::exceptions::{PyOSError, PyStopIteration};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use tokio::sync::watch;
+use veil_wire::engine::{
+    Batch, Batches, Column, Description, Engine, Field, Oid, Outcome, Param, Session, Verifier,
+    WireError,
+};
+use veil_wire::server::{serve, Config, SCRAM_ITERATIONS};
+
+/// A Python exception as a wire error: its `sqlstate`, `hint` and
+/// `position` attributes when it has them (`veil.serve.errors.WireError`).
+fn wire_error(py: Python<'_>, err: PyErr) -> WireError {
+    let value = err.value(py);
+    let attr = |name: &str| value.getattr(name).ok().filter(|v| !v.is_none());
+    let code = attr("sqlstate")
+        .and_then(|v| v.extract::<String>().ok())
+        .unwrap_or_else(|| "XX000".to_owned());
+    let message = attr("message")
+        .and_then(|v| v.extract::<String>().ok())
+        .unwrap_or_else(|| value.to_string());
+    WireError {
+        code,
+        message,
+        hint: attr("hint").and_then(|v| v.extract().ok()),
+        position: attr("position").and_then(|v| v.extract().ok()),
+    }
+}
+
+fn fields(list: &Bound<'_, PyAny>) -> PyResult<Vec<Field>> {
+    list.extract::<Vec<(String, Oid)>>().map(|v| {
+        v.into_iter()
+            .map(|(name, oid)| Field { name, oid })
+            .collect()
+    })
+}
+
+fn words(raw: &[u8]) -> Vec<i64> {
+    raw.chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+struct PyBatches(Py<PyAny>);
+
+impl Batches for PyBatches {
+    fn next_batch(&mut self) -> Result<Option<Batch>, WireError> {
+        Python::with_gil(|py| {
+            let item = match self.0.bind(py).call_method0("__next__") {
+                Ok(item) => item,
+                Err(err) if err.is_instance_of::<PyStopIteration>(py) => return Ok(None),
+                Err(err) => return Err(wire_error(py, err)),
+            };
+            let batch = || -> PyResult<Batch> {
+                let (rows, raw): (usize, Vec<Bound<'_, PyAny>>) = item.extract()?;
+                let mut columns = Vec::with_capacity(raw.len());
+                for column in raw {
+                    type Parts<'a> = (bool, usize, Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+                    let (raw_bytes, offset, offsets, data, validity): Parts = column.extract()?;
+                    columns.push(Column {
+                        raw_bytes,
+                        offset,
+                        offsets: words(&offsets),
+                        data,
+                        validity,
+                    });
+                }
+                Ok(Batch { rows, columns })
+            };
+            batch().map(Some).map_err(|e| wire_error(py, e))
+        })
+    }
+}
+
+fn outcome(item: &Bound<'_, PyAny>) -> PyResult<Outcome> {
+    let kind: String = item.get_item(0)?.extract()?;
+    Ok(match kind.as_str() {
+        "rows" => Outcome::Rows {
+            fields: fields(&item.get_item(1)?)?,
+            batches: Box::new(PyBatches(item.get_item(2)?.unbind())),
+        },
+        "command" => Outcome::Command {
+            tag: item.get_item(1)?.extract()?,
+            rows: item.get_item(2)?.extract()?,
+        },
+        _ => Outcome::Empty,
+    })
+}
+
+struct PySession(Py<PyAny>);
+
+impl Session for PySession {
+    fn run(&self, sql: &str, params: &[Param]) -> Result<Vec<Outcome>, WireError> {
+        Python::with_gil(|py| {
+            let args: Vec<(Option<&str>, Oid)> =
+                params.iter().map(|p| (p.text.as_deref(), p.oid)).collect();
+            let result = self.0.bind(py).call_method1("run", (sql, args));
+            result
+                .and_then(|items| {
+                    items
+                        .try_iter()?
+                        .map(|item| outcome(&item?))
+                        .collect::<PyResult<Vec<_>>>()
+                })
+                .map_err(|e| wire_error(py, e))
+        })
+    }
+
+    fn describe(&self, sql: &str, param_oids: &[Oid]) -> Result<Description, WireError> {
+        Python::with_gil(|py| {
+            let found = self
+                .0
+                .bind(py)
+                .call_method1("describe", (sql, param_oids.to_vec()));
+            found
+                .and_then(|d| {
+                    Ok(Description {
+                        params: d.get_item(0)?.extract()?,
+                        fields: fields(&d.get_item(1)?)?,
+                    })
+                })
+                .map_err(|e| wire_error(py, e))
+        })
+    }
+
+    fn cancel(&self) {
+        Python::with_gil(|py| {
+            let _ = self.0.bind(py).call_method0("cancel");
+        })
+    }
+}
+
+impl Drop for PySession {
+    fn drop(&mut self) {
+        Python::with_gil(|py| {
+            let _ = self.0.bind(py).call_method0("close");
+        })
+    }
+}
+
+struct PyEngine(Py<PyAny>);
+
+impl Engine for PyEngine {
+    fn open(&self, user: &str, database: &str) -> Result<Box<dyn Session>, WireError> {
+        Python::with_gil(|py| {
+            self.0
+                .bind(py)
+                .call_method1("open", (user, database))
+                .map(|s| Box::new(PySession(s.unbind())) as Box<dyn Session>)
+                .map_err(|e| wire_error(py, e))
+        })
+    }
+
+    fn verifier(&self, user: &str) -> Result<Option<Verifier>, WireError> {
+        Python::with_gil(|py| {
+            let found = self.0.bind(py).call_method1("verifier", (user,));
+            found
+                .and_then(|v| v.extract::<Option<(Vec<u8>, Vec<u8>)>>())
+                .map(|v| {
+                    v.map(|(salt, salted_password)| Verifier {
+                        salt,
+                        salted_password,
+                        iterations: SCRAM_ITERATIONS,
+                    })
+                })
+                .map_err(|e| wire_error(py, e))
+        })
+    }
+}
+
+/// A running server: its runtime thread and the switch that stops it.
+#[pyclass(module = "veil._native")]
+pub struct WireServer {
+    #[pyo3(get)]
+    address: String,
+    stop: watch::Sender<bool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[pymethods]
+impl WireServer {
+    #[new]
+    #[pyo3(signature = (engine, listen, cert_pem=None, key_pem=None, trust=false))]
+    fn new(
+        py: Python<'_>,
+        engine: Py<PyAny>,
+        listen: &str,
+        cert_pem: Option<Bound<'_, PyBytes>>,
+        key_pem: Option<Bound<'_, PyBytes>>,
+        trust: bool,
+    ) -> PyResult<Self> {
+        let listen: SocketAddr = listen
+            .parse()
+            .map_err(|_| PyOSError::new_err(format!("not an address:port: {listen}")))?;
+        let tls = match (cert_pem, key_pem) {
+            (Some(c), Some(k)) => Some((c.as_bytes().to_vec(), k.as_bytes().to_vec())),
+            _ => None,
+        };
+        let config = Config { listen, tls, trust };
+        let engine: Arc<dyn Engine> = Arc::new(PyEngine(engine));
+        let (stop, stopped) = watch::channel(false);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, WireError>>();
+        let thread = std::thread::Builder::new()
+            .name("veil-serve".to_owned())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .thread_name("veil-wire")
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(WireError::internal(e.to_string())));
+                        return;
+                    }
+                };
+                let ready = ready_tx.clone();
+                let served = runtime.block_on(serve(
+                    engine,
+                    config,
+                    move |addr| {
+                        let _ = ready.send(Ok(addr));
+                    },
+                    stopped,
+                ));
+                if let Err(e) = served {
+                    let _ = ready_tx.send(Err(e));
+                }
+                // open connections end with the runtime
+                runtime.shutdown_background();
+            })
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        let bound = py
+            .allow_threads(move || ready_rx.recv())
+            .map_err(|_| PyOSError::new_err("the wire server failed to start"))?
+            .map_err(|e| PyOSError::new_err(e.message))?;
+        Ok(WireServer {
+            address: bound.to_string(),
+            stop,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Stop listening and close every connection; returns when done.
+    fn stop(&self, py: Python<'_>) {
+        let _ = self.stop.send(true);
+        let thread = self.thread.lock().unwrap().take();
+        if let Some(thread) = thread {
+            py.allow_threads(|| {
+                let _ = thread.join();
+            });
+        }
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<WireServer>()
+}

@@ -1,0 +1,305 @@
+//! pgwire's query handlers over an [`Engine`]: one engine session per connection.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::sink::Sink;
+use futures::stream::{self, BoxStream, StreamExt};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
+    Response, Tag,
+};
+use pgwire::api::stmt::{NoopQueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type, METADATA_DATABASE, METADATA_USER};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::PgWireBackendMessage;
+use tokio::sync::OnceCell;
+
+use crate::engine::{Batches, Engine, Field, Oid, Outcome, Param, Session, WireError};
+use crate::rows::{encode_batch, Layout};
+use crate::values::binary_to_text;
+
+/// The connection's engine session, opened on its first statement.
+#[derive(Default)]
+struct Slot(OnceCell<Arc<dyn Session>>);
+
+pub struct Handler {
+    engine: Arc<dyn Engine>,
+    parser: Arc<NoopQueryParser>,
+}
+
+impl Handler {
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        Handler {
+            engine,
+            parser: Arc::new(NoopQueryParser::new()),
+        }
+    }
+
+    async fn session<C: ClientInfo>(&self, client: &C) -> PgWireResult<Arc<dyn Session>> {
+        let slot = client
+            .session_extensions()
+            .get_or_insert_with(Slot::default);
+        let meta = client.metadata();
+        let user = meta.get(METADATA_USER).cloned().unwrap_or_default();
+        let database = meta.get(METADATA_DATABASE).cloned().unwrap_or_default();
+        let engine = self.engine.clone();
+        slot.0
+            .get_or_try_init(|| async move {
+                blocking(move || engine.open(&user, &database).map(Arc::from)).await
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// Run engine work on tokio's blocking pool.
+pub async fn blocking<T, F>(work: F) -> PgWireResult<T>
+where
+    F: FnOnce() -> Result<T, WireError> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(user_error),
+        Err(join) => Err(user_error(WireError::internal(format!(
+            "the statement's worker failed: {join}"
+        )))),
+    }
+}
+
+pub fn user_error(err: WireError) -> PgWireError {
+    let mut info = ErrorInfo::new("ERROR".to_owned(), err.code, err.message);
+    info.hint = err.hint;
+    info.position = err.position.map(|p| p.to_string());
+    PgWireError::UserError(Box::new(info))
+}
+
+fn field_infos(fields: &[Field], format: &Format) -> Vec<FieldInfo> {
+    fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            FieldInfo::new(
+                f.name.clone(),
+                None,
+                None,
+                Type::from_oid(f.oid).unwrap_or(Type::TEXT),
+                format.format_for(i),
+            )
+        })
+        .collect()
+}
+
+/// The rows of `batches`, encoded batch by batch on the blocking pool.
+fn row_stream(
+    batches: Box<dyn Batches>,
+    layout: Arc<Vec<Layout>>,
+) -> BoxStream<'static, PgWireResult<DataRow>> {
+    stream::unfold(Some(batches), move |state| {
+        let layout = layout.clone();
+        async move {
+            let mut batches = state?;
+            let next = tokio::task::spawn_blocking(move || {
+                let rows = match batches.next_batch() {
+                    Ok(Some(batch)) => encode_batch(&batch, &layout).map(Some),
+                    Ok(None) => Ok(None),
+                    Err(err) => Err(err),
+                };
+                (batches, rows)
+            })
+            .await;
+            match next {
+                Ok((batches, Ok(Some(rows)))) => Some((
+                    stream::iter(rows.into_iter().map(Ok)).boxed(),
+                    Some(batches),
+                )),
+                Ok((_, Ok(None))) => None,
+                Ok((_, Err(err))) => Some((stream::iter([Err(user_error(err))]).boxed(), None)),
+                Err(join) => Some((
+                    stream::iter([Err(user_error(WireError::internal(join.to_string())))]).boxed(),
+                    None,
+                )),
+            }
+        }
+    })
+    .flatten()
+    .boxed()
+}
+
+fn response(outcome: Outcome, format: &Format) -> Response {
+    match outcome {
+        Outcome::Rows { fields, batches } => {
+            let infos = field_infos(&fields, format);
+            let layout: Vec<Layout> = infos
+                .iter()
+                .zip(&fields)
+                .map(|(info, f)| Layout {
+                    oid: f.oid,
+                    binary: info.format() == FieldFormat::Binary,
+                })
+                .collect();
+            Response::Query(QueryResponse::new(
+                Arc::new(infos),
+                row_stream(batches, Arc::new(layout)),
+            ))
+        }
+        Outcome::Command { tag, rows } => {
+            let mut done = Tag::new(&tag);
+            if tag == "INSERT" {
+                done = done.with_oid(0); // "INSERT 0 n", as PostgreSQL says it
+            }
+            if let Some(n) = rows {
+                done = done.with_rows(n);
+            }
+            match tag.as_str() {
+                "BEGIN" | "START TRANSACTION" => Response::TransactionStart(done),
+                "COMMIT" | "ROLLBACK" | "END" => Response::TransactionEnd(done),
+                _ => Response::Execution(done),
+            }
+        }
+        Outcome::Empty => Response::EmptyQuery,
+    }
+}
+
+fn bound_params(portal: &Portal<String>) -> PgWireResult<Vec<Param>> {
+    let mut params = Vec::with_capacity(portal.parameters.len());
+    for (i, raw) in portal.parameters.iter().enumerate() {
+        let oid = portal
+            .statement
+            .parameter_types
+            .get(i)
+            .and_then(|t| t.as_ref())
+            .map(|t| t.oid())
+            .unwrap_or(0);
+        let text = match raw {
+            None => None,
+            Some(bytes) if portal.parameter_format.is_binary(i) => {
+                Some(binary_to_text(oid, bytes).map_err(user_error)?)
+            }
+            Some(bytes) => Some(String::from_utf8(bytes.to_vec()).map_err(|_| {
+                user_error(WireError::new(
+                    "22021",
+                    "a text parameter is not valid UTF-8",
+                ))
+            })?),
+        };
+        params.push(Param { text, oid });
+    }
+    Ok(params)
+}
+
+fn given_oids(stmt: &StoredStatement<String>) -> Vec<Oid> {
+    stmt.parameter_types
+        .iter()
+        .map(|t| t.as_ref().map(|t| t.oid()).unwrap_or(0))
+        .collect()
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Handler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client).await?;
+        let sql = query.to_owned();
+        let outcomes = blocking(move || session.run(&sql, &[])).await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|o| response(o, &Format::UnifiedText))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Handler {
+    type Statement = String;
+    type QueryParser = NoopQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client).await?;
+        let params = bound_params(portal)?;
+        let sql = portal.statement.statement.clone();
+        let mut outcomes = blocking(move || session.run(&sql, &params)).await?;
+        if outcomes.len() > 1 {
+            return Err(user_error(WireError::new(
+                "42601",
+                "cannot insert multiple commands into a prepared statement",
+            )));
+        }
+        Ok(match outcomes.pop() {
+            Some(outcome) => response(outcome, &portal.result_column_format),
+            None => Response::EmptyQuery,
+        })
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        client: &mut C,
+        target: &StoredStatement<Self::Statement>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client).await?;
+        let (sql, oids) = (target.statement.clone(), given_oids(target));
+        let found = blocking(move || session.describe(&sql, &oids)).await?;
+        let params = found
+            .params
+            .iter()
+            .map(|oid| Type::from_oid(*oid).unwrap_or(Type::UNKNOWN))
+            .collect();
+        // formats are chosen at Bind: a statement's description says text
+        let fields = field_infos(&found.fields, &Format::UnifiedText);
+        Ok(DescribeStatementResponse::new(params, fields))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        client: &mut C,
+        target: &Portal<Self::Statement>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client).await?;
+        let (sql, oids) = (
+            target.statement.statement.clone(),
+            given_oids(&target.statement),
+        );
+        let found = blocking(move || session.describe(&sql, &oids)).await?;
+        Ok(DescribePortalResponse::new(field_infos(
+            &found.fields,
+            &target.result_column_format,
+        )))
+    }
+}

@@ -1,0 +1,204 @@
+//! The listener: TLS, authentication, cancellation, a task per connection.
+
+use std::fmt::Debug;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::sink::Sink;
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::sasl::scram::ScramAuth;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::tokio::tokio_rustls::rustls::pki_types::pem::PemObject;
+use pgwire::tokio::tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use pgwire::tokio::tokio_rustls::rustls::ServerConfig;
+use pgwire::tokio::{process_socket, TlsAcceptor};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::engine::{Engine, WireError};
+use crate::handler::{blocking, user_error, Handler};
+
+/// SCRAM's PBKDF2 rounds: PostgreSQL's default, and what stored verifiers use.
+pub const SCRAM_ITERATIONS: usize = 4096;
+/// The version clients see (drivers parse it to pick protocol features).
+const SERVER_VERSION: &str = "16.0";
+
+pub struct Config {
+    pub listen: SocketAddr,
+    /// PEM certificate chain and private key: TLS offered (and SCRAM channel binding).
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// Any user, no password (`--insecure-local`; loopback only, checked by the caller).
+    pub trust: bool,
+}
+
+struct Verifiers(Arc<dyn Engine>);
+
+impl Debug for Verifiers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Verifiers")
+    }
+}
+
+#[async_trait]
+impl AuthSource for Verifiers {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        let user = login.user().unwrap_or_default().to_owned();
+        let engine = self.0.clone();
+        let name = user.clone();
+        match blocking(move || engine.verifier(&name)).await? {
+            Some(v) => Ok(Password::new(Some(v.salt), v.salted_password)),
+            None => Err(user_error(WireError::new(
+                "28P01",
+                format!("password authentication failed for user \"{user}\""),
+            ))),
+        }
+    }
+}
+
+fn parameters() -> Arc<DefaultServerParameterProvider> {
+    let mut p = DefaultServerParameterProvider::default();
+    p.server_version = SERVER_VERSION.to_owned();
+    p.is_superuser = false;
+    Arc::new(p)
+}
+
+struct Trust(Arc<ConnectionManager>);
+
+#[async_trait]
+impl NoopStartupHandler for Trust {
+    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Trust (`--insecure-local`) or SCRAM-SHA-256, fixed when the server starts.
+enum Startup {
+    Trust(Trust),
+    Scram(SASLAuthStartupHandler<DefaultServerParameterProvider>),
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self {
+            Startup::Trust(t) => t.on_startup(client, message).await,
+            Startup::Scram(s) => s.on_startup(client, message).await,
+        }
+    }
+}
+
+struct Handlers {
+    handler: Arc<Handler>,
+    startup: Arc<Startup>,
+    cancel: Arc<DefaultCancelHandler>,
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl pgwire::api::query::SimpleQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl pgwire::api::query::ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.startup.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        self.cancel.clone()
+    }
+}
+
+fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, WireError> {
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| WireError::new("08000", format!("cannot read the TLS certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| WireError::new("08000", format!("cannot read the TLS private key: {e}")))?;
+    let config = ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| WireError::new("08000", format!("unusable TLS certificate or key: {e}")))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+fn handlers(engine: Arc<dyn Engine>, config: &Config) -> Result<Handlers, WireError> {
+    let manager = Arc::new(ConnectionManager::new());
+    let startup = if config.trust {
+        Startup::Trust(Trust(manager.clone()))
+    } else {
+        let mut scram = ScramAuth::new(Arc::new(Verifiers(engine.clone())));
+        scram.set_iterations(SCRAM_ITERATIONS);
+        if let Some((cert, _)) = &config.tls {
+            scram
+                .configure_certificate(cert)
+                .map_err(|e| WireError::new("08000", format!("TLS certificate: {e}")))?;
+        }
+        Startup::Scram(
+            SASLAuthStartupHandler::new(parameters())
+                .with_scram(scram)
+                .with_connection_manager(manager.clone()),
+        )
+    };
+    Ok(Handlers {
+        handler: Arc::new(Handler::new(engine)),
+        startup: Arc::new(startup),
+        cancel: Arc::new(DefaultCancelHandler::new(manager)),
+    })
+}
+
+/// Bind `config.listen` (the bound address goes to `ready`), then serve
+/// until `stop` turns true.
+pub async fn serve(
+    engine: Arc<dyn Engine>,
+    config: Config,
+    ready: impl FnOnce(SocketAddr),
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), WireError> {
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(tls_acceptor(cert, key)?),
+        None => None,
+    };
+    let handlers = Arc::new(handlers(engine, &config)?);
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| WireError::new("08000", format!("cannot listen on {}: {e}", config.listen)))?;
+    ready(
+        listener
+            .local_addr()
+            .map_err(|e| WireError::internal(e.to_string()))?,
+    );
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((socket, _)) = accepted else { continue };
+                let (handlers, tls) = (handlers.clone(), tls.clone());
+                tokio::spawn(async move { process_socket(socket, tls, handlers).await });
+            }
+            _ = stop.changed() => {
+                if *stop.borrow() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
