@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 # Rust kernel tests first, so that the run closes on pytest's summary line.
 test: $(STAMP)
-	cargo test --release -p veil-kernels -q
+	cargo test --release -p veil-kernels -p veil-wire -q
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Differential SQL fuzzer: N generated queries from SEED through Veil and plaintext

@@ -8,6 +8,8 @@ need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 [ -f /usr/include/gmp.h ] || [ -f /usr/include/x86_64-linux-gnu/gmp.h ] || need_apt+=(libgmp-dev)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# psql: the tests of `veil serve` drive it as a user would
+command -v psql >/dev/null || need_apt+=(postgresql-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_apt[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -18,6 +18,17 @@ import pyarrow.compute as pc
 
 BATCH_ROWS = 16_384
 
+# PostgreSQL's array text form: {a,"b c",NULL}; quoted where an element is
+# empty, NULL-like or holds a delimiter, quote, backslash or space
+_ARRAY = r"""
+SELECT CASE WHEN v IS NULL THEN NULL ELSE '{{' || array_to_string(list_transform(v, lambda x:
+  CASE WHEN x IS NULL THEN 'NULL'
+       WHEN regexp_matches({element}, '^$|^null$|[{{}},"\\\s]', 'i')
+       THEN '"' || replace(replace({element}, '\', '\\'), '"', '\"') || '"'
+       ELSE {element} END), ',') || '}}' END
+FROM frame
+"""
+
 Column = tuple[bool, int, bytes, bytes, bytes | None]
 
 
@@ -50,10 +61,17 @@ def _as_text(values: pa.Array) -> pa.Array:
         or pa.types.is_large_string(kind)
     ):
         return pc.cast(values, pa.large_string())
-    # timestamps, times, intervals, lists, structs...: DuckDB's own text forms
+    # lists as PostgreSQL arrays; timestamps, times, intervals, structs: DuckDB's text forms
     connection = duckdb.connect()
     connection.register("frame", pa.table({"v": values}))
-    cast = connection.sql("SELECT CAST(v AS VARCHAR) FROM frame").to_arrow_table()
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        element = "CASE WHEN x THEN 't' ELSE 'f' END" if pa.types.is_boolean(kind.value_type) else (
+            "CAST(x AS VARCHAR)"
+        )
+        sql = _ARRAY.format(element=element)
+    else:
+        sql = "SELECT CAST(v AS VARCHAR) FROM frame"
+    cast = connection.sql(sql).to_arrow_table()
     return pc.cast(cast.column(0).combine_chunks(), pa.large_string())
 
 

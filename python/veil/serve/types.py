@@ -41,10 +41,20 @@ _BY_NAME = {
 }
 
 
+# the array type of each element type (pg_type.typarray)
+_ARRAY_OF = {
+    BOOL: 1000, BYTEA: 1001, INT2: 1005, INT4: 1007, INT8: 1016, TEXT: 1009, FLOAT4: 1021,
+    FLOAT8: 1022, DATE: 1182, TIMESTAMP: 1115, TIMESTAMPTZ: 1185, TIME: 1183,
+    INTERVAL: 1187, NUMERIC: 1231,
+}  # fmt: skip
+
+
 def oid_of_duckdb(type_name: str) -> int:
-    """The OID of a DuckDB type as DESCRIBE spells it (``DECIMAL(15,2)``...)."""
-    base = type_name.split("(")[0].strip().upper()
-    return _BY_NAME.get(base, TEXT)
+    """The OID of a DuckDB type as DESCRIBE spells it (``DECIMAL(15,2)``, ``VARCHAR[]``...)."""
+    name = type_name.strip().upper()
+    if name.endswith("[]"):
+        return _ARRAY_OF.get(oid_of_duckdb(name[:-2]), TEXT)
+    return _BY_NAME.get(name.split("(")[0].strip(), TEXT)
 
 
 def duckdb_name(arrow_type: pa.DataType) -> str:
@@ -69,6 +79,8 @@ def duckdb_name(arrow_type: pa.DataType) -> str:
         (pa.types.is_binary, "BLOB"),
         (pa.types.is_large_binary, "BLOB"),
     ]
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return duckdb_name(arrow_type.value_type) + "[]"
     if pa.types.is_timestamp(arrow_type):
         return "TIMESTAMP WITH TIME ZONE" if arrow_type.tz else "TIMESTAMP"
     return next((name for check, name in checks if check(arrow_type)), "VARCHAR")

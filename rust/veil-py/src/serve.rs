@@ -240,8 +240,8 @@ impl WireServer {
                 if let Err(e) = served {
                     let _ = ready_tx.send(Err(e));
                 }
-                // open connections end with the runtime
-                runtime.shutdown_background();
+                // open connections end with the runtime: their tasks (and sessions) are dropped
+                runtime.shutdown_timeout(std::time::Duration::from_secs(5));
             })
             .map_err(|e| PyOSError::new_err(e.to_string()))?;
         let bound = py
