@@ -213,9 +213,9 @@ def test_scram_users(scram: str) -> None:
     dsn = f"host=127.0.0.1 port={scram} dbname=veil"
     with psycopg.connect(f"{dsn} user=alice password='{PASSWORD}'") as c:
         assert c.execute("SELECT count(*) FROM nation").fetchone() == (25,)
-    with pytest.raises(psycopg.OperationalError, match="(?i)password authentication failed"):
+    with pytest.raises(psycopg.OperationalError, match=r"(?i)password authentication failed"):
         psycopg.connect(f"{dsn} user=alice password=wrong-password")
-    with pytest.raises(psycopg.OperationalError, match="(?i)password authentication failed"):
+    with pytest.raises(psycopg.OperationalError, match=r"(?i)password authentication failed"):
         psycopg.connect(f"{dsn} user=mallory password='{PASSWORD}'")
 
 
@@ -235,6 +235,18 @@ def test_concurrent_connections(trusting: str, plain: duckdb.DuckDBPyConnection)
     for t in threads:
         t.join()
     assert answers == [True] * 9
+
+
+def test_sqlalchemy_and_pandas(trusting: str, plain: duckdb.DuckDBPyConnection) -> None:
+    import pandas
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://dave@127.0.0.1:{trusting}/veil")
+    sql = "SELECT o_orderpriority, count(*) AS n FROM orders GROUP BY 1 ORDER BY 1"
+    frame = pandas.read_sql(sql, engine)
+    assert list(frame.itertuples(index=False, name=None)) == plain.sql(sql).fetchall()
+    assert {"lineitem", "orders"} <= set(sqlalchemy.inspect(engine).get_table_names())
+    engine.dispose()
 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql (postgresql-client) not installed")

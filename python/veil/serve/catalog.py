@@ -22,6 +22,8 @@ VERSION_TEXT = f"PostgreSQL {SERVER_VERSION} (Veil {__version__}, encrypted; Duc
 # PostgreSQL catalogue functions DuckDB lacks, as macros of the catalogue connection.
 SHIMS = (
     "CREATE OR REPLACE MACRO pg_get_userbyid(id) AS 'veil'",
+    # no extension types here (psycopg looks up hstore with it)
+    "CREATE OR REPLACE MACRO to_regtype(name) AS CAST(NULL AS INTEGER)",
     "CREATE OR REPLACE MACRO pg_encoding_to_char(id) AS 'UTF8'",
     "CREATE OR REPLACE MACRO pg_relation_size(id) AS 0",
     "CREATE OR REPLACE MACRO pg_total_relation_size(id) AS 0",
@@ -36,6 +38,21 @@ SHIMS = (
 def install(connection: duckdb.DuckDBPyConnection) -> None:
     for statement in SHIMS:
         connection.execute(statement)
+
+
+_OID_ALIASES = {"regtype", "regclass", "regproc", "regprocedure", "regnamespace", "regrole"}
+
+
+def _oid_of(cast: exp.Cast) -> exp.Expr:
+    """``x::regclass`` and kin: a table name looked up in pg_class, anything else as is."""
+    inner = cast.this
+    if cast.to.sql(dialect="postgres").lower() == "regclass" and isinstance(inner, exp.Literal):
+        return exp.maybe_parse(
+            "(SELECT oid FROM pg_catalog.pg_class WHERE relname = "
+            f"{exp.Literal.string(inner.name.split('.')[-1].strip(chr(34))).sql()} LIMIT 1)",
+            dialect="duckdb",
+        )
+    return inner
 
 
 def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
@@ -57,6 +74,8 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
             node = node.expression  # pg_catalog.f(...): DuckDB's f or a shim
         if isinstance(node, exp.Anonymous) and node.name.lower() in constants:
             return exp.Literal.string(constants[node.name.lower()])
+        if isinstance(node, exp.Cast) and node.to.sql(dialect="postgres").lower() in _OID_ALIASES:
+            return _oid_of(node)
         if isinstance(node, exp.CurrentUser):
             return exp.Literal.string(user)
         if type(node).__name__ == "CurrentVersion":  # version(), parsed as DuckDB's own

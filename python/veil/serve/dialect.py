@@ -39,6 +39,8 @@ _KINDS = {
     "END": "commit",
     "ROLLBACK": "rollback",
     "ABORT": "rollback",
+    "SAVEPOINT": "savepoint",
+    "RELEASE": "release",
     "SET": "set",
     "RESET": "reset",
     "SHOW": "show",

@@ -85,6 +85,7 @@ class WireSession:
         self.settings = dict(_DEFAULT_SETTINGS)
         self.in_transaction = False
         self.written = 0  # DML statements applied since BEGIN
+        self.savepoints: dict[str, int] = {}  # name -> statements written when it was set
         self._lock = threading.Lock()
         self.schema: dialect.Schema = {
             name: {c.name: c.type for c in table.columns}
@@ -145,7 +146,13 @@ class WireSession:
             self.in_transaction = False
             return ("command", "COMMIT", None)
         if kind == "rollback":
-            return self._rollback()
+            return self._rollback(statement.text)
+        if kind == "savepoint":
+            self.savepoints[_savepoint_name(statement.text)] = self.written
+            return ("command", "SAVEPOINT", None)
+        if kind == "release":
+            self.savepoints.pop(_savepoint_name(statement.text), None)
+            return ("command", "RELEASE", None)
         if kind in ("set", "reset"):
             return self._set(statement.text, reset=kind == "reset")
         if kind == "show":
@@ -165,8 +172,19 @@ class WireSession:
             return ("command", tree.key.upper(), result.rowcount)
         return _rows(result.table)
 
-    def _rollback(self) -> Outcome:
+    def _rollback(self, sql: str) -> Outcome:
+        words = sql.upper().split()
+        if "TO" in words:  # ROLLBACK TO [SAVEPOINT] name: the transaction goes on
+            since = self.written - self.savepoints.get(_savepoint_name(sql), 0)
+            if since:
+                raise WireError(
+                    "0A000",
+                    f"ROLLBACK TO cannot undo the {since} statement(s) since the savepoint: "
+                    "Veil applies each INSERT, UPDATE and DELETE when it runs",
+                )
+            return ("command", "ROLLBACK", None)
         self.in_transaction, written, self.written = False, self.written, 0
+        self.savepoints.clear()
         if written:
             raise WireError(
                 "0A000",
@@ -196,8 +214,7 @@ class WireSession:
         return ("command", "SET", None)
 
     def _show(self, sql: str) -> Outcome:
-        parts = sql.split()
-        name = parts[1].rstrip(";").lower() if len(parts) > 1 else ""
+        name = _setting_name(sql)
         if name == "all":
             table = pa.table(
                 {
@@ -220,8 +237,7 @@ class WireSession:
         count = dialect.placeholders(tree) if tree is not None else 0
         params = [oids[i] if i < len(oids) and oids[i] else TEXT for i in range(count)]
         if statement.kind == "show":
-            name = texts[0].split()[1].rstrip(";").lower() if len(texts[0].split()) > 1 else ""
-            return params, [(name, TEXT)]
+            return params, [(_setting_name(texts[0]), TEXT)]
         if statement.kind not in ("query", "catalog") or tree is None:
             return params, []
         tree = dialect.integer_divisions(tree, self.schema)
@@ -231,6 +247,20 @@ class WireSession:
         described = dialect.bind(dialect.output_names(tree), nulls)
         rows = self.veil.catalog.execute(f"DESCRIBE {described}").fetchall()
         return params, [(str(name), oid_of_duckdb(str(kind))) for name, kind, *_ in rows]
+
+
+def _savepoint_name(sql: str) -> str:
+    return sql.rstrip(";").split()[-1].strip('"').lower()
+
+
+# SHOW's spellings of settings with spaces in their names
+_SPOKEN = {"transaction isolation level": "transaction_isolation", "time zone": "timezone"}
+
+
+def _setting_name(sql: str) -> str:
+    """The setting ``SHOW name`` asks for, lower-cased (``SHOW TIME ZONE`` is ``timezone``)."""
+    spoken = " ".join(sql.rstrip(";").split()[1:]).lower()
+    return _SPOKEN.get(spoken, spoken)
 
 
 def _rows(table: pa.Table) -> Outcome:

@@ -65,8 +65,10 @@ def _as_text(values: pa.Array) -> pa.Array:
     connection = duckdb.connect()
     connection.register("frame", pa.table({"v": values}))
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        element = "CASE WHEN x THEN 't' ELSE 'f' END" if pa.types.is_boolean(kind.value_type) else (
-            "CAST(x AS VARCHAR)"
+        element = (
+            "CASE WHEN x THEN 't' ELSE 'f' END"
+            if pa.types.is_boolean(kind.value_type)
+            else ("CAST(x AS VARCHAR)")
         )
         sql = _ARRAY.format(element=element)
     else:
