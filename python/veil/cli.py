@@ -27,7 +27,10 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from veil import __version__
+
     parser = argparse.ArgumentParser(prog="veil", description="Veil: an encrypted database system.")
+    parser.add_argument("--version", action="version", version=f"veil {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         if _installed(name):

@@ -22,7 +22,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from veil.errors import VeilError
+from veil.errors import (
+    InterfaceError,
+    NotSupportedError,
+    VeilError,
+)
 from veil.exec.rows import table_rows
 from veil.exec.session import Result, Session
 
@@ -31,16 +35,6 @@ threadsafety = 1  # threads may share the module, not connections
 paramstyle = "qmark"
 
 Error = VeilError
-
-
-class InterfaceError(VeilError):
-    """The DB-API object was used wrongly (closed cursor, no result yet)."""
-
-    anchor = "dbapi"
-
-
-class NotSupportedError(VeilError):
-    anchor = "dbapi"
 
 
 def connect(client_dir: str | os.PathLike[str]) -> Connection:

@@ -19,31 +19,71 @@ class VeilError(Exception):
         return f"{super().__str__()} (see {self.docs}#{self.anchor})"
 
 
-class KeyFileError(VeilError):
+# PEP 249's exception classes (``veil.Error`` is ``VeilError``): every error
+# Veil raises is one of them, so DB-API code can catch them by kind.
+
+
+class Warning(Exception):
+    """PEP 249's Warning (Veil raises none)."""
+
+
+class InterfaceError(VeilError):
+    """The DB-API object was used wrongly (closed cursor, no result yet)."""
+
+    anchor = "dbapi"
+
+
+class DatabaseError(VeilError):
+    """An error of the data or the database (every other Veil error)."""
+
+
+class DataError(DatabaseError):
+    """A value is wrong for its column or scheme."""
+
+
+class OperationalError(DatabaseError):
+    """The server, the client directory or the key is unusable."""
+
+
+class IntegrityError(DatabaseError):
+    """PEP 249's IntegrityError (Veil keeps no constraints, so raises none)."""
+
+
+class ProgrammingError(DatabaseError):
+    """The statement is wrong: syntax, unknown names, types, parameters."""
+
+
+class NotSupportedError(DatabaseError):
+    """Veil does not run this statement or feature."""
+
+    anchor = "dbapi"
+
+
+class KeyFileError(OperationalError):
     """The key file is missing, unreadable, malformed or has unsafe permissions."""
 
     anchor = "key-file"
 
 
-class WrongKeyError(VeilError):
+class WrongKeyError(OperationalError):
     """The key (or passphrase) does not match what the data was encrypted with."""
 
     anchor = "wrong-key"
 
 
-class AuthenticationError(VeilError):
+class AuthenticationError(DatabaseError):
     """A ciphertext failed authentication: wrong key or tampered data."""
 
     anchor = "authentication"
 
 
-class MalformedCiphertextError(VeilError):
+class MalformedCiphertextError(DatabaseError):
     """A ciphertext is truncated, of an unknown version, or otherwise unreadable."""
 
     anchor = "malformed-ciphertext"
 
 
-class DomainError(VeilError):
+class DomainError(DataError):
     """A plaintext value lies outside the domain its scheme was set up for."""
 
     anchor = "domain"
@@ -56,13 +96,13 @@ class DomainError(VeilError):
         self.domain = domain
 
 
-class ParameterError(VeilError):
+class ParameterError(ProgrammingError):
     """A scheme was configured with parameters it cannot work with."""
 
     anchor = "parameter"
 
 
-class InternalError(VeilError):
+class InternalError(DatabaseError):
     """Veil itself failed on a statement (a bug): nothing was changed; please report it."""
 
     anchor = "internal"

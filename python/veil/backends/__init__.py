@@ -7,6 +7,8 @@ default) or ``postgresql://user@host:port/db``. Every backend offers the small
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from veil.backends.base import (
     Backend,
     BackendError,
@@ -27,9 +29,38 @@ __all__ = [
 ]
 
 
+def canonical_url(url: str) -> str:
+    """``url`` as a client directory stores it: a DuckDB file by its absolute path.
+
+    So a query from another directory opens the same file (a relative path
+    would silently name another, empty one).
+    """
+    if not url.startswith("duckdb:"):
+        return url
+    from veil.backends.duckdb import database_path
+
+    path = database_path(url)
+    return url if path == ":memory:" else f"duckdb://{Path(path).resolve()}"
+
+
+def connect_existing(url: str) -> Backend:
+    """Open the server of an existing client directory: a DuckDB file must exist."""
+    if url.startswith("duckdb:"):
+        from veil.backends.duckdb import database_path
+
+        path = database_path(url)
+        if path != ":memory:" and not Path(path).exists():
+            raise ServerUnavailableError(
+                f"the server file {path} (server {url}) does not exist: it was moved or "
+                "deleted, or the client directory belongs to another machine; restore the "
+                "file, or load the data again"
+            )
+    return connect(url)
+
+
 def connect(url: str) -> Backend:
     """Open the server a URL names."""
-    if url.startswith("duckdb://"):
+    if url.startswith("duckdb:"):
         from veil.backends.duckdb import DuckDBBackend
 
         return DuckDBBackend(url)

@@ -35,7 +35,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.errors import VeilError
+from veil.errors import OperationalError
 
 # Arrow data for a bulk load: a whole table, a reader, or any iterable of batches.
 ArrowData: TypeAlias = pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
@@ -46,7 +46,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 STAGING_SUFFIX = "__veil_staging"
 
 
-class BackendError(VeilError):
+class BackendError(OperationalError):
     """The server refused a statement or failed while running it."""
 
     anchor = "backend"

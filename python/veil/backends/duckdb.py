@@ -34,10 +34,16 @@ _VIEW = "__veil_arrow_input"
 
 
 def database_path(url: str) -> str:
-    """The file a ``duckdb://`` URL names; ``duckdb://:memory:`` is an in-memory server."""
-    if not url.startswith(_SCHEME):
+    """The file a DuckDB URL names; ``duckdb://:memory:`` is an in-memory server.
+
+    ``duckdb:///abs/server.duckdb`` names an absolute path; ``duckdb:server.duckdb``
+    (or ``duckdb://server.duckdb``) one relative to the current directory, which
+    ``veil load`` stores resolved (``veil.backends.canonical_url``).
+    """
+    if not url.startswith("duckdb:"):
         raise BackendError(f"{url!r} is not a DuckDB URL; write duckdb:///path/server.duckdb")
-    rest = url[len(_SCHEME) :]
+    rest = url[len("duckdb:") :]
+    rest = rest[2:] if rest.startswith("//") else rest
     return ":memory:" if rest in ("", ":memory:", "/:memory:") else rest
 
 

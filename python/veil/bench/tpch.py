@@ -42,7 +42,6 @@ from veil.tpch.gen import TABLES
 from veil.tpch.queries import query_texts
 
 T = TypeVar("T")
-DEFAULT_WORK_DIR = Path.home() / ".cache" / "veil" / "bench-tpch"
 
 
 class QueryTimeout(Exception):
@@ -82,28 +81,6 @@ class Bench:
     @property
     def bytes_per_second(self) -> float:
         return self.bandwidth_mbit * 1e6 / 8
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "tpch",
-        help="TPC-H on plaintext and through Veil in the same engine, side by side",
-        description="Generate TPC-H, load it plaintext and through Veil into two databases "
-        "of one engine (same indexes), run the queries on both and report per query the "
-        "median times, their ratio, Veil's server/transfer/client split, the bytes received "
-        "and the time over a simulated link; every Veil answer is checked.",
-    )
-    parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
-    parser.add_argument("--backend", choices=("duckdb", "postgres"), default="duckdb")
-    parser.add_argument("--server", help="a PostgreSQL URL to use instead of a throwaway cluster")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs per query and side")
-    parser.add_argument("--queries", help="comma-separated query numbers (default: all 22)")
-    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
-    parser.add_argument("--bandwidth-mbit", type=float, default=10.0)
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per query run")
-    parser.add_argument("--json", help="default bench/tpch_<backend>_sf<SF>.json")
-    parser.add_argument("--png", help="default bench/tpch_<backend>_sf<SF>.png")
-    parser.set_defaults(handler=run_tpch)
 
 
 def run_tpch(args: argparse.Namespace) -> int:

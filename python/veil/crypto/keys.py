@@ -197,7 +197,7 @@ def _unwrap(raw: bytes, kdf: object, passphrase: str, target: Path) -> bytes:
 def _read_document(target: Path) -> dict[str, object]:
     try:
         mode = target.stat().st_mode
-        text = target.read_text()
+        text = target.read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
         raise KeyFileError(
             f"key file {target} does not exist; create one with `veil keygen`"

@@ -52,9 +52,6 @@ ASHE = "ASHE"
 BLOCKS = "BLOCKS"
 SCHEMES = (RND, DET, OPE, HOM, SEARCH)
 OPE_INT64_BITS = 32  # OPE over at most this many bits stores BIGINT ciphertexts
-# How the server sums: ASHE (symmetric, the default), Paillier (a keyless
-# party can add), or not at all (the client sums the rows it fetches).
-SUM_SCHEMES = ("ashe", "paillier", "none")
 # Schemes whose ciphertexts the client can decrypt back to single values.
 DECRYPTABLE = (DET, RND, OPE, BLOCKS)
 

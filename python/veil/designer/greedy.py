@@ -26,6 +26,7 @@ import sqlglot
 from sqlglot import exp
 
 from veil.crypto.ashe import ASHE_FLAG_BIT, BLOCK_ROWS, sum_fits, word_bits
+from veil.design import SUM_SCHEMES
 from veil.design.domains import (
     ExpressionDomain,
     column_domain,
@@ -40,7 +41,6 @@ from veil.design.model import (
     OPE,
     RND,
     SEARCH,
-    SUM_SCHEMES,
     AsheSums,
     Column,
     Encryption,

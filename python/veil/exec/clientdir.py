@@ -82,16 +82,40 @@ def open_client_dir(path: str | os.PathLike[str]) -> ClientDir:
         raise ClientDirectoryError(
             f"client directory {target} does not exist; create it with `veil load --client-dir {target} ...`"
         )
+    if not (target / SERVER_FILE).exists():
+        raise ClientDirectoryError(
+            f"{target} is not a Veil client directory (it has no {SERVER_FILE}); give the "
+            "directory `veil load --client-dir` created"
+        )
     return ClientDir(target)
 
 
-def create_client_dir(path: str | os.PathLike[str], server_url: str) -> tuple[ClientDir, MasterKey]:
-    """Create (or reuse) a client directory for ``server_url``; returns it and its key."""
+def create_client_dir(
+    path: str | os.PathLike[str], server_url: str, key_file: str | os.PathLike[str] | None = None
+) -> tuple[ClientDir, MasterKey]:
+    """Create (or reuse) a client directory for ``server_url``; returns it and its key.
+
+    ``key_file`` (from ``veil keygen``) becomes the directory's key; without
+    it a fresh key is made. A directory holding no loaded table yet (a load
+    that failed) may be pointed at another server.
+    """
     target = Path(path)
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
     client = ClientDir(target)
+    if key_file is not None:
+        given = load_key_file(key_file)
+        if client.key_path.exists() and client.master_key().fingerprint() != given.fingerprint():
+            raise ClientDirectoryError(
+                f"{target} already has another key ({client.key_path}); give the same key "
+                "file, or another client directory"
+            )
+        if not client.key_path.exists():
+            fd = os.open(client.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(Path(key_file).read_bytes())
     master = client.master_key() if client.key_path.exists() else write_key_file(client.key_path)
-    if client.server_path.exists() and client.server_url() != server_url:
+    changed = client.server_path.exists() and client.server_url() != server_url
+    if changed and client.has_design():
         raise ClientDirectoryError(
             f"{target} already belongs to server {client.server_url()}; "
             "use another client directory for another server"

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.backends import Backend, connect, n_square_bytes
+from veil.backends import Backend, connect_existing, n_square_bytes
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import SqlType, encode_scalar
@@ -29,6 +29,7 @@ from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
+from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.functions import is_repeatable
 from veil.sql.parse import bind_parameters, parse_statement
@@ -68,7 +69,7 @@ class Session:
         # a connection of its own (an embedded DuckDB file is opened once per
         # process and shared by its connections: ``veil.backends.duckdb``), so
         # sessions in several threads each run their own statements and transactions
-        self.backend: Backend = connect(self.client.server_url())
+        self.backend: Backend = connect_existing(self.client.server_url())
         self.ciphers = CipherCache(self.master)
         self.hom_pushdown = _hom_pushdown()
         self.local = duckdb.connect()
@@ -119,6 +120,9 @@ class Session:
         if cached is not None:
             return self._answer(cached)
         tree = bind_parameters(parse_statement(sql), params)
+        if reads_only_catalog(tree):
+            table = self.catalog.sql(tree.sql(dialect="duckdb")).to_arrow_table()
+            return Result(table, len(table))
         if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
             from veil.exec.dml import run_dml
 
@@ -269,7 +273,13 @@ class Session:
 
 
 def _duckdb_message(exc: duckdb.Error) -> str:
-    return str(exc).replace("\n", " ").strip()
+    """DuckDB's message without its quote of the statement it ran.
+
+    That statement is Veil's rewrite (``DESCRIBE ...``, a local plan), not the
+    user's: its ``LINE 1:`` excerpt and caret would point at the wrong text.
+    """
+    text = str(exc).split("\nLINE ")[0]
+    return " ".join(text.split())
 
 
 HOM_PUSHDOWN_CHOICES = ("auto", "always", "never")

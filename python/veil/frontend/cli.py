@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from veil.design.model import SUM_SCHEMES
-from veil.frontend.output import print_table
+from veil.design import SUM_SCHEMES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     load.add_argument(
         "--client-dir", required=True, help="the client directory (created if absent)"
+    )
+    load.add_argument(
+        "--key", help="a key file from `veil keygen` to encrypt with (default: a new key)"
     )
     load.add_argument(
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
@@ -56,9 +59,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     query = subparsers.add_parser("query", help="run one SQL statement through Veil")
     query.add_argument("client_dir")
-    query.add_argument("sql")
+    query.add_argument("sql", help="the statement, or - to read it from standard input")
+    query.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="VALUE",
+        help="a value for the next ? of the statement (repeatable); numbers pass as numbers, "
+        "anything else as text, which the query casts where it compares it with a column",
+    )
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
     query.set_defaults(handler=run_query)
+
+    tables = subparsers.add_parser(
+        "tables", help="list the tables of a client directory: columns, types, encryptions"
+    )
+    tables.add_argument("client_dir")
+    tables.set_defaults(handler=run_tables)
 
     explain = subparsers.add_parser(
         "explain", help="show the RemoteSQL fragments, the local plan and what each step reveals"
@@ -85,6 +102,7 @@ def run_load(args: argparse.Namespace) -> int:
         read_workload(args.workload),
         sums=args.sums,
         domains=args.domain,
+        key_file=args.key,
     )
     print(
         f"loaded {len(reports)} table(s), {sum(r.rows for r in reports)} rows, into {args.server}"
@@ -92,17 +110,43 @@ def run_load(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_tables(args: argparse.Namespace) -> int:
+    """Each table's columns with their SQL types and the server's encryptions of them."""
+    from veil.exec.clientdir import open_client_dir
+
+    client = open_client_dir(args.client_dir)
+    design = client.design(client.master_key())
+    for name, table in sorted(design.tables.items()):
+        print(name)
+        for column in table.columns:
+            schemes = sorted({e.scheme for e in table.encryptions if e.source == column.name})
+            print(f"  {column.name:<24} {column.type:<16} {', '.join(schemes) or '-'}")
+    return 0
+
+
+def _param(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def run_query(args: argparse.Namespace) -> int:
     from veil.exec.session import Session
 
+    sql = sys.stdin.read() if args.sql == "-" else args.sql
     session = Session(args.client_dir)
     try:
-        result = session.run(args.sql)
+        result = session.run(sql, [_param(v) for v in args.param])
     finally:
         session.close()
     if result.table.num_columns == 0:
         print(f"{result.rowcount} row(s) affected")
         return 0
+    from veil.frontend.output import print_table
+
     print_table(result.table, args.format)
     return 0
 

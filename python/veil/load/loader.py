@@ -25,14 +25,14 @@ import numpy as np
 import pyarrow as pa
 import sqlglot
 
-from veil.backends import Backend, connect
+from veil.backends import Backend, canonical_url, connect
 from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
+from veil.design import SUM_SCHEMES
 from veil.design.domains import check_declared, declare_domains, parse_domain_specs
 from veil.design.model import (
     DET,
     OPE,
-    SUM_SCHEMES,
     Column,
     DesignError,
     Encryption,
@@ -82,6 +82,7 @@ def load(
     *,
     sums: str = "ashe",
     domains: Domains | None = None,
+    key_file: str | None = None,
 ) -> list[LoadReport]:
     """Load every table of ``source``; returns what was loaded.
 
@@ -96,9 +97,11 @@ def load(
     (``{"lineitem.l_quantity": (0, 100)}`` or ``["lineitem.l_quantity=0..100"]``):
     narrower OPE and HOM widths, and later INSERT/UPDATE of a value outside
     the domain is refused. A source value outside its declared domain fails
-    the load before anything is written.
+    the load before anything is written. ``key_file`` (from ``veil keygen``)
+    is the key to encrypt with; without it the client directory gets a new one.
     """
     say = progress or (lambda text: print(text, file=sys.stderr))
+    server_url = canonical_url(server_url)  # stored: the same file from any directory
     declared = (
         dict(domains)
         if isinstance(domains, Mapping)
@@ -109,7 +112,7 @@ def load(
     declare_domains(schema, declared)
     for table in tables:
         _check_declared_domains(table, con, schema[table.name])
-    client, master = create_client_dir(client_dir, server_url)
+    client, master = create_client_dir(client_dir, server_url, key_file)
     if sums not in SUM_SCHEMES:
         raise DesignError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     fresh = greedy_design(

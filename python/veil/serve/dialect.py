@@ -26,6 +26,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
 from veil.serve.errors import WireError
+from veil.sql.catalog_queries import is_system_table
 from veil.sql.parse import literal
 
 READ = "postgres"
@@ -49,7 +50,6 @@ _KINDS = {
     "LISTEN": "ignore",
     "UNLISTEN": "ignore",
 }
-_CATALOG_SCHEMAS = {"pg_catalog", "information_schema"}
 
 
 @dataclass
@@ -111,9 +111,7 @@ def _position(text: str, line: int | None, column: int | None) -> int | None:
 def _reads_catalog(tree: exp.Expr) -> bool:
     """A query of the system catalogue, or of no table at all (``SELECT version()``)."""
     tables = list(tree.find_all(exp.Table))
-    if not tables:
-        return True
-    return any(t.db.lower() in _CATALOG_SCHEMAS or t.name.lower().startswith("pg_") for t in tables)
+    return not tables or any(is_system_table(t) for t in tables)
 
 
 Schema = dict[str, object]  # table -> {column: SQL type}

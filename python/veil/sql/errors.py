@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from veil.errors import VeilError
+from veil.errors import NotSupportedError, OperationalError, ProgrammingError
 
 
-class QuerySyntaxError(VeilError):
+class QuerySyntaxError(ProgrammingError):
     """The SQL text does not parse; the message gives line and column."""
 
     anchor = "query-syntax"
@@ -17,19 +17,19 @@ class QuerySyntaxError(VeilError):
         self.column = column
 
 
-class QueryError(VeilError):
+class QueryError(ProgrammingError):
     """The query is well-formed but wrong: unknown table or column, type mismatch."""
 
     anchor = "query"
 
 
-class UnsupportedStatementError(VeilError):
+class UnsupportedStatementError(NotSupportedError):
     """A statement kind Veil does not run (DDL, transactions control, ...)."""
 
     anchor = "unsupported-statement"
 
 
-class ClientDirectoryError(VeilError):
+class ClientDirectoryError(OperationalError):
     """The client directory is missing or incomplete."""
 
     anchor = "client-directory"

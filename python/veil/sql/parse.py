@@ -27,6 +27,21 @@ DIALECT = "duckdb"
 _MARKERS = (TokenType.PLACEHOLDER, TokenType.QDCOLON)
 
 
+# sqlglot node names of operators, as the user wrote them
+_OPERATORS = {
+    "Mul": "*", "Div": "/", "Add": "+", "Sub": "-", "Mod": "%", "EQ": "=", "NEQ": "<>",
+    "GT": ">", "GTE": ">=", "LT": "<", "LTE": "<=", "And": "AND", "Or": "OR", "Not": "NOT",
+    "Like": "LIKE", "ILike": "ILIKE", "In": "IN", "Between": "BETWEEN", "DPipe": "||",
+}  # fmt: skip
+
+
+def _incomplete(node: str) -> str:
+    """A parser's "missing keyword for <class Mul>" in the user's terms."""
+    if node in _OPERATORS:
+        return f"the operator {_OPERATORS[node]} is missing an operand"
+    return f"the {re.sub(r'(?<!^)(?=[A-Z])', ' ', node).upper()} clause is incomplete"
+
+
 def parse_statement(sql: str) -> exp.Expr:
     """One SQL statement as a sqlglot tree; syntax errors carry their position.
 
@@ -50,7 +65,7 @@ def parse_statement(sql: str) -> exp.Expr:
         )
         description = re.sub(
             r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>",
-            lambda m: f"incomplete {m.group(1).upper()}",
+            lambda m: _incomplete(m.group(1)),
             description,
         )
         raise QuerySyntaxError(

@@ -1,0 +1,169 @@
+"""A new user's first hour (issue 11): each surprise found by following the README, fixed.
+
+Server URLs and client directories that mean the same from any directory,
+clear errors for wrong directories and key files, schema discovery through
+the DB-API, errors in the user's own terms, PEP 249's module globals, and
+the command line's --version, --key, --param, SQL from stdin and `tables`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import veil
+from veil.cli import main
+from veil.errors import KeyFileError
+from veil.exec.session import Session
+from veil.load.loader import load
+from veil.sql.errors import ClientDirectoryError, QueryError, QuerySyntaxError
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two tiny CSV tables."""
+    source = tmp_path_factory.mktemp("source")
+    (source / "people.csv").write_text("id,name\n1,ann\n2,bob\n3,cy\n")
+    (source / "pets.csv").write_text("owner,pet\n1,cat\n3,dog\n")
+    return source
+
+
+def test_a_relative_server_file_is_stored_absolute(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    load(str(small), "duckdb:srv.duckdb", "cdir", progress=lambda _: None)
+    assert (work / "srv.duckdb").exists()
+    stored = json.loads((work / "cdir" / "server.json").read_text())["url"]
+    assert stored == f"duckdb://{work / 'srv.duckdb'}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with veil.connect(work / "cdir") as con:
+        assert con.execute("SELECT count(*) FROM people").fetchall() == [(3,)]
+    assert not (elsewhere / "srv.duckdb").exists()
+
+
+def test_a_missing_server_file_is_an_error_not_an_empty_database(
+    small: Path, tmp_path: Path
+) -> None:
+    load(str(small), f"duckdb:///{tmp_path / 'srv.duckdb'}", str(tmp_path / "c"), progress=print)
+    (tmp_path / "srv.duckdb").rename(tmp_path / "moved.duckdb")
+    with pytest.raises(veil.OperationalError, match="does not exist: it was moved"):
+        veil.connect(tmp_path / "c")
+    assert not (tmp_path / "srv.duckdb").exists()
+
+
+def test_a_failed_load_can_be_retried_against_another_server(small: Path, tmp_path: Path) -> None:
+    client = tmp_path / "c"
+    client.mkdir()
+    (client / "server.json").write_text(json.dumps({"url": "postgresql://nobody@127.0.0.1:1/x"}))
+    load(str(small), f"duckdb:///{tmp_path / 's.duckdb'}", str(client), progress=lambda _: None)
+    with veil.connect(client) as con:
+        assert con.execute("SELECT count(*) FROM pets").fetchall() == [(2,)]
+
+
+def test_not_a_client_directory(tmp_path: Path) -> None:
+    with pytest.raises(ClientDirectoryError, match="is not a Veil client directory"):
+        veil.connect(tmp_path)
+
+
+def test_a_key_file_of_random_bytes(small: Path, tmp_path: Path) -> None:
+    load(str(small), f"duckdb:///{tmp_path / 's.duckdb'}", str(tmp_path / "c"), progress=print)
+    key = tmp_path / "c" / "key.json"
+    key.write_bytes(bytes(range(200, 240)))
+    with pytest.raises(KeyFileError, match="is not a Veil key file"):
+        veil.connect(tmp_path / "c")
+
+
+def test_load_with_a_key_from_keygen(small: Path, tmp_path: Path) -> None:
+    assert main(["keygen", str(tmp_path / "my.key")]) == 0
+    server, client = f"duckdb:///{tmp_path / 's.duckdb'}", str(tmp_path / "c")
+    args = ["load", "--source", str(small), "--server", server, "--client-dir", client]
+    assert main([*args, "--key", str(tmp_path / "my.key")]) == 0
+    assert (tmp_path / "c" / "key.json").read_bytes() == (tmp_path / "my.key").read_bytes()
+    assert main(["keygen", str(tmp_path / "other.key")]) == 0
+    assert main([*args, "--key", str(tmp_path / "other.key")]) == 2  # not the data's key
+
+
+@pytest.fixture(scope="module")
+def connection(small: Path, tmp_path_factory: pytest.TempPathFactory) -> veil.dbapi.Connection:
+    root = tmp_path_factory.mktemp("first-hour")
+    load(str(small), f"duckdb:///{root / 's.duckdb'}", str(root / "c"), progress=lambda _: None)
+    return veil.connect(root / "c")
+
+
+def test_schema_discovery(connection: veil.dbapi.Connection) -> None:
+    assert connection.execute("SHOW TABLES").fetchall() == [("people",), ("pets",)]
+    described = connection.execute("DESCRIBE people").fetchall()
+    assert [(row[0], row[1]) for row in described] == [("id", "BIGINT"), ("name", "VARCHAR")]
+    found = connection.execute(
+        "SELECT table_name, column_name FROM information_schema.columns ORDER BY 1, 2"
+    ).fetchall()
+    assert found == [("people", "id"), ("people", "name"), ("pets", "owner"), ("pets", "pet")]
+
+
+def test_errors_speak_of_the_users_sql(connection: veil.dbapi.Connection) -> None:
+    with pytest.raises(QuerySyntaxError) as syntax:
+        connection.execute("SELECT id * FROM people")
+    assert "operator * is missing an operand" in str(syntax.value)
+    assert "class" not in str(syntax.value) and "MUL" not in str(syntax.value)
+    with pytest.raises(QueryError) as unknown:
+        connection.execute("SELECT * FROM peeple")
+    message = str(unknown.value)
+    assert "peeple" in message and "DESCRIBE" not in message and "LINE" not in message
+
+
+def test_pep_249_globals_and_exception_kinds(connection: veil.dbapi.Connection) -> None:
+    assert (veil.apilevel, veil.paramstyle, veil.threadsafety) == ("2.0", "qmark", 1)
+    assert issubclass(veil.ProgrammingError, veil.DatabaseError)
+    assert issubclass(veil.DatabaseError, veil.Error)
+    with pytest.raises(veil.ProgrammingError):
+        connection.execute("SELECT nope FROM people")
+    with pytest.raises(veil.NotSupportedError):
+        connection.execute("CREATE TABLE t (a INT)")
+
+
+def test_command_line_version_stdin_params_and_tables(
+    connection: veil.dbapi.Connection,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"veil {veil.__version__}"
+    client = str(connection.session.client.path)
+    monkeypatch.setattr(sys, "stdin", _Stdin("SELECT name FROM people WHERE id = ?"))
+    assert main(["query", client, "-", "--param", "2", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["name", "bob"]
+    assert main(["tables", client]) == 0
+    listing = capsys.readouterr().out
+    assert "people" in listing and "name" in listing and "VARCHAR" in listing
+
+
+class _Stdin:
+    def __init__(self, text: str):
+        self.text = text
+
+    def read(self) -> str:
+        return self.text
+
+
+def test_help_starts_without_the_heavy_libraries() -> None:
+    code = (
+        "import sys, veil.cli; veil.cli.build_parser(); "
+        "print(sorted(m for m in ('pyarrow', 'duckdb', 'sqlglot', 'numpy') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_session_errors_do_not_leak_internals(tmp_path: Path) -> None:
+    with pytest.raises(ClientDirectoryError):
+        Session(tmp_path / "absent")
