@@ -101,7 +101,7 @@ def test_tpch_through_psycopg(
     con: psycopg.Connection, plain: duckdb.DuckDBPyConnection, name: str, sql: str
 ) -> None:
     got = con.execute(sql).fetchall()
-    assert _same(got, plain.sql(sql).fetchall(), _ordered(sql)), name
+    assert _same(got, plain.cursor().sql(sql).fetchall(), _ordered(sql)), name
 
 
 FEATURES = read_fixture("features.sql")
@@ -115,7 +115,7 @@ def test_features_in_postgres_dialect(
     postgres = sqlglot.parse_one(sql, read="duckdb").sql(dialect="postgres")
     if not postgres.strip():
         pytest.skip("sqlglot writes no PostgreSQL form of this DuckDB statement")
-    want = plain.sql(sql).fetchall()
+    want = plain.cursor().sql(sql).fetchall()
     try:
         got = con.execute(postgres).fetchall()
     except psycopg.errors.SyntaxError:
@@ -221,7 +221,7 @@ def test_scram_users(scram: str) -> None:
 
 def test_concurrent_connections(trusting: str, plain: duckdb.DuckDBPyConnection) -> None:
     sql = dict(tpch_queries())["q3"]
-    want = plain.sql(sql).fetchall()
+    want = plain.cursor().sql(sql).fetchall()
     answers: list[bool] = []
 
     def client() -> None:
@@ -244,7 +244,7 @@ def test_sqlalchemy_and_pandas(trusting: str, plain: duckdb.DuckDBPyConnection) 
     engine = sqlalchemy.create_engine(f"postgresql+psycopg://dave@127.0.0.1:{trusting}/veil")
     sql = "SELECT o_orderpriority, count(*) AS n FROM orders GROUP BY 1 ORDER BY 1"
     frame = pandas.read_sql(sql, engine)
-    assert list(frame.itertuples(index=False, name=None)) == plain.sql(sql).fetchall()
+    assert list(frame.itertuples(index=False, name=None)) == plain.cursor().sql(sql).fetchall()
     assert {"lineitem", "orders"} <= set(sqlalchemy.inspect(engine).get_table_names())
     engine.dispose()
 
@@ -263,3 +263,62 @@ def test_psql(trusting: str) -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "n" and lines[1].isdigit() and int(lines[1]) > 0
     assert "main|lineitem|table|veil" in lines
+
+
+PSQL_SCRIPT = r"""
+CREATE TABLE visits (id bigint, day date, note varchar(40), amount numeric(10,2)) WITH (det = 'id', ope = 'day');
+INSERT INTO visits VALUES (1, '2024-01-02', 'first visit', 10.50), (2, '2024-02-03', NULL, 3.25);
+COPY visits (id, day, note, amount) FROM STDIN;
+3	2024-03-04	tab\there	7.00
+4	\N	psql-canary-0c9e	\N
+\.
+ALTER TABLE visits ADD COLUMN tag text;
+ALTER TABLE visits RENAME COLUMN note TO remark;
+SELECT id, day, remark, amount FROM visits WHERE day >= '2024-01-01' ORDER BY id;
+SELECT count(*), sum(amount) FROM visits;
+COPY (SELECT id, remark FROM visits ORDER BY id) TO STDOUT WITH (FORMAT csv, HEADER);
+DROP TABLE visits;
+"""
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (postgresql-client) not installed")
+def test_psql_script_creates_fills_alters_and_queries(trusting: str, wire_dir: Path) -> None:
+    done = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", trusting, "-U", "erin", "-d", "veil", "-X", "-A",
+         "-v", "ON_ERROR_STOP=1"],
+        input=PSQL_SCRIPT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert lines[:4] == ["CREATE TABLE", "INSERT 0 2", "COPY 2", "ALTER TABLE"]
+    assert "1|2024-01-02|first visit|10.50" in lines
+    assert "3|2024-03-04|tab\there|7.00" in lines
+    assert "4|20.75" in lines  # count and sum
+    assert lines[-6:] == [
+        "id,remark",
+        "1,first visit",
+        "2,",
+        "3,tab\there",
+        "4,psql-canary-0c9e",
+        "DROP TABLE",
+    ]
+    assert b"psql-canary-0c9e" not in (wire_dir / "server.duckdb").read_bytes()
+
+
+def test_copy_with_psycopg(con: psycopg.Connection) -> None:
+    con.execute("CREATE TABLE notes (id integer, body text)")
+    try:
+        with con.cursor() as cur, cur.copy("COPY notes (id, body) FROM STDIN") as copy:
+            for row in [(1, "one"), (2, None), (3, "tab\there")]:
+                copy.write_row(row)
+        assert con.execute("SELECT * FROM notes ORDER BY id").fetchall() == [
+            (1, "one"), (2, None), (3, "tab\there"),
+        ]  # fmt: skip
+        with con.cursor() as cur, cur.copy("COPY notes TO STDOUT") as copy:
+            got = b"".join(bytes(chunk) for chunk in copy)
+        assert got == b"1\tone\n2\t\\N\n3\ttab\\there\n"
+    finally:
+        con.execute("DROP TABLE notes")

@@ -102,33 +102,53 @@ def _target(session: Session, node: exp.Expr) -> TableDesign:
     return session.design.table(table.name)
 
 
-def _insert(session: Session, tree: exp.Insert) -> Result:
+def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -> Result:
     from veil.exec.session import Result
 
     table = _target(session, tree.this)
     source = tree.expression
     stats = FetchStats()
-    if source is None or isinstance(source, exp.Values):  # VALUES, DEFAULT VALUES
+    if given is not None:
+        plain = _rows_from(session, table, tree, given)
+    elif source is None or isinstance(source, exp.Values):  # VALUES, DEFAULT VALUES
         plain = _inserted_rows(session, table, tree)
     else:
-        rows = session.query(source).table
-        given = (  # positional unless BY NAME (names may repeat in a query's output)
-            rows
-            if tree.args.get("by_name")
-            else rows.rename_columns([f"v{i}" for i in range(rows.num_columns)])
-        )
-        session.catalog.register(_VALUES_VIEW, given)
-        try:
-            replaced = tree.copy()
-            replaced.set("expression", exp.select("*").from_(_VALUES_VIEW))
-            plain = _inserted_rows(session, table, replaced)
-        finally:
-            session.catalog.unregister(_VALUES_VIEW)
+        plain = _rows_from(session, table, tree, session.query(source).table)
     TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
     first_id = _fresh_ids(session, table, len(plain))
     with session.backend.transaction():
         _append_rows(session, table, plain, first_id)
     return Result(pa.table({}), len(plain), stats)
+
+
+def insert_rows(
+    session: Session, table_name: str, columns: list[str] | None, rows: pa.Table
+) -> Result:
+    """INSERT INTO table_name [(columns)] the rows of ``rows`` (COPY FROM's, as text)."""
+    target = exp.to_table(table_name)
+    into: exp.Expr = (
+        exp.Schema(this=target, expressions=[exp.to_identifier(c) for c in columns])
+        if columns
+        else target
+    )
+    tree = exp.Insert(this=into, expression=exp.select("*").from_(_VALUES_VIEW))
+    return _insert(session, tree, given=rows)
+
+
+def _rows_from(session: Session, table: TableDesign, tree: exp.Insert, rows: pa.Table) -> pa.Table:
+    """The rows ``tree`` inserts when its source returned ``rows``."""
+    given = (  # positional unless BY NAME (names may repeat in a query's output)
+        rows
+        if tree.args.get("by_name")
+        else rows.rename_columns([f"v{i}" for i in range(rows.num_columns)])
+    )
+    session.catalog.register(_VALUES_VIEW, given)
+    try:
+        replaced = tree.copy()
+        replaced.set("expression", exp.select("*").from_(_VALUES_VIEW))
+        return _inserted_rows(session, table, replaced)
+    finally:
+        session.catalog.unregister(_VALUES_VIEW)
 
 
 def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa.Table:

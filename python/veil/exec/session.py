@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import duckdb
@@ -38,6 +39,7 @@ from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
 
 log = logging.getLogger(__name__)
+DDL = (exp.Create, exp.Drop, exp.TruncateTable, exp.Alter)
 T = TypeVar("T")
 
 _FAMILIES = {
@@ -78,11 +80,27 @@ class Session:
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
         self.plans = PlanCache()
+        self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
+
+    def reload_design(self) -> None:
+        """Read the design again (DDL here, or another session, changed it)."""
+        self.design = self.client.design(self.master)
+        self._design_stamp = _stamp(self.client.design_path)
+        self.refresh_catalog()
+
+    def _follow_design(self) -> None:
+        """Sessions over one client directory see each other's DDL before each statement."""
+        if _stamp(self.client.design_path) != self._design_stamp:
+            self.reload_design()
 
     def refresh_catalog(self) -> None:
         """Rebuild the empty plaintext schema the binder checks queries against."""
         self.plans.clear()
+        self._owners.clear()
+        for (name,) in self.catalog.sql("SELECT table_name FROM duckdb_tables()").fetchall():
+            if name not in self.design.tables:
+                self.catalog.execute(f'DROP TABLE "{name}"')
         for name, table in self.design.tables.items():
             columns = ", ".join(f'"{c.name}" {c.type}' for c in table.columns)
             self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
@@ -115,6 +133,7 @@ class Session:
             ) from exc
 
     def _run(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Result:
+        self._follow_design()
         key = plan_key(sql, params, self.hom_pushdown)
         cached = self.plans.get(key)
         if cached is not None:
@@ -123,6 +142,8 @@ class Session:
         if reads_only_catalog(tree):
             table = self.catalog.sql(tree.sql(dialect="duckdb")).to_arrow_table()
             return Result(table, len(table))
+        if isinstance(tree, DDL):
+            return self.ddl(tree)
         if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
             from veil.exec.dml import run_dml
 
@@ -140,6 +161,14 @@ class Session:
         if result.plan is planned.plan and is_repeatable(tree):
             self.plans.put(key, CachedPlan(result.table.column_names, planned.plan, tree))
         return result
+
+    def ddl(self, tree: exp.Expr) -> Result:
+        """CREATE / DROP / ALTER / TRUNCATE (``veil.exec.ddl``), from a parsed statement."""
+        from veil.exec.ddl import run_ddl
+
+        self._follow_design()
+        self.plans.clear()
+        return run_ddl(self, tree)
 
     def query(self, tree: exp.Expr) -> Result:
         return self._answer(CachedPlan(self.describe(tree), self.plan(tree), tree))
@@ -270,6 +299,13 @@ class Session:
         if not any(f in str(row[2]) for f in _FAMILIES[sql_type.kind]):
             return None
         return row[0]
+
+
+def _stamp(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
 
 
 def _duckdb_message(exc: duckdb.Error) -> str:

@@ -118,21 +118,39 @@ def load(
     fresh = greedy_design(
         schema, workload or [], available_schemes(), master.fingerprint(), sums=sums
     )
+    backend = connect(server_url)
+    try:
+        return load_into(con, tables, fresh, client, master, backend, say)
+    finally:
+        backend.close()
+        con.close()
+
+
+def load_into(
+    con: duckdb.DuckDBPyConnection,
+    tables: list[SourceTable],
+    fresh: PhysicalDesign,
+    client: ClientDir,
+    master: MasterKey,
+    backend: Backend,
+    say: Progress,
+) -> list[LoadReport]:
+    """Encrypt and load ``tables`` (read through ``con``) under their ``fresh`` designs.
+
+    Each table replaces one of the same name atomically: the design names its
+    new server tables only once they are complete (``_load_table``). Also
+    the way DDL creates and rebuilds tables (``veil.exec.ddl``).
+    """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
-    backend = connect(server_url)
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
-    try:
-        return [
-            _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
-            for t in tables
-        ]
-    finally:
-        backend.close()
-        con.close()
+    return [
+        _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
+        for t in tables
+    ]
 
 
 def _load_table(

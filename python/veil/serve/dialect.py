@@ -15,6 +15,7 @@ plaintext schema) becomes DuckDB's ``//``, which truncates the same way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ _KINDS = {
     "END": "commit",
     "ROLLBACK": "rollback",
     "ABORT": "rollback",
+    "COPY": "copy",
     "SAVEPOINT": "savepoint",
     "RELEASE": "release",
     "SET": "set",
@@ -74,7 +76,12 @@ def split(sql: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
+# psql's catalogue queries qualify operators: OPERATOR(pg_catalog.~)
+_QUALIFIED_OPERATOR = re.compile(r"OPERATOR\(pg_catalog\.([^)\s]+)\)", re.IGNORECASE)
+
+
 def classify(text: str) -> Statement:
+    text = _QUALIFIED_OPERATOR.sub(r"\1", text)
     head = text.split(None, 1)[0].upper().rstrip(";")
     if head in _KINDS:
         return Statement(text, _KINDS[head])

@@ -25,10 +25,11 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
 from veil.errors import VeilError
-from veil.exec.session import Session
-from veil.serve import catalog, dialect, text, users
+from veil.exec.session import DDL, Session
+from veil.serve import catalog, copy, dialect, text, users
 from veil.serve.errors import WireError, wire_error
 from veil.serve.types import TEXT, oid_of_arrow, oid_of_duckdb, parameter_value
 
@@ -86,12 +87,17 @@ class WireSession:
         self.in_transaction = False
         self.written = 0  # DML statements applied since BEGIN
         self.savepoints: dict[str, int] = {}  # name -> statements written when it was set
+        self.pending_copy: tuple[copy.CopySpec, list[str]] | None = None
         self._lock = threading.Lock()
-        self.schema: dialect.Schema = {
-            name: {c.name: c.type for c in table.columns}
-            for name, table in session.design.tables.items()
-        }
         catalog.install(session.catalog)
+
+    @property
+    def schema(self) -> dialect.Schema:
+        """The plaintext schema (it changes with DDL, here or in another session)."""
+        return {
+            name: {c.name: c.type for c in table.columns}
+            for name, table in self.veil.design.tables.items()
+        }
 
     # -- called by veil_wire --------------------------------------------------
 
@@ -110,6 +116,28 @@ class WireSession:
 
     def close(self) -> None:
         self.veil.close()
+
+    def copy_in(self, data: bytes) -> int:
+        """The rows of the pending COPY FROM STDIN: inserted through Veil as one INSERT."""
+        with self._lock:
+            pending, self.pending_copy = self.pending_copy, None
+            if pending is None:
+                raise WireError("08P01", "COPY data arrived without a COPY ... FROM STDIN")
+            spec, names = pending
+            assert spec.table is not None
+
+            def insert() -> int:
+                from veil.exec.dml import insert_rows
+
+                rows = copy.read_rows(spec, data, names)
+                done = insert_rows(self.veil, spec.table or "", spec.columns, rows).rowcount
+                self.written += self.in_transaction
+                return done
+
+            return int(self._guard(f"COPY {spec.table} FROM STDIN", insert))
+
+    def copy_abort(self) -> None:
+        self.pending_copy = None
 
     # -- statements -----------------------------------------------------------
 
@@ -157,6 +185,8 @@ class WireSession:
             return self._set(statement.text, reset=kind == "reset")
         if kind == "show":
             return self._show(statement.text)
+        if kind == "copy":
+            return self._copy(statement.text)
         if kind == "ignore":
             return ("command", statement.text.split(None, 1)[0].upper(), None)
         assert tree is not None
@@ -166,11 +196,30 @@ class WireSession:
             sql = dialect.bind(dialect.output_names(prepared), values)
             table = self.veil.catalog.sql(sql).to_arrow_table()
             return _rows(table)
+        if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
+            self.veil.ddl(tree)
+            return ("command", _ddl_tag(tree), None)
         result = self.veil.run(dialect.bind(dialect.output_names(tree), values))
         if kind == "dml":
             self.written += self.in_transaction
             return ("command", tree.key.upper(), result.rowcount)
         return _rows(result.table)
+
+    def _copy(self, sql: str) -> Outcome:
+        spec = copy.parse(sql)
+        if spec.incoming:
+            table = self.veil.design.tables.get(spec.table or "")
+            if table is None:
+                raise WireError("42P01", f'relation "{spec.table}" does not exist')
+            names = spec.columns or [c.name for c in table.columns]
+            self.pending_copy = (spec, names)
+            return ("copy_in", len(names))
+        query = spec.query or f"SELECT {', '.join(spec.columns or ['*'])} FROM {spec.table}"
+        tree = dialect.integer_divisions(dialect.parse(query), self.schema)
+        table = self.veil.run(dialect.bind(tree, [])).table
+        # every line made before the first is sent: a failure is then a plain error
+        lines = list(copy.lines(spec, table))
+        return ("copy_out", table.num_columns, iter(lines))
 
     def _rollback(self, sql: str) -> Outcome:
         words = sql.upper().split()
@@ -247,6 +296,15 @@ class WireSession:
         described = dialect.bind(dialect.output_names(tree), nulls)
         rows = self.veil.catalog.execute(f"DESCRIBE {described}").fetchall()
         return params, [(str(name), oid_of_duckdb(str(kind))) for name, kind, *_ in rows]
+
+
+def _ddl_tag(tree: Any) -> str:
+    """PostgreSQL's command tag: CREATE TABLE, DROP TABLE, ALTER TABLE, TRUNCATE TABLE..."""
+    if isinstance(tree, exp.TruncateTable):
+        return "TRUNCATE TABLE"
+    verb = {exp.Create: "CREATE", exp.Drop: "DROP", exp.Alter: "ALTER"}[type(tree)]
+    kind = str(tree.args.get("kind") or "TABLE").upper()
+    return f"{verb} {kind}" if verb != "CREATE" or not tree.args.get("expression") else "SELECT"
 
 
 def _savepoint_name(sql: str) -> str:

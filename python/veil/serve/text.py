@@ -41,10 +41,11 @@ def _column(values: pa.Array) -> Column:
     kind = values.type
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return _buffers(values.cast(pa.large_binary()), raw=True)
-    return _buffers(_as_text(values), raw=False)
+    return strings(as_text(values))
 
 
-def _as_text(values: pa.Array) -> pa.Array:
+def as_text(values: pa.Array) -> pa.Array:
+    """Each value's PostgreSQL text form (NULL stays NULL)."""
     kind = values.type
     if pa.types.is_boolean(kind):
         return pc.if_else(values, "t", "f").cast(pa.large_string())
@@ -75,6 +76,11 @@ def _as_text(values: pa.Array) -> pa.Array:
         sql = "SELECT CAST(v AS VARCHAR) FROM frame"
     cast = connection.sql(sql).to_arrow_table()
     return pc.cast(cast.column(0).combine_chunks(), pa.large_string())
+
+
+def strings(values: pa.Array) -> Column:
+    """A string array as a text column for the wire."""
+    return _buffers(values.cast(pa.large_string()), raw=False)
 
 
 def _buffers(values: pa.Array, *, raw: bool) -> Column:

@@ -93,6 +93,13 @@ fn outcome(item: &Bound<'_, PyAny>) -> PyResult<Outcome> {
             fields: fields(&item.get_item(1)?)?,
             batches: Box::new(PyBatches(item.get_item(2)?.unbind())),
         },
+        "copy_in" => Outcome::CopyIn {
+            columns: item.get_item(1)?.extract()?,
+        },
+        "copy_out" => Outcome::CopyOut {
+            columns: item.get_item(1)?.extract()?,
+            batches: Box::new(PyBatches(item.get_item(2)?.unbind())),
+        },
         "command" => Outcome::Command {
             tag: item.get_item(1)?.extract()?,
             rows: item.get_item(2)?.extract()?,
@@ -140,6 +147,24 @@ impl Session for PySession {
     fn cancel(&self) {
         Python::with_gil(|py| {
             let _ = self.0.bind(py).call_method0("cancel");
+        })
+    }
+
+    fn copy_in(&self, data: Vec<u8>) -> Result<usize, WireError> {
+        Python::with_gil(|py| {
+            let found = self
+                .0
+                .bind(py)
+                .call_method1("copy_in", (PyBytes::new(py, &data),));
+            found
+                .and_then(|rows| rows.extract::<usize>())
+                .map_err(|e| wire_error(py, e))
+        })
+    }
+
+    fn copy_abort(&self) {
+        Python::with_gil(|py| {
+            let _ = self.0.bind(py).call_method0("copy_abort");
         })
     }
 }

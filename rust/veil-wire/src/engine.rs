@@ -94,6 +94,16 @@ pub enum Outcome {
         tag: String,
         rows: Option<usize>,
     },
+    /// `COPY ... FROM STDIN`: the client now sends the rows (text format),
+    /// which go to [`Session::copy_in`] whole.
+    CopyIn {
+        columns: usize,
+    },
+    /// `COPY ... TO STDOUT`: each value of the batches' one column is a row's line.
+    CopyOut {
+        columns: usize,
+        batches: Box<dyn Batches>,
+    },
     Empty,
 }
 
@@ -128,6 +138,10 @@ pub trait Session: Send + Sync {
     fn describe(&self, sql: &str, param_oids: &[Oid]) -> Result<Description, WireError>;
     /// Stop the statement running now, if any (a cancel request).
     fn cancel(&self);
+    /// The data of the pending `COPY ... FROM STDIN`; returns the rows inserted.
+    fn copy_in(&self, data: Vec<u8>) -> Result<usize, WireError>;
+    /// The client gave up the pending `COPY ... FROM STDIN`.
+    fn copy_abort(&self);
 }
 
 pub trait Engine: Send + Sync + 'static {

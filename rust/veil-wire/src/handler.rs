@@ -4,23 +4,26 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::sink::Sink;
+use bytes::Bytes;
+use futures::sink::{Sink, SinkExt};
 use futures::stream::{self, BoxStream, StreamExt};
+use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse,
-    Response, Tag,
+    CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
+    QueryResponse, Response, Tag,
 };
 use pgwire::api::stmt::{NoopQueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type, METADATA_DATABASE, METADATA_USER};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::OnceCell;
 
-use crate::engine::{Batches, Engine, Field, Oid, Outcome, Param, Session, WireError};
+use crate::engine::{Batch, Batches, Engine, Field, Oid, Outcome, Param, Session, WireError};
 use crate::rows::{encode_batch, Layout};
 use crate::values::binary_to_text;
 
@@ -95,27 +98,30 @@ fn field_infos(fields: &[Field], format: &Format) -> Vec<FieldInfo> {
         .collect()
 }
 
-/// The rows of `batches`, encoded batch by batch on the blocking pool.
-fn row_stream(
-    batches: Box<dyn Batches>,
-    layout: Arc<Vec<Layout>>,
-) -> BoxStream<'static, PgWireResult<DataRow>> {
+/// The messages made of `batches`, one batch at a time on the blocking pool
+/// (`encode` turns a batch into its messages there too).
+fn batch_stream<T, F>(batches: Box<dyn Batches>, encode: F) -> BoxStream<'static, PgWireResult<T>>
+where
+    T: Send + 'static,
+    F: Fn(&Batch) -> Result<Vec<T>, WireError> + Send + Sync + 'static,
+{
+    let encode = Arc::new(encode);
     stream::unfold(Some(batches), move |state| {
-        let layout = layout.clone();
+        let encode = encode.clone();
         async move {
             let mut batches = state?;
             let next = tokio::task::spawn_blocking(move || {
-                let rows = match batches.next_batch() {
-                    Ok(Some(batch)) => encode_batch(&batch, &layout).map(Some),
+                let messages = match batches.next_batch() {
+                    Ok(Some(batch)) => encode(&batch).map(Some),
                     Ok(None) => Ok(None),
                     Err(err) => Err(err),
                 };
-                (batches, rows)
+                (batches, messages)
             })
             .await;
             match next {
-                Ok((batches, Ok(Some(rows)))) => Some((
-                    stream::iter(rows.into_iter().map(Ok)).boxed(),
+                Ok((batches, Ok(Some(messages)))) => Some((
+                    stream::iter(messages.into_iter().map(Ok)).boxed(),
                     Some(batches),
                 )),
                 Ok((_, Ok(None))) => None,
@@ -129,6 +135,24 @@ fn row_stream(
     })
     .flatten()
     .boxed()
+}
+
+/// The rows of `batches` as `DataRow`s in each column's format.
+fn row_stream(
+    batches: Box<dyn Batches>,
+    layout: Arc<Vec<Layout>>,
+) -> BoxStream<'static, PgWireResult<DataRow>> {
+    batch_stream(batches, move |batch| encode_batch(batch, &layout))
+}
+
+/// COPY TO's CopyData messages: one per line, as PostgreSQL sends them.
+fn copy_stream(batches: Box<dyn Batches>) -> BoxStream<'static, PgWireResult<CopyData>> {
+    batch_stream(batches, |batch| {
+        let column = &batch.columns[0];
+        Ok((0..batch.rows)
+            .map(|row| CopyData::new(Bytes::copy_from_slice(column.value(row).unwrap_or(b""))))
+            .collect())
+    })
 }
 
 fn response(outcome: Outcome, format: &Format) -> Response {
@@ -162,7 +186,77 @@ fn response(outcome: Outcome, format: &Format) -> Response {
                 _ => Response::Execution(done),
             }
         }
+        Outcome::CopyIn { columns } => Response::CopyIn(CopyResponse::new(
+            0,
+            columns,
+            stream::empty::<PgWireResult<CopyData>>(),
+        )),
+        Outcome::CopyOut { columns, batches } => {
+            Response::CopyOut(CopyResponse::new(0, columns, copy_stream(batches)))
+        }
         Outcome::Empty => Response::EmptyQuery,
+    }
+}
+
+/// The rows of a pending `COPY ... FROM STDIN`, gathered until CopyDone.
+#[derive(Default)]
+struct CopyBuffer(std::sync::Mutex<Vec<u8>>);
+
+#[async_trait]
+impl CopyHandler for Handler {
+    async fn on_copy_data<C>(&self, client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let buffer = client
+            .session_extensions()
+            .get_or_insert_with(CopyBuffer::default);
+        buffer.0.lock().unwrap().extend_from_slice(&copy_data.data);
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let buffer = client
+            .session_extensions()
+            .get_or_insert_with(CopyBuffer::default);
+        let data = std::mem::take(&mut *buffer.0.lock().unwrap());
+        let session = self.session(client).await?;
+        let rows = blocking(move || session.copy_in(data)).await?;
+        let tag = Tag::new("COPY").with_rows(rows);
+        client
+            .send(PgWireBackendMessage::CommandComplete(tag.into()))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let buffer = client
+            .session_extensions()
+            .get_or_insert_with(CopyBuffer::default);
+        buffer.0.lock().unwrap().clear();
+        if let Ok(session) = self.session(client).await {
+            let _ = blocking(move || {
+                session.copy_abort();
+                Ok(())
+            })
+            .await;
+        }
+        user_error(WireError::new(
+            "57014",
+            format!("COPY from stdin failed: {}", fail.message),
+        ))
     }
 }
 

@@ -123,6 +123,10 @@ impl PgWireServerHandlers for Handlers {
         self.startup.clone()
     }
 
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        self.handler.clone()
+    }
+
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
         self.cancel.clone()
     }

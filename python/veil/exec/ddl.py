@@ -1,0 +1,354 @@
+"""DDL through Veil: CREATE TABLE [AS SELECT], DROP TABLE, TRUNCATE, ALTER TABLE, CREATE INDEX.
+
+A new table gets a physical design from its declared types: with no
+workload known, every column is stored for fetching only (RND), so nothing
+beyond sizes is revealed and every query still runs (the client filters).
+``WITH (det = 'a, b', ope = 'c', search = 'd', sum = 'e')`` asks for server
+equality, order, word search or sums on those columns (and reveals what
+``docs/security.md`` says each scheme reveals)::
+
+    CREATE TABLE visits (id BIGINT, day DATE, note VARCHAR) WITH (det = 'id', ope = 'day')
+
+Changing a table's columns or emptying it re-encrypts it whole under a new
+design that keeps every server operation the old one allowed (the rows are
+read through Veil, then loaded as by ``veil load``). Like a load, each change
+is atomic: the client directory's design names the new server tables only
+once they are complete, so a failure leaves the table as it was. Constraints
+(PRIMARY KEY, NOT NULL, UNIQUE, CHECK, REFERENCES) are refused: Veil would not
+enforce them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.design.model import (
+    DET,
+    OPE,
+    SEARCH,
+    Column,
+    PhysicalDesign,
+    TableDesign,
+    opaque_name,
+)
+from veil.designer.greedy import greedy_design
+from veil.encoding import normalize_type
+from veil.load.loader import available_schemes, load_into
+from veil.load.sources import SourceTable
+from veil.sql.errors import QueryError, UnsupportedStatementError
+
+if TYPE_CHECKING:
+    from veil.exec.session import Result, Session
+
+_OPTIONS = ("det", "ope", "search", "sum")
+_SOURCE = "__veil_ddl_source"
+
+
+def run_ddl(session: Session, tree: exp.Expr) -> Result:
+    kind = str(tree.args.get("kind") or "").upper()
+    if isinstance(tree, exp.Create) and kind == "TABLE":
+        return _create_table(session, tree)
+    if isinstance(tree, exp.Create) and kind == "INDEX":
+        return _create_index(session, tree)
+    if isinstance(tree, exp.Drop) and kind == "TABLE":
+        return _drop_tables(session, tree)
+    if isinstance(tree, exp.TruncateTable):
+        for table in tree.expressions:
+            _rebuild(
+                session, _existing(session, table).name, f'SELECT * FROM "{table.name}" LIMIT 0'
+            )
+        return _done(session)
+    if isinstance(tree, exp.Alter) and kind == "TABLE":
+        return _alter(session, tree)
+    raise UnsupportedStatementError(
+        f"Veil's DDL is CREATE TABLE [AS SELECT], DROP TABLE, TRUNCATE, ALTER TABLE "
+        f"ADD/DROP/RENAME COLUMN and CREATE INDEX; not {tree.sql(dialect='duckdb')[:60]}"
+    )
+
+
+def _done(session: Session, rows: int = 0) -> Result:
+    from veil.exec.session import Result
+
+    session.reload_design()
+    return Result(pa.table({}), rows)
+
+
+def _existing(session: Session, table: exp.Table) -> TableDesign:
+    found = session.design.tables.get(table.name.lower())
+    if found is None:
+        raise QueryError(f"table {table.name} does not exist; SHOW TABLES lists the tables")
+    return found
+
+
+# -- CREATE TABLE -------------------------------------------------------------
+
+
+def _create_table(session: Session, tree: exp.Create) -> Result:
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    name = target.name.lower()
+    if name in session.design.tables:
+        if tree.args.get("exists"):
+            return _done(session)
+        raise QueryError(f"table {target.name} already exists; DROP TABLE it first")
+    options = _options(tree)
+    query = tree.args.get("expression")
+    if query is not None:
+        data = session.query(query).table
+        columns = _columns_of(session.catalog, query.sql(dialect="duckdb"))
+    else:
+        assert isinstance(tree.this, exp.Schema)
+        columns = _declared_columns(tree.this)
+        data = _empty(columns)
+    workload = _workload(name, columns, options)
+    _load(session, name, columns, data, workload)
+    return _done(session, len(data) if query is not None else 0)
+
+
+def _declared_columns(schema: exp.Schema) -> list[Column]:
+    definitions = []
+    for item in schema.expressions:
+        if not isinstance(item, exp.ColumnDef):
+            raise UnsupportedStatementError(
+                f"Veil does not enforce table constraints ({item.sql(dialect='duckdb')}); "
+                "declare the columns alone"
+            )
+        if item.args.get("constraints"):
+            raise UnsupportedStatementError(
+                f"Veil does not enforce column constraints or defaults "
+                f"({item.sql(dialect='duckdb')}); declare column {item.name} with its type alone"
+            )
+        definitions.append(item.sql(dialect="duckdb"))
+    scratch = duckdb.connect()
+    try:
+        scratch.execute(f"CREATE TABLE t ({', '.join(definitions)})")
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).split("\n")[0]) from None
+    return _columns_of(scratch, "SELECT * FROM t")
+
+
+def _columns_of(connection: duckdb.DuckDBPyConnection, query: str) -> list[Column]:
+    described = connection.sql(f"DESCRIBE {query}").fetchall()
+    columns = [Column(str(row[0]).lower(), normalize_type(str(row[1]))) for row in described]
+    seen = [c.name for c in columns]
+    if len(set(seen)) != len(seen):
+        raise QueryError(f"column names must differ (case aside): {', '.join(seen)}")
+    return columns
+
+
+def _empty(columns: list[Column]) -> pa.Table:
+    scratch = duckdb.connect()
+    body = ", ".join(f'"{c.name}" {c.type}' for c in columns)
+    scratch.execute(f"CREATE TABLE t ({body})")
+    return scratch.sql("SELECT * FROM t").to_arrow_table()
+
+
+def _options(tree: exp.Create) -> dict[str, list[str]]:
+    """``WITH (det = 'a, b', ...)``: the columns each server operation should serve."""
+    found: dict[str, list[str]] = {}
+    properties = tree.args.get("properties")
+    for prop in properties.expressions if properties is not None else []:
+        key = prop.name.lower() if isinstance(prop, exp.Property) else ""
+        value = prop.args.get("value") if isinstance(prop, exp.Property) else None
+        if key not in _OPTIONS or not isinstance(value, exp.Literal):
+            raise UnsupportedStatementError(
+                f"unknown table option {prop.sql(dialect='duckdb')}; Veil's are "
+                f"{', '.join(_OPTIONS)} = 'column, ...' (docs/sql.md#ddl)"
+            )
+        found[key] = [c.strip().lower() for c in value.name.split(",") if c.strip()]
+    return found
+
+
+def _workload(name: str, columns: list[Column], options: dict[str, list[str]]) -> list[str]:
+    """Queries that make the greedy designer store what ``options`` ask for."""
+    types = {c.name: c.type for c in columns}
+    queries = []
+    for option, wanted in options.items():
+        for column in wanted:
+            if column not in types:
+                raise QueryError(f"{option} = '{column}': table {name} has no column {column}")
+            queries.append(_query_for(option, name, f'"{column}"', types[column]))
+    return queries
+
+
+def _query_for(option: str, table: str, value: str, sql_type: str) -> str:
+    constant = f"CAST(NULL AS {sql_type})"
+    return {
+        "det": f'SELECT * FROM "{table}" WHERE {value} = {constant}',
+        "ope": f'SELECT * FROM "{table}" WHERE {value} < {constant}',
+        "search": f"SELECT * FROM \"{table}\" WHERE {value} LIKE '%veil%'",
+        "sum": f'SELECT SUM({value}) FROM "{table}"',
+    }[option]
+
+
+def _kept_workload(table: TableDesign, columns: list[Column], renamed: dict[str, str]) -> list[str]:
+    """Queries asking for every server operation ``table`` allows on columns still there."""
+    alive = {c.name for c in columns}
+    option = {DET: "det", OPE: "ope", SEARCH: "search"}
+    queries = []
+    for enc in table.encryptions:
+        source = renamed.get(enc.source, enc.source)
+        if enc.scheme in option and source in alive:
+            queries.append(_query_for(option[enc.scheme], table.name, f'"{source}"', enc.type))
+    summed = (table.sums.sources if table.sums else []) + (table.hom.sources if table.hom else [])
+    for expression in summed:
+        tree: exp.Expr = exp.maybe_parse(expression, dialect="duckdb")
+        for column in tree.find_all(exp.Column):
+            column.set("this", exp.to_identifier(renamed.get(column.name, column.name)))
+        if {c.name for c in tree.find_all(exp.Column)} <= alive:
+            queries.append(f'SELECT SUM({tree.sql(dialect="duckdb")}) FROM "{table.name}"')
+    return queries
+
+
+def _load(
+    session: Session, name: str, columns: list[Column], data: pa.Table, workload: list[str]
+) -> None:
+    master, client = session.master, session.client
+    fresh = greedy_design(
+        {name: columns}, workload, available_schemes(), master.fingerprint(), sums=_sums(session)
+    )
+    source = duckdb.connect()
+    source.register(_SOURCE, data.rename_columns([c.name for c in columns]))
+    load_into(
+        source,
+        [SourceTable(name, _SOURCE)],
+        fresh,
+        client,
+        master,
+        session.backend,
+        lambda _: None,
+    )
+    source.close()
+
+
+def _sums(session: Session) -> str:
+    """The design's way of summing (ASHE unless the data was loaded with Paillier)."""
+    tables = session.design.tables.values()
+    if any(t.hom is not None for t in tables):
+        return "paillier"
+    return "ashe"
+
+
+# -- DROP, ALTER, INDEX ---------------------------------------------------------
+
+
+def _drop_tables(session: Session, tree: exp.Drop) -> Result:
+    design: PhysicalDesign = session.client.design(session.master)
+    doomed = []
+    for table in tree.args.get("tables") or []:
+        found = design.tables.get(table.name.lower())
+        if found is None:
+            if tree.args.get("exists"):
+                continue
+            raise QueryError(f"table {table.name} does not exist; SHOW TABLES lists the tables")
+        doomed.append(design.tables.pop(found.name))
+    design.save(session.client.design_path)  # first: a crash then leaves only garbage
+    for table in doomed:
+        for server_table in [table.server_name, *table.side_tables()]:
+            session.backend.drop_table(server_table)
+    return _done(session)
+
+
+def _alter(session: Session, tree: exp.Alter) -> Result:
+    """All of the statement's actions, then one rebuild: they apply together or not at all."""
+    table = _existing(session, tree.this)
+    selected = {c.name: f'"{c.name}"' for c in table.columns}  # new name -> SQL of its value
+    columns = {c.name: c for c in table.columns}
+    renamed: dict[str, str] = {}
+    for action in tree.args.get("actions") or []:
+        if isinstance(action, exp.ColumnDef):
+            added = _added_column(action, list(columns))
+            selected[added.name] = f"CAST({_default(action)} AS {added.type})"
+            columns[added.name] = added
+        elif isinstance(action, exp.Drop) and str(action.args.get("kind")).upper() == "COLUMN":
+            for gone in (c.name.lower() for c in action.args.get("tables") or []):
+                if gone not in columns:
+                    raise QueryError(f"cannot drop column {gone} of {table.name}: no such column")
+                del selected[gone], columns[gone]
+        elif isinstance(action, exp.RenameColumn):
+            old, new = action.this.name.lower(), action.args["to"].name.lower()
+            if old not in columns or new in columns:
+                raise QueryError(f"cannot rename {old} to {new} in {table.name}")
+            selected = {new if k == old else k: v for k, v in selected.items()}
+            columns = {new if k == old else k: v for k, v in columns.items()}
+            columns[new] = dataclasses.replace(columns[new], name=new)
+            renamed[next((o for o, n in renamed.items() if n == old), old)] = new
+        else:
+            raise UnsupportedStatementError(
+                f"ALTER TABLE ... {action.sql(dialect='duckdb')}: Veil alters tables by "
+                "ADD COLUMN, DROP COLUMN and RENAME COLUMN"
+            )
+    if not columns:
+        raise QueryError(f"cannot drop every column of {table.name}: a table keeps at least one")
+    items = ", ".join(f'{value} AS "{name}"' for name, value in selected.items())
+    _rebuild(
+        session, table.name, f'SELECT {items} FROM "{table.name}"', list(columns.values()), renamed
+    )
+    return _done(session)
+
+
+def _added_column(action: exp.ColumnDef, names: list[str]) -> Column:
+    """The column ADD COLUMN declares (its DEFAULT fills the existing rows)."""
+    name = action.name.lower()
+    if name in names:
+        raise QueryError(f"column {name} already exists")
+    kind = action.args.get("kind")
+    if kind is None:
+        raise QueryError(f"ADD COLUMN {name} needs a type")
+    others = [
+        c
+        for c in action.args.get("constraints") or []
+        if not isinstance(c.kind, exp.DefaultColumnConstraint)
+    ]
+    if others:
+        raise UnsupportedStatementError(
+            f"Veil does not enforce column constraints ({action.sql(dialect='duckdb')})"
+        )
+    scratch = duckdb.connect()
+    scratch.execute(f"CREATE TABLE t (x {kind.sql(dialect='duckdb')})")
+    return Column(name, normalize_type(str(scratch.sql("DESCRIBE t").fetchall()[0][1])))
+
+
+def _default(action: exp.ColumnDef) -> str:
+    for constraint in action.args.get("constraints") or []:
+        if isinstance(constraint.kind, exp.DefaultColumnConstraint):
+            return constraint.kind.this.sql(dialect="duckdb")
+    return "NULL"
+
+
+def _rebuild(
+    session: Session,
+    name: str,
+    query: str,
+    columns: list[Column] | None = None,
+    renamed: dict[str, str] | None = None,
+) -> None:
+    """Re-encrypt table ``name`` as ``query`` returns it, keeping its server operations."""
+    table = session.design.tables[name]
+    columns = columns if columns is not None else list(table.columns)
+    data = session.run(query).table
+    _load(session, name, columns, data, _kept_workload(table, columns, renamed or {}))
+
+
+def _create_index(session: Session, tree: exp.Create) -> Result:
+    index = tree.this
+    table = _existing(session, index.args["table"])
+    params = index.args.get("params")
+    keys = [o.this.name.lower() for o in (params.args.get("columns") or [])] if params else []
+    server_columns = []
+    for key in keys:
+        enc = table.find(key, DET) or table.find(key, OPE)
+        if enc is None:
+            raise QueryError(
+                f"column {key} of {table.name} is stored for fetching only, so a server index "
+                f"would not help; recreate the table WITH (det = '{key}') or (ope = '{key}')"
+            )
+        server_columns.append(f'"{enc.name}"')
+    session.backend.execute(
+        f'CREATE INDEX "{opaque_name("i")}" ON "{table.server_name}" ({", ".join(server_columns)})'
+    )
+    return _done(session)
