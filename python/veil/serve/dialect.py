@@ -105,6 +105,11 @@ def parse(text: str) -> exp.Expr:
         ) from None
     if tree is None:
         raise WireError("42601", "syntax error: an empty statement")
+    for ordered in tree.find_all(exp.Ordered):  # DuckDB's ORDER BY ALL, not a column "all"
+        key = ordered.this
+        bare = isinstance(key, exp.Column) and not key.table and not key.this.quoted
+        if bare and key.name.upper() == "ALL":
+            ordered.set("this", exp.var("ALL"))
     return tree
 
 
