@@ -9,14 +9,10 @@ DuckDB's.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import fcntl
-import math
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -24,6 +20,7 @@ import pytest
 import sqlglot
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import read_fixture
+from tests.sql.wire_compare import assert_text_rows, sections
 
 from veil._native import WireServer
 from veil.serve.engine import Engine
@@ -89,37 +86,7 @@ def jdbc_output(
         )  # fmt: skip
     finally:
         server.stop()
-    return dict(_sections(done.stdout))
-
-
-def _sections(output: str) -> Iterator[tuple[str, list[str]]]:
-    name, lines = None, []
-    for line in output.splitlines():
-        if line.startswith("== ") and line.endswith(".sql"):
-            if name is not None:
-                yield name, lines
-            name, lines = line[3:-4], []
-        else:
-            lines.append(line)
-    if name is not None:
-        yield name, lines
-
-
-def _matches(got: str, want: object) -> bool:
-    if want is None:
-        return got == "NULL"
-    if isinstance(want, bool):
-        return got in (("t", "true") if want else ("f", "false"))
-    if isinstance(want, int | float | decimal.Decimal):
-        try:
-            return math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-12)
-        except ValueError:
-            return False
-    if isinstance(want, dt.date):
-        return got.startswith(want.isoformat())
-    if isinstance(want, list):
-        return got.strip("{}").replace('"', "") == ",".join(str(v) for v in want)
-    return got == str(want)
+    return dict(sections(done.stdout))
 
 
 CASES = _cases()
@@ -137,20 +104,4 @@ def test_through_pgjdbc(
     if lines and lines[-1].startswith("== error 42601") and name.startswith("f"):
         pytest.skip("sqlglot's PostgreSQL form of this DuckDB syntax is not valid SQL")
     assert lines and lines[-1].startswith("== rows"), "\n".join(lines)
-    want = plain.cursor().sql(plain_sql).fetchall()
-    got = [line.split("\t") for line in lines[:-1]]
-    assert len(got) == len(want), f"{len(got)} rows, want {len(want)}\n{sent}"
-    ordered = sqlglot.parse_one(plain_sql, read="duckdb").args.get("order") is not None
-    if not ordered:  # rows compare in order only where the query orders them
-        got = sorted(got)
-        want = sorted(want, key=lambda row: [_text(v) for v in row])
-    for row, expected in zip(got, want, strict=True):
-        assert all(_matches(g, w) for g, w in zip(row, expected, strict=True)), (
-            row,
-            expected,
-            sent,
-        )
-
-
-def _text(value: object) -> str:
-    return "NULL" if value is None else str(value)
+    assert_text_rows([line.split("\t") for line in lines[:-1]], plain, plain_sql, sent)

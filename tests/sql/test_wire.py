@@ -24,6 +24,7 @@ import pytest
 import sqlglot
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import read_fixture
+from tests.sql.wire_compare import assert_text_rows
 
 from veil._native import WireServer
 from veil.serve import users
@@ -322,3 +323,77 @@ def test_copy_with_psycopg(con: psycopg.Connection) -> None:
         assert got == b"1\tone\n2\t\\N\n3\ttab\\there\n"
     finally:
         con.execute("DROP TABLE notes")
+
+
+def _postgres_cases() -> list[tuple[str, str, str]]:
+    """(name, SQL in PostgreSQL's dialect, SQL for plaintext DuckDB): TPC-H and the features."""
+    cases = [(name, sql, sql) for name, sql in tpch_queries()]
+    for title, sql in FEATURES:
+        postgres = sqlglot.parse_one(sql, read="duckdb").sql(dialect="postgres")
+        if postgres.strip():
+            cases.append((title, postgres, sql))
+    return cases
+
+
+POSTGRES_CASES = _postgres_cases()
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (postgresql-client) not installed")
+@pytest.mark.parametrize(
+    ("name", "sent", "plain_sql"), POSTGRES_CASES, ids=[c[0] for c in POSTGRES_CASES]
+)
+def test_through_psql(
+    trusting: str, plain: duckdb.DuckDBPyConnection, name: str, sent: str, plain_sql: str
+) -> None:
+    done = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", trusting, "-U", "frank", "-d", "veil", "-X", "-A",
+         "-t", "-F", "\t", "-P", "null=NULL", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+        input=sent + ";\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    if done.returncode and "syntax error" in done.stderr and name in dict(FEATURES):
+        pytest.skip("sqlglot's PostgreSQL form of this DuckDB syntax is not valid SQL")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert_text_rows(rows, plain, plain_sql, sent)
+
+
+@pytest.fixture(scope="module")
+def alchemy(trusting: str) -> Iterator[object]:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://gina@127.0.0.1:{trusting}/veil")
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("name", "sent", "plain_sql"), POSTGRES_CASES, ids=[c[0] for c in POSTGRES_CASES]
+)
+def test_through_sqlalchemy_and_pandas(
+    alchemy: object, plain: duckdb.DuckDBPyConnection, name: str, sent: str, plain_sql: str
+) -> None:
+    import pandas
+    import sqlalchemy
+
+    try:
+        with alchemy.connect() as connection:  # type: ignore[attr-defined]
+            frame = pandas.read_sql(sqlalchemy.text(sent), connection)
+    except sqlalchemy.exc.ProgrammingError as exc:
+        if "syntax error" in str(exc) and name in dict(FEATURES):
+            pytest.skip("sqlglot's PostgreSQL form of this DuckDB syntax is not valid SQL")
+        raise
+    rows = [
+        tuple(None if _missing(v) else v for v in row)
+        for row in frame.astype(object).itertuples(index=False, name=None)
+    ]
+    assert _same(rows, plain.cursor().sql(plain_sql).fetchall(), _ordered(plain_sql)), sent
+
+
+def _missing(value: object) -> bool:
+    import pandas
+
+    return value is None or (not isinstance(value, list | tuple) and bool(pandas.isna(value)))
