@@ -397,3 +397,46 @@ def _missing(value: object) -> bool:
     import pandas
 
     return value is None or (not isinstance(value, list | tuple) and bool(pandas.isna(value)))
+
+
+def test_cancel_stops_a_running_statement(trusting: str) -> None:
+    with psycopg.connect(f"host=127.0.0.1 port={trusting} user=hal", autocommit=True) as c:
+        timer = threading.Timer(1.0, c.cancel)
+        timer.start()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            c.execute(  # minutes of local work: a cross join of 60,000 rows with itself
+                "SELECT count(*) FROM lineitem a, lineitem b WHERE a.l_quantity + b.l_quantity < 0"
+            )
+        timer.join()
+        assert c.execute("SELECT count(*) FROM region").fetchone() == (5,)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_tls_with_scram_channel_binding(wire_dir: Path, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = WireServer(
+        Engine(wire_dir / "client"), "127.0.0.1:0", cert.read_bytes(), key.read_bytes(), False
+    )
+    try:
+        port = server.address.rsplit(":", 1)[1]
+        dsn = f"host=127.0.0.1 port={port} dbname=veil user=alice password='{PASSWORD}'"
+        with psycopg.connect(f"{dsn} sslmode=require channel_binding=require") as c:
+            assert c.pgconn.ssl_in_use
+            assert c.execute("SELECT count(*) FROM region").fetchone() == (5,)
+    finally:
+        server.stop()
+
+
+def test_insecure_local_only_on_loopback(
+    wire_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veil.cli import main as veil_main
+
+    argv = ["serve", str(wire_dir / "client"), "--listen", "0.0.0.0:0", "--insecure-local"]
+    assert veil_main(argv) == 2
+    assert "loopback" in capsys.readouterr().err

@@ -31,7 +31,7 @@ from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.sql.catalog_queries import reads_only_catalog
-from veil.sql.errors import QueryError, UnsupportedStatementError
+from veil.sql.errors import QueryCancelledError, QueryError, UnsupportedStatementError
 from veil.sql.functions import is_repeatable
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import SplitPlan
@@ -123,6 +123,10 @@ class Session:
             return work()
         except VeilError:
             raise
+        except duckdb.InterruptException:
+            raise QueryCancelledError(
+                "the statement was cancelled; nothing it would have changed was changed"
+            ) from None
         except duckdb.Error as exc:
             raise QueryError(_duckdb_message(exc)) from None
         except Exception as exc:
@@ -178,8 +182,8 @@ class Session:
         try:
             table = self.execute_plan(plan, stats)
         except Exception as exc:
-            if not plan.pushdown:
-                raise
+            if not plan.pushdown or isinstance(exc, duckdb.InterruptException):
+                raise  # nothing to fall back from, or the user asked to stop
             # The query passed the binder on the plaintext schema, so the split
             # plan misjudged it (e.g. DuckDB's COLUMNS(...) hides which columns
             # it reads) or an optimisation failed: fall back to the

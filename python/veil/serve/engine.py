@@ -148,6 +148,8 @@ class WireSession:
             raise
         except VeilError as exc:
             raise wire_error(exc) from None
+        except duckdb.InterruptException:
+            raise WireError("57014", "canceling statement due to user request") from None
         except duckdb.Error as exc:  # a catalogue query the catalogue DuckDB refused
             raise WireError("42000", str(exc).split("\n")[0]) from None
         except Exception as exc:

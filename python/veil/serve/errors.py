@@ -13,6 +13,7 @@ from veil.errors import (
 )
 from veil.sql.errors import (
     ClientDirectoryError,
+    QueryCancelledError,
     QueryError,
     QuerySyntaxError,
     UnsupportedStatementError,
@@ -20,6 +21,7 @@ from veil.sql.errors import (
 
 # https://www.postgresql.org/docs/current/errcodes-appendix.html
 _SQLSTATES: list[tuple[type[VeilError], str]] = [
+    (QueryCancelledError, "57014"),  # query_canceled
     (QuerySyntaxError, "42601"),  # syntax_error
     (UnsupportedStatementError, "0A000"),  # feature_not_supported
     (ParameterError, "22023"),  # invalid_parameter_value

@@ -33,3 +33,9 @@ class ClientDirectoryError(OperationalError):
     """The client directory is missing or incomplete."""
 
     anchor = "client-directory"
+
+
+class QueryCancelledError(OperationalError):
+    """The statement was cancelled while it ran (a cancel request, Ctrl-C)."""
+
+    anchor = "cancelled"

@@ -61,6 +61,38 @@ impl Handler {
     }
 }
 
+/// Cancels the session's running statement if dropped armed: pgwire drops a
+/// statement's future when a cancel request arrives, and the engine work on
+/// the blocking pool must then be told to stop.
+struct Interrupt(Option<Arc<dyn Session>>);
+
+impl Interrupt {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take() {
+            // the engine may need locks the running statement holds: not on this task
+            std::thread::spawn(move || session.cancel());
+        }
+    }
+}
+
+/// `session.run(sql, params)` on the blocking pool, interrupted if cancelled.
+async fn run_cancellable(
+    session: Arc<dyn Session>,
+    sql: String,
+    params: Vec<Param>,
+) -> PgWireResult<Vec<Outcome>> {
+    let interrupt = Interrupt(Some(session.clone()));
+    let outcomes = blocking(move || session.run(&sql, &params)).await;
+    interrupt.disarm();
+    outcomes
+}
+
 /// Run engine work on tokio's blocking pool.
 pub async fn blocking<T, F>(work: F) -> PgWireResult<T>
 where
@@ -304,8 +336,7 @@ impl SimpleQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(client).await?;
-        let sql = query.to_owned();
-        let outcomes = blocking(move || session.run(&sql, &[])).await?;
+        let outcomes = run_cancellable(session, query.to_owned(), Vec::new()).await?;
         Ok(outcomes
             .into_iter()
             .map(|o| response(o, &Format::UnifiedText))
@@ -337,7 +368,7 @@ impl ExtendedQueryHandler for Handler {
         let session = self.session(client).await?;
         let params = bound_params(portal)?;
         let sql = portal.statement.statement.clone();
-        let mut outcomes = blocking(move || session.run(&sql, &params)).await?;
+        let mut outcomes = run_cancellable(session, sql, params).await?;
         if outcomes.len() > 1 {
             return Err(user_error(WireError::new(
                 "42601",
