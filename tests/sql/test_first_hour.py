@@ -167,3 +167,52 @@ def test_help_starts_without_the_heavy_libraries() -> None:
 def test_session_errors_do_not_leak_internals(tmp_path: Path) -> None:
     with pytest.raises(ClientDirectoryError):
         Session(tmp_path / "absent")
+
+
+def test_shell_runs_statements_and_commands(connection: veil.dbapi.Connection) -> None:
+    import io
+
+    from veil.frontend.shell import shell
+
+    script = (
+        "SELECT name\n  FROM people WHERE id = 2;\n\\dt\n\\d pets\nSELECT nope FROM people;\n\\q\n"
+    )
+    out = io.StringIO()
+    code = shell(str(connection.session.client.path), io.StringIO(script), out)
+    text = out.getvalue()
+    assert "bob" in text and "people" in text and "owner" in text
+    assert "error:" in text and "nope" in text
+    assert code == 1  # a statement failed (scripts see it in the exit code)
+
+
+def test_load_progress_meter_shows_totals_rate_and_eta() -> None:
+    import io
+
+    from veil.load.progress import Reporter
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    meter = Reporter(print, bars=True, out=screen).meter("lineitem: encrypting", 200)
+    meter.advance(100)
+    meter.advance(100)
+    meter.close()
+    last = screen.getvalue().rstrip("\n").split("\r")[-1]
+    assert "200 / 200 rows" in last and "100%" in last and "rows/s" in last and "ETA" in last
+    quiet = Reporter(print, bars=True, out=io.StringIO()).meter("x", 10)  # not a terminal
+    quiet.advance(10)
+    quiet.close()
+
+
+def test_demo_says_where_its_files_are_and_what_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veil.frontend.demo import _next_steps
+
+    (tmp_path / "server.duckdb").write_bytes(b"x" * 1000)
+    _next_steps(tmp_path, tmp_path / "client")
+    said = capsys.readouterr().err
+    assert str(tmp_path) in said and "MB" in said
+    assert f"query {tmp_path / 'client'}" in said and f"rm -r {tmp_path}" in said

@@ -39,6 +39,7 @@ from veil.design.model import (
 from veil.designer.greedy import greedy_design
 from veil.encoding import normalize_type
 from veil.load.loader import available_schemes, load_into
+from veil.load.progress import Reporter
 from veil.load.sources import SourceTable
 from veil.sql.errors import QueryError, UnsupportedStatementError
 
@@ -220,7 +221,7 @@ def _load(
         client,
         master,
         session.backend,
-        lambda _: None,
+        Reporter(lambda _: None),
     )
     source.close()
 

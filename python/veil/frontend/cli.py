@@ -71,6 +71,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
     query.set_defaults(handler=run_query)
 
+    shell = subparsers.add_parser(
+        "shell", help="an interactive SQL prompt over a client directory (\\q quits)"
+    )
+    shell.add_argument("client_dir")
+    shell.set_defaults(handler=run_shell)
+
     tables = subparsers.add_parser(
         "tables", help="list the tables of a client directory: columns, types, encryptions"
     )
@@ -104,10 +110,18 @@ def run_load(args: argparse.Namespace) -> int:
         domains=args.domain,
         key_file=args.key,
     )
-    print(
-        f"loaded {len(reports)} table(s), {sum(r.rows for r in reports)} rows, into {args.server}"
-    )
+    from veil.backends import canonical_url
+
+    rows = sum(r.rows for r in reports)
+    print(f"loaded {len(reports)} table(s), {rows:,} rows, into {canonical_url(args.server)}")
+    print(f'next: veil query {args.client_dir} "SHOW TABLES"', file=sys.stderr)
     return 0
+
+
+def run_shell(args: argparse.Namespace) -> int:
+    from veil.frontend.shell import shell
+
+    return shell(args.client_dir)
 
 
 def run_tables(args: argparse.Namespace) -> int:

@@ -48,7 +48,29 @@ def demo(scale_factor: float = 0.1, workdir: str | None = None) -> bool:
     print(format_grid(header, rows))
     correct = sum(1 for r in rows if r[-1] == "yes")
     print(f"{correct} of {len(rows)} queries gave the plaintext answer")
+    _next_steps(root, client)
     return correct == len(rows)
+
+
+def _next_steps(root: Path, client: Path) -> None:
+    """Where the demo's files are, how big, and what to try with them."""
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    installed = Path(sys.executable).parent / "veil"
+    veil = str(installed) if installed.exists() else "veil"
+    print(
+        f"""
+The demo's files ({size / 1e6:,.0f} MB) are in {root}:
+  {root / "tpch"}   TPC-H as Parquet (plaintext)
+  {root / "server.duckdb"}   the server's database: ciphertexts only
+  {client}   the client directory: key (mode 0600), design
+Try next:
+  {veil} query {client} "SELECT o_orderpriority, count(*) FROM orders GROUP BY 1"
+  {veil} explain {client} "SELECT count(*) FROM orders WHERE o_totalprice > 500000"
+  {veil} shell {client}
+  {veil} serve {client} --insecure-local   # then: psql -h 127.0.0.1 -p 5433 -U me veil
+Remove them with: rm -r {root}""",
+        file=sys.stderr,
+    )
 
 
 def _plaintext(data: Path) -> duckdb.DuckDBPyConnection:

@@ -14,7 +14,6 @@ against the whole source before anything is written.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,12 +46,13 @@ from veil.exec.clientdir import ClientDir, create_client_dir
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
 from veil.exec.row_ids import counter_table
+from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 
 BATCH_ROWS = 65536
 HOM_CHUNK_PACKS = 16384  # Paillier encryptions per progress step (a few seconds' work)
 
-Progress = Callable[[str], None]
+Progress = Callable[[str], None]  # receives each message of a load
 # ``{"table.column": (low, high)}``, or ``["table.column=LOW..HIGH", ...]``
 Domains = Mapping[str, tuple[object, object]] | Iterable[str]
 
@@ -100,7 +100,7 @@ def load(
     the load before anything is written. ``key_file`` (from ``veil keygen``)
     is the key to encrypt with; without it the client directory gets a new one.
     """
-    say = progress or (lambda text: print(text, file=sys.stderr))
+    say = Reporter(progress or to_stderr, bars=progress is None)
     server_url = canonical_url(server_url)  # stored: the same file from any directory
     declared = (
         dict(domains)
@@ -133,7 +133,7 @@ def load_into(
     client: ClientDir,
     master: MasterKey,
     backend: Backend,
-    say: Progress,
+    say: Reporter,
 ) -> list[LoadReport]:
     """Encrypt and load ``tables`` (read through ``con``) under their ``fresh`` designs.
 
@@ -161,7 +161,7 @@ def _load_table(
     client: ClientDir,
     master: MasterKey,
     backend: Backend,
-    say: Progress,
+    say: Reporter,
 ) -> LoadReport:
     started = time.perf_counter()
     encryptor = TableEncryptor(master, table)
@@ -190,7 +190,7 @@ def _load_table(
         for name in [previous.server_name, *previous.side_tables()]:
             backend.drop_table(name)
     seconds = time.perf_counter() - started
-    say(f"{table.name}: {rows} rows loaded in {seconds:.1f} s")
+    say.say(f"{table.name}: {rows:,} rows loaded in {seconds:.1f} s")
     return LoadReport(table.name, rows, seconds)
 
 
@@ -198,11 +198,12 @@ def _encrypted_batches(
     source: SourceTable,
     con: duckdb.DuckDBPyConnection,
     encryptor: TableEncryptor,
-    say: Progress,
+    say: Reporter,
     blocks: list[pa.Table],
 ) -> Iterator[pa.RecordBatch]:
     """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``."""
     done = 0
+    meter = say.meter(f"{source.name}: encrypting", source.row_count(con))
     for batch in source.batches(con, BATCH_ROWS):
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
@@ -213,7 +214,8 @@ def _encrypted_batches(
         if sealed is not None:
             blocks.append(sealed)
         done += batch.num_rows
-        say(f"{source.name}: {done} rows encrypted")
+        meter.advance(batch.num_rows)
+    meter.close()
 
 
 def _load_hom_group(
@@ -222,7 +224,7 @@ def _load_hom_group(
     table: TableDesign,
     master: MasterKey,
     backend: Backend,
-    say: Progress,
+    say: Reporter,
 ) -> None:
     """Second pass over the source: pack and encrypt the summed expressions.
 
@@ -247,9 +249,10 @@ def _hom_batches(
     encryptor: TableEncryptor,
     cipher: HomGroupCipher,
     pool: EncryptionPool,
-    say: Progress,
+    say: Reporter,
 ) -> Iterator[pa.RecordBatch]:
     chunk = cipher.rows * HOM_CHUNK_PACKS
+    meter = say.meter(f"{source.name}: Paillier packs", source.row_count(con))
     pending, packs, done = np.zeros((0, cipher.packer.columns), np.int64), 0, 0
     for batch in source.batches(con, BATCH_ROWS):
         plain = pa.Table.from_batches([batch]).rename_columns(
@@ -259,9 +262,11 @@ def _hom_batches(
         while len(pending) >= chunk:
             yield from cipher.encrypt_packs(pending[:chunk], packs, pool).to_batches()
             pending, packs, done = pending[chunk:], packs + HOM_CHUNK_PACKS, done + chunk
-            say(f"{source.name}: {done} rows packed into {packs} HOM ciphertexts")
+            meter.advance(chunk)
     if len(pending):
         yield from cipher.encrypt_packs(pending, packs, pool).to_batches()
+        meter.advance(len(pending))
+    meter.close()
 
 
 def _count_distinct_keys(

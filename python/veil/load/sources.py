@@ -31,6 +31,13 @@ class SourceTable:
         described = con.sql(f"DESCRIBE SELECT * FROM {self.relation_sql}").fetchall()
         return [Column(str(row[0]).lower(), normalize_type(str(row[1]))) for row in described]
 
+    def row_count(self, con: duckdb.DuckDBPyConnection) -> int | None:
+        """The number of rows, where knowing it is cheap (not for CSV: that takes a scan)."""
+        if self.relation_sql.startswith("read_csv"):
+            return None
+        [(count,)] = con.sql(f"SELECT count(*) FROM {self.relation_sql}").fetchall()
+        return int(count)
+
     def batches(self, con: duckdb.DuckDBPyConnection, batch_rows: int) -> Iterator[pa.RecordBatch]:
         relation = con.sql(f"SELECT * FROM {self.relation_sql}")
         reader = relation.to_arrow_reader(batch_rows)
