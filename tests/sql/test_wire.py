@@ -252,7 +252,10 @@ def test_sqlalchemy_and_pandas(trusting: str, plain: duckdb.DuckDBPyConnection) 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql (postgresql-client) not installed")
 def test_psql(trusting: str) -> None:
-    script = "SELECT count(*) AS n FROM orders WHERE o_orderdate < DATE '1993-01-01';\n\\dt\n"
+    script = (
+        "SELECT count(*) AS n FROM orders WHERE o_orderdate < DATE '1993-01-01';\n"
+        "\\dt\n\\d region\n"
+    )
     done = subprocess.run(
         ["psql", "-h", "127.0.0.1", "-p", trusting, "-U", "carol", "-d", "veil", "-X", "-A"],
         input=script,
@@ -264,6 +267,7 @@ def test_psql(trusting: str) -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "n" and lines[1].isdigit() and int(lines[1]) > 0
     assert "main|lineitem|table|veil" in lines
+    assert "r_regionkey|int8|||" in lines  # \\d region: name|type|collation|nullable|default
 
 
 PSQL_SCRIPT = r"""

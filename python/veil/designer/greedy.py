@@ -289,7 +289,8 @@ def summed_columns(source: str) -> list[str]:
 
 def _catalog(table: str, columns: list[Column]) -> duckdb.DuckDBPyConnection:
     catalog = duckdb.connect()
-    catalog.execute(f'CREATE TABLE "{table}" ({", ".join(f"{c.name} {c.type}" for c in columns)})')
+    body = ", ".join(f'"{c.name}" {c.type}' for c in columns)
+    catalog.execute(f'CREATE TABLE "{table}" ({body})')
     return catalog
 
 

@@ -31,6 +31,11 @@ SHIMS = (
     "CREATE OR REPLACE MACRO pg_get_indexdef(id, col, pretty) AS ''",
     "CREATE OR REPLACE MACRO pg_get_partkeydef(id) AS NULL",
     "CREATE OR REPLACE MACRO pg_get_statisticsobjdef_columns(id) AS NULL",
+    "CREATE OR REPLACE MACRO pg_relation_is_publishable(id) AS false",
+    # no defaults, checks or partitions: no expressions to show
+    "CREATE OR REPLACE MACRO pg_get_expr(e, relation) AS CAST(NULL AS VARCHAR), "
+    "(e, relation, pretty) AS CAST(NULL AS VARCHAR)",
+    "CREATE OR REPLACE MACRO array_upper(a, dimension) AS len(a)",
     "CREATE OR REPLACE MACRO quote_ident(name) AS '\"' || replace(name, '\"', '\"\"') || '\"'",
 )
 
@@ -40,19 +45,60 @@ def install(connection: duckdb.DuckDBPyConnection) -> None:
         connection.execute(statement)
 
 
+# Catalogue tables DuckDB does not have, answered as empty tables of their
+# columns (psql's \\d asks about policies, publications, inheritance...).
+EMPTY_TABLES = {
+    "pg_policy": "polname VARCHAR, polpermissive BOOLEAN, polroles INTEGER[], polqual VARCHAR, "
+    "polwithcheck VARCHAR, polcmd VARCHAR, polrelid INTEGER",
+    "pg_statistic_ext": "oid INTEGER, stxrelid INTEGER, stxnamespace INTEGER, stxname VARCHAR, "
+    "stxkind VARCHAR[], stxstattarget INTEGER",
+    "pg_publication": "oid INTEGER, pubname VARCHAR, puballtables BOOLEAN",
+    "pg_publication_namespace": "pnpubid INTEGER, pnnspid INTEGER",
+    "pg_publication_rel": "prpubid INTEGER, prrelid INTEGER, prqual VARCHAR, prattrs SMALLINT[]",
+    "pg_inherits": "inhrelid INTEGER, inhparent INTEGER, inhseqno INTEGER, "
+    "inhdetachpending BOOLEAN",
+    "pg_roles": "oid INTEGER, rolname VARCHAR",
+    "pg_trigger": "oid INTEGER, tgrelid INTEGER, tgname VARCHAR",
+}
+# pg_class columns DuckDB's view lacks, as constants
+_MISSING_COLUMNS = {"relforcerowsecurity": "false"}
+
 _OID_ALIASES = {"regtype", "regclass", "regproc", "regprocedure", "regnamespace", "regrole"}
+
+
+def _type_name(cast: exp.Cast) -> str:
+    """The cast's type, unqualified (``pg_catalog.regtype`` is ``regtype``)."""
+    return cast.to.sql(dialect="postgres").lower().rsplit(".", 1)[-1]
 
 
 def _oid_of(cast: exp.Cast) -> exp.Expr:
     """``x::regclass`` and kin: a table name looked up in pg_class, anything else as is."""
     inner = cast.this
-    if cast.to.sql(dialect="postgres").lower() == "regclass" and isinstance(inner, exp.Literal):
+    if _type_name(cast) == "regclass" and isinstance(inner, exp.Literal):
         return exp.maybe_parse(
             "(SELECT oid FROM pg_catalog.pg_class WHERE relname = "
             f"{exp.Literal.string(inner.name.split('.')[-1].strip(chr(34))).sql()} LIMIT 1)",
             dialect="duckdb",
         )
     return inner
+
+
+def _empty_table(table: exp.Table) -> exp.Expr:
+    """``pg_catalog.X [AS a]`` as an empty derived table with X's columns."""
+    columns = EMPTY_TABLES[table.name.lower()]
+    empty = exp.maybe_parse(
+        f"(SELECT * FROM (SELECT {_typed_nulls(columns)}) WHERE false)", dialect="duckdb"
+    )
+    return exp.Subquery(
+        this=empty.this, alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))
+    )
+
+
+def _typed_nulls(columns: str) -> str:
+    return ", ".join(
+        f"CAST(NULL AS {kind}) AS {name}"
+        for name, kind in (c.strip().split(" ", 1) for c in columns.split(", "))
+    )
 
 
 def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
@@ -67,14 +113,20 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
     }
 
     def replace(node: exp.Expr) -> exp.Expr:
+        missing = isinstance(node, exp.Table) and node.name.lower() in EMPTY_TABLES
+        if missing and node.db.lower() in ("", "pg_catalog"):
+            return _empty_table(node)
+        if isinstance(node, exp.Column) and node.name.lower() in _MISSING_COLUMNS:
+            return exp.maybe_parse(_MISSING_COLUMNS[node.name.lower()])
         if isinstance(node, exp.Collate):  # COLLATE pg_catalog.default: DuckDB's is the same
             return node.this
-        qualified = isinstance(node, exp.Dot) and node.this.name.lower() == "pg_catalog"
-        if qualified and isinstance(node.expression, exp.Func):
-            node = node.expression  # pg_catalog.f(...): DuckDB's f or a shim
         if isinstance(node, exp.Anonymous) and node.name.lower() in constants:
             return exp.Literal.string(constants[node.name.lower()])
-        if isinstance(node, exp.Cast) and node.to.sql(dialect="postgres").lower() in _OID_ALIASES:
+        if isinstance(node, exp.DataType) and isinstance(node.args.get("kind"), exp.Dot):
+            kind = node.args["kind"]
+            if kind.this.name.lower() == "pg_catalog" and kind.name.lower() not in _OID_ALIASES:
+                return exp.DataType.build(kind.name, dialect="postgres")  # pg_catalog.text
+        if isinstance(node, exp.Cast) and _type_name(node) in _OID_ALIASES:
             return _oid_of(node)
         if isinstance(node, exp.CurrentUser):
             return exp.Literal.string(user)
@@ -82,4 +134,18 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
             return exp.Literal.string(VERSION_TEXT)
         return node
 
-    return tree.copy().transform(replace, copy=False)
+    # first unqualify functions: transform does not descend into a replaced node
+    unqualified = tree.copy().transform(_unqualified_function, copy=False)
+    return unqualified.transform(replace, copy=False)
+
+
+def _unqualified_function(node: exp.Expr) -> exp.Expr:
+    """``pg_catalog.f(...)`` as ``f(...)``: DuckDB's f, or a shim (table functions too)."""
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):
+        if node.db.lower() == "pg_catalog":
+            node.set("db", None)
+        return node
+    qualified = isinstance(node, exp.Dot) and node.this.name.lower() == "pg_catalog"
+    if qualified and isinstance(node.expression, exp.Func):
+        return node.expression
+    return node
