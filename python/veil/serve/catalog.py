@@ -83,10 +83,17 @@ def _oid_of(cast: exp.Cast) -> exp.Expr:
     return inner
 
 
+def _missing_table(node: exp.Expr) -> bool:
+    """A catalogue table DuckDB lacks (``pg_catalog.pg_policy`` or unqualified)."""
+    if not isinstance(node, exp.Table) or node.name.lower() not in EMPTY_TABLES:
+        return False
+    return node.db.lower() in ("", "pg_catalog")
+
+
 def _empty_table(table: exp.Table) -> exp.Expr:
     """``pg_catalog.X [AS a]`` as an empty derived table with X's columns."""
     columns = EMPTY_TABLES[table.name.lower()]
-    empty = exp.maybe_parse(
+    empty: exp.Expr = exp.maybe_parse(
         f"(SELECT * FROM (SELECT {_typed_nulls(columns)}) WHERE false)", dialect="duckdb"
     )
     return exp.Subquery(
@@ -113,8 +120,8 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
     }
 
     def replace(node: exp.Expr) -> exp.Expr:
-        missing = isinstance(node, exp.Table) and node.name.lower() in EMPTY_TABLES
-        if missing and node.db.lower() in ("", "pg_catalog"):
+        if _missing_table(node):
+            assert isinstance(node, exp.Table)
             return _empty_table(node)
         if isinstance(node, exp.Column) and node.name.lower() in _MISSING_COLUMNS:
             return exp.maybe_parse(_MISSING_COLUMNS[node.name.lower()])
