@@ -99,9 +99,9 @@ class Cursor:
         return -1 if self._result is None else self._result.rowcount
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
-        self._result = self.connection.session.run(
-            sql, list(params) if params is not None else None
-        )
+        from veil.statements import run
+
+        self._result = run(self.connection.session, sql, params)
         self._rows = table_rows(self._result.table)
         self._position = 0
         return self

@@ -39,7 +39,6 @@ from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
 
 log = logging.getLogger(__name__)
-DDL = (exp.Create, exp.Drop, exp.TruncateTable, exp.Alter)
 T = TypeVar("T")
 
 _FAMILIES = {
@@ -89,7 +88,7 @@ class Session:
         self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
 
-    def _follow_design(self) -> None:
+    def follow_design(self) -> None:
         """Sessions over one client directory see each other's DDL before each statement."""
         if _stamp(self.client.design_path) != self._design_stamp:
             self.reload_design()
@@ -137,7 +136,7 @@ class Session:
             ) from exc
 
     def _run(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Result:
-        self._follow_design()
+        self.follow_design()
         key = plan_key(sql, params, self.hom_pushdown)
         cached = self.plans.get(key)
         if cached is not None:
@@ -146,8 +145,6 @@ class Session:
         if reads_only_catalog(tree):
             table = self.catalog.sql(tree.sql(dialect="duckdb")).to_arrow_table()
             return Result(table, len(table))
-        if isinstance(tree, DDL):
-            return self.ddl(tree)
         if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
             from veil.exec.dml import run_dml
 
@@ -165,14 +162,6 @@ class Session:
         if result.plan is planned.plan and is_repeatable(tree):
             self.plans.put(key, CachedPlan(result.table.column_names, planned.plan, tree))
         return result
-
-    def ddl(self, tree: exp.Expr) -> Result:
-        """CREATE / DROP / ALTER / TRUNCATE (``veil.exec.ddl``), from a parsed statement."""
-        from veil.exec.ddl import run_ddl
-
-        self._follow_design()
-        self.plans.clear()
-        return run_ddl(self, tree)
 
     def query(self, tree: exp.Expr) -> Result:
         return self._answer(CachedPlan(self.describe(tree), self.plan(tree), tree))

@@ -149,11 +149,12 @@ def _param(text: str) -> object:
 
 def run_query(args: argparse.Namespace) -> int:
     from veil.exec.session import Session
+    from veil.statements import run
 
     sql = sys.stdin.read() if args.sql == "-" else args.sql
     session = Session(args.client_dir)
     try:
-        result = session.run(sql, [_param(v) for v in args.param])
+        result = run(session, sql, [_param(v) for v in args.param])
     finally:
         session.close()
     if result.table.num_columns == 0:

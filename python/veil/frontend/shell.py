@@ -17,6 +17,7 @@ from typing import TextIO
 from veil.errors import VeilError
 from veil.exec.session import Session
 from veil.frontend.output import print_table
+from veil.statements import run
 
 HISTORY = Path.home() / ".veil_history"
 _COMMANDS = {"\\dt": "SHOW TABLES", "\\d": "DESCRIBE {}"}
@@ -78,7 +79,7 @@ def _command(text: str) -> str | None:
 def _run(session: Session, sql: str, out: TextIO, *, timed: bool) -> bool:
     started = time.perf_counter()
     try:
-        result = session.run(sql)
+        result = run(session, sql)
     except VeilError as exc:
         print(f"error: {exc}", file=out)
         return False

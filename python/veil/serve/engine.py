@@ -27,8 +27,10 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from veil import statements
 from veil.errors import VeilError
-from veil.exec.session import DDL, Session
+from veil.exec.session import Session
+from veil.load.ddl import DDL
 from veil.serve import catalog, copy, dialect, text, users
 from veil.serve.errors import WireError, wire_error
 from veil.serve.types import TEXT, oid_of_arrow, oid_of_duckdb, parameter_value
@@ -199,7 +201,7 @@ class WireSession:
             table = self.veil.catalog.sql(sql).to_arrow_table()
             return _rows(table)
         if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
-            self.veil.ddl(tree)
+            statements.run_tree(self.veil, tree, statement.text)
             return ("command", _ddl_tag(tree), None)
         result = self.veil.run(dialect.bind(dialect.output_names(tree), values))
         if kind == "dml":

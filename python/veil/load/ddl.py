@@ -50,7 +50,13 @@ _OPTIONS = ("det", "ope", "search", "sum")
 _SOURCE = "__veil_ddl_source"
 
 
+DDL = (exp.Create, exp.Drop, exp.TruncateTable, exp.Alter)
+
+
 def run_ddl(session: Session, tree: exp.Expr) -> Result:
+    """One DDL statement (a parsed, parameter-bound tree) on ``session``'s client directory."""
+    session.follow_design()
+    session.plans.clear()
     kind = str(tree.args.get("kind") or "").upper()
     if isinstance(tree, exp.Create) and kind == "TABLE":
         return _create_table(session, tree)
