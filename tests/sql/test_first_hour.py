@@ -216,3 +216,33 @@ def test_demo_says_where_its_files_are_and_what_next(
     said = capsys.readouterr().err
     assert str(tmp_path) in said and "MB" in said
     assert f"query {tmp_path / 'client'}" in said and f"rm -r {tmp_path}" in said
+
+
+def test_column_names_with_spaces_capitals_and_keywords(tmp_path: Path) -> None:
+    import duckdb
+
+    source = tmp_path / "People.csv"
+    source.write_text("Order ID,customer name,select,Total\n1,ann,x,10\n2,bob,y,3\n3,cy,x,5\n")
+    workload = [
+        'SELECT "customer name", sum("Total") FROM people WHERE "Order ID" > 1 '
+        'AND "select" = \'x\' GROUP BY "customer name"'
+    ]
+    load(str(source), f"duckdb:///{tmp_path / 's.duckdb'}", str(tmp_path / "c"), workload, print)
+    plain = duckdb.connect()
+    plain.execute(f"CREATE TABLE people AS SELECT * FROM read_csv_auto('{source}')")
+    queries = [
+        "SELECT * FROM people ORDER BY 1",
+        'SELECT "customer name", sum("Total") AS t FROM people WHERE "Order ID" > 1 '
+        'AND "select" = \'x\' GROUP BY "customer name" ORDER BY 1',
+        'SELECT "ORDER ID" AS o, total FROM People WHERE "select" <> \'y\' ORDER BY o',
+    ]
+    with veil.connect(tmp_path / "c") as con:
+        for sql in queries:
+            cursor = con.execute(sql)
+            expected = plain.execute(sql)
+            assert cursor.fetchall() == expected.fetchall(), sql
+            assert [d[0] for d in cursor.description] == [d[0] for d in expected.description]
+        con.execute('INSERT INTO people ("Order ID", "customer name", "select", total) '
+                    "VALUES (4, 'dee', 'x', 7)")  # fmt: skip
+        con.execute('UPDATE people SET "Total" = 8 WHERE "Order ID" = 4')
+        assert con.execute('SELECT "Total" FROM people WHERE "Order ID" = 4').fetchall() == [(8,)]

@@ -80,6 +80,10 @@ class Column:
     type: str
     domain: list[str] | None = None
     bounds: list[int] | None = None
+    # the name as the source spelled it ("Order ID"), where it differs from
+    # ``name`` (lower-cased: names match case-insensitively, as in DuckDB);
+    # results name columns this way
+    label: str | None = None
 
     @property
     def sql_type(self) -> SqlType:
@@ -104,7 +108,12 @@ class Encryption:
 
     @property
     def is_expression(self) -> bool:
-        return not self.source.isidentifier()
+        """A per-row SQL expression rather than a column name.
+
+        A column whose name is not a Python identifier ("order id", "select"
+        is one; "a b" is not) carries ``params["column"]``.
+        """
+        return not (self.source.isidentifier() or self.params.get("column") is True)
 
     @property
     def ope_binary(self) -> bool:

@@ -122,6 +122,8 @@ def _column_encryptions(
     chosen: list[Encryption] = []
 
     def add(scheme: str, scope: str, **params: object) -> None:
+        if not column.name.isidentifier():
+            params["column"] = True  # a name, not an expression (Encryption.is_expression)
         chosen.append(
             Encryption(opaque_name("c"), column.name, scheme, column.type, scope, dict(params))
         )

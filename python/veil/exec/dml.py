@@ -155,7 +155,8 @@ def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa
     """The rows ``tree`` inserts, as DuckDB's own INSERT makes them (column lists, casts, NULLs)."""
     rows = _check(session, tree, read=table.name)
     assert rows is not None
-    return rows
+    # the catalogue spells columns as the source did ("Order ID"); the design lower-cases
+    return rows.rename_columns([c.name for c in table.columns])
 
 
 def _fresh_ids(session: Session, table: TableDesign, count: int) -> int:

@@ -158,7 +158,8 @@ class TableEncryptor:
         for group in (self.table.hom, self.table.sums):
             if group is not None:
                 found |= {s: t for s, t in zip(group.sources, group.types, strict=True)}
-        return {s: t for s, t in found.items() if not s.isidentifier()}
+        names = {c.name for c in self.table.columns}
+        return {s: t for s, t in found.items() if s not in names}
 
 
 def rnd_context(table: TableDesign, encryption: Encryption) -> bytes:

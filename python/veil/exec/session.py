@@ -101,7 +101,7 @@ class Session:
             if name not in self.design.tables:
                 self.catalog.execute(f'DROP TABLE "{name}"')
         for name, table in self.design.tables.items():
-            columns = ", ".join(f'"{c.name}" {c.type}' for c in table.columns)
+            columns = ", ".join(f'"{c.label or c.name}" {c.type}' for c in table.columns)
             self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
             self._owners.update({e.name: table for e in table.encryptions})
 

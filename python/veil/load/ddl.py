@@ -40,7 +40,7 @@ from veil.designer.greedy import greedy_design
 from veil.encoding import normalize_type
 from veil.load.loader import available_schemes, load_into
 from veil.load.progress import Reporter
-from veil.load.sources import SourceTable
+from veil.load.sources import SourceTable, label_of
 from veil.sql.errors import QueryError, UnsupportedStatementError
 
 if TYPE_CHECKING:
@@ -140,7 +140,10 @@ def _declared_columns(schema: exp.Schema) -> list[Column]:
 
 def _columns_of(connection: duckdb.DuckDBPyConnection, query: str) -> list[Column]:
     described = connection.sql(f"DESCRIBE {query}").fetchall()
-    columns = [Column(str(row[0]).lower(), normalize_type(str(row[1]))) for row in described]
+    columns = [
+        Column(str(row[0]).lower(), normalize_type(str(row[1])), label=label_of(str(row[0])))
+        for row in described
+    ]
     seen = [c.name for c in columns]
     if len(set(seen)) != len(seen):
         raise QueryError(f"column names must differ (case aside): {', '.join(seen)}")

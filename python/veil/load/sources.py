@@ -29,7 +29,10 @@ class SourceTable:
 
     def columns(self, con: duckdb.DuckDBPyConnection) -> list[Column]:
         described = con.sql(f"DESCRIBE SELECT * FROM {self.relation_sql}").fetchall()
-        return [Column(str(row[0]).lower(), normalize_type(str(row[1]))) for row in described]
+        return [
+            Column(str(row[0]).lower(), normalize_type(str(row[1])), label=label_of(str(row[0])))
+            for row in described
+        ]
 
     def row_count(self, con: duckdb.DuckDBPyConnection) -> int | None:
         """The number of rows, where knowing it is cheap (not for CSV: that takes a scan)."""
@@ -53,7 +56,8 @@ class SourceTable:
         """
         if not columns:
             return []
-        values = [f'"{c}"' if c.isidentifier() else f"({c})" for c in columns]
+        names = {c.name for c in self.columns(con)}
+        values = [f'"{c}"' if c in names else f"({c})" for c in columns]
         bounds = ", ".join(f"min({v}), max({v})" for v in values)
         row = con.sql(f"SELECT {bounds} FROM {self.relation_sql}").to_arrow_table()
         return [
@@ -92,6 +96,11 @@ def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]
 def _file_table(path: Path) -> SourceTable:
     reader = "read_parquet" if path.suffix.lower() == ".parquet" else "read_csv_auto"
     return SourceTable(path.stem.lower(), f"{reader}('{_sql_string(str(path))}')")
+
+
+def label_of(name: str) -> str | None:
+    """The source's spelling of a column name, kept where lower-casing changed it."""
+    return name if name != name.lower() else None
 
 
 def _sql_string(text: str) -> str:
