@@ -39,3 +39,16 @@ fi
 echo "bootstrap: installing Veil and its dependencies into .venv (builds the Rust core)"
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/python -c 'import veil._native' && echo "bootstrap: ok"
+
+# `veil` and `veil-python` (this environment's interpreter) on the user's PATH,
+# so the README's examples run from any directory: small scripts in ~/.local/bin
+# (on PATH in new login shells on Debian/Ubuntu; the README says how otherwise).
+bin="$HOME/.local/bin"
+mkdir -p "$bin"
+for name in veil veil-python; do
+    target="$PWD/.venv/bin/${name#veil-}"
+    [ "$name" = veil ] && target="$PWD/.venv/bin/veil"
+    printf '#!/bin/sh\n# installed by %s/scripts/bootstrap.sh\nexec "%s" "$@"\n' "$PWD" "$target" > "$bin/$name"
+    chmod 755 "$bin/$name"
+done
+echo "bootstrap: veil and veil-python are in $bin"
