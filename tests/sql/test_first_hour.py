@@ -246,3 +246,40 @@ def test_column_names_with_spaces_capitals_and_keywords(tmp_path: Path) -> None:
                     "VALUES (4, 'dee', 'x', 7)")  # fmt: skip
         con.execute('UPDATE people SET "Total" = 8 WHERE "Order ID" = 4')
         assert con.execute('SELECT "Total" FROM people WHERE "Order ID" = 4').fetchall() == [(8,)]
+
+
+def test_a_load_that_failed_half_way_is_retried_as_given(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veil.backends.duckdb import DuckDBBackend
+
+    real = DuckDBBackend.bulk_load
+    calls = {"n": 0}
+
+    def flaky(self, table, data, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 4:  # the second table's main table: the first is complete
+            raise OSError("disk full")
+        return real(self, table, data, **kwargs)
+
+    monkeypatch.setattr(DuckDBBackend, "bulk_load", flaky)
+    server, client = f"duckdb:///{tmp_path / 's.duckdb'}", str(tmp_path / "c")
+    with pytest.raises(OSError, match="disk full"):
+        load(str(small), server, client, progress=lambda _: None)
+    monkeypatch.setattr(DuckDBBackend, "bulk_load", real)
+    load(str(small), server, client, progress=lambda _: None)  # the same command again
+    with veil.connect(client) as con:
+        assert con.execute("SELECT count(*) FROM people").fetchall() == [(3,)]
+        assert con.execute("SELECT count(*) FROM pets").fetchall() == [(2,)]
+
+
+def test_an_unknown_table_is_told_in_terms_of_the_users_tables(
+    connection: veil.dbapi.Connection,
+) -> None:
+    with pytest.raises(QueryError) as near:
+        connection.execute("SELECT * FROM peple")
+    assert "did you mean people" in str(near.value)
+    with pytest.raises(QueryError) as far:
+        connection.execute("SELECT * FROM tables")  # close only to a DuckDB internal table
+    message = str(far.value)
+    assert "information_schema" not in message and "people, pets" in message

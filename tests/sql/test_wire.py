@@ -15,6 +15,7 @@ import math
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -444,3 +445,48 @@ def test_insecure_local_only_on_loopback(
     argv = ["serve", str(wire_dir / "client"), "--listen", "0.0.0.0:0", "--insecure-local"]
     assert veil_main(argv) == 2
     assert "loopback" in capsys.readouterr().err
+
+
+def test_sessions_are_pooled_across_connections(wire_dir: Path) -> None:
+    engine = Engine(wire_dir / "client", idle=1)
+    server = WireServer(engine, "127.0.0.1:0", None, None, True)
+    try:
+        port = server.address.rsplit(":", 1)[1]
+        for _ in range(2):
+            with psycopg.connect(f"host=127.0.0.1 port={port} user=ivy") as c:
+                assert c.execute("SELECT count(*) FROM nation").fetchone() == (25,)
+            deadline = time.monotonic() + 10
+            while not engine._pool and time.monotonic() < deadline:
+                time.sleep(0.05)  # the connection's end reaches the engine asynchronously
+            assert len(engine._pool) == 1
+    finally:
+        server.stop()
+        engine.close()
+
+
+def test_pandas_to_sql_into_an_existing_table(alchemy: object) -> None:
+    import pandas
+
+    with alchemy.connect() as connection:  # type: ignore[attr-defined]
+        connection.exec_driver_sql("CREATE TABLE frames (id bigint, name text, score float8)")
+        connection.commit()
+    try:
+        frame = pandas.DataFrame({"id": [1, 2], "name": ["a", None], "score": [1.5, None]})
+        frame.to_sql("frames", alchemy, if_exists="append", index=False)
+        back = pandas.read_sql("SELECT * FROM frames ORDER BY id", alchemy)
+        assert back["id"].tolist() == [1, 2] and back["name"].tolist()[0] == "a"
+        assert back["score"].tolist()[0] == 1.5 and pandas.isna(back["score"].tolist()[1])
+    finally:
+        with alchemy.connect() as connection:  # type: ignore[attr-defined]
+            connection.exec_driver_sql("DROP TABLE frames")
+            connection.commit()
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (postgresql-client) not installed")
+def test_several_statements_give_several_results(trusting: str) -> None:
+    done = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", trusting, "-U", "jo", "-d", "veil", "-X", "-A", "-t",
+         "-c", "SELECT count(*) FROM region; SELECT r_name FROM region WHERE r_regionkey = 0"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert done.stdout.split() == ["5", "AFRICA"]

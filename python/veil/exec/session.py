@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
 
 log = logging.getLogger(__name__)
+_UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?: Did you mean "([^"]+)"\?)?')
 T = TypeVar("T")
 
 _FAMILIES = {
@@ -127,13 +129,25 @@ class Session:
                 "the statement was cancelled; nothing it would have changed was changed"
             ) from None
         except duckdb.Error as exc:
-            raise QueryError(_duckdb_message(exc)) from None
+            raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
         except Exception as exc:
             log.exception("internal error running %r", sql)
             raise InternalError(
                 f"Veil failed on this statement ({type(exc).__name__}: {exc}); nothing was "
                 "changed on the server. Please report it with the statement"
             ) from exc
+
+    def _in_user_terms(self, message: str) -> str:
+        """An unknown table's error names the user's tables, never DuckDB's internal ones."""
+        found = _UNKNOWN_TABLE.search(message)
+        if found is None:
+            return message
+        name, suggestion = found.groups()
+        tables = sorted(self.design.tables)
+        if suggestion is not None and suggestion in tables:
+            return f"table {name} does not exist; did you mean {suggestion}?"
+        listing = ", ".join(tables) if tables else "none yet"
+        return f"table {name} does not exist; the tables are: {listing}"
 
     def _run(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Result:
         self.follow_design()
@@ -193,7 +207,7 @@ class Session:
         try:
             rows = self.catalog.execute(f"DESCRIBE {tree.sql(dialect='duckdb')}").fetchall()
         except duckdb.Error as exc:
-            raise QueryError(_duckdb_message(exc)) from None
+            raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
         return [str(r[0]) for r in rows]
 
     def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
@@ -226,7 +240,7 @@ class Session:
                 plan.local_sql = plan.local_sql or plan.local.sql(dialect="duckdb")
                 table = self.local.sql(plan.local_sql).to_arrow_table()
             except duckdb.Error as exc:
-                raise QueryError(_duckdb_message(exc)) from None
+                raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
             stats.local_seconds += time.perf_counter() - started
             return table
         finally:

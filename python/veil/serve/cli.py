@@ -49,8 +49,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.set_defaults(handler=run_user_add)
 
 
-def start(args: argparse.Namespace) -> object:
-    """The running server (``veil._native.WireServer``) for ``args``."""
+def start(args: argparse.Namespace) -> tuple[object, object]:
+    """The running server (``veil._native.WireServer``) for ``args``, and its engine."""
     from veil._native import WireServer
     from veil.exec.clientdir import open_client_dir
     from veil.serve.engine import Engine
@@ -68,7 +68,7 @@ def start(args: argparse.Namespace) -> object:
     key = Path(args.tls_key).read_bytes() if args.tls_key else None
     engine = Engine(client.path, trust=args.insecure_local)
     try:
-        return WireServer(engine, args.listen, cert, key, args.insecure_local)
+        return WireServer(engine, args.listen, cert, key, args.insecure_local), engine
     except OSError as exc:
         raise ServeError(f"cannot serve on {args.listen}: {exc}") from None
 
@@ -83,7 +83,7 @@ def _loopback(host: str) -> bool:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    server = start(args)
+    server, engine = start(args)
     address = server.address  # type: ignore[attr-defined]
     host, port = address.rsplit(":", 1)
     auth = "no passwords (--insecure-local)" if args.insecure_local else "SCRAM-SHA-256"
@@ -96,6 +96,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print("veil: stopping", file=sys.stderr)
     finally:
         server.stop()  # type: ignore[attr-defined]
+        engine.close()  # type: ignore[attr-defined]
     return 0
 
 

@@ -66,23 +66,51 @@ _SET = re.compile(
 
 
 class Engine:
-    def __init__(self, client_dir: str | os.PathLike[str], *, trust: bool = False):
+    """Sessions for the wire server's connections, from a pool of idle Veil sessions.
+
+    A closed connection's session (its server connection, local DuckDB and
+    plan cache) goes back to the pool for the next connection, so a BI tool
+    or notebook that reconnects often reuses the server connection and the
+    plans; at most ``idle`` wait there, the rest are closed.
+    """
+
+    def __init__(self, client_dir: str | os.PathLike[str], *, trust: bool = False, idle: int = 8):
         self.client_dir = os.fspath(client_dir)
         self.trust = trust
+        self.idle = idle
+        self._pool: list[Session] = []
+        self._pool_lock = threading.Lock()
 
     def open(self, user: str, database: str) -> WireSession:
+        with self._pool_lock:
+            reused = self._pool.pop() if self._pool else None
         try:
-            return WireSession(Session(self.client_dir), user, database)
+            return WireSession(reused or Session(self.client_dir), user, database, self)
         except VeilError as exc:
             raise wire_error(exc) from None
+
+    def release(self, session: Session) -> None:
+        """A connection ended: keep its session for the next one, or close it."""
+        with self._pool_lock:
+            if len(self._pool) < self.idle:
+                self._pool.append(session)
+                return
+        session.close()
+
+    def close(self) -> None:
+        with self._pool_lock:
+            idle, self._pool = self._pool, []
+        for session in idle:
+            session.close()
 
     def verifier(self, user: str) -> tuple[bytes, bytes] | None:
         return users.verifier(self.client_dir, user)
 
 
 class WireSession:
-    def __init__(self, session: Session, user: str, database: str):
+    def __init__(self, session: Session, user: str, database: str, engine: Engine | None = None):
         self.veil = session
+        self.engine = engine
         self.user = user
         self.database = database or "veil"
         self.settings = dict(_DEFAULT_SETTINGS)
@@ -117,7 +145,10 @@ class WireSession:
             connection.interrupt()
 
     def close(self) -> None:
-        self.veil.close()
+        if self.engine is not None:
+            self.engine.release(self.veil)
+        else:
+            self.veil.close()
 
     def copy_in(self, data: bytes) -> int:
         """The rows of the pending COPY FROM STDIN: inserted through Veil as one INSERT."""
