@@ -105,3 +105,32 @@ def test_through_pgjdbc(
         pytest.skip("sqlglot's PostgreSQL form of this DuckDB syntax is not valid SQL")
     assert lines and lines[-1].startswith("== rows"), "\n".join(lines)
     assert_text_rows([line.split("\t") for line in lines[:-1]], plain, plain_sql, sent)
+
+
+def test_database_browser_metadata(veil_env: dict[str, object]) -> None:
+    """What DBeaver-style tools ask through JDBC's DatabaseMetaData: schemas, tables,
+    columns with their JDBC types, primary keys and indexes."""
+    server = WireServer(Engine(str(veil_env["client"])), "127.0.0.1:0", None, None, True)
+    try:
+        port = server.address.rsplit(":", 1)[1]
+        done = subprocess.run(
+            ["java", "-cp", str(pgjdbc_jar()), str(CLIENT),
+             f"jdbc:postgresql://127.0.0.1:{port}/veil?user=jdbc", "--metadata"],
+            capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    lines = done.stdout.splitlines()
+    assert lines[0] == "== product PostgreSQL 16.0"
+    tables = [line.split("\t")[2] for line in lines if line.startswith("veil\tmain\t")]
+    assert {"lineitem", "orders", "region"} <= set(tables)
+    start = lines.index("== columns")
+    section = lines[start + 1 : lines.index("== primary keys")]
+    columns = [line.split("\t") for line in section if line.startswith("veil\tmain\tregion\t")]
+    assert [(c[3], c[4], c[5]) for c in columns] == [
+        ("r_regionkey", "-5", "int8"),  # java.sql.Types.BIGINT
+        ("r_name", "12", "varchar"),  # VARCHAR
+        ("r_comment", "12", "varchar"),
+    ]
+    keys = lines.index("== primary keys")
+    assert lines[keys + 1] == "== rows 0" and lines[-1] == "== rows 0"  # no keys, no indexes

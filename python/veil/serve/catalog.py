@@ -36,6 +36,13 @@ SHIMS = (
     "CREATE OR REPLACE MACRO pg_get_expr(e, relation) AS CAST(NULL AS VARCHAR), "
     "(e, relation, pretty) AS CAST(NULL AS VARCHAR)",
     "CREATE OR REPLACE MACRO array_upper(a, dimension) AS len(a)",
+    # PostgreSQL's type OIDs and typmods (DuckDB's pg_attribute has its own ids;
+    # pg_attribute is read through _PG_ATTRIBUTE, which maps them)
+    "CREATE OR REPLACE MACRO veil_format_type(type_oid, typmod) AS "
+    "CASE WHEN type_oid = 1700 AND typmod > 4 THEN 'numeric(' || ((typmod - 4) // 65536) || ',' "
+    "|| ((typmod - 4) % 65536) || ')' ELSE "
+    "coalesce((SELECT typname FROM pg_catalog.pg_type WHERE oid = type_oid), 'text') END",
+    "CREATE OR REPLACE MACRO _pg_expandarray(a) AS {'x': CAST(NULL AS INTEGER), 'n': CAST(NULL AS INTEGER)}",
     "CREATE OR REPLACE MACRO quote_ident(name) AS '\"' || replace(name, '\"', '\"\"') || '\"'",
 )
 
@@ -60,9 +67,21 @@ EMPTY_TABLES = {
     "pg_roles": "oid INTEGER, rolname VARCHAR",
     "pg_trigger": "oid INTEGER, tgrelid INTEGER, tgname VARCHAR",
 }
+# DuckDB's pg_attribute with PostgreSQL's type OIDs and numeric typmods
+_PG_ATTRIBUTE = """
+(SELECT a.* REPLACE (
+    coalesce(t.oid, 25) AS atttypid,
+    CASE WHEN a.atttypmod > 0 THEN (a.atttypmod // 1000) * 65536 + a.atttypmod % 1000 + 4
+         ELSE -1 END AS atttypmod)
+ FROM pg_catalog.pg_attribute AS a
+ LEFT JOIN pg_catalog.pg_type AS t
+   ON t.typname = split_part(pg_catalog.format_type(a.atttypid, -1), '(', 1))
+"""
+
 # pg_class columns DuckDB's view lacks, as constants
 _MISSING_COLUMNS = {"relforcerowsecurity": "false"}
 
+_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")  # their functions: DuckDB's or shims
 _OID_ALIASES = {"regtype", "regclass", "regproc", "regprocedure", "regnamespace", "regrole"}
 
 
@@ -81,6 +100,20 @@ def _oid_of(cast: exp.Cast) -> exp.Expr:
             dialect="duckdb",
         )
     return inner
+
+
+def _catalog_table(node: exp.Expr, name: str) -> bool:
+    if not isinstance(node, exp.Table) or node.name.lower() != name:
+        return False
+    return node.db.lower() in ("", "pg_catalog")
+
+
+def _derived(sql: str, table: exp.Table) -> exp.Expr:
+    """``table`` (keeping its alias) as the derived table ``sql``."""
+    query: exp.Expr = exp.maybe_parse(sql.strip(), dialect="duckdb")
+    return exp.Subquery(
+        this=query.this, alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))
+    )
 
 
 def _missing_table(node: exp.Expr) -> bool:
@@ -123,6 +156,11 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
         if _missing_table(node):
             assert isinstance(node, exp.Table)
             return _empty_table(node)
+        if _catalog_table(node, "pg_attribute"):
+            assert isinstance(node, exp.Table)
+            return _derived(_PG_ATTRIBUTE, node)
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "format_type":
+            return exp.Anonymous(this="veil_format_type", expressions=node.expressions)
         if isinstance(node, exp.Column) and node.name.lower() in _MISSING_COLUMNS:
             return exp.maybe_parse(_MISSING_COLUMNS[node.name.lower()])
         if isinstance(node, exp.Collate):  # COLLATE pg_catalog.default: DuckDB's is the same
@@ -135,8 +173,10 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
                 return exp.DataType.build(kind.name, dialect="postgres")  # pg_catalog.text
         if isinstance(node, exp.Cast) and _type_name(node) in _OID_ALIASES:
             return _oid_of(node)
-        if isinstance(node, exp.CurrentUser):
+        if isinstance(node, exp.CurrentUser | exp.SessionUser):
             return exp.Literal.string(user)
+        if isinstance(node, exp.CurrentDatabase | exp.CurrentCatalog):
+            return exp.Literal.string(database)
         if type(node).__name__ == "CurrentVersion":  # version(), parsed as DuckDB's own
             return exp.Literal.string(VERSION_TEXT)
         return node
@@ -149,10 +189,10 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
 def _unqualified_function(node: exp.Expr) -> exp.Expr:
     """``pg_catalog.f(...)`` as ``f(...)``: DuckDB's f, or a shim (table functions too)."""
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):
-        if node.db.lower() == "pg_catalog":
+        if node.db.lower() in _SYSTEM_SCHEMAS:
             node.set("db", None)
         return node
-    qualified = isinstance(node, exp.Dot) and node.this.name.lower() == "pg_catalog"
+    qualified = isinstance(node, exp.Dot) and node.this.name.lower() in _SYSTEM_SCHEMAS
     if qualified and isinstance(node.expression, exp.Func):
         return node.expression
     return node

@@ -21,6 +21,10 @@ import java.sql.Types;
 public class WireClient {
     public static void main(String[] args) throws Exception {
         try (Connection connection = DriverManager.getConnection(args[0])) {
+            if (args.length > 1 && args[1].equals("--metadata")) {
+                metadata(connection);
+                return;
+            }
             for (int i = 1; i < args.length; i++) {
                 Path file = Path.of(args[i]);
                 String sql = Files.readString(file);
@@ -51,6 +55,22 @@ public class WireClient {
                         print(statement.executeQuery(sql));
                     }
                 }
+    }
+
+    /** What a database browser (DBeaver, DataGrip) asks through JDBC's DatabaseMetaData. */
+    static void metadata(Connection connection) throws Exception {
+        java.sql.DatabaseMetaData meta = connection.getMetaData();
+        System.out.println("== product " + meta.getDatabaseProductName() + " " + meta.getDatabaseProductVersion());
+        System.out.println("== schemas");
+        print(meta.getSchemas());
+        System.out.println("== tables");
+        print(meta.getTables(null, null, "%", new String[] {"TABLE"}));
+        System.out.println("== columns");
+        print(meta.getColumns(null, null, "region", "%"));
+        System.out.println("== primary keys");
+        print(meta.getPrimaryKeys(null, null, "region"));
+        System.out.println("== indexes");
+        print(meta.getIndexInfo(null, null, "region", false, true));
     }
 
     static Object parse(String text) {
