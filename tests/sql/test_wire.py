@@ -490,3 +490,18 @@ def test_several_statements_give_several_results(trusting: str) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert done.stdout.split() == ["5", "AFRICA"]
+
+
+def test_cached_statements_follow_ddl_from_another_connection(trusting: str) -> None:
+    dsn = f"host=127.0.0.1 port={trusting} user=kim"
+    with psycopg.connect(dsn, autocommit=True) as a, psycopg.connect(dsn, autocommit=True) as b:
+        a.execute("CREATE TABLE moving (x integer)")
+        try:
+            a.execute("INSERT INTO moving VALUES (1)")
+            assert [d.name for d in a.execute("SELECT * FROM moving").description] == ["x"]
+            b.execute("ALTER TABLE moving ADD COLUMN y text DEFAULT 'new'")
+            cur = a.execute("SELECT * FROM moving")
+            assert [d.name for d in cur.description] == ["x", "y"]
+            assert cur.fetchall() == [(1, "new")]
+        finally:
+            a.execute("DROP TABLE moving")

@@ -90,6 +90,10 @@ class Session:
         self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
 
+    def design_file_stamp(self) -> int:
+        """Changes whenever the client directory's design does (DDL, a load)."""
+        return _stamp(self.client.design_path)
+
     def follow_design(self) -> None:
         """Sessions over one client directory see each other's DDL before each statement."""
         if _stamp(self.client.design_path) != self._design_stamp:

@@ -38,6 +38,7 @@ from veil.serve.types import TEXT, oid_of_arrow, oid_of_duckdb, parameter_value
 log = logging.getLogger(__name__)
 
 Outcome = tuple[Any, ...]
+_CACHED_STATEMENTS = 256  # per connection, then the caches start over
 
 # What SHOW answers before a SET (the values drivers ask for at connect time).
 _DEFAULT_SETTINGS = {
@@ -118,6 +119,9 @@ class WireSession:
         self.written = 0  # DML statements applied since BEGIN
         self.savepoints: dict[str, int] = {}  # name -> statements written when it was set
         self.pending_copy: tuple[copy.CopySpec, list[str]] | None = None
+        # per connection: the statements drivers send again and again
+        self._translations: dict[tuple[str, int], dialect.Statement] = {}
+        self._descriptions: dict[tuple[str, tuple[int, ...], int], Any] = {}
         self._lock = threading.Lock()
         catalog.install(session.catalog)
 
@@ -198,7 +202,21 @@ class WireSession:
         if params and len(texts) > 1:
             raise WireError("42601", "cannot insert multiple commands into a prepared statement")
         values = [parameter_value(value, oid) for value, oid in params]
-        return [self._statement(dialect.classify(t), values) for t in texts]
+        return [self._statement(self._classified(t), values) for t in texts]
+
+    def _classified(self, text: str) -> dialect.Statement:
+        """``text`` parsed, and for queries translated, once per design (drivers repeat SQL)."""
+        key = (text, self.veil.design_file_stamp())
+        found = self._translations.get(key)
+        if found is None:
+            found = dialect.classify(text)
+            if found.kind == "query" and found.tree is not None:
+                tree = dialect.integer_divisions(found.tree, self.schema)
+                found = dialect.Statement(found.text, "query", dialect.output_names(tree))
+                if len(self._translations) >= _CACHED_STATEMENTS:
+                    self._translations.clear()
+                self._translations[key] = found
+        return found
 
     def _statement(self, statement: dialect.Statement, values: list[object]) -> Outcome:
         kind, tree = statement.kind, statement.tree
@@ -225,7 +243,8 @@ class WireSession:
         if kind == "ignore":
             return ("command", statement.text.split(None, 1)[0].upper(), None)
         assert tree is not None
-        tree = dialect.integer_divisions(tree, self.schema)
+        if kind != "query":  # a query's tree comes translated (_classified)
+            tree = dialect.integer_divisions(tree, self.schema)
         if kind == "catalog":
             prepared = catalog.prepare(tree, self.user, self.database)
             sql = dialect.bind(dialect.output_names(prepared), values)
@@ -234,7 +253,7 @@ class WireSession:
         if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
             statements.run_tree(self.veil, tree, statement.text)
             return ("command", _ddl_tag(tree), None)
-        result = self.veil.run(dialect.bind(dialect.output_names(tree), values))
+        result = self.veil.run(dialect.bind(dialect.output_names(tree), values))  # idempotent
         if kind == "dml":
             self.written += self.in_transaction
             return ("command", tree.key.upper(), result.rowcount)
@@ -313,10 +332,20 @@ class WireSession:
         return _rows(pa.table({name: [self.settings[name]]}))
 
     def _describe(self, sql: str, oids: Sequence[int]) -> tuple[list[int], list[tuple[str, int]]]:
+        key = (sql, tuple(oids), self.veil.design_file_stamp())
+        if key not in self._descriptions:
+            if len(self._descriptions) >= _CACHED_STATEMENTS:
+                self._descriptions.clear()
+            self._descriptions[key] = self._describe_anew(sql, oids)
+        return self._descriptions[key]
+
+    def _describe_anew(
+        self, sql: str, oids: Sequence[int]
+    ) -> tuple[list[int], list[tuple[str, int]]]:
         texts = dialect.split(sql)
         if len(texts) != 1:
             return list(oids), []
-        statement = dialect.classify(texts[0])
+        statement = self._classified(texts[0])
         tree = statement.tree
         count = dialect.placeholders(tree) if tree is not None else 0
         params = [oids[i] if i < len(oids) and oids[i] else TEXT for i in range(count)]
@@ -324,8 +353,8 @@ class WireSession:
             return params, [(_setting_name(texts[0]), TEXT)]
         if statement.kind not in ("query", "catalog") or tree is None:
             return params, []
-        tree = dialect.integer_divisions(tree, self.schema)
         if statement.kind == "catalog":
+            tree = dialect.integer_divisions(tree, self.schema)
             tree = catalog.prepare(tree, self.user, self.database)
         nulls = [None] * count
         described = dialect.bind(dialect.output_names(tree), nulls)
