@@ -8,12 +8,13 @@ that cannot run alone, and errors that must reach the user as VeilErrors.
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
 import pytest
 from tests.sql.oracle import assert_same
 
 import veil.sql.planner as planner
 from veil.errors import InternalError, VeilError
-from veil.exec.session import Session
+from veil.exec.session import Result, Session, Streamed
 from veil.sql.errors import QueryError, QuerySyntaxError
 
 
@@ -144,6 +145,19 @@ def test_a_failing_server_statement_falls_back_to_the_client(
     sql = "SELECT COUNT(*) FROM orders WHERE o_orderdate < DATE '1995-01-01'"
     assert_same(session.run(sql).table, plain.execute(sql).fetchall(), False, sql)
     assert first_scan_fails
+
+
+def test_a_streamed_query_falls_back_to_the_client_too(
+    session: Session, plain: duckdb.DuckDBPyConnection, first_scan_fails: list[object]
+) -> None:
+    sql = "SELECT o_orderkey FROM orders WHERE o_orderdate < DATE '1992-02-01'"
+    answer = session.stream(sql)
+    assert isinstance(answer, Result)  # the split plan failed before any row: answered whole
+    assert_same(answer.table, plain.cursor().execute(sql).fetchall(), False, sql)
+    streamed = session.stream(sql)  # the next run streams
+    assert isinstance(streamed, Streamed)
+    rows = pa.Table.from_batches(list(streamed.batches()), schema=streamed.schema)
+    assert_same(rows, plain.cursor().execute(sql).fetchall(), False, sql)
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from tests.sql.oracle import read_fixture
 from tests.sql.wire_compare import assert_text_rows
 
 from veil._native import WireServer
+from veil.exec.session import Streamed
 from veil.serve import users
 from veil.serve.engine import Engine
 
@@ -505,3 +506,24 @@ def test_cached_statements_follow_ddl_from_another_connection(trusting: str) -> 
             assert cur.fetchall() == [(1, "new")]
         finally:
             a.execute("DROP TABLE moving")
+
+
+def test_results_stream_from_the_local_plan(wire_dir: Path) -> None:
+    """A query's rows leave batch by batch as the local DuckDB makes them; a result the
+    client stops reading is closed by the next statement, and the session goes on."""
+    engine = Engine(wire_dir / "client")
+    session = engine.open("lee", "veil")
+    try:
+        [(kind, fields, batches)] = session.run("SELECT l_orderkey, l_comment FROM lineitem", [])
+        assert kind == "rows" and [f[0] for f in fields] == ["l_orderkey", "l_comment"]
+        assert isinstance(session._stream, Streamed)
+        rows, columns = next(batches)
+        assert rows == 16_384 and len(columns) == 2  # one batch, not the 60,175 rows
+        [(_, _, counted)] = session.run("SELECT count(*) FROM region", [])  # abandons it
+        assert session._stream is not None  # the new one
+        assert next(counted)[0] == 1
+        several = session.run("SELECT 1; SELECT r_name FROM region WHERE r_regionkey = 1", [])
+        assert [next(outcome[2])[0] for outcome in several] == [1, 1]  # whole, not streamed
+    finally:
+        session.close()
+        engine.close()

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -62,6 +62,42 @@ class Result:
     rowcount: int
     stats: FetchStats = field(default_factory=FetchStats)
     plan: SplitPlan | None = None
+
+
+STREAM_BATCH_ROWS = 16_384
+
+
+class Streamed:
+    """A query's result as record batches; ``close`` (or reading to the end) frees the session."""
+
+    def __init__(
+        self,
+        names: list[str],
+        reader: pa.RecordBatchReader,
+        release: Callable[[], None],
+        stats: FetchStats,
+    ):
+        self.names, self.reader, self.stats = names, reader, stats
+        self._release: Callable[[], None] | None = release
+        fields = list(reader.schema)
+        if len(names) == len(fields):
+            fields = [f.with_name(n) for f, n in zip(fields, names, strict=True)]
+        self.schema = pa.schema(fields)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        try:
+            for batch in self.reader:
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
+        except duckdb.Error as exc:
+            raise QueryError(_duckdb_message(exc)) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._release is not None:
+            self.reader.close()
+            self._release()
+            self._release = None
 
 
 class Session:
@@ -185,21 +221,30 @@ class Session:
         return self._answer(CachedPlan(self.describe(tree), self.plan(tree), tree))
 
     def _answer(self, planned: CachedPlan) -> Result:
-        plan, names, stats = planned.plan, planned.names, FetchStats()
+        plan, stats = planned.plan, FetchStats()
         try:
             table = self.execute_plan(plan, stats)
         except Exception as exc:
             if not plan.pushdown or isinstance(exc, duckdb.InterruptException):
                 raise  # nothing to fall back from, or the user asked to stop
-            # The query passed the binder on the plaintext schema, so the split
-            # plan misjudged it (e.g. DuckDB's COLUMNS(...) hides which columns
-            # it reads) or an optimisation failed: fall back to the
-            # always-correct fetch-everything plan.
-            log.info("split plan failed (%s: %s); the client runs the query", type(exc), exc)
-            plan = plan_fetch_all(planned.tree, self.design)
-            table = self.execute_plan(plan, stats)
-        if len(names) == table.num_columns:  # DESCRIBE of PIVOT lists something else
-            table = table.rename_columns(names)
+            return self._fallback(planned, exc, stats)
+        return self._named(planned, table, stats, plan)
+
+    def _fallback(self, planned: CachedPlan, exc: Exception, stats: FetchStats) -> Result:
+        """The always-correct fetch-everything plan, after the split plan failed.
+
+        The query passed the binder on the plaintext schema, so the split plan
+        misjudged it (e.g. DuckDB's COLUMNS(...) hides which columns it reads)
+        or an optimisation failed.
+        """
+        log.info("split plan failed (%s: %s); the client runs the query", type(exc), exc)
+        plan = plan_fetch_all(planned.tree, self.design)
+        return self._named(planned, self.execute_plan(plan, stats), stats, plan)
+
+    @staticmethod
+    def _named(planned: CachedPlan, table: pa.Table, stats: FetchStats, plan: SplitPlan) -> Result:
+        if len(planned.names) == table.num_columns:  # DESCRIBE of PIVOT lists something else
+            table = table.rename_columns(planned.names)
         return Result(table, len(table), stats, plan)
 
     def plan(self, tree: exp.Expr, *, row_ids_of: str | None = None) -> SplitPlan:
@@ -216,7 +261,21 @@ class Session:
 
     def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
         """Run a plan (never changing it): fetch and decrypt its scans, run its local plan."""
-        registered = []
+        registered = self._fetch_scans(plan, stats)
+        try:
+            started = time.perf_counter()
+            try:
+                table = self.local.sql(self._local_sql(plan)).to_arrow_table()
+            except duckdb.Error as exc:
+                raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
+            stats.local_seconds += time.perf_counter() - started
+            return table
+        finally:
+            self._unregister(registered)
+
+    def _fetch_scans(self, plan: SplitPlan, stats: FetchStats) -> list[str]:
+        """Fetch and decrypt the plan's scans into the local DuckDB; their names there."""
+        registered: list[str] = []
         extras: Extras = {}  # this run's bind filters, by scan (the plan stays as it is)
         memo: KeyMemo = {}  # this run's bind filters' key lists
         try:
@@ -239,17 +298,61 @@ class Session:
                 )
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
-            started = time.perf_counter()
+        except BaseException:
+            self._unregister(registered)
+            raise
+        return registered
+
+    def _local_sql(self, plan: SplitPlan) -> str:
+        plan.local_sql = plan.local_sql or plan.local.sql(dialect="duckdb")
+        return plan.local_sql
+
+    def _unregister(self, names: list[str]) -> None:
+        for name in names:
+            self.local.unregister(name)
+
+    # -- streaming ---------------------------------------------------------------
+
+    def stream(
+        self, sql: str, params: list[object] | tuple[object, ...] | None = None
+    ) -> Result | Streamed:
+        """A query's rows as batches read from the local plan as it runs (``veil serve``).
+
+        Every other statement, and a query whose split plan fails before its
+        first row (then the fetch-everything plan answers), gives a ``Result``.
+        The session runs nothing else until the stream is read or closed.
+        """
+        return self.guarded(sql, lambda: self._stream(sql, params))
+
+    def _stream(
+        self, sql: str, params: list[object] | tuple[object, ...] | None
+    ) -> Result | Streamed:
+        self.follow_design()
+        key = plan_key(sql, params, self.hom_pushdown)
+        planned = self.plans.get(key)
+        if planned is None:
+            tree = bind_parameters(parse_statement(sql), params)
+            if not isinstance(tree, exp.Query) or reads_only_catalog(tree):
+                return self._run(sql, params)
+            planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
+            if is_repeatable(tree):
+                self.plans.put(key, planned)
+        stats = FetchStats()
+        try:
+            registered = self._fetch_scans(planned.plan, stats)
             try:
-                plan.local_sql = plan.local_sql or plan.local.sql(dialect="duckdb")
-                table = self.local.sql(plan.local_sql).to_arrow_table()
-            except duckdb.Error as exc:
-                raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
-            stats.local_seconds += time.perf_counter() - started
-            return table
-        finally:
-            for name in registered:
-                self.local.unregister(name)
+                reader = self.local.sql(self._local_sql(planned.plan)).to_arrow_reader(
+                    STREAM_BATCH_ROWS
+                )
+            except BaseException:
+                self._unregister(registered)
+                raise
+        except Exception as exc:
+            if not planned.plan.pushdown or isinstance(exc, duckdb.InterruptException):
+                raise
+            self.plans.clear()  # it may have been cached above
+            return self._fallback(planned, exc, stats)
+        return Streamed(planned.names, reader, lambda: self._unregister(registered), stats)
 
     # -- constants --------------------------------------------------------------
 

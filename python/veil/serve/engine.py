@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from veil import statements
 from veil.errors import VeilError
-from veil.exec.session import Session
+from veil.exec.session import Session, Streamed
 from veil.load.ddl import DDL
 from veil.serve import catalog, copy, dialect, text, users
 from veil.serve.errors import WireError, wire_error
@@ -119,6 +119,7 @@ class WireSession:
         self.written = 0  # DML statements applied since BEGIN
         self.savepoints: dict[str, int] = {}  # name -> statements written when it was set
         self.pending_copy: tuple[copy.CopySpec, list[str]] | None = None
+        self._stream: Streamed | None = None  # the result being sent, read as it runs
         # per connection: the statements drivers send again and again
         self._translations: dict[tuple[str, int], dialect.Statement] = {}
         self._descriptions: dict[tuple[str, tuple[int, ...], int], Any] = {}
@@ -149,6 +150,7 @@ class WireSession:
             connection.interrupt()
 
     def close(self) -> None:
+        self._close_stream()
         if self.engine is not None:
             self.engine.release(self.veil)
         else:
@@ -195,14 +197,23 @@ class WireSession:
                 "XX000", f"Veil failed on this statement ({type(exc).__name__})"
             ) from exc
 
+    def _close_stream(self) -> None:
+        """A result the client stopped reading: the session may run statements again."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
     def _run(self, sql: str, params: Sequence[tuple[str | None, int]]) -> list[Outcome]:
+        self._close_stream()
         texts = dialect.split(sql)
         if not texts:
             return [("empty",)]
         if params and len(texts) > 1:
             raise WireError("42601", "cannot insert multiple commands into a prepared statement")
         values = [parameter_value(value, oid) for value, oid in params]
-        return [self._statement(self._classified(t), values) for t in texts]
+        # one statement streams its rows; several are answered whole, one after another
+        single = len(texts) == 1
+        return [self._statement(self._classified(t), values, stream=single) for t in texts]
 
     def _classified(self, text: str) -> dialect.Statement:
         """``text`` parsed, and for queries translated, once per design (drivers repeat SQL)."""
@@ -218,7 +229,9 @@ class WireSession:
                 self._translations[key] = found
         return found
 
-    def _statement(self, statement: dialect.Statement, values: list[object]) -> Outcome:
+    def _statement(
+        self, statement: dialect.Statement, values: list[object], *, stream: bool = True
+    ) -> Outcome:
         kind, tree = statement.kind, statement.tree
         if kind == "begin":
             self.in_transaction, self.written = True, 0
@@ -253,6 +266,13 @@ class WireSession:
         if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
             statements.run_tree(self.veil, tree, statement.text)
             return ("command", _ddl_tag(tree), None)
+        if kind == "query" and stream:  # rows leave as the local plan makes them
+            self._close_stream()
+            answer = self.veil.stream(dialect.bind(tree, values))
+            if isinstance(answer, Streamed):
+                self._stream = answer
+                return _streamed(answer)
+            return _rows(answer.table)
         result = self.veil.run(dialect.bind(dialect.output_names(tree), values))  # idempotent
         if kind == "dml":
             self.written += self.in_transaction
@@ -383,6 +403,19 @@ def _setting_name(sql: str) -> str:
     """The setting ``SHOW name`` asks for, lower-cased (``SHOW TIME ZONE`` is ``timezone``)."""
     spoken = " ".join(sql.rstrip(";").split()[1:]).lower()
     return _SPOKEN.get(spoken, spoken)
+
+
+def _streamed(answer: Streamed) -> Outcome:
+    fields = [(f.name, oid_of_arrow(f.type)) for f in answer.schema]
+
+    def batches() -> Iterator[tuple[int, list[text.Column]]]:
+        try:
+            for batch in answer.batches():
+                yield text.encode(batch)
+        except VeilError as exc:  # a failure after the first rows left
+            raise wire_error(exc) from None
+
+    return ("rows", fields, batches())
 
 
 def _rows(table: pa.Table) -> Outcome:

@@ -34,7 +34,12 @@ Column = tuple[bool, int, bytes, bytes, bytes | None]
 
 def batches(table: pa.Table) -> Iterator[tuple[int, list[Column]]]:
     for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-        yield batch.num_rows, [_column(c) for c in batch.columns]
+        yield encode(batch)
+
+
+def encode(batch: pa.RecordBatch) -> tuple[int, list[Column]]:
+    """One batch's rows as wire text columns."""
+    return batch.num_rows, [_column(c) for c in batch.columns]
 
 
 def _column(values: pa.Array) -> Column:
