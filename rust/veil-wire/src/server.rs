@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::sink::Sink;
+use futures::sink::{Sink, SinkExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::scram::ScramAuth;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
@@ -15,6 +15,7 @@ use pgwire::api::auth::{
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::tokio_rustls::rustls::pki_types::pem::PemObject;
 use pgwire::tokio::tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -76,6 +77,27 @@ struct Trust(Arc<ConnectionManager>);
 impl NoopStartupHandler for Trust {
     fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
         Some(self.0.clone())
+    }
+
+    /// pgwire's trust handshake announces its own defaults; these follow them
+    /// and win (clients keep the last value of each parameter).
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        for (name, value) in [("server_version", SERVER_VERSION), ("is_superuser", "off")] {
+            let status = ParameterStatus::new(name.to_owned(), value.to_owned());
+            client
+                .send(PgWireBackendMessage::ParameterStatus(status))
+                .await?;
+        }
+        Ok(())
     }
 }
 
