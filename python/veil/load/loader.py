@@ -139,7 +139,7 @@ def load_into(
 
     Each table replaces one of the same name atomically: the design names its
     new server tables only once they are complete (``_load_table``). Also
-    the way DDL creates and rebuilds tables (``veil.exec.ddl``).
+    the way DDL creates and rebuilds tables (``veil.load.ddl``).
     """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     for table in tables:
