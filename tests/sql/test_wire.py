@@ -527,3 +527,28 @@ def test_results_stream_from_the_local_plan(wire_dir: Path) -> None:
     finally:
         session.close()
         engine.close()
+
+
+def test_sql_cursors_and_named_cursors(trusting: str, alchemy: object) -> None:
+    import pandas
+
+    with psycopg.connect(f"host=127.0.0.1 port={trusting} user=max") as c:
+        with c.cursor(name="some_orders") as cur:  # DECLARE ... CURSOR, FETCH FORWARD n
+            cur.execute("SELECT o_orderkey FROM orders WHERE o_custkey = %s ORDER BY 1", [370])
+            first, rest = cur.fetchmany(3), cur.fetchall()
+        whole = c.execute(
+            "SELECT o_orderkey FROM orders WHERE o_custkey = 370 ORDER BY 1"
+        ).fetchall()
+        assert first + rest == whole and len(first) == 3
+        with c.cursor(name="lines", binary=True) as cur:
+            cur.itersize = 7_000
+            assert sum(1 for _ in cur.execute("SELECT l_orderkey FROM lineitem")) == 60_175
+        c.execute("DECLARE manual CURSOR FOR SELECT r_name FROM region ORDER BY r_regionkey")
+        c.execute("MOVE 2 FROM manual")
+        assert c.execute("FETCH 2 FROM manual").fetchall() == [("ASIA",), ("EUROPE",)]
+        c.execute("CLOSE manual")
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            c.execute("FETCH 1 FROM manual")
+    with alchemy.connect().execution_options(stream_results=True) as conn:  # type: ignore[attr-defined]
+        chunks = [len(f) for f in pandas.read_sql("SELECT * FROM orders", conn, chunksize=4_000)]
+    assert chunks == [4_000, 4_000, 4_000, 3_000]

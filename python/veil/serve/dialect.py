@@ -50,6 +50,10 @@ _KINDS = {
     "DISCARD": "ignore",
     "DEALLOCATE": "ignore",
     "LISTEN": "ignore",
+    "DECLARE": "declare",
+    "FETCH": "fetch",
+    "MOVE": "fetch",
+    "CLOSE": "close",
     "UNLISTEN": "ignore",
 }
 

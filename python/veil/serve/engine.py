@@ -60,6 +60,16 @@ _DEFAULT_SETTINGS = {
     "application_name": "",
     "extra_float_digits": "1",
 }
+_DECLARE = re.compile(
+    r'^DECLARE\s+(?P<name>"[^"]+"|\S+)\s+(?:(?:BINARY|INSENSITIVE|ASENSITIVE|NO\s+SCROLL|SCROLL)\s+)*'
+    r"CURSOR\s+(?:(?:WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(?P<query>.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+_FETCH = re.compile(
+    r"^(?P<verb>FETCH|MOVE)\s+(?:(?:FORWARD|NEXT)\s+)?(?P<count>\d+|ALL)?\s*(?:FROM|IN)?\s*"
+    r'(?P<name>"[^"]+"|\S+)\s*;?$',
+    re.IGNORECASE,
+)
 _SET = re.compile(
     r"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?P<name>[\w.]+)\s*(?:=|\s+TO\s+)\s*(?P<value>.*)$",
     re.IGNORECASE | re.DOTALL,
@@ -120,6 +130,8 @@ class WireSession:
         self.savepoints: dict[str, int] = {}  # name -> statements written when it was set
         self.pending_copy: tuple[copy.CopySpec, list[str]] | None = None
         self._stream: Streamed | None = None  # the result being sent, read as it runs
+        # SQL cursors (DECLARE ... CURSOR FOR): their results and how far they were read
+        self.cursors: dict[str, tuple[pa.Table, int]] = {}
         # per connection: the statements drivers send again and again
         self._translations: dict[tuple[str, int], dialect.Statement] = {}
         self._descriptions: dict[tuple[str, tuple[int, ...], int], Any] = {}
@@ -253,6 +265,17 @@ class WireSession:
             return self._show(statement.text)
         if kind == "copy":
             return self._copy(statement.text)
+        if kind == "declare":
+            return self._declare(statement.text, values)
+        if kind == "fetch":
+            return self._fetch(statement.text)
+        if kind == "close":
+            name = _cursor_name(statement.text.split(None, 1)[1] if " " in statement.text else "")
+            if name.lower() == "all":
+                self.cursors.clear()
+            elif self.cursors.pop(name, None) is None:
+                raise WireError("34000", f'cursor "{name}" does not exist')
+            return ("command", "CLOSE CURSOR", None)
         if kind == "ignore":
             return ("command", statement.text.split(None, 1)[0].upper(), None)
         assert tree is not None
@@ -278,6 +301,42 @@ class WireSession:
             self.written += self.in_transaction
             return ("command", tree.key.upper(), result.rowcount)
         return _rows(result.table)
+
+    def _declare(self, sql: str, values: list[object]) -> Outcome:
+        """DECLARE name CURSOR FOR query: the answer is kept for FETCH to read in parts."""
+        found = _DECLARE.match(sql.strip().rstrip(";"))
+        if found is None:
+            raise WireError("42601", "syntax error in DECLARE ... CURSOR FOR query")
+        statement = self._classified(found["query"])
+        if statement.kind not in ("query", "catalog"):
+            raise WireError("42P11", "a cursor is declared for a query (SELECT, WITH, VALUES)")
+        table = self._answer_whole(statement, values)  # whole: a cursor outlives statements
+        self.cursors[_cursor_name(found["name"])] = (table, 0)
+        return ("command", "DECLARE CURSOR", None)
+
+    def _answer_whole(self, statement: dialect.Statement, values: list[object]) -> pa.Table:
+        tree = statement.tree
+        assert tree is not None
+        if statement.kind == "catalog":
+            prepared = catalog.prepare(dialect.integer_divisions(tree, self.schema), "", "")
+            return self.veil.catalog.sql(dialect.bind(prepared, values)).to_arrow_table()
+        table: pa.Table = self.veil.run(dialect.bind(tree, values)).table
+        return table
+
+    def _fetch(self, sql: str) -> Outcome:
+        found = _FETCH.match(sql.strip())
+        if found is None:
+            raise WireError("0A000", "Veil's FETCH is FETCH [FORWARD] [n | ALL] FROM cursor")
+        name = _cursor_name(found["name"])
+        if name not in self.cursors:
+            raise WireError("34000", f'cursor "{name}" does not exist')
+        table, position = self.cursors[name]
+        count = found["count"] or "1"
+        end = len(table) if count.upper() == "ALL" else min(len(table), position + int(count))
+        self.cursors[name] = (table, end)
+        if found["verb"].upper() == "MOVE":
+            return ("command", "MOVE", end - position)
+        return _rows(table.slice(position, end - position))
 
     def _copy(self, sql: str) -> Outcome:
         spec = copy.parse(sql)
@@ -352,6 +411,13 @@ class WireSession:
         return _rows(pa.table({name: [self.settings[name]]}))
 
     def _describe(self, sql: str, oids: Sequence[int]) -> tuple[list[int], list[tuple[str, int]]]:
+        found = _FETCH.match(sql.strip())
+        if found is not None and found["verb"].upper() == "FETCH":
+            cursor = self.cursors.get(_cursor_name(found["name"]))
+            fields = (
+                [] if cursor is None else [(f.name, oid_of_arrow(f.type)) for f in cursor[0].schema]
+            )
+            return [], fields
         key = (sql, tuple(oids), self.veil.design_file_stamp())
         if key not in self._descriptions:
             if len(self._descriptions) >= _CACHED_STATEMENTS:
@@ -389,6 +455,11 @@ def _ddl_tag(tree: Any) -> str:
     verb = {exp.Create: "CREATE", exp.Drop: "DROP", exp.Alter: "ALTER"}[type(tree)]
     kind = str(tree.args.get("kind") or "TABLE").upper()
     return f"{verb} {kind}" if verb != "CREATE" or not tree.args.get("expression") else "SELECT"
+
+
+def _cursor_name(text: str) -> str:
+    text = text.strip().rstrip(";").strip()
+    return text[1:-1] if len(text) > 1 and text[0] == text[-1] == '"' else text.lower()
 
 
 def _savepoint_name(sql: str) -> str:

@@ -9,7 +9,7 @@ use futures::sink::{Sink, SinkExt};
 use futures::stream::{self, BoxStream, StreamExt};
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::query::{send_describe_response, ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
     CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
     QueryResponse, Response, Tag,
@@ -20,6 +20,7 @@ use pgwire::api::{ClientInfo, ClientPortalStore, Type, METADATA_DATABASE, METADA
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
+use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_PORTAL};
 use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::OnceCell;
 
@@ -379,6 +380,31 @@ impl ExtendedQueryHandler for Handler {
             Some(outcome) => response(outcome, &portal.result_column_format),
             None => Response::EmptyQuery,
         })
+    }
+
+    /// A Describe of a portal pgwire does not know may name a SQL cursor
+    /// (`DECLARE c CURSOR FOR ...`: psycopg's named cursors describe it so);
+    /// the engine knows its columns.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            if let Some(cursor) = message.name.as_deref() {
+                if client.portal_store().get_portal(cursor).is_none() {
+                    let session = self.session(client).await?;
+                    let sql = format!("FETCH 0 FROM \"{}\"", cursor.replace('"', "\"\""));
+                    let found = blocking(move || session.describe(&sql, &[])).await?;
+                    let fields = field_infos(&found.fields, &Format::UnifiedText);
+                    send_describe_response(client, &DescribePortalResponse::new(fields)).await?;
+                    return Ok(());
+                }
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     async fn do_describe_statement<C>(
