@@ -203,7 +203,7 @@ def _encrypted_batches(
 ) -> Iterator[pa.RecordBatch]:
     """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``."""
     done = 0
-    meter = say.meter(f"{source.name}: encrypting", source.row_count(con))
+    meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
     for batch in source.batches(con, BATCH_ROWS):
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
@@ -252,7 +252,7 @@ def _hom_batches(
     say: Reporter,
 ) -> Iterator[pa.RecordBatch]:
     chunk = cipher.rows * HOM_CHUNK_PACKS
-    meter = say.meter(f"{source.name}: Paillier packs", source.row_count(con))
+    meter = say.meter(f"{source.name}: Paillier packs", lambda: source.row_count(con))
     pending, packs, done = np.zeros((0, cipher.packer.columns), np.int64), 0, 0
     for batch in source.batches(con, BATCH_ROWS):
         plain = pa.Table.from_batches([batch]).rename_columns(

@@ -72,9 +72,10 @@ class Reporter:
     bars: bool = False
     out: TextIO = sys.stderr
 
-    def meter(self, label: str, total: int | None) -> Meter:
+    def meter(self, label: str, total: int | Callable[[], int | None] | None) -> Meter:
+        """A meter of ``total`` rows (a callable is asked only if a meter is drawn)."""
         if self.bars and self.out.isatty():
-            return TerminalMeter(label, total, self.out)
+            return TerminalMeter(label, total() if callable(total) else total, self.out)
         return _Silent()
 
 

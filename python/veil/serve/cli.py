@@ -66,7 +66,7 @@ def start(args: argparse.Namespace) -> tuple[object, object]:
         raise ServeError("--tls-cert and --tls-key go together")
     cert = Path(args.tls_cert).read_bytes() if args.tls_cert else None
     key = Path(args.tls_key).read_bytes() if args.tls_key else None
-    engine = Engine(client.path, trust=args.insecure_local)
+    engine = Engine(client.path)
     try:
         return WireServer(engine, args.listen, cert, key, args.insecure_local), engine
     except OSError as exc:

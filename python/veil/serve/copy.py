@@ -77,7 +77,11 @@ def _options(spec: CopySpec, options: str) -> None:
     words = words.strip("()")
     for item in re.findall(r"(\w+)(?:\s+('(?:[^']|'')*'|\w+))?", words):
         name, value = item[0].upper(), item[1].strip("'")
+        if name == "BINARY" or (name == "FORMAT" and value.lower() == "binary"):
+            raise WireError("0A000", "COPY in binary format is not supported; use text or CSV")
         if name == "FORMAT":
+            if value.lower() not in ("text", "csv"):
+                raise WireError("0A000", f"COPY format {value} is not supported; use text or CSV")
             spec.csv = value.lower() == "csv"
         elif name == "CSV":
             spec.csv = True
@@ -87,10 +91,8 @@ def _options(spec: CopySpec, options: str) -> None:
             spec.delimiter = value
         elif name == "NULL":
             spec.null = value
-        elif name not in ("BINARY",):
+        else:
             raise WireError("0A000", f"COPY option {name} is not supported by Veil")
-        elif name == "BINARY":
-            raise WireError("0A000", "COPY in binary format is not supported; use text or CSV")
     if spec.csv:
         spec.delimiter = spec.delimiter if spec.delimiter != "\t" else ","
         spec.null = spec.null if spec.null != "\\N" else ""

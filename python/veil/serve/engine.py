@@ -85,20 +85,22 @@ class Engine:
     plans; at most ``idle`` wait there, the rest are closed.
     """
 
-    def __init__(self, client_dir: str | os.PathLike[str], *, trust: bool = False, idle: int = 8):
+    def __init__(self, client_dir: str | os.PathLike[str], *, idle: int = 8):
         self.client_dir = os.fspath(client_dir)
-        self.trust = trust
         self.idle = idle
         self._pool: list[Session] = []
         self._pool_lock = threading.Lock()
 
     def open(self, user: str, database: str) -> WireSession:
         with self._pool_lock:
-            reused = self._pool.pop() if self._pool else None
-        try:
-            return WireSession(reused or Session(self.client_dir), user, database, self)
-        except VeilError as exc:
-            raise wire_error(exc) from None
+            session = self._pool.pop() if self._pool else None
+        if session is None:
+            try:
+                session = Session(self.client_dir)
+            except VeilError as exc:
+                raise wire_error(exc) from None
+            catalog.install(session.catalog)  # once per session: pooled ones have them
+        return WireSession(session, user, database, self)
 
     def release(self, session: Session) -> None:
         """A connection ended: keep its session for the next one, or close it."""
@@ -136,7 +138,6 @@ class WireSession:
         self._translations: dict[tuple[str, int], dialect.Statement] = {}
         self._descriptions: dict[tuple[str, tuple[int, ...], int], Any] = {}
         self._lock = threading.Lock()
-        catalog.install(session.catalog)
 
     @property
     def schema(self) -> dialect.Schema:
@@ -177,11 +178,13 @@ class WireSession:
             spec, names = pending
             assert spec.table is not None
 
+            table = spec.table
+
             def insert() -> int:
                 from veil.exec.dml import insert_rows
 
                 rows = copy.read_rows(spec, data, names)
-                done = insert_rows(self.veil, spec.table or "", spec.columns, rows).rowcount
+                done = insert_rows(self.veil, table, spec.columns, rows).rowcount
                 self.written += self.in_transaction
                 return done
 
@@ -279,13 +282,10 @@ class WireSession:
         if kind == "ignore":
             return ("command", statement.text.split(None, 1)[0].upper(), None)
         assert tree is not None
+        if kind == "catalog":
+            return _rows(self.veil.catalog.sql(self._catalog_sql(tree, values)).to_arrow_table())
         if kind != "query":  # a query's tree comes translated (_classified)
             tree = dialect.integer_divisions(tree, self.schema)
-        if kind == "catalog":
-            prepared = catalog.prepare(tree, self.user, self.database)
-            sql = dialect.bind(dialect.output_names(prepared), values)
-            table = self.veil.catalog.sql(sql).to_arrow_table()
-            return _rows(table)
         if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
             statements.run_tree(self.veil, tree, statement.text)
             return ("command", _ddl_tag(tree), None)
@@ -296,7 +296,7 @@ class WireSession:
                 self._stream = answer
                 return _streamed(answer)
             return _rows(answer.table)
-        result = self.veil.run(dialect.bind(dialect.output_names(tree), values))  # idempotent
+        result = self.veil.run(dialect.bind(tree, values))
         if kind == "dml":
             self.written += self.in_transaction
             return ("command", tree.key.upper(), result.rowcount)
@@ -307,21 +307,28 @@ class WireSession:
         found = _DECLARE.match(sql.strip().rstrip(";"))
         if found is None:
             raise WireError("42601", "syntax error in DECLARE ... CURSOR FOR query")
-        statement = self._classified(found["query"])
-        if statement.kind not in ("query", "catalog"):
-            raise WireError("42P11", "a cursor is declared for a query (SELECT, WITH, VALUES)")
-        table = self._answer_whole(statement, values)  # whole: a cursor outlives statements
+        # whole: a cursor outlives the statements that read it
+        table = self._answer_whole(found["query"], values, "42P11")
         self.cursors[_cursor_name(found["name"])] = (table, 0)
         return ("command", "DECLARE CURSOR", None)
 
-    def _answer_whole(self, statement: dialect.Statement, values: list[object]) -> pa.Table:
+    def _answer_whole(self, query: str, values: list[object], refusal: str) -> pa.Table:
+        """A query's whole answer (for cursors and COPY TO); other statements are refused."""
+        statement = self._classified(query)
         tree = statement.tree
-        assert tree is not None
+        if statement.kind not in ("query", "catalog") or tree is None:
+            raise WireError(refusal, "this needs a query (SELECT, WITH, VALUES)")
         if statement.kind == "catalog":
-            prepared = catalog.prepare(dialect.integer_divisions(tree, self.schema), "", "")
-            return self.veil.catalog.sql(dialect.bind(prepared, values)).to_arrow_table()
+            return self.veil.catalog.sql(self._catalog_sql(tree, values)).to_arrow_table()
         table: pa.Table = self.veil.run(dialect.bind(tree, values)).table
         return table
+
+    def _catalog_sql(self, tree: exp.Expr, values: list[object]) -> str:
+        """A catalogue query as the catalogue DuckDB runs it, for this session's user."""
+        prepared = catalog.prepare(
+            dialect.integer_divisions(tree, self.schema), self.user, self.database
+        )
+        return dialect.bind(dialect.output_names(prepared), values)
 
     def _fetch(self, sql: str) -> Outcome:
         found = _FETCH.match(sql.strip())
@@ -348,8 +355,7 @@ class WireSession:
             self.pending_copy = (spec, names)
             return ("copy_in", len(names))
         query = spec.query or f"SELECT {', '.join(spec.columns or ['*'])} FROM {spec.table}"
-        tree = dialect.integer_divisions(dialect.parse(query), self.schema)
-        table = self.veil.run(dialect.bind(tree, [])).table
+        table = self._answer_whole(query, [], "0A000")
         # every line made before the first is sent: a failure is then a plain error
         lines = list(copy.lines(spec, table))
         return ("copy_out", table.num_columns, iter(lines))
@@ -439,11 +445,9 @@ class WireSession:
             return params, [(_setting_name(texts[0]), TEXT)]
         if statement.kind not in ("query", "catalog") or tree is None:
             return params, []
-        if statement.kind == "catalog":
-            tree = dialect.integer_divisions(tree, self.schema)
-            tree = catalog.prepare(tree, self.user, self.database)
-        nulls = [None] * count
-        described = dialect.bind(dialect.output_names(tree), nulls)
+        nulls: list[object] = [None] * count
+        catalogue = statement.kind == "catalog"
+        described = self._catalog_sql(tree, nulls) if catalogue else dialect.bind(tree, nulls)
         rows = self.veil.catalog.execute(f"DESCRIBE {described}").fetchall()
         return params, [(str(name), oid_of_duckdb(str(kind))) for name, kind, *_ in rows]
 
