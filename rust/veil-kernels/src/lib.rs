@@ -10,6 +10,7 @@ pub mod ecb;
 pub mod error;
 pub mod ff1;
 pub mod hgd;
+pub mod joinadj;
 pub mod kvpack;
 pub mod ope;
 pub mod paillier;

@@ -10,6 +10,7 @@ mod binary;
 mod ecb;
 mod errors;
 mod ff1;
+mod joinadj;
 mod kvpack;
 mod ope;
 mod paillier;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ashe::register(m)?;
     ecb::register(m)?;
     ff1::register(m)?;
+    joinadj::register(m)?;
     kvpack::register(m)?;
     ope::register(m)?;
     paillier::register(m)?;
