@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 [ -f /usr/include/gmp.h ] || [ -f /usr/include/x86_64-linux-gnu/gmp.h ] || need_apt+=(libgmp-dev)
+# libsodium: the PostgreSQL extension's JOIN-ADJ re-keying (make pgext; the tests build it)
+[ -f /usr/include/sodium.h ] || need_apt+=(libsodium-dev)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # psql: the tests of `veil serve` drive it as a user would
 command -v psql >/dev/null || need_apt+=(postgresql-client)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Veil's PostgreSQL 15 extension (python/veil/backends/pgext) and
 # installs it into the PostgreSQL installation. Installs PostgreSQL 15, its
-# server headers, GMP and OpenSSL headers with apt-get first, only if absent.
+# server headers, GMP, OpenSSL and libsodium headers with apt-get first, only if absent.
 # Idempotent and cheap to rerun (make rebuilds only what changed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,6 +14,7 @@ need_apt=()
 [ -x "$PG_BIN/pg_config" ] && [ -d /usr/include/postgresql/15/server ] || need_apt+=(postgresql-server-dev-15)
 [ -f /usr/include/gmp.h ] || [ -f /usr/include/x86_64-linux-gnu/gmp.h ] || need_apt+=(libgmp-dev)
 [ -f /usr/include/openssl/evp.h ] || need_apt+=(libssl-dev)
+[ -f /usr/include/sodium.h ] || need_apt+=(libsodium-dev)
 command -v cc >/dev/null || need_apt+=(build-essential)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "install_extension: installing system packages: ${need_apt[*]}"

@@ -146,15 +146,22 @@ def test_wrapping_sum_is_the_sum_mod_2_64(backend: Backend) -> None:
 
 
 @pytest.mark.postgres
-def test_an_older_extension_is_updated_on_connect(postgres_cluster: object) -> None:
-    """A database whose extension an earlier Veil created (0.1) gets the wrapping sum."""
+@pytest.mark.parametrize("old", ["0.1", "0.2"])
+def test_an_older_extension_is_updated_on_connect(postgres_cluster: object, old: str) -> None:
+    """A database whose extension an earlier Veil created gets what this one adds.
+
+    0.2 added the wrapping sum, 0.3 the onion layer and JOIN-ADJ functions.
+    """
     cluster = postgres_cluster
-    cluster._admin("CREATE DATABASE veil_old_extension")  # type: ignore[attr-defined]
-    cluster._admin("CREATE EXTENSION veil VERSION '0.1'", "veil_old_extension")  # type: ignore[attr-defined]
-    server = connect(cluster.url_for("veil_old_extension"))  # type: ignore[attr-defined]
+    database = f"veil_old_extension_{old.replace('.', '_')}"
+    cluster._admin(f"CREATE DATABASE {database}")  # type: ignore[attr-defined]
+    cluster._admin(f"CREATE EXTENSION veil VERSION '{old}'", database)  # type: ignore[attr-defined]
+    server = connect(cluster.url_for(database))  # type: ignore[attr-defined]
     try:
         assert server.has_wrapping_sum  # type: ignore[attr-defined]
         version = server.execute("SELECT extversion FROM pg_extension WHERE extname = 'veil'")
-        assert version.column(0)[0].as_py() == "0.2"
+        assert version.column(0)[0].as_py() == "0.3"
+        peeled = server.execute("SELECT veil_layer_xor_bytes($1, 7, NULL)", [bytes(32)])
+        assert peeled.column(0).to_pylist() == [None]
     finally:
         server.close()

@@ -4,16 +4,22 @@ DuckDB has no Python aggregate functions, so the HOM sum is a scalar UDF over a
 list aggregate: ``veil_hom_sum(list(c), n_square)``. DuckDB hands the UDF one
 Arrow list per group for a whole vector of groups at once; the UDF multiplies
 each group's ciphertexts modulo n^2 (``sum_ciphertext_groups``). The SEARCH
-match calls ``search_match`` on whole columns.
+match calls ``search_match`` on whole columns, and so do the onion functions:
+``veil_layer_xor_int`` / ``veil_layer_xor_bytes`` (key, row id, value) peel
+an outer RND layer with the layer key the client reveals (``layer_xor``), and
+``veil_joinadj_rekey`` (token, ciphertext) re-keys JOIN-ADJ ciphertexts
+(``rekey``). A key or token is a constant of the statement, which DuckDB
+hands over as a column repeating it: each distinct one is one native call.
 
-Both come from ``veil.crypto.server_ops``, the one crypto module a backend
-imports: pure functions of public data, so the server needs no key to run
-them. It is imported when a function first runs, so a server that never sums
-or searches does not load it.
+All come from ``veil.crypto.server_ops``, the one crypto module a backend
+imports: functions of public data or of what the client chose to reveal, so
+the server holds no master key. It is imported when a function first runs, so
+a server that never sums, searches or peels does not load it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -24,27 +30,30 @@ import pyarrow.compute as pc
 
 HOM_SUM = "veil_hom_sum"
 SEARCH_MATCH = "veil_search_match"
+LAYER_XOR_INT = "veil_layer_xor_int"
+LAYER_XOR_BYTES = "veil_layer_xor_bytes"
+JOINADJ_REKEY = "veil_joinadj_rekey"
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Make Veil's server functions callable on this connection."""
-    blob = duckdb.sqltypes.BLOB
-    con.create_function(
-        HOM_SUM,
-        hom_sum_lists,
-        [duckdb.list_type(blob), blob],
-        blob,
-        type=duckdb.func.PythonUDFType.ARROW,
-        null_handling=duckdb.func.FunctionNullHandling.SPECIAL,
-    )
-    con.create_function(
-        SEARCH_MATCH,
-        search_match_column,
-        [blob, blob],
-        duckdb.sqltypes.BOOLEAN,
-        type=duckdb.func.PythonUDFType.ARROW,
-        null_handling=duckdb.func.FunctionNullHandling.SPECIAL,
-    )
+    blob, bigint = duckdb.sqltypes.BLOB, duckdb.sqltypes.BIGINT
+    functions: list[tuple[str, Callable[..., Any], list[Any], Any]] = [
+        (HOM_SUM, hom_sum_lists, [duckdb.list_type(blob), blob], blob),
+        (SEARCH_MATCH, search_match_column, [blob, blob], duckdb.sqltypes.BOOLEAN),
+        (LAYER_XOR_INT, layer_xor_ints, [blob, bigint, bigint], bigint),
+        (LAYER_XOR_BYTES, layer_xor_blobs, [blob, bigint, blob], blob),
+        (JOINADJ_REKEY, joinadj_rekey_column, [blob, blob], blob),
+    ]
+    for name, function, parameters, result in functions:
+        con.create_function(
+            name,
+            function,
+            parameters,
+            result,
+            type=duckdb.func.PythonUDFType.ARROW,
+            null_handling=duckdb.func.FunctionNullHandling.SPECIAL,
+        )
 
 
 def hom_sum_lists(groups: Any, n_squares: Any) -> pa.Array:
@@ -91,6 +100,55 @@ def search_match_column(ciphertexts: Any, tokens: Any) -> pa.Array:
         hits = _as_array(search_match(ciphertexts, token))
         matched = pc.if_else(rows, hits, matched)
     return matched
+
+
+def layer_xor_ints(keys: Any, ids: Any, values: Any) -> pa.Array:
+    """BIGINT values XOR the layer key's keystream of their row ids (NULL in -> NULL out)."""
+    return _per_constant(keys, [ids, _combined(values).cast(pa.int64())], _layer_xor, pa.int64())
+
+
+def layer_xor_blobs(keys: Any, ids: Any, values: Any) -> pa.Array:
+    """BLOB values XOR the layer key's keystream of their row ids (NULL in -> NULL out)."""
+    return _per_constant(keys, [ids, _combined(values).cast(pa.binary())], _layer_xor, pa.binary())
+
+
+def joinadj_rekey_column(tokens: Any, ciphertexts: Any) -> pa.Array:
+    """JOIN-ADJ ciphertexts re-keyed by their row's token (NULL in -> NULL out)."""
+    from veil.crypto.server_ops import rekey
+
+    ciphertexts = _combined(ciphertexts).cast(pa.binary())
+    return _per_constant(tokens, [ciphertexts], rekey, pa.binary())
+
+
+def _layer_xor(key: bytes, ids: pa.Array, values: pa.Array) -> pa.Array:
+    from veil.crypto.server_ops import layer_xor
+
+    ids = _combined(ids).cast(pa.int64())
+    out = _as_array(layer_xor(key, ids.fill_null(0), values))
+    if ids.null_count == 0:
+        return out
+    return pc.if_else(ids.is_valid(), out, pa.scalar(None, out.type))
+
+
+def _per_constant(
+    constants: Any, columns: list[Any], compute: Any, result_type: pa.DataType
+) -> pa.Array:
+    """``compute(constant, *columns)`` over the rows of each distinct constant.
+
+    Rows whose constant (key or token) is NULL give NULL. The usual statement
+    has one constant for all rows: then it is one call over whole columns.
+    """
+    constants = _combined(constants).cast(pa.binary())
+    columns = [_combined(column) for column in columns]
+    distinct = pc.unique(constants.drop_null())
+    if len(distinct) == 1 and constants.null_count == 0:
+        return _as_array(compute(distinct[0].as_py(), *columns))
+    result = pa.nulls(len(constants), result_type)
+    for constant in distinct.to_pylist():
+        rows = pc.fill_null(pc.equal(constants, pa.scalar(constant, pa.binary())), False)
+        part = _as_array(compute(constant, *(column.filter(rows) for column in columns)))
+        result = pc.replace_with_mask(result, rows, part.cast(result_type))
+    return result
 
 
 def _combined(values: Any) -> Any:
