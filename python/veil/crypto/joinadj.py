@@ -8,11 +8,11 @@ value ``v`` is stored as ``0x01 || encode(k * H(v))`` (33 bytes), a token from
 key ``a`` to key ``b`` is ``0x01 || (k_b / k_a mod l)`` (the construction and
 its references are in ``rust/veil-kernels/src/joinadj.rs``).
 
-Leakage: like DET, equal values under one key (and so, once re-keyed, equal
-values across the joined columns); a token reveals nothing about either key.
-A token is one-way in the sense that matters: it re-keys ``a`` onto ``b``, and
-the server can invert it (it is a scalar), so re-keying is best thought of as
-"these two columns are now one key for ever". See docs/security.md.
+Leakage: like DET, equal values under one key, and once a token is used,
+equal values across the two columns. A token reveals neither key, but it is
+no one-way street: it is a public scalar the server can invert, so re-keying
+``a`` onto ``b`` makes the two columns one equality class for good (see
+docs/security.md, "Onion layers and JOIN-ADJ").
 """
 
 from __future__ import annotations
