@@ -38,8 +38,12 @@ DESIGN_FORMAT = "veil-physical-design"
 #    ``veil.exec.ciphers.BytesForm``); columns the workload never reads are
 #    stored in sealed blocks of rows (``BLOCKS``, ``TableDesign.blocks_table``).
 #    Version 6 designs read unchanged.
-DESIGN_VERSION = 7
-READABLE_VERSIONS = (6, 7)
+# 8: onions (adjustable encryption, ``veil.exec.onions``): a DET or OPE
+#    encryption may be wrapped in a row-bound RND layer (``params["outer"]``)
+#    that the server strips when a query first needs it; the server records the
+#    layers it holds in ``TableDesign.layers_table``. Versions 6 and 7 read unchanged.
+DESIGN_VERSION = 8
+READABLE_VERSIONS = (6, 7, 8)
 
 RND = "RND"
 DET = "DET"
@@ -114,6 +118,27 @@ class Encryption:
         is one; "a b" is not) carries ``params["column"]``.
         """
         return not (self.source.isidentifier() or self.params.get("column") is True)
+
+    @property
+    def outer(self) -> str | None:
+        """The onion layer wrapping this encryption on the server now (``RND``), if any.
+
+        A wrapped DET or OPE column is row-bound RND of the scheme's
+        ciphertexts: the server can compare nothing until the layer is
+        peeled (``veil.exec.onions``); the client still decrypts it.
+        """
+        outer = self.params.get("outer")
+        return str(outer) if outer else None
+
+    @property
+    def onion(self) -> bool:
+        """Stored as an onion (adaptive load): a layer the server may be asked to peel."""
+        return bool(self.params.get("onion"))
+
+    @property
+    def row_bound(self) -> bool:
+        """Does decrypting it need the rows' ids (row-bound RND, or a wrapped onion)?"""
+        return self.scheme == RND or self.outer is not None
 
     @property
     def ope_binary(self) -> bool:
@@ -203,6 +228,10 @@ class TableDesign:
     id_counter: str = ""  # server table holding the next free row id
     # server table of the BLOCKS columns' sealed blocks: (c, first_id, row_count, payload)
     blocks_table: str = ""
+    # server table of the onion layers the server holds (c, peeled): written in
+    # the transaction of each peel, so a crash between the server's commit and
+    # the design's save is repaired from it (``veil.exec.onions.reconcile``)
+    layers_table: str = ""
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -210,7 +239,8 @@ class TableDesign:
     def side_tables(self) -> list[str]:
         """The server tables besides the main one: HOM packs, row-id counter, blocks."""
         found = [self.hom.server_name] if self.hom is not None else []
-        return found + [name for name in (self.id_counter, self.blocks_table) if name]
+        side = (self.id_counter, self.blocks_table, self.layers_table)
+        return found + [name for name in side if name]
 
     def stored_column(self, enc: Encryption | None) -> str:
         """The main table's column a fetch of ``enc`` reads (a BLOCKS column: the row id)."""
@@ -220,13 +250,24 @@ class TableDesign:
         return [e for e in self.encryptions if e.source == source and scheme in (None, e.scheme)]
 
     def find(self, source: str, scheme: str) -> Encryption | None:
-        found = self.encryptions_of(source, scheme)
+        """The server column on which the server can compute ``scheme``'s operations.
+
+        A wrapped onion layer (``Encryption.outer``) allows none until it is peeled.
+        """
+        found = [e for e in self.encryptions_of(source, scheme) if e.outer is None]
+        return found[0] if found else None
+
+    def onion_of(self, source: str, scheme: str) -> Encryption | None:
+        """The onion encryption of ``source`` under ``scheme``, wrapped or peeled."""
+        found = [e for e in self.encryptions_of(source, scheme) if e.onion]
         return found[0] if found else None
 
     def fetchable(self, source: str) -> Encryption:
         """The cheapest server column to fetch and decrypt ``source`` from."""
         for scheme in DECRYPTABLE:
-            found = self.find(source, scheme)
+            found = self.find(source, scheme) or next(
+                iter(self.encryptions_of(source, scheme)), None
+            )
             if found is not None:
                 return found
         raise DesignError(
@@ -309,4 +350,5 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         sums=AsheSums(**data["sums"]) if data.get("sums") else None,  # type: ignore[arg-type]
         id_counter=str(data.get("id_counter", "")),
         blocks_table=str(data.get("blocks_table", "")),
+        layers_table=str(data.get("layers_table", "")),
     )

@@ -49,6 +49,7 @@ from veil.design.model import (
     TableDesign,
     opaque_name,
 )
+from veil.design.policy import Policy
 from veil.designer.workload import ColumnRef, WorkloadNeeds, analyse_workload
 from veil.encoding import (
     DECIMAL_KIND,
@@ -68,16 +69,19 @@ def greedy_design(
     key_fingerprint: str,
     *,
     sums: str = "ashe",
+    policy: Policy | None = None,
 ) -> PhysicalDesign:
-    """The design serving ``workload``.
+    """The design serving ``workload``, within ``policy`` (``veil.design.policy``).
 
     ``sums`` says how the server adds the workload's SUM/AVG arguments: under
     ASHE (the default), in packed Paillier groups, or not at all ("none").
+    What a column's policy forbids is not stored: queries needing it run
+    that part on the client.
     """
     if sums not in SUM_SCHEMES:
         raise ValueError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
-    needs = analyse_workload(workload, plain)
+    needs = within_policy(analyse_workload(workload, plain), policy or Policy())
     groups = _key_groups(needs.joins, plain)
     ope_groups = _key_groups(needs.ope_pairs, plain)
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
@@ -101,6 +105,30 @@ def greedy_design(
         )
     _share_ope_widths(design)
     return design
+
+
+def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
+    """``needs`` without what ``policy`` forbids (an expression: any column it reads)."""
+
+    def allowed(ref: ColumnRef, layer: str) -> bool:
+        return policy.allows(ref[0], ref[1], layer)
+
+    def row_allowed(item: tuple[str, str], layer: str) -> bool:
+        table, source = item
+        return all(allowed((table, c), layer) for c in summed_columns(source))
+
+    return WorkloadNeeds(
+        det={r for r in needs.det if allowed(r, DET)},
+        ope={r for r in needs.ope if allowed(r, OPE)},
+        search={r for r in needs.search if allowed(r, DET)},
+        joins={(a, b) for a, b in needs.joins if allowed(a, DET) and allowed(b, DET)},
+        ope_pairs={(a, b) for a, b in needs.ope_pairs if allowed(a, OPE) and allowed(b, OPE)},
+        sums=set(needs.sums),
+        det_rows={r for r in needs.det_rows if row_allowed(r, DET)},
+        ope_rows={r for r in needs.ope_rows if row_allowed(r, OPE)},
+        read=set(needs.read),
+        queries=needs.queries,
+    )
 
 
 def table_design(table: str, columns: list[Column], schemes: frozenset[str]) -> TableDesign:

@@ -64,6 +64,17 @@ def analyse_workload(queries: list[str], schema: dict[str, dict[str, str]]) -> W
     return needs
 
 
+def analyse_tree(tree: exp.Expr, schema: dict[str, dict[str, str]]) -> WorkloadNeeds:
+    """What one parsed query asks (``tree`` is not changed)."""
+    needs = WorkloadNeeds()
+    qualified = qualify_query(tree, schema)
+    if qualified is not None:
+        prune_exists(qualified)
+        _analyse(qualified, set(schema), needs)
+        needs.queries = 1
+    return needs
+
+
 def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
     resolved = base_columns(traverse_scope(tree), tables)
 

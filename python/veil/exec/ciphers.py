@@ -56,11 +56,60 @@ def available_schemes() -> frozenset[str]:
 
 
 def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"") -> ColumnCipher:
-    """The cipher of one server column; ``context`` binds RND ciphertexts to it."""
+    """The cipher of one server column; ``context`` binds RND ciphertexts to it.
+
+    A wrapped onion (``Encryption.outer``) is its scheme's cipher inside the
+    column's row-bound RND layer (``layer_key``).
+    """
+    if encryption.scheme == RND:
+        return RowBoundCipher(_row_rnd(master, encryption, context), None)
+    inner = _scheme_cipher(master, encryption)
+    if encryption.outer is not None:
+        return RowBoundCipher(_layer(master, encryption, context), inner)
+    return inner
+
+
+def layer_key(master: MasterKey, encryption: Encryption, context: bytes) -> bytes:
+    """The key of an onion's outer RND layer: what the client sends the server to peel it.
+
+    Its scope names the server column (``context``), whose table name is fresh
+    per load, so no two columns or loads share a layer key: revealing it
+    reveals that one layer of that one column.
+    """
+    from veil.crypto.keys import KeyLabel
+    from veil.crypto.rowrnd import KEY_BYTES, KEY_LABEL
+
+    scope = f"layer:{encryption.key_scope}@{context.decode()}"
+    return master.derive(KeyLabel(KEY_LABEL, scope), KEY_BYTES)
+
+
+def layer_form(encryption: Encryption) -> str:
+    """``"int"`` when the scheme's ciphertexts are BIGINTs, else ``"bytes"`` (server type)."""
+    if encryption.scheme == OPE:
+        return "bytes" if encryption.ope_binary else "int"
+    if encryption.scheme == DET and encryption.sql_type.is_integral:
+        return "bytes" if encryption.params.get("form") == BYTES_FORM else "int"
+    return "bytes"
+
+
+def _layer(master: MasterKey, encryption: Encryption, context: bytes) -> Any:
+    from veil.crypto.rowrnd import RowRnd
+
+    return RowRnd(layer_key(master, encryption, context), column=encryption.source)
+
+
+def _row_rnd(master: MasterKey, encryption: Encryption, context: bytes) -> Any:
+    from veil.crypto.rowrnd import RowRnd
+
+    # the context names the server column, whose table name is fresh per load:
+    # a reloaded table's ids start at 0 again, under other keys
+    scope = f"{encryption.key_scope}@{context.decode()}"
+    return RowRnd.from_master(master, scope, column=encryption.source)
+
+
+def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
     scheme, integral = encryption.scheme, encryption.sql_type.is_integral
     label = encryption.source
-    if scheme == RND:
-        return RowBoundCipher(master, encryption.key_scope, context, label)
     module = _module(scheme)
     if module is None:
         raise ParameterError(f"scheme {scheme} is not installed in this Veil; cannot use {label!r}")
@@ -166,24 +215,25 @@ def as_int64(stored: pa.Array) -> pa.Array:
 
 
 class RowBoundCipher:
-    """RND of a table column under its rows' ids (``veil.crypto.rowrnd``).
+    """Row-bound RND (``veil.crypto.rowrnd``) of a column, or of an onion's inner ciphertexts.
 
-    Integers stay 8-byte BIGINTs and strings keep their length; both need the
-    rows' ids to encrypt and decrypt, so the column-only methods refuse.
+    ``layer`` is the RND under the rows' ids; ``inner`` the scheme beneath it
+    (None: the RND column of the plain encoding). Integers stay 8-byte BIGINTs
+    and strings keep their length; both need the rows' ids to encrypt and
+    decrypt, so the column-only methods refuse.
     """
 
-    def __init__(self, master: MasterKey, scope: str, context: bytes, label: str):
-        from veil.crypto.rowrnd import RowRnd
-
-        # the context names the server column, whose table name is fresh per load:
-        # a reloaded table's ids start at 0 again, under other keys
-        self._inner = RowRnd.from_master(master, f"{scope}@{context.decode()}", column=label)
+    def __init__(self, layer: Any, inner: ColumnCipher | None):
+        self._layer = layer
+        self._inner = inner
 
     def encrypt_rows(self, ids: np.ndarray, encoded: pa.Array) -> pa.Array:
-        return self._inner.encrypt(ids, encoded)
+        stored = encoded if self._inner is None else self._inner.encrypt(encoded)
+        return self._layer.encrypt(ids, stored)
 
     def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
-        return self._inner.decrypt(ids, stored)
+        opened = self._layer.decrypt(ids, stored)
+        return opened if self._inner is None else self._inner.decrypt(opened)
 
     def encrypt(self, encoded: pa.Array) -> pa.Array:
         raise ParameterError("row-bound RND encrypts a column with its rows' ids: encrypt_rows()")

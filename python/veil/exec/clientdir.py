@@ -5,6 +5,9 @@ CDIR/            mode 0700
   key.json       the master key (veil.crypto.keys format, mode 0600)
   design.json    the physical design (plaintext schema + server columns)
   server.json    {"url": "duckdb:///..."}
+  policy.json    per-column security policy (veil.design.policy; optional, 0600)
+  peels.jsonl    the onion layers peeled: when, which query asked (0600)
+  design.lock    held while a design is read, changed and saved (peels, DDL)
 ```
 
 Everything secret or schema-revealing lives here, on the trusted client; the
@@ -13,19 +16,26 @@ server sees only what the design's opaque names and ciphertexts show.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from veil.crypto.keys import MasterKey, load_key_file, write_key_file
 from veil.design.model import PhysicalDesign
+from veil.design.policy import Policy
 from veil.errors import WrongKeyError
 from veil.sql.errors import ClientDirectoryError
 
 KEY_FILE = "key.json"
 DESIGN_FILE = "design.json"
 SERVER_FILE = "server.json"
+POLICY_FILE = "policy.json"
+PEELS_FILE = "peels.jsonl"
+LOCK_FILE = "design.lock"
 
 
 @dataclass
@@ -43,6 +53,39 @@ class ClientDir:
     @property
     def server_path(self) -> Path:
         return self.path / SERVER_FILE
+
+    @property
+    def policy_path(self) -> Path:
+        return self.path / POLICY_FILE
+
+    @property
+    def peels_path(self) -> Path:
+        return self.path / PEELS_FILE
+
+    @contextmanager
+    def design_lock(self) -> Iterator[None]:
+        """Exclusive among processes: read, change and save the design under it."""
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def policy(self) -> Policy:
+        return Policy.load(self.policy_path)
+
+    def log_peel(self, event: dict[str, object]) -> None:
+        """Append one peel to the log ``veil leakage`` reads (plaintext names: client only)."""
+        fd = os.open(self.peels_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as log:
+            log.write(json.dumps(event, sort_keys=True) + "\n")
+
+    def peel_log(self) -> list[dict[str, object]]:
+        if not self.peels_path.exists():
+            return []
+        lines = self.peels_path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
     def server_url(self) -> str:
         try:

@@ -23,6 +23,7 @@ selects it any more). DELETE needs nothing more.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -30,12 +31,13 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.design.model import TableDesign
+from veil.errors import OperationalError
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.row_ids import allocate
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.plan import ROW_ID
-from veil.sql.remote import delete_rows_statement
+from veil.sql.remote import delete_rows_statement, lock_layer_statement
 
 if TYPE_CHECKING:
     from veil.exec.session import Result, Session
@@ -114,11 +116,46 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
         plain = _inserted_rows(session, table, tree)
     else:
         plain = _rows_from(session, table, tree, session.query(source).table)
+    table = session.design.table(table.name)  # planning its source may have peeled layers
     TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
     first_id = _fresh_ids(session, table, len(plain))
-    with session.backend.transaction():
-        _append_rows(session, table, plain, first_id)
+    _in_layers(session, table, lambda current: _append_rows(session, current, plain, first_id))
     return Result(pa.table({}), len(plain), stats)
+
+
+def _in_layers(
+    session: Session,
+    table: TableDesign,
+    write: Callable[[TableDesign], None],
+    *,
+    again: bool = True,
+) -> None:
+    """``write(table)`` in one transaction, under the onion layers the server holds.
+
+    The transaction first locks the table's layers rows (a concurrent peel
+    waits, or aborts, until it commits) and checks them against the design:
+    if another client peeled a layer meanwhile, the design is repaired and
+    the write encrypted again under it, never written under a stale layer.
+    """
+    with session.backend.transaction():
+        if _layers_agree(session, table):
+            write(table)
+            return
+    if not again:
+        raise OperationalError(
+            f"another client keeps peeling the onion layers of {table.name!r}; nothing was "
+            "written: run the statement again"
+        )
+    session.reload_design()  # repairs the design from the server's layers table
+    _in_layers(session, session.design.table(table.name), write, again=False)
+
+
+def _layers_agree(session: Session, table: TableDesign) -> bool:
+    if not table.layers_table or not any(e.outer for e in table.encryptions):
+        return True
+    state = run_remote(lock_layer_statement(table), session.backend, FetchStats())
+    peeled = {n for n, p in zip(*(state.column(i).to_pylist() for i in (0, 1)), strict=True) if p}
+    return not any(e.outer and e.name in peeled for e in table.encryptions)
 
 
 def insert_rows(
@@ -231,13 +268,17 @@ def _update(session: Session, tree: exp.Update) -> Result:
         for c in table.columns
     ]
     matched = _matching_rows(session, table, projections, tree.args.get("where"))
+    table = session.design.table(table.name)  # planning the match may have peeled layers
     row_ids = matched.column(matched.num_columns - 1).combine_chunks()
     plain = matched.select(list(range(len(table.columns)))).rename_columns(
         [c.name for c in table.columns]
     )
     TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
     first_id = _fresh_ids(session, table, len(plain))
-    with session.backend.transaction():
-        _delete_rows(session, table, row_ids)
-        _append_rows(session, table, plain, first_id)
+
+    def rewrite(current: TableDesign) -> None:
+        _delete_rows(session, current, row_ids)
+        _append_rows(session, current, plain, first_id)
+
+    _in_layers(session, table, rewrite)
     return Result(pa.table({}), len(row_ids))

@@ -16,7 +16,7 @@ from sqlglot import exp
 from veil.backends import Backend
 from veil.crypto.keys import MasterKey
 from veil.crypto.rowblocks import BlockIntegrityError, RowBlocks
-from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign
+from veil.design.model import BLOCKS, DET, OPE, Encryption, TableDesign
 from veil.encoding import decode
 from veil.errors import InternalError
 from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
@@ -52,13 +52,13 @@ class CipherCache:
 
     def __init__(self, master: MasterKey):
         self._master = master
-        self._ciphers: dict[tuple[str, str], ColumnCipher] = {}
+        self._ciphers: dict[tuple[str, str, str | None], ColumnCipher] = {}
         self._groups: dict[str, HomGroupCipher] = {}
         self._sums: dict[str, AsheSumsCipher] = {}
         self._blocks: dict[tuple[str, str], RowBlocks] = {}
 
     def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
-        key = (table.server_name, encryption.name)
+        key = (table.server_name, encryption.name, encryption.outer)
         if key not in self._ciphers:
             context = rnd_context(table, encryption)
             self._ciphers[key] = column_cipher(self._master, encryption, context)
@@ -245,7 +245,7 @@ def decrypt_columns(
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     names = [name for name, _ in wanted]
     at = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)
-    rnd = any(enc is not None and enc.scheme == RND for _, enc in wanted)
+    rnd = any(enc is not None and enc.row_bound for _, enc in wanted)
     ids = fetched.column(at).to_numpy() if rnd and at is not None else None  # RND's nonces
     in_blocks = _block_values(fetched, table, wanted, ciphers, blocks)
     work: list[tuple[str, Callable[[], pa.Array]]] = []

@@ -119,12 +119,21 @@ class Session:
         self.plans = PlanCache()
         self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
+        self._reconcile()
 
     def reload_design(self) -> None:
         """Read the design again (DDL here, or another session, changed it)."""
         self.design = self.client.design(self.master)
         self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Layers a crashed peel took off on the server come off the design too."""
+        from veil.exec.onions import has_wrapped, reconcile
+
+        if has_wrapped(self.design):
+            reconcile(self)
 
     def design_file_stamp(self) -> int:
         """Changes whenever the client directory's design does (DDL, a load)."""
@@ -247,9 +256,28 @@ class Session:
             table = table.rename_columns(planned.names)
         return Result(table, len(table), stats, plan)
 
-    def plan(self, tree: exp.Expr, *, row_ids_of: str | None = None) -> SplitPlan:
+    def plan(
+        self, tree: exp.Expr, *, row_ids_of: str | None = None, peel: bool = True
+    ) -> SplitPlan:
+        """The split plan of ``tree``, after peeling the onion layers it needs.
+
+        ``peel=False`` (``veil explain``) peels nothing: the plan is the one
+        the query would get after its peels, which ``SplitPlan.peels`` lists.
+        """
+        from veil.exec.onions import has_wrapped, peel_layers, peeled_view, wanted_peels
+
         self._encoded.clear()
-        return plan_query(tree, self.design, self, row_ids_of=row_ids_of)
+        design, peels = self.design, []
+        if has_wrapped(design):
+            peels = wanted_peels(design, self.client.policy(), tree)
+            if peels and peel:
+                peel_layers(self, peels, tree.sql(dialect="duckdb"))
+                design = self.design
+            elif peels:
+                design = peeled_view(design, peels)
+        plan = plan_query(tree, design, self, row_ids_of=row_ids_of)
+        plan.peels = [str(p) for p in peels]
+        return plan
 
     def describe(self, tree: exp.Expr) -> list[str]:
         """Output column names; raises QueryError for unknown names or type errors."""

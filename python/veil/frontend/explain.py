@@ -35,8 +35,13 @@ def _explain(session: Session, sql: str, params: list[object] | None) -> str:
     if not isinstance(tree, exp.Query):
         raise UnsupportedStatementError("veil explain shows queries (SELECT, WITH, set operations)")
     session.describe(tree)
-    plan = session.plan(tree)
+    plan = session.plan(tree, peel=False)  # explain changes nothing on the server
     lines = [f"server: {session.backend.url} ({session.backend.dialect})", ""]
+    if plan.peels:
+        lines.append("first peels onion layers (the server learns what each reveals, for good):")
+        lines += [f"  {peel}" for peel in plan.peels]
+        lines.append("")
+    lines += _layers(plan.scans)
     number = 0
     for scan in plan.scans:
         if scan.joined is not None and scan is not scan.joined.scans[0]:
@@ -54,6 +59,22 @@ def _explain(session: Session, sql: str, params: list[object] | None) -> str:
         lines.append("  (the query could not be analysed: all of it runs on the client)")
     lines += ["", _stored_bytes(session, plan.scans)]
     return "\n".join(lines)
+
+
+def _layers(scans: list[Scan]) -> list[str]:
+    """The onion layers the server holds now, of the columns the query reads."""
+    found: dict[str, list[str]] = {}
+    for scan in scans:
+        for column in sorted(scan.columns):
+            onions = [e for e in scan.table.encryptions_of(column) if e.onion]
+            states = [f"{e.scheme}{' under RND' if e.outer else ''}" for e in onions]
+            if states:
+                found[f"{scan.table.name}.{column}"] = states
+    if not found:
+        return []
+    lines = ["onion layers on the server now:"]
+    lines += [f"  {name}: {', '.join(states)}" for name, states in sorted(found.items())]
+    return [*lines, ""]
 
 
 def _stored_bytes(session: Session, scans: list[Scan]) -> str:
@@ -126,6 +147,8 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
         ):
             continue  # the sums' parts: the ASHE / HOM line below says what they reveal
         scheme = enc.scheme if enc else "count" if column.startswith("__veil_agg_") else "row id"
+        if enc is not None and enc.outer is not None:
+            scheme = RND  # a wrapped onion: the server sees RND ciphertexts
         lines.append(
             f"  fetch {prefix}{column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}"
         )

@@ -37,6 +37,7 @@ from veil.design.model import (
     opaque_name,
 )
 from veil.designer.greedy import greedy_design
+from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
 from veil.load.loader import available_schemes, load_into
 from veil.load.progress import Reporter
@@ -215,12 +216,24 @@ def _kept_workload(table: TableDesign, columns: list[Column], renamed: dict[str,
 
 
 def _load(
-    session: Session, name: str, columns: list[Column], data: pa.Table, workload: list[str]
+    session: Session,
+    name: str,
+    columns: list[Column],
+    data: pa.Table,
+    workload: list[str],
+    *,
+    onions: bool = False,
 ) -> None:
     master, client = session.master, session.client
-    fresh = greedy_design(
-        {name: columns}, workload, available_schemes(), master.fingerprint(), sums=_sums(session)
-    )
+    schema, policy = {name: columns}, client.policy()
+    if onions:
+        sums = _sums(session) == "ashe"
+        fresh = onion_design(schema, available_schemes(), master.fingerprint(), policy, sums=sums)
+    else:
+        fresh = greedy_design(
+            schema, workload, available_schemes(), master.fingerprint(), sums=_sums(session),
+            policy=policy,
+        )  # fmt: skip
     source = duckdb.connect()
     source.register(_SOURCE, data.rename_columns([c.name for c in columns]))
     load_into(
@@ -341,7 +354,20 @@ def _rebuild(
     table = session.design.tables[name]
     columns = columns if columns is not None else list(table.columns)
     data = session.run(query).table
-    _load(session, name, columns, data, _kept_workload(table, columns, renamed or {}))
+    onions = any(e.onion for e in table.encryptions)  # rebuilt as onions, every layer on again
+    workload = _kept_workload(table, columns, renamed or {})
+    _load(session, name, columns, data, workload, onions=onions)
+
+
+def reencrypt(session: Session, name: str) -> None:
+    """Re-encrypt table ``name`` under fresh keys, within the current policy.
+
+    An onion table gets every layer back on (queries peel again what they
+    need); a workload-designed one keeps the operations its design allows
+    that the policy still permits. The old server tables are dropped.
+    """
+    table = _existing(session, exp.to_table(name))
+    _rebuild(session, table.name, f'SELECT * FROM "{table.name}"')
 
 
 def _create_index(session: Session, tree: exp.Create) -> Result:

@@ -38,7 +38,9 @@ from veil.design.model import (
     PhysicalDesign,
     TableDesign,
 )
+from veil.design.policy import Policy, check_policy_columns
 from veil.designer.greedy import greedy_design
+from veil.designer.onions import layers_rows, onion_design
 from veil.encoding import SqlType, encode, encode_scalar
 from veil.exec.blocks import blocks_schema
 from veil.exec.ciphers import BYTES_FORM, available_schemes
@@ -83,8 +85,15 @@ def load(
     sums: str = "ashe",
     domains: Domains | None = None,
     key_file: str | None = None,
+    policy: Policy | None = None,
 ) -> list[LoadReport]:
     """Load every table of ``source``; returns what was loaded.
+
+    Without a ``workload`` every column is stored as onions whose layers come
+    off when queries first need them (``veil.designer.onions``); with one,
+    the greedy designer stores what its queries use. Either way ``policy``
+    (default: the client directory's ``policy.json``, else OPE allowed
+    everywhere) bounds what any column may reveal.
 
     ``sums`` says how the server adds the workload's SUM/AVG arguments:
     ``"ashe"`` (symmetric, 8 or 16 bytes per value and row, the default),
@@ -115,9 +124,17 @@ def load(
     client, master = create_client_dir(client_dir, server_url, key_file)
     if sums not in SUM_SCHEMES:
         raise DesignError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
-    fresh = greedy_design(
-        schema, workload or [], available_schemes(), master.fingerprint(), sums=sums
-    )
+    if policy is None:
+        policy = client.policy()
+    check_policy_columns(policy, schema)
+    if workload:
+        fresh = greedy_design(
+            schema, workload, available_schemes(), master.fingerprint(), sums=sums, policy=policy
+        )
+    else:
+        fresh = onion_design(
+            schema, available_schemes(), master.fingerprint(), policy, sums=sums == "ashe"
+        )
     backend = connect(server_url)
     try:
         return load_into(con, tables, fresh, client, master, backend, say)
@@ -173,6 +190,8 @@ def _load_table(
     )
     table.row_count = rows
     backend.bulk_load(table.id_counter, counter_table(rows))
+    if table.layers_table:
+        backend.bulk_load(table.layers_table, layers_rows(table))
     if table.blocks_table:
         backend.bulk_load(
             table.blocks_table,
@@ -364,6 +383,7 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
         else:
             few = all(
                 e.scheme == DET
+                and not e.onion  # wrapped, its values are random: nothing to compress
                 and e.sql_type.is_integral
                 and isinstance(distinct := e.params.get("distinct"), int)
                 and distinct <= BYTES_FORM_MAX_DISTINCT

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from veil.design.model import RND, Encryption, TableDesign
+from veil.design.model import Encryption, TableDesign
 
 ROW_ID = "__veil_row_id"  # the local name of a scan's row-id column (DML only)
 RND_ROW_ID = "__veil_rnd_row_id"  # the row ids fetched to decrypt RND columns (then dropped)
@@ -65,8 +65,8 @@ class Scan:
         wanted = [(c, self.table.fetchable(c)) for c in ordered]
         if self.with_row_id or (not wanted and self.joined is None):
             wanted.append((ROW_ID, None))
-        elif any(enc is not None and enc.scheme == RND for _, enc in wanted):
-            wanted.append((RND_ROW_ID, None))  # RND decrypts under the row id
+        elif any(enc is not None and enc.row_bound for _, enc in wanted):
+            wanted.append((RND_ROW_ID, None))  # RND (or a wrapped onion) decrypts under the row id
         return wanted
 
 
@@ -263,3 +263,5 @@ class SplitPlan:
         default_factory=dict, repr=False, compare=False
     )
     local_sql: str = field(default="", repr=False, compare=False)
+    # the onion layers peeled for this plan (``veil.exec.onions``), in words, for explain
+    peels: list[str] = field(default_factory=list, repr=False, compare=False)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from veil.crypto.ashe import BLOCK_ROWS
-from veil.design.model import TableDesign
+from veil.design.model import Encryption, TableDesign
 from veil.sql.plan import ASHE_WORD, Reduction
 
 if TYPE_CHECKING:
@@ -47,6 +47,10 @@ _INNER, _SIDE = "g", "h"
 HOM_PACK_COLUMN = "pack"  # the HOM side table's pack number column
 HOM_CT_COLUMN = "ct"  # ... and its ciphertext column
 ID_COUNTER_COLUMN = "next_id"  # the row-id counter table's one column
+# the layers table's columns: an onion's server column name, and whether its RND layer is off
+LAYER_COLUMN, LAYER_PEELED = "c", "peeled"
+# the server functions that XOR a column with its RND layer's keystream (peel)
+LAYER_XOR = {"int": "veil_layer_xor_int", "bytes": "veil_layer_xor_bytes"}
 
 # Extra predicates per scan, found at execution time (bind filters), keyed by id(scan).
 Extras = dict[int, list[exp.Expr]]
@@ -498,4 +502,44 @@ def allocate_ids_statement(table: TableDesign, count: int) -> exp.Update:
     )
     first = exp.Sub(this=counter.copy(), expression=taken)
     update.set("returning", exp.Returning(expressions=[first]))
+    return update
+
+
+def layer_states_statement(table: TableDesign) -> exp.Select:
+    """The layers table's rows (``c``, ``peeled``), read without locking."""
+    columns = [exp.column(LAYER_COLUMN), exp.column(LAYER_PEELED)]
+    return exp.select(*columns).from_(exp.to_table(table.layers_table))
+
+
+def lock_layer_statement(table: TableDesign, enc: Encryption | None = None) -> exp.Update:
+    """Lock the layers row(s) of ``enc`` (all: None) in this transaction; returns their state.
+
+    An UPDATE that changes nothing: PostgreSQL holds the rows' locks until
+    commit and DuckDB aborts the second of two concurrent writers, so a peel
+    and a write (or two peels) of one column never interleave.
+    """
+    peeled = exp.column(LAYER_PEELED)
+    update = exp.update(exp.to_table(table.layers_table), {LAYER_PEELED: peeled.copy()})
+    if enc is not None:
+        update.set(
+            "where",
+            exp.Where(this=exp.EQ(this=exp.column(LAYER_COLUMN), expression=param(enc.name))),
+        )
+    update.set("returning", exp.Returning(expressions=[exp.column(LAYER_COLUMN), peeled]))
+    return update
+
+
+def peel_statement(table: TableDesign, enc: Encryption, form: str, key: bytes) -> exp.Update:
+    """Strip ``enc``'s RND layer on the server: XOR each value with its row's keystream."""
+    column = exp.column(enc.name)
+    stripped = exp.Anonymous(
+        this=LAYER_XOR[form], expressions=[param(key), exp.column(table.row_id), column]
+    )
+    return exp.update(exp.to_table(table.server_name), {enc.name: stripped})
+
+
+def mark_peeled_statement(table: TableDesign, enc: Encryption) -> exp.Update:
+    where = exp.EQ(this=exp.column(LAYER_COLUMN), expression=param(enc.name))
+    update = exp.update(exp.to_table(table.layers_table), {LAYER_PEELED: exp.true()})
+    update.set("where", exp.Where(this=where))
     return update

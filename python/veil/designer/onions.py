@@ -1,0 +1,117 @@
+"""The adaptive design: every column stored as onions, no workload needed (CryptDB, SEEED).
+
+Each column gets, within its policy (``veil.design.policy``):
+
+- an equality onion: DET under a key of its own, wrapped in a row-bound RND
+  layer (``Encryption.outer``); it is also how the column is fetched (the
+  client removes both layers). A column whose policy is RND gets plain
+  row-bound RND instead: it is only ever fetched;
+- an order onion for numbers and dates: OPE, wrapped in RND the same way;
+- a search onion for text: SWP words, which reveal nothing until a query
+  sends a word's token;
+- an additive onion for exact numbers: ASHE words (``AsheSums``), which
+  the server sums blind.
+
+Nothing is revealed at load: the server learns equality or order of a
+column only when a query first needs it and the runtime peels the RND layer
+(``veil.exec.onions``). DET keys are per column and per load, so no two
+columns are joinable on the server until a join asks for it.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from veil.design.domains import column_domain, signed_bits
+from veil.design.model import (
+    DET,
+    OPE,
+    RND,
+    SEARCH,
+    Column,
+    Encryption,
+    PhysicalDesign,
+    TableDesign,
+    opaque_name,
+)
+from veil.design.policy import PLAIN, Policy
+from veil.designer.greedy import _ashe_sums, _summed
+from veil.designer.workload import WorkloadNeeds
+from veil.encoding import DECIMAL_KIND, INT_KIND, STRING_KIND, SqlType
+from veil.sql.remote import LAYER_COLUMN, LAYER_PEELED
+
+WRAPPED = {"onion": True, "outer": RND}
+
+
+def onion_design(
+    schema: dict[str, list[Column]],
+    schemes: frozenset[str],
+    key_fingerprint: str,
+    policy: Policy | None = None,
+    *,
+    sums: bool = True,
+) -> PhysicalDesign:
+    """Onions for every column of ``schema``, within ``policy`` (default: OPE allowed)."""
+    policy = policy or Policy()
+    design = PhysicalDesign(key_fingerprint=key_fingerprint)
+    for table, columns in schema.items():
+        load = opaque_name("k")  # per load: a reload's columns share no key with the old ones
+        encryptions: list[Encryption] = []
+        for column in columns:
+            encryptions += _onions(table, column, policy.layer(table, column.name), schemes, load)
+        summed = WorkloadNeeds(sums={(table, c.name) for c in columns if _additive(c)})
+        design.tables[table] = TableDesign(
+            name=table,
+            server_name=opaque_name("t"),
+            row_id=opaque_name("c"),
+            columns=list(columns),
+            encryptions=encryptions,
+            sums=_ashe_sums(_summed(table, columns, summed)) if sums else None,
+            id_counter=opaque_name("t"),
+            layers_table=opaque_name("t"),
+        )
+    return design
+
+
+def _onions(
+    table: str, column: Column, highest: str, schemes: frozenset[str], load: str
+) -> list[Encryption]:
+    kind = SqlType(column.type).kind
+    chosen: list[Encryption] = []
+    peeled = highest == PLAIN  # the user let the server see it: nothing to wrap
+
+    def add(scheme: str, scope: str, **params: object) -> None:
+        if not column.name.isidentifier():
+            params["column"] = True  # a name, not an expression (Encryption.is_expression)
+        chosen.append(
+            Encryption(opaque_name("c"), column.name, scheme, column.type, scope, params, "onion")
+        )
+
+    where = f"{table}.{column.name}@{load}"
+    layers = {"onion": True} if peeled else dict(WRAPPED)
+    if highest == RND or DET not in schemes:
+        add(RND, f"rnd:{where}")
+        return chosen
+    add(DET, f"det:{where}", **layers)
+    if kind != STRING_KIND and OPE in schemes and highest in (OPE, PLAIN):
+        domain = column_domain(column)
+        assert domain is not None
+        add(OPE, f"ope:{where}", bits=signed_bits(*domain), **layers)
+    if kind == STRING_KIND and SEARCH in schemes:
+        add(SEARCH, f"search:{where}", onion=True)
+    return chosen
+
+
+def _additive(column: Column) -> bool:
+    return column.name.isidentifier() and SqlType(column.type).kind in (INT_KIND, DECIMAL_KIND)
+
+
+def layers_rows(table: TableDesign) -> pa.Table:
+    """The layers table at load: one row per onion layer, peeled where it is not wrapped."""
+    onions = [e for e in table.encryptions if e.onion and e.scheme in (DET, OPE)]
+    return pa.table(
+        {
+            LAYER_COLUMN: pa.array([e.name for e in onions], pa.string()),
+            LAYER_PEELED: pa.array([e.outer is None for e in onions], pa.bool_()),
+        }
+    )
