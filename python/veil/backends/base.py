@@ -103,6 +103,10 @@ class Backend(Protocol):
 
     def table_names(self) -> list[str]: ...
 
+    def refresh_statistics(self, table: str) -> None:
+        """Let the optimizer see ``table``'s values again after an in-place rewrite (a peel)."""
+        ...
+
     def table_bytes(self, table: str) -> int:
         """Space the server uses for ``table`` (for the space-overhead figure)."""
         ...

@@ -87,6 +87,9 @@ class StagedBackend:
 
     # -- catalogue ----------------------------------------------------------------
 
+    def refresh_statistics(self, table: str) -> None:
+        """Nothing by default: DuckDB keeps its statistics as it writes."""
+
     def drop_table(self, table: str, *, if_exists: bool = True) -> None:
         self._run_quiet(f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{quote(table)}")
 

@@ -51,6 +51,9 @@ OPE = "OPE"
 HOM = "HOM"
 SEARCH = "SEARCH"
 ASHE = "ASHE"
+# JOIN-ADJ (CryptDB): equality under a per-column key the server can re-key onto
+# another column's with a token, so the two join (``veil.crypto.joinadj``; onions only)
+JOIN = "JOIN"
 # A column's values in sealed blocks of rows, in the table's side table
 # (``veil.crypto.rowblocks``): for columns the workload never reads on the server.
 BLOCKS = "BLOCKS"

@@ -6,6 +6,9 @@ Each column gets, within its policy (``veil.design.policy``):
   layer (``Encryption.outer``); it is also how the column is fetched (the
   client removes both layers). A column whose policy is RND gets plain
   row-bound RND instead: it is only ever fetched;
+- a join onion for integers: JOIN-ADJ under a key of its own, wrapped in RND;
+  a join between two columns re-keys one onto the other on the server
+  (``veil.exec.onions``), and they stay joinable (one join class) for good;
 - an order onion for numbers and dates: OPE, wrapped in RND the same way;
 - a search onion for text: SWP words, which reveal nothing until a query
   sends a word's token;
@@ -20,11 +23,10 @@ columns are joinable on the server until a join asks for it.
 
 from __future__ import annotations
 
-import pyarrow as pa
-
 from veil.design.domains import column_domain, signed_bits
 from veil.design.model import (
     DET,
+    JOIN,
     OPE,
     RND,
     SEARCH,
@@ -38,7 +40,6 @@ from veil.design.policy import PLAIN, Policy
 from veil.designer.greedy import _ashe_sums, _summed
 from veil.designer.workload import WorkloadNeeds
 from veil.encoding import DECIMAL_KIND, INT_KIND, STRING_KIND, SqlType
-from veil.sql.remote import LAYER_COLUMN, LAYER_PEELED
 
 WRAPPED = {"onion": True, "outer": RND}
 
@@ -93,6 +94,8 @@ def _onions(
         add(RND, f"rnd:{where}")
         return chosen
     add(DET, f"det:{where}", **layers)
+    if kind == INT_KIND and JOIN in schemes:
+        add(JOIN, f"join:{where}", **layers)
     if kind != STRING_KIND and OPE in schemes and highest in (OPE, PLAIN):
         domain = column_domain(column)
         assert domain is not None
@@ -104,14 +107,3 @@ def _onions(
 
 def _additive(column: Column) -> bool:
     return column.name.isidentifier() and SqlType(column.type).kind in (INT_KIND, DECIMAL_KIND)
-
-
-def layers_rows(table: TableDesign) -> pa.Table:
-    """The layers table at load: one row per onion layer, peeled where it is not wrapped."""
-    onions = [e for e in table.encryptions if e.onion and e.scheme in (DET, OPE)]
-    return pa.table(
-        {
-            LAYER_COLUMN: pa.array([e.name for e in onions], pa.string()),
-            LAYER_PEELED: pa.array([e.outer is None for e in onions], pa.bool_()),
-        }
-    )

@@ -14,6 +14,8 @@ Schemes are imported lazily: a design may only use the schemes this Veil has
 from __future__ import annotations
 
 import importlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, Protocol
 
@@ -22,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veil.crypto.keys import MasterKey
-from veil.design.model import DET, HOM, OPE, RND, SEARCH, Encryption
+from veil.design.model import DET, HOM, JOIN, OPE, RND, SEARCH, Encryption
 from veil.errors import ParameterError
 
 _MODULES = {
@@ -31,6 +33,7 @@ _MODULES = {
     DET: "veil.crypto.det",
     OPE: "veil.crypto.ope",
     SEARCH: "veil.crypto.search",
+    JOIN: "veil.crypto.joinadj",
 }
 
 
@@ -127,6 +130,8 @@ def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
     if scheme == SEARCH:
         search = module.Search.from_master(master, encryption.key_scope, column=label)
         return SearchCipher(search)
+    if scheme == JOIN:
+        return JoinCipher(module.JoinAdj.from_master(master, encryption.key_scope, column=label))
     raise ParameterError(f"scheme {scheme} cannot be used column-wise ({label!r})")
 
 
@@ -149,6 +154,60 @@ class SearchCipher:
 
     def token(self, word: str) -> bytes:
         return bytes(self._inner.token(word))
+
+
+class JoinCipher:
+    """JOIN-ADJ: equality the server can re-key; the client never decrypts it.
+
+    A point multiplication per value (tens of microseconds): each distinct
+    value is encrypted once, in threads (the kernel releases the GIL).
+    """
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def encrypt(self, encoded: pa.Array) -> pa.Array:
+        if isinstance(encoded, pa.ChunkedArray):
+            encoded = encoded.combine_chunks()
+        indexed = encoded.dictionary_encode()
+        distinct = indexed.dictionary
+        parts = _split(len(distinct))
+        if len(parts) > 1:
+            chunks = list(_pool().map(lambda p: self._inner.encrypt(distinct.slice(*p)), parts))
+        else:
+            chunks = [self._inner.encrypt(distinct)]
+        points = pa.concat_arrays(
+            [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in chunks]
+        )
+        return points.take(indexed.indices)
+
+    def decrypt(self, stored: pa.Array) -> pa.Array:
+        raise ParameterError(
+            "JOIN-ADJ ciphertexts are not decryptable; fetch the column's DET form"
+        )
+
+    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
+        return bytes(self._inner.encrypt_one(encoded))
+
+    def token_to(self, other: JoinCipher) -> bytes:
+        """The token re-keying this column's ciphertexts onto ``other``'s key."""
+        return bytes(self._inner.token_to(other._inner))
+
+
+def _split(count: int, smallest: int = 4096) -> list[tuple[int, int]]:
+    """(offset, length) parts of ``count`` values, one per thread when there are enough."""
+    threads = min(4, os.cpu_count() or 1) if count >= 2 * smallest else 1
+    step = -(-count // threads) if count else 0
+    return (
+        [(start, min(step, count - start)) for start in range(0, count, step)]
+        if count
+        else [(0, 0)]
+    )
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="veil-joinadj")
 
 
 class _Int64Cipher:

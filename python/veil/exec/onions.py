@@ -23,6 +23,7 @@ The layer key reveals that one layer of that one column, nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -31,21 +32,28 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends.base import BackendError
-from veil.design.model import DET, OPE, RND, Encryption, PhysicalDesign, TableDesign
+from veil.crypto.keys import KeyLabel, MasterKey
+from veil.design.model import DET, JOIN, OPE, RND, Encryption, PhysicalDesign, TableDesign
 from veil.design.policy import Policy, PolicyError, checked_layer, rank
 from veil.designer.workload import analyse_tree
-from veil.exec.ciphers import layer_form, layer_key
+from veil.exec.ciphers import JoinCipher, column_cipher, layer_form, layer_key
 from veil.exec.clientdir import open_client_dir
 from veil.exec.encrypt import rnd_context
 from veil.exec.fetch import FetchStats, run_remote
 from veil.sql.remote import (
+    LAYER_COLUMN,
+    LAYER_KEY,
+    LAYER_PEELED,
     layer_states_statement,
     lock_layer_statement,
     mark_peeled_statement,
+    mark_rekeyed_statement,
     peel_statement,
+    rekey_statement,
 )
 
 if TYPE_CHECKING:
@@ -54,14 +62,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # what each layer lets the server learn, once peeled (``veil leakage``, ``veil explain``)
-REVEALS = {DET: "which rows hold equal values", OPE: "the order of values"}
+REVEALS = {
+    DET: "which rows hold equal values",
+    OPE: "the order of values",
+    JOIN: "which rows hold equal values (re-keyable for joins)",
+}
+LAYERED = (DET, OPE, JOIN)  # the onions wrapped in RND at load
 _CONFLICT = "onflict"  # DuckDB: another transaction wrote the layers row first
 _ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
 class Peel:
-    """Take the RND layer off ``table.column``'s onion of ``scheme`` (DET or OPE)."""
+    """Take the RND layer off ``table.column``'s onion of ``scheme`` (DET, OPE or JOIN)."""
 
     table: str
     column: str
@@ -71,112 +84,273 @@ class Peel:
         return f"{self.table}.{self.column} to {self.scheme} ({REVEALS[self.scheme]})"
 
 
+@dataclass(frozen=True)
+class Rekey:
+    """Re-key ``table.column``'s JOIN onion onto the key of ``onto``'s (JOIN-ADJ)."""
+
+    table: str
+    column: str
+    onto: tuple[str, str]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.table}.{self.column} re-keyed to join {'.'.join(self.onto)} (JOIN-ADJ: "
+            "which rows of the two hold equal values)"
+        )
+
+
+Adjustment = Peel | Rekey
+
+
 def has_wrapped(design: PhysicalDesign) -> bool:
-    return any(e.outer for t in design.tables.values() for e in t.encryptions)
+    """Does the design hold onions a query could still adjust (a wrapped layer, a JOIN key)?"""
+    return any(e.outer or e.scheme == JOIN for t in design.tables.values() for e in t.encryptions)
 
 
-def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list[Peel]:
-    """The wrapped layers ``tree`` would compute on, that ``policy`` lets come off."""
+def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list[Adjustment]:
+    """The layers ``tree`` would compute on, and the join keys to adjust, that ``policy`` allows."""
     needs = analyse_tree(tree, design.plaintext_schema())
     asked = [(ref, DET) for ref in sorted(needs.det)] + [(ref, OPE) for ref in sorted(needs.ope)]
-    found: list[Peel] = []
+    found: list[Adjustment] = []
     for (table, column), scheme in asked:
         enc = design.tables[table].onion_of(column, scheme)
         if enc is not None and enc.outer is not None and policy.allows(table, column, scheme):
             found.append(Peel(table, column, scheme))
+    _join_adjustments(design, policy, sorted(needs.joins), found)
     return found
 
 
-def peeled_view(design: PhysicalDesign, peels: list[Peel]) -> PhysicalDesign:
-    """A copy of ``design`` as it will be after ``peels`` (for ``veil explain``)."""
+def _join_adjustments(
+    design: PhysicalDesign,
+    policy: Policy,
+    joins: list[tuple[tuple[str, str], tuple[str, str]]],
+    found: list[Adjustment],
+) -> None:
+    """Peel both JOIN onions of each join and re-key the smaller join class onto the other."""
+    scopes = {
+        (t.name, e.source): e.key_scope
+        for t in design.tables.values()
+        for e in t.encryptions
+        if e.scheme == JOIN and e.onion
+    }
+    for a, b in joins:
+        if a not in scopes or b not in scopes or _share_det(design, a, b):
+            continue
+        if not (policy.allows(*a, DET) and policy.allows(*b, DET)):
+            continue
+        for table, column in (a, b):
+            enc = design.tables[table].onion_of(column, JOIN)
+            peel = Peel(table, column, JOIN)
+            if enc is not None and enc.outer is not None and peel not in found:
+                found.append(peel)
+        if scopes[a] == scopes[b]:
+            continue
+        members = {
+            scope: [r for r, s in scopes.items() if s == scope] for scope in (scopes[a], scopes[b])
+        }
+        rows = {s: sum(design.tables[t].row_count for t, _ in refs) for s, refs in members.items()}
+        moved, onto = (
+            (members[scopes[b]], a)
+            if rows[scopes[b]] <= rows[scopes[a]]
+            else (members[scopes[a]], b)
+        )
+        target = scopes[onto]
+        for ref in moved:
+            found.append(Rekey(*ref, onto))
+            scopes[ref] = target
+
+
+def _share_det(design: PhysicalDesign, a: tuple[str, str], b: tuple[str, str]) -> bool:
+    left, right = design.tables[a[0]].find(a[1], DET), design.tables[b[0]].find(b[1], DET)
+    return left is not None and right is not None and left.key_scope == right.key_scope
+
+
+def peeled_view(design: PhysicalDesign, adjustments: list[Adjustment]) -> PhysicalDesign:
+    """A copy of ``design`` as it will be after ``adjustments`` (for ``veil explain``)."""
     view = PhysicalDesign.from_json(design.to_json())
-    for peel in peels:
-        _strip(view, peel)
+    for adjustment in adjustments:
+        _apply(view, adjustment)
     return view
 
 
-def peel_layers(session: Session, peels: list[Peel], reason: str) -> list[dict[str, object]]:
-    """Peel each layer on the server, then record it in the design; returns the log events."""
+def peel_layers(
+    session: Session, adjustments: list[Adjustment], reason: str
+) -> list[dict[str, object]]:
+    """Make each adjustment on the server, then record it in the design; returns the log events."""
     events = []
-    for wanted in peels:
+    rewritten: set[str] = set()  # server tables whose statistics are stale now
+    for wanted in adjustments:
         table = session.design.tables[wanted.table]
-        enc = table.onion_of(wanted.column, wanted.scheme)
-        if enc is None or enc.outer is None:
-            continue  # another session of this process peeled it meanwhile
+        scheme = JOIN if isinstance(wanted, Rekey) else wanted.scheme
+        enc = table.onion_of(wanted.column, scheme)
+        if enc is None:
+            continue
         started = time.perf_counter()
-        stripped = _retry(lambda t=table, e=enc: _peel_on_server(session, t, e))  # type: ignore[misc]
+        if isinstance(wanted, Rekey):
+            onto = session.design.tables[wanted.onto[0]].onion_of(wanted.onto[1], JOIN)
+            if onto is None or onto.key_scope == enc.key_scope:
+                continue  # done meanwhile, by another session of this process
+            done = _retry(lambda t=table, e=enc, o=onto: _rekey_on_server(session, t, e, o))  # type: ignore[misc]
+            layer = f"JOIN with {'.'.join(wanted.onto)}"
+        else:
+            if enc.outer is None:
+                continue  # another session of this process peeled it meanwhile
+            done = _retry(lambda t=table, e=enc: _peel_on_server(session, t, e))  # type: ignore[misc]
+            layer = wanted.scheme
+        if done:
+            rewritten.add(table.server_name)
         event: dict[str, object] = {
             "time": datetime.now(UTC).isoformat(timespec="seconds"),
-            "table": wanted.table,
-            "column": wanted.column,
-            "layer": wanted.scheme,
+            "layer": layer,
             "rows": table.row_count,
             "seconds": round(time.perf_counter() - started, 3),
             "query": reason,
-            "by": "this client" if stripped else "another client (design repaired)",
+            "by": "this client" if done else "another client (design repaired)",
         }
         _record(session, [wanted], event)
         events.append(event)
-        log.info("peeled %s in %.2f s", wanted, event["seconds"])
+        log.info("adjusted %s in %.2f s", wanted, event["seconds"])
+    for name in sorted(rewritten):
+        session.backend.refresh_statistics(name)
     return events
 
 
-def reconcile(session: Session) -> list[Peel]:
-    """Repair the design where the server has peeled a layer the design still wraps."""
-    missed: list[Peel] = []
+def reconcile(session: Session) -> list[Adjustment]:
+    """Repair the design where the server has adjusted a layer the design has not recorded."""
+    missed: list[Adjustment] = []
     for table in session.design.tables.values():
-        wrapped = {e.name: e for e in table.encryptions if e.outer is not None}
-        if not wrapped or not table.layers_table:
+        onions = {e.name: e for e in table.encryptions if e.onion and e.scheme in LAYERED}
+        if not onions or not table.layers_table:
             continue
         states = run_remote(layer_states_statement(table), session.backend, FetchStats())
-        for name, peeled in zip(*(states.column(i).to_pylist() for i in (0, 1)), strict=True):
-            if peeled and name in wrapped:
-                missed.append(Peel(table.name, wrapped[name].source, wrapped[name].scheme))
+        for name, peeled, key in zip(
+            *(states.column(i).to_pylist() for i in range(3)), strict=True
+        ):
+            enc = onions.get(name)
+            if enc is None:
+                continue
+            if peeled and enc.outer is not None:
+                missed.append(Peel(table.name, enc.source, enc.scheme))
+            if enc.scheme == JOIN and key and key != join_key_id(session.master, enc.key_scope):
+                missed.append(Rekey(table.name, enc.source, _holder(session, key)))
     if missed:
         event = {"time": datetime.now(UTC).isoformat(timespec="seconds"), "query": None}
         _record(session, missed, {**event, "by": "an interrupted peel (design repaired)"})
     return missed
 
 
+def _holder(session: Session, key: str) -> tuple[str, str]:
+    """A column whose JOIN onion is under the key with id ``key``."""
+    for table in session.design.tables.values():
+        for enc in table.encryptions:
+            if enc.scheme == JOIN and join_key_id(session.master, enc.key_scope) == key:
+                return table.name, enc.source
+    raise BackendError(
+        "a JOIN column on the server is under a key no column of the design has; the "
+        "layers table is damaged: re-encrypt the table with `veil reencrypt`"
+    )
+
+
+def join_key_id(master: MasterKey, scope: str) -> str:
+    """An opaque name of a JOIN key, for the server's layers table (reveals nothing)."""
+    return master.derive(KeyLabel("join-key-id-v1", scope), 8).hex()
+
+
+def layers_rows(table: TableDesign, master: MasterKey) -> pa.Table:
+    """The layers table at load: one row per onion layer, peeled where it is not wrapped."""
+    onions = [e for e in table.encryptions if e.onion and e.scheme in LAYERED]
+    keys = [join_key_id(master, e.key_scope) if e.scheme == JOIN else None for e in onions]
+    return pa.table(
+        {
+            LAYER_COLUMN: pa.array([e.name for e in onions], pa.string()),
+            LAYER_PEELED: pa.array([e.outer is None for e in onions], pa.bool_()),
+            LAYER_KEY: pa.array(keys, pa.string()),
+        }
+    )
+
+
+def _locked_state(session: Session, table: TableDesign, enc: Encryption) -> tuple[bool, str | None]:
+    state = run_remote(lock_layer_statement(table, enc), session.backend, FetchStats())
+    if state.num_rows != 1:
+        raise BackendError(
+            f"the onion layers of table {table.name!r} are missing or damaged on the server "
+            f"({state.num_rows} rows for one column); reload the table with `veil load`"
+        )
+    return bool(state.column(1)[0].as_py()), state.column(2)[0].as_py()
+
+
 def _peel_on_server(session: Session, table: TableDesign, enc: Encryption) -> bool:
     """One transaction: the layer comes off unless the server says it is off already."""
     backend = session.backend
-    context = rnd_context(table, enc)
     with backend.transaction():
-        state = run_remote(lock_layer_statement(table, enc), backend, FetchStats())
-        if state.num_rows != 1:
-            raise BackendError(
-                f"the onion layers of table {table.name!r} are missing or damaged on the server "
-                f"({state.num_rows} rows for one column); reload the table with `veil load`"
-            )
-        if state.column(1)[0].as_py():
+        peeled, _ = _locked_state(session, table, enc)
+        if peeled:
             return False
-        key = layer_key(session.master, enc, context)
+        key = layer_key(session.master, enc, rnd_context(table, enc))
         run_remote(peel_statement(table, enc, layer_form(enc), key), backend, FetchStats())
         run_remote(mark_peeled_statement(table, enc), backend, FetchStats())
     return True
 
 
-def _record(session: Session, peels: list[Peel], event: dict[str, object]) -> None:
-    """Drop the layers from the design on disk (under the directory's lock), then log."""
+def _rekey_on_server(
+    session: Session, table: TableDesign, enc: Encryption, onto: Encryption
+) -> bool:
+    """One transaction: re-key ``enc`` onto ``onto``'s key unless the server says it is."""
+    backend, master = session.backend, session.master
+    target = join_key_id(master, onto.key_scope)
+    with backend.transaction():
+        peeled, key = _locked_state(session, table, enc)
+        if key == target:
+            return False
+        if not peeled or key != join_key_id(master, enc.key_scope):
+            raise BackendError(
+                f"the JOIN onion of {table.name}.{enc.source} is not in the state the design "
+                "says on the server; re-encrypt the table with `veil reencrypt`"
+            )
+        token = _join_cipher(session, enc).token_to(_join_cipher(session, onto))
+        run_remote(rekey_statement(table, enc, token), backend, FetchStats())
+        run_remote(mark_rekeyed_statement(table, enc, target), backend, FetchStats())
+    return True
+
+
+def _join_cipher(session: Session, enc: Encryption) -> JoinCipher:
+    cipher = column_cipher(session.master, dataclasses.replace(enc, params={}))
+    assert isinstance(cipher, JoinCipher)
+    return cipher
+
+
+def _record(session: Session, adjustments: list[Adjustment], event: dict[str, object]) -> None:
+    """Apply the adjustments to the design on disk (under the directory's lock), then log."""
     client = session.client
     with client.design_lock():
         design = client.design(session.master)
-        for wanted in peels:
-            _strip(design, wanted)
+        for wanted in adjustments:
+            _apply(design, wanted)
         design.save(client.design_path)
-        for wanted in peels:
+        for wanted in adjustments:
+            layer = (
+                wanted.scheme if isinstance(wanted, Peel) else f"JOIN with {'.'.join(wanted.onto)}"
+            )
             client.log_peel(
-                {**event, "table": wanted.table, "column": wanted.column, "layer": wanted.scheme}
+                {"layer": layer, **event, "table": wanted.table, "column": wanted.column}
             )
     session.reload_design()
 
 
-def _strip(design: PhysicalDesign, wanted: Peel) -> None:
+def _apply(design: PhysicalDesign, wanted: Adjustment) -> None:
     table = design.tables.get(wanted.table)
-    enc = table.onion_of(wanted.column, wanted.scheme) if table is not None else None
-    if enc is not None:
-        enc.params.pop("outer", None)
+    if table is None:
+        return
+    if isinstance(wanted, Peel):
+        enc = table.onion_of(wanted.column, wanted.scheme)
+        if enc is not None:
+            enc.params.pop("outer", None)
+        return
+    enc = table.onion_of(wanted.column, JOIN)
+    onto_table = design.tables.get(wanted.onto[0])
+    onto = onto_table.onion_of(wanted.onto[1], JOIN) if onto_table is not None else None
+    if enc is not None and onto is not None:
+        enc.key_scope = onto.key_scope
 
 
 def _retry(work: Callable[[], bool]) -> bool:
@@ -266,4 +440,4 @@ def revealed_layer(table: TableDesign, column: str) -> str:
     exposed = {e.scheme for e in table.encryptions_of(column) if e.outer is None}
     if OPE in exposed:
         return OPE
-    return DET if DET in exposed else RND
+    return DET if exposed & {DET, JOIN} else RND

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from veil.backends import render
-from veil.design.model import BLOCKS, DET, HOM, OPE, RND, SEARCH
+from veil.design.model import BLOCKS, DET, HOM, JOIN, OPE, RND, SEARCH
 from veil.exec.session import Session
 from veil.sql.errors import UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
@@ -19,6 +19,7 @@ REVEALS = {
     OPE: "the order of values (and some high bits)",
     HOM: "nothing (sums are computed blind)",
     SEARCH: "which rows contain a searched word, once searched",
+    JOIN: "which rows hold equal values, in every column of its join class",
     "NULL": "which rows are NULL (visible at rest anyway)",
     "count": "a row count (computed by the server)",
     "row id": "the order rows were written in (sequential ids)",

@@ -16,9 +16,19 @@ from dataclasses import asdict, dataclass, field
 
 from sqlglot import exp
 
-from veil.design.model import BLOCKS, DET, HOM, OPE, RND, SEARCH, PhysicalDesign, TableDesign
+from veil.design.model import (
+    BLOCKS,
+    DET,
+    HOM,
+    JOIN,
+    OPE,
+    RND,
+    SEARCH,
+    PhysicalDesign,
+    TableDesign,
+)
 from veil.design.policy import Policy
-from veil.exec.onions import REVEALS, wanted_peels
+from veil.exec.onions import REVEALS, Peel, wanted_peels
 from veil.exec.session import Session
 from veil.sql.parse import parse_statement
 
@@ -62,8 +72,8 @@ def leakage(session: Session) -> Leakage:
         summed |= set(table.hom.sources if table.hom else [])
         for column in table.columns:
             layers, reveals = _layers(table, column.name)
-            det = table.find(column.name, DET)
-            scope = scopes.get(det.key_scope, set()) if det is not None else set()
+            keyed = [table.find(column.name, s) for s in (DET, JOIN)]
+            scope = set().union(*(scopes.get(e.key_scope, set()) for e in keyed if e is not None))
             mates = sorted(scope - {f"{table.name}.{column.name}"})
             found.append(
                 ColumnLeakage(
@@ -95,9 +105,10 @@ def what_if(session: Session, sql: str) -> list[str]:
     blocked = [
         p for p in wanted_peels(session.design, Policy(default="PLAIN"), tree) if p not in allowed
     ]
-    lines = [f"peels {p}" for p in allowed]
+    lines = [f"peels {p}" if isinstance(p, Peel) else str(p) for p in allowed]
     lines += [
-        f"{p.table}.{p.column}: policy forbids {p.scheme}; that part runs on the client"
+        f"{p.table}.{p.column}: policy forbids "
+        f"{p.scheme if isinstance(p, Peel) else 'its join'}; that part runs on the client"
         for p in blocked
     ]
     return lines or ["nothing new: the server already holds every layer this query uses"]
@@ -151,7 +162,7 @@ def _layers(table: TableDesign, column: str) -> tuple[list[str], str]:
         held.append(f"{enc.scheme} under RND" if enc.outer else enc.scheme)
         if enc.outer is None and enc.scheme == OPE:
             reveals = OPE
-        elif enc.outer is None and enc.scheme == DET and reveals == RND:
+        elif enc.outer is None and enc.scheme in (DET, JOIN) and reveals == RND:
             reveals = DET
         elif enc.scheme == SEARCH and reveals == RND:
             pass  # SWP reveals nothing until a word is searched (then: its matches)
@@ -163,7 +174,7 @@ def _det_scopes(design: PhysicalDesign) -> dict[str, set[str]]:
     scopes: dict[str, set[str]] = {}
     for table in design.tables.values():
         for enc in table.encryptions:
-            if enc.scheme == DET and enc.outer is None and not enc.is_expression:
+            if enc.scheme in (DET, JOIN) and enc.outer is None and not enc.is_expression:
                 scopes.setdefault(enc.key_scope, set()).add(f"{table.name}.{enc.source}")
     return scopes
 

@@ -368,6 +368,7 @@ def reencrypt(session: Session, name: str) -> None:
     """
     table = _existing(session, exp.to_table(name))
     _rebuild(session, table.name, f'SELECT * FROM "{table.name}"')
+    session.reload_design()
 
 
 def _create_index(session: Session, tree: exp.Create) -> Result:

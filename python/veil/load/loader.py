@@ -40,13 +40,14 @@ from veil.design.model import (
 )
 from veil.design.policy import Policy, check_policy_columns
 from veil.designer.greedy import greedy_design
-from veil.designer.onions import layers_rows, onion_design
+from veil.designer.onions import onion_design
 from veil.encoding import SqlType, encode, encode_scalar
 from veil.exec.blocks import blocks_schema
 from veil.exec.ciphers import BYTES_FORM, available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
+from veil.exec.onions import layers_rows
 from veil.exec.row_ids import counter_table
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
@@ -191,7 +192,7 @@ def _load_table(
     table.row_count = rows
     backend.bulk_load(table.id_counter, counter_table(rows))
     if table.layers_table:
-        backend.bulk_load(table.layers_table, layers_rows(table))
+        backend.bulk_load(table.layers_table, layers_rows(table, master))
     if table.blocks_table:
         backend.bulk_load(
             table.blocks_table,

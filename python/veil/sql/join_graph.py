@@ -1,10 +1,10 @@
-"""Join edges (DET equi-joins the server can evaluate) and their components."""
+"""Join edges (equi-joins the server can evaluate: DET or JOIN-ADJ) and their components."""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from veil.design.model import DET
+from veil.design.model import DET, JOIN, Encryption, TableDesign
 from veil.sql.columns import BaseColumn
 from veil.sql.plan import JoinEdge, Scan
 from veil.sql.state import ScanKey
@@ -45,14 +45,29 @@ def join_edge(
     if allowed is not None and not wanted <= allowed:
         return None
     left_scan, right_scan = scans[(left.scope_id, left.alias)], scans[(right.scope_id, right.alias)]
-    left_enc = left_scan.table.find(left.column, DET)
-    right_enc = right_scan.table.find(right.column, DET)
-    if left_enc is None or right_enc is None or left_enc.key_scope != right_enc.key_scope:
+    pair = equal_columns(left_scan.table, left.column, right_scan.table, right.column)
+    if pair is None:
         return None
+    left_enc, right_enc = pair
     edge = JoinEdge(left_scan, left_enc.name, right_scan, right_enc.name, predicate.sql("duckdb"))
     edge.correlated = not same_scope
     edge.node = predicate
     return edge
+
+
+def equal_columns(
+    left: TableDesign, left_column: str, right: TableDesign, right_column: str
+) -> tuple[Encryption, Encryption] | None:
+    """Server columns on which ``left_column = right_column`` can be tested, if any.
+
+    DET under one key (a workload's key group), else JOIN-ADJ onions re-keyed
+    into one join class (``veil.exec.onions``).
+    """
+    for scheme in (DET, JOIN):
+        a, b = left.find(left_column, scheme), right.find(right_column, scheme)
+        if a is not None and b is not None and a.key_scope == b.key_scope:
+            return a, b
+    return None
 
 
 def components(edges: list[JoinEdge]) -> list[tuple[list[Scan], list[JoinEdge]]]:

@@ -47,8 +47,10 @@ _INNER, _SIDE = "g", "h"
 HOM_PACK_COLUMN = "pack"  # the HOM side table's pack number column
 HOM_CT_COLUMN = "ct"  # ... and its ciphertext column
 ID_COUNTER_COLUMN = "next_id"  # the row-id counter table's one column
-# the layers table's columns: an onion's server column name, and whether its RND layer is off
-LAYER_COLUMN, LAYER_PEELED = "c", "peeled"
+# the layers table's columns: an onion's server column name, whether its RND layer is
+# off, and (JOIN onions) an opaque id of the key its ciphertexts are under now
+LAYER_COLUMN, LAYER_PEELED, LAYER_KEY = "c", "peeled", "k"
+JOINADJ_REKEY = "veil_joinadj_rekey"  # server function: re-key JOIN-ADJ ciphertexts by a token
 # the server functions that XOR a column with its RND layer's keystream (peel)
 LAYER_XOR = {"int": "veil_layer_xor_int", "bytes": "veil_layer_xor_bytes"}
 
@@ -507,7 +509,7 @@ def allocate_ids_statement(table: TableDesign, count: int) -> exp.Update:
 
 def layer_states_statement(table: TableDesign) -> exp.Select:
     """The layers table's rows (``c``, ``peeled``), read without locking."""
-    columns = [exp.column(LAYER_COLUMN), exp.column(LAYER_PEELED)]
+    columns = [exp.column(LAYER_COLUMN), exp.column(LAYER_PEELED), exp.column(LAYER_KEY)]
     return exp.select(*columns).from_(exp.to_table(table.layers_table))
 
 
@@ -525,7 +527,8 @@ def lock_layer_statement(table: TableDesign, enc: Encryption | None = None) -> e
             "where",
             exp.Where(this=exp.EQ(this=exp.column(LAYER_COLUMN), expression=param(enc.name))),
         )
-    update.set("returning", exp.Returning(expressions=[exp.column(LAYER_COLUMN), peeled]))
+    returned = [exp.column(LAYER_COLUMN), peeled, exp.column(LAYER_KEY)]
+    update.set("returning", exp.Returning(expressions=returned))
     return update
 
 
@@ -541,5 +544,38 @@ def peel_statement(table: TableDesign, enc: Encryption, form: str, key: bytes) -
 def mark_peeled_statement(table: TableDesign, enc: Encryption) -> exp.Update:
     where = exp.EQ(this=exp.column(LAYER_COLUMN), expression=param(enc.name))
     update = exp.update(exp.to_table(table.layers_table), {LAYER_PEELED: exp.true()})
+    update.set("where", exp.Where(this=where))
+    return update
+
+
+def rekey_statement(table: TableDesign, enc: Encryption, token: bytes) -> exp.Update:
+    """Re-key a JOIN-ADJ column by ``token``, once per distinct ciphertext::
+
+    UPDATE t SET c = m.new FROM (SELECT old, veil_joinadj_rekey($1, old) AS new
+      FROM (SELECT DISTINCT c AS old FROM t WHERE c IS NOT NULL) AS d) AS m
+     WHERE t.c = m.old
+    """
+    column = exp.column(enc.name, table=table.server_name)
+    distinct = (
+        exp.select(exp.alias_(exp.column(enc.name), "old"))
+        .distinct()
+        .from_(exp.to_table(table.server_name))
+        .where(exp.Not(this=exp.Is(this=exp.column(enc.name), expression=exp.null())))
+    )
+    rekeyed = exp.Anonymous(this=JOINADJ_REKEY, expressions=[param(token), exp.column("old")])
+    mapping = exp.select(exp.column("old"), exp.alias_(rekeyed, "new")).from_(
+        exp.alias_(exp.Subquery(this=distinct), "d")
+    )
+    update = exp.update(exp.to_table(table.server_name), {enc.name: exp.column("new", table="m")})
+    update.set("from_", exp.From(this=exp.alias_(exp.Subquery(this=mapping), "m")))
+    update.set(
+        "where", exp.Where(this=exp.EQ(this=column, expression=exp.column("old", table="m")))
+    )
+    return update
+
+
+def mark_rekeyed_statement(table: TableDesign, enc: Encryption, key_id: str) -> exp.Update:
+    where = exp.EQ(this=exp.column(LAYER_COLUMN), expression=param(enc.name))
+    update = exp.update(exp.to_table(table.layers_table), {LAYER_KEY: param(key_id)})
     update.set("where", exp.Where(this=where))
     return update

@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from veil.design.model import DET, OPE, Encryption
+from veil.design.model import DET, OPE, Encryption, TableDesign
 from veil.sql.columns import BaseColumn
 from veil.sql.conjuncts import block_conjuncts, inner_joins_only
+from veil.sql.join_graph import equal_columns
 from veil.sql.plan import Scan, ServerPredicate
 from veil.sql.remote import OUTER, qualified
 from veil.sql.state import PlanState, ScanKey
@@ -151,16 +152,17 @@ def _in_subquery(work: _Translation, node: exp.In) -> exp.Expr | None:
     subquery = node.args["query"].this
     if node.expressions or not isinstance(subquery, exp.Select):
         return None
-    outer = _column(work, node.this, DET)
+    items = subquery.expressions
+    scheme = _equal_scheme(work, node.this, items[0].unalias()) if len(items) == 1 else DET
+    outer = _column(work, node.this, scheme)
     if outer is None:
         return None
     enc = outer[1]
 
     def projection(scope: Scope) -> exp.Expr | None:
-        items = subquery.expressions
         if len(items) != 1:
             return None
-        found = _column(work, items[0].unalias(), DET, inside=scope)
+        found = _column(work, items[0].unalias(), scheme, inside=scope)
         return found[0] if found is not None and found[1].key_scope == enc.key_scope else None
 
     select = _block(work, subquery, projection)
@@ -278,11 +280,28 @@ def _condition(
     scheme = _COMPARISONS.get(type(conjunct))
     if scheme is None:
         return None
+    if scheme == DET:
+        scheme = _equal_scheme(work, conjunct.this, conjunct.expression)
     left = _column(work, conjunct.this, scheme)
     right = _column(work, conjunct.expression, scheme)
     if left is None or right is None or left[1].key_scope != right[1].key_scope:
         return None
     return type(conjunct)(this=left[0], expression=right[0])
+
+
+def _equal_scheme(work: _Translation, left: exp.Expr, right: exp.Expr) -> str:
+    """DET, or JOIN where only the columns' JOIN-ADJ onions share a key (looked up, not used)."""
+    found = [_table_column(work, node) for node in (left, right)]
+    if found[0] is None or found[1] is None:
+        return DET
+    pair = equal_columns(*found[0], *found[1])
+    return pair[0].scheme if pair is not None else DET
+
+
+def _table_column(work: _Translation, node: exp.Expr) -> tuple[TableDesign, str] | None:
+    ref = work.state.resolved.get(id(node)) if isinstance(node, exp.Column) else None
+    scan = work.state.scans.get((ref.scope_id, ref.alias)) if ref is not None else None
+    return (scan.table, ref.column) if scan is not None and ref is not None else None
 
 
 def _column(
