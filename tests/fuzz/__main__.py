@@ -79,7 +79,7 @@ def query_mode(args: argparse.Namespace, root: Path) -> int:
     total = Report()
     with server(args.backend, root) as url_for:
         started = time.perf_counter()
-        env = build_env(root, url_for("fuzz"), args.backend)
+        env = build_env(root, url_for("fuzz"), args.backend, onions=args.design == "onions")
         print(f"loaded the fuzz database on {args.backend} in {time.perf_counter() - started:.1f}s")
         for mode in args.hom.split(","):
             session = open_session(env.client_dir, mode)
@@ -151,7 +151,7 @@ def replay(args: argparse.Namespace, root: Path) -> int:
     files = sorted(Path(args.replay).glob("*.sql"))
     failed = 0
     with server(args.backend, root) as url_for:
-        env = build_env(root, url_for("fuzz"), args.backend)
+        env = build_env(root, url_for("fuzz"), args.backend, onions=args.design == "onions")
         sessions = {mode: open_session(env.client_dir, mode) for mode in HOM_MODES}
         for path in files:
             fields, query = read_regression(path)
@@ -174,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         "--hom", default="auto,always", help="VEIL_HOM_PUSHDOWN modes, comma-separated"
     )
     parser.add_argument("--mode", choices=("query", "dml"), default="query")
+    parser.add_argument(
+        "--design",
+        choices=("workload", "onions"),
+        default="workload",
+        help="load with the designer's workload, or as onions the queries peel (query mode)",
+    )
     parser.add_argument("--out", default=str(REGRESSIONS), help="folder for shrunk regressions")
     parser.add_argument("--no-shrink", dest="shrink", action="store_false")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every failure")

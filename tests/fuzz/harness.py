@@ -81,8 +81,12 @@ def design_workload(catalog: Catalog) -> list[str]:
     return [*feature_queries(), *query_texts().values(), *workload(catalog, WORKLOAD_SEEDS)]
 
 
-def build_env(root: Path, server_url: str, backend: str) -> FuzzEnv:
-    """Write the source (once per root), load it through Veil into ``server_url``."""
+def build_env(root: Path, server_url: str, backend: str, *, onions: bool = False) -> FuzzEnv:
+    """Write the source (once per root), load it through Veil into ``server_url``.
+
+    ``onions``: no workload, every column as onions the queries peel as they go
+    (``veil.designer.onions``), so queries meet columns in every layer state.
+    """
     source, plain, catalog = prepare_source(root)
     client_dir = root / f"client-{backend}"
     shutil.rmtree(client_dir, ignore_errors=True)
@@ -90,7 +94,7 @@ def build_env(root: Path, server_url: str, backend: str) -> FuzzEnv:
         str(source),
         server_url,
         str(client_dir),
-        workload=design_workload(catalog),
+        workload=[] if onions else design_workload(catalog),
         progress=lambda _: None,
     )
     return FuzzEnv(source, plain, catalog, client_dir, backend)

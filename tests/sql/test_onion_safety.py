@@ -13,13 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 from tests.sql.test_onions import _assert_forms
 
+from veil import statements
 from veil.design.model import DET, JOIN, OPE, RND
 from veil.design.policy import Policy, PolicyError
 from veil.encoding import encode
 from veil.exec.ciphers import column_cipher
+from veil.exec.leakage import leakage, what_if
 from veil.exec.onions import manual_peel, set_policy
 from veil.exec.session import Session
-from veil.frontend.leakage import leakage, what_if
 from veil.load.ddl import reencrypt
 from veil.load.loader import load
 
@@ -249,3 +250,17 @@ def test_the_cli_peels_and_reports(client: Path, tmp_path: Path) -> None:
         env=env,
     )
     assert done.returncode == 2 and "re-encrypted" in done.stderr
+
+
+def test_an_index_on_an_onion_column_survives_peels_and_rekeys(client: Path) -> None:
+    session = Session(str(client))
+    try:
+        statements.run(session, "CREATE INDEX by_grp ON items (grp)")
+        sql = "SELECT label, count(*) FROM items, groups WHERE grp = gid AND grp = 4 GROUP BY label"
+        assert session.run(sql).table.to_pylist() == [
+            {"label": "group 4", "count_star()": len(range(4, ROWS, 7))}
+        ]
+        session.run("INSERT INTO items VALUES (99999, 4, 1, 'x')")
+        assert session.run(sql).table.column(1)[0].as_py() == len(range(4, ROWS, 7)) + 1
+    finally:
+        session.close()

@@ -154,3 +154,36 @@ def _read_back(
     wanted = [(enc.source, fetchable), ("__veil_rnd_row_id", None)]
     plain = decrypt_columns(server.select([2, 0]), table, wanted, session.ciphers)
     return ids, server.column(1).combine_chunks(), encode(plain.column(0), enc.sql_type)
+
+
+def test_canaries_never_reach_the_server(onion_session: Session) -> None:
+    """Peels and re-keys send keys and tokens, never a plaintext value or name."""
+    from tests.sql.test_canary import CANARIES, NAMES, QUERIES, _contains
+
+    log: list[tuple[str, object]] = []
+    remove = onion_session.backend.add_statement_listener(lambda sql, p: log.append((sql, p)))
+    try:
+        for sql in [
+            *QUERIES,
+            "SELECT count(*) FROM customer, nation WHERE c_nationkey = n_nationkey AND n_name = 'ALGERIA'",
+        ]:
+            onion_session.run(sql)
+    finally:
+        remove()
+    assert log
+    for statement, params in log:
+        for needle in CANARIES + NAMES:
+            assert needle.lower() not in statement.lower()
+            assert not any(_contains(p, needle) for p in params or ())  # type: ignore[attr-defined]
+    backend = onion_session.backend
+    for name in backend.table_names():
+        table = backend.execute(f'SELECT * FROM "{name}"')
+        assert not any(n in name.lower() or n in " ".join(table.column_names) for n in NAMES)
+        for column in table.columns:
+            if not (pa.types.is_binary(column.type) or pa.types.is_string(column.type)):
+                continue
+            values = column.to_pylist()
+            blob = b"".join(
+                v if isinstance(v, bytes) else v.encode() for v in values if v is not None
+            )
+            assert not any(c.encode() in blob for c in CANARIES + NAMES), name

@@ -27,8 +27,8 @@ import duckdb
 from veil.bench.compare import difference
 from veil.bench.report import bar_plot, format_table, write_json
 from veil.design.policy import Policy, template_layers
+from veil.exec.leakage import leakage
 from veil.exec.session import Session
-from veil.frontend.leakage import leakage
 from veil.load.loader import load
 from veil.load.sources import open_source
 from veil.tpch.queries import query_texts

@@ -142,12 +142,18 @@ def _in_layers(
             write(table)
             return
     if not again:
-        raise OperationalError(
-            f"another client keeps peeling the onion layers of {table.name!r}; nothing was "
-            "written: run the statement again"
+        raise LayersChangedError(
+            f"another client peeled an onion layer of {table.name!r} while this statement "
+            "ran; nothing was written: run it again"
         )
     session.reload_design()  # repairs the design from the server's layers table
     _in_layers(session, session.design.table(table.name), write, again=False)
+
+
+class LayersChangedError(OperationalError):
+    """A peel committed between a statement's reads and its write (which then did not happen)."""
+
+    anchor = "policy"
 
 
 def _layers_agree(session: Session, table: TableDesign) -> bool:
@@ -251,7 +257,23 @@ def _delete(session: Session, tree: exp.Delete) -> Result:
     return Result(pa.table({}), len(row_ids))
 
 
-def _update(session: Session, tree: exp.Update) -> Result:
+def _update(session: Session, tree: exp.Update, *, again: bool = True) -> Result:
+    """Read the matching rows, then rewrite them under fresh ids, in one transaction.
+
+    A peel committed by another client between the read and the write may
+    have made the read decrypt under a stale layer: then nothing is written
+    and the statement runs once more from the start.
+    """
+    try:
+        return _update_once(session, tree)
+    except LayersChangedError:
+        if not again:
+            raise
+        session.reload_design()
+        return _update(session, tree, again=False)
+
+
+def _update_once(session: Session, tree: exp.Update) -> Result:
     from veil.exec.session import Result
 
     table = _target(session, tree.this)
@@ -280,5 +302,5 @@ def _update(session: Session, tree: exp.Update) -> Result:
         _delete_rows(session, current, row_ids)
         _append_rows(session, current, plain, first_id)
 
-    _in_layers(session, table, rewrite)
+    _in_layers(session, table, rewrite, again=False)  # its rows were read under these layers
     return Result(pa.table({}), len(row_ids))

@@ -229,15 +229,28 @@ class Session:
     def query(self, tree: exp.Expr) -> Result:
         return self._answer(CachedPlan(self.describe(tree), self.plan(tree), tree))
 
-    def _answer(self, planned: CachedPlan) -> Result:
+    def _answer(self, planned: CachedPlan, *, again: bool = True) -> Result:
         plan, stats = planned.plan, FetchStats()
+        stamp = self._design_stamp
         try:
             table = self.execute_plan(plan, stats)
         except Exception as exc:
             if not plan.pushdown or isinstance(exc, duckdb.InterruptException):
                 raise  # nothing to fall back from, or the user asked to stop
             return self._fallback(planned, exc, stats)
+        if again and self._layers_moved(stamp):
+            # another session peeled a layer this plan fetched through: its rows may have
+            # been decrypted under the old layer; plan and run again on the new design
+            self.follow_design()
+            replanned = CachedPlan(planned.names, self.plan(planned.tree), planned.tree)
+            return self._answer(replanned, again=False)
         return self._named(planned, table, stats, plan)
+
+    def _layers_moved(self, stamp: int) -> bool:
+        """Has the design changed since ``stamp`` while it holds onions (a peel elsewhere)?"""
+        from veil.exec.onions import has_wrapped
+
+        return has_wrapped(self.design) and _stamp(self.client.design_path) != stamp
 
     def _fallback(self, planned: CachedPlan, exc: Exception, stats: FetchStats) -> Result:
         """The always-correct fetch-everything plan, after the split plan failed.
@@ -365,9 +378,13 @@ class Session:
             planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
             if is_repeatable(tree):
                 self.plans.put(key, planned)
-        stats = FetchStats()
+        stats, stamp = FetchStats(), self._design_stamp
         try:
             registered = self._fetch_scans(planned.plan, stats)
+            if self._layers_moved(stamp):  # a peel elsewhere: answer on the new design
+                self._unregister(registered)
+                self.plans.clear()
+                return self._run(sql, params)
             try:
                 reader = self.local.sql(self._local_sql(planned.plan)).to_arrow_reader(
                     STREAM_BATCH_ROWS

@@ -148,8 +148,9 @@ def run_policy_template(args: argparse.Namespace) -> int:
 
 
 def run_leakage(args: argparse.Namespace) -> int:
+    from veil.exec.leakage import leakage, what_if
     from veil.exec.session import Session
-    from veil.frontend.leakage import leakage, render_text, what_if, write_png
+    from veil.frontend.leakage import render_text, write_png
 
     session = Session(args.client_dir)
     try:

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from veil.design.model import (
     DET,
+    JOIN,
     OPE,
     SEARCH,
     Column,
@@ -376,16 +377,21 @@ def _create_index(session: Session, tree: exp.Create) -> Result:
     table = _existing(session, index.args["table"])
     params = index.args.get("params")
     keys = [o.this.name.lower() for o in (params.args.get("columns") or [])] if params else []
-    server_columns = []
+    server_columns, joins = [], []
     for key in keys:
-        enc = table.find(key, DET) or table.find(key, OPE)
+        # an onion still wrapped: its index serves once a query peels it (kept through peels)
+        enc = table.find(key, DET) or table.find(key, OPE) or table.onion_of(key, DET)
+        join = table.onion_of(key, JOIN)
+        if join is not None:
+            joins.append(f'"{join.name}"')  # JOIN-ADJ: its own index, kept through re-keys
         if enc is None:
             raise QueryError(
                 f"column {key} of {table.name} is stored for fetching only, so a server index "
                 f"would not help; recreate the table WITH (det = '{key}') or (ope = '{key}')"
             )
         server_columns.append(f'"{enc.name}"')
-    session.backend.execute(
-        f'CREATE INDEX "{opaque_name("i")}" ON "{table.server_name}" ({", ".join(server_columns)})'
-    )
+    for columns in [server_columns, *([j] for j in joins if len(keys) == 1)]:
+        session.backend.execute(
+            f'CREATE INDEX "{opaque_name("i")}" ON "{table.server_name}" ({", ".join(columns)})'
+        )
     return _done(session)
