@@ -264,3 +264,21 @@ def test_an_index_on_an_onion_column_survives_peels_and_rekeys(client: Path) -> 
         assert session.run(sql).table.column(1)[0].as_py() == len(range(4, ROWS, 7)) + 1
     finally:
         session.close()
+
+
+def test_the_workload_designer_stores_nothing_beyond_policy(source: Path, tmp_path: Path) -> None:
+    workload = ["SELECT id FROM items WHERE amount < 5", "SELECT count(*) FROM items WHERE grp = 1"]
+    policy = Policy(columns={"items.amount": DET, "items.grp": RND})
+    url = f"duckdb://{tmp_path / 's.duckdb'}"
+    load(str(source), url, str(tmp_path / "c"), workload, lambda _: None, policy=policy)
+    session = Session(str(tmp_path / "c"))
+    try:
+        items = session.design.table("items")
+        assert items.encryptions_of("amount", OPE) == []  # the range runs on the client
+        assert items.encryptions_of("grp", DET) == [] and items.encryptions_of("grp", OPE) == []
+        assert session.run("SELECT count(*) FROM items WHERE grp = 1").table.column(0)[
+            0
+        ].as_py() == len(range(1, ROWS, 7))
+        assert len(session.run(workload[0]).table) == sum((i * 37) % 1000 < 5 for i in range(ROWS))
+    finally:
+        session.close()

@@ -14,7 +14,12 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "the leakage after the 22 queries and the peels' throughput.",
     )
     bench.add_argument("--data", required=True, help="directory of TPC-H .parquet files")
-    bench.add_argument("--server", required=True, help="server URL for the onion load")
+    bench.add_argument(
+        "--server",
+        required=True,
+        help="server URL for the onion load, or `postgres` for a throwaway cluster (both "
+        "loads in it; --workload-client then names the client directory to load)",
+    )
     bench.add_argument("--client-dir", required=True, help="client directory (created)")
     bench.add_argument("--workload-client", help="a workload-designed client directory to compare")
     bench.add_argument("--policy-template", help="load under this policy template")

@@ -36,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
     )
     load.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="store every column as onions that queries peel as they need (the default "
+        "without --workload; docs/onions.md)",
+    )
+    load.add_argument(
         "--sums",
         choices=SUM_SCHEMES,
         default="ashe",
@@ -101,6 +107,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_load(args: argparse.Namespace) -> int:
     from veil.load.loader import load, read_workload
 
+    if args.adaptive and args.workload:
+        print(
+            "veil: error: --adaptive stores onions for any query; --workload designs for given "
+            "queries: choose one",
+            file=sys.stderr,
+        )
+        return 2
     reports = load(
         args.source,
         args.server,
