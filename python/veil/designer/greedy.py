@@ -126,6 +126,7 @@ def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
         sums=set(needs.sums),
         det_rows={r for r in needs.det_rows if row_allowed(r, DET)},
         ope_rows={r for r in needs.ope_rows if row_allowed(r, OPE)},
+        ope_alone={r for r in needs.ope_alone if allowed(r, OPE)},
         read=set(needs.read),
         queries=needs.queries,
     )

@@ -48,6 +48,9 @@ class WorkloadNeeds:
     # per-row expressions compared with constants (MONOMI §5.1): (table, unqualified SQL)
     det_rows: set[tuple[str, str]] = field(default_factory=set)
     ope_rows: set[tuple[str, str]] = field(default_factory=set)
+    # columns ordered against constants or themselves (not only against another column,
+    # which needs a shared OPE key: the onion runtime cannot use a per-column one there)
+    ope_alone: set[ColumnRef] = field(default_factory=set)
     # every column some query reads, anywhere; and how many queries were analysed
     read: set[ColumnRef] = field(default_factory=set)
     queries: int = 0
@@ -96,10 +99,12 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             _note_column_order(ref(node.this), ref(node.expression), needs)
         elif isinstance(node, exp.Between) and ref(node.this):
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
+            needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Group):
             needs.det.update(r for r in map(ref, node.expressions) if r)
         elif isinstance(node, exp.Ordered | exp.Min | exp.Max) and ref(node.this):
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
+            needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
             needs.det.update(r for r in map(ref, node.this.expressions) if r)
         elif isinstance(node, exp.Like | exp.ILike) and ref(node.this):
@@ -196,6 +201,7 @@ def _note_column_order(
 ) -> None:
     if left and right and left == right:  # a column against itself in a subquery: one key
         needs.ope.add(left)
+        needs.ope_alone.add(left)
     elif left and right and left[0] == right[0]:
         needs.ope.update((left, right))
         needs.ope_pairs.add((left, right))
@@ -204,3 +210,4 @@ def _note_column_order(
 def _note_range(column: ColumnRef | None, other: exp.Expr, needs: WorkloadNeeds) -> None:
     if column and is_constant(other):
         needs.ope.add(column)
+        needs.ope_alone.add(column)

@@ -110,7 +110,9 @@ def has_wrapped(design: PhysicalDesign) -> bool:
 def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list[Adjustment]:
     """The layers ``tree`` would compute on, and the join keys to adjust, that ``policy`` allows."""
     needs = analyse_tree(tree, design.plaintext_schema())
-    asked = [(ref, DET) for ref in sorted(needs.det)] + [(ref, OPE) for ref in sorted(needs.ope)]
+    # an order between two columns needs one OPE key, which per-column onions never share
+    asked = [(ref, DET) for ref in sorted(needs.det)]
+    asked += [(ref, OPE) for ref in sorted(needs.ope_alone)]
     found: list[Adjustment] = []
     for (table, column), scheme in asked:
         enc = design.tables[table].onion_of(column, scheme)
