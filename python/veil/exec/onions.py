@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 from sqlglot import exp
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from veil.exec.session import Session
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # what each layer lets the server learn, once peeled (``veil leakage``, ``veil explain``)
 REVEALS = {
@@ -178,43 +180,75 @@ def peeled_view(design: PhysicalDesign, adjustments: list[Adjustment]) -> Physic
 def peel_layers(
     session: Session, adjustments: list[Adjustment], reason: str
 ) -> list[dict[str, object]]:
-    """Make each adjustment on the server, then record it in the design; returns the log events."""
-    events = []
+    """Make the adjustments on the server, then record them in the design; returns log events.
+
+    The peels of one table come off in one statement (PostgreSQL rewrites
+    every row an UPDATE touches, whatever columns change: one rewrite, not
+    one per layer), then the JOIN re-keys run in order.
+    """
+    events: list[dict[str, object]] = []
     rewritten: set[str] = set()  # server tables whose statistics are stale now
+    by_table: dict[str, list[Peel]] = {}
     for wanted in adjustments:
-        table = session.design.tables[wanted.table]
-        scheme = JOIN if isinstance(wanted, Rekey) else wanted.scheme
-        enc = table.onion_of(wanted.column, scheme)
-        if enc is None:
-            continue
+        if isinstance(wanted, Peel):
+            by_table.setdefault(wanted.table, []).append(wanted)
+    for name, peels in by_table.items():
+        table = session.design.tables[name]
+        pairs = [(p, table.onion_of(p.column, p.scheme)) for p in peels]
+        wrapped = [(p, e) for p, e in pairs if e is not None and e.outer is not None]
+        if not wrapped:
+            continue  # another session of this process peeled them meanwhile
         started = time.perf_counter()
+        encs = [e for _, e in wrapped]
+        stripped = _retry(partial(_peel_on_server, session, table, encs))
+        rewritten.update([table.server_name] if stripped else [])
+        seconds = round(time.perf_counter() - started, 3)
+        for peel, enc in wrapped:
+            by = "this client" if enc.name in stripped else "another client (design repaired)"
+            event = _event(peel.scheme, table, seconds, reason, by, len(wrapped))
+            _record(session, [peel], event)
+            events.append({**event, "table": peel.table, "column": peel.column})
+        log.info("peeled %d layer(s) of %s in %.2f s", len(wrapped), name, seconds)
+    for wanted in adjustments:
         if isinstance(wanted, Rekey):
-            onto = session.design.tables[wanted.onto[0]].onion_of(wanted.onto[1], JOIN)
-            if onto is None or onto.key_scope == enc.key_scope:
-                continue  # done meanwhile, by another session of this process
-            done = _retry(lambda t=table, e=enc, o=onto: _rekey_on_server(session, t, e, o))  # type: ignore[misc]
-            layer = f"JOIN with {'.'.join(wanted.onto)}"
-        else:
-            if enc.outer is None:
-                continue  # another session of this process peeled it meanwhile
-            done = _retry(lambda t=table, e=enc: _peel_on_server(session, t, e))  # type: ignore[misc]
-            layer = wanted.scheme
-        if done:
-            rewritten.add(table.server_name)
-        event: dict[str, object] = {
-            "time": datetime.now(UTC).isoformat(timespec="seconds"),
-            "layer": layer,
-            "rows": table.row_count,
-            "seconds": round(time.perf_counter() - started, 3),
-            "query": reason,
-            "by": "this client" if done else "another client (design repaired)",
-        }
-        _record(session, [wanted], event)
-        events.append(event)
-        log.info("adjusted %s in %.2f s", wanted, event["seconds"])
-    for name in sorted(rewritten):
-        session.backend.refresh_statistics(name)
+            events += _rekey(session, wanted, reason, rewritten)
+    for server_name in sorted(rewritten):
+        session.backend.refresh_statistics(server_name)
     return events
+
+
+def _rekey(
+    session: Session, wanted: Rekey, reason: str, rewritten: set[str]
+) -> list[dict[str, object]]:
+    table = session.design.tables[wanted.table]
+    enc = table.onion_of(wanted.column, JOIN)
+    onto = session.design.tables[wanted.onto[0]].onion_of(wanted.onto[1], JOIN)
+    if enc is None or onto is None or onto.key_scope == enc.key_scope:
+        return []  # done meanwhile, by another session of this process
+    started = time.perf_counter()
+    done = _retry(partial(_rekey_on_server, session, table, enc, onto))
+    if done:
+        rewritten.add(table.server_name)
+    by = "this client" if done else "another client (design repaired)"
+    layer = f"JOIN with {'.'.join(wanted.onto)}"
+    event = _event(layer, table, round(time.perf_counter() - started, 3), reason, by, 1)
+    _record(session, [wanted], event)
+    return [{**event, "table": wanted.table, "column": wanted.column}]
+
+
+def _event(
+    layer: str, table: TableDesign, seconds: float, reason: str, by: str, columns: int
+) -> dict[str, object]:
+    """A peel log entry: ``seconds`` is its statement's, which took off ``columns`` layers."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "layer": layer,
+        "rows": table.row_count,
+        "columns": columns,
+        "seconds": seconds,
+        "query": reason,
+        "by": by,
+    }
 
 
 def reconcile(session: Session) -> list[Adjustment]:
@@ -281,17 +315,23 @@ def _locked_state(session: Session, table: TableDesign, enc: Encryption) -> tupl
     return bool(state.column(1)[0].as_py()), state.column(2)[0].as_py()
 
 
-def _peel_on_server(session: Session, table: TableDesign, enc: Encryption) -> bool:
-    """One transaction: the layer comes off unless the server says it is off already."""
+def _peel_on_server(session: Session, table: TableDesign, encs: list[Encryption]) -> set[str]:
+    """One transaction: the layers come off, but for those the server says are off already.
+
+    Returns the server columns this call peeled.
+    """
     backend = session.backend
     with backend.transaction():
-        peeled, _ = _locked_state(session, table, enc)
-        if peeled:
-            return False
-        key = layer_key(session.master, enc, rnd_context(table, enc))
-        run_remote(peel_statement(table, enc, layer_form(enc), key), backend, FetchStats())
-        run_remote(mark_peeled_statement(table, enc), backend, FetchStats())
-    return True
+        wrapped = [e for e in encs if not _locked_state(session, table, e)[0]]
+        if not wrapped:
+            return set()
+        layers = [
+            (e, layer_form(e), layer_key(session.master, e, rnd_context(table, e))) for e in wrapped
+        ]
+        run_remote(peel_statement(table, layers), backend, FetchStats())
+        for enc in wrapped:
+            run_remote(mark_peeled_statement(table, enc), backend, FetchStats())
+    return {e.name for e in wrapped}
 
 
 def _rekey_on_server(
@@ -355,7 +395,7 @@ def _apply(design: PhysicalDesign, wanted: Adjustment) -> None:
         enc.key_scope = onto.key_scope
 
 
-def _retry(work: Callable[[], bool]) -> bool:
+def _retry(work: Callable[[], T]) -> T:
     for attempt in range(_ATTEMPTS):
         try:
             return work()

@@ -532,13 +532,20 @@ def lock_layer_statement(table: TableDesign, enc: Encryption | None = None) -> e
     return update
 
 
-def peel_statement(table: TableDesign, enc: Encryption, form: str, key: bytes) -> exp.Update:
-    """Strip ``enc``'s RND layer on the server: XOR each value with its row's keystream."""
-    column = exp.column(enc.name)
-    stripped = exp.Anonymous(
-        this=LAYER_XOR[form], expressions=[param(key), exp.column(table.row_id), column]
-    )
-    return exp.update(exp.to_table(table.server_name), {enc.name: stripped})
+def peel_statement(table: TableDesign, layers: list[tuple[Encryption, str, bytes]]) -> exp.Update:
+    """Strip the RND layer of each ``(encryption, form, layer key)`` in one UPDATE.
+
+    Each value is XORed with its row's keystream; one statement rewrites the
+    rows once, whatever number of layers come off.
+    """
+    assignments: dict[str, object] = {
+        enc.name: exp.Anonymous(
+            this=LAYER_XOR[form],
+            expressions=[param(key), exp.column(table.row_id), exp.column(enc.name)],
+        )
+        for enc, form, key in layers
+    }
+    return exp.update(exp.to_table(table.server_name), assignments)
 
 
 def mark_peeled_statement(table: TableDesign, enc: Encryption) -> exp.Update:
