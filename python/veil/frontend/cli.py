@@ -146,7 +146,13 @@ def run_tables(args: argparse.Namespace) -> int:
     for name, table in sorted(design.tables.items()):
         print(name)
         for column in table.columns:
-            schemes = sorted({e.scheme for e in table.encryptions if e.source == column.name})
+            schemes = sorted(
+                {
+                    f"{e.scheme} under RND" if e.outer else e.scheme  # a wrapped onion
+                    for e in table.encryptions
+                    if e.source == column.name
+                }
+            )
             print(f"  {column.name:<24} {column.type:<16} {', '.join(schemes) or '-'}")
     return 0
 
