@@ -18,8 +18,8 @@ from veil.design.model import DET, JOIN, OPE, RND
 from veil.design.policy import Policy, PolicyError
 from veil.encoding import encode
 from veil.exec.ciphers import column_cipher
+from veil.exec.layer_commands import manual_peel, set_policy
 from veil.exec.leakage import leakage, what_if
-from veil.exec.onions import manual_peel, set_policy
 from veil.exec.session import Session
 from veil.load.ddl import reencrypt
 from veil.load.loader import load
@@ -62,6 +62,7 @@ def _crash_during_peel(client: Path, where: str) -> int:
     script = f"""
 import os
 import veil.exec.onions as onions
+import veil.exec.layer_commands as layer_commands
 from veil.exec.session import Session
 
 def die(*args, **kwargs):
@@ -72,7 +73,7 @@ if {where!r} == "before commit":
 else:
     onions._record = die
 session = Session({str(client)!r})
-onions.manual_peel(session, "items", "grp", "DET")
+layer_commands.manual_peel(session, "items", "grp", "DET")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     return done.returncode

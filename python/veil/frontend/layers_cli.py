@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_peel(args: argparse.Namespace) -> int:
-    from veil.exec.onions import manual_peel
+    from veil.exec.layer_commands import manual_peel
     from veil.exec.session import Session
 
     session = Session(args.client_dir)
@@ -101,7 +101,7 @@ def run_policy_show(args: argparse.Namespace) -> int:
 
 
 def run_policy_set(args: argparse.Namespace) -> int:
-    from veil.exec.onions import set_policy
+    from veil.exec.layer_commands import set_policy
 
     table, column = _column(args.column)
     stale = set_policy(
@@ -133,7 +133,7 @@ def _reencrypt(client_dir: str, tables: list[str]) -> None:
 def run_policy_template(args: argparse.Namespace) -> int:
     from veil.design.policy import template_layers
     from veil.exec.clientdir import open_client_dir
-    from veil.exec.onions import set_policy
+    from veil.exec.layer_commands import set_policy
 
     client = open_client_dir(args.client_dir)
     design = client.design(client.master_key())
