@@ -283,3 +283,22 @@ def test_the_workload_designer_stores_nothing_beyond_policy(source: Path, tmp_pa
         assert len(session.run(workload[0]).table) == sum((i * 37) % 1000 < 5 for i in range(ROWS))
     finally:
         session.close()
+
+
+def test_a_failed_peel_leaves_the_query_to_the_client(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server without the layer functions: the query still answers, nothing peeled."""
+    from sqlglot import exp
+
+    import veil.exec.onions as onions
+
+    monkeypatch.setattr(onions, "peel_statement", lambda *_: exp.maybe_parse("SELECT no_such_fn()"))
+    session = Session(str(client))
+    try:
+        found = session.run("SELECT count(*) FROM items WHERE grp = 2").table.column(0)[0]
+        assert found.as_py() == len(range(2, ROWS, 7))
+        assert session.design.table("items").onion_of("grp", DET).outer == RND  # type: ignore[union-attr]
+        _assert_forms(session)
+    finally:
+        session.close()
