@@ -93,8 +93,10 @@ def test_clear_refusals(con: veil.dbapi.Connection) -> None:
         con.execute("CREATE TABLE t (id INT) WITH (fast = 'id')")
     with pytest.raises(QueryError, match="no column"):
         con.execute("CREATE TABLE t (id INT) WITH (det = 'nope')")
+    con.execute("CREATE TABLE fetched (name VARCHAR)")  # no options: stored for fetching only
     with pytest.raises(QueryError, match="fetching only"):
-        con.execute("CREATE INDEX i ON people (name)")
+        con.execute("CREATE INDEX i ON fetched (name)")
+    con.execute("CREATE INDEX i ON people (name)")  # loaded as onions: its DET onion
     with pytest.raises(QueryError, match="a table keeps at least one"):
         con.execute("ALTER TABLE people DROP COLUMN id, DROP COLUMN name")
     assert rows(con, "SELECT count(*) FROM people") == [(2,)]  # untouched
