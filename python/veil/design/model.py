@@ -319,12 +319,7 @@ class PhysicalDesign:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically, so a crash never leaves half a design."""
-        target = Path(path)
-        temporary = target.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:  # the plaintext schema is the client's business
-            handle.write(self.to_json() + "\n")
-        os.replace(temporary, target)
+        write_private(path, self.to_json() + "\n")  # the plaintext schema is the client's business
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PhysicalDesign:
@@ -337,6 +332,16 @@ class PhysicalDesign:
                 "Create one with `veil load`"
             ) from None
         return cls.from_json(text, str(target))
+
+
+def write_private(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` by ``text`` atomically, readable by its owner only (0600)."""
+    target = Path(path)
+    temporary = target.with_suffix(".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(temporary, target)
 
 
 def _table_from_dict(data: dict[str, object]) -> TableDesign:

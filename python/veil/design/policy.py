@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from veil.design.model import DET, OPE, RND, SEARCH, Column
+from veil.design.model import DET, OPE, RND, SEARCH, Column, write_private
 from veil.errors import VeilError
 
 PLAIN = "PLAIN"
@@ -89,12 +89,7 @@ class Policy:
         return json.dumps(document, indent=1, sort_keys=True)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        target = Path(path)
-        temporary = target.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(self.to_json() + "\n")
-        os.replace(temporary, target)
+        write_private(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Policy:

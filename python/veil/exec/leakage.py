@@ -23,7 +23,6 @@ from veil.design.model import (
     JOIN,
     OPE,
     RND,
-    SEARCH,
     PhysicalDesign,
     TableDesign,
 )
@@ -115,6 +114,7 @@ def what_if(session: Session, sql: str) -> list[str]:
 
 
 def _layers(table: TableDesign, column: str) -> tuple[list[str], str]:
+    # SWP (SEARCH) reveals nothing until a word is searched, then that word's matches
     held, reveals = [], RND
     for enc in table.encryptions_of(column):
         if enc.scheme == BLOCKS:
@@ -125,8 +125,6 @@ def _layers(table: TableDesign, column: str) -> tuple[list[str], str]:
             reveals = OPE
         elif enc.outer is None and enc.scheme in (DET, JOIN) and reveals == RND:
             reveals = DET
-        elif enc.scheme == SEARCH and reveals == RND:
-            pass  # SWP reveals nothing until a word is searched (then: its matches)
     return held, reveals
 
 
