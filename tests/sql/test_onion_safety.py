@@ -267,6 +267,40 @@ def test_an_index_on_an_onion_column_survives_peels_and_rekeys(client: Path) -> 
         session.close()
 
 
+def _server_indexes(session: Session) -> set[str]:
+    """Names of the server's indexes on the items table."""
+    table = session.design.table("items").server_name
+    sql = (
+        "SELECT index_name FROM duckdb_indexes() WHERE table_name = $1"
+        if session.backend.dialect == "duckdb"
+        else "SELECT indexname FROM pg_indexes WHERE tablename = $1"
+    )
+    return set(session.backend.execute(sql, [table]).column(0).to_pylist())
+
+
+def test_an_index_dropped_for_a_peel_is_rebuilt_after_a_crash(client: Path) -> None:
+    """DuckDB's peels drop an index over the column and build it again afterwards; a client
+    killed in between leaves a note in the layers table that the next session acts on."""
+    session = Session(str(client))
+    try:
+        statements.run(session, "CREATE INDEX by_grp ON items (grp)")
+        before = _server_indexes(session)
+    finally:
+        session.close()
+    assert before
+    assert _crash_during_peel(client, "before commit") == 9
+    session = Session(str(client))
+    try:
+        assert _server_indexes(session) == before
+        assert session.design.table("items").onion_of("grp", DET).outer == RND  # type: ignore[union-attr]
+        found = session.run("SELECT count(*) FROM items WHERE grp = 5").table.column(0)[0]
+        assert found.as_py() == len(range(5, ROWS, 7))
+        assert _server_indexes(session) == before  # the peel built them again
+        _assert_forms(session)
+    finally:
+        session.close()
+
+
 def test_the_workload_designer_stores_nothing_beyond_policy(source: Path, tmp_path: Path) -> None:
     workload = ["SELECT id FROM items WHERE amount < 5", "SELECT count(*) FROM items WHERE grp = 1"]
     policy = Policy(columns={"items.amount": DET, "items.grp": RND})

@@ -107,6 +107,12 @@ class Backend(Protocol):
         """Let the optimizer see ``table``'s values again after an in-place rewrite (a peel)."""
         ...
 
+    def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:
+        """``(name, CREATE statement)`` of each index on ``table`` over any of ``columns`` that
+        an in-place rewrite of those columns should drop first and build again after (none
+        where the server maintains indexes well through a rewrite of every row)."""
+        ...
+
     def table_bytes(self, table: str) -> int:
         """Space the server uses for ``table`` (for the space-overhead figure)."""
         ...

@@ -90,6 +90,9 @@ class StagedBackend:
     def refresh_statistics(self, table: str) -> None:
         """Nothing by default: DuckDB keeps its statistics as it writes."""
 
+    def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:
+        return []  # PostgreSQL writes every index of a row it rewrites anyway
+
     def drop_table(self, table: str, *, if_exists: bool = True) -> None:
         self._run_quiet(f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{quote(table)}")
 

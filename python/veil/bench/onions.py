@@ -183,7 +183,10 @@ def _query(
         "query": number,
         "correct": difference(first.table, expected, ordered) is None,
         "first_seconds": first_seconds,
-        "peel_seconds": sum(float(str(e.get("seconds", 0))) for e in adjustments),
+        # an event's seconds are its statement's, shared by the columns it peeled
+        "peel_seconds": sum(
+            float(str(e.get("seconds") or 0)) / int(str(e.get("columns") or 1)) for e in adjustments
+        ),
         "adjustments": len(adjustments),
         "later_seconds": statistics.median(later),
         "workload_seconds": statistics.median(theirs) if theirs else None,

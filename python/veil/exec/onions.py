@@ -23,11 +23,13 @@ The layer key reveals that one layer of that one column, nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.backends.base import BackendError
+from veil.backends.base import BackendError, quote
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.design.model import DET, JOIN, OPE, Encryption, PhysicalDesign, TableDesign
 from veil.design.policy import Policy
@@ -48,12 +50,15 @@ from veil.sql.remote import (
     LAYER_COLUMN,
     LAYER_KEY,
     LAYER_PEELED,
+    SET_ASIDE_INDEX,
+    index_rebuilt_statement,
     layer_states_statement,
     lock_layer_statement,
     mark_peeled_statement,
     mark_rekeyed_statement,
     peel_statement,
     rekey_statement,
+    set_aside_index_statement,
 )
 
 if TYPE_CHECKING:
@@ -199,7 +204,8 @@ def peel_layers(
             continue  # another session of this process peeled them meanwhile
         started = time.perf_counter()
         encs = [e for _, e in wrapped]
-        stripped = _retry(partial(_peel_on_server, session, table, encs))
+        with _indexes_set_aside(session, table, [e.name for e in encs]):
+            stripped = _retry(partial(_peel_on_server, session, table, encs))
         rewritten.update([table.server_name] if stripped else [])
         seconds = round(time.perf_counter() - started, 3)
         for peel, enc in wrapped:
@@ -225,7 +231,8 @@ def _rekey(
     if enc is None or onto is None or onto.key_scope == enc.key_scope:
         return []  # done meanwhile, by another session of this process
     started = time.perf_counter()
-    done = _retry(partial(_rekey_on_server, session, table, enc, onto))
+    with _indexes_set_aside(session, table, [enc.name]):
+        done = _retry(partial(_rekey_on_server, session, table, enc, onto))
     if done:
         rewritten.add(table.server_name)
     by = "this client" if done else "another client (design repaired)"
@@ -261,6 +268,10 @@ def reconcile(session: Session) -> list[Adjustment]:
         for name, peeled, key in zip(
             *(states.column(i).to_pylist() for i in range(3)), strict=True
         ):
+            if name.startswith(SET_ASIDE_INDEX):  # a peel that died left it dropped
+                with contextlib.suppress(BackendError):  # a live peel's: it builds it itself
+                    _rebuild_indexes(session, table, [(name[len(SET_ASIDE_INDEX) :], key)])
+                continue
             enc = onions.get(name)
             if enc is None:
                 continue
@@ -302,6 +313,40 @@ def layers_rows(table: TableDesign, master: MasterKey) -> pa.Table:
             LAYER_KEY: pa.array(keys, pa.string()),
         }
     )
+
+
+@contextmanager
+def _indexes_set_aside(session: Session, table: TableDesign, columns: list[str]) -> Iterator[None]:
+    """Drop the indexes over ``columns`` that the server builds faster than it updates in
+    place (``Backend.indexes_to_rebuild``: DuckDB's), and build them again after the ``with``
+    block, whatever happened in it. Each dropped index has a row in the layers table until it
+    is built again, so a client that dies meanwhile leaves it for ``reconcile``.
+    """
+    backend = session.backend
+    indexes = backend.indexes_to_rebuild(table.server_name, columns)
+    if not indexes:
+        yield
+        return
+
+    def set_aside() -> None:
+        with backend.transaction():
+            for name, create in indexes:
+                run_remote(set_aside_index_statement(table, name, create), backend, FetchStats())
+                backend.execute(f"DROP INDEX {quote(name)}")
+
+    _retry(set_aside)
+    try:
+        yield
+    finally:
+        _retry(partial(_rebuild_indexes, session, table, indexes))
+
+
+def _rebuild_indexes(session: Session, table: TableDesign, indexes: list[tuple[str, str]]) -> None:
+    backend = session.backend
+    with backend.transaction():
+        for name, create in indexes:
+            backend.execute(create)  # IF NOT EXISTS: another client may have built it first
+            run_remote(index_rebuilt_statement(table, name), backend, FetchStats())
 
 
 def _locked_state(session: Session, table: TableDesign, enc: Encryption) -> tuple[bool, str | None]:

@@ -50,6 +50,9 @@ ID_COUNTER_COLUMN = "next_id"  # the row-id counter table's one column
 # the layers table's columns: an onion's server column name, whether its RND layer is
 # off, and (JOIN onions) an opaque id of the key its ciphertexts are under now
 LAYER_COLUMN, LAYER_PEELED, LAYER_KEY = "c", "peeled", "k"
+# a row of the layers table whose ``c`` starts so keeps an index set aside during a peel
+# (its CREATE statement in ``k``) until it is built again, so a crash cannot lose it
+SET_ASIDE_INDEX = "index "
 JOINADJ_REKEY = "veil_joinadj_rekey"  # server function: re-key JOIN-ADJ ciphertexts by a token
 # the server functions that XOR a column with its RND layer's keystream (peel)
 LAYER_XOR = {"int": "veil_layer_xor_int", "bytes": "veil_layer_xor_bytes"}
@@ -553,6 +556,17 @@ def mark_peeled_statement(table: TableDesign, enc: Encryption) -> exp.Update:
     update = exp.update(exp.to_table(table.layers_table), {LAYER_PEELED: exp.true()})
     update.set("where", exp.Where(this=where))
     return update
+
+
+def set_aside_index_statement(table: TableDesign, index: str, create: str) -> exp.Insert:
+    """Record that the index ``index`` (built by ``create``) is dropped for a rewrite."""
+    values = exp.values([(param(SET_ASIDE_INDEX + index), exp.null(), param(create))])
+    return exp.insert(values, table.layers_table, columns=[LAYER_COLUMN, LAYER_PEELED, LAYER_KEY])
+
+
+def index_rebuilt_statement(table: TableDesign, index: str) -> exp.Delete:
+    where = exp.EQ(this=exp.column(LAYER_COLUMN), expression=param(SET_ASIDE_INDEX + index))
+    return exp.delete(exp.to_table(table.layers_table), where=where)
 
 
 def rekey_statement(table: TableDesign, enc: Encryption, token: bytes) -> exp.Update:
