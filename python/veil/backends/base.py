@@ -63,7 +63,9 @@ class Estimate:
     """What the server's optimizer expects of a statement (from EXPLAIN)."""
 
     rows: float
-    cost: float | None  # in the optimizer's own units; None where it reports none (DuckDB)
+    # in the optimizer's own units (PostgreSQL's cost; DuckDB: the rows all its plan's
+    # nodes handle); ``veil.exec.calibration`` measures seconds per unit
+    cost: float | None
 
 
 @runtime_checkable

@@ -36,8 +36,20 @@ from veil.sql.remote import (
 
 
 @dataclass
+class StepRun:
+    """What one plan step (a scan, or a server join) took and returned: its statements
+    (with the blocks they read) and the decryption of their rows."""
+
+    statements: int = 0
+    rows: int = 0
+    bytes: int = 0
+    server_seconds: float = 0.0
+    decrypt_seconds: float = 0.0
+
+
+@dataclass
 class FetchStats:
-    """Where a query's time and bytes went (for ``veil demo`` and benchmarks)."""
+    """Where a query's time and bytes went (``veil demo``, ``explain --analyze``, benchmarks)."""
 
     statements: int = 0
     bytes_received: int = 0
@@ -45,6 +57,17 @@ class FetchStats:
     decrypt_seconds: float = 0.0
     local_seconds: float = 0.0
     remote_sql: list[str] = field(default_factory=list)
+    steps: dict[int, StepRun] = field(default_factory=dict)  # by id of the scan / server join
+    step: int | None = None  # the step whose statements run now
+
+    def decrypted(self, started: float, server_before: float) -> None:
+        """Count the time since ``started`` as decryption, less the statements run meanwhile
+        (a BLOCKS column's blocks), which count as the server's."""
+        seconds = time.perf_counter() - started
+        self.decrypt_seconds += seconds
+        if self.step is not None:
+            during = self.server_seconds - server_before
+            self.steps[self.step].decrypt_seconds += max(0.0, seconds - during)
 
 
 class CipherCache:
@@ -116,10 +139,17 @@ def _run_rendered(
     sql, params = rendered
     started = time.perf_counter()
     fetched = backend.execute(sql, params or None)
-    stats.server_seconds += time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    stats.server_seconds += seconds
     stats.statements += 1
     stats.bytes_received += fetched.nbytes
     stats.remote_sql.append(sql)
+    if stats.step is not None:
+        step = stats.steps.setdefault(stats.step, StepRun())
+        step.statements += 1
+        step.rows += fetched.num_rows
+        step.bytes += fetched.nbytes
+        step.server_seconds += seconds
     return fetched
 
 
@@ -137,26 +167,27 @@ def run_scan(
     """
     keep = kept if not extras.get(id(scan)) else None
     build = lambda: scan_statement(scan, extras)  # noqa: E731
-    if scan.aggregation is not None and scan.aggregation.id_bit is not None:
-        with backend.hash_aggregation():  # its (keys, block) groups: far fewer than rows
+    stats.step = id(scan)
+    try:
+        if scan.aggregation is not None and scan.aggregation.id_bit is not None:
+            with backend.hash_aggregation():  # its (keys, block) groups: far fewer than rows
+                fetched = _run_kept(id(scan), build, keep, backend, stats)
+        else:
             fetched = _run_kept(id(scan), build, keep, backend, stats)
-    else:
-        fetched = _run_kept(id(scan), build, keep, backend, stats)
-    started = time.perf_counter()
-    if scan.aggregation is not None and scan.aggregation.hom_product is not None:
-        from veil.exec.hom_fetch import finish_packed_sums
+        started, server_before = time.perf_counter(), stats.server_seconds
+        if scan.aggregation is not None and scan.aggregation.hom_product is not None:
+            from veil.exec.hom_fetch import finish_packed_sums
 
-        plain = finish_packed_sums(fetched, scan, ciphers)
-        stats.decrypt_seconds += time.perf_counter() - started
+            plain = finish_packed_sums(fetched, scan, ciphers)
+        elif scan.aggregation is not None and scan.aggregation.id_bit is not None:
+            plain = finish_ashe_sums(fetched, scan, ciphers)
+        else:
+            blocks = BlockReader(backend, stats)
+            plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers, blocks)
+        stats.decrypted(started, server_before)
         return plain
-    if scan.aggregation is not None and scan.aggregation.id_bit is not None:
-        plain = finish_ashe_sums(fetched, scan, ciphers)
-        stats.decrypt_seconds += time.perf_counter() - started
-        return plain
-    blocks = BlockReader(backend, stats)
-    plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers, blocks)
-    stats.decrypt_seconds += time.perf_counter() - started
-    return plain
+    finally:
+        stats.step = None
 
 
 def run_joined(
@@ -170,20 +201,24 @@ def run_joined(
     """The joined rows split into one local table per scan, paired by ``JOIN_ROW``."""
     keep = kept if not any(extras.get(id(s)) for s in fetch.scans) else None
     build = lambda: joined_statement(fetch, extras)  # noqa: E731
-    fetched = _run_kept(id(fetch), build, keep, backend, stats)
-    started = time.perf_counter()
-    row_numbers = pa.array(np.arange(fetched.num_rows, dtype=np.int64))
-    tables: dict[str, pa.Table] = {}
-    wanted = fetch.fetched()
-    for scan in fetch.scans:
-        indexes = [i for i, (owner, _, _) in enumerate(wanted) if owner is scan]
-        part = fetched.select(indexes)
-        pairs = [(column, enc) for owner, column, enc in wanted if owner is scan]
-        plain = decrypt_columns(part, scan.table, pairs, ciphers, BlockReader(backend, stats))
-        columns = dict(zip(plain.column_names, plain.columns, strict=True))
-        tables[scan.local_name] = pa.table({**columns, JOIN_ROW: row_numbers})
-    stats.decrypt_seconds += time.perf_counter() - started
-    return tables
+    stats.step = id(fetch)
+    try:
+        fetched = _run_kept(id(fetch), build, keep, backend, stats)
+        started, server_before = time.perf_counter(), stats.server_seconds
+        row_numbers = pa.array(np.arange(fetched.num_rows, dtype=np.int64))
+        tables: dict[str, pa.Table] = {}
+        wanted = fetch.fetched()
+        for scan in fetch.scans:
+            indexes = [i for i, (owner, _, _) in enumerate(wanted) if owner is scan]
+            part = fetched.select(indexes)
+            pairs = [(column, enc) for owner, column, enc in wanted if owner is scan]
+            plain = decrypt_columns(part, scan.table, pairs, ciphers, BlockReader(backend, stats))
+            columns = dict(zip(plain.column_names, plain.columns, strict=True))
+            tables[scan.local_name] = pa.table({**columns, JOIN_ROW: row_numbers})
+        stats.decrypted(started, server_before)
+        return tables
+    finally:
+        stats.step = None
 
 
 class BlockReader:

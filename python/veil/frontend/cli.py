@@ -94,7 +94,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     explain.add_argument("client_dir")
     explain.add_argument("sql")
+    explain.add_argument(
+        "--analyze",
+        action="store_true",
+        help="run the query (peeling what it needs) and show, per statement, the cost "
+        "model's estimate beside what it took (calibrates on first use: veil calibrate)",
+    )
+    explain.add_argument(
+        "--bandwidth",
+        type=_bandwidth,
+        default=None,
+        help="with --analyze: the link to the server, `local` (as calibrated), `lan` "
+        "(1 Gbit/s), `monomi` (10 Mbit/s) or Mbit/s (default local)",
+    )
     explain.set_defaults(handler=run_explain)
+
+    calibrate = subparsers.add_parser(
+        "calibrate",
+        help="measure what decryption, fetching and the server cost here (for the cost model)",
+        description="Measure, reading only, the client's decryption cost per kind of stored "
+        "column, the link's fetch speed, the server's seconds per unit of its optimizer's "
+        "estimate and the local plan's cost per row; kept in CLIENT_DIR/calibration.json.",
+    )
+    calibrate.add_argument("client_dir")
+    calibrate.add_argument("--json", action="store_true", help="print the figures as JSON")
+    calibrate.set_defaults(handler=run_calibrate)
 
     demo = subparsers.add_parser(
         "demo", help="TPC-H through Veil on an embedded DuckDB server, checked against plaintext"
@@ -185,16 +209,70 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bandwidth(text: str) -> float | None:
+    from veil.exec.cost import parse_bandwidth
+
+    try:
+        return parse_bandwidth(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def run_explain(args: argparse.Namespace) -> int:
     from veil.exec.session import Session
     from veil.frontend.explain import explain
 
     session = Session(args.client_dir)
     try:
-        print(explain(session, args.sql))
+        if args.analyze:
+            from veil.frontend.analyze import explain_analyze
+
+            print(
+                explain_analyze(
+                    session, args.sql, bandwidth=args.bandwidth, progress=_progress_line
+                )
+            )
+        else:
+            print(explain(session, args.sql))
     finally:
         session.close()
     return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from veil.exec.calibration import calibration_of
+    from veil.exec.session import Session
+
+    session = Session(args.client_dir)
+    try:
+        found = calibration_of(session, again=True, progress=_progress_line)
+    finally:
+        session.close()
+    if args.json:
+        print(json.dumps(asdict(found), indent=2, sort_keys=True))
+        return 0
+    print(f"calibrated {args.client_dir} on its {found.server} server ({found.measured}):")
+    print(f"  a statement's round trip: {found.statement_seconds * 1e3:.2f} ms")
+    print(f"  server: {found.server_seconds_per_cost * 1e9:.2f} ns per unit of its estimate")
+    print(f"  fetch: {found.fetch_ns_per_byte:.2f} ns per result byte")
+    print(
+        f"  local plan: {found.local_statement_seconds * 1e3:.2f} ms per query, "
+        f"{found.local_ns_per_row:.1f} ns per row"
+    )
+    print(f"  ASHE: {found.ashe_ns_per_block:,.1f} ns per word sum of 64 row ids")
+    print(f"  decrypt ({len(found.sampled)} columns sampled; the median column of each kind):")
+    for kind, nanos in sorted(found.classes().items()):
+        print(f"    {kind}: {nanos:,.1f} ns per value")
+    return 0
+
+
+def _progress_line(message: str) -> None:
+    """A progress message on one rewritten terminal line (nothing when not a terminal)."""
+    if sys.stderr.isatty():
+        print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
 
 
 def run_demo(args: argparse.Namespace) -> int:

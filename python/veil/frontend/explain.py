@@ -9,7 +9,7 @@ from veil.design.model import BLOCKS, DET, HOM, JOIN, OPE, RND, SEARCH
 from veil.exec.session import Session
 from veil.sql.errors import UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
-from veil.sql.plan import HOM_MASK, HOM_PRODUCT, JoinedFetch, Scan
+from veil.sql.plan import HOM_MASK, HOM_PRODUCT, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, numbered, scan_statement
 
 REVEALS = {
@@ -36,7 +36,11 @@ def _explain(session: Session, sql: str, params: list[object] | None) -> str:
     if not isinstance(tree, exp.Query):
         raise UnsupportedStatementError("veil explain shows queries (SELECT, WITH, set operations)")
     session.describe(tree)
-    plan = session.plan(tree, peel=False)  # explain changes nothing on the server
+    return explain_plan(session, session.plan(tree, peel=False))  # explain changes nothing
+
+
+def explain_plan(session: Session, plan: SplitPlan) -> str:
+    """``plan`` in words: its peels, layers, RemoteSQL steps, local plan and server bytes."""
     lines = [f"server: {session.backend.url} ({session.backend.dialect})", ""]
     if plan.peels:
         lines.append("first peels onion layers (the server learns what each reveals, for good):")

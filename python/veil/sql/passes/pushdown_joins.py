@@ -42,7 +42,6 @@ from math import expm1, prod
 
 from sqlglot import exp
 
-from veil.design.model import BLOCKS, DET, OPE, Encryption
 from veil.sql.conjuncts import (
     columns_outside,
     drop_conjuncts,
@@ -54,15 +53,13 @@ from veil.sql.join_graph import components
 from veil.sql.plan import JoinedFetch, JoinEdge, Reduction, Scan
 from veil.sql.selectivity import kept_share
 from veil.sql.state import PlanState, ScanKey
+from veil.sql.widths import encryption_width
 
 # One statement instead of several, and no join left for the client, are worth
 # some extra bytes. On TPC-H SF 1: Q9's six-table join (estimated at 1.03 times
 # the bytes) pays; Q10 with customer's text (1.20) sends 2.5 times the bytes
 # for no gain in time.
 _JOIN_BONUS = 1.15
-_FIXED_WIDTH = ("int", "date", "timestamp", "decimal", "bool", "float")
-_TEXT_BYTES = 24  # a text column's mean length when the load recorded none
-_CIPHERTEXT_BYTES = 17
 
 
 def pushdown_joins(state: PlanState) -> PlanState:
@@ -185,15 +182,4 @@ def _width(scan: Scan, columns: set[str]) -> float:
     """Rough bytes per row of ``columns`` as fetched."""
     if not columns:
         return 0
-    return sum(_encryption_width(scan.table.fetchable(c)) for c in columns)
-
-
-def _encryption_width(enc: Encryption) -> float:
-    """8 for a width-preserving DET/OPE integer; a text's mean length (recorded at load,
-    else 24) plus its ciphertext's 17 bytes (version, SIV or nonce and tag); in BLOCKS,
-    the row id and about a third of the text (zstd)."""
-    if enc.scheme in (DET, OPE) and enc.sql_type.kind in _FIXED_WIDTH:
-        return 8
-    mean = enc.params.get("mean_bytes")
-    text = float(mean) if isinstance(mean, int | float) else _TEXT_BYTES
-    return 8 + text / 3 if enc.scheme == BLOCKS else text + _CIPHERTEXT_BYTES
+    return sum(encryption_width(scan.table.fetchable(c)) for c in columns)

@@ -1,0 +1,275 @@
+"""What work costs on this client and this server, measured: the cost model's constants.
+
+The cost model (``veil.exec.cost``) turns a plan's estimated rows and bytes into
+seconds. The seconds per unit come from here, not from constants in code: a
+short profile over the client directory's own server and design, run by
+``veil calibrate CDIR`` or on first use, and kept in ``CDIR/calibration.json``.
+
+It measures, reading only (nothing is written to the server):
+
+- per kind of stored column (``cost_class``: scheme, layer, integer or bytes),
+  the client's time to decrypt and decode one value: up to ``SAMPLE_ROWS`` rows
+  of the largest column of that kind are fetched and decrypted as a query would;
+- the time to fetch a result byte over this link (those fetches' seconds over
+  their bytes) and a statement's round trip (``SELECT 1``);
+- the server's seconds per unit of its optimizer's estimate (``Backend.estimate``:
+  PostgreSQL's cost, DuckDB's rows handled) on a scan of the largest table;
+- the local DuckDB plan's time per input row, on a grouped aggregate.
+
+Each figure is the median of a few runs; the file says when it was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.crypto.ashe import Ashe
+from veil.design.model import SEARCH, Encryption, TableDesign, write_private
+from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns
+from veil.sql.errors import ClientDirectoryError
+from veil.sql.plan import RND_ROW_ID
+from veil.sql.remote import render
+
+if TYPE_CHECKING:
+    from veil.exec.session import Session
+
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_VERSION = 1
+SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
+CLASS_PREFIX = "class:"
+_RUNS = 3
+_LOCAL_ROWS = 200_000
+_ASHE_BLOCKS = 4096
+# decrypting a kind of column the design does not hold yet (a later DDL): a DET
+# text column's cost on a 2-core 2026 server, so that an estimate stays an estimate
+_DEFAULT_DECRYPT_NS = 300.0
+
+
+@dataclass
+class Calibration:
+    """Seconds per unit of work, measured on one client directory's client and server."""
+
+    server: str  # the backend's dialect when measured
+    # per value: by server column name, and by ``CLASS_PREFIX + cost_class`` (medians)
+    decrypt_ns: dict[str, float]
+    fetch_ns_per_byte: float  # a result byte from the server into Arrow on the client
+    statement_seconds: float  # one trivial statement's round trip
+    server_seconds_per_cost: float  # per unit of ``Backend.estimate``'s cost
+    local_ns_per_row: float  # the local DuckDB plan, per input row
+    local_statement_seconds: float  # ... and once per query (parse, bind, small plan)
+    ashe_ns_per_block: float  # removing the pads of one ASHE word's sum of 64 row ids
+    measured: str = ""  # ISO time
+    version: int = CALIBRATION_VERSION
+    sampled: dict[str, int] = field(default_factory=dict)  # values decrypted per column
+
+    def decrypt_seconds(self, enc: Encryption | None, rows: float) -> float:
+        if enc is None:
+            return 0.0  # a row id or a count: nothing to decrypt
+        per_value = self.decrypt_ns.get(enc.name) or self.decrypt_ns.get(
+            CLASS_PREFIX + cost_class(enc), _DEFAULT_DECRYPT_NS
+        )
+        return rows * per_value * 1e-9
+
+    def classes(self) -> dict[str, float]:
+        """The median cost per value of each kind of column (``cost_class``)."""
+        return {
+            k.removeprefix(CLASS_PREFIX): v
+            for k, v in self.decrypt_ns.items()
+            if k.startswith(CLASS_PREFIX)
+        }
+
+    def save(self, path: str) -> None:
+        write_private(path, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str) -> Calibration | None:
+        """The calibration in ``path``; None if absent or of another version (measure again)."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ClientDirectoryError(
+                f"{path} is unreadable ({exc}); delete it and run `veil calibrate`"
+            ) from None
+        if not isinstance(data, dict) or data.get("version") != CALIBRATION_VERSION:
+            return None
+        try:
+            return cls(**data)
+        except TypeError:
+            return None
+
+
+def cost_class(enc: Encryption) -> str:
+    """The kind of stored column, as far as decrypting it costs: scheme, layer, form."""
+    form = "int" if enc.sql_type.is_integral else "bytes"
+    return f"{enc.scheme}{'+' + enc.outer if enc.outer else ''} {form}"
+
+
+def calibration_of(
+    session: Session, *, again: bool = False, progress: Callable[[str], None] | None = None
+) -> Calibration:
+    """The client directory's calibration, measured now if it has none (or ``again``)."""
+    path = str(session.client.path / CALIBRATION_FILE)
+    found = None if again else Calibration.load(path)
+    if found is not None and found.server == session.backend.dialect:
+        return found
+    measured = calibrate(session, progress)
+    measured.save(path)
+    return measured
+
+
+def calibrate(session: Session, progress: Callable[[str], None] | None = None) -> Calibration:
+    """Measure every figure of a ``Calibration`` on ``session``'s client and server."""
+    say = progress or (lambda _: None)
+    backend = session.backend
+    statement = _median(lambda: backend.execute("SELECT 1"))
+    decrypt_ns: dict[str, float] = {}
+    sampled: dict[str, int] = {}
+    by_class: dict[str, list[float]] = {}
+    fetches: list[tuple[int, float]] = []  # (bytes, seconds) of each sample's statement
+    columns = _fetchable(session)
+    for number, (table, enc) in enumerate(columns, 1):
+        say(f"decrypting column {number} of {len(columns)} ({table.name}.{enc.source})")
+        sample, seconds = _sample(session, table, enc)
+        if sample.num_rows == 0:
+            continue
+        fetches.append((sample.nbytes, seconds))
+        wanted: list[tuple[str, Encryption | None]] = [("v", enc)]
+        if enc.row_bound:
+            wanted.append((RND_ROW_ID, None))
+        blocks = BlockReader(backend, FetchStats())  # a calibration is no query: not counted
+        decrypting = _median(
+            lambda: decrypt_columns(sample, table, wanted, session.ciphers, blocks)  # noqa: B023
+        )
+        nanos = decrypting / sample.num_rows * 1e9
+        decrypt_ns[enc.name] = round(nanos, 2)
+        sampled[enc.name] = sample.num_rows
+        by_class.setdefault(CLASS_PREFIX + cost_class(enc), []).append(nanos)
+    # a column added later (DDL) costs what the median column of its kind costs
+    decrypt_ns.update({k: round(statistics.median(v), 2) for k, v in by_class.items()})
+    say("timing a scan of the largest table")
+    per_cost = _server_seconds_per_cost(session, statement)
+    say("timing the local DuckDB plan and ASHE unpadding")
+    per_row, per_statement = _local_costs()
+    say("")
+    return Calibration(
+        server=backend.dialect,
+        decrypt_ns=decrypt_ns,
+        fetch_ns_per_byte=round(_per_byte(fetches) * 1e9, 4),
+        statement_seconds=statement,
+        server_seconds_per_cost=per_cost,
+        local_ns_per_row=round(per_row, 2),
+        local_statement_seconds=per_statement,
+        ashe_ns_per_block=round(_ashe_ns_per_block(session), 2),
+        measured=datetime.now(UTC).isoformat(timespec="seconds"),
+        sampled=sampled,
+    )
+
+
+def _per_byte(fetches: list[tuple[int, float]]) -> float:
+    """Seconds per result byte: the slope of a statement's seconds against its bytes (the
+    intercept is the statement's fixed cost, which small samples would otherwise inflate)."""
+    sizes = np.array([b for b, _ in fetches], dtype=np.float64)
+    seconds = np.array([t for _, t in fetches], dtype=np.float64)
+    if len(fetches) >= 3 and np.ptp(sizes) > 0:
+        slope = float(np.polyfit(sizes, seconds, 1)[0])
+        if slope > 0:
+            return slope
+    total = float(sizes.sum())
+    return float(seconds.sum()) / total if total else 1e-9
+
+
+def _fetchable(session: Session) -> list[tuple[TableDesign, Encryption]]:
+    """Every stored column a query may fetch and decrypt."""
+    return [
+        (table, enc)
+        for table in session.design.tables.values()
+        for enc in table.encryptions
+        if enc.scheme != SEARCH and not enc.is_expression  # matched on the server only
+    ]
+
+
+def _sample(session: Session, table: TableDesign, enc: Encryption) -> tuple[pa.Table, float]:
+    """Up to ``SAMPLE_ROWS`` stored values of ``enc`` (with row ids), and the fetch's seconds."""
+    columns = [exp.column(table.stored_column(enc))]
+    if enc.row_bound:
+        columns.append(exp.column(table.row_id))
+    select = exp.select(*columns).from_(exp.to_table(table.server_name)).limit(SAMPLE_ROWS)
+    sql, params = render(select, session.backend)
+    started = time.perf_counter()
+    fetched = session.backend.execute(sql, params or None)
+    return fetched, time.perf_counter() - started
+
+
+def _server_seconds_per_cost(session: Session, statement: float) -> float:
+    """Seconds per unit of the server's estimate, on a filtered scan of the largest table."""
+    tables = [t for t in session.design.tables.values() if t.row_count > 0]
+    if not tables:
+        return 1e-8
+    table = max(tables, key=lambda t: t.row_count)
+    # a filter no statistics decide: the server must read every row
+    row_id = exp.column(table.row_id)
+    third = exp.Mod(this=row_id.copy(), expression=exp.Literal.number(3))
+    select = (
+        exp.select(exp.Count(this=exp.Star()), exp.Max(this=row_id))
+        .from_(exp.to_table(table.server_name))
+        .where(exp.EQ(this=third, expression=exp.Literal.number(1)))
+    )
+    sql, params = render(select, session.backend)
+    backend = session.backend
+    cost = backend.estimate(sql, params or None).cost or float(table.row_count)
+    seconds = _median(lambda: backend.execute(sql, params or None))
+    return max(seconds - statement, 1e-6) / max(cost, 1.0)
+
+
+def _local_costs() -> tuple[float, float]:
+    """The local plan's nanoseconds per input row (a grouped aggregate over an Arrow table)
+    and seconds per query (the same over a few rows)."""
+    rng = np.random.default_rng(0)
+    data = pa.table(
+        {
+            "k": rng.integers(0, 1000, _LOCAL_ROWS),
+            "v": rng.integers(0, 1 << 40, _LOCAL_ROWS),
+            "s": pa.array([f"text {i % 5000}" for i in range(_LOCAL_ROWS)]),
+        }
+    )
+    con = duckdb.connect()
+    try:
+        sql = "SELECT k, count(*), sum(v), max(s) FROM t GROUP BY k ORDER BY 2 DESC LIMIT 10"
+        con.register("t", data.slice(0, 100))
+        statement = _median(lambda: con.sql(sql).to_arrow_table())
+        con.register("t", data)
+        whole = _median(lambda: con.sql(sql).to_arrow_table())
+        return max(whole - statement, 0.0) / _LOCAL_ROWS * 1e9, statement
+    finally:
+        con.close()
+
+
+def _ashe_ns_per_block(session: Session) -> float:
+    """Unpadding one word's sums of full 64-id blocks (a throwaway key: the work is the same)."""
+    blocks = np.arange(_ASHE_BLOCKS, dtype=np.int64)
+    masks = np.full(_ASHE_BLOCKS, np.uint64(2**64 - 1), dtype=np.uint64)
+    ashe = Ashe.from_master(session.master, "calibration", column="calibration")
+    return _median(lambda: ashe.pad_sums_blocks(blocks, masks)) / _ASHE_BLOCKS * 1e9
+
+
+def _median(work: Callable[[], object]) -> float:
+    times = []
+    for _ in range(_RUNS):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)

@@ -1,0 +1,166 @@
+"""The cost of a split plan, in seconds: MONOMI's cost model (§6.4) over measured constants.
+
+A plan's cost is the sum over its steps (a scan, or a server join: one
+statement each, plus the blocks a BLOCKS column reads) of
+
+- server time: the backend optimizer's own estimate of the statement
+  (``Backend.estimate``: PostgreSQL's cost units, DuckDB's rows handled) times
+  the calibrated seconds per unit, plus one statement's round trip;
+- transfer: the result's bytes (estimated rows times each fetched column's
+  width, ``veil.sql.widths``) at the calibrated fetch speed of this link, plus
+  the time on a slower network link if one is given (``--bandwidth``);
+- decryption: the rows times each fetched column's calibrated cost per value;
+
+plus the local DuckDB plan: the fetched rows times its calibrated cost per row.
+The constants come from ``veil.exec.calibration``. Run-time bind filters are
+left out (their keys are known only once their sources are fetched), so a
+step they thin is over-estimated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from veil.backends.base import BackendError
+from veil.design.model import DET
+from veil.exec.calibration import Calibration
+from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
+from veil.sql.remote import joined_statement, render, scan_statement
+from veil.sql.widths import encryption_width
+
+if TYPE_CHECKING:
+    from veil.exec.session import Session
+
+# named link speeds for ``--bandwidth`` (bits per second); "local" adds nothing to the
+# link the calibration measured (a server on this machine)
+BANDWIDTHS = {"local": None, "lan": 1e9, "monomi": 10e6}
+
+
+@dataclass
+class StepCost:
+    """The estimated cost of one plan step (``key``: id of its scan or server join)."""
+
+    key: int
+    label: str
+    rows: float
+    bytes: float
+    server_seconds: float
+    transfer_seconds: float
+    decrypt_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.server_seconds + self.transfer_seconds + self.decrypt_seconds
+
+
+@dataclass
+class PlanCost:
+    steps: list[StepCost]
+    local_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps) + self.local_seconds
+
+
+def parse_bandwidth(text: str) -> float | None:
+    """``local``, ``lan``, ``monomi`` (10 Mbit/s) or a number of Mbit/s -> bits per second."""
+    named = text.strip().lower()
+    if named in BANDWIDTHS:
+        return BANDWIDTHS[named]
+    try:
+        mbit = float(named.removesuffix("mbit").removesuffix("mbit/s"))
+    except ValueError:
+        raise ValueError(
+            f"bandwidth {text!r} is neither a number of Mbit/s nor one of {', '.join(BANDWIDTHS)}"
+        ) from None
+    if mbit <= 0:
+        raise ValueError(f"bandwidth {text!r} must be positive")
+    return mbit * 1e6
+
+
+def plan_steps(plan: SplitPlan) -> list[tuple[int, str, Scan | JoinedFetch]]:
+    """The plan's steps in order: ``(key, label, scan or server join)``, one statement each."""
+    steps: list[tuple[int, str, Scan | JoinedFetch]] = []
+    for scan in plan.scans:
+        if scan.joined is not None:
+            if scan is scan.joined.scans[0]:
+                names = ", ".join(f"{s.table.name} as {s.alias}" for s in scan.joined.scans)
+                steps.append((id(scan.joined), f"server join of {names}", scan.joined))
+            continue
+        steps.append((id(scan), f"table {scan.table.name} as {scan.alias}", scan))
+    return steps
+
+
+def estimate_plan(
+    session: Session, plan: SplitPlan, calibration: Calibration, bandwidth: float | None = None
+) -> PlanCost:
+    """The estimated cost of running ``plan`` (``bandwidth``: a network link's bits/s)."""
+    steps = [
+        _step_cost(session, key, label, step, calibration, bandwidth)
+        for key, label, step in plan_steps(plan)
+    ]
+    fetched = sum(s.rows for s in steps)
+    local = calibration.local_statement_seconds + fetched * calibration.local_ns_per_row * 1e-9
+    return PlanCost(steps, local)
+
+
+def _step_cost(
+    session: Session,
+    key: int,
+    label: str,
+    step: Scan | JoinedFetch,
+    calibration: Calibration,
+    bandwidth: float | None,
+) -> StepCost:
+    if isinstance(step, JoinedFetch):
+        statement = joined_statement(step)
+        columns = [(scan, enc) for scan, _, enc in step.fetched()]
+    else:
+        statement = scan_statement(step)
+        columns = [(step, enc) for _, enc in step.fetched()]
+    backend = session.backend
+    sql, params = render(statement, backend)
+    try:
+        estimate = backend.estimate(sql, params or None)
+        rows, cost = estimate.rows, estimate.cost or estimate.rows
+    except BackendError:  # a statement the optimizer cannot explain: count its tables' rows
+        scans = step.scans if isinstance(step, JoinedFetch) else [step]
+        rows = cost = float(max(s.table.row_count for s in scans))
+    width = sum(encryption_width(enc) for _, enc in columns)
+    size = rows * width
+    aggregation = step.aggregation if isinstance(step, Scan) else None
+    if isinstance(step, Scan) and aggregation is not None and aggregation.id_bit is not None:
+        # ASHE: a row per group and block of 64 row ids (DuckDB estimates a row per group);
+        # each row's word sums lose the pads of up to 64 ids
+        rows = max(rows, _ashe_rows(step, aggregation.keys))
+        size = rows * width
+        layout = [name for name, _ in aggregation.fetched(step.table)]
+        words = len(layout) - layout.index(ASHE_MASK) - 1
+        ashe = rows * words * calibration.ashe_ns_per_block * 1e-9
+    else:
+        ashe = 0.0
+    link = size * 8 / bandwidth if bandwidth else 0.0
+    decrypt = ashe + sum(calibration.decrypt_seconds(enc, rows) for _, enc in columns)
+    return StepCost(
+        key=key,
+        label=label,
+        rows=rows,
+        bytes=size,
+        server_seconds=calibration.statement_seconds + cost * calibration.server_seconds_per_cost,
+        transfer_seconds=size * calibration.fetch_ns_per_byte * 1e-9 + link,
+        decrypt_seconds=decrypt,
+    )
+
+
+def _ashe_rows(scan: Scan, keys: list[str]) -> float:
+    """(group, block) rows: the blocks of 64 row ids times the groups (the keys' distinct
+    counts multiplied, as recorded at load), at most one per row."""
+    groups = 1.0
+    for key in keys:
+        enc = scan.table.find(key, DET)
+        distinct = enc.params.get("distinct") if enc is not None else None
+        groups *= float(distinct) if isinstance(distinct, int) else 100.0
+    rows = float(scan.table.row_count)
+    return min(rows, rows / 64 * groups)

@@ -1,0 +1,142 @@
+"""The cost model: calibration (measured, kept, re-measured when stale), plan estimates and
+``veil explain --analyze`` (estimates beside what running the plan took), on both backends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from sqlglot import exp
+
+from veil.exec.calibration import CALIBRATION_FILE, Calibration, calibration_of
+from veil.exec.cost import estimate_plan, parse_bandwidth, plan_steps
+from veil.exec.fetch import FetchStats
+from veil.exec.session import Session
+from veil.frontend.analyze import explain_analyze
+from veil.load.loader import load
+
+ROWS = 20_000
+WORKLOAD = [
+    "SELECT o.id, c.name FROM orders o JOIN customers c ON o.cust = c.id WHERE o.amount < 50",
+    "SELECT status, count(*), sum(amount) FROM orders GROUP BY status",
+    "SELECT count(*) FROM orders WHERE note LIKE '%rush%'",
+]
+
+
+@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    source = tmp_path / "source"
+    source.mkdir()
+    ids = list(range(ROWS))
+    pq.write_table(
+        pa.table(
+            {
+                "id": ids,
+                "cust": [i % 500 for i in ids],
+                "amount": pa.array([(i * 37) % 1000 for i in ids], pa.int64()),
+                "status": [("open", "paid", "late")[i % 3] for i in ids],
+                "note": [f"note {i % 97}{' rush' if i % 11 == 0 else ''}" for i in ids],
+            }
+        ),
+        source / "orders.parquet",
+    )
+    pq.write_table(
+        pa.table({"id": list(range(500)), "name": [f"customer {i}" for i in range(500)]}),
+        source / "customers.parquet",
+    )
+    url = request.getfixturevalue(f"{request.param}_url")
+    load(str(source), url, str(tmp_path / "client"), WORKLOAD, lambda _: None)
+    return tmp_path / "client"
+
+
+def test_calibration_is_measured_once_and_kept(client: Path) -> None:
+    session = Session(str(client))
+    try:
+        first = calibration_of(session)
+        path = client / CALIBRATION_FILE
+        assert path.exists()
+        assert first.server == session.backend.dialect
+        # every column a query may fetch has its own figure, and each kind a median
+        fetchable = [
+            e
+            for t in session.design.tables.values()
+            for e in t.encryptions
+            if e.scheme != "SEARCH" and not e.is_expression
+        ]
+        assert all(e.name in first.decrypt_ns for e in fetchable)
+        assert first.classes() and all(v > 0 for v in first.classes().values())
+        assert first.server_seconds_per_cost > 0 and first.fetch_ns_per_byte > 0
+        assert calibration_of(session).measured == first.measured  # read back, not re-measured
+        stale = json.loads(path.read_text())
+        path.write_text(json.dumps({**stale, "version": 0}))
+        assert Calibration.load(str(path)) is None  # another version: measured again
+        assert calibration_of(session).version == first.version
+    finally:
+        session.close()
+
+
+def test_a_plan_is_estimated_step_by_step(client: Path) -> None:
+    session = Session(str(client))
+    try:
+        calibration = calibration_of(session)
+        for sql in WORKLOAD:
+            plan = session.plan(exp.maybe_parse(sql, dialect="duckdb"))
+            cost = estimate_plan(session, plan, calibration)
+            assert [s.key for s in cost.steps] == [k for k, _, _ in plan_steps(plan)]
+            assert all(s.rows >= 0 and s.server_seconds > 0 for s in cost.steps)
+            assert cost.seconds >= sum(s.seconds for s in cost.steps) > 0
+            slow = estimate_plan(session, plan, calibration, parse_bandwidth("monomi"))
+            assert slow.seconds >= cost.seconds  # a slower link never makes a plan cheaper
+    finally:
+        session.close()
+
+
+def test_explain_analyze_runs_the_query_and_shows_both_figures(client: Path) -> None:
+    session = Session(str(client))
+    try:
+        out = explain_analyze(session, WORKLOAD[0])
+        expected = session.run(WORKLOAD[0]).table.num_rows
+        assert f"estimated vs actual ({expected:,} result rows" in out
+        assert "RemoteSQL 1:" in out and "whole query" in out
+        plan = session.plan(exp.maybe_parse(WORKLOAD[1], dialect="duckdb"))
+        stats = FetchStats()
+        session.execute_plan(plan, stats)
+        # each step's statements are counted where the estimate looks for them
+        assert set(stats.steps) == {k for k, _, _ in plan_steps(plan)}
+        assert sum(s.rows for s in stats.steps.values()) > 0
+    finally:
+        session.close()
+
+
+def test_the_cli_calibrates_and_refuses_a_bad_bandwidth(client: Path) -> None:
+    veil = [sys.executable, "-m", "veil"]
+    done = subprocess.run([*veil, "calibrate", str(client)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "ns per value" in done.stdout and "round trip" in done.stdout
+    sql = "SELECT count(*) FROM orders WHERE status = 'paid'"
+    done = subprocess.run(
+        [*veil, "explain", str(client), sql, "--analyze", "--bandwidth", "monomi"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "link: 10 Mbit/s" in done.stdout
+    done = subprocess.run(
+        [*veil, "explain", str(client), sql, "--analyze", "--bandwidth", "fast"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "bandwidth 'fast'" in done.stderr
+
+
+def test_bandwidths() -> None:
+    assert parse_bandwidth("local") is None
+    assert parse_bandwidth("LAN") == 1e9
+    assert parse_bandwidth("100") == 100e6
+    with pytest.raises(ValueError, match="positive"):
+        parse_bandwidth("0")
