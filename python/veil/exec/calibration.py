@@ -36,7 +36,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.crypto.ashe import Ashe
-from veil.design.model import SEARCH, Encryption, TableDesign, write_private
+from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
 from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns
 from veil.sql.errors import ClientDirectoryError
 from veil.sql.plan import RND_ROW_ID
@@ -49,6 +49,8 @@ CALIBRATION_FILE = "calibration.json"
 CALIBRATION_VERSION = 1
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
+# what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
+_DECRYPTABLE = (DET, OPE, RND, BLOCKS)
 _RUNS = 3
 _LOCAL_ROWS = 200_000
 _ASHE_BLOCKS = 4096
@@ -198,7 +200,7 @@ def _fetchable(session: Session) -> list[tuple[TableDesign, Encryption]]:
         (table, enc)
         for table in session.design.tables.values()
         for enc in table.encryptions
-        if enc.scheme != SEARCH and not enc.is_expression  # matched on the server only
+        if enc.scheme in _DECRYPTABLE and not enc.is_expression
     ]
 
 
