@@ -327,7 +327,9 @@ def test_a_failed_peel_leaves_the_query_to_the_client(
 
     import veil.exec.onions as onions
 
-    monkeypatch.setattr(onions, "peel_statement", lambda *_: exp.maybe_parse("SELECT no_such_fn()"))
+    missing = exp.maybe_parse("SELECT no_such_fn()")
+    monkeypatch.setattr(onions, "peel_statement", lambda *_: missing.copy())
+    monkeypatch.setattr(onions, "peeled_rows_statement", lambda *_: missing.copy())
     session = Session(str(client))
     try:
         found = session.run("SELECT count(*) FROM items WHERE grp = 2").table.column(0)[0]

@@ -44,6 +44,7 @@ StatementListener = Callable[[str, Params], None]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 STAGING_SUFFIX = "__veil_staging"
+REWRITE_SUFFIX = "__veil_rewrite"  # a table's copy being made by ``replace_rows``
 
 
 class BackendError(OperationalError):
@@ -77,6 +78,10 @@ class Backend(Protocol):
     # Whether the server dictionary-compresses repeated binary values: then a
     # DET integer column with few distinct values is stored smaller as bytes.
     compresses_repeated_bytes: bool
+    # Whether a change to every row of a table is faster as a copy of the table
+    # (``replace_rows``) than as an UPDATE (PostgreSQL: an UPDATE writes each row again
+    # with its MVCC header and every index entry, and leaves the old rows to VACUUM).
+    rewrites_by_copy: bool
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
         """Run one statement; a query's rows as a table, an empty table otherwise."""
@@ -107,6 +112,15 @@ class Backend(Protocol):
 
     def refresh_statistics(self, table: str) -> None:
         """Let the optimizer see ``table``'s values again after an in-place rewrite (a peel)."""
+        ...
+
+    def column_names(self, table: str) -> list[str]:
+        """The table's columns, in order."""
+        ...
+
+    def replace_rows(self, table: str, select: str, params: Params = None) -> None:
+        """Within the current transaction, make ``table`` hold the rows ``select`` returns
+        (its columns in order), keeping its name and indexes; writers wait meanwhile."""
         ...
 
     def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:

@@ -77,6 +77,7 @@ class PostgresBackend(StagedBackend):
     dialect = "postgres"
     compresses_repeated_bytes = False  # a bytea takes a header byte more than a BIGINT
     load_in_one_transaction = True
+    rewrites_by_copy = True
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -204,6 +205,17 @@ class PostgresBackend(StagedBackend):
         rows = super().bulk_load(table, data, schema=schema)
         self._run_quiet(f"ANALYZE {quote(table)}")
         return rows
+
+    def _index_definitions(self, table: str) -> list[str]:
+        found = self.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = $1 ORDER BY indexname",
+            [table],
+        )
+        return [str(sql) for sql in found.column(0).to_pylist()]
+
+    def _lock_writers(self, table: str) -> None:
+        self._run_quiet(f"LOCK TABLE {quote(table)} IN SHARE MODE")
 
     def refresh_statistics(self, table: str) -> None:
         """ANALYZE: a peeled column's values went from all distinct to a few (TPC-H Q9 took

@@ -15,9 +15,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends.base import (
+    REWRITE_SUFFIX,
     STAGING_SUFFIX,
     ArrowData,
     BackendError,
+    Params,
     StatementListener,
     StatementLog,
     TransactionScope,
@@ -47,6 +49,9 @@ class StagedBackend:
         raise NotImplementedError
 
     def _insert(self, table: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
+        raise NotImplementedError
+
+    def execute(self, sql: str, params: Params = None) -> pa.Table:
         raise NotImplementedError
 
     def inline_parameters(
@@ -92,6 +97,35 @@ class StagedBackend:
 
     def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:
         return []  # PostgreSQL writes every index of a row it rewrites anyway
+
+    def column_names(self, table: str) -> list[str]:
+        found = self.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = $1 "
+            "AND table_schema = current_schema() ORDER BY ordinal_position",
+            [table],
+        )
+        return [str(name) for name in found.column(0).to_pylist()]
+
+    def replace_rows(self, table: str, select: str, params: Params = None) -> None:
+        """A copy made by ``CREATE TABLE ... AS``, swapped in, its indexes built again."""
+        if not self._transactions.active:
+            raise BackendError("replace_rows runs inside a transaction")  # or a crash loses it
+        copy = table + REWRITE_SUFFIX
+        indexes = self._index_definitions(table)
+        self._lock_writers(table)
+        self._run_quiet(f"DROP TABLE IF EXISTS {quote(copy)}")
+        self.execute(f"CREATE TABLE {quote(copy)} AS {select}", params)
+        self._run_quiet(f"DROP TABLE {quote(table)}")
+        self._run_quiet(f"ALTER TABLE {quote(copy)} RENAME TO {quote(table)}")
+        for create in indexes:  # the old table's names, free again with it dropped
+            self._run_quiet(create)
+
+    def _index_definitions(self, table: str) -> list[str]:
+        """The CREATE INDEX statements of the table's indexes."""
+        raise NotImplementedError
+
+    def _lock_writers(self, table: str) -> None:
+        """Make writers of ``table`` wait until the transaction ends (readers go on)."""
 
     def drop_table(self, table: str, *, if_exists: bool = True) -> None:
         self._run_quiet(f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{quote(table)}")

@@ -57,7 +57,9 @@ from veil.sql.remote import (
     mark_peeled_statement,
     mark_rekeyed_statement,
     peel_statement,
+    peeled_rows_statement,
     rekey_statement,
+    render,
     set_aside_index_statement,
 )
 
@@ -372,7 +374,12 @@ def _peel_on_server(session: Session, table: TableDesign, encs: list[Encryption]
         layers = [
             (e, layer_form(e), layer_key(session.master, e, rnd_context(table, e))) for e in wrapped
         ]
-        run_remote(peel_statement(table, layers), backend, FetchStats())
+        if backend.rewrites_by_copy:
+            columns = backend.column_names(table.server_name)
+            copy = peeled_rows_statement(table, layers, columns)
+            backend.replace_rows(table.server_name, *render(copy, backend))
+        else:
+            run_remote(peel_statement(table, layers), backend, FetchStats())
         for enc in wrapped:
             run_remote(mark_peeled_statement(table, enc), backend, FetchStats())
     return {e.name for e in wrapped}

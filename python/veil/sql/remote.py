@@ -541,14 +541,31 @@ def peel_statement(table: TableDesign, layers: list[tuple[Encryption, str, bytes
     Each value is XORed with its row's keystream; one statement rewrites the
     rows once, whatever number of layers come off.
     """
-    assignments: dict[str, object] = {
+    return exp.update(exp.to_table(table.server_name), dict(_layer_xors(table, layers)))
+
+
+def peeled_rows_statement(
+    table: TableDesign, layers: list[tuple[Encryption, str, bytes]], columns: list[str]
+) -> exp.Select:
+    """Every row of the table, its ``columns`` in order, with the layers off (the copy
+    ``Backend.replace_rows`` swaps in where that beats an UPDATE of every row)."""
+    xors = _layer_xors(table, layers)
+    return exp.select(
+        *[exp.alias_(xors[c], c) if c in xors else exp.column(c) for c in columns]
+    ).from_(exp.to_table(table.server_name))
+
+
+def _layer_xors(
+    table: TableDesign, layers: list[tuple[Encryption, str, bytes]]
+) -> dict[str, exp.Expr]:
+    """Each peeled column's value without its layer: XORed with its row's keystream."""
+    return {
         enc.name: exp.Anonymous(
             this=LAYER_XOR[form],
             expressions=[param(key), exp.column(table.row_id), exp.column(enc.name)],
         )
         for enc, form, key in layers
     }
-    return exp.update(exp.to_table(table.server_name), assignments)
 
 
 def mark_peeled_statement(table: TableDesign, enc: Encryption) -> exp.Update:
