@@ -59,6 +59,7 @@ from veil.sql.remote import (
     peel_statement,
     peeled_rows_statement,
     rekey_statement,
+    rekeyed_rows_statement,
     render,
     set_aside_index_statement,
 )
@@ -401,7 +402,12 @@ def _rekey_on_server(
                 "says on the server; re-encrypt the table with `veil reencrypt`"
             )
         token = _join_cipher(session, enc).token_to(_join_cipher(session, onto))
-        run_remote(rekey_statement(table, enc, token), backend, FetchStats())
+        if backend.rewrites_by_copy:
+            columns = backend.column_names(table.server_name)
+            copy = rekeyed_rows_statement(table, enc, token, columns)
+            backend.replace_rows(table.server_name, *render(copy, backend))
+        else:
+            run_remote(rekey_statement(table, enc, token), backend, FetchStats())
         run_remote(mark_rekeyed_statement(table, enc, target), backend, FetchStats())
     return True
 

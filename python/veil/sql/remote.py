@@ -594,6 +594,39 @@ def rekey_statement(table: TableDesign, enc: Encryption, token: bytes) -> exp.Up
      WHERE t.c = m.old
     """
     column = exp.column(enc.name, table=table.server_name)
+    update = exp.update(exp.to_table(table.server_name), {enc.name: exp.column("new", table="m")})
+    update.set("from_", exp.From(this=_rekey_mapping(table, enc, token)))
+    update.set(
+        "where", exp.Where(this=exp.EQ(this=column, expression=exp.column("old", table="m")))
+    )
+    return update
+
+
+def rekeyed_rows_statement(
+    table: TableDesign, enc: Encryption, token: bytes, columns: list[str]
+) -> exp.Select:
+    """Every row of the table, its ``columns`` in order, with ``enc`` re-keyed by ``token``
+    (the copy ``Backend.replace_rows`` swaps in)::
+
+    SELECT t.a, m.new AS c, ... FROM t LEFT JOIN (mapping) AS m ON t.c = m.old
+    """
+    source = table.server_name
+    picked = [
+        exp.alias_(exp.column("new", table="m"), c)
+        if c == enc.name
+        else exp.column(c, table=source)
+        for c in columns
+    ]
+    on = exp.EQ(this=exp.column(enc.name, table=source), expression=exp.column("old", table="m"))
+    return (
+        exp.select(*picked)
+        .from_(exp.to_table(source))
+        .join(_rekey_mapping(table, enc, token), on=on, join_type="left")
+    )
+
+
+def _rekey_mapping(table: TableDesign, enc: Encryption, token: bytes) -> exp.Expr:
+    """``(old, new)`` per distinct non-NULL ciphertext of ``enc``, as the subquery ``m``."""
     distinct = (
         exp.select(exp.alias_(exp.column(enc.name), "old"))
         .distinct()
@@ -604,12 +637,7 @@ def rekey_statement(table: TableDesign, enc: Encryption, token: bytes) -> exp.Up
     mapping = exp.select(exp.column("old"), exp.alias_(rekeyed, "new")).from_(
         exp.alias_(exp.Subquery(this=distinct), "d")
     )
-    update = exp.update(exp.to_table(table.server_name), {enc.name: exp.column("new", table="m")})
-    update.set("from_", exp.From(this=exp.alias_(exp.Subquery(this=mapping), "m")))
-    update.set(
-        "where", exp.Where(this=exp.EQ(this=column, expression=exp.column("old", table="m")))
-    )
-    return update
+    return exp.alias_(exp.Subquery(this=mapping), "m")
 
 
 def mark_rekeyed_statement(table: TableDesign, enc: Encryption, key_id: str) -> exp.Update:
