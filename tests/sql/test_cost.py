@@ -144,3 +144,11 @@ def test_bandwidths() -> None:
     assert parse_bandwidth("100") == 100e6
     with pytest.raises(ValueError, match="positive"):
         parse_bandwidth("0")
+
+
+def test_spearman_ranks() -> None:
+    from veil.bench.cost import spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505139)

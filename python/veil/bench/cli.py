@@ -9,7 +9,12 @@ import importlib.util
 from veil.bench.report import bar_plot, format_table, write_json
 
 # Further benchmark areas add ``register(bench_subparsers)`` in these modules.
-BENCH_MODULES = ("veil.bench.tpch_cli", "veil.bench.wire", "veil.bench.onions_cli")
+BENCH_MODULES = (
+    "veil.bench.tpch_cli",
+    "veil.bench.wire",
+    "veil.bench.onions_cli",
+    "veil.bench.cost",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -102,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     explain.add_argument(
         "--bandwidth",
-        type=_bandwidth,
+        type=bandwidth_type,
         default=None,
         help="with --analyze: the link to the server, `local` (as calibrated), `lan` "
         "(1 Gbit/s), `monomi` (10 Mbit/s) or Mbit/s (default local)",
@@ -209,7 +209,7 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bandwidth(text: str) -> float | None:
+def bandwidth_type(text: str) -> float | None:
     from veil.exec.cost import parse_bandwidth
 
     try:
