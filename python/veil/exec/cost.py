@@ -139,6 +139,7 @@ def _step_cost(
         layout = [name for name, _ in aggregation.fetched(step.table)]
         words = len(layout) - layout.index(ASHE_MASK) - 1
         ashe = rows * words * calibration.ashe_ns_per_block * 1e-9
+        ashe += calibration.local_statement_seconds  # the groups re-aggregated locally
     else:
         ashe = 0.0
     link = size * 8 / bandwidth if bandwidth else 0.0
