@@ -48,10 +48,13 @@ MAX_BLOCK_BYTES = 16 * 1024
 # Blocks are estimated as bulk writes compress them (zstd 19, ~4 MB/s), so on a
 # smaller sample than packs: the start of each run.
 BLOCK_SAMPLE_RUNS, BLOCK_SAMPLE_ROWS = 4, 320
-# Stored bytes of a blocked pack: small against SQLite's 64 KiB pages (the end of
-# a page holds on average half a pack of slack: 15 KB packs lost 12% of the file
-# to it, 4 KB packs 3%), large against a pack's ~60 bytes of envelope and row.
-PACK_STORED_BYTES = 4 * 1024
+# Stored bytes of a blocked pack: large against its ~60 bytes of envelope and
+# server row and against SQLite's 2 KiB pages (a pack overflows into full pages
+# and wastes at most part of one: 16 KB packs take 1.02-1.03x their bytes on
+# disk, 4 KB packs 1.06-1.10x), and few packs per range of 1,000 keys; a point
+# read still opens one block of it. (With the first round's 64 KiB pages, 4 KB
+# was the best size: the end of a page held about half a pack of slack.)
+PACK_STORED_BYTES = 16 * 1024
 # A blocked pack's own bytes (header, nonce, index length and tag, update-if
 # tag) and each block's (GCM tag, its index entry: about 3 bytes of first key
 # past the shared prefix and a length).

@@ -18,21 +18,31 @@ its use, so the store's own thread and its background merge thread can share
 it safely.
 
 On-disk layout (issue 14: the file should be within ~10% of the bytes of the
-packs it holds). A pack is one row of a few kilobytes. In the original layout
-(``WITHOUT ROWID`` tables, 4 KiB pages) a row past ~1 KB keeps only ~490
-bytes in its B-tree leaf and spills the rest into an overflow page of its own,
-so a 2.4 KB pack took two pages: half the file was waste. New files now use
+packs it holds, for small tables as for large ones). A pack is one row of a
+few to a few dozen kilobytes. In the original layout (``WITHOUT ROWID``
+tables, 4 KiB pages) a row past ~1 KB kept only ~490 bytes in its B-tree leaf
+and spilled the rest into an overflow page of its own, so a 2.4 KB pack took
+two pages: half the file was waste. New files use
 
-* 64 KiB pages, so a leaf holds a dozen or more packs and the slack at the end
-  of a leaf is small against it;
-* rowid tables (rows stored in the table B-tree, whose cells may be as large
-  as the page; a row larger than a page overflows into *full* pages, SQLite
-  keeping the remainder in the leaf) with a unique index on ``(part, key)``
-  for the floor lookups and scans;
+* rowid tables (rows stored in the table B-tree, whose cells may be almost as
+  large as the page) with a unique index on ``(part, key)`` for the floor
+  lookups and scans. A row larger than a page overflows into *full* pages and
+  leaves only its remainder (at most a page) in the leaf, so what a pack wastes
+  is bounded by the page size, not by the pack's;
+* 2 KiB pages. Leaves hold whole cells, so each page ends in slack of about
+  half a cell, and every table pays a few pages of its own (the table's root,
+  its index, the last leaf). With 64 KiB pages (the first round) that fixed
+  cost was ~3 pages, 190 KB: 35% of a 0.54 MB table, and a 40 KB table took
+  two pages. Measured on real packs of 4-32 KB (16 KB: the store's blocked
+  packs): 2 KiB pages keep the pack table and its index within 1.02-1.03x the
+  packs' bytes for 0.5-4 MB tables and 1.08x for a 35 KB table; 1 KiB pages
+  save another 1%, at a longer overflow chain per read; 4 KiB pages cost 3-6%
+  on 16 KB packs and 19-29% on the 35 KB table; 8 KiB pages up to 58% on 4 KB
+  packs (one pack and a half per page);
 * incremental auto-vacuum, run after an epoch is deleted (APPEND merges), so
   freed pages go back to the file system; and a WAL kept short
   (``journal_size_limit``) and truncated by a checkpoint when the store closes;
-* memory-mapped reads, so a point read does not copy a 64 KiB page.
+* memory-mapped reads.
 
 Files and tables created before keep their layout and are read the same way
 (the SQL is identical); :meth:`SQLiteBackend.compact` (``VACUUM``) rewrites a
@@ -58,7 +68,9 @@ from veil.kv.backends.base import Row
 
 BUSY_TIMEOUT_MS = 60_000
 SCAN_PAGE_ROWS = 512
-PAGE_SIZE = 65_536  # for new files (fixed when SQLite creates the file)
+PAGE_SIZE = 2_048  # for new files (fixed when SQLite creates the file)
+# update_if moves a row whose size changes by more than this to the table's end.
+MOVE_BYTES = 16 * 1024
 MMAP_BYTES = 1 << 30
 WAL_LIMIT_BYTES = 16 << 20
 SPARSE_SHARE = 0.15  # compact_if_sparse: VACUUM past this share of waste
@@ -205,13 +217,13 @@ class SQLiteBackend:
     ) -> bool:
         name = _name(table)
         if self._has_rowid(name):
-            # A value whose size changes by more than a quarter page (a bulk
-            # load's oversized pack, and that pack cut down by its split) moves
-            # to the end of the table: growing in place would split its leaf,
-            # shrinking would leave a nearly empty one.
+            # A value whose size changes by more than MOVE_BYTES (a bulk load's
+            # oversized pack, and that pack cut down by its split) moves to the
+            # end of the table: in a file of large pages, growing in place
+            # would split its leaf and shrinking would leave a nearly empty one.
             sql = (
                 f"UPDATE {name} SET value = ?1, tag = ?2, rowid = CASE WHEN "
-                f"abs(length(?1) - length(value)) > {PAGE_SIZE // 4} "
+                f"abs(length(?1) - length(value)) > {MOVE_BYTES} "
                 f"THEN (SELECT max(rowid) + 1 FROM {name}) ELSE rowid END "
                 "WHERE part = ?3 AND key = ?4 AND tag = ?5"
             )
