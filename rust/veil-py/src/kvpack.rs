@@ -7,7 +7,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use veil_kernels::kvpack::blocks::{seal_blocked, BlockedPack, Level};
-use veil_kernels::kvpack::{serialize_records, PackDictionary, PackKey, RecordList};
+use veil_kernels::kvpack::{
+    serialize_records, serialize_records_as, PackDictionary, PackKey, RecordList,
+};
 
 use crate::errors::to_py;
 
@@ -98,12 +100,15 @@ fn kv_pack_lookup<'py>(
         .map(|value| PyBytes::new(py, value)))
 }
 
-/// A pack's record list (format version 2) from its keys and values, in pack order.
+/// A pack's record list from its keys and values, in pack order: format
+/// version 3 (terminated values) when it can, else 2; `version2` forces 2.
 #[pyfunction]
+#[pyo3(signature = (keys, values, version2 = false))]
 fn kv_serialize_pack<'py>(
     py: Python<'py>,
     keys: Vec<Bound<'py, PyBytes>>,
     values: Vec<Bound<'py, PyBytes>>,
+    version2: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     if keys.len() != values.len() {
         return Err(pyo3::exceptions::PyValueError::new_err(
@@ -112,7 +117,12 @@ fn kv_serialize_pack<'py>(
     }
     let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
     let values: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
-    Ok(PyBytes::new(py, &serialize_records(&keys, &values)))
+    let records = if version2 {
+        serialize_records_as(&keys, &values, None)
+    } else {
+        serialize_records(&keys, &values)
+    };
+    Ok(PyBytes::new(py, &records))
 }
 
 /// Seal entries (in pack order) as a blocked pack: the stored bytes after its
