@@ -29,16 +29,18 @@ two pages: half the file was waste. New files use
   lookups and scans. A row larger than a page overflows into *full* pages and
   leaves only its remainder (at most a page) in the leaf, so what a pack wastes
   is bounded by the page size, not by the pack's;
-* 2 KiB pages. Leaves hold whole cells, so each page ends in slack of about
+* 1 KiB pages. Leaves hold whole cells, so each page ends in slack of about
   half a cell, and every table pays a few pages of its own (the table's root,
   its index, the last leaf). With 64 KiB pages (the first round) that fixed
-  cost was ~3 pages, 190 KB: 35% of a 0.54 MB table, and a 40 KB table took
-  two pages. Measured on real packs of 4-32 KB (16 KB: the store's blocked
-  packs): 2 KiB pages keep the pack table and its index within 1.02-1.03x the
-  packs' bytes for 0.5-4 MB tables and 1.08x for a 35 KB table; 1 KiB pages
-  save another 1%, at a longer overflow chain per read; 4 KiB pages cost 3-6%
-  on 16 KB packs and 19-29% on the 35 KB table; 8 KiB pages up to 58% on 4 KB
-  packs (one pack and a half per page);
+  cost was ~3 pages, 190 KB: 35% of a 0.54 MB table, and a 35 KB table took
+  two pages (3.4x its packs). Measured on real packs of 16 KB (the store's
+  blocked packs), table and index pages after ``VACUUM`` over the packs'
+  bytes: 1.01-1.02x for 0.5-4 MB tables and 1.05x for a 31 KB one with 1 KiB
+  pages; 2 KiB pages 1.02-1.03x and 1.18x; 4 KiB 1.03-1.06x and 1.3x; 512-byte
+  pages 1.02x and 1.03x. A floor lookup that returns a 16 KB pack costs the
+  same through 8 or 16 overflow pages (5.7 us on debian-packages packs with 1,
+  2 or 4 KiB pages, 7.2 us with 64 KiB pages: memory-mapped pages are
+  followed, not read);
 * incremental auto-vacuum, run after an epoch is deleted (APPEND merges), so
   freed pages go back to the file system; and a WAL kept short
   (``journal_size_limit``) and truncated by a checkpoint when the store closes;
@@ -68,7 +70,7 @@ from veil.kv.backends.base import Row
 
 BUSY_TIMEOUT_MS = 60_000
 SCAN_PAGE_ROWS = 512
-PAGE_SIZE = 2_048  # for new files (fixed when SQLite creates the file)
+PAGE_SIZE = 1_024  # for new files (fixed when SQLite creates the file)
 # update_if moves a row whose size changes by more than this to the table's end.
 MOVE_BYTES = 16 * 1024
 MMAP_BYTES = 1 << 30

@@ -242,7 +242,11 @@ fn serialize_index(firsts: &[&[u8]], lengths: &[usize]) -> Vec<u8> {
 
 /// The decrypted index of a blocked pack.
 pub struct BlockIndex {
-    firsts: Vec<Vec<u8>>,
+    // Every block's first position, rebuilt into one buffer: a point read
+    // parses the index of a ~16 KB pack (dozens of blocks) every time, and an
+    // allocation per position cost ~1.5 us of a ~13 us read.
+    first_data: Vec<u8>,
+    firsts: Vec<Range<usize>>,
     spans: Vec<Range<usize>>,
     aad: Vec<u8>,
 }
@@ -273,7 +277,7 @@ impl<'a> BlockedPack<'a> {
             .map_err(|_| malformed("stored pack is truncated".into()))?;
         let aad = full_aad(aad, index_length);
         let plaintext = cipher.open(0, &aad, &body[span])?;
-        let (firsts, lengths) = parse_index(&plaintext)?;
+        let (first_data, firsts, lengths) = parse_index(&plaintext)?;
         let mut spans = Vec::with_capacity(lengths.len());
         for length in lengths {
             spans.push(
@@ -289,7 +293,12 @@ impl<'a> BlockedPack<'a> {
         Ok(Self {
             cipher,
             body,
-            index: BlockIndex { firsts, spans, aad },
+            index: BlockIndex {
+                first_data,
+                firsts,
+                spans,
+                aad,
+            },
         })
     }
 
@@ -298,7 +307,7 @@ impl<'a> BlockedPack<'a> {
         let after = self
             .index
             .firsts
-            .partition_point(|first| first.as_slice() <= position);
+            .partition_point(|first| &self.index.first_data[first.clone()] <= position);
         after.checked_sub(1)
     }
 
@@ -338,26 +347,30 @@ impl<'a> BlockedPack<'a> {
     }
 }
 
-fn parse_index(data: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<usize>), KernelError> {
+type ParsedIndex = (Vec<u8>, Vec<Range<usize>>, Vec<usize>);
+
+fn parse_index(data: &[u8]) -> Result<ParsedIndex, KernelError> {
     let mut at = 0;
     let count = read_varint(data, &mut at)? as usize;
     if count > data.len() {
         return Err(malformed("pack index is truncated".into()));
     }
-    let mut firsts: Vec<Vec<u8>> = Vec::with_capacity(count);
+    let mut first_data: Vec<u8> = Vec::with_capacity(data.len());
+    let mut firsts: Vec<Range<usize>> = Vec::with_capacity(count);
     for _ in 0..count {
         let shared = read_varint(data, &mut at)? as usize;
         let suffix = read_varint(data, &mut at)? as usize;
-        let previous = firsts.last().map_or(&[][..], |p| p.as_slice());
+        let previous = firsts.last().cloned().unwrap_or(0..0);
         if shared > previous.len() {
             return Err(malformed(
                 "pack index shares more than the previous key".into(),
             ));
         }
         let span = take(&mut at, suffix, data.len())?;
-        let mut first = previous[..shared].to_vec();
-        first.extend_from_slice(&data[span]);
-        firsts.push(first);
+        let start = first_data.len();
+        first_data.extend_from_within(previous.start..previous.start + shared);
+        first_data.extend_from_slice(&data[span]);
+        firsts.push(start..first_data.len());
     }
     let mut lengths = Vec::with_capacity(count);
     for _ in 0..count {
@@ -366,7 +379,7 @@ fn parse_index(data: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<usize>), KernelError> {
     if at != data.len() {
         return Err(malformed("pack index lengths do not add up".into()));
     }
-    Ok((firsts, lengths))
+    Ok((first_data, firsts, lengths))
 }
 
 #[cfg(test)]
