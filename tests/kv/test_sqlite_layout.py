@@ -124,3 +124,16 @@ def test_bulk_loads_check_for_waste_unless_turned_off(tmp_path: Path, monkeypatc
             store.put_many({k: b"v" for k in range(20)})
             store.put_many({k: b"w" for k in range(20)})  # within the minute: not again
         assert calls == expected
+
+
+def test_a_dense_file_gets_its_wal_checkpointed(tmp_path: Path) -> None:
+    # Only the database file is memory-mapped: pages left in the WAL after a
+    # bulk load are read with a system call each.
+    backend = SQLiteBackend(tmp_path / "kv.db")
+    backend.ensure_table("t")
+    for key in range(200):
+        backend.upsert("t", 0, key.to_bytes(4, "big"), os.urandom(5_000), b"tag")
+    assert (tmp_path / "kv.db").stat().st_size < 500_000  # the rows are in the WAL
+    assert not backend.compact_if_sparse()
+    assert (tmp_path / "kv.db").stat().st_size > 1_000_000
+    backend.close()

@@ -278,19 +278,16 @@ class SQLiteBackend:
         """``VACUUM`` if free pages and unused page bytes exceed SPARSE_SHARE; True if it did.
 
         Measured with SQLite's dbstat (one pass over the file's pages), so
-        callers run it after work of the same order: a bulk load, merges.
+        callers run it after work of the same order: a bulk load, merges. A
+        file left as it is still gets its WAL checkpointed: only the database
+        file is memory-mapped, and a pack still in the WAL is read with one
+        system call per 1 KiB page (a point read into a 16 KB pack took 14 us
+        against 7 us once checkpointed).
         """
         with self._lock:
             conn = self._connection()
-            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-            if pages * page_size < SPARSE_MIN_BYTES:
-                return False
-            unused = conn.execute(
-                "SELECT COALESCE(SUM(unused), 0) FROM dbstat WHERE aggregate = TRUE"
-            ).fetchone()[0]
-            if free * page_size + unused <= SPARSE_SHARE * pages * page_size:
+            if not _sparse(conn):
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 return False
         self.compact()
         return True
@@ -330,6 +327,19 @@ class SQLiteBackend:
     def _one(self, sql: str, params: tuple[object, ...]) -> Row | None:
         row = self._one_raw(sql, params)
         return None if row is None else Row(*row)
+
+
+def _sparse(conn: sqlite3.Connection) -> bool:
+    """Whether free pages and unused bytes in pages exceed SPARSE_SHARE of a large file."""
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if pages * page_size < SPARSE_MIN_BYTES:
+        return False
+    unused = conn.execute(
+        "SELECT COALESCE(SUM(unused), 0) FROM dbstat WHERE aggregate = TRUE"
+    ).fetchone()[0]
+    return bool(free * page_size + unused > SPARSE_SHARE * pages * page_size)
 
 
 def _release_free_pages(conn: sqlite3.Connection) -> None:
