@@ -35,12 +35,13 @@ two pages: half the file was waste. New files use
   cost was ~3 pages, 190 KB: 35% of a 0.54 MB table, and a 35 KB table took
   two pages (3.4x its packs). Measured on real packs of 16 KB (the store's
   blocked packs), table and index pages after ``VACUUM`` over the packs'
-  bytes: 1.01-1.02x for 0.5-4 MB tables and 1.05x for a 31 KB one with 1 KiB
-  pages; 2 KiB pages 1.02-1.03x and 1.18x; 4 KiB 1.03-1.06x and 1.3x; 512-byte
-  pages 1.02x and 1.03x. A floor lookup that returns a 16 KB pack costs the
-  same through 8 or 16 overflow pages (5.7 us on debian-packages packs with 1,
-  2 or 4 KiB pages, 7.2 us with 64 KiB pages: memory-mapped pages are
-  followed, not read);
+  bytes: 1.01-1.02x for 0.5-4 MB tables and 1.05-1.08x for a 31 KB one with
+  1 KiB pages; 2 KiB pages 1.02-1.03x and 1.08-1.18x; 4 KiB 1.03-1.06x and
+  1.3x; 512-byte pages 1.02x and 1.03x (but rows of the size a per-row store
+  keeps, 0.5-1 KB, would overflow them). A floor lookup that returns a 16 KB
+  pack costs the same through 8 or 16 overflow pages (5.7 us on
+  debian-packages packs with 1, 2 or 4 KiB pages, 7.2 us with 64 KiB pages:
+  memory-mapped pages are followed, not read);
 * incremental auto-vacuum, run after an epoch is deleted (APPEND merges), so
   freed pages go back to the file system; and a WAL kept short
   (``journal_size_limit``) and truncated by a checkpoint when the store closes;
