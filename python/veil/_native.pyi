@@ -150,6 +150,7 @@ def kv_seal_blocked(
     block_rows: int,
     dictionary: KvDictionary | None = None,
     dense: bool = False,
+    previous: bytes | None = None,
 ) -> bytes: ...
 def kv_open_blocked(
     key: bytes, stored: bytes, aad: bytes, dictionary: KvDictionary | None = None

@@ -127,8 +127,10 @@ fn kv_serialize_pack<'py>(
 
 /// Seal entries (in pack order) as a blocked pack: the stored bytes after its
 /// nonce. `dense`: compress hard (write-once paths: bulk loads, merges).
+/// `previous`: the stored pack this one replaces (same dictionary, same
+/// associated data), whose unchanged blocks keep their compressed form.
 #[pyfunction]
-#[pyo3(signature = (key, nonce, aad, keys, values, positions, block_rows, dictionary=None, dense=false))]
+#[pyo3(signature = (key, nonce, aad, keys, values, positions, block_rows, dictionary=None, dense=false, previous=None))]
 #[allow(clippy::too_many_arguments)]
 fn kv_seal_blocked<'py>(
     py: Python<'py>,
@@ -141,6 +143,7 @@ fn kv_seal_blocked<'py>(
     block_rows: usize,
     dictionary: Option<&Bound<'py, KvDictionary>>,
     dense: bool,
+    previous: Option<&[u8]>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     if keys.len() != values.len() || keys.len() != positions.len() {
         return Err(pyo3::exceptions::PyValueError::new_err(
@@ -152,10 +155,23 @@ fn kv_seal_blocked<'py>(
     let positions: Vec<&[u8]> = positions.iter().map(|p| p.as_bytes()).collect();
     let prepared = dictionary.map(|d| &d.get().inner);
     let level = if dense { Level::Dense } else { Level::Fast };
+    let previous = previous.map(blocked_parts).transpose()?;
     let sealed = py
         .allow_threads(|| {
+            let old = previous
+                .map(|(old_nonce, old_body)| BlockedPack::open(key, old_nonce, aad, old_body))
+                .transpose()?;
             seal_blocked(
-                key, nonce, aad, &keys, &values, &positions, block_rows, prepared, level,
+                key,
+                nonce,
+                aad,
+                &keys,
+                &values,
+                &positions,
+                block_rows,
+                prepared,
+                level,
+                old.as_ref(),
             )
         })
         .map_err(to_py)?;
