@@ -139,7 +139,7 @@ def kv_pack_lookup(
     wanted: bytes,
     dictionary: KvDictionary | None = None,
 ) -> bytes | None: ...
-def kv_serialize_pack(keys: list[bytes], values: list[bytes]) -> bytes: ...
+def kv_serialize_pack(keys: list[bytes], values: list[bytes], version2: bool = False) -> bytes: ...
 def kv_seal_blocked(
     key: bytes,
     nonce: bytes,
@@ -150,6 +150,7 @@ def kv_seal_blocked(
     block_rows: int,
     dictionary: KvDictionary | None = None,
     dense: bool = False,
+    previous: bytes | None = None,
 ) -> bytes: ...
 def kv_open_blocked(
     key: bytes, stored: bytes, aad: bytes, dictionary: KvDictionary | None = None

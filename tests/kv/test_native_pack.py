@@ -14,7 +14,13 @@ from veil.errors import AuthenticationError, MalformedCiphertextError
 from veil.kv import codec
 from veil.kv.codec import Inflater
 from veil.kv.envelope import Envelope
-from veil.kv.pack import lookup, parse_entries, serialize_entries, serialize_entries_v1
+from veil.kv.pack import (
+    lookup,
+    parse_entries,
+    serialize_entries,
+    serialize_entries_v1,
+    serialize_entries_v2,
+)
 
 KEY = bytes(range(32))
 CODECS = ["zlib", "zstd", "lz4"]
@@ -35,7 +41,7 @@ def _sealed_raw(name: str, compressed: bytes, codec_byte: int | None = None) -> 
     entries=ENTRIES,
     name=st.sampled_from(CODECS),
     padded=st.booleans(),
-    serialize=st.sampled_from([serialize_entries, serialize_entries_v1]),
+    serialize=st.sampled_from([serialize_entries, serialize_entries_v1, serialize_entries_v2]),
 )
 def test_native_open_equals_the_python_path(
     entries: dict[bytes, bytes], name: str, padded: bool, serialize: Any
@@ -83,9 +89,11 @@ def test_truncated_stream_is_a_clear_error(name: str) -> None:
 @pytest.mark.parametrize(
     ("plaintext", "reason"),
     [
-        (b"\x03\x00\x00\x00\x00", "version 3 is unknown"),
+        (b"\x04\x00\x00\x00\x00", "version 4 is unknown"),
         (b"\x02\x01\x01\x01\x00k", "shares more than the previous key"),
-        (serialize_entries([(b"k", b"value")])[:-1], "do not add up"),
+        (serialize_entries_v2([(b"k", b"value")])[:-1], "do not add up"),
+        (serialize_entries([(b"k", b"value")])[:-1], "lacks a value terminator"),
+        (serialize_entries([(b"k", b"value")]) + b"x", "do not add up"),
         (b"\x01\x00\x00\x00\x09", "truncated"),
     ],
 )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -14,30 +16,37 @@ from veil.errors import AuthenticationError, MalformedCiphertextError, WrongKeyE
 from veil.kv import codec
 from veil.kv.envelope import Envelope
 from veil.kv.keys import ROOT_PACK_ID, decode_key, decode_keys, encode_key
-from veil.kv.pack import lookup, parse_entries, serialize_entries, serialize_entries_v1
+from veil.kv.pack import (
+    lookup,
+    parse_entries,
+    serialize_entries,
+    serialize_entries_v1,
+    serialize_entries_v2,
+)
 
 KEY = bytes(range(32))
 
 
 @given(st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=50)), max_size=30))
 def test_entries_round_trip(entries: list[tuple[bytes, bytes]]) -> None:
-    for serialize in (serialize_entries, serialize_entries_v1):
+    for serialize in (serialize_entries, serialize_entries_v1, serialize_entries_v2):
         keys, values = parse_entries(serialize(entries))
         assert list(zip(keys, values, strict=True)) == entries
 
 
-def test_packs_of_format_one_stay_readable_and_writable(
-    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("old_format", [serialize_entries_v1, serialize_entries_v2])
+def test_packs_of_older_formats_stay_readable_and_writable(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, old_format: Any
 ) -> None:
     import veil.kv.packs
 
-    with monkeypatch.context() as patch:  # a store as Veil wrote it before issue 14
-        patch.setattr(veil.kv.packs, "serialize_entries", serialize_entries_v1)
+    with monkeypatch.context() as patch:  # a store as an older Veil wrote it
+        patch.setattr(veil.kv.packs, "serialize_entries", old_format)
         old = open_store(pack_rows=10, pack_cache=0)
         old.put_many({i: b"old %d" % i for i in range(100)})
     store = open_store(pack_rows=10, pack_cache=0)
     assert store.get(42) == b"old 42"
-    store.put(42, b"new")  # rewrites that pack in format 2
+    store.put(42, b"new")  # rewrites that pack in format 3
     store.put_many({i: b"more %d" % i for i in range(100, 150)})
     assert [v for _, v in store.range(40, 44)] == [
         b"old 40",
@@ -52,8 +61,6 @@ def test_packs_of_format_one_stay_readable_and_writable(
 def test_format_two_costs_short_records_little() -> None:
     # 750 consecutive integer keys and 68-byte lines: the keys and lengths of
     # format 1 took a third of the compressed pack.
-    import zlib
-
     entries = [
         (
             encode_key(i),
@@ -62,9 +69,32 @@ def test_format_two_costs_short_records_little() -> None:
         for i in range(750)
     ]
     v1 = len(zlib.compress(serialize_entries_v1(entries)))
-    v2 = len(zlib.compress(serialize_entries(entries)))
+    v2 = len(zlib.compress(serialize_entries_v2(entries)))
     values_only = len(zlib.compress(b"".join(v for _, v in entries)))
     assert v2 < v1 and v2 - values_only < (v1 - values_only) / 2
+
+
+def test_format_three_ends_values_with_a_byte_none_of_them_holds() -> None:
+    lines = [(encode_key(i), b"2026-11-24 13:%02d status installed %d" % (i, i)) for i in range(50)]
+    plaintext = serialize_entries(lines)
+    assert plaintext[0] == 3 and plaintext[2:3] == b"\n"
+    assert plaintext.count(b"\n") == 1 + 50 and plaintext.endswith(b"\n")  # header + values
+    # Fewer compressed bytes than format 2's list of lengths.
+    assert len(zlib.compress(plaintext)) < len(zlib.compress(serialize_entries_v2(lines)))
+    with_newlines = [(b"a", b"x\ny"), (b"b", b"")]
+    assert serialize_entries(with_newlines)[2] == 0
+    every_byte = [(b"a", bytes(range(256))), (b"b", b"v")]
+    assert serialize_entries(every_byte)[0] == 2  # no terminator left
+    for entries in (lines, with_newlines, every_byte, []):
+        keys, values = parse_entries(serialize_entries(entries))
+        assert list(zip(keys, values, strict=True)) == entries
+
+
+def test_malformed_format_three_is_refused() -> None:
+    good = serialize_entries([(b"k", b"v"), (b"l", b"w")])
+    for bad in (good[:-1], good + b"x", good[:2]):
+        with pytest.raises(MalformedCiphertextError):
+            parse_entries(bad)
 
 
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=2, max_size=20))

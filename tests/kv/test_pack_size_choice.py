@@ -131,3 +131,18 @@ def test_catalogue_entry_is_json_with_the_choice(tmp_path: Path, key_file: Path)
     stored = json.loads(row.value)
     assert stored["pack_rows"] == stored["pack_choice"]["pack_rows"]
     assert stored["pack_choice"]["codec"] == "zlib"
+
+
+def test_the_curve_is_charged_the_servers_page_slack(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The target is a share of the whole ratio *on disk*: every curve point
+    # pays SERVER_SLACK on top of the packs' own bytes, packed or blocked.
+    import veil.kv.packsize as packsize
+
+    runs, slack = [_entries(_records(600))], packsize.SERVER_SLACK
+    compress = packsize.codec_compress("zstd")
+    charged = packsize.stored_ratio(runs, compress, 50), packsize.blocked_point(runs, compress, 8)
+    monkeypatch.setattr(packsize, "SERVER_SLACK", 1.0)
+    bare = packsize.stored_ratio(runs, compress, 50), packsize.blocked_point(runs, compress, 8)
+    assert charged[0] == pytest.approx(bare[0] / slack)
+    assert charged[1][0] == pytest.approx(bare[1][0] / slack)
+    assert charged[1][1] == bare[1][1]  # the rows per pack do not change

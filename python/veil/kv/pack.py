@@ -1,6 +1,18 @@
-"""A pack's plaintext layout: a compact, versioned, length-prefixed record list.
+"""A pack's plaintext layout: a compact, versioned record list.
 
-Layout (before compression), version 2 (written since issue 14)::
+Layout (before compression), version 3 (written since issue 14's second round)::
+
+    version (1 byte, 0x03) | count n | terminator t (1 byte)
+    n shared-prefix lengths | n key-suffix lengths
+    key suffixes, concatenated | values, each followed by t
+
+``t`` is a byte that no value of the list holds (a newline when possible,
+else NUL, else the smallest absent byte). A compressor predicts where a record
+ends from its text (a log line's newline comes in one match with the next
+line's date), whereas a list of value lengths is noise it has to pay for: 200
+log lines of 68 bytes, zstd 19, reach 87% of the whole-dataset zlib ratio with
+terminators against 78% with lengths; 64 short JSON records 87% against 81%.
+Values that use all 256 byte values are written as version 2 (still read)::
 
     version (1 byte, 0x02) | count n
     n shared-prefix lengths | n key-suffix lengths | n value lengths
@@ -10,7 +22,7 @@ Counts and lengths are unsigned LEB128 varints. Keys are front-coded: key i
 is the first ``shared`` bytes of key i-1 followed by its suffix, and the
 suffix's first byte is stored as its difference (mod 256) from key i-1's byte
 at that position (when key i-1 has one), so consecutive integer keys become
-runs of the same three bytes. Version 1 (still read)::
+runs of the same three bytes (versions 2 and 3). Version 1 (still read)::
 
     version (1 byte, 0x01) | count n (u32)
     key lengths (n x u32) | value lengths (n x u32)
@@ -43,7 +55,8 @@ from veil.errors import MalformedCiphertextError
 from veil.kv.codec import Inflater
 
 PACK_FORMAT_V1 = 1
-PACK_FORMAT_VERSION = 2
+PACK_FORMAT_V2 = 2
+PACK_FORMAT_VERSION = 3
 _HEADER = struct.Struct(">BI")
 _U32 = np.dtype(">u4")
 
@@ -73,9 +86,15 @@ class Pack:
 
 
 def serialize_entries(entries: Iterable[tuple[bytes, bytes]]) -> bytes:
-    """The record list (version 2) of (encoded key, value) pairs, in pack order."""
+    """The record list (version 3, else 2) of (encoded key, value) pairs, in pack order."""
     pairs = list(entries)
     return _native.kv_serialize_pack([k for k, _ in pairs], [v for _, v in pairs])
+
+
+def serialize_entries_v2(entries: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """Version 2, as Veil wrote before terminated values (tests: old packs stay readable)."""
+    pairs = list(entries)
+    return _native.kv_serialize_pack([k for k, _ in pairs], [v for _, v in pairs], version2=True)
 
 
 def serialize_entries_v1(entries: Iterable[tuple[bytes, bytes]]) -> bytes:
@@ -99,7 +118,7 @@ def serialize_entries_v1(entries: Iterable[tuple[bytes, bytes]]) -> bytes:
 def lookup(inflater: Inflater, key: bytes) -> bytes | None:
     """The value of ``key`` in a pack (version 1: inflating no further than its end)."""
     head = inflater.read_to(_HEADER.size)
-    if head[:1] == bytes([PACK_FORMAT_VERSION]):
+    if head[:1] in (bytes([PACK_FORMAT_V2]), bytes([PACK_FORMAT_VERSION])):
         keys, values = parse_entries(inflater.read_to(1 << 62))
         return dict(zip(keys, values, strict=True)).get(key)
     if len(head) < _HEADER.size:
@@ -128,8 +147,10 @@ def lookup(inflater: Inflater, key: bytes) -> bytes | None:
 
 
 def parse_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
-    if data[:1] == bytes([PACK_FORMAT_VERSION]):
+    if data[:1] == bytes([PACK_FORMAT_V2]):
         return _parse_v2(data)
+    if data[:1] == bytes([PACK_FORMAT_VERSION]):
+        return _parse_v3(data)
     if len(data) < _HEADER.size:
         raise MalformedCiphertextError("pack plaintext is truncated")
     version, count = _HEADER.unpack_from(data)
@@ -156,13 +177,46 @@ def parse_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
 
 def _parse_v2(data: bytes) -> tuple[list[bytes], list[bytes]]:
     """The reference reading of version 2 (a plain loop; stores use the native one)."""
-    at = 1
-    count, at = _varint(data, at)
+    count, at = _varint(data, 1)
+    lengths, at = _lengths(data, at, 3 * count)
+    keys, at = _keys(data, at, lengths[:count], lengths[count : 2 * count])
+    values = []
+    for size in lengths[2 * count :]:
+        values.append(_take(data, at, size))
+        at += size
+    if at != len(data):
+        raise MalformedCiphertextError("pack plaintext lengths do not add up")
+    return keys, values
+
+
+def _parse_v3(data: bytes) -> tuple[list[bytes], list[bytes]]:
+    """The reference reading of version 3 (values ended by the terminator byte)."""
+    count, at = _varint(data, 1)
+    terminator = _take(data, at, 1)
+    lengths, at = _lengths(data, at + 1, 2 * count)
+    keys, at = _keys(data, at, lengths[:count], lengths[count:])
+    values = []
+    for _ in range(count):
+        end = data.find(terminator, at)
+        if end < 0:
+            raise MalformedCiphertextError("pack plaintext lacks a value terminator")
+        values.append(data[at:end])
+        at = end + 1
+    if at != len(data):
+        raise MalformedCiphertextError("pack plaintext lengths do not add up")
+    return keys, values
+
+
+def _lengths(data: bytes, at: int, count: int) -> tuple[list[int], int]:
     lengths = []
-    for _ in range(3 * count):
+    for _ in range(count):
         length, at = _varint(data, at)
         lengths.append(length)
-    shared, suffixes, value_lengths = (lengths[i * count : (i + 1) * count] for i in range(3))
+    return lengths, at
+
+
+def _keys(data: bytes, at: int, shared: list[int], suffixes: list[int]) -> tuple[list[bytes], int]:
+    """Front-coded keys (versions 2 and 3) from their shared and suffix lengths."""
     keys: list[bytes] = []
     previous = b""
     for common, size in zip(shared, suffixes, strict=True):
@@ -174,13 +228,7 @@ def _parse_v2(data: bytes) -> tuple[list[bytes], list[bytes]]:
             suffix[0] = (suffix[0] + previous[common]) & 0xFF
         previous = previous[:common] + bytes(suffix)
         keys.append(previous)
-    values = []
-    for size in value_lengths:
-        values.append(_take(data, at, size))
-        at += size
-    if at != len(data):
-        raise MalformedCiphertextError("pack plaintext lengths do not add up")
-    return keys, values
+    return keys, at
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:

@@ -118,14 +118,25 @@ class PackTable:
         entries: Iterable[tuple[bytes, bytes]],
         *,
         dense: bool = False,
+        previous: bytes | None = None,
     ) -> tuple[bytes, bytes]:
-        """The stored form and tag of a pack; ``dense``: a bulk write, worth compressing hard."""
+        """The stored form and tag of a pack; ``dense``: a bulk write, worth compressing hard.
+
+        ``previous``: the stored pack this one replaces (same packID), whose
+        unchanged blocks a blocked pack reuses.
+        """
         location = _location(partition, pack_id)
         if self.envelope.blocked:
             pairs = list(entries)
             positions = [self.layout.position(k) for k, _ in pairs]
             stored = self.envelope.seal_blocked(
-                PACK_KIND, location, pairs, positions, self.block_rows, dense=dense
+                PACK_KIND,
+                location,
+                pairs,
+                positions,
+                self.block_rows,
+                dense=dense,
+                previous=previous,
             )
         else:
             plaintext = serialize_entries(entries)
@@ -229,7 +240,8 @@ class PackTable:
             attempt = _backoff(attempt)
 
     def _update(self, partition: int, row: Row, pack: Pack) -> bool:
-        stored, tag = self.seal_pack(partition, row.key, pack.ordered(self.layout.position))
+        entries = pack.ordered(self.layout.position)
+        stored, tag = self.seal_pack(partition, row.key, entries, previous=row.value)
         return self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag)
 
     # -- split (Figure 6) -------------------------------------------------
@@ -250,7 +262,12 @@ class PackTable:
                 crash_point(SPLIT_AFTER_FIRST_PIECE)
         crash_point(SPLIT_BEFORE_LEFT)
         start, stop = pieces[0]
-        stored, tag = self.seal_pack(partition, row.key, entries[start:stop], dense=dense)
+        # The left piece starts with the pack's own blocks: a split after puts
+        # keeps their compressed form. A bulk load's oversized pack was written
+        # fast to be cut at once, so its split (dense) compresses them again.
+        previous = None if dense else row.value
+        left = entries[start:stop]
+        stored, tag = self.seal_pack(partition, row.key, left, dense=dense, previous=previous)
         self.backend.update_if(self.table, partition, row.key, stored, tag, row.tag)
 
     # -- bulk load ----------------------------------------------------------

@@ -10,6 +10,9 @@
 //! version 2: 0x02 | count n | n shared-prefix lengths | n suffix lengths
 //!            | n value lengths | key suffixes, concatenated | values, concatenated
 //!            (counts and lengths as LEB128 varints)
+//! version 3: 0x03 | count n | terminator t | n shared-prefix lengths
+//!            | n suffix lengths | key suffixes, concatenated
+//!            | values, each followed by t                (no value holds t)
 //! ```
 //!
 //! Version 2 (written since issue 14) front-codes the keys: each key is the
@@ -18,7 +21,14 @@
 //! previous key's byte at that position, so consecutive integer keys become
 //! runs of identical bytes. On short records the fixed 8 bytes of lengths and
 //! the 9-byte keys of version 1 compressed to as much as a third of the pack.
-//! Both versions are read.
+//! Version 3 (issue 14, second round) ends each value with a byte no value
+//! of the list holds (a newline when it can) instead of giving its length:
+//! a compressor predicts a record's end from its text (a log line's newline
+//! comes with the next line's date in one match), while a list of lengths is
+//! noise it pays for. Blocks of 200 log lines of 68 bytes, zstd 19: 78% of the
+//! whole-dataset zlib ratio with lengths, 87% with terminators; 64 short JSON
+//! records 81% against 87%. A list whose values use all 256 byte values is
+//! written as version 2. All three versions are read.
 //!
 //! Python checks the envelope header and builds the associated data; this
 //! module does the per-byte work, so the glue can run it without the GIL and
@@ -40,9 +50,13 @@ pub mod blocks;
 pub const ZLIB: u8 = 1;
 pub const ZSTD: u8 = 2;
 pub const LZ4: u8 = 3;
-/// The record-list layout versions this module reads (it writes version 2).
+/// The record-list layout versions this module reads (it writes 3, or 2 when
+/// every byte value occurs in the values).
 pub const PACK_FORMAT_V1: u8 = 1;
-pub const PACK_FORMAT_VERSION: u8 = 2;
+pub const PACK_FORMAT_V2: u8 = 2;
+pub const PACK_FORMAT_VERSION: u8 = 3;
+/// Terminators tried first (text: a newline), then the smallest absent byte.
+const PREFERRED_TERMINATORS: [u8; 2] = [b'\n', 0];
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
 const LENGTH_PREFIX: usize = 4;
@@ -277,7 +291,8 @@ fn inflate_zlib(data: &[u8]) -> Result<Vec<u8>, KernelError> {
 pub fn parse_records(data: Vec<u8>) -> Result<RecordList, KernelError> {
     match data.first() {
         Some(&PACK_FORMAT_V1) => parse_v1(data),
-        Some(&PACK_FORMAT_VERSION) => parse_v2(data),
+        Some(&PACK_FORMAT_V2) => parse_v2(data),
+        Some(&PACK_FORMAT_VERSION) => parse_v3(data),
         Some(version) => Err(malformed(format!(
             "pack format version {version} is unknown; upgrade Veil to read it"
         ))),
@@ -322,16 +337,76 @@ fn parse_v2(data: Vec<u8>) -> Result<RecordList, KernelError> {
     if count > data.len() / 3 {
         return Err(malformed("pack plaintext is truncated".into()));
     }
-    let mut lengths = Vec::with_capacity(3 * count);
-    for _ in 0..3 * count {
-        lengths.push(read_varint(&data, &mut at)? as usize);
+    let lengths = read_lengths(&data, &mut at, 3 * count)?;
+    let (key_data, keys) = read_keys(&data, &mut at, &lengths[..2 * count])?;
+    let mut values = Vec::with_capacity(count);
+    for &length in &lengths[2 * count..] {
+        values.push(take(&mut at, length, data.len())?);
     }
-    let (shared, rest) = lengths.split_at(count);
-    let (suffixes, value_lengths) = rest.split_at(count);
+    finish(data, at, key_data, keys, values)
+}
+
+fn parse_v3(data: Vec<u8>) -> Result<RecordList, KernelError> {
+    let mut at = 1;
+    let count = read_varint(&data, &mut at)? as usize;
+    let terminator = *data
+        .get(at)
+        .ok_or_else(|| malformed("pack plaintext is truncated".into()))?;
+    at += 1;
+    // Two length bytes and a terminator per record at least.
+    if count > data.len() / 3 {
+        return Err(malformed("pack plaintext is truncated".into()));
+    }
+    let lengths = read_lengths(&data, &mut at, 2 * count)?;
+    let (key_data, keys) = read_keys(&data, &mut at, &lengths)?;
+    let mut values = Vec::with_capacity(count);
+    for _ in 0..count {
+        let end = memchr::memchr(terminator, &data[at..])
+            .ok_or_else(|| malformed("pack plaintext lacks a value terminator".into()))?;
+        values.push(at..at + end);
+        at += end + 1;
+    }
+    finish(data, at, key_data, keys, values)
+}
+
+/// The record list, once every byte up to `at` has been accounted for.
+fn finish(
+    data: Vec<u8>,
+    at: usize,
+    key_data: Vec<u8>,
+    keys: Vec<Range<usize>>,
+    values: Vec<Range<usize>>,
+) -> Result<RecordList, KernelError> {
+    if at != data.len() {
+        return Err(malformed("pack plaintext lengths do not add up".into()));
+    }
+    Ok(RecordList {
+        data,
+        key_data,
+        keys,
+        values,
+    })
+}
+
+fn read_lengths(data: &[u8], at: &mut usize, count: usize) -> Result<Vec<usize>, KernelError> {
+    let mut lengths = Vec::with_capacity(count);
+    for _ in 0..count {
+        lengths.push(read_varint(data, at)? as usize);
+    }
+    Ok(lengths)
+}
+
+/// Front-coded keys (version 2 and 3) from their shared and suffix lengths.
+fn read_keys(
+    data: &[u8],
+    at: &mut usize,
+    lengths: &[usize],
+) -> Result<(Vec<u8>, Vec<Range<usize>>), KernelError> {
+    let (shared, suffixes) = lengths.split_at(lengths.len() / 2);
     let mut key_data: Vec<u8> = Vec::new();
-    let mut keys: Vec<Range<usize>> = Vec::with_capacity(count);
-    for index in 0..count {
-        let suffix = take(&mut at, suffixes[index], data.len())?;
+    let mut keys: Vec<Range<usize>> = Vec::with_capacity(shared.len());
+    for index in 0..shared.len() {
+        let suffix = take(at, suffixes[index], data.len())?;
         let previous = keys.last().cloned().unwrap_or(0..0);
         if shared[index] > previous.len() {
             return Err(malformed(
@@ -348,27 +423,23 @@ fn parse_v2(data: Vec<u8>) -> Result<RecordList, KernelError> {
         }
         keys.push(start..key_data.len());
     }
-    let mut values = Vec::with_capacity(count);
-    for &length in value_lengths {
-        values.push(take(&mut at, length, data.len())?);
-    }
-    if at != data.len() {
-        return Err(malformed("pack plaintext lengths do not add up".into()));
-    }
-    Ok(RecordList {
-        data,
-        key_data,
-        keys,
-        values,
-    })
+    Ok((key_data, keys))
 }
 
-/// Serialise (key, value) pairs as a version-2 record list (keys in pack order).
+/// Serialise (key, value) pairs as a record list (keys in pack order):
+/// version 3 when some byte occurs in no value, else version 2.
 pub fn serialize_records(keys: &[&[u8]], values: &[&[u8]]) -> Vec<u8> {
+    serialize_records_as(keys, values, terminator_for(values))
+}
+
+/// Version 3 ending values with `terminator` (which no value may hold), or
+/// version 2 with `None`.
+pub fn serialize_records_as(keys: &[&[u8]], values: &[&[u8]], terminator: Option<u8>) -> Vec<u8> {
     let payload: usize = keys.iter().chain(values).map(|b| b.len()).sum();
-    let mut out = Vec::with_capacity(1 + 5 + 9 * keys.len() + payload);
-    out.push(PACK_FORMAT_VERSION);
+    let mut out = Vec::with_capacity(2 + 5 + 9 * keys.len() + payload);
+    out.push(terminator.map_or(PACK_FORMAT_V2, |_| PACK_FORMAT_VERSION));
     write_varint(&mut out, keys.len());
+    out.extend(terminator);
     let mut previous: &[u8] = &[];
     let mut shared = Vec::with_capacity(keys.len());
     for key in keys {
@@ -382,8 +453,10 @@ pub fn serialize_records(keys: &[&[u8]], values: &[&[u8]]) -> Vec<u8> {
     for (key, &common) in keys.iter().zip(&shared) {
         write_varint(&mut out, key.len() - common);
     }
-    for value in values {
-        write_varint(&mut out, value.len());
+    if terminator.is_none() {
+        for value in values {
+            write_varint(&mut out, value.len());
+        }
     }
     let mut previous: &[u8] = &[];
     for (key, &common) in keys.iter().zip(&shared) {
@@ -398,8 +471,23 @@ pub fn serialize_records(keys: &[&[u8]], values: &[&[u8]]) -> Vec<u8> {
     }
     for value in values {
         out.extend_from_slice(value);
+        out.extend(terminator);
     }
     out
+}
+
+/// A byte that occurs in no value (a newline or NUL if possible), if any.
+fn terminator_for(values: &[&[u8]]) -> Option<u8> {
+    let mut seen = [false; 256];
+    for value in values {
+        for &byte in *value {
+            seen[byte as usize] = true;
+        }
+    }
+    PREFERRED_TERMINATORS
+        .into_iter()
+        .chain(0..=255)
+        .find(|&byte| !seen[byte as usize])
 }
 
 fn write_varint(out: &mut Vec<u8>, mut n: usize) {

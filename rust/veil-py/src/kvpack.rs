@@ -7,7 +7,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use veil_kernels::kvpack::blocks::{seal_blocked, BlockedPack, Level};
-use veil_kernels::kvpack::{serialize_records, PackDictionary, PackKey, RecordList};
+use veil_kernels::kvpack::{
+    serialize_records, serialize_records_as, PackDictionary, PackKey, RecordList,
+};
 
 use crate::errors::to_py;
 
@@ -98,12 +100,15 @@ fn kv_pack_lookup<'py>(
         .map(|value| PyBytes::new(py, value)))
 }
 
-/// A pack's record list (format version 2) from its keys and values, in pack order.
+/// A pack's record list from its keys and values, in pack order: format
+/// version 3 (terminated values) when it can, else 2; `version2` forces 2.
 #[pyfunction]
+#[pyo3(signature = (keys, values, version2 = false))]
 fn kv_serialize_pack<'py>(
     py: Python<'py>,
     keys: Vec<Bound<'py, PyBytes>>,
     values: Vec<Bound<'py, PyBytes>>,
+    version2: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     if keys.len() != values.len() {
         return Err(pyo3::exceptions::PyValueError::new_err(
@@ -112,13 +117,20 @@ fn kv_serialize_pack<'py>(
     }
     let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
     let values: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
-    Ok(PyBytes::new(py, &serialize_records(&keys, &values)))
+    let records = if version2 {
+        serialize_records_as(&keys, &values, None)
+    } else {
+        serialize_records(&keys, &values)
+    };
+    Ok(PyBytes::new(py, &records))
 }
 
 /// Seal entries (in pack order) as a blocked pack: the stored bytes after its
 /// nonce. `dense`: compress hard (write-once paths: bulk loads, merges).
+/// `previous`: the stored pack this one replaces (same dictionary, same
+/// associated data), whose unchanged blocks keep their compressed form.
 #[pyfunction]
-#[pyo3(signature = (key, nonce, aad, keys, values, positions, block_rows, dictionary=None, dense=false))]
+#[pyo3(signature = (key, nonce, aad, keys, values, positions, block_rows, dictionary=None, dense=false, previous=None))]
 #[allow(clippy::too_many_arguments)]
 fn kv_seal_blocked<'py>(
     py: Python<'py>,
@@ -131,6 +143,7 @@ fn kv_seal_blocked<'py>(
     block_rows: usize,
     dictionary: Option<&Bound<'py, KvDictionary>>,
     dense: bool,
+    previous: Option<&[u8]>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     if keys.len() != values.len() || keys.len() != positions.len() {
         return Err(pyo3::exceptions::PyValueError::new_err(
@@ -142,10 +155,23 @@ fn kv_seal_blocked<'py>(
     let positions: Vec<&[u8]> = positions.iter().map(|p| p.as_bytes()).collect();
     let prepared = dictionary.map(|d| &d.get().inner);
     let level = if dense { Level::Dense } else { Level::Fast };
+    let previous = previous.map(blocked_parts).transpose()?;
     let sealed = py
         .allow_threads(|| {
+            let old = previous
+                .map(|(old_nonce, old_body)| BlockedPack::open(key, old_nonce, aad, old_body))
+                .transpose()?;
             seal_blocked(
-                key, nonce, aad, &keys, &values, &positions, block_rows, prepared, level,
+                key,
+                nonce,
+                aad,
+                &keys,
+                &values,
+                &positions,
+                block_rows,
+                prepared,
+                level,
+                old.as_ref(),
             )
         })
         .map_err(to_py)?;

@@ -16,8 +16,8 @@ measures
 Blocked packs (issue 14, envelope version 3: ``compression="zstd-dict"``
 writes them) are swept twice: one block per pack (``zstd-dict/N``: a small
 dictionary pack, as before blocks existed) and ``blocks/B``: packs of about
-4 KB stored (the store's rule) cut into blocks of B rows, of which a point read opens
-one. ``chosen`` is the store's own choice from the data (no ``pack_rows``).
+``PACK_STORED_BYTES`` stored (the store's rule: 16 KB) cut into blocks of B rows, of
+which a point read opens one. ``chosen`` is the store's own choice from the data (no ``pack_rows``).
 
 Point reads are timed in interleaved rounds (every configuration once per
 round, then the next round), so load from other processes hits all of them
@@ -107,7 +107,7 @@ def _configs(pack_rows: tuple[int, ...], block_rows: tuple[int, ...]) -> list[Co
     for rows in pack_rows:
         configs.append((f"zstd/{rows}", "zstd", rows, None))
         configs.append((f"zstd-dict/{rows}", "zstd-dict", rows, rows))
-    for rows in block_rows:  # the store fills packs of ~4 KB stored with whole blocks
+    for rows in block_rows:  # the store fills packs of ~16 KB stored with whole blocks
         configs.append((f"blocks/{rows}", "zstd-dict", None, rows))
     configs.append(("chosen", "zstd-dict", None, None))
     return configs

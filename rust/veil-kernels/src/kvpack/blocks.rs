@@ -145,6 +145,14 @@ fn full_aad(aad: &[u8], index_length: usize) -> Vec<u8> {
 
 /// Cut entries (in pack order) into blocks of `block_rows`, compress each
 /// and seal the pack: everything after the nonce of the stored form.
+///
+/// `previous` is the pack this one replaces (opened, written with the same
+/// dictionary), if any: a block whose rows are those of the same block of
+/// `previous` keeps its compressed form, re-sealed under the new pack's key,
+/// and only the blocks that changed are compressed. A GENERIC put changes one
+/// block of a ~16 KB pack (up to 200 KB of plaintext on short records), whose
+/// recompression at zstd 9 cost 2-9 ms; inflating the old blocks to compare
+/// costs a tenth of that.
 #[allow(clippy::too_many_arguments)] // the key, where it is stored, the rows, how to cut and compress them
 pub fn seal_blocked(
     table_key: &[u8],
@@ -156,16 +164,24 @@ pub fn seal_blocked(
     block_rows: usize,
     dictionary: Option<&PackDictionary>,
     level: Level,
+    previous: Option<&BlockedPack>,
 ) -> Result<Vec<u8>, KernelError> {
     let cipher = PackCipher::new(table_key, nonce)?;
     let block_rows = block_rows.max(1);
     let mut firsts: Vec<&[u8]> = Vec::new();
     let mut blocks: Vec<Vec<u8>> = Vec::new();
-    for start in (0..keys.len()).step_by(block_rows) {
+    for (number, start) in (0..keys.len()).step_by(block_rows).enumerate() {
         let stop = (start + block_rows).min(keys.len());
         let records = serialize_records(&keys[start..stop], &values[start..stop]);
         firsts.push(positions[start]);
-        blocks.push(compress_block(&records, dictionary, level)?);
+        let kept = match previous {
+            Some(pack) => pack.unchanged_block(number, &records, dictionary)?,
+            None => None,
+        };
+        blocks.push(match kept {
+            Some(compressed) => compressed,
+            None => compress_block(&records, dictionary, level)?,
+        });
     }
     let lengths: Vec<usize> = blocks.iter().map(|b| b.len() + TAG_LEN).collect();
     let index = serialize_index(&firsts, &lengths);
@@ -242,7 +258,11 @@ fn serialize_index(firsts: &[&[u8]], lengths: &[usize]) -> Vec<u8> {
 
 /// The decrypted index of a blocked pack.
 pub struct BlockIndex {
-    firsts: Vec<Vec<u8>>,
+    // Every block's first position, rebuilt into one buffer: a point read
+    // parses the index of a ~16 KB pack (dozens of blocks) every time, and an
+    // allocation per position cost ~1.5 us of a ~13 us read.
+    first_data: Vec<u8>,
+    firsts: Vec<Range<usize>>,
     spans: Vec<Range<usize>>,
     aad: Vec<u8>,
 }
@@ -273,7 +293,7 @@ impl<'a> BlockedPack<'a> {
             .map_err(|_| malformed("stored pack is truncated".into()))?;
         let aad = full_aad(aad, index_length);
         let plaintext = cipher.open(0, &aad, &body[span])?;
-        let (firsts, lengths) = parse_index(&plaintext)?;
+        let (first_data, firsts, lengths) = parse_index(&plaintext)?;
         let mut spans = Vec::with_capacity(lengths.len());
         for length in lengths {
             spans.push(
@@ -289,7 +309,12 @@ impl<'a> BlockedPack<'a> {
         Ok(Self {
             cipher,
             body,
-            index: BlockIndex { firsts, spans, aad },
+            index: BlockIndex {
+                first_data,
+                firsts,
+                spans,
+                aad,
+            },
         })
     }
 
@@ -298,8 +323,30 @@ impl<'a> BlockedPack<'a> {
         let after = self
             .index
             .firsts
-            .partition_point(|first| first.as_slice() <= position);
+            .partition_point(|first| &self.index.first_data[first.clone()] <= position);
         after.checked_sub(1)
+    }
+
+    /// Block `number`'s compressed form if it inflates to exactly `records`.
+    fn unchanged_block(
+        &self,
+        number: usize,
+        records: &[u8],
+        dictionary: Option<&PackDictionary>,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        let Some(span) = self.index.spans.get(number) else {
+            return Ok(None);
+        };
+        let compressed = self
+            .cipher
+            .open(number + 1, &self.index.aad, &self.body[span.clone()])?;
+        // The frame states its size: most changed blocks stop here.
+        let size = zstd::zstd_safe::get_frame_content_size(&compressed);
+        if !matches!(size, Ok(Some(size)) if size == records.len() as u64) {
+            return Ok(None);
+        }
+        let same = decompress_zstd_with(&compressed, dictionary)? == records;
+        Ok(same.then_some(compressed))
     }
 
     /// Decrypt, inflate and parse block `number`.
@@ -338,26 +385,30 @@ impl<'a> BlockedPack<'a> {
     }
 }
 
-fn parse_index(data: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<usize>), KernelError> {
+type ParsedIndex = (Vec<u8>, Vec<Range<usize>>, Vec<usize>);
+
+fn parse_index(data: &[u8]) -> Result<ParsedIndex, KernelError> {
     let mut at = 0;
     let count = read_varint(data, &mut at)? as usize;
     if count > data.len() {
         return Err(malformed("pack index is truncated".into()));
     }
-    let mut firsts: Vec<Vec<u8>> = Vec::with_capacity(count);
+    let mut first_data: Vec<u8> = Vec::with_capacity(data.len());
+    let mut firsts: Vec<Range<usize>> = Vec::with_capacity(count);
     for _ in 0..count {
         let shared = read_varint(data, &mut at)? as usize;
         let suffix = read_varint(data, &mut at)? as usize;
-        let previous = firsts.last().map_or(&[][..], |p| p.as_slice());
+        let previous = firsts.last().cloned().unwrap_or(0..0);
         if shared > previous.len() {
             return Err(malformed(
                 "pack index shares more than the previous key".into(),
             ));
         }
         let span = take(&mut at, suffix, data.len())?;
-        let mut first = previous[..shared].to_vec();
-        first.extend_from_slice(&data[span]);
-        firsts.push(first);
+        let start = first_data.len();
+        first_data.extend_from_within(previous.start..previous.start + shared);
+        first_data.extend_from_slice(&data[span]);
+        firsts.push(start..first_data.len());
     }
     let mut lengths = Vec::with_capacity(count);
     for _ in 0..count {
@@ -366,7 +417,7 @@ fn parse_index(data: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<usize>), KernelError> {
     if at != data.len() {
         return Err(malformed("pack index lengths do not add up".into()));
     }
-    Ok((firsts, lengths))
+    Ok((first_data, firsts, lengths))
 }
 
 #[cfg(test)]

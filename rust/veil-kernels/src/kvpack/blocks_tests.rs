@@ -14,11 +14,25 @@ fn entries(count: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     (keys, values)
 }
 
+/// A pack of these rows (their keys as positions), sealed with no previous pack.
+fn seal_new(
+    k: &[&[u8]],
+    v: &[&[u8]],
+    block_rows: usize,
+    dictionary: Option<&PackDictionary>,
+    level: Level,
+) -> Vec<u8> {
+    seal_blocked(
+        &KEY, &NONCE, AAD, k, v, k, block_rows, dictionary, level, None,
+    )
+    .unwrap()
+}
+
 fn sealed(count: usize, block_rows: usize) -> (Vec<u8>, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let (keys, values) = entries(count);
     let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-    let body = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, block_rows, None, Level::Fast).unwrap();
+    let body = seal_new(&k, &v, block_rows, None, Level::Fast);
     (body, keys, values)
 }
 
@@ -47,7 +61,7 @@ fn a_key_below_the_first_block_has_no_block() {
 
 #[test]
 fn an_empty_pack_has_no_blocks() {
-    let body = seal_blocked(&KEY, &NONCE, AAD, &[], &[], &[], 8, None, Level::Fast).unwrap();
+    let body = seal_blocked(&KEY, &NONCE, AAD, &[], &[], &[], 8, None, Level::Fast, None).unwrap();
     let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
     assert_eq!(pack.records(None).unwrap().keys.len(), 0);
     assert_eq!(pack.block_of(b"k"), None);
@@ -119,20 +133,61 @@ fn blocks_compress_with_a_dictionary() {
     let dictionary = PackDictionary::new(&sample[..4096]);
     let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-    let with = seal_blocked(
-        &KEY,
-        &NONCE,
-        AAD,
-        &k,
-        &v,
-        &k,
-        4,
-        Some(&dictionary),
-        Level::Dense,
-    )
-    .unwrap();
-    let without = seal_blocked(&KEY, &NONCE, AAD, &k, &v, &k, 4, None, Level::Fast).unwrap();
+    let with = seal_new(&k, &v, 4, Some(&dictionary), Level::Dense);
+    let without = seal_new(&k, &v, 4, None, Level::Fast);
     assert!(with.len() < without.len());
     let pack = BlockedPack::open(&KEY, &NONCE, AAD, &with).unwrap();
     assert_eq!(pack.records(Some(&dictionary)).unwrap().keys.len(), 400);
+}
+
+#[test]
+fn a_resealed_pack_keeps_the_compressed_form_of_unchanged_blocks() {
+    let (keys, mut values) = entries(40);
+    let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let old_body = {
+        let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+        seal_new(&k, &v, 8, None, Level::Dense)
+    };
+    let old = BlockedPack::open(&KEY, &NONCE, AAD, &old_body).unwrap();
+    values[20] = b"changed".to_vec(); // block 2 of 5
+    let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let new_nonce = [6u8; 12];
+    let seal = |previous| {
+        seal_blocked(
+            &KEY,
+            &new_nonce,
+            AAD,
+            &k,
+            &v,
+            &k,
+            8,
+            None,
+            Level::Fast,
+            previous,
+        )
+        .unwrap()
+    };
+    let body = seal(Some(&old));
+    let new = BlockedPack::open(&KEY, &new_nonce, AAD, &body).unwrap();
+    for number in 0..5 {
+        let span = |pack: &BlockedPack| pack.index.spans[number].clone();
+        let before = old
+            .cipher
+            .open(number + 1, &old.index.aad, &old.body[span(&old)])
+            .unwrap();
+        let after = new
+            .cipher
+            .open(number + 1, &new.index.aad, &new.body[span(&new)])
+            .unwrap();
+        assert_eq!(before == after, number != 2, "block {number}");
+    }
+    let records = new.records(None).unwrap();
+    for (index, value) in values.iter().enumerate() {
+        assert_eq!(
+            &records.data[records.values[index].clone()],
+            value.as_slice()
+        );
+    }
+    // Without a previous pack every block is compressed again (here at another level).
+    assert_ne!(seal(None).len(), body.len());
 }

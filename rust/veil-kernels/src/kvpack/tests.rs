@@ -109,12 +109,22 @@ fn version_two_front_codes_keys_and_reads_back() {
     let values: Vec<Vec<u8>> = (0..keys.len()).map(|i| vec![b'v'; i * 100]).collect();
     let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let value_refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-    let plaintext = serialize_records(&key_refs, &value_refs);
-    assert_eq!(plaintext[0], PACK_FORMAT_VERSION);
-    let records = open_plain(&plaintext).unwrap();
-    for (index, key) in keys.iter().enumerate() {
-        assert_eq!(records.key(index), key.as_slice());
-        assert_eq!(records.value_of(key), Some(values[index].as_slice()));
+    for (plaintext, version) in [
+        (
+            serialize_records(&key_refs, &value_refs),
+            PACK_FORMAT_VERSION,
+        ),
+        (
+            serialize_records_as(&key_refs, &value_refs, None),
+            PACK_FORMAT_V2,
+        ),
+    ] {
+        assert_eq!(plaintext[0], version);
+        let records = open_plain(&plaintext).unwrap();
+        for (index, key) in keys.iter().enumerate() {
+            assert_eq!(records.key(index), key.as_slice());
+            assert_eq!(records.value_of(key), Some(values[index].as_slice()));
+        }
     }
     // Consecutive integer keys cost three constant bytes each before compression.
     let ints: Vec<Vec<u8>> = (0u64..300)
@@ -222,4 +232,47 @@ fn dictionary_packs_need_their_dictionary() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("not zstd"), "{err}");
+}
+
+#[test]
+fn version_three_ends_values_with_a_byte_none_holds() {
+    let keys: Vec<&[u8]> = vec![b"\x01a", b"\x01b", b"\x01c", b"\x01d"];
+    let cases: [(Vec<&[u8]>, Option<u8>); 3] = [
+        (vec![b"line one", b"", b"line three", b"x"], Some(b'\n')),
+        (vec![b"two\nlines", b"", b"\n", b"x"], Some(0)),
+        (vec![b"\n\x00", b"\x01", b"", b"\x02\x03"], Some(4)),
+    ];
+    for (values, terminator) in cases {
+        let plaintext = serialize_records(&keys, &values);
+        assert_eq!(plaintext[0], PACK_FORMAT_VERSION);
+        assert_eq!(plaintext[2], terminator.unwrap());
+        let records = open_plain(&plaintext).unwrap();
+        for (key, value) in keys.iter().zip(&values) {
+            assert_eq!(records.value_of(key), Some(*value));
+        }
+    }
+    // Values holding every byte value have no terminator: version 2.
+    let all: Vec<u8> = (0..=255).collect();
+    let values: Vec<&[u8]> = vec![&all, b"", b"a", b"b"];
+    let plaintext = serialize_records(&keys, &values);
+    assert_eq!(plaintext[0], PACK_FORMAT_V2);
+    assert_eq!(
+        open_plain(&plaintext).unwrap().value_of(b"\x01a"),
+        Some(&all[..])
+    );
+    let empty = serialize_records(&[], &[]);
+    assert_eq!(open_plain(&empty).unwrap().keys.len(), 0);
+}
+
+#[test]
+fn malformed_version_three_lists_are_refused() {
+    for plaintext in [
+        vec![3, 1, b'\n', 0, 1, b'k', b'v'], // no terminator after the value
+        vec![3, 1, b'\n', 0, 1, b'k', b'v', b'\n', b'x'], // trailing bytes
+        vec![3, 1],                          // no terminator byte
+        vec![3, 2, b'\n', 0, 1, 0, 1, b'k'], // suffixes run past the end
+    ] {
+        let err = open_plain(&plaintext).err().unwrap();
+        assert!(matches!(err, KernelError::Malformed { .. }), "{err}");
+    }
 }
