@@ -12,7 +12,8 @@ statement each, plus the blocks a BLOCKS column reads) of
 - decryption: the rows times each fetched column's calibrated cost per value;
 
 plus the local DuckDB plan: the fetched rows times its calibrated cost per row.
-The constants come from ``veil.exec.calibration``. Run-time bind filters are
+The rows a statement returns are the smaller of the server's estimate and the
+planner's from the load's statistics (``estimate_rows``, ``pushdown_joins``). The constants come from ``veil.exec.calibration``. Run-time bind filters are
 left out (their keys are known only once their sources are fetched), so a
 step they thin is over-estimated.
 """
@@ -128,6 +129,10 @@ def _step_cost(
     except BackendError:  # a statement the optimizer cannot explain: count its tables' rows
         scans = step.scans if isinstance(step, JoinedFetch) else [step]
         rows = cost = float(max(s.table.row_count for s in scans))
+    if step.estimated_rows is not None:
+        # the planner's, from the plaintext's statistics; both estimates leave out some
+        # thinning (the planner: semi-joins and bind filters), so the smaller is nearer
+        rows = min(rows, step.estimated_rows)
     width = sum(encryption_width(enc) for _, enc in columns)
     size = rows * width
     aggregation = step.aggregation if isinstance(step, Scan) else None

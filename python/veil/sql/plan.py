@@ -53,6 +53,8 @@ class Scan:
     joined: JoinedFetch | None = None  # fetched as part of one server-side join
     residuals: list[exp.Expr] = field(default_factory=list)  # its filters the client runs
     binds: list[BindFilter] = field(default_factory=list)  # key filters from other scans
+    # rows its statement returns, from the load's statistics (``estimate_rows``); None: unknown
+    estimated_rows: float | None = None
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
@@ -246,6 +248,7 @@ class JoinedFetch:
     scans: list[Scan]
     edges: list[JoinEdge]
     groups: JoinGroup | None = None  # grouped and counted on the server too
+    estimated_rows: float | None = None  # joined rows, from the load's statistics
 
     def fetched(self) -> list[tuple[Scan, str, Encryption | None]]:
         wanted = [(scan, column, enc) for scan in self.scans for column, enc in scan.fetched()]

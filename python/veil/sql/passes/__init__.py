@@ -13,6 +13,7 @@ never a wrong answer.
 from __future__ import annotations
 
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
+from veil.sql.passes.estimate_rows import estimate_rows
 from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
@@ -36,6 +37,7 @@ PASSES: tuple[Pass, ...] = (
     pushdown_join_aggregates,  # a whole joined block grouped and counted on the server
     pushdown_joins,  # inner DET equi-joins as one server statement
     trim_reductions,  # drop reductions a server join does, or too costly for a small table
+    estimate_rows,  # each plain scan's rows, from the load's statistics (the cost model's)
     drop_pushed_filters,  # exact server filters leave the local plan
     plan_bind_filters,  # client-computed key filters on large scans
     rename_scans,  # the local plan reads the scans' local tables

@@ -109,6 +109,7 @@ def _try_join(
         after = rows * sum(_width(s, narrowed[id(s)]) for s in members)
         if after <= before * _JOIN_BONUS:
             _adopt(fetch, select, [node for node in dropped if node is not None], narrowed)
+            fetch.estimated_rows = None if fetch.groups is not None else rows
             return fetch
 
         # leave out the scan whose repetition adds most (with the scans only it

@@ -1,0 +1,35 @@
+"""Pass: how many rows each plain scan's statement returns, from the load's statistics.
+
+The cost model (``veil.exec.cost``) prices a statement by the rows it returns.
+The server's optimizer estimates them over ciphertexts, where DuckDB's
+estimates of filtered scans are often far off (one row for a range on an OPE
+column); the client's statistics of the plaintext (``veil.sql.selectivity``:
+DET distinct counts, OPE quantiles, recorded at load) know better. A scan
+keeps the share of its table its exact server filters keep; semi-join
+reductions and bind filters, which thin it further, are left out (so the
+estimate errs high). Server joins carry their own (``pushdown_joins``);
+aggregated scans are left to the server's estimate.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from veil.sql.selectivity import kept_share
+from veil.sql.state import PlanState
+
+log = logging.getLogger(__name__)
+
+
+def estimate_rows(state: PlanState) -> PlanState:
+    for scan in state.scans.values():
+        if scan.aggregation is not None or scan.joined is not None:
+            continue
+        nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
+        try:
+            share = kept_share(nodes, scan, state.resolved, state.ctx)
+        except Exception:  # an estimate never costs the plan its pushdown: unknown instead
+            log.debug("no row estimate for scan %s", scan.alias, exc_info=True)
+            continue
+        scan.estimated_rows = scan.table.row_count * share
+    return state
