@@ -19,6 +19,7 @@ from veil.exec.session import Session
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes import PASSES
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
+from veil.sql.passes.estimate_rows import estimate_rows
 from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
@@ -92,10 +93,27 @@ def test_passes_are_in_order() -> None:
         pushdown_join_aggregates,
         pushdown_joins,
         trim_reductions,
+        estimate_rows,
         drop_pushed_filters,
         plan_bind_filters,
         rename_scans,
     ) == PASSES
+
+
+def test_estimate_rows_from_the_load_statistics(session: Session) -> None:
+    """A range over an OPE column keeps its share of the table (from the recorded quantiles);
+    a scan without filters, the whole table; an aggregated scan is left to the server."""
+    sql = "SELECT l_orderkey FROM lineitem WHERE l_shipdate < DATE '1993-01-01'"
+    state = estimate_rows(state_before(session, sql, estimate_rows))
+    (scan,) = state.scans.values()
+    rows = scan.table.row_count
+    assert scan.estimated_rows is not None and 0.05 * rows < scan.estimated_rows < 0.3 * rows
+    state = estimate_rows(state_before(session, "SELECT o_orderkey FROM orders", estimate_rows))
+    (scan,) = state.scans.values()
+    assert scan.estimated_rows == scan.table.row_count
+    grouped = "SELECT l_returnflag, count(*) FROM lineitem GROUP BY l_returnflag"
+    state = estimate_rows(state_before(session, grouped, estimate_rows))
+    assert all(s.estimated_rows is None for s in state.scans.values())
 
 
 def test_prune_exists_projections(session: Session) -> None:
