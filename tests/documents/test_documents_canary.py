@@ -16,7 +16,14 @@ from veil.servers.ferretdb import FerretDBServer
 INT_CANARY = 0x1D2C3B4A59687756
 STRING_CANARY = "Quokka-Zanzibar-91"
 STATIC_CANARY = "Platypus-Kilimanjaro-37"
-NAME_CANARIES = ("wombatfield", "echidnanested", "numbatsum", "bilbyindex", "quollore")
+NAME_CANARIES = (
+    "wombatfield",
+    "echidnanested",
+    "numbatsum",
+    "bilbyindex",
+    "quollore",
+    "potoroopail",
+)
 SCHEMA = {
     "fields": {
         "wombatfield": "static",
@@ -26,6 +33,7 @@ SCHEMA = {
         "when": {"attr": "index", "type": "datetime"},
         "public": "do_nothing",
         "quollore": {"attr": "index", "scheme": "ore"},
+        "potoroopail": {"attr": "h_add", "scheme": "paillier"},
     },
     "default": "static",
 }
@@ -55,6 +63,7 @@ def exercise(url: str, key_file: Path) -> None:
                     "when": dt.datetime(2001, 2, 3),
                     "public": "visible",
                     "quollore": INT_CANARY - i,
+                    "potoroopail": INT_CANARY,
                     "extra_wallaby": STATIC_CANARY,
                 }
                 for i in range(5)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from veil.documents.client import Database
 
 
+#: The database's catalog collection (the key's fingerprint, Paillier public keys).
+CATALOG = "veil_documents"
 #: Documents per server reply: few round trips for large results, within 16 MiB replies.
 FETCH_BATCH = 20_000
 #: Attempts of a read-modify-write update on one document before giving up.
@@ -71,6 +73,10 @@ class Collection:
                 nodes, claims = (database.server_database[base + s] for s in ("n", "c"))
                 cipher.ore.tree = OreTree(nodes, claims)
                 self._trees += [nodes, claims]
+            if cipher.paillier is not None:
+                with server_errors("recording a Paillier public key"):
+                    catalog = database.server_database[CATALOG]
+                    cipher.paillier.record_public_key(catalog, self.server_name, cipher.name)
 
     # -- writes ----------------------------------------------------------------
 

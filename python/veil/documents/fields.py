@@ -41,11 +41,13 @@ from bson.int64 import Int64
 from veil.crypto.ashe import Ashe
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.ope import Ope
+from veil.crypto.paillier import PaillierKey
 from veil.crypto.rnd import Rnd
 from veil.documents.elgamal import ElGamal
 from veil.documents.errors import FieldTypeError
 from veil.documents.ore import OreKeys
 from veil.documents.oreindex import OreIndex
+from veil.documents.paillier import PaillierField
 from veil.documents.schema import FieldSpec
 from veil.documents.values import key_value, order_key
 from veil.errors import MalformedCiphertextError
@@ -84,7 +86,10 @@ class FieldCipher:
             else:
                 self._ope = Ope.from_master(master, where, 64, signed=signed, column=spec.path)
             self._tag_key = master.derive(KeyLabel("documents-tag", where))
-        if spec.attr == "h_add":
+        self.paillier: PaillierField | None = None
+        if spec.attr == "h_add" and spec.scheme == "paillier":
+            self.paillier = PaillierField(PaillierKey.from_master(master, where), spec.path)
+        elif spec.attr == "h_add":
             self._ashe = Ashe.from_master(master, where, column=spec.path)
         self.elgamal = ElGamal(master, where, spec.path) if spec.attr == "h_mul" else None
 
@@ -92,6 +97,8 @@ class FieldCipher:
 
     def encrypt(self, values: list[Any]) -> list[Any]:
         """The stored forms of ``values`` (one per value, same order)."""
+        if self.paillier is not None:
+            return self.paillier.encrypt(values)
         if self.spec.attr == "h_add":
             return self._encrypt_additive(values)
         if self.elgamal is not None:
@@ -198,6 +205,8 @@ class FieldCipher:
 
     def decrypt(self, stored: list[Any]) -> list[Any]:
         """Plaintext values of stored forms (one native call per batch for GCM)."""
+        if self.paillier is not None:
+            return self.paillier.decrypt(stored)
         if self.spec.attr == "h_add":
             return [self.additive_value(entry) for entry in stored]
         if self.elgamal is not None:

@@ -28,6 +28,7 @@ tree keeps).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -254,24 +255,31 @@ class OreTree:
         self, child: Node, separators: list[bytes], new_ids: list[str], probe: bytes
     ) -> None:
         """Insert the separators of ``child``'s split after it in its parent, retrying."""
-        for _ in range(WRITE_RETRIES):
+        for attempt in range(WRITE_RETRIES):
             parent = self._parent_of(child, probe)
+            if parent is None:  # child is itself a split's new node, not in a parent yet:
+                time.sleep(0.002 * attempt)  # its writer is adding it; wait for that
+                continue
             position = parent.items.index(child.id)
             parent.keys[position:position] = separators
             parent.items[position + 1 : position + 1] = new_ids
             if self._store(parent, probe):
                 return
-        raise ServerError("the ORE tree kept changing under a split; retry later")
+        raise ServerError(
+            f"ORE tree node {child.id!r} found no parent to join (its writer may have died "
+            "mid-split) or the tree kept changing; retry later"
+        )
 
-    def _parent_of(self, child: Node, probe: bytes) -> Node:
+    def _parent_of(self, child: Node, probe: bytes) -> Node | None:
         """The node one level above ``child`` that lists it, found from the root with a
-        key ``child`` holds (leftmost path, then right along the level)."""
+        key ``child`` holds (leftmost path, then right along the level); None if no
+        node lists it yet."""
         node = self._fetch([ROOT])[0]
         while node.level > child.level + 1:
             node = self._fetch([node.items[rank(probe, node.keys, inclusive=False)]])[0]
         while child.id not in node.items:
             if node.next is None:
-                raise ServerError(f"ORE tree node {child.id!r} has no parent: the tree is damaged")
+                return None
             node = self._fetch([node.next])[0]
         return node
 

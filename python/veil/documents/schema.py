@@ -32,6 +32,7 @@ INDEX_TYPES = ("int", "decimal", "datetime", "string")
 NOT_BUILT: dict[str, str] = {}
 DEFAULT_SCHEMES = {"index": "ope", "h_add": "ashe", "h_mul": "elgamal"}
 INDEX_SCHEMES = ("ope", "ore")
+ADD_SCHEMES = ("ashe", "paillier")
 DEFAULT_POLICIES = ("refuse", "static")
 
 
@@ -132,10 +133,7 @@ def _check(spec: FieldSpec) -> None:
             )
         if not isinstance(spec.scale, int) or not 0 <= spec.scale <= 12:
             raise SchemaError(f"{where}: decimal scale is an integer in 0..12, got {spec.scale!r}")
-    elif spec.attr == "h_add" and (spec.type != "int" or spec.scheme != "ashe"):
-        raise SchemaError(
-            f"{where}: h_add holds int values under scheme 'ashe' "
-            "(Paillier is not built into veil.documents yet)"
-        )
+    elif spec.attr == "h_add" and (spec.type != "int" or spec.scheme not in ADD_SCHEMES):
+        raise SchemaError(f"{where}: h_add holds int values under a scheme of {ADD_SCHEMES}")
     elif spec.attr == "h_mul" and (spec.type != "int" or spec.scheme != "elgamal"):
         raise SchemaError(f"{where}: h_mul holds positive int values under scheme 'elgamal'")
