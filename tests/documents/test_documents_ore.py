@@ -200,3 +200,16 @@ def test_schema_file_with_ore(tmp_path: Path, url, key_file):
     with veil.documents.connect(url, key_file, schema) as database:
         database.c.insert_one({"x": 5})
         assert database.c.find_one({"x": {"$lte": 5}})["x"] == 5
+
+
+def test_a_large_batch_splits_into_full_nodes(url, key_file, small_nodes):
+    """A batch many times a node's size lands in one leaf, which splits into many pieces."""
+    with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
+        values = random.Random(2).sample(range(-1000, 1000), 150)
+        database.c.insert_many([{"x": v} for v in values])
+        tree = database.c.codec.ciphers["x"].ore.tree
+        nodes = list(tree._nodes.find())
+        assert max(len(n["k"]) for n in nodes) <= SMALL_NODES
+        assert sum(len(n["k"]) for n in nodes if n["h"] == 0) == len(values)
+        got = sorted(d["x"] for d in database.c.find({"x": {"$gt": -300, "$lte": 400}}))
+        assert got == sorted(v for v in values if -300 < v <= 400)

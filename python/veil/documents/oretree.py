@@ -27,6 +27,7 @@ tree keeps).
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -41,7 +42,7 @@ from pymongo.collection import Collection as ServerCollection
 from veil.documents.errors import ServerError
 from veil.documents.ore import rank
 
-#: Keys per node (the fan-out); a full node splits in two.
+#: Keys per node (the fan-out); a fuller node splits into pieces of at most this many.
 CAPACITY = 128
 ROOT = "root"
 #: Attempts of one batch of entries against nodes other writers keep changing.
@@ -246,7 +247,7 @@ class OreTree:
         for piece in pieces:
             self._insert_new(piece)
         new_root = Node(ROOT, root.version, root.level + 1, separators, [p.id for p in pieces])
-        if self._claim_and_write(new_root):
+        if self._store(new_root, b""):  # a root with too many pieces splits again
             return True
         self._delete(piece.id for piece in pieces)
         return False
@@ -338,22 +339,29 @@ def _at_or_above(bound: Bound, fence: bytes | None) -> bool:
 
 
 def _pieces(node: Node) -> tuple[list[Node], list[bytes]]:
-    """``node`` split in two halves (the first keeps its id) and the separator between.
+    """``node`` cut into pieces of at most ``CAPACITY`` keys (at least two; the first
+    keeps its id), chained left to right, and the separators between them.
 
-    A leaf's separator is the right half's first key (it stays there); an inner
-    node's is the middle key, which moves up and leaves both halves."""
-    middle = len(node.keys) // 2
-    separator = node.keys[middle]
-    right_id = _fresh_id()
+    A leaf's separator is the next piece's first key (it stays there); an inner
+    node's is the key between two pieces, which moves up and leaves both."""
+    keys, items, count = node.keys, node.items, max(2, -(-len(node.keys) // CAPACITY))
+    ids = [node.id] + [_fresh_id() for _ in range(count - 1)]
+    cuts = [round(i * len(keys) / count) for i in range(count + 1)]
     if node.leaf:
-        keys = (node.keys[:middle], node.keys[middle:])
-        items = (node.items[:middle], node.items[middle:])
-    else:
-        keys = (node.keys[:middle], node.keys[middle + 1 :])
-        items = (node.items[: middle + 1], node.items[middle + 1 :])
-    left = Node(node.id, node.version, node.level, keys[0], items[0], right_id, separator)
-    right = Node(right_id, 0, node.level, keys[1], items[1], node.next, node.fence)
-    return [left, right], [separator]
+        parts = [(keys[a:b], items[a:b]) for a, b in itertools.pairwise(cuts)]
+        separators = [keys[c] for c in cuts[1:-1]]
+    else:  # cut i is the index of the key that moves up (cuts[0] = -1 before the first)
+        cuts = [-1, *cuts[1:-1], len(keys)]
+        parts = [(keys[a + 1 : b], items[a + 1 : b + 1]) for a, b in itertools.pairwise(cuts)]
+        separators = [keys[c] for c in cuts[1:-1]]
+    fences = [*separators, node.fence]
+    nexts = [*ids[1:], node.next]
+    pieces = [
+        Node(ids[i], 0, node.level, part_keys, part_items, nexts[i], fences[i])
+        for i, (part_keys, part_items) in enumerate(parts)
+    ]
+    pieces[0].version = node.version
+    return pieces, separators
 
 
 def _dedupe(level: list[Node]) -> list[Node]:
