@@ -99,10 +99,29 @@ def test_range_round_trips_are_the_tree_height(loaded):
     veil_collection, plain_collection = loaded
     tree = veil_collection.codec.ciphers["year"].ore.tree
     height = tree._fetch([oretree.ROOT])[0].level + 1
-    tree.round_trips = 0
-    got = veil_collection.count_documents({"year": {"$gte": 1990, "$lt": 2000}})
-    assert got == plain_collection.count_documents({"year": {"$gte": 1990, "$lt": 2000}})
-    assert tree.round_trips == height
+    query = {"year": {"$gte": 1990, "$lt": 2000}}
+    tree._cached_root = None
+    for walk, expected_trips in enumerate((height, height - 1)):  # then the root is cached
+        tree.round_trips = 0
+        assert veil_collection.count_documents(query) == plain_collection.count_documents(query)
+        assert tree.round_trips == expected_trips, walk
+
+
+def test_a_cached_root_grown_stale_misses_nothing(url, key_file, small_nodes):
+    schema = {"c": {"fields": {"x": ORE_INT}}}
+    with (
+        veil.documents.connect(url, key_file, schema) as reader,
+        veil.documents.connect(url, key_file, schema) as writer,
+    ):
+        writer.c.insert_many([{"x": i} for i in range(0, 200, 2)])
+        assert reader.c.count_documents({"x": {"$gte": 50}}) == 75  # caches the root
+        for start in range(1, 200, 20):  # splits everywhere, the root too
+            writer.c.insert_many([{"x": i} for i in range(start, start + 20, 2)])
+        tree = reader.c.codec.ciphers["x"].ore.tree
+        assert tree._cached_root is not None
+        assert tree._cached_root.version < tree._fetch([oretree.ROOT])[0].version
+        assert reader.c.count_documents({"x": {"$gte": 50}}) == 150
+        assert reader.c.count_documents({"x": {"$gt": 10, "$lt": 20}}) == 9
 
 
 def test_min_max_and_explain(loaded):

@@ -113,18 +113,32 @@ class OreTree:
         self._nodes = nodes
         self._claims = claims
         self.round_trips = 0  # node-fetch waves, for the benchmarks
+        self._cached_root: Node | None = None  # an inner root (a leaf root is never cached)
 
     # -- reads -------------------------------------------------------------------
 
     def range(self, low: Bound | None, high: Bound | None) -> list[bytes]:
-        """The sealed tags of every entry between ``low`` and ``high`` (None: open)."""
-        level = self._fetch([ROOT])
+        """The sealed tags of every entry between ``low`` and ``high`` (None: open).
+
+        An inner root read by an earlier walk is used again, and read afresh in
+        the same wave as its children for the next walk: that saves one round
+        trip, and a stale inner node is safe in a B-link tree (nodes only split
+        to the right, and the siblings a split made are followed)."""
+        refresh = self._cached_root is not None
+        level = [self._cached_root] if self._cached_root is not None else self._fetch([ROOT])
+        self._remember_root(level[0])
         while True:
             level = self._move_right(level, high)
             if level[0].leaf:
                 return [t for i, n in enumerate(level) for t in _slice(n, i, level, low, high)]
             children = [c for i, n in enumerate(level) for c in _slice(n, i, level, low, high)]
-            level = self._fetch(children)
+            level = self._fetch([*children, ROOT] if refresh else children)
+            if refresh:
+                self._remember_root(level.pop())
+                refresh = False
+
+    def _remember_root(self, root: Node) -> None:
+        self._cached_root = None if root.leaf else root
 
     def _move_right(self, level: list[Node], high: Bound | None) -> list[Node]:
         """Add the right siblings a split made that the parents did not list yet."""
@@ -138,9 +152,9 @@ class OreTree:
                     missing.append((position, node.next))
             if not missing:
                 return level
-            found = iter(self._fetch([node_id for _, node_id in missing]))
-            for position, _ in reversed(missing):
-                level.insert(position + 1, next(found))
+            found = self._fetch([node_id for _, node_id in missing])
+            for (position, _), node in reversed(list(zip(missing, found, strict=True))):
+                level.insert(position + 1, node)
             level = _dedupe(level)
 
     def _fetch(self, ids: Sequence[str]) -> list[Node]:
