@@ -12,8 +12,8 @@ after the other for each measurement:
   updates of one field; uniform and Zipfian) over ``docs`` records of ten
   100-byte ``static`` fields, on 1 and 8 client threads: ops/s, p50, p99.
 * ``range``: ``find`` of ``Index`` in ``[k, k + width)`` (``ope``; plain:
-  a native index), and of ``Rank`` (the same values under ``ore``, loaded in
-  a collection of its own), with the server commands per query counted and,
+  a native index), and of ``Rank`` (the same values under ``ore``, in
+  documents of their own, against the same plain documents), with the server commands per query counted and,
   for ``ore``, the sequential round trips (tree levels, then the documents).
 * ``sum``: ``$group`` by a 10-value ``index`` key with ``$sum`` of an
   ``h_add`` field (plain: ``$sum`` of the plain field), over all documents.
@@ -191,9 +191,12 @@ def scans(docs: int, wanted: int, budget: int = SCAN_BUDGET) -> int:
 
 
 def ranges(clients: Clients, docs: int, width: int, queries: int, seed: int) -> dict[str, Any]:
-    """Plain (native index) against ``ope`` (``Index``) and ``ore`` (``Rank``) ranges."""
+    """Plain (native index) against ``ope`` (``Index`` of the movies) and plain ``Rank``
+    against ``ore`` (``Rank`` of documents holding nothing else)."""
     if clients.plain.movies.estimated_document_count() == 0:  # run without benchmarkdb
         load_movies(clients, movies(docs))
+    clients.plain.ranked.create_index("Rank")
+    load_ranked(clients.plain.ranked, docs)
     load = timed(partial(load_ranked, clients.veil.ranked, docs))
     rng = random.Random(seed)
     starts = [rng.randrange(0, max(1, docs - width)) for _ in range(queries)]
@@ -204,6 +207,7 @@ def ranges(clients: Clients, docs: int, width: int, queries: int, seed: int) -> 
     for name, collection, counter, path in (
         ("plain", clients.plain.movies, clients.plain_counter, "Index"),
         ("veil", clients.veil.movies, clients.veil_counter, "Index"),
+        ("plain_ranked", clients.plain.ranked, clients.plain_counter, "Rank"),
         ("veil_ore", clients.veil.ranked, clients.veil_counter, "Rank"),
     ):
         latencies, before, waves = [], counter.count, tree.round_trips

@@ -26,7 +26,8 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
         plain = result["range"]["plain"]["p50_us"]
         out["range ope"] = result["range"]["veil"]["p50_us"] / plain
         if "veil_ore" in result["range"]:
-            out["range ore"] = result["range"]["veil_ore"]["p50_us"] / plain
+            ranked = result["range"].get("plain_ranked", result["range"]["plain"])["p50_us"]
+            out["range ore"] = result["range"]["veil_ore"]["p50_us"] / ranked
     if "sum" not in result:
         return out
     for strategy in ("server", "fetch"):
