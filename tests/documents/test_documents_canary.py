@@ -16,7 +16,14 @@ from veil.servers.ferretdb import FerretDBServer
 INT_CANARY = 0x1D2C3B4A59687756
 STRING_CANARY = "Quokka-Zanzibar-91"
 STATIC_CANARY = "Platypus-Kilimanjaro-37"
-NAME_CANARIES = ("wombatfield", "echidnanested", "numbatsum", "bilbyindex")
+NAME_CANARIES = (
+    "wombatfield",
+    "echidnanested",
+    "numbatsum",
+    "bilbyindex",
+    "quollore",
+    "potoroopail",
+)
 SCHEMA = {
     "fields": {
         "wombatfield": "static",
@@ -25,6 +32,8 @@ SCHEMA = {
         "title": {"attr": "index", "type": "string"},
         "when": {"attr": "index", "type": "datetime"},
         "public": "do_nothing",
+        "quollore": {"attr": "index", "scheme": "ore"},
+        "potoroopail": {"attr": "h_add", "scheme": "paillier"},
     },
     "default": "static",
 }
@@ -53,12 +62,15 @@ def exercise(url: str, key_file: Path) -> None:
                     "title": STRING_CANARY + str(i),
                     "when": dt.datetime(2001, 2, 3),
                     "public": "visible",
+                    "quollore": INT_CANARY - i,
+                    "potoroopail": INT_CANARY,
                     "extra_wallaby": STATIC_CANARY,
                 }
                 for i in range(5)
             ]
         )
         animals.create_index("echidnanested.bilbyindex")
+        assert animals.count_documents({"quollore": {"$gt": INT_CANARY - 3}}) == 3
         assert animals.count_documents({"title": STRING_CANARY + "1"}) == 1
         assert animals.count_documents({"echidnanested.bilbyindex": {"$gte": INT_CANARY}}) == 5
         animals.update_many({}, {"$inc": {"numbatsum": INT_CANARY // 1000}})

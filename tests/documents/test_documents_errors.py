@@ -150,7 +150,7 @@ def test_failed_insert_many_says_what_was_written(movies):
     [
         {"fields": {"a": "sideways"}},
         {"fields": {"a": {"attr": "index", "type": "float"}}},
-        {"fields": {"a": {"attr": "index", "scheme": "ore"}}},
+        {"fields": {"a": {"attr": "index", "scheme": "bogus"}}},
         {"fields": {"a": {"attr": "h_mul", "type": "string"}}},
         {"fields": {"$a": "static"}},
         {"fields": {"a": "static"}, "default": "maybe"},

@@ -4,12 +4,14 @@ The leading ``$match`` stages become one server ``$match``. When it is exact
 and the next stage is a ``$group`` whose keys the server can group on (``int``
 or ``datetime`` index fields, ``do_nothing`` fields) and whose accumulators it
 can compute (``$count``, ``$sum`` of a constant, ``$sum``/``$avg`` of an
-``h_add`` field; ``$product`` of an ``h_mul`` field, Veil's own accumulator,
-multiplies the fetched ciphertexts on the client and decrypts once per group), the server groups: it sums the halves of the ASHE
+ASHE ``h_add`` field), the server groups: it sums the halves of the ASHE
 ciphertexts per group and the client removes the pads. The ids of the summed
 ciphertexts come from a second query (FerretDB 1.x has no ``$push``
-accumulator). Every other stage runs on the client over decrypted
-documents (or over the groups), with MongoDB's semantics.
+accumulator). ``$sum``/``$avg`` of a Paillier ``h_add`` field and
+``$product`` of an ``h_mul`` field (Veil's own accumulator) fetch the group
+keys and ciphertexts in one find; the client multiplies the ciphertexts per
+group and decrypts once per group. Every other stage runs on the client over
+decrypted documents (or over the groups), with MongoDB's semantics.
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ class Pipeline:
             if spec is None or spec.attr != "h_add":
                 return None
             cipher = self.codec.ciphers[spec.path]
+            if cipher.paillier is not None:  # the client multiplies fetched ciphertexts
+                return output, f"paillier_{op[1:]}", cipher
             group[f"{output}_l"] = {"$sum": f"${cipher.name}.l"}
             group[f"{output}_h"] = {"$sum": f"${cipher.name}.h"}
             return output, op[1:], cipher
@@ -145,7 +149,7 @@ class Pipeline:
         self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
     ) -> list[dict[str, Any]]:
         additive = [cipher for _, kind, cipher in outputs if cipher is not None]
-        products = any(kind == "product" for _, kind, _ in outputs)
+        products = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
         if self.collection.database.sums == "fetch" or products:
             rows, ids = self._fetched_rows(group, outputs)
         else:
@@ -162,6 +166,9 @@ class Pipeline:
                 if kind == "product":
                     product = ids.get(key, {}).get(f"{output}*", Product())
                     document[output] = product.value(cipher.elgamal)
+                    continue
+                if kind.startswith("paillier_"):
+                    document[output] = _paillier_total(kind, cipher, ids.get(key, {}).get(output))
                     continue
                 total = (int(row[f"{output}_h"]) << 32) + int(row[f"{output}_l"])
                 group_ids = ids.get(key, {}).get(cipher.name, [])
@@ -215,6 +222,10 @@ class Pipeline:
                     if isinstance(form, dict):
                         entry.setdefault(f"{output}*", Product()).add(cipher.elgamal.parse(form))
                     continue
+                if kind.startswith("paillier_"):
+                    if form is not None:
+                        entry.setdefault(output, []).append(form)
+                    continue
                 if isinstance(form, dict) and form.get("i"):
                     row[f"{output}_l"] += int(form["l"])
                     row[f"{output}_h"] += int(form["h"])
@@ -260,6 +271,14 @@ class Pipeline:
             for name, (_, cipher) in self._key_ciphers.items()
             if name in present
         }
+
+
+def _paillier_total(kind: str, cipher: Any, ciphertexts: list[bytes] | None) -> Any:
+    """A group's Paillier ``$sum`` (0 without values) or ``$avg`` (None without values)."""
+    if not ciphertexts:
+        return 0 if kind == "paillier_sum" else None
+    total = cipher.paillier.sum(ciphertexts)
+    return total if kind == "paillier_sum" else total / len(ciphertexts)
 
 
 def _only(fields: dict[str, int]) -> dict[str, int]:

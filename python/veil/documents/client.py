@@ -9,21 +9,22 @@ finding every collection empty.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 from pathlib import Path
 from typing import Any
 
 import pymongo
+import pymongo.errors
 from pymongo.uri_parser import parse_uri
 
 from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
-from veil.documents.collection import Collection, server_errors
+from veil.documents.collection import CATALOG, Collection, server_errors
 from veil.documents.errors import DocumentsError
 from veil.documents.schema import Schema, load_schema
 from veil.errors import WrongKeyError
 
-CATALOG = "veil_documents"
 DEFAULT_DATABASE = "veil"
 DEFAULT_TIMEOUT_MS = 5000
 
@@ -108,9 +109,9 @@ class Database:
         with server_errors(f"opening database {self.name!r}"):
             found = catalog.find_one({"_id": "key"})
             if found is None:
-                catalog.update_one(
-                    {"_id": "key"}, {"$setOnInsert": {"fingerprint": fingerprint}}, upsert=True
-                )
+                with contextlib.suppress(pymongo.errors.DuplicateKeyError):
+                    # another client opening the new database at once may insert it first
+                    catalog.insert_one({"_id": "key", "fingerprint": fingerprint})
                 found = catalog.find_one({"_id": "key"})
         if found is not None and found.get("fingerprint") != fingerprint:
             raise WrongKeyError(

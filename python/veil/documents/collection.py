@@ -26,6 +26,7 @@ from veil.documents.errors import (
     UnsupportedQueryError,
 )
 from veil.documents.match import matches
+from veil.documents.oretree import OreTree
 from veil.documents.query import normalise_sort, translate_filter
 from veil.documents.schema import Schema
 from veil.documents.update import plan_update
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from veil.documents.client import Database
 
 
+#: The database's catalog collection (the key's fingerprint, Paillier public keys).
+CATALOG = "veil_documents"
 #: Documents per server reply: few round trips for large results, within 16 MiB replies.
 FETCH_BATCH = 20_000
 #: Attempts of a read-modify-write update on one document before giving up.
@@ -63,6 +66,17 @@ class Collection:
         self.codec = DocumentCodec(database.master, f"{database.name}/{name}", schema)
         self.server_name = database.opaque_collection_name(name)
         self._server = database.server_database[self.server_name]
+        self._trees: list[Any] = []
+        for cipher in self.codec.ciphers.values():
+            if cipher.ore is not None:  # each ore field's B+-tree: nodes and claims
+                base = f"{self.server_name}{cipher.name}"
+                nodes, claims = (database.server_database[base + s] for s in ("n", "c"))
+                cipher.ore.tree = OreTree(nodes, claims)
+                self._trees += [nodes, claims]
+            if cipher.paillier is not None:
+                with server_errors("recording a Paillier public key"):
+                    catalog = database.server_database[CATALOG]
+                    cipher.paillier.record_public_key(catalog, self.server_name, cipher.name)
 
     # -- writes ----------------------------------------------------------------
 
@@ -238,6 +252,8 @@ class Collection:
     def drop(self) -> None:
         with server_errors("drop"):
             self._server.drop()
+            for tree_collection in self._trees:
+                tree_collection.drop()
 
     def _find_stored(
         self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int,

@@ -41,9 +41,13 @@ from bson.int64 import Int64
 from veil.crypto.ashe import Ashe
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.ope import Ope
+from veil.crypto.paillier import PaillierKey
 from veil.crypto.rnd import Rnd
 from veil.documents.elgamal import ElGamal
 from veil.documents.errors import FieldTypeError
+from veil.documents.ore import OreKeys
+from veil.documents.oreindex import OreIndex
+from veil.documents.paillier import PaillierField
 from veil.documents.schema import FieldSpec
 from veil.documents.values import key_value, order_key
 from veil.errors import MalformedCiphertextError
@@ -74,11 +78,18 @@ class FieldCipher:
         self._ope: Ope | None = None
         self._ashe: Ashe | None = None
         self._tag_key = b""
+        self.ore: OreIndex | None = None
         if spec.attr == "index":
             signed = spec.type != "string"
-            self._ope = Ope.from_master(master, where, 64, signed=signed, column=spec.path)
+            if spec.scheme == "ore":
+                self.ore = OreIndex(OreKeys(master, where, spec.path, signed), spec)
+            else:
+                self._ope = Ope.from_master(master, where, 64, signed=signed, column=spec.path)
             self._tag_key = master.derive(KeyLabel("documents-tag", where))
-        if spec.attr == "h_add":
+        self.paillier: PaillierField | None = None
+        if spec.attr == "h_add" and spec.scheme == "paillier":
+            self.paillier = PaillierField(PaillierKey.from_master(master, where), spec.path)
+        elif spec.attr == "h_add":
             self._ashe = Ashe.from_master(master, where, column=spec.path)
         self.elgamal = ElGamal(master, where, spec.path) if spec.attr == "h_mul" else None
 
@@ -86,17 +97,26 @@ class FieldCipher:
 
     def encrypt(self, values: list[Any]) -> list[Any]:
         """The stored forms of ``values`` (one per value, same order)."""
+        if self.paillier is not None:
+            return self.paillier.encrypt(values)
         if self.spec.attr == "h_add":
             return self._encrypt_additive(values)
         if self.elgamal is not None:
             return [None if v is None else self.elgamal.encrypt(v) for v in values]
         if self.spec.attr == "static":
             return self.seal(values)
+        if self.ore is not None:
+            return self._with_equality(values, self.seal(values), self.ore.tag_values(values), "k")
         orders = self.order_ciphertexts(values)  # checks the values' types first
         if self.spec.exact_order:  # OPE is one-to-one here: values decrypt from it
             return orders
-        sealed = self.seal(values)
-        stored = [{"s": s, "o": o} for s, o in zip(sealed, orders, strict=True)]
+        return self._with_equality(values, self.seal(values), orders, "o")
+
+    def _with_equality(
+        self, values: list[Any], sealed: list[bytes], orders: list[Any], order_name: str
+    ) -> list[Any]:
+        """``{"s": sealed, order_name: order}``, and strings' equality hashes ``e``."""
+        stored = [{"s": s, order_name: o} for s, o in zip(sealed, orders, strict=True)]
         if self.spec.type == "string":
             for entry, value in zip(stored, values, strict=True):
                 entry["e"] = self.tags(value)
@@ -134,6 +154,8 @@ class FieldCipher:
     def order_path(self) -> str:
         """Where the server finds the order ciphertext: the field itself for one-to-one
         types (nothing else is stored), its ``o`` otherwise."""
+        if self.ore is not None:
+            return f"{self.name}.k"
         return self.name if self.spec.exact_order else f"{self.name}.o"
 
     def order_ciphertext(self, value: Any) -> Any:
@@ -183,6 +205,8 @@ class FieldCipher:
 
     def decrypt(self, stored: list[Any]) -> list[Any]:
         """Plaintext values of stored forms (one native call per batch for GCM)."""
+        if self.paillier is not None:
+            return self.paillier.decrypt(stored)
         if self.spec.attr == "h_add":
             return [self.additive_value(entry) for entry in stored]
         if self.elgamal is not None:

@@ -80,6 +80,9 @@ def _field(codec: DocumentCodec, path: str, condition: Any, result: ServerFilter
     if spec is None:
         raise UnsupportedQueryError(path, "a filter", "static (not in the schema)", "index")
     operators = condition if is_operator_dict(condition) else {"$eq": condition}
+    if spec.attr == "index" and spec.path == path and spec.scheme == "ore":
+        _ore_field(codec, path, operators, result)
+        return
     for op, arg in operators.items():
         if op not in SUPPORTED:
             raise UnsupportedQueryError(path, op, spec.attr)
@@ -93,6 +96,62 @@ def _field(codec: DocumentCodec, path: str, condition: Any, result: ServerFilter
         if clause is not None:
             result.clauses.append(clause)
         result.exact &= exact
+
+
+def _ore_field(
+    codec: DocumentCodec, path: str, operators: dict[str, Any], result: ServerFilter
+) -> None:
+    """An ``ore`` field's operators: its bounds walked as one range, equality by walks
+    of single values (strings: by their equality hash), all as filters on tags."""
+    cipher = codec.ciphers[path]
+    ore = cipher.ore
+    assert ore is not None
+    bounds: dict[str, Any] = {}
+    for op, arg in operators.items():
+        if op not in SUPPORTED:
+            raise UnsupportedQueryError(path, op, "index")
+        if op in RANGES and arg is not None and not isinstance(arg, (dict, list)):
+            bounds[op] = arg
+            continue
+        if op in ("$eq", "$ne", "$in", "$nin") and cipher.spec.type != "string":
+            clause, exact = _ore_equality(codec, path, op, arg)
+        else:
+            clause, exact = _index_clause(codec, path, op, arg)
+        if clause is not None:
+            result.clauses.append(clause)
+        result.exact &= exact
+    if bounds:
+        low, high = _interval(path, bounds)
+        tags = ore.tags_between(low, high)
+        if tags is not None:
+            result.clauses.append({cipher.order_path: {"$in": tags}})
+        result.exact &= tags is not None and ore.exact
+
+
+def _interval(path: str, bounds: dict[str, Any]) -> tuple[Any, Any]:
+    """((value, inclusive) | None, (value, inclusive) | None) of a field's range operators."""
+    lows = [op for op in ("$gt", "$gte") if op in bounds]
+    highs = [op for op in ("$lt", "$lte") if op in bounds]
+    if len(lows) > 1 or len(highs) > 1:
+        raise UnsupportedQueryError(path, "both $gt and $gte (or $lt and $lte)", "index (ore)")
+    low = (bounds[lows[0]], lows[0] == "$gte") if lows else None
+    high = (bounds[highs[0]], highs[0] == "$lte") if highs else None
+    return low, high
+
+
+def _ore_equality(codec: DocumentCodec, path: str, op: str, arg: Any) -> tuple[Any, bool]:
+    cipher = codec.ciphers[path]
+    assert cipher.ore is not None
+    if op in ("$in", "$nin") and not isinstance(arg, list):
+        raise UnsupportedQueryError(path, f"{op} without a list", "index")
+    values = arg if op in ("$in", "$nin") else [arg]
+    if any(isinstance(v, (dict, list)) for v in values):
+        raise UnsupportedQueryError(path, f"{op} with a document or array", "index", "static")
+    tags = cipher.ore.equal_tags(values)
+    negated = op in ("$ne", "$nin")
+    if tags is None or (negated and not cipher.ore.exact):
+        return None, False  # too many, or many-to-one keys: the client decides
+    return {cipher.order_path: {"$nin" if negated else "$in": tags}}, cipher.ore.exact
 
 
 def _index_clause(codec: DocumentCodec, path: str, op: str, arg: Any) -> tuple[Any, bool]:
@@ -154,6 +213,9 @@ def translate_sort(codec: DocumentCodec, sort: list[tuple[str, int]]) -> ServerS
         if spec is None or spec.attr != "index" or spec.path != path:
             attr = "static (not in the schema)" if spec is None else spec.attr
             raise UnsupportedQueryError(path, "sort", attr, "index")
+        if spec.scheme == "ore":  # tags are random: only the client can sort
+            exact = False
+            continue
         keys.append((codec.ciphers[path].order_path, direction))
         exact &= spec.exact_order
     return ServerSort(keys, exact)

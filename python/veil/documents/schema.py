@@ -31,7 +31,8 @@ INDEX_TYPES = ("int", "decimal", "datetime", "string")
 #: Attributes whose scheme is not built yet, with what to use meanwhile.
 NOT_BUILT: dict[str, str] = {}
 DEFAULT_SCHEMES = {"index": "ope", "h_add": "ashe", "h_mul": "elgamal"}
-INDEX_SCHEMES = ("ope",)
+INDEX_SCHEMES = ("ope", "ore")
+ADD_SCHEMES = ("ashe", "paillier")
 DEFAULT_POLICIES = ("refuse", "static")
 
 
@@ -47,9 +48,9 @@ class FieldSpec:
 
     @property
     def exact_order(self) -> bool:
-        """Whether the stored order key is one-to-one (ints, datetimes), so that
+        """Whether the stored order key is one-to-one OPE (ints, datetimes), so that
         server comparisons, sorts and groups on it are exact."""
-        return self.attr == "index" and self.type in ("int", "datetime")
+        return self.attr == "index" and self.scheme == "ope" and self.type in ("int", "datetime")
 
 
 @dataclass(frozen=True)
@@ -128,15 +129,11 @@ def _check(spec: FieldSpec) -> None:
             )
         if spec.scheme not in INDEX_SCHEMES:
             raise SchemaError(
-                f"{where}: index scheme {spec.scheme!r} is not available "
-                f"(built: {INDEX_SCHEMES}; 'ore' is not built yet)"
+                f"{where}: index scheme {spec.scheme!r} is not available (one of {INDEX_SCHEMES})"
             )
         if not isinstance(spec.scale, int) or not 0 <= spec.scale <= 12:
             raise SchemaError(f"{where}: decimal scale is an integer in 0..12, got {spec.scale!r}")
-    elif spec.attr == "h_add" and (spec.type != "int" or spec.scheme != "ashe"):
-        raise SchemaError(
-            f"{where}: h_add holds int values under scheme 'ashe' "
-            "(Paillier is not built into veil.documents yet)"
-        )
+    elif spec.attr == "h_add" and (spec.type != "int" or spec.scheme not in ADD_SCHEMES):
+        raise SchemaError(f"{where}: h_add holds int values under a scheme of {ADD_SCHEMES}")
     elif spec.attr == "h_mul" and (spec.type != "int" or spec.scheme != "elgamal"):
         raise SchemaError(f"{where}: h_mul holds positive int values under scheme 'elgamal'")

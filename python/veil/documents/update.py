@@ -4,7 +4,8 @@ Most updates go to the server blind, as one command: ``$set`` sends the new
 value's stored form (encrypted once for every matched document), ``$unset``
 the opaque name, and ``$inc`` on an ``h_add`` field adds the halves of the
 increment's ASHE ciphertext and appends its id, without reading the value.
-``$inc`` on an ``index`` or ``static`` field cannot be done blind: those
+``$inc`` on an ``index`` or ``static`` field, or on a Paillier ``h_add`` field
+(the server cannot multiply big integers), cannot be done blind: those
 paths come back as *client ops*, which the collection applies by reading,
 decrypting, adding and writing back conditionally.
 """
@@ -57,10 +58,10 @@ def _plan_field(
         server.setdefault("$unset", {})[name] = ""
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DocumentsError(f"field {path!r}: $inc takes a number, got {value!r}")
-    elif spec.attr == "h_add":
-        if not isinstance(value, int):
-            raise DocumentsError(f"field {path!r} is h_add over integers: $inc takes an integer")
-        halves, id_ = codec.ciphers[path].increment(value)
+    elif spec.attr == "h_add" and not isinstance(value, int):
+        raise DocumentsError(f"field {path!r} is h_add over integers: $inc takes an integer")
+    elif spec.attr == "h_add" and spec.scheme == "ashe":
+        halves, id_ = codec.ciphers[path].increment(int(value))
         server.setdefault("$inc", {}).update({f"{name}.l": halves["l"], f"{name}.h": halves["h"]})
         server.setdefault("$push", {})[f"{name}.i"] = id_
         server.setdefault("$set", {})[f"{name}.v"] = 1

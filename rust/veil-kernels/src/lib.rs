@@ -13,6 +13,7 @@ pub mod hgd;
 pub mod joinadj;
 pub mod kvpack;
 pub mod ope;
+pub mod ore;
 pub mod paillier;
 pub mod rnd;
 pub mod rowrnd;

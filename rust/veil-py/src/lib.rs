@@ -13,6 +13,7 @@ mod ff1;
 mod joinadj;
 mod kvpack;
 mod ope;
+mod ore;
 mod paillier;
 mod rnd;
 mod rowrnd;
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     joinadj::register(m)?;
     kvpack::register(m)?;
     ope::register(m)?;
+    ore::register(m)?;
     paillier::register(m)?;
     rnd::register(m)?;
     rowrnd::register(m)?;

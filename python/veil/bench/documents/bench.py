@@ -12,7 +12,9 @@ after the other for each measurement:
   updates of one field; uniform and Zipfian) over ``docs`` records of ten
   100-byte ``static`` fields, on 1 and 8 client threads: ops/s, p50, p99.
 * ``range``: ``find`` of ``Index`` in ``[k, k + width)`` (``ope``; plain:
-  a native index), with the server commands per query counted.
+  a native index), and of ``Rank`` (the same values under ``ore``, in
+  documents of their own, against the same plain documents), with the server commands per query counted and,
+  for ``ore``, the sequential round trips (tree levels, then the documents).
 * ``sum``: ``$group`` by a 10-value ``index`` key with ``$sum`` of an
   ``h_add`` field (plain: ``$sum`` of the plain field), over all documents.
 
@@ -48,7 +50,13 @@ from veil.servers.ferretdb import FerretDBServer
 
 MOVIE_SCHEMA = {"fields": {"title": "static", "Index": "index"}}
 SALES_SCHEMA = {"fields": {"g": "index", "v": "h_add"}}
-SCHEMAS = {"movies": MOVIE_SCHEMA, "sales": SALES_SCHEMA, "usertable": None}
+RANKED_SCHEMA = {"fields": {"Rank": {"attr": "index", "scheme": "ore"}}}
+SCHEMAS = {
+    "movies": MOVIE_SCHEMA,
+    "sales": SALES_SCHEMA,
+    "usertable": None,
+    "ranked": RANKED_SCHEMA,
+}
 #: Scans per query on FerretDB 1.24 (it uses no index but _id): cap them at this many
 #: documents scanned per measurement.
 SCAN_BUDGET = 4_000_000
@@ -144,13 +152,8 @@ def benchmarkdb(
     collection on FerretDB, and a 100k run stays within the machine's time).
     """
     rows = movies(docs)
-    clients.plain.movies.create_index("Index")
-    clients.veil.movies.create_index("Index")
     bulk = max(0, docs - timed_inserts)
-    for at in range(0, bulk, LOAD_BATCH):
-        batch = rows[at : min(bulk, at + LOAD_BATCH)]
-        clients.plain.movies.insert_many([dict(r) for r in batch])
-        clients.veil.movies.insert_many([dict(r) for r in batch])
+    load_movies(clients, rows[:bulk])
     writes: dict[str, list[float]] = {"veil": [], "plain": []}
     for document in rows[bulk:]:  # side by side, one document each in turn
         writes["plain"].append(timed(partial(clients.plain.movies.insert_one, dict(document))))
@@ -169,6 +172,16 @@ def benchmarkdb(
     }
 
 
+def load_movies(clients: Clients, rows: list[dict[str, Any]]) -> None:
+    """Index both collections on ``Index`` and bulk-load ``rows`` into each."""
+    clients.plain.movies.create_index("Index")
+    clients.veil.movies.create_index("Index")
+    for at in range(0, len(rows), LOAD_BATCH):
+        batch = rows[at : at + LOAD_BATCH]
+        clients.plain.movies.insert_many([dict(r) for r in batch])
+        clients.veil.movies.insert_many([dict(r) for r in batch])
+
+
 # -- ranges and sums over the movies --------------------------------------------------------
 
 
@@ -178,22 +191,44 @@ def scans(docs: int, wanted: int, budget: int = SCAN_BUDGET) -> int:
 
 
 def ranges(clients: Clients, docs: int, width: int, queries: int, seed: int) -> dict[str, Any]:
+    """Plain (native index) against ``ope`` (``Index`` of the movies) and plain ``Rank``
+    against ``ore`` (``Rank`` of documents holding nothing else)."""
+    if clients.plain.movies.estimated_document_count() == 0:  # run without benchmarkdb
+        load_movies(clients, movies(docs))
+    clients.plain.ranked.create_index("Rank")
+    load_ranked(clients.plain.ranked, docs)
+    load = timed(partial(load_ranked, clients.veil.ranked, docs))
     rng = random.Random(seed)
     starts = [rng.randrange(0, max(1, docs - width)) for _ in range(queries)]
-    out: dict[str, Any] = {}
-    for name, collection, counter in (
-        ("plain", clients.plain.movies, clients.plain_counter),
-        ("veil", clients.veil.movies, clients.veil_counter),
+    ore = clients.veil.ranked.codec.ciphers["Rank"].ore
+    assert ore is not None and ore.tree is not None
+    tree = ore.tree
+    out: dict[str, Any] = {"ore_load_docs_per_s": docs / load}
+    for name, collection, counter, path in (
+        ("plain", clients.plain.movies, clients.plain_counter, "Index"),
+        ("veil", clients.veil.movies, clients.veil_counter, "Index"),
+        ("plain_ranked", clients.plain.ranked, clients.plain_counter, "Rank"),
+        ("veil_ore", clients.veil.ranked, clients.veil_counter, "Rank"),
     ):
-        latencies, before = [], counter.count
+        latencies, before, waves = [], counter.count, tree.round_trips
         for start in starts:
-            query = {"Index": {"$gte": start, "$lt": start + width}}
+            query = {path: {"$gte": start, "$lt": start + width}}
             t0 = time.perf_counter()
             found = list(collection.find(query))
             latencies.append(time.perf_counter() - t0)
             assert len(found) == min(width, docs - start)
-        out[name] = percentiles(latencies) | {"round_trips": (counter.count - before) / queries}
+        commands = (counter.count - before) / queries
+        out[name] = percentiles(latencies) | {"round_trips": commands}
+        if name == "veil_ore":  # tree levels (parallel reads in each) and the documents query
+            out[name]["sequential_round_trips"] = (tree.round_trips - waves) / queries + 1
     return out
+
+
+def load_ranked(collection: Any, docs: int) -> None:
+    for at in range(0, docs, LOAD_BATCH):
+        collection.insert_many(
+            [{"_id": i, "Rank": i} for i in range(at, min(docs, at + LOAD_BATCH))]
+        )
 
 
 def sums(clients: Clients, docs: int, runs: int) -> dict[str, Any]:
@@ -306,7 +341,7 @@ def ycsb(clients: Clients, docs: int, ops: int, threads: list[int], seed: int) -
 def run(
     url: str | None, docs: int, ops: int, threads: list[int], range_width: int, seed: int,
     note: str, timed_inserts: int | None = None, scan_budget: int = SCAN_BUDGET,
-    progress: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None, only: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     with server_url(url) as address:
         clients = Clients(address, f"{docs}_{os.getpid()}")
@@ -326,6 +361,8 @@ def run(
                 "ycsb": partial(ycsb, clients, docs, ops, threads, seed),
             }
             for name, section in sections.items():
+                if only and name not in only:
+                    continue
                 result[name] = section()
                 if progress is not None:
                     progress(result)

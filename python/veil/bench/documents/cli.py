@@ -35,6 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--scan-budget", type=int, default=4_000_000,
         help="documents scanned per read/range measurement (FerretDB scans for each query)",
     )  # fmt: skip
+    bench.add_argument(
+        "--sections", default="",
+        help="run only these sections (comma-separated: benchmarkdb, range, sum, ycsb)",
+    )  # fmt: skip
     bench.add_argument("--note", default="", help="what else ran on the machine")
     bench.add_argument("--json", type=Path, default=None, help="write the figures here")
     bench.add_argument("--png", type=Path, default=None, help="write the overhead plot here")
@@ -84,6 +88,7 @@ def _bench(args: argparse.Namespace) -> int:
     result = run(
         args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note,
         args.timed_inserts, args.scan_budget, progress,
+        [name for name in args.sections.split(",") if name],
     )  # fmt: skip
     result["overheads"] = overheads(result)
     print(table(result))
