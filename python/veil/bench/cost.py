@@ -17,7 +17,7 @@ from typing import Any
 
 
 def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from veil.frontend.cli import bandwidth_type
+    from veil.exec.cost import parse_bandwidth
 
     bench = benches.add_parser(
         "cost",
@@ -27,7 +27,7 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     bench.add_argument("client_dir", help="a client directory holding the TPC-H tables")
     bench.add_argument("--runs", type=int, default=3, help="timed runs per query (median)")
-    bench.add_argument("--bandwidth", type=bandwidth_type, default=None, help="as veil explain's")
+    bench.add_argument("--bandwidth", type=parse_bandwidth, default=None, help="as veil explain's")
     bench.add_argument("--json", metavar="PATH")
     bench.add_argument("--png", metavar="PATH")
     bench.set_defaults(handler=_run)
