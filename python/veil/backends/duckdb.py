@@ -28,7 +28,7 @@ from sqlglot import exp
 
 from veil.backends import duckdb_functions
 from veil.backends.base import BackendError, Estimate, Params, ServerUnavailableError, quote
-from veil.backends.staged import StagedBackend
+from veil.backends.staged import StagedBackend, index_pairs
 
 _SCHEME = "duckdb://"
 _VIEW = "__veil_arrow_input"
@@ -144,25 +144,23 @@ class DuckDBBackend(StagedBackend):
         ).column(0)[0]
         return int(blocks.as_py() or 0) * int(block_size.as_py())
 
-    def _index_definitions(self, table: str) -> list[str]:
+    def _indexes(self, table: str) -> list[tuple[str, str]]:
         found = self.execute(
-            "SELECT sql FROM duckdb_indexes() WHERE table_name = $1 ORDER BY index_name", [table]
+            "SELECT index_name, sql FROM duckdb_indexes() WHERE table_name = $1 "
+            "AND sql IS NOT NULL ORDER BY index_name",
+            [table],
         )
-        return [str(sql) for sql in found.column(0).to_pylist() if sql]
+        return index_pairs(found)
 
     def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:
         """DuckDB moves a row's index entries one by one when an UPDATE changes an indexed
         column, even with the index dropped earlier in the same transaction: a peel of one
         lineitem column took 15 minutes with its index, 2 s dropped and built again."""
-        found = self.execute(
-            "SELECT index_name, sql FROM duckdb_indexes() WHERE table_name = $1 ORDER BY 1",
-            [table],
-        )
         # server column names are random (``opaque_name``): a name in the SQL is that column
         return [
-            (str(name), _CREATE_INDEX.sub(r"\1 IF NOT EXISTS ", str(sql), count=1))
-            for name, sql in zip(*(found.column(i).to_pylist() for i in range(2)), strict=True)
-            if sql and any(column in sql for column in columns)
+            (name, _CREATE_INDEX.sub(r"\1 IF NOT EXISTS ", sql, count=1))
+            for name, sql in self._indexes(table)
+            if any(column in sql for column in columns)
         ]
 
     # -- planning help --------------------------------------------------------

@@ -39,7 +39,7 @@ from veil.backends.base import (
     ServerUnavailableError,
     quote,
 )
-from veil.backends.staged import StagedBackend
+from veil.backends.staged import StagedBackend, index_pairs
 
 HOM_SUM = "veil_hom_sum"
 WRAPPING_SUM = "veil_wrap_sum"  # the extension's BIGINT sum mod 2**64
@@ -206,13 +206,13 @@ class PostgresBackend(StagedBackend):
         self._run_quiet(f"ANALYZE {quote(table)}")
         return rows
 
-    def _index_definitions(self, table: str) -> list[str]:
+    def _indexes(self, table: str) -> list[tuple[str, str]]:
         found = self.execute(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
             "AND tablename = $1 ORDER BY indexname",
             [table],
         )
-        return [str(sql) for sql in found.column(0).to_pylist()]
+        return index_pairs(found)
 
     def _lock_writers(self, table: str) -> None:
         self._run_quiet(f"LOCK TABLE {quote(table)} IN SHARE MODE")

@@ -1,8 +1,9 @@
 """What the SQL backends share: staged atomic loads, catalogue DDL, listeners, transactions.
 
 A subclass supplies ``_run_quiet`` (run one statement of Veil's own, through
-the statement log), ``_create_table`` (an empty table for an Arrow schema) and
-``_insert`` (append Arrow batches to a table).
+the statement log), ``_create_table`` (an empty table for an Arrow schema),
+``_insert`` (append Arrow batches to a table), ``_indexes`` (a table's indexes)
+and the protocol's ``execute``.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class StagedBackend:
         if not self._transactions.active:
             raise BackendError("replace_rows runs inside a transaction")  # or a crash loses it
         copy = table + REWRITE_SUFFIX
-        indexes = self._index_definitions(table)
+        indexes = [create for _, create in self._indexes(table)]
         self._lock_writers(table)
         self._run_quiet(f"DROP TABLE IF EXISTS {quote(copy)}")
         self.execute(f"CREATE TABLE {quote(copy)} AS {select}", params)
@@ -120,8 +121,8 @@ class StagedBackend:
         for create in indexes:  # the old table's names, free again with it dropped
             self._run_quiet(create)
 
-    def _index_definitions(self, table: str) -> list[str]:
-        """The CREATE INDEX statements of the table's indexes."""
+    def _indexes(self, table: str) -> list[tuple[str, str]]:
+        """``(name, CREATE INDEX statement)`` of each of the table's indexes."""
         raise NotImplementedError
 
     def _lock_writers(self, table: str) -> None:
@@ -140,3 +141,9 @@ class StagedBackend:
 
     def transaction(self) -> AbstractContextManager[None]:
         return self._transactions.block()
+
+
+def index_pairs(found: pa.Table) -> list[tuple[str, str]]:
+    """A catalogue query's ``(index name, CREATE statement)`` rows as pairs of strings."""
+    names, statements = (found.column(i).to_pylist() for i in range(2))
+    return [(str(n), str(s)) for n, s in zip(names, statements, strict=True)]

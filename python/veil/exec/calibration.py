@@ -37,7 +37,7 @@ from sqlglot import exp
 
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
-from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns
+from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
 from veil.sql.errors import ClientDirectoryError
 from veil.sql.plan import RND_ROW_ID
 from veil.sql.remote import render
@@ -210,10 +210,8 @@ def _sample(session: Session, table: TableDesign, enc: Encryption) -> tuple[pa.T
     if enc.row_bound:
         columns.append(exp.column(table.row_id))
     select = exp.select(*columns).from_(exp.to_table(table.server_name)).limit(SAMPLE_ROWS)
-    sql, params = render(select, session.backend)
-    started = time.perf_counter()
-    fetched = session.backend.execute(sql, params or None)
-    return fetched, time.perf_counter() - started
+    stats = FetchStats()
+    return run_remote(select, session.backend, stats), stats.server_seconds
 
 
 def _server_seconds_per_cost(session: Session, statement: float) -> float:

@@ -117,10 +117,10 @@ def _step_cost(
 ) -> StepCost:
     if isinstance(step, JoinedFetch):
         statement = joined_statement(step)
-        columns = [(scan, enc) for scan, _, enc in step.fetched()]
+        encs = [enc for _, _, enc in step.fetched()]
     else:
         statement = scan_statement(step)
-        columns = [(step, enc) for _, enc in step.fetched()]
+        encs = [enc for _, enc in step.fetched()]
     backend = session.backend
     sql, params = render(statement, backend)
     try:
@@ -133,7 +133,7 @@ def _step_cost(
         # the planner's, from the plaintext's statistics; both estimates leave out some
         # thinning (the planner: semi-joins and bind filters), so the smaller is nearer
         rows = min(rows, step.estimated_rows)
-    width = sum(encryption_width(enc) for _, enc in columns)
+    width = sum(encryption_width(enc) for enc in encs)
     size = rows * width
     aggregation = step.aggregation if isinstance(step, Scan) else None
     if isinstance(step, Scan) and aggregation is not None and aggregation.id_bit is not None:
@@ -148,7 +148,7 @@ def _step_cost(
     else:
         ashe = 0.0
     link = size * 8 / bandwidth if bandwidth else 0.0
-    decrypt = ashe + sum(calibration.decrypt_seconds(enc, rows) for _, enc in columns)
+    decrypt = ashe + sum(calibration.decrypt_seconds(enc, rows) for enc in encs)
     return StepCost(
         key=key,
         label=label,

@@ -375,12 +375,12 @@ def _peel_on_server(session: Session, table: TableDesign, encs: list[Encryption]
         layers = [
             (e, layer_form(e), layer_key(session.master, e, rnd_context(table, e))) for e in wrapped
         ]
-        if backend.rewrites_by_copy:
-            columns = backend.column_names(table.server_name)
-            copy = peeled_rows_statement(table, layers, columns)
-            backend.replace_rows(table.server_name, *render(copy, backend))
-        else:
-            run_remote(peel_statement(table, layers), backend, FetchStats())
+        _rewrite(
+            session,
+            table,
+            partial(peel_statement, table, layers),
+            partial(peeled_rows_statement, table, layers),
+        )
         for enc in wrapped:
             run_remote(mark_peeled_statement(table, enc), backend, FetchStats())
     return {e.name for e in wrapped}
@@ -402,14 +402,31 @@ def _rekey_on_server(
                 "says on the server; re-encrypt the table with `veil reencrypt`"
             )
         token = _join_cipher(session, enc).token_to(_join_cipher(session, onto))
-        if backend.rewrites_by_copy:
-            columns = backend.column_names(table.server_name)
-            copy = rekeyed_rows_statement(table, enc, token, columns)
-            backend.replace_rows(table.server_name, *render(copy, backend))
-        else:
-            run_remote(rekey_statement(table, enc, token), backend, FetchStats())
+        _rewrite(
+            session,
+            table,
+            partial(rekey_statement, table, enc, token),
+            partial(rekeyed_rows_statement, table, enc, token),
+        )
         run_remote(mark_rekeyed_statement(table, enc, target), backend, FetchStats())
     return True
+
+
+def _rewrite(
+    session: Session,
+    table: TableDesign,
+    update: Callable[[], exp.Update],
+    copy: Callable[[list[str]], exp.Select],
+) -> None:
+    """Change every row of ``table`` in the current transaction: by ``update()``, or where
+    the server rewrites a table faster by copying it (``Backend.rewrites_by_copy``), by
+    swapping in the rows of ``copy(columns)``."""
+    backend = session.backend
+    if backend.rewrites_by_copy:
+        rows = copy(backend.column_names(table.server_name))
+        backend.replace_rows(table.server_name, *render(rows, backend))
+    else:
+        run_remote(update(), backend, FetchStats())
 
 
 def _join_cipher(session: Session, enc: Encryption) -> JoinCipher:

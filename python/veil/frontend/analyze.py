@@ -5,16 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sqlglot import exp
-
 from veil.exec.calibration import calibration_of
 from veil.exec.cost import PlanCost, estimate_plan
 from veil.exec.fetch import FetchStats, StepRun
 from veil.exec.session import Session
-from veil.frontend.explain import explain_plan
+from veil.frontend.explain import checked_query, explain_plan
 from veil.frontend.output import format_grid
-from veil.sql.errors import UnsupportedStatementError
-from veil.sql.parse import bind_parameters, parse_statement
 
 
 def explain_analyze(
@@ -39,10 +35,7 @@ def _analyze(
     bandwidth: float | None,
     progress: Callable[[str], None] | None,
 ) -> str:
-    tree = bind_parameters(parse_statement(sql), params)
-    if not isinstance(tree, exp.Query):
-        raise UnsupportedStatementError("veil explain shows queries (SELECT, WITH, set operations)")
-    session.describe(tree)
+    tree = checked_query(session, sql, params)
     calibration = calibration_of(session, progress=progress)  # measured on first use
     plan = session.plan(tree)
     estimated = estimate_plan(session, plan, calibration, bandwidth)

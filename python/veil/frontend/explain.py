@@ -32,11 +32,17 @@ def explain(session: Session, sql: str, params: list[object] | None = None) -> s
 
 
 def _explain(session: Session, sql: str, params: list[object] | None) -> str:
+    tree = checked_query(session, sql, params)
+    return explain_plan(session, session.plan(tree, peel=False))  # explain changes nothing
+
+
+def checked_query(session: Session, sql: str, params: list[object] | None) -> exp.Query:
+    """``sql`` with its parameters bound, checked against the schema; only queries."""
     tree = bind_parameters(parse_statement(sql), params)
     if not isinstance(tree, exp.Query):
         raise UnsupportedStatementError("veil explain shows queries (SELECT, WITH, set operations)")
     session.describe(tree)
-    return explain_plan(session, session.plan(tree, peel=False))  # explain changes nothing
+    return tree
 
 
 def explain_plan(session: Session, plan: SplitPlan) -> str:
