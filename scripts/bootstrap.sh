@@ -12,6 +12,8 @@ command -v cc >/dev/null || need_apt+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # psql: the tests of `veil serve` drive it as a user would
 command -v psql >/dev/null || need_apt+=(postgresql-client)
+# Java: the Spark backend's JVM (PySpark 4 needs Java 17 or later)
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_apt[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -39,7 +41,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "bootstrap: installing Veil and its dependencies into .venv (builds the Rust core)"
-.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/python -m pip install -q -e '.[dev,spark]'
 .venv/bin/python -c 'import veil._native' && echo "bootstrap: ok"
 
 # `veil` and `veil-python` (this environment's interpreter) on the user's PATH,

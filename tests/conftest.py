@@ -5,7 +5,9 @@ file under the test's tmp_path and, for tests that may use PostgreSQL, a new
 schema in one throwaway cluster started for the whole session
 (``veil.servers.postgres``; its ``read_log()`` holds every statement the
 server received). PostgreSQL cases carry the ``postgres`` mark, so
-``-m "not postgres"`` skips them.
+``-m "not postgres"`` skips them. Spark (``spark_url``: a fresh warehouse on the
+process's one local Spark, started once by ``spark_local``) carries ``spark``; the
+suites that run on it ask for it by name (``any_session``, the DML suite, canaries).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import pytest
 
 from veil.crypto.keys import write_key_file
 from veil.servers.postgres import ThrowawayCluster
+from veil.servers.spark import local_url, start_local
+
+SPARK_CORES = 2
 
 _schema_numbers = itertools.count(1)
 
@@ -37,6 +42,18 @@ def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Throw
 def postgres_url(postgres_cluster: ThrowawayCluster) -> str:
     """A fresh, empty schema in the session's cluster."""
     return postgres_cluster.create_schema(f"veil_test_{next(_schema_numbers)}")
+
+
+@pytest.fixture(scope="session")
+def spark_local() -> None:
+    """This run's one local Spark (spark-local[2]); fails clearly when Java is missing."""
+    start_local(SPARK_CORES)
+
+
+@pytest.fixture
+def spark_url(spark_local: None, tmp_path: Path) -> str:
+    """A fresh, empty warehouse on the run's local Spark."""
+    return local_url(tmp_path / "warehouse", SPARK_CORES)
 
 
 @pytest.fixture

@@ -11,10 +11,12 @@ from tests.sql.oracle import read_fixture
 
 from veil.exec.session import Session
 from veil.load.loader import load
+from veil.servers.spark import local_url
 from veil.tpch.gen import generate
 from veil.tpch.queries import query_texts
 
 SF = 0.01
+SPARK_CORES = 2
 
 
 def tpch_queries() -> list[tuple[str, str]]:
@@ -74,13 +76,34 @@ def postgres_session(
     opened.close()
 
 
+@pytest.fixture(scope="session")
+def spark_session(
+    tpch_dir: Path, spark_local: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    """The same data loaded through Veil into a Spark warehouse (the run's local Spark)."""
+    root = tmp_path_factory.mktemp("veil-spark")
+    url = local_url(root / "warehouse", SPARK_CORES)
+    workload = [sql for _, sql in read_fixture("features.sql") + tpch_queries()]
+    load(str(tpch_dir), url, str(root / "client"), workload=workload, progress=lambda _: None)
+    opened = Session(str(root / "client"))
+    yield opened
+    opened.close()
+
+
+BACKEND_SESSIONS = {"duckdb": "session", "postgres": "postgres_session", "spark": "spark_session"}
+
+
 @pytest.fixture(
-    scope="session", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+    scope="session",
+    params=[
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
 )
 def any_session(request: pytest.FixtureRequest) -> Session:
     """The Veil session on each server backend in turn."""
-    name = "session" if request.param == "duckdb" else "postgres_session"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    return request.getfixturevalue(BACKEND_SESSIONS[request.param])  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")

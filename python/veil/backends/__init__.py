@@ -1,7 +1,8 @@
 """Server backends: the untrusted DBMS that stores ciphertexts and runs RemoteSQL.
 
 ``connect(url)`` opens one: ``duckdb:///path/server.duckdb`` (the embedded
-default) or ``postgresql://user@host:port/db``. Every backend offers the small
+default), ``postgresql://user@host:port/db``, or Apache Spark:
+``spark-local[N]?warehouse=PATH`` / ``spark://HOST:PORT?warehouse=PATH``. Every backend offers the small
 ``Backend`` protocol of ``veil.backends.base``.
 """
 
@@ -35,6 +36,10 @@ def canonical_url(url: str) -> str:
     So a query from another directory opens the same file (a relative path
     would silently name another, empty one).
     """
+    if _is_spark(url):
+        from veil.backends.spark_session import canonical
+
+        return canonical(url)
     if not url.startswith("duckdb:"):
         return url
     from veil.backends.duckdb import database_path
@@ -68,7 +73,16 @@ def connect(url: str) -> Backend:
         from veil.backends.postgres import PostgresBackend
 
         return PostgresBackend(url)
+    if _is_spark(url):
+        from veil.backends.spark import SparkBackend
+
+        return SparkBackend(url)
     raise BackendError(
-        f"unknown server URL {url!r}; use duckdb:///path/server.duckdb "
-        "or postgresql://user@host:port/db"
+        f"unknown server URL {url!r}; use duckdb:///path/server.duckdb, "
+        "postgresql://user@host:port/db, spark-local[N]?warehouse=PATH "
+        "or spark://HOST:PORT?warehouse=PATH"
     )
+
+
+def _is_spark(url: str) -> bool:
+    return url.startswith(("spark-local", "spark://"))
