@@ -67,6 +67,18 @@ def backend_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 
 
+@pytest.fixture(
+    params=[
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ]
+)
+def server_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, empty server on each backend in turn, Spark included (the backend tests)."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
 @pytest.fixture
 def key_file(tmp_path: Path) -> Path:
     """A fresh Veil key file (0600) in the test's own directory."""

@@ -21,8 +21,8 @@ def paillier() -> object:
 
 
 @pytest.fixture
-def backend(backend_url: str) -> Iterator[Backend]:
-    server = connect(backend_url)
+def backend(server_url: str) -> Iterator[Backend]:
+    server = connect(server_url)
     yield server
     server.close()
 
@@ -135,7 +135,10 @@ def test_wrapping_sum_is_the_sum_mod_2_64(backend: Backend) -> None:
     total = backend.wrapping_sum(exp.column("w", quoted=True))
     query = exp.select(exp.column("g", quoted=True), total).from_("t_w").group_by('"g"')
     sql = render(query, backend.dialect)
-    assert "SUM(" not in sql.upper().replace("_SUM(", "")  # each backend has one
+    if backend.dialect == "spark":  # an exact sum: ANSI mode fails a BIGINT SUM that wraps
+        assert "AS DECIMAL(38, 0)" in sql.upper()
+    else:
+        assert "SUM(" not in sql.upper().replace("_SUM(", "")  # each backend has one
     rows = backend.execute(sql)
     found = dict(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True))
     for group in set(WORD_GROUPS):

@@ -12,8 +12,8 @@ from veil.backends import Backend, BackendError, connect
 
 
 @pytest.fixture
-def backend(backend_url: str) -> Iterator[Backend]:
-    server = connect(backend_url)
+def backend(server_url: str) -> Iterator[Backend]:
+    server = connect(server_url)
     yield server
     server.close()
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from tests.sql.conftest import BACKEND_SESSIONS
 
+from veil.backends.spark_session import parse_url
 from veil.exec.session import Session
 
 # Values present in TPC-H data or written into queries below.
@@ -35,16 +37,43 @@ def _contains(value: object, needle: str) -> bool:
     return needle in str(value)
 
 
-def test_statements_carry_no_plaintext(
-    session: Session, server_log: list[tuple[str, object]]
-) -> None:
-    for sql in QUERIES:
-        session.run(sql)
-    assert server_log
-    for statement, params in server_log:
+def statements_sent(session: Session, queries: list[str]) -> list[tuple[str, object]]:
+    """Every statement (with its parameters) the server received while ``queries`` ran."""
+    statements: list[tuple[str, object]] = []
+    remove = session.backend.add_statement_listener(lambda q, p: statements.append((q, p)))
+    try:
+        for sql in queries:
+            session.run(sql)
+    finally:
+        remove()
+    assert statements
+    return statements
+
+
+def assert_no_plaintext_sent(statements: list[tuple[str, object]]) -> None:
+    for statement, params in statements:
         for needle in CANARIES + NAMES:
             assert needle.lower() not in statement.lower()
             assert not any(_contains(p, needle) for p in params or ())  # type: ignore[attr-defined]
+
+
+def test_statements_carry_no_plaintext(session: Session) -> None:
+    assert_no_plaintext_sent(statements_sent(session, QUERIES))
+
+
+@pytest.mark.spark
+def test_spark_statements_and_files_hold_no_plaintext(spark_session: Session) -> None:
+    """Every statement the Spark backend ran, and every file of its warehouse (Parquet
+    footers name columns and carry min/max statistics), is free of the canaries."""
+    assert_no_plaintext_sent(statements_sent(spark_session, QUERIES))
+    warehouse = parse_url(spark_session.backend.url).warehouse
+    files = [p for p in warehouse.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".parquet" for p in files)
+    for path in files:
+        content = path.read_bytes().lower()
+        for needle in CANARIES + NAMES:
+            assert needle.lower().encode() not in content, (needle, path.name)
+        assert not any(n in str(path.relative_to(warehouse)).lower() for n in NAMES)
 
 
 @pytest.mark.postgres
@@ -62,10 +91,15 @@ def test_postgres_log_holds_no_plaintext(
 
 
 @pytest.mark.parametrize(
-    "backend_name", ["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+    "backend_name",
+    [
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
 )
 def test_server_tables_hold_no_plaintext(backend_name: str, request: pytest.FixtureRequest) -> None:
-    session = request.getfixturevalue("session" if backend_name == "duckdb" else "postgres_session")
+    session = request.getfixturevalue(BACKEND_SESSIONS[backend_name])
     backend = session.backend
     for name in backend.table_names():
         assert not any(n in name.lower() for n in NAMES)

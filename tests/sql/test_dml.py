@@ -7,10 +7,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from tests.conftest import SPARK_CORES
 from tests.sql.oracle import assert_same
 
 from veil.exec.session import Session
 from veil.load.loader import load
+from veil.servers.spark import local_url
 from veil.sql.errors import QueryError, UnsupportedStatementError
 
 WORKLOAD = [
@@ -45,7 +47,12 @@ CHECKS = [
 
 
 @pytest.fixture(
-    scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+    scope="module",
+    params=[
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
 )
 def pair(
     request: pytest.FixtureRequest, tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory
@@ -61,6 +68,9 @@ def pair(
         )
     if request.param == "duckdb":
         url = f"duckdb:///{root}/server.duckdb"
+    elif request.param == "spark":
+        request.getfixturevalue("spark_local")
+        url = local_url(root / "warehouse", SPARK_CORES)
     else:
         url = request.getfixturevalue("postgres_cluster").create_schema("veil_sql_dml")
     load(str(source), url, str(root / "client"), WORKLOAD, progress=lambda _: None)

@@ -20,7 +20,8 @@ a server that never sums, searches or peels does not load it.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -134,3 +135,25 @@ def _combined(values: Any) -> Any:
 
 def _as_array(values: Any) -> pa.Array:
     return _combined(values)
+
+
+class Signature(NamedTuple):
+    """A server function: its SQL name, kernel, argument and result kinds.
+
+    Kinds are ``blob``, ``blob list``, ``bigint`` and ``boolean``; each backend maps them
+    to its own types.
+    """
+
+    name: str
+    kernel: Callable[..., pa.Array]
+    arguments: tuple[str, ...]
+    result: str
+
+
+SIGNATURES = (
+    Signature(HOM_SUM, hom_sum_lists, ("blob list", "blob"), "blob"),
+    Signature(SEARCH_MATCH, search_match_column, ("blob", "blob"), "boolean"),
+    Signature(LAYER_XOR_INT, layer_xor_ints, ("blob", "bigint", "bigint"), "bigint"),
+    Signature(LAYER_XOR_BYTES, layer_xor_blobs, ("blob", "bigint", "blob"), "blob"),
+    Signature(JOINADJ_REKEY, joinadj_rekey_column, ("blob", "blob"), "blob"),
+)

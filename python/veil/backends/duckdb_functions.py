@@ -8,44 +8,31 @@ whole vector of groups at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import duckdb
 import duckdb.func
 
-from veil.backends.arrow_functions import (
-    HOM_SUM,
-    JOINADJ_REKEY,
-    LAYER_XOR_BYTES,
-    LAYER_XOR_INT,
-    SEARCH_MATCH,
-    hom_sum_lists,
-    joinadj_rekey_column,
-    layer_xor_blobs,
-    layer_xor_ints,
-    search_match_column,
-)
+from veil.backends.arrow_functions import HOM_SUM, SEARCH_MATCH, SIGNATURES
 
 __all__ = ["HOM_SUM", "SEARCH_MATCH", "register"]
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
     """Make Veil's server functions callable on this connection."""
-    blob, bigint = duckdb.sqltypes.BLOB, duckdb.sqltypes.BIGINT
-    functions: list[tuple[str, Callable[..., Any], list[Any], Any]] = [
-        (HOM_SUM, hom_sum_lists, [duckdb.list_type(blob), blob], blob),
-        (SEARCH_MATCH, search_match_column, [blob, blob], duckdb.sqltypes.BOOLEAN),
-        (LAYER_XOR_INT, layer_xor_ints, [blob, bigint, bigint], bigint),
-        (LAYER_XOR_BYTES, layer_xor_blobs, [blob, bigint, blob], blob),
-        (JOINADJ_REKEY, joinadj_rekey_column, [blob, blob], blob),
-    ]
-    for name, function, parameters, result in functions:
+    blob = duckdb.sqltypes.BLOB
+    types: dict[str, Any] = {
+        "blob": blob,
+        "blob list": duckdb.list_type(blob),
+        "bigint": duckdb.sqltypes.BIGINT,
+        "boolean": duckdb.sqltypes.BOOLEAN,
+    }
+    for function in SIGNATURES:
         con.create_function(
-            name,
-            function,
-            parameters,
-            result,
+            function.name,
+            function.kernel,
+            [types[kind] for kind in function.arguments],
+            types[function.result],
             type=duckdb.func.PythonUDFType.ARROW,
             null_handling=duckdb.func.FunctionNullHandling.SPECIAL,
         )

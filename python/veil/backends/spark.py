@@ -345,4 +345,3 @@ def _server_errors() -> Iterator[None]:
 def _from_spark(exc: BaseException) -> bool:
     module = type(exc).__module__
     return module.startswith(("pyspark", "py4j"))
-

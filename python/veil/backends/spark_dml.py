@@ -37,7 +37,7 @@ class Rewrite:
     returning: str | None = None  # SELECT of what RETURNING gives, over the old version
 
 
-def parse(sql: str) -> exp.Expression:
+def parse(sql: str) -> exp.Expr:
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
     except sqlglot.errors.ParseError as exc:
@@ -45,7 +45,7 @@ def parse(sql: str) -> exp.Expression:
     return tree
 
 
-def rewrite(tree: exp.Expression, columns: dict[str, str]) -> Rewrite:
+def rewrite(tree: exp.Expr, columns: dict[str, str]) -> Rewrite:
     """The queries of a DML statement over a table whose columns are ``{name: type}``."""
     table = tree.this if isinstance(tree, exp.Insert | exp.Update | exp.Delete) else None
     if isinstance(table, exp.Schema):
@@ -63,7 +63,7 @@ def rewrite(tree: exp.Expression, columns: dict[str, str]) -> Rewrite:
     return Rewrite(name, _inserted(tree, columns).sql(DIALECT), True)
 
 
-def _matched(tree: exp.Expression) -> exp.Expression:
+def _matched(tree: exp.Expr) -> exp.Expr:
     """The statement's WHERE as a boolean that is never NULL (no WHERE: every row)."""
     where = tree.args.get("where")
     if where is None:

@@ -11,65 +11,38 @@ list is a scalar UDF.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from veil.backends.arrow_functions import (
-    HOM_SUM,
-    JOINADJ_REKEY,
-    LAYER_XOR_BYTES,
-    LAYER_XOR_INT,
-    SEARCH_MATCH,
-    hom_sum_lists,
-    joinadj_rekey_column,
-    layer_xor_blobs,
-    layer_xor_ints,
-    search_match_column,
-)
+from veil.backends.arrow_functions import HOM_SUM, SEARCH_MATCH, SIGNATURES
 
 __all__ = ["HOM_SUM", "SEARCH_MATCH", "register"]
+
+_PANDAS_WARNING = "PySpark does not yet fully support pandas"
+_SPARK_TYPES = {"blob": "binary", "bigint": "bigint", "boolean": "boolean"}
+_ARROW_TYPES = {"blob": pa.binary(), "bigint": pa.int64(), "boolean": pa.bool_()}
 
 
 def register(session: Any) -> None:
     """Make Veil's server functions callable in this Spark session's SQL."""
     with warnings.catch_warnings():
         # PySpark 4.3 warns that it is not yet tested with pandas 3; Veil's UDFs use Arrow
-        warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
+        warnings.filterwarnings("ignore", _PANDAS_WARNING, FutureWarning)
         from pyspark.sql.functions import arrow_udf
 
-    functions = [
-        (HOM_SUM, hom_sum, "binary"),
-        (SEARCH_MATCH, search_match, "boolean"),
-        (LAYER_XOR_INT, layer_xor_int, "bigint"),
-        (LAYER_XOR_BYTES, layer_xor_bytes, "binary"),
-        (JOINADJ_REKEY, joinadj_rekey, "binary"),
-    ]
-    for name, function, result in functions:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
-            session.udf.register(name, arrow_udf(function, result))
+        make: Any = arrow_udf  # its overloads want literal function types; Veil's are scalar
+        for function in SIGNATURES:
+            typed = _typed(function.kernel, _ARROW_TYPES[function.result])
+            session.udf.register(function.name, make(typed, _SPARK_TYPES[function.result]))
 
 
-# Spark checks a UDF's Arrow result against its declared type exactly: the kernels may
-# return large or view variants, cast back here.
+def _typed(kernel: Callable[..., pa.Array], result: pa.DataType) -> Callable[..., pa.Array]:
+    """``kernel`` with its result cast to ``result``: Spark checks a UDF's Arrow type
+    exactly, and a kernel may give a large or view variant."""
 
+    def run(*columns: pa.Array) -> pa.Array:
+        return kernel(*columns).cast(result)
 
-def hom_sum(groups: pa.Array, n_squares: pa.Array) -> pa.Array:
-    return hom_sum_lists(groups, n_squares).cast(pa.binary())
-
-
-def search_match(ciphertexts: pa.Array, tokens: pa.Array) -> pa.Array:
-    return search_match_column(ciphertexts, tokens).cast(pa.bool_())
-
-
-def layer_xor_int(keys: pa.Array, ids: pa.Array, values: pa.Array) -> pa.Array:
-    return layer_xor_ints(keys, ids, values).cast(pa.int64())
-
-
-def layer_xor_bytes(keys: pa.Array, ids: pa.Array, values: pa.Array) -> pa.Array:
-    return layer_xor_blobs(keys, ids, values).cast(pa.binary())
-
-
-def joinadj_rekey(tokens: pa.Array, ciphertexts: pa.Array) -> pa.Array:
-    return joinadj_rekey_column(tokens, ciphertexts).cast(pa.binary())
+    return run
