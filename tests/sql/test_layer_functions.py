@@ -39,8 +39,8 @@ BLOBS = pa.array(
 
 
 @pytest.fixture
-def backend(backend_url: str) -> Iterator[Backend]:
-    server = connect(backend_url)
+def backend(server_url: str) -> Iterator[Backend]:
+    server = connect(server_url)
     yield server
     server.close()
 
@@ -87,7 +87,7 @@ def test_peeling_restores_the_plaintext_and_twice_restores_the_layer(backend: Ba
 def test_layer_functions_give_null_for_null_and_refuse_a_short_key(backend: Backend) -> None:
     backend.bulk_load("t_x", pa.table({"id": pa.array([1, None], pa.int64())}))
     sql = 'SELECT veil_layer_xor_int($1, "id", NULL), veil_layer_xor_bytes($1, "id", $2) FROM "t_x"'
-    rows = backend.execute(sql + ' ORDER BY "id"', [LAYER_KEY, b"abc"])
+    rows = backend.execute(sql + ' ORDER BY "id" NULLS LAST', [LAYER_KEY, b"abc"])
     assert rows.column(0).to_pylist() == [None, None]
     assert rows.column(1).to_pylist()[1] is None  # a NULL row id
     with pytest.raises(BackendError):

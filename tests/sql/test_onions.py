@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from tests.sql.conftest import tpch_queries
+from tests.conftest import SPARK_CORES
 from tests.sql.oracle import assert_same, read_fixture
 from tests.sql.test_oracle import _ordered
 
@@ -28,6 +29,7 @@ from veil.exec.encrypt import rnd_context
 from veil.exec.fetch import decrypt_columns
 from veil.exec.session import Session
 from veil.load.loader import load
+from veil.servers.spark import local_url
 
 FEATURES = read_fixture("features.sql")
 # OPE forbidden on every price, quantity and date column (issue 12's policy run)
@@ -69,8 +71,23 @@ def onion_postgres(
     opened.close()
 
 
+@pytest.fixture(scope="module")
+def onion_spark(
+    tpch_dir: Path, spark_local: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    root = tmp_path_factory.mktemp("onions-spark")
+    opened = _adaptive(tpch_dir, root, local_url(root / "warehouse", SPARK_CORES))
+    yield opened
+    opened.close()
+
+
 @pytest.fixture(
-    scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+    scope="module",
+    params=[
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
 )
 def onion_session(request: pytest.FixtureRequest) -> Session:
     return request.getfixturevalue(f"onion_{request.param}")  # type: ignore[no-any-return]

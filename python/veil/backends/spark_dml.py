@@ -21,10 +21,20 @@ from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.spark import Spark
 
 from veil.backends.base import BackendError
 
 DIALECT = "spark"
+
+
+class _QuotedIdentifiers(Spark):
+    """Spark's dialect as the backend runs it: ``"name"`` is an identifier, as in
+    ``spark.sql.ansi.doubleQuotedIdentifiers`` (Veil's own SQL quotes names so)."""
+
+    class Tokenizer(Spark.Tokenizer):
+        QUOTES = ["'"]
+        IDENTIFIERS = ["`", '"']
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,7 @@ class Rewrite:
 
 def parse(sql: str) -> exp.Expr:
     try:
-        tree = sqlglot.parse_one(sql, read=DIALECT)
+        tree = sqlglot.parse_one(sql, read=_QuotedIdentifiers)
     except sqlglot.errors.ParseError as exc:
         raise BackendError(f"the Spark backend cannot read this statement: {exc}") from exc
     return tree
