@@ -16,8 +16,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from tests.sql.conftest import tpch_queries
 from tests.conftest import SPARK_CORES
+from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import assert_same, read_fixture
 from tests.sql.test_oracle import _ordered
 

@@ -247,6 +247,11 @@ class SparkBackend:
             raise
         self._warehouse.commit()
 
+    def cancel(self) -> None:
+        """Cancel the Spark jobs running now (a benchmark's time limit)."""
+        with _server_errors():
+            self._spark.sparkContext.cancelAllJobs()
+
     def close(self) -> None:
         for table in list(self._views):
             self._forget(table)

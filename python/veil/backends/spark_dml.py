@@ -33,8 +33,8 @@ class _QuotedIdentifiers(Spark):
     ``spark.sql.ansi.doubleQuotedIdentifiers`` (Veil's own SQL quotes names so)."""
 
     class Tokenizer(Spark.Tokenizer):
-        QUOTES = ["'"]
-        IDENTIFIERS = ["`", '"']
+        QUOTES = ["'"]  # noqa: RUF012 (sqlglot's own class attributes)
+        IDENTIFIERS = ["`", '"']  # noqa: RUF012
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,10 @@ def deadline(seconds: float, cancels: list[Callable[[], Any]]) -> Iterator[None]
 
 
 def _interrupter(backend: Backend) -> Callable[[], Any]:
-    """Cancel the statement the backend's connection is running (DuckDB or psycopg)."""
+    """Cancel the statement the backend's connection is running (DuckDB, psycopg, Spark)."""
+    cancel = getattr(backend, "cancel", None)
+    if callable(cancel):
+        return cancel
     con = getattr(backend, "_con", None)
     if isinstance(con, duckdb.DuckDBPyConnection):
         return con.interrupt

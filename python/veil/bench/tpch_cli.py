@@ -18,8 +18,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and the time over a simulated link; every Veil answer is checked.",
     )
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
-    parser.add_argument("--backend", choices=("duckdb", "postgres"), default="duckdb")
-    parser.add_argument("--server", help="a PostgreSQL URL to use instead of a throwaway cluster")
+    parser.add_argument("--backend", choices=("duckdb", "postgres", "spark"), default="duckdb")
+    parser.add_argument(
+        "--server",
+        help="a PostgreSQL URL to use instead of a throwaway cluster, or a Spark master "
+        "(spark://HOST:PORT) instead of spark-local[2]",
+    )
     parser.add_argument("--runs", type=int, default=3, help="timed runs per query and side")
     parser.add_argument("--queries", help="comma-separated query numbers (default: all 22)")
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)

@@ -1,15 +1,16 @@
 """The two databases ``veil bench tpch`` compares: plaintext TPC-H and Veil's ciphertexts.
 
-Both live in the same engine (two DuckDB files, or two PostgreSQL databases in
-one cluster) and get the same indexes: the primary keys plus
+Both live in the same engine (two DuckDB files, two PostgreSQL databases in
+one cluster, or two Spark warehouses of Parquet files) and get the same indexes
+(Spark has none: both sides are plain Parquet scans): the primary keys plus
 lineitem(l_partkey, l_suppkey) and lineitem(l_suppkey), without which
 PostgreSQL runs Q17/Q20 as a scan of lineitem per outer row. On Veil's side an
 index covers the DET ciphertext column of each indexed column (the server can
 only look up equal ciphertexts), and each table's row id (sequential), which the
 semi-join reductions and DML select by.
 
-DuckDB databases are cached in the work directory (a marker file records a
-finished load); a throwaway PostgreSQL cluster is loaded afresh each run.
+DuckDB databases and Spark warehouses are cached in the work directory (a marker
+file records a finished load); a throwaway PostgreSQL cluster is loaded afresh each run.
 """
 
 from __future__ import annotations
@@ -80,17 +81,19 @@ def prepare(
             root / "client",
             data,
         )
-        marker = root / MARKER
-        if marker.exists() and _design_is_current(root / "client"):
-            servers.load_seconds = json.loads(marker.read_text())
-            say(f"reusing the databases loaded in {root}")
-            return servers
-        for old in ("plain.duckdb", "veil.duckdb", "client"):
-            _remove(root / old)
-        root.mkdir(parents=True, exist_ok=True)
-        _load_both(servers)
-        marker.write_text(json.dumps(servers.load_seconds))
-        return servers
+        return _cached(servers, root, ("plain.duckdb", "veil.duckdb", "client"))
+    if backend == "spark":
+        # ``server``: a standalone master (spark://HOST:PORT); each master its own warehouses
+        master = server or "spark-local[2]"
+        if server is not None:
+            root = work_dir / f"spark_{server.split('//')[-1].replace(':', '_')}_sf{scale_factor:g}"
+        servers = BenchServers(
+            f"{master}?warehouse={root / 'plain'}",
+            f"{master}?warehouse={root / 'veil'}",
+            root / "client",
+            data,
+        )
+        return _cached(servers, root, ("plain", "veil", "client"))
     if server is not None:
         plain_url, veil_url = (_fresh_schema(server, f"veil_bench_{s}") for s in ("plain", "veil"))
         servers = BenchServers(plain_url, veil_url, root / "client", data)
@@ -110,6 +113,22 @@ def prepare(
     except BaseException:
         servers.close()
         raise
+    return servers
+
+
+def _cached(servers: BenchServers, root: Path, files: tuple[str, ...]) -> BenchServers:
+    """Servers whose data lives in ``root`` (DuckDB files, Spark warehouses): loaded once,
+    reused while the marker says the load finished under this design version."""
+    marker = root / MARKER
+    if marker.exists() and _design_is_current(root / "client"):
+        servers.load_seconds = json.loads(marker.read_text())
+        say(f"reusing the databases loaded in {root}")
+        return servers
+    for old in files:
+        _remove(root / old)
+    root.mkdir(parents=True, exist_ok=True)
+    _load_both(servers)
+    marker.write_text(json.dumps(servers.load_seconds))
     return servers
 
 
