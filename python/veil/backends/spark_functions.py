@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow as pa
 
 from veil.backends.arrow_functions import HOM_SUM, SEARCH_MATCH, SIGNATURES
+from veil.backends.spark_session import PANDAS_WARNING
 
 __all__ = ["HOM_SUM", "SEARCH_MATCH", "register"]
 
-_PANDAS_WARNING = "PySpark does not yet fully support pandas"
 _SPARK_TYPES = {"blob": "binary", "bigint": "bigint", "boolean": "boolean"}
 _ARROW_TYPES = {"blob": pa.binary(), "bigint": pa.int64(), "boolean": pa.bool_()}
 
@@ -29,7 +29,7 @@ def register(session: Any) -> None:
     """Make Veil's server functions callable in this Spark session's SQL."""
     with warnings.catch_warnings():
         # PySpark 4.3 warns that it is not yet tested with pandas 3; Veil's UDFs use Arrow
-        warnings.filterwarnings("ignore", _PANDAS_WARNING, FutureWarning)
+        warnings.filterwarnings("ignore", PANDAS_WARNING, FutureWarning)
         from pyspark.sql.functions import arrow_udf
 
         make: Any = arrow_udf  # its overloads want literal function types; Veil's are scalar

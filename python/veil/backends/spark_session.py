@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from urllib.parse import parse_qs
 
 from veil.backends.base import BackendError, ServerUnavailableError
 
+PANDAS_WARNING = "PySpark does not yet fully support pandas"
 LOCAL_PREFIX = "spark-local"
 CLUSTER_PREFIX = "spark://"
 _LOCAL = re.compile(r"spark-local(?:\[(\d+|\*)\])?\Z")
@@ -144,6 +146,8 @@ def _prepare_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
     # PySpark logs every failed statement as JSON on stderr; Veil reports it as BackendError
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    # PySpark 4.3 is not yet tested with pandas 3; Veil's UDFs exchange Arrow only
+    warnings.filterwarnings("ignore", PANDAS_WARNING, FutureWarning)
 
 
 def _first_line(exc: BaseException) -> str:
