@@ -14,6 +14,7 @@ import argparse
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -130,12 +131,15 @@ def _wait_for(host: str, port: int, what: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Start a loopback cluster, print its master URL, stop it on Ctrl-C."""
+    """Start a loopback cluster, print its master URL, stop it on Ctrl-C or SIGTERM."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="cores per worker")
     parser.add_argument("--memory", default="1g", help="memory per worker")
     args = parser.parse_args(argv)
+    # a shell's background job ignores SIGINT: SIGTERM (kill PID) stops the daemons too
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     cluster = StandaloneCluster(args.workers, args.cores, args.memory)
     cluster.start()
     print(cluster.master_url, flush=True)
@@ -147,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.stop()
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
