@@ -7,6 +7,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from tests.conftest import SPARK_CORES
 from tests.sql.oracle import read_fixture
 
 from veil.exec.session import Session
@@ -16,7 +17,6 @@ from veil.tpch.gen import generate
 from veil.tpch.queries import query_texts
 
 SF = 0.01
-SPARK_CORES = 2
 
 
 def tpch_queries() -> list[tuple[str, str]]:

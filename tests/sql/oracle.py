@@ -8,10 +8,12 @@ import duckdb
 import pyarrow as pa
 import pytest
 import sqlglot
+from tests.conftest import SPARK_CORES
 
 from veil.bench.compare import difference
 from veil.exec.session import Session
 from veil.load.loader import load
+from veil.servers.spark import local_url
 from veil.sql.state import Pass
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -47,9 +49,13 @@ def check_query(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) ->
 
 
 def server_url(request: pytest.FixtureRequest, root: Path, schema: str) -> str:
-    """The fixture's server: an embedded DuckDB file, or a schema of the test cluster."""
+    """The fixture's server: an embedded DuckDB file, a schema of the test cluster, or a
+    warehouse on the run's local Spark."""
     if request.param == "duckdb":
         return f"duckdb:///{root}/server.duckdb"
+    if request.param == "spark":
+        request.getfixturevalue("spark_local")
+        return local_url(root / "warehouse", SPARK_CORES)
     return str(request.getfixturevalue("postgres_cluster").create_schema(schema))
 
 

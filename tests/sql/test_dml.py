@@ -7,12 +7,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from tests.conftest import SPARK_CORES
-from tests.sql.oracle import assert_same
+from tests.sql.oracle import assert_same, server_url
 
 from veil.exec.session import Session
 from veil.load.loader import load
-from veil.servers.spark import local_url
 from veil.sql.errors import QueryError, UnsupportedStatementError
 
 WORKLOAD = [
@@ -66,13 +64,7 @@ def pair(
         plain.execute(
             f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{tpch_dir / name}.parquet')"
         )
-    if request.param == "duckdb":
-        url = f"duckdb:///{root}/server.duckdb"
-    elif request.param == "spark":
-        request.getfixturevalue("spark_local")
-        url = local_url(root / "warehouse", SPARK_CORES)
-    else:
-        url = request.getfixturevalue("postgres_cluster").create_schema("veil_sql_dml")
+    url = server_url(request, root, "veil_sql_dml")
     load(str(source), url, str(root / "client"), WORKLOAD, progress=lambda _: None)
     session = Session(root / "client")
     yield session, plain

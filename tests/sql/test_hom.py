@@ -57,7 +57,12 @@ def readings_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(
-    scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+    scope="module",
+    params=[
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
 )
 def hom_session(
     request: pytest.FixtureRequest, readings_dir: Path, tmp_path_factory: pytest.TempPathFactory
@@ -92,7 +97,12 @@ CHUNK_BITS = 3  # at most 8 packs a product
 
 
 @pytest.fixture(
-    scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+    scope="module",
+    params=[
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
 )
 def chunked_session(
     request: pytest.FixtureRequest, readings_dir: Path, tmp_path_factory: pytest.TempPathFactory
