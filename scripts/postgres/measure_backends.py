@@ -1,11 +1,13 @@
-"""Throughput of both backends on 1M synthetic rows: loads, reads, HOM sums.
+"""Throughput of the backends on 1M synthetic rows: loads, reads, HOM sums.
 
-Run: .venv/bin/python scripts/postgres/measure_backends.py  (starts a throwaway PostgreSQL).
-Prints one line per operation and backend; figures are kept in docs/backends.md.
+Run: .venv/bin/python scripts/postgres/measure_backends.py [--backends duckdb,postgres,spark]
+(starts a throwaway PostgreSQL; Spark runs as spark-local[2]). Prints one line per
+operation and backend; figures are kept in docs/backends.md and docs/spark.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 from collections.abc import Callable
@@ -62,10 +64,20 @@ def measure(backend: Backend, name: str) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--backends", default="duckdb,postgres")
+    chosen = parser.parse_args().backends.split(",")
     with tempfile.TemporaryDirectory() as directory:
-        duck = connect(f"duckdb://{Path(directory) / 'server.duckdb'}")
-        measure(duck, "duckdb")
-        duck.close()
+        if "duckdb" in chosen:
+            duck = connect(f"duckdb://{Path(directory) / 'server.duckdb'}")
+            measure(duck, "duckdb")
+            duck.close()
+        if "spark" in chosen:
+            spark = connect(f"spark-local[2]?warehouse={Path(directory) / 'warehouse'}")
+            measure(spark, "spark")
+            spark.close()
+    if "postgres" not in chosen:
+        return
     cluster = ThrowawayCluster()
     cluster.start()
     try:
