@@ -49,7 +49,18 @@ def canonical_url(url: str) -> str:
 
 
 def connect_existing(url: str) -> Backend:
-    """Open the server of an existing client directory: a DuckDB file must exist."""
+    """Open the server of an existing client directory: a DuckDB file (a Spark warehouse)
+    must exist."""
+    if _is_spark(url):
+        from veil.backends.spark_session import parse_url
+
+        warehouse = parse_url(url).warehouse
+        if not warehouse.is_dir():
+            raise ServerUnavailableError(
+                f"the Spark warehouse {warehouse} (server {url}) does not exist: it was moved "
+                "or deleted, or the client directory belongs to another machine; restore it, "
+                "or load the data again"
+            )
     if url.startswith("duckdb:"):
         from veil.backends.duckdb import database_path
 

@@ -124,8 +124,12 @@ def session_for(parsed: SparkURL) -> Any:
         return root.newSession()
 
 
+_LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
+
+
 def _settings(parsed: SparkURL) -> dict[str, str]:
     settings = dict(_SETTINGS)
+    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_LOG_CONFIG}"
     if parsed.master.startswith("spark://"):
         settings["spark.cores.max"] = os.environ.get("VEIL_SPARK_CORES_MAX", "2")
     for key in list(settings):
