@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,25 +76,13 @@ def prepare(
         generate(scale_factor, data, overwrite=True)
     root = work_dir / f"{backend}_sf{scale_factor:g}"
     if backend == "duckdb":
-        servers = BenchServers(
-            f"duckdb:///{root / 'plain.duckdb'}",
-            f"duckdb:///{root / 'veil.duckdb'}",
-            root / "client",
-            data,
-        )
-        return _cached(servers, root, ("plain.duckdb", "veil.duckdb", "client"))
+        return _cached(root, data, ("plain.duckdb", "veil.duckdb"), lambda p: f"duckdb:///{p}")
     if backend == "spark":
         # ``server``: a standalone master (spark://HOST:PORT); each master its own warehouses
         master = server or "spark-local[2]"
         if server is not None:
             root = work_dir / f"spark_{server.split('//')[-1].replace(':', '_')}_sf{scale_factor:g}"
-        servers = BenchServers(
-            f"{master}?warehouse={root / 'plain'}",
-            f"{master}?warehouse={root / 'veil'}",
-            root / "client",
-            data,
-        )
-        return _cached(servers, root, ("plain", "veil", "client"))
+        return _cached(root, data, ("plain", "veil"), lambda p: f"{master}?warehouse={p}")
     if server is not None:
         plain_url, veil_url = (_fresh_schema(server, f"veil_bench_{s}") for s in ("plain", "veil"))
         servers = BenchServers(plain_url, veil_url, root / "client", data)
@@ -116,15 +105,18 @@ def prepare(
     return servers
 
 
-def _cached(servers: BenchServers, root: Path, files: tuple[str, ...]) -> BenchServers:
-    """Servers whose data lives in ``root`` (DuckDB files, Spark warehouses): loaded once,
-    reused while the marker says the load finished under this design version."""
+def _cached(
+    root: Path, data: Path, files: tuple[str, str], url_of: Callable[[Path], str]
+) -> BenchServers:
+    """Plaintext and Veil servers in ``root``'s ``files`` (DuckDB files, Spark warehouses):
+    loaded once, reused while the marker says the load finished under this design version."""
+    servers = BenchServers(url_of(root / files[0]), url_of(root / files[1]), root / "client", data)
     marker = root / MARKER
     if marker.exists() and _design_is_current(root / "client"):
         servers.load_seconds = json.loads(marker.read_text())
         say(f"reusing the databases loaded in {root}")
         return servers
-    for old in files:
+    for old in (*files, "client"):
         _remove(root / old)
     root.mkdir(parents=True, exist_ok=True)
     _load_both(servers)
