@@ -108,6 +108,7 @@ def _try_join(
         )
         after = rows * sum(_width(s, narrowed[id(s)]) for s in members)
         if after <= before * _JOIN_BONUS:
+            fetch.scans = _selective_first(fetch.scans, fetch.edges, kept)
             _adopt(fetch, select, [node for node in dropped if node is not None], narrowed)
             fetch.estimated_rows = None if fetch.groups is not None else rows
             return fetch
@@ -129,6 +130,31 @@ def _try_join(
             return None
         members = max(options, key=lambda part: sum(adds[id(s)] for s in members if s not in part))
     return None
+
+
+def _selective_first(
+    members: list[Scan], edges: list[JoinEdge], kept: dict[int, float]
+) -> list[Scan]:
+    """The members in the order the server should join them: the most selective filter
+    first, then always the joined member with the fewest filtered rows.
+
+    DuckDB and PostgreSQL choose their own join order; Spark, without statistics over
+    plain Parquet files, joins in the order the statement lists the tables (TPC-H Q9
+    listed supplier and lineitem before the filtered part: 8.6x plaintext at SF 1).
+    """
+    rows = {id(s): s.table.row_count * kept[id(s)] for s in members}
+    ordered = [min(members, key=lambda s: (kept[id(s)], rows[id(s)]))]
+    while len(ordered) < len(members):
+        placed = {id(s) for s in ordered}
+        joined = [
+            other
+            for edge in edges
+            for one, other in ((edge.left, edge.right), (edge.right, edge.left))
+            if id(one) in placed and id(other) not in placed
+        ]
+        remaining = joined or [s for s in members if id(s) not in placed]
+        ordered.append(min(remaining, key=lambda s: rows[id(s)]))
+    return ordered
 
 
 def _fetched_alone(scan: Scan, kept: float, joined: float, largest: bool) -> float:
