@@ -235,6 +235,13 @@ class TableDesign:
     # the transaction of each peel, so a crash between the server's commit and
     # the design's save is repaired from it (``veil.exec.onions.reconcile``)
     layers_table: str = ""
+    # Source columns whose equal values the loader gave consecutive row ids
+    # (rows ordered by a keyed hash of them): a GROUP BY on them then sums
+    # whole runs of ids under ASHE, which the client unpads with two PRF calls
+    # per run instead of per row (``veil.load.clusters``), chosen among the
+    # designer's ``cluster_candidates``. Client-side only; empty: source order.
+    cluster_by: list[str] = field(default_factory=list)
+    cluster_candidates: list[list[str]] = field(default_factory=list)
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -359,4 +366,9 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         id_counter=str(data.get("id_counter", "")),
         blocks_table=str(data.get("blocks_table", "")),
         layers_table=str(data.get("layers_table", "")),
+        cluster_by=[str(c) for c in data.get("cluster_by", [])],  # type: ignore[attr-defined]
+        cluster_candidates=[
+            [str(c) for c in keys]
+            for keys in data.get("cluster_candidates", [])  # type: ignore[attr-defined]
+        ],
     )

@@ -92,6 +92,7 @@ def greedy_design(
         encryptions += _row_encryptions(table, columns, needs, schemes)
         row_id = opaque_name("c")
         summed = _summed(table, columns, needs)
+        ashe = _ashe_sums(summed) if sums == "ashe" else None
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
@@ -99,12 +100,28 @@ def greedy_design(
             columns=list(columns),
             encryptions=encryptions,
             hom=_hom_group(summed, row_id) if sums == "paillier" and HOM in schemes else None,
-            sums=_ashe_sums(summed) if sums == "ashe" else None,
+            sums=ashe,
             id_counter=opaque_name("t"),
             blocks_table=opaque_name("t") if any(e.scheme == BLOCKS for e in encryptions) else "",
+            cluster_candidates=_cluster_keys(table, encryptions, needs) if ashe else [],
         )
     _share_ope_widths(design)
     return design
+
+
+def _cluster_keys(
+    table: str, encryptions: list[Encryption], needs: WorkloadNeeds
+) -> list[list[str]]:
+    """The keys ``table``'s rows could be clustered by: its one-table GROUP BYs under DET.
+
+    ASHE sums per group are cheap when a group's rows have consecutive ids
+    (``TableDesign.cluster_by``); the loader picks the candidate with the
+    fewest groups, if they are few enough (``veil.load.clusters``).
+    """
+    det = {e.source for e in encryptions if e.scheme == DET and not e.is_expression}
+    return sorted(
+        list(cols) for t, cols in needs.group_keys if t == table and all(c in det for c in cols)
+    )
 
 
 def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
@@ -127,6 +144,10 @@ def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
         det_rows={r for r in needs.det_rows if row_allowed(r, DET)},
         ope_rows={r for r in needs.ope_rows if row_allowed(r, OPE)},
         ope_alone={r for r in needs.ope_alone if allowed(r, OPE)},
+        # rows clustered on keys reveal which rows hold equal keys: DET's leakage
+        group_keys={
+            (t, cols) for t, cols in needs.group_keys if all(allowed((t, c), DET) for c in cols)
+        },
         read=set(needs.read),
         queries=needs.queries,
     )

@@ -51,6 +51,8 @@ class WorkloadNeeds:
     # columns ordered against constants or themselves (not only against another column,
     # which needs a shared OPE key: the onion runtime cannot use a per-column one there)
     ope_alone: set[ColumnRef] = field(default_factory=set)
+    # GROUP BY lists of blocks reading one table, without joins: (table, sorted columns)
+    group_keys: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     # every column some query reads, anywhere; and how many queries were analysed
     read: set[ColumnRef] = field(default_factory=set)
     queries: int = 0
@@ -101,7 +103,10 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
             needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Group):
-            needs.det.update(r for r in map(ref, node.expressions) if r)
+            keys = list(map(ref, node.expressions))
+            needs.det.update(r for r in keys if r)
+            if keys and all(keys) and len({r[0] for r in keys if r}) == 1 and _one_table(node):
+                needs.group_keys.add((keys[0][0], tuple(sorted({r[1] for r in keys if r}))))  # type: ignore[index]
         elif isinstance(node, exp.Ordered | exp.Min | exp.Max) and ref(node.this):
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
             needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
@@ -119,6 +124,17 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             if summed is not None:
                 needs.sums.add(summed)
     needs.read.update((c.table, c.column) for i, c in resolved.items() if i not in through_like)
+
+
+def _one_table(group: exp.Group) -> bool:
+    """Does the GROUP BY's block read a single table (no joins, no subquery in FROM)?"""
+    select = group.parent
+    if not isinstance(select, exp.Select):
+        return False
+    source = select.args.get("from_")
+    return (
+        source is not None and isinstance(source.this, exp.Table) and not select.args.get("joins")
+    )
 
 
 def _in_condition(node: exp.Expr) -> bool:

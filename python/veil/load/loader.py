@@ -49,6 +49,7 @@ from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
 from veil.exec.onions import layers_rows
 from veil.exec.row_ids import counter_table
+from veil.load import clusters
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 
@@ -163,6 +164,7 @@ def load_into(
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
+        clusters.choose(fresh.tables[table.name], table.row_count(con))
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
     return [
@@ -186,7 +188,7 @@ def _load_table(
     blocks: list[pa.Table] = []
     rows = backend.bulk_load(
         table.server_name,
-        _encrypted_batches(source, con, encryptor, say, blocks),
+        _encrypted_batches(source, con, encryptor, say, blocks, clusters.order_by(table, master)),
         schema=encryptor.server_schema(_empty(table.columns)),
     )
     table.row_count = rows
@@ -220,11 +222,15 @@ def _encrypted_batches(
     encryptor: TableEncryptor,
     say: Reporter,
     blocks: list[pa.Table],
+    order: str | None,
 ) -> Iterator[pa.RecordBatch]:
-    """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``."""
+    """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``.
+
+    ``order`` clusters the rows (``veil.load.clusters``); the ids follow it.
+    """
     done = 0
     meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
-    for batch in source.batches(con, BATCH_ROWS):
+    for batch in source.batches(con, BATCH_ROWS, order):
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
         )

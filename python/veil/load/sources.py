@@ -41,9 +41,22 @@ class SourceTable:
         [(count,)] = con.sql(f"SELECT count(*) FROM {self.relation_sql}").fetchall()
         return int(count)
 
-    def batches(self, con: duckdb.DuckDBPyConnection, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        relation = con.sql(f"SELECT * FROM {self.relation_sql}")
-        reader = relation.to_arrow_reader(batch_rows)
+    def batches(
+        self, con: duckdb.DuckDBPyConnection, batch_rows: int, order: str | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows in batches: in source order, or grouped by ``order`` (an ORDER BY list).
+
+        Rows ``order`` ranks equal keep their source order (the scan's
+        position breaks ties: DuckDB's sort alone is not stable).
+        """
+        if order is None:
+            query = f"SELECT * FROM {self.relation_sql}"
+        else:
+            query = (
+                f"SELECT * EXCLUDE (__veil_position) FROM (SELECT *, row_number() OVER () "
+                f"AS __veil_position FROM {self.relation_sql}) ORDER BY {order}, __veil_position"
+            )
+        reader = con.sql(query).to_arrow_reader(batch_rows)
         yield from reader
 
     def ranges(
