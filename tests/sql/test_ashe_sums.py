@@ -185,3 +185,31 @@ def test_concurrent_sessions_insert_and_sum_exactly(
     assert len(ids) == len(set(ids))
     for sql in [*QUERIES[-3:], "SELECT g, SUM(a), SUM(w), COUNT(*) FROM readings GROUP BY g"]:
         check_query(ashe_session, plain, sql)
+
+
+def test_words_fit_the_loaded_values(ashe_session: Session) -> None:
+    """Words sized for 4x the data's largest |value| (b: |b| <= 60), flags in 8 bits."""
+    sums = ashe_session.design.table("readings").sums
+    assert sums is not None and sums.limits is not None and sums.overflow_column is not None
+    index = sums.sources.index("b")
+    assert sums.limits[index] == 4 * 60
+    assert sums.word_bits is not None and sums.word_bits[index] == [(64 * 240).bit_length() + 1]
+    assert sums.overflow_bits == 7
+
+
+def test_values_beyond_the_loaded_range_are_summed_exactly(
+    ashe_session: Session, plain: duckdb.DuckDBPyConnection
+) -> None:
+    """A later value past a word's range is flagged: sums over it run on the client."""
+    statements = [
+        "INSERT INTO readings VALUES (8000, 'even', 9999.99, 2000000000, 5, 1)",
+        "UPDATE readings SET b = -2000000000 WHERE id = 17",
+    ]
+    for statement in statements:
+        plain.execute(statement)
+        ashe_session.run(statement)
+    for sql in QUERIES:
+        check_query(ashe_session, plain, sql)
+    # sums that do not reach the flagged rows stay on the server
+    result = ashe_session.run("SELECT SUM(b) FROM readings WHERE g = 'rare'")
+    assert result.plan is not None and result.plan.scans[0].aggregation is not None

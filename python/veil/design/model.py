@@ -211,6 +211,12 @@ class AsheSums:
     # A word is stored modulo 2**bits, the fewest that keep a block's sum
     # exact: DuckDB bit-packs them (38 bits for a low word, not 64).
     word_bits: list[list[int]] | None = None
+    # Since loads fit words to the data (``veil.load.ashe_widths``): the largest
+    # |encoded value| each source stores in its words; a row beyond it (a later
+    # INSERT or UPDATE) stores 0 there and is flagged in ``overflow_column``, so
+    # sums over it run on the client. None: the type's whole domain fits.
+    limits: list[int] | None = None
+    overflow_bits: int = 64  # ciphertext bits of ``overflow_column`` (sums of 0/1 flags)
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None

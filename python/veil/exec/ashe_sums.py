@@ -71,21 +71,29 @@ class AsheSumsCipher:
             for words, sizes in zip(sums.columns, bits, strict=True)
             for name, b in zip(words, sizes, strict=True)
         }
-        self._masks = {n: np.int64((1 << b) - 1) for n, b in self._bits.items() if b < 64}
-        # the low word of a two-word value is unsigned: its sums are not sign-extended
+        # the low word of a two-word value is unsigned: its sums are not sign-extended;
+        # so are the sums of 0/1 overflow flags
         self._unsigned = {words[0] for words in sums.columns if len(words) == 2}
+        if sums.overflow_column is not None:
+            self._bits[sums.overflow_column] = sums.overflow_bits
+            self._unsigned.add(sums.overflow_column)
+        self._masks = {n: np.int64((1 << b) - 1) for n, b in self._bits.items() if b < 64}
 
     def encrypt(self, sources: Sources, ids: np.ndarray) -> dict[str, pa.Array]:
         """The server columns of a batch whose rows get the row ids ``ids``."""
         out: dict[str, pa.Array] = {}
         flags = np.zeros(len(ids), dtype=np.int64)
-        for source, type_name, names in zip(
-            self.sums.sources, self.sums.types, self.sums.columns, strict=True
+        limits = self.sums.limits or [None] * len(self.sums.sources)
+        for source, type_name, names, limit in zip(
+            self.sums.sources, self.sums.types, self.sums.columns, limits, strict=True
         ):
             encoded = encode(sources[source], SqlType(type_name))
             values = encoded.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             marks = sources.overflow.get(source)
             lost = marks != 0 if marks is not None else None
+            if limit is not None:  # beyond the words' range: summed by the client
+                beyond = (values > limit) | (values < -limit)
+                lost = beyond if lost is None else lost | beyond
             if lost is not None:
                 values[lost] = 0
                 flags[lost] = 1
@@ -97,7 +105,8 @@ class AsheSumsCipher:
                 out[name] = pa.array(stored & self._masks[name] if name in self._masks else stored)
         if self.sums.overflow_column is not None:
             name = self.sums.overflow_column
-            out[name] = pa.array(self._keys[name].encrypt(ids, flags))
+            stored = self._keys[name].encrypt(ids, flags)
+            out[name] = pa.array(stored & self._masks[name] if name in self._masks else stored)
         return out
 
     def block_sums(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -49,7 +50,7 @@ from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
 from veil.exec.onions import layers_rows
 from veil.exec.row_ids import counter_table
-from veil.load import clusters
+from veil.load import ashe_widths, clusters
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 
@@ -165,6 +166,7 @@ def load_into(
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
         clusters.choose(fresh.tables[table.name], table.row_count(con))
+        ashe_widths.fit(fresh.tables[table.name], partial(_encoded_ranges, table, con))
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
     return [
