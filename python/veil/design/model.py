@@ -42,8 +42,13 @@ DESIGN_FORMAT = "veil-physical-design"
 #    encryption may be wrapped in a row-bound RND layer (``params["outer"]``)
 #    that the server strips when a query first needs it; the server records the
 #    layers it holds in ``TableDesign.layers_table``. Versions 6 and 7 read unchanged.
-DESIGN_VERSION = 8
-READABLE_VERSIONS = (6, 7, 8)
+# 9: OPE of at most 32 bits may be stored as ordered 8-byte binaries
+#    (``params["form"]``, ``veil.exec.ciphers.OrderedBytesForm``); ASHE words
+#    sized to the loaded data (``AsheSums.limits``, flags in ``overflow_column``);
+#    rows clustered by GROUP BY keys (``TableDesign.cluster_by``). Versions 6-8
+#    read unchanged.
+DESIGN_VERSION = 9
+READABLE_VERSIONS = (6, 7, 8, 9)
 
 RND = "RND"
 DET = "DET"
@@ -145,8 +150,12 @@ class Encryption:
 
     @property
     def ope_binary(self) -> bool:
-        """OPE over more than 32 bits: byte-string ciphertexts (``veil.crypto.ope``)."""
-        return self.scheme == OPE and int(str(self.params.get("bits", 64))) > OPE_INT64_BITS
+        """OPE stored as byte strings: over more than 32 bits (``veil.crypto.ope``), or
+        int64 ciphertexts in the ordered bytes form (``params["form"]``)."""
+        return self.scheme == OPE and (
+            int(str(self.params.get("bits", 64))) > OPE_INT64_BITS
+            or self.params.get("form") == "bytes"
+        )
 
 
 @dataclass

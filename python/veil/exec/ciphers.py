@@ -126,6 +126,8 @@ def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
     if scheme == OPE:
         bits = int(str(encryption.params.get("bits", 64)))
         ope = module.Ope.from_master(master, encryption.key_scope, bits, signed=True, column=label)
+        if encryption.params.get("form") == BYTES_FORM and not ope.binary:
+            return OrderedBytesForm(_Int64Cipher(ope))
         return _Int64Cipher(ope)
     if scheme == SEARCH:
         search = module.Search.from_master(master, encryption.key_scope, column=label)
@@ -253,10 +255,43 @@ class BytesForm:
         return value.to_bytes(8, "little", signed=True)
 
 
-def as_bytes(ints: pa.Array) -> pa.Array:
-    """int64 values as 8-byte little-endian binaries (NULL stays NULL)."""
+class OrderedBytesForm:
+    """OPE's int64 ciphertexts stored as 8-byte binaries that sort as the integers do.
+
+    Big-endian with the sign bit flipped, so the server's byte-wise order of
+    the binaries (DuckDB's BLOB, PostgreSQL's bytea) is the ciphertexts'
+    order: ranges, MIN/MAX and ORDER BY work unchanged, and a server that
+    dictionary-compresses binaries stores a column of few distinct values
+    (dates) in a fraction of 8 bytes a row.
+    """
+
+    def __init__(self, inner: ColumnCipher):
+        self._inner = inner
+
+    def encrypt(self, encoded: pa.Array) -> pa.Array:
+        return as_bytes(self._inner.encrypt(encoded), ordered=True)
+
+    def decrypt(self, stored: pa.Array) -> pa.Array:
+        return self._inner.decrypt(as_int64(stored, ordered=True))
+
+    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
+        value = self._inner.encrypt_one(encoded)
+        assert isinstance(value, int)
+        return (value ^ _SIGN).to_bytes(8, "big", signed=True)
+
+
+_SIGN = -(1 << 63)  # XOR flips the sign bit of an int64
+
+
+def as_bytes(ints: pa.Array, *, ordered: bool = False) -> pa.Array:
+    """int64 values as 8-byte little-endian binaries (NULL stays NULL).
+
+    ``ordered``: big-endian with the sign bit flipped, sorting as the integers.
+    """
     ints = ints.cast(pa.int64())
     words = ints.fill_null(0).to_numpy(zero_copy_only=False).astype("<i8", copy=False)
+    if ordered:
+        words = (words ^ np.int64(_SIGN)).astype(">i8")
     fixed = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(8), len(ints), [None, pa.py_buffer(words.tobytes())]
     )
@@ -265,11 +300,13 @@ def as_bytes(ints: pa.Array) -> pa.Array:
     return fixed.cast(pa.binary())
 
 
-def as_int64(stored: pa.Array) -> pa.Array:
+def as_int64(stored: pa.Array, *, ordered: bool = False) -> pa.Array:
     """8-byte binaries back to the int64 values ``as_bytes`` wrote."""
     fixed = stored.cast(pa.binary(8))
-    values = np.frombuffer(fixed.buffers()[1], dtype="<i8", count=len(fixed) + fixed.offset)
-    ints = pa.array(values[fixed.offset :].astype(np.int64))
+    order = ">i8" if ordered else "<i8"
+    values = np.frombuffer(fixed.buffers()[1], dtype=order, count=len(fixed) + fixed.offset)
+    native = values[fixed.offset :].astype(np.int64)
+    ints = pa.array(native ^ np.int64(_SIGN) if ordered else native)
     return pc.if_else(fixed.is_valid(), ints, None) if fixed.null_count else ints
 
 

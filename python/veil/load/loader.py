@@ -300,11 +300,12 @@ def _hom_batches(
 def _count_distinct_keys(
     source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
 ) -> None:
-    """Record each DET column's (approximate) distinct count: the planner's group estimate.
+    """Record each DET and OPE column's (approximate) distinct count.
 
-    It stays in the client's design file; the server could count DET values itself.
+    The planner's group estimate, and what chooses the bytes form. It stays
+    in the client's design file; the server could count such values itself.
     """
-    keys = [e for e in table.encryptions if e.scheme == DET]
+    keys = [e for e in table.encryptions if e.scheme in (DET, OPE)]
     try:
         row = _distinct_counts(source, con, keys)
     except duckdb.Error:  # an expression DuckDB cannot compute for some row: columns only
@@ -368,12 +369,14 @@ BYTES_FORM_MAX_DISTINCT = 16384
 
 
 def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) -> None:
-    """Choose the bytes form for the DET integer key scopes whose columns hold few values.
+    """Choose the bytes form for the integer key scopes whose columns hold few values.
 
-    Every column of a scope (an equi-join group) must store the same type: a
-    scope gets the bytes form when each of its columns is a DET integer of
-    at most ``BYTES_FORM_MAX_DISTINCT`` values (TPC-H's l_suppkey, ps_suppkey,
-    s_suppkey: 10,000 at SF 1). A scope that tables loaded earlier (and not
+    Every column of a scope (an equi-join group, or OPE columns compared
+    with each other) must store the same type: a scope gets the bytes form
+    when each of its columns is a DET integer, or an int64 OPE, of at most
+    ``BYTES_FORM_MAX_DISTINCT`` values (TPC-H's l_suppkey, ps_suppkey,
+    s_suppkey: 10,000 at SF 1; its dates: 2,526; OPE's bytes sort as its
+    integers, ``OrderedBytesForm``). A scope that tables loaded earlier (and not
     reloaded now) already use keeps their form.
     """
     members: dict[str, list[Encryption]] = {}
@@ -391,7 +394,7 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
             few = earlier[scope] == BYTES_FORM
         else:
             few = all(
-                e.scheme == DET
+                (e.scheme == DET or (e.scheme == OPE and not e.ope_binary))
                 and not e.onion  # wrapped, its values are random: nothing to compress
                 and e.sql_type.is_integral
                 and isinstance(distinct := e.params.get("distinct"), int)
