@@ -83,7 +83,9 @@ class AsheSumsCipher:
         """The server columns of a batch whose rows get the row ids ``ids``."""
         out: dict[str, pa.Array] = {}
         flags = np.zeros(len(ids), dtype=np.int64)
-        limits: list[int | None] = list(self.sums.limits or [None] * len(self.sums.sources))
+        limits: list[int | None] = [None] * len(self.sums.sources)
+        if self.sums.limits is not None:
+            limits = list(self.sums.limits)
         for source, type_name, names, limit in zip(
             self.sums.sources, self.sums.types, self.sums.columns, limits, strict=True
         ):
