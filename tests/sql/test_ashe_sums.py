@@ -213,3 +213,42 @@ def test_values_beyond_the_loaded_range_are_summed_exactly(
     # sums that do not reach the flagged rows stay on the server
     result = ashe_session.run("SELECT SUM(b) FROM readings WHERE g = 'rare'")
     assert result.plan is not None and result.plan.scans[0].aggregation is not None
+
+
+def test_null_free_sources_count_rows_with_count_star(ashe_session: Session) -> None:
+    """``b`` had no NULL at load: its sums count COUNT(*); ``a`` had some: counted from a."""
+    sums = ashe_session.design.table("readings").sums
+    assert sums is not None and sums.null_free is not None
+    assert sums.null_free[sums.sources.index("b")] is True
+    assert sums.null_free[sums.sources.index("a")] is False
+
+
+def test_a_null_where_the_load_had_none_is_summed_exactly(
+    ashe_session: Session, plain: duckdb.DuckDBPyConnection
+) -> None:
+    """A later NULL of a null-free source is flagged: sums over it run on the client."""
+    statement = "INSERT INTO readings VALUES (8100, 'rare', 1.00, NULL, 5, 2)"
+    plain.execute(statement)
+    ashe_session.run(statement)
+    for sql in [*QUERIES, "SELECT g, SUM(b), AVG(b), COUNT(b) FROM readings GROUP BY g"]:
+        check_query(ashe_session, plain, sql)
+
+
+def test_a_column_only_summed_under_ashe_is_stored_in_blocks() -> None:
+    """TPC-H's l_tax: read only inside a sum the server adds, it never comes back per row."""
+    from veil.design.model import BLOCKS, RND, Column
+    from veil.designer.greedy import greedy_design
+    from veil.exec.ciphers import available_schemes
+
+    schema = {
+        "t": [Column("k", "INTEGER"), Column("x", "DECIMAL(15,2)"), Column("y", "DECIMAL(15,2)")]
+    }
+    workload = ["SELECT k, SUM(x * (1 + y)) FROM t GROUP BY k", "SELECT SUM(x) / 2 FROM t"]
+
+    def schemes(sums: str) -> dict[str, set[str]]:
+        design = greedy_design(schema, workload, available_schemes(), "", sums=sums)
+        table = design.tables["t"]
+        return {c.name: {e.scheme for e in table.encryptions_of(c.name)} for c in schema["t"]}
+
+    assert schemes("ashe")["y"] == {BLOCKS} and schemes("ashe")["x"] == {BLOCKS}
+    assert schemes("none")["y"] == {RND}  # summed by the client: fetched per row

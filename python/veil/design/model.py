@@ -226,6 +226,12 @@ class AsheSums:
     # sums over it run on the client. None: the type's whole domain fits.
     limits: list[int] | None = None
     overflow_bits: int = 64  # ciphertext bits of ``overflow_column`` (sums of 0/1 flags)
+    # Per source: no NULL at load, so a later NULL is flagged too and the server
+    # counts the source's rows with COUNT(*) (None: counted from its columns).
+    null_free: list[bool] | None = None
+
+    def counts_all_rows(self, index: int) -> bool:
+        return self.null_free is not None and self.null_free[index]
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None

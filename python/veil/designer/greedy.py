@@ -19,7 +19,7 @@ A cost-based designer (MONOMI §6) will replace this; it produces the same
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import duckdb
 import sqlglot
@@ -86,13 +86,16 @@ def greedy_design(
     ope_groups = _key_groups(needs.ope_pairs, plain)
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
     for table, columns in schema.items():
-        encryptions: list[Encryption] = []
-        for column in columns:
-            encryptions += _column_encryptions(table, column, needs, (groups, ope_groups), schemes)
-        encryptions += _row_encryptions(table, columns, needs, schemes)
-        row_id = opaque_name("c")
         summed = _summed(table, columns, needs)
         ashe = _ashe_sums(summed) if sums == "ashe" else None
+        table_needs = _with_summed_reads(needs, set(ashe.sources) if ashe else set())
+        encryptions: list[Encryption] = []
+        for column in columns:
+            encryptions += _column_encryptions(
+                table, column, table_needs, (groups, ope_groups), schemes
+            )
+        encryptions += _row_encryptions(table, columns, needs, schemes)
+        row_id = opaque_name("c")
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
@@ -107,6 +110,17 @@ def greedy_design(
         )
     _share_ope_widths(design)
     return design
+
+
+def _with_summed_reads(needs: WorkloadNeeds, server_sums: set[str]) -> WorkloadNeeds:
+    """``needs`` whose ``read`` has the columns of the sums the server cannot add.
+
+    A column read only inside expressions the server sums under ASHE
+    (TPC-H's l_tax) never comes back per row but in the fetch-everything
+    plan, which reads sealed blocks as well: it is stored in blocks.
+    """
+    fetched = {ref for ref, source in needs.summed_reads if source not in server_sums}
+    return replace(needs, read=needs.read | fetched)
 
 
 def _cluster_keys(
@@ -149,6 +163,7 @@ def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
             (t, cols) for t, cols in needs.group_keys if all(allowed((t, c), DET) for c in cols)
         },
         read=set(needs.read),
+        summed_reads=set(needs.summed_reads),
         queries=needs.queries,
     )
 

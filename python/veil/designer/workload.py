@@ -53,8 +53,10 @@ class WorkloadNeeds:
     ope_alone: set[ColumnRef] = field(default_factory=set)
     # GROUP BY lists of blocks reading one table, without joins: (table, sorted columns)
     group_keys: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
-    # every column some query reads, anywhere; and how many queries were analysed
+    # every column some query reads, anywhere but inside SUM/AVG arguments over one
+    # row of one table; those are in ``summed_reads`` with the expression they feed
     read: set[ColumnRef] = field(default_factory=set)
+    summed_reads: set[tuple[ColumnRef, str]] = field(default_factory=set)
     queries: int = 0
 
 
@@ -88,6 +90,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         return (found.table, found.column) if found else None
 
     through_like: set[int] = set()  # columns a precomputed LIKE reads for the server
+    through_sum: set[int] = set()  # columns inside a one-row SUM/AVG argument
     for node in tree.walk():
         _note_row_expression(node, resolved, needs)
         if isinstance(node, exp.EQ | exp.NEQ):
@@ -123,7 +126,13 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             summed = row_expression(node.this, resolved)
             if summed is not None:
                 needs.sums.add(summed)
-    needs.read.update((c.table, c.column) for i, c in resolved.items() if i not in through_like)
+                for column in node.this.find_all(exp.Column):
+                    found = resolved.get(id(column))
+                    if found is not None:
+                        needs.summed_reads.add(((found.table, found.column), summed[1]))
+                        through_sum.add(id(column))
+    skipped = through_like | through_sum
+    needs.read.update((c.table, c.column) for i, c in resolved.items() if i not in skipped)
 
 
 def _one_table(group: exp.Group) -> bool:

@@ -86,8 +86,8 @@ class AsheSumsCipher:
         limits: list[int | None] = [None] * len(self.sums.sources)
         if self.sums.limits is not None:
             limits = list(self.sums.limits)
-        for source, type_name, names, limit in zip(
-            self.sums.sources, self.sums.types, self.sums.columns, limits, strict=True
+        for index, (source, type_name, names, limit) in enumerate(
+            zip(self.sums.sources, self.sums.types, self.sums.columns, limits, strict=True)
         ):
             encoded = encode(sources[source], SqlType(type_name))
             values = encoded.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -95,6 +95,8 @@ class AsheSumsCipher:
             lost = marks != 0 if marks is not None else None
             if limit is not None:  # beyond the words' range: summed by the client
                 beyond = (values > limit) | (values < -limit)
+                if self.sums.counts_all_rows(index):
+                    beyond |= encoded.is_null().to_numpy(zero_copy_only=False)
                 lost = beyond if lost is None else lost | beyond
             if lost is not None:
                 values[lost] = 0

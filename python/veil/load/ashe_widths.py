@@ -29,20 +29,26 @@ HEADROOM = 4
 FLAG_BITS = (BLOCK_ROWS + 1).bit_length()
 # (source expression, SQL type) pairs -> the encoded (min, max) of each, in one scan
 Ranges: TypeAlias = Callable[[list[tuple[str, str]]], list[tuple[int | None, int | None]]]
+# source expressions -> how many rows each is NULL in
+Nulls: TypeAlias = Callable[[list[str]], list[int]]
 
 
-def fit(table: TableDesign, ranges: Ranges) -> None:
+def fit(table: TableDesign, ranges: Ranges, nulls: Nulls) -> None:
     """Resize ``table.sums``' words to the data ``ranges`` reports (unchanged if unknown).
 
     Unknown means an empty table, a source that is NULL throughout, or an
     expression the source's DuckDB cannot compute for some row (``ranges``
-    raises): then the designer's type-wide words stay.
+    raises): then the designer's type-wide words stay. A source without
+    NULLs in the data (``nulls``) is marked ``null_free``: a later NULL is
+    flagged like a value beyond the words, so the server counts its rows
+    with COUNT(*) and needs no other encryption of its columns.
     """
     sums = table.sums
     if sums is None:
         return
     try:
         found = ranges(list(zip(sums.sources, sums.types, strict=True)))
+        missing = nulls(sums.sources)
     except (duckdb.Error, pa.ArrowException, ValueError):  # uncomputable: type-wide words
         return
     if any(low is None or high is None for low, high in found):
@@ -52,6 +58,7 @@ def fit(table: TableDesign, ranges: Ranges) -> None:
     sums.columns = [[opaque_name("c") for _ in range(n)] for n in words]
     sums.word_bits = [word_bits(limit, n, None) for limit, n in zip(limits, words, strict=True)]
     sums.limits = limits
+    sums.null_free = [n == 0 for n in missing]
     sums.flag_bit = None
     sums.overflow_column = opaque_name("c")
     sums.overflow_bits = FLAG_BITS

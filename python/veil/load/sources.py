@@ -69,14 +69,27 @@ class SourceTable:
         """
         if not columns:
             return []
-        names = {c.name for c in self.columns(con)}
-        values = [f'"{c}"' if c in names else f"({c})" for c in columns]
+        values = self._referenced(con, columns)
         bounds = ", ".join(f"min({v}), max({v})" for v in values)
         row = con.sql(f"SELECT {bounds} FROM {self.relation_sql}").to_arrow_table()
         return [
             (row.column(2 * i).combine_chunks(), row.column(2 * i + 1).combine_chunks())
             for i in range(len(columns))
         ]
+
+    def null_counts(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[int]:
+        """How many rows each column or per-row expression is NULL in, in one scan."""
+        if not columns:
+            return []
+        values = self._referenced(con, columns)
+        counts = ", ".join(f"count(*) - count({v})" for v in values)
+        [row] = con.execute(f"SELECT {counts} FROM {self.relation_sql}").fetchall()
+        return [int(n) for n in row]
+
+    def _referenced(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[str]:
+        """Columns quoted, expressions in parentheses: what a SELECT list can hold."""
+        names = {c.name for c in self.columns(con)}
+        return [f'"{c}"' if c in names else f"({c})" for c in columns]
 
 
 def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:

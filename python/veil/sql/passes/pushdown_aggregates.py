@@ -173,6 +173,9 @@ def _add_sum(
     table = scan.table
     if not summed or summed[0] != table.name:
         return False
+    present = _count_present(table, summed[1])
+    if present is None:
+        return False
     if table.sums is not None:
         index = table.sums.index(summed[1])
         if index is None:
@@ -191,7 +194,7 @@ def _add_sum(
         item.hom_index = index
         if aggregation.hom_product is None:
             aggregation.hom_product = ctx.hom_product(hom_ciphertexts(), table)
-    item.count_key = _count_key(aggregation, _count_present(table, summed[1]), -id(node))
+    item.count_key = _count_key(aggregation, present, -id(node))
     return True
 
 
@@ -204,9 +207,20 @@ def _count_key(aggregation: Aggregation, count: exp.Expr, key: int) -> int:
     return key
 
 
-def _count_present(table: TableDesign, source: str) -> exp.Expr:
-    """COUNT of the rows where every column of ``source`` (hence ``source``) is not NULL."""
-    columns = [exp.column(table.fetchable(c).name) for c in columns_read(source)]
+def _count_present(table: TableDesign, source: str) -> exp.Expr | None:
+    """COUNT of the rows where every column of ``source`` (hence ``source``) is not NULL.
+
+    COUNT(*) where the ASHE sums flag NULLs of ``source`` (``AsheSums.null_free``);
+    None when a column has no per-row server column to test (stored in blocks).
+    """
+    sums = table.sums
+    index = sums.index(source) if sums is not None else None
+    if sums is not None and index is not None and sums.counts_all_rows(index):
+        return exp.Count(this=exp.Star())
+    found = [table.fetchable(c) for c in columns_read(source)]
+    if any(enc.scheme == BLOCKS for enc in found):
+        return None
+    columns = [exp.column(enc.name) for enc in found]
     if not columns:
         return exp.Count(this=exp.Star())
     present = exp.and_(*[exp.Not(this=exp.Is(this=c, expression=exp.Null())) for c in columns])
