@@ -188,13 +188,14 @@ def test_concurrent_sessions_insert_and_sum_exactly(
 
 
 def test_words_fit_the_loaded_values(ashe_session: Session) -> None:
-    """Words sized for 4x the data's largest |value| (b: |b| <= 60), flags in 8 bits."""
+    """Words sized for 4x the data's largest |value| (b: |b| <= 60); 7-bit counters."""
     sums = ashe_session.design.table("readings").sums
     assert sums is not None and sums.limits is not None and sums.overflow_column is not None
     index = sums.sources.index("b")
     assert sums.limits[index] == 4 * 60
     assert sums.word_bits is not None and sums.word_bits[index] == [(64 * 240).bit_length() + 1]
-    assert sums.overflow_bits == 7
+    assert sums.null_fields == list(range(1, len(sums.sources) + 1))
+    assert sums.overflow_bits == 7 * (1 + len(sums.sources))
 
 
 def test_values_beyond_the_loaded_range_are_summed_exactly(
@@ -215,23 +216,25 @@ def test_values_beyond_the_loaded_range_are_summed_exactly(
     assert result.plan is not None and result.plan.scans[0].aggregation is not None
 
 
-def test_null_free_sources_count_rows_with_count_star(ashe_session: Session) -> None:
-    """``b`` had no NULL at load: its sums count COUNT(*); ``a`` had some: counted from a."""
-    sums = ashe_session.design.table("readings").sums
-    assert sums is not None and sums.null_free is not None
-    assert sums.null_free[sums.sources.index("b")] is True
-    assert sums.null_free[sums.sources.index("a")] is False
+def test_the_server_counts_rows_and_the_flags_word_counts_nulls(ashe_session: Session) -> None:
+    """No column of a summed expression is tested for NULL on the server: COUNT(*) only."""
+    sql = "SELECT g, SUM(a), AVG(a * b), COUNT(*) FROM readings WHERE g = 'rare' GROUP BY g"
+    result = ashe_session.run(sql)
+    (statement,) = result.stats.remote_sql
+    assert "is null" not in statement.lower() and "count(*)" in statement.lower()
 
 
-def test_a_null_where_the_load_had_none_is_summed_exactly(
+def test_a_null_where_the_load_had_none_is_summed_on_the_server(
     ashe_session: Session, plain: duckdb.DuckDBPyConnection
 ) -> None:
-    """A later NULL of a null-free source is flagged: sums over it run on the client."""
+    """``b`` had no NULL at load; a later one is counted in the flags word like any."""
     statement = "INSERT INTO readings VALUES (8100, 'rare', 1.00, NULL, 5, 2)"
     plain.execute(statement)
     ashe_session.run(statement)
     for sql in [*QUERIES, "SELECT g, SUM(b), AVG(b), COUNT(b) FROM readings GROUP BY g"]:
         check_query(ashe_session, plain, sql)
+    result = ashe_session.run("SELECT g, SUM(b), AVG(b) FROM readings WHERE g = 'rare' GROUP BY g")
+    assert result.plan is not None and result.plan.scans[0].aggregation is not None
 
 
 def test_a_column_only_summed_under_ashe_is_stored_in_blocks() -> None:

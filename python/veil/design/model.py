@@ -190,6 +190,10 @@ class HomGroup:
         return self.sources.index(source) if source in self.sources else None
 
 
+FLAG_FIELD_BITS = 7  # a counter of the ASHE flags word (``AsheSums.null_fields``)
+MAX_NULL_FIELDS = 8  # 1 + 8 fields of 7 bits fit a 64-bit word
+
+
 @dataclass
 class AsheSums:
     """A table's summed expressions under ASHE (Seabed): the server adds with its own SUM.
@@ -225,13 +229,16 @@ class AsheSums:
     # INSERT or UPDATE) stores 0 there and is flagged in ``overflow_column``, so
     # sums over it run on the client. None: the type's whole domain fits.
     limits: list[int] | None = None
-    overflow_bits: int = 64  # ciphertext bits of ``overflow_column`` (sums of 0/1 flags)
-    # Per source: no NULL at load, so a later NULL is flagged too and the server
-    # counts the source's rows with COUNT(*) (None: counted from its columns).
-    null_free: list[bool] | None = None
+    overflow_bits: int = 64  # ciphertext bits of ``overflow_column``
+    # Since version 9 ``overflow_column`` is a word of 7-bit counters (a block's
+    # 64 rows count at most 64): field 0 the overflow flags, field ``null_fields[i]``
+    # the rows where source i is NULL, so the server counts a source's rows with
+    # COUNT(*) and the client takes its NULLs off, instead of the server testing
+    # the source's columns (which then need no per-row encryption). None: tested.
+    null_fields: list[int | None] | None = None
 
-    def counts_all_rows(self, index: int) -> bool:
-        return self.null_free is not None and self.null_free[index]
+    def null_field(self, index: int) -> int | None:
+        return self.null_fields[index] if self.null_fields is not None else None
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None

@@ -25,7 +25,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from veil.crypto.ashe import ASHE_FLAG_BIT, BLOCK_ROWS, sum_fits, word_bits
+from veil.crypto.ashe import BLOCK_ROWS, sum_fits, word_bits
 from veil.design import SUM_SCHEMES
 from veil.design.domains import (
     ExpressionDomain,
@@ -37,7 +37,9 @@ from veil.design.domains import (
 from veil.design.model import (
     BLOCKS,
     DET,
+    FLAG_FIELD_BITS,
     HOM,
+    MAX_NULL_FIELDS,
     OPE,
     RND,
     SEARCH,
@@ -88,7 +90,8 @@ def greedy_design(
     for table, columns in schema.items():
         summed = _summed(table, columns, needs)
         ashe = _ashe_sums(summed) if sums == "ashe" else None
-        table_needs = _with_summed_reads(needs, set(ashe.sources) if ashe else set())
+        counted = [s for i, s in enumerate(ashe.sources) if ashe.null_field(i)] if ashe else []
+        table_needs = _with_summed_reads(needs, set(counted))
         encryptions: list[Encryption] = []
         for column in columns:
             encryptions += _column_encryptions(
@@ -113,7 +116,10 @@ def greedy_design(
 
 
 def _with_summed_reads(needs: WorkloadNeeds, server_sums: set[str]) -> WorkloadNeeds:
-    """``needs`` whose ``read`` has the columns of the sums the server cannot add.
+    """``needs`` whose ``read`` has the columns of the sums the server cannot add alone.
+
+    ``server_sums``: the ASHE sources whose NULLs the server counts in the
+    flags word (``AsheSums.null_fields``), so it never tests their columns.
 
     A column read only inside expressions the server sums under ASHE
     (TPC-H's l_tax) never comes back per row but in the fetch-everything
@@ -322,18 +328,17 @@ def _ashe_sums(summed: _Summed) -> AsheSums | None:
         return None
     largest = [max(abs(d.low), abs(d.high)) for d in summed.domains]
     words = [1 if sum_fits(BLOCK_ROWS, m) else 2 for m in largest]
-    overflowing = [n for n, d in zip(words, summed.domains, strict=True) if d.overflow]
-    # an expression that can overflow is flagged in its high word (free), where it has one
-    in_high_words = bool(overflowing) and min(overflowing) == 2
-    flag_bit = ASHE_FLAG_BIT if in_high_words else None
+    # one word of 7-bit counters: the overflow flags, then each source's NULLs
+    fields = [i + 1 if i < MAX_NULL_FIELDS else None for i in range(len(words))]
     return AsheSums(
         sources=summed.sources,
         types=[d.type for d in summed.domains],
         columns=[[opaque_name("c") for _ in range(n)] for n in words],
         key_scope=f"ashe:{opaque_name('s')}",  # fresh per load: ids restart, keys must too
-        overflow_column=opaque_name("c") if overflowing and not in_high_words else None,
-        flag_bit=flag_bit,
-        word_bits=[word_bits(m, n, flag_bit) for m, n in zip(largest, words, strict=True)],
+        overflow_column=opaque_name("c"),
+        word_bits=[word_bits(m, n, None) for m, n in zip(largest, words, strict=True)],
+        null_fields=fields,
+        overflow_bits=FLAG_FIELD_BITS * (1 + max((f for f in fields if f), default=0)),
     )
 
 

@@ -118,6 +118,13 @@ def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
     if module is None:
         raise ParameterError(f"scheme {scheme} is not installed in this Veil; cannot use {label!r}")
     if scheme == DET:
+        narrow = encryption.params.get("narrow_bits")
+        if integral and isinstance(narrow, int):
+            from veil.crypto.det_narrow import NarrowDet
+
+            return _Int64Cipher(
+                NarrowDet.from_master(master, encryption.key_scope, narrow, column=label)
+            )
         if integral:
             det = _Int64Cipher(
                 module.DetInt.from_master(master, encryption.key_scope, bits=64, column=label)

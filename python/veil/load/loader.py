@@ -50,7 +50,7 @@ from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
 from veil.exec.onions import layers_rows
 from veil.exec.row_ids import counter_table
-from veil.load import ashe_widths, clusters
+from veil.load import ashe_widths, clusters, narrow_det
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 
@@ -162,17 +162,16 @@ def load_into(
     the way DDL creates and rebuilds tables (``veil.load.ddl``).
     """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
+    ranges: dict[int, tuple[int | None, int | None]] = {}  # DET integers', by id(encryption)
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
         clusters.choose(fresh.tables[table.name], table.row_count(con))
-        ashe_widths.fit(
-            fresh.tables[table.name],
-            partial(_encoded_ranges, table, con),
-            partial(table.null_counts, con),
-        )
+        ashe_widths.fit(fresh.tables[table.name], partial(_encoded_ranges, table, con))
+        ranges.update(_det_ranges(table, con, fresh.tables[table.name]))
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
+        narrow_det.choose(fresh, design, ranges)
     return [
         _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
         for t in tables
@@ -353,6 +352,15 @@ def _record_statistics(
     for enc in table.encryptions:
         if lengths.get(enc.source) is not None:
             enc.params["mean_bytes"] = round(float(lengths[enc.source]), 1)
+
+
+def _det_ranges(
+    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
+) -> dict[int, tuple[int | None, int | None]]:
+    """The encoded (min, max) of each DET integer column of ``table``, by id(encryption)."""
+    keys = [e for e in table.encryptions if narrow_det.candidate(e)]
+    found = _encoded_ranges(source, con, [(e.source, e.type) for e in keys])
+    return {id(e): bounds for e, bounds in zip(keys, found, strict=True)}
 
 
 def _distinct_counts(

@@ -98,6 +98,8 @@ class AggregateItem:
     hom_index: int | None = None  # SUM: the expression's place in the HOM group
     ashe_index: int | None = None  # SUM: the expression's place in the table's ASHE sums
     count_key: int | None = None  # SUM: the item counting the expression's non-NULL rows
+    # COUNT(*) less the NULLs the ASHE flags word counts in this field (``AsheSums.null_fields``)
+    null_field: int | None = None
 
 
 @dataclass
