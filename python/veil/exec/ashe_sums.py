@@ -101,7 +101,10 @@ class AsheSumsCipher:
             field = self.sums.null_field(index)
             if field is not None and encoded.null_count:
                 nulls = encoded.is_null().to_numpy(zero_copy_only=False).astype(np.int64)
-                counters += nulls << (FLAG_FIELD_BITS * field)
+                if field == 0:  # no NULL at load: flagged, at most once a row
+                    flags |= nulls
+                else:
+                    counters += nulls << (FLAG_FIELD_BITS * field)
             if lost is not None:
                 values[lost] = 0
                 flags[lost] = 1

@@ -21,27 +21,31 @@ import duckdb
 import pyarrow as pa
 
 from veil.crypto.ashe import BLOCK_ROWS, sum_fits, word_bits
-from veil.design.model import FLAG_FIELD_BITS, TableDesign, opaque_name
+from veil.design.model import FLAG_FIELD_BITS, MAX_NULL_FIELDS, TableDesign, opaque_name
 
 # how far beyond the loaded data a later value may go before its sums leave the server
 HEADROOM = 4
 # (source expression, SQL type) pairs -> the encoded (min, max) of each, in one scan
 Ranges: TypeAlias = Callable[[list[tuple[str, str]]], list[tuple[int | None, int | None]]]
+# source expressions -> how many rows each is NULL in
+Nulls: TypeAlias = Callable[[list[str]], list[int]]
 
 
-def fit(table: TableDesign, ranges: Ranges) -> None:
+def fit(table: TableDesign, ranges: Ranges, nulls: Nulls) -> None:
     """Resize ``table.sums``' words to the data ``ranges`` reports (unchanged if unknown).
 
     Unknown means an empty table, a source that is NULL throughout, or an
     expression the source's DuckDB cannot compute for some row (``ranges``
-    raises): then the designer's type-wide words stay. The flags column
-    (the designer's: overflow flags and NULL counters) is kept.
+    raises): then the designer's type-wide words stay. The flags word keeps
+    a NULL counter only for the sources with NULLs in the data (``nulls``);
+    the others' later NULLs are flagged as overflows (``AsheSums.null_fields``).
     """
     sums = table.sums
     if sums is None:
         return
     try:
         found = ranges(list(zip(sums.sources, sums.types, strict=True)))
+        missing = nulls(sums.sources)
     except (duckdb.Error, pa.ArrowException, ValueError):  # uncomputable: type-wide words
         return
     if any(low is None or high is None for low, high in found):
@@ -54,4 +58,7 @@ def fit(table: TableDesign, ranges: Ranges) -> None:
     sums.flag_bit = None
     if sums.overflow_column is None:  # a designer's older design: flags in their own word
         sums.overflow_column = opaque_name("c")
-        sums.overflow_bits = FLAG_FIELD_BITS
+    fields = iter(range(1, MAX_NULL_FIELDS + 1))
+    sums.null_fields = [next(fields, None) if n else 0 for n in missing]
+    counters = sum(1 for f in sums.null_fields if f)
+    sums.overflow_bits = FLAG_FIELD_BITS * (1 + counters)

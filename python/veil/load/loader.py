@@ -167,7 +167,11 @@ def load_into(
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
         clusters.choose(fresh.tables[table.name], table.row_count(con))
-        ashe_widths.fit(fresh.tables[table.name], partial(_encoded_ranges, table, con))
+        ashe_widths.fit(
+            fresh.tables[table.name],
+            partial(_encoded_ranges, table, con),
+            partial(table.null_counts, con),
+        )
         ranges.update(_det_ranges(table, con, fresh.tables[table.name]))
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)

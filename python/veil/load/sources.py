@@ -77,6 +77,14 @@ class SourceTable:
             for i in range(len(columns))
         ]
 
+    def null_counts(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[int]:
+        """How many rows each column or per-row expression is NULL in, in one scan."""
+        if not columns:
+            return []
+        counts = ", ".join(f"count(*) - count({v})" for v in self._referenced(con, columns))
+        [row] = con.execute(f"SELECT {counts} FROM {self.relation_sql}").fetchall()
+        return [int(n) for n in row]
+
     def _referenced(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[str]:
         """Columns quoted, expressions in parentheses: what a SELECT list can hold."""
         names = {c.name for c in self.columns(con)}

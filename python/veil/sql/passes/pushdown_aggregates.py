@@ -224,8 +224,8 @@ def _count_present(table: TableDesign, source: str) -> tuple[exp.Expr | None, in
     sums = table.sums
     index = sums.index(source) if sums is not None else None
     field = sums.null_field(index) if sums is not None and index is not None else None
-    if field is not None:
-        return exp.Count(this=exp.Star()), field
+    if field is not None:  # field 0: a NULL there is an overflow flag, none to take off
+        return exp.Count(this=exp.Star()), field or None
     found = [table.fetchable(c) for c in columns_read(source)]
     if any(enc.scheme == BLOCKS for enc in found):
         return None, None
