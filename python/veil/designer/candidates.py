@@ -165,7 +165,7 @@ def _merged_table(table: TableDesign, stored: TableDesign | None, policy: Policy
     if stored is not None:
         merged.row_count = stored.row_count
         merged.server_name, merged.row_id = stored.server_name, stored.row_id
-        merged.blocks_table = stored.blocks_table
+        merged.blocks_table = stored.blocks_table or table.blocks_table
         merged.sums = _stored_sums(table.sums, stored.sums)
     return merged
 

@@ -109,12 +109,14 @@ def unit_subsets(units: list[frozenset[str]]) -> Iterator[set[str]]:
 
 def alternatives(tree: exp.Expr, candidates: CandidateSet, evaluate: Evaluate) -> list[Alternative]:
     """The query's distinct plans (by what they need), cheapest first; fetch-everything included."""
-    found: dict[frozenset[str], Alternative] = {}
+    # by what a plan needs; the fetch-everything plan is kept apart, as the yardstick
+    found: dict[tuple[frozenset[str], bool], Alternative] = {}
 
     def keep(alternative: Alternative) -> None:
-        known = found.get(alternative.needs)
+        key = (alternative.needs, alternative.summary == FETCH_ALL)
+        known = found.get(key)
         if known is None or alternative.seconds < known.seconds:
-            found[alternative.needs] = alternative
+            found[key] = alternative
 
     fetch_all = evaluate(None, tree)
     keep(Alternative(frozenset(), fetch_all.seconds, FETCH_ALL))
