@@ -170,6 +170,16 @@ def _merged_table(table: TableDesign, stored: TableDesign | None, policy: Policy
     return merged
 
 
+def policy_violations(design: PhysicalDesign, policy: Policy) -> list[str]:
+    """``"SCHEME table.source"`` of each encryption of ``design`` above its columns' layers."""
+    return [
+        candidate_key(t.name, e.source, e.scheme)
+        for t in design.tables.values()
+        for e in t.encryptions
+        if e.scheme in NEEDS and not _allowed(policy, t.name, e)
+    ]
+
+
 def _allowed(policy: Policy, table: str, enc: Encryption) -> bool:
     """Does ``policy`` let every column ``enc`` reads reveal what its scheme does?"""
     from veil.designer.greedy import summed_columns

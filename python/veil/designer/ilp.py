@@ -12,8 +12,9 @@ is stored. Minimise ``Σ w_i · cost(i, j) · x[i][j]`` subject to
 
 Policy needs no constraint here: a candidate above its column's allowed layer
 is never a candidate (``veil.designer.candidates``). A tiny price per byte
-breaks ties between equally fast designs towards the smaller, so nothing is
-stored that no chosen plan reads.
+breaks ties between equally fast designs towards the smaller, and the
+solution keeps only what the chosen plans read (plus a fetch form per
+column), so nothing is stored that no chosen plan reads.
 
 Solved with HiGHS (``highspy``, MIT licence), imported only when a design is
 made.
@@ -132,6 +133,7 @@ def _quiet_highs() -> Any:
         os.dup2(saved, 1)
         os.close(saved)
     highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("mip_rel_gap", 1e-6)  # costs differ by milliseconds in seconds
     return highs
 
 
@@ -144,9 +146,12 @@ def _solution(
     started: float,
     constraints: int,
 ) -> Solution:
-    enabled = {k for k in keys if values[stored[k].index] > 0.5}
     chosen = [max(range(len(x)), key=lambda j: values[x[j].index]) for x in runs]
     plans = [problem.plans[i][j] for i, j in enumerate(chosen)]
+    # what the chosen plans need, and a fetch form for the columns whose DET they do not:
+    # the solver's answer within its gap may store more, never less
+    enabled: set[str] = set().union(*(p.needs for p in plans))
+    enabled |= {rnd for det, rnd in problem.fetch_pairs.items() if det not in enabled}
     seconds = sum(w * p.seconds for w, p in zip(problem.weights, plans, strict=True))
     space = problem.fixed_bytes + sum(problem.sizes[k] for k in enabled)
     variables = len(keys) + sum(len(x) for x in runs)

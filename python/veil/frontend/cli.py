@@ -36,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
     )
     load.add_argument(
+        "--design",
+        metavar="FILE",
+        help="load under this design file (from `veil design`) instead of designing here",
+    )
+    load.add_argument(
         "--adaptive",
         action="store_true",
         help="store every column as onions that queries peel as they need (the default "
@@ -131,13 +136,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_load(args: argparse.Namespace) -> int:
     from veil.load.loader import load, read_workload
 
-    if args.adaptive and args.workload:
+    if sum(map(bool, (args.adaptive, args.workload, args.design))) > 1:
         print(
             "veil: error: --adaptive stores onions for any query; --workload designs for given "
-            "queries: choose one",
+            "queries; --design loads a design file: choose one",
             file=sys.stderr,
         )
         return 2
+    design = None
+    if args.design:
+        from veil.design.model import PhysicalDesign
+
+        design = PhysicalDesign.load(args.design)
     reports = load(
         args.source,
         args.server,
@@ -146,6 +156,7 @@ def run_load(args: argparse.Namespace) -> int:
         sums=args.sums,
         domains=args.domain,
         key_file=args.key,
+        design=design,
     )
     from veil.backends import canonical_url
 

@@ -1,0 +1,43 @@
+"""What ``veil design`` prints: the space used, the designer's time, and each query's plan."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from veil.designer.candidates import ASHE
+from veil.frontend.design import DesignReport
+from veil.frontend.output import format_grid
+
+
+def format_report(report: DesignReport) -> str:
+    solution, problem = report.solution, report.problem
+    budget = "unbounded" if report.budget is None else f"{report.budget:g} x plaintext"
+    stored = Counter(key.split(" ", 1)[0] for key in solution.enabled)
+    kinds = ", ".join(f"{n} {scheme}" for scheme, n in sorted(stored.items())) or "none"
+    times = report.seconds
+    lines = [
+        f"design for {len(report.queries)} queries, budget {budget}: "
+        f"{report.space_factor:.3f} x the plaintext "
+        f"({solution.space_bytes / 1e6:,.1f} MB of {problem.plain_bytes / 1e6:,.1f} MB)",
+        f"optional encryptions stored: {kinds} (of {len(problem.sizes)} candidates; "
+        f"{ASHE}: summed expressions)",
+        f"estimated workload cost: {solution.seconds * 1e3:,.1f} ms; designer: "
+        f"{times['total']:.2f} s (planning {times['plans']:.2f} s, ILP {times['ilp']:.3f} s: "
+        f"{solution.variables} variables, {solution.constraints} constraints)",
+        "",
+        format_grid(
+            ["query", "estimated ms", "fetch-all ms", "plans", "chosen plan", "needs"],
+            [
+                [
+                    number,
+                    f"{q.chosen.seconds * 1e3:,.1f}",
+                    f"{q.fetch_all_seconds * 1e3:,.1f}",
+                    q.alternatives,
+                    q.chosen.summary,
+                    len(q.chosen.needs),
+                ]
+                for number, q in enumerate(report.queries, 1)
+            ],
+        ),
+    ]
+    return "\n".join(lines)
