@@ -4,8 +4,6 @@ against plaintext DuckDB; the budget, the policy and fetch-all as the yardstick.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -13,6 +11,7 @@ import pytest
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import check_query
 
+from veil.cli import main
 from veil.design.model import OPE, DesignError, PhysicalDesign
 from veil.design.policy import DET, Policy
 from veil.designer.files import chosen_design
@@ -91,13 +90,13 @@ def test_the_policy_is_honoured_and_checked_at_load(
         chosen_design(designs[None].design, schema, policy, "fingerprint")
 
 
-def test_veil_design_command(veil_env: dict[str, object], tmp_path: Path) -> None:
+def test_veil_design_command(
+    veil_env: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # in this process: the session fixture's embedded server file is open here
     out = tmp_path / "d.json"
     query = "SELECT count(*) FROM orders WHERE o_orderdate < DATE '1995-01-01'"
-    done = subprocess.run(
-        [sys.executable, "-m", "veil", "design", str(veil_env["client"]), "--workload", query,
-         "--budget", "none", "--out", str(out)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert "design for 1 queries, budget unbounded" in done.stdout
+    argv = ["design", str(veil_env["client"]), "--workload", query, "--budget", "none"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "design for 1 queries, budget unbounded" in capsys.readouterr().out
     assert PhysicalDesign.load(out).tables["orders"].encryptions_of("o_orderdate", OPE)
