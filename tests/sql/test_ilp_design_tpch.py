@@ -86,7 +86,7 @@ def test_the_policy_is_honoured_and_checked_at_load(
     assert lineitem.encryptions_of("l_shipdate", OPE) == []
     assert lineitem.encryptions_of("l_discount", OPE)  # others still ordered on the server
     schema = {name: t.columns for name, t in designs[None].design.tables.items()}
-    with pytest.raises(DesignError, match="policy forbids: OPE lineitem.l_shipdate"):
+    with pytest.raises(DesignError, match=r"policy forbids: OPE lineitem\.l_shipdate"):
         chosen_design(designs[None].design, schema, policy, "fingerprint")
 
 

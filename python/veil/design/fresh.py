@@ -34,7 +34,9 @@ def _fresh_table(table: TableDesign) -> TableDesign:
     fresh.id_counter = opaque_name("t")
     fresh.row_count = 0
     fresh.encryptions = [_fresh_encryption(e) for e in table.encryptions]
-    fresh.blocks_table = opaque_name("t") if any(e.scheme == BLOCKS for e in fresh.encryptions) else ""
+    fresh.blocks_table = (
+        opaque_name("t") if any(e.scheme == BLOCKS for e in fresh.encryptions) else ""
+    )
     fresh.layers_table = opaque_name("t") if table.layers_table else ""
     if fresh.sums is not None:
         fresh.sums.columns = [[opaque_name("c") for _ in words] for words in fresh.sums.columns]

@@ -102,7 +102,9 @@ class CandidateSet:
                 for e in table.encryptions
                 if self._needs_fetch_form(table.name, e, enabled)
             ]
-            sums = _ashe_subset(table.sums, [s for s in _sources(table.sums) if _ashe_key(name, s) in enabled])
+            sums = _ashe_subset(
+                table.sums, [s for s in _sources(table.sums) if _ashe_key(name, s) in enabled]
+            )
             restricted.tables[name] = replace(table, encryptions=kept, sums=sums)
         return restricted
 
@@ -234,17 +236,35 @@ def _measure(found: CandidateSet, table: TableDesign) -> None:
     for enc in table.encryptions:
         size = rows * stored_width(enc)
         if enc.scheme in _OPTIONAL:
-            _add(found, Candidate(candidate_key(table.name, enc.source, enc.scheme), table.name, enc.source, enc.scheme, size), enc.name)
+            _add(
+                found,
+                Candidate(
+                    candidate_key(table.name, enc.source, enc.scheme),
+                    table.name,
+                    enc.source,
+                    enc.scheme,
+                    size,
+                ),
+                enc.name,
+            )
         else:
             found.fixed_bytes += size
         if enc.scheme == DET and enc.source in dets:
-            rnd = Candidate(candidate_key(table.name, enc.source, RND), table.name, enc.source, RND, rows * _rnd_width(enc))
+            rnd = Candidate(
+                candidate_key(table.name, enc.source, RND),
+                table.name,
+                enc.source,
+                RND,
+                rows * _rnd_width(enc),
+            )
             found.candidates[rnd.key] = rnd
             found.fetch_pairs[candidate_key(table.name, enc.source, DET)] = rnd.key
     for i, source in enumerate(_sources(table.sums)):
         assert table.sums is not None
         bits = (table.sums.word_bits or [[64] * len(c) for c in table.sums.columns])[i]
-        ashe = Candidate(_ashe_key(table.name, source), table.name, source, ASHE, rows * sum(bits) / 8)
+        ashe = Candidate(
+            _ashe_key(table.name, source), table.name, source, ASHE, rows * sum(bits) / 8
+        )
         for name in table.sums.columns[i]:
             _add(found, ashe, name)
 

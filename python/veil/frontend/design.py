@@ -115,7 +115,9 @@ def design_workload(
 
 
 def _candidates(session: Session, queries: list[str], policy: Policy) -> CandidateSet:
-    schema = {n: [dataclasses.replace(c) for c in t.columns] for n, t in session.design.tables.items()}
+    schema = {
+        n: [dataclasses.replace(c) for c in t.columns] for n, t in session.design.tables.items()
+    }
     greedy = greedy_design(
         schema, queries, available_schemes(), session.design.key_fingerprint, policy=policy
     )
@@ -165,7 +167,9 @@ def server_columns(plan: SplitPlan) -> set[str]:
     """Every server name the plan's statements read (filters, keys, sums, fetched columns)."""
     names: set[str] = set()
     for _, _, step in plan_steps(plan):
-        statement = joined_statement(step) if isinstance(step, JoinedFetch) else scan_statement(step)
+        statement = (
+            joined_statement(step) if isinstance(step, JoinedFetch) else scan_statement(step)
+        )
         names.update(i.name for i in statement.find_all(exp.Identifier))
     names.update(b.target_enc.name for scan in plan.scans for b in scan.binds)
     return names
@@ -210,7 +214,7 @@ class DesignContext:
 
     def search_token(self, word: str, enc: Encryption) -> bytes:
         cipher = self.session.ciphers.get(self.owners[enc.name], enc)
-        return cipher.token(word)  # type: ignore[attr-defined,no-any-return]
+        return cipher.token(word)  # type: ignore[attr-defined]
 
     def expression_type(self, node: exp.Expr, table: str, alias: str) -> str | None:
         return self.session.expression_type(node, table, alias)
