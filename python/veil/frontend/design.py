@@ -24,11 +24,14 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 from sqlglot import exp
 
+from veil.backends import Backend
+from veil.backends.base import BackendError, Estimate
 from veil.design.fresh import fresh_design
-from veil.design.model import Encryption, PhysicalDesign, TableDesign
+from veil.design.model import RND, Encryption, PhysicalDesign, TableDesign
 from veil.design.policy import Policy
 from veil.designer.candidates import CandidateSet, collect_candidates
 from veil.designer.enumerate import FETCH_ALL, Alternative, Evaluated, alternatives
@@ -65,6 +68,13 @@ class DesignReport:
     @property
     def space_factor(self) -> float:
         return self.solution.space_factor(self.problem)
+
+    @property
+    def greedy_factor(self) -> float:
+        """The greedy design's size in the same units: every candidate but the RND forms."""
+        problem = self.problem
+        optional = sum(size for key, size in problem.sizes.items() if not key.startswith(RND))
+        return (problem.fixed_bytes + optional) / problem.plain_bytes
 
 
 def design_workload(
@@ -148,6 +158,7 @@ class _Planner:
         self.session, self.candidates = session, candidates
         self.calibration, self.bandwidth = calibration, bandwidth
         self.context = DesignContext(session, candidates.design)
+        self.estimating = cast(Session, _Estimating(session.backend))
         self.seconds = 0.0
 
     def evaluate(self, subset: set[str] | None, tree: exp.Expr) -> Evaluated:
@@ -157,10 +168,39 @@ class _Planner:
             plan = plan_fetch_all(tree, design)
         else:
             plan = plan_query(tree, design, self.context)
-        cost = estimate_plan(self.session, plan, self.calibration, self.bandwidth)
+        cost = estimate_plan(self.estimating, plan, self.calibration, self.bandwidth)
         evaluated = Evaluated(cost.seconds, frozenset(server_columns(plan)), plan_summary(plan))
         self.seconds += time.perf_counter() - started
         return evaluated
+
+
+class _Estimating:
+    """What ``estimate_plan`` reads of a session (its backend), with each statement's
+    estimate asked once: the subsets of one query repeat most statements."""
+
+    def __init__(self, backend: Backend):
+        self.backend = _MemoBackend(backend)
+
+
+class _MemoBackend:
+    def __init__(self, backend: Backend):
+        self._backend = backend
+        self._estimates: dict[str, Estimate | BackendError] = {}
+
+    def estimate(self, sql: str, params: list[object] | None = None) -> Estimate:
+        key = f"{sql}\x00{params!r}"
+        if key not in self._estimates:
+            try:
+                self._estimates[key] = self._backend.estimate(sql, params)
+            except BackendError as exc:
+                self._estimates[key] = exc
+        found = self._estimates[key]
+        if isinstance(found, BackendError):
+            raise found
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
 
 
 def server_columns(plan: SplitPlan) -> set[str]:
