@@ -50,6 +50,9 @@ class Problem:
     fetch_pairs: dict[str, str]  # DET candidate -> its RND: one of the two is stored
     fixed_bytes: float
     plain_bytes: float
+    # candidates the current design stores (``veil design --from``): among equally fast
+    # designs, the one writing fewer new bytes wins
+    kept: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -92,7 +95,10 @@ def _solve(problem: Problem, budget: float | None, *, minimise_space: bool) -> S
     highs = _quiet_highs()
     keys = sorted(problem.sizes)
     price = 1.0 if minimise_space else _TIE_BREAK
-    stored = {k: highs.addBinary(obj=price * problem.sizes[k]) for k in keys}
+    stored = {
+        k: highs.addBinary(obj=price * problem.sizes[k] * (0.5 if k in problem.kept else 1.0))
+        for k in keys
+    }
     runs = [
         [highs.addBinary(obj=0.0 if minimise_space else w * a.seconds) for a in alternatives]
         for w, alternatives in zip(problem.weights, problem.plans, strict=True)

@@ -33,7 +33,7 @@ from veil.backends.base import BackendError, Estimate
 from veil.design.fresh import fresh_design
 from veil.design.model import RND, Encryption, PhysicalDesign, TableDesign
 from veil.design.policy import Policy
-from veil.designer.candidates import CandidateSet, collect_candidates
+from veil.designer.candidates import ASHE, CandidateSet, candidate_key, collect_candidates
 from veil.designer.enumerate import FETCH_ALL, Alternative, Evaluated, alternatives
 from veil.designer.greedy import greedy_design
 from veil.designer.ilp import Problem, Solution, solve
@@ -86,8 +86,13 @@ def design_workload(
     weights: list[float] | None = None,
     policy: Policy | None = None,
     progress: Callable[[str], None] | None = None,
+    current: PhysicalDesign | None = None,
 ) -> DesignReport:
-    """The cheapest design for ``queries`` within ``budget`` × plaintext (None: unbounded)."""
+    """The cheapest design for ``queries`` within ``budget`` × plaintext (None: unbounded).
+
+    ``current``: the design the data is stored under now; among equally fast designs
+    the one closer to it wins (``veil design --from``).
+    """
     weights = weights or [1.0] * len(queries)
     if len(weights) != len(queries):
         raise ValueError(f"{len(weights)} weights for {len(queries)} queries")
@@ -112,6 +117,7 @@ def design_workload(
         fetch_pairs=candidates.fetch_pairs,
         fixed_bytes=candidates.fixed_bytes,
         plain_bytes=candidates.plain_bytes,
+        kept=stored_candidates(current) if current is not None else frozenset(),
     )
     solution = solve(problem, budget)
     times["ilp"] = solution.solve_seconds
@@ -132,6 +138,21 @@ def _candidates(session: Session, queries: list[str], policy: Policy) -> Candida
         schema, queries, available_schemes(), session.design.key_fingerprint, policy=policy
     )
     return collect_candidates(greedy, session.design, policy)
+
+
+def stored_candidates(design: PhysicalDesign) -> frozenset[str]:
+    """The candidate keys of what ``design`` stores (``veil.designer.candidates``)."""
+    keys = {
+        candidate_key(t.name, e.source, e.scheme)
+        for t in design.tables.values()
+        for e in t.encryptions
+    }
+    keys |= {candidate_key(t.name, s, ASHE) for t in design.tables.values() for s in _sums_of(t)}
+    return frozenset(keys)
+
+
+def _sums_of(table: TableDesign) -> list[str]:
+    return list(table.sums.sources) if table.sums is not None else []
 
 
 def _by_kind(calibration: Calibration) -> Calibration:

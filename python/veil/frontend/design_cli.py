@@ -46,7 +46,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     design.add_argument(
         "--out", default=None, help=f"the design file (default CLIENT_DIR/{DEFAULT_OUT})"
     )
+    design.add_argument(
+        "--from",
+        dest="current",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="CURRENT",
+        help="design evolution: prefer what CURRENT (a design file; default the client "
+        "directory's own) stores among equally fast designs, and list the change "
+        "(apply it with `veil redesign`)",
+    )
     design.set_defaults(handler=run_design)
+
+    redesign = subparsers.add_parser(
+        "redesign",
+        help="move a loaded client directory to a new design, table by table, online",
+        description="Rebuild each table whose encryptions the design file changes from the "
+        "server's own data (fetched and decrypted; no source needed), under fresh names and "
+        "keys, each swapped in atomically; unchanged tables are left alone.",
+    )
+    redesign.add_argument("client_dir")
+    redesign.add_argument("--design", required=True, metavar="FILE", help="from `veil design`")
+    redesign.set_defaults(handler=run_redesign)
 
 
 def budget_type(text: str) -> float | None:
@@ -87,12 +109,16 @@ def workload_queries(items: list[str]) -> list[str]:
 
 
 def run_design(args: argparse.Namespace) -> int:
+    from veil.design.model import PhysicalDesign
     from veil.exec.session import Session
     from veil.frontend.cli import _progress_line
     from veil.frontend.design import design_workload
 
     queries = workload_queries(args.workload)
     session = Session(args.client_dir)
+    current = None
+    if args.current is not None:
+        current = PhysicalDesign.load(args.current) if args.current else session.design
     try:
         report = design_workload(
             session,
@@ -101,13 +127,34 @@ def run_design(args: argparse.Namespace) -> int:
             bandwidth=args.bandwidth,
             weights=args.weights,
             progress=_progress_line,
+            current=current,
         )
     finally:
         session.close()
     out = Path(args.out or Path(args.client_dir) / DEFAULT_OUT)
     report.design.save(out)
-    from veil.frontend.design_report import format_report
+    from veil.frontend.design_report import format_changes, format_report
 
     print(format_report(report))
+    if current is not None:
+        print(format_changes(current, report.design))
     print(f"design written to {out}; load with: veil load --source ... --design {out} ...")
+    return 0
+
+
+def run_redesign(args: argparse.Namespace) -> int:
+    from veil.design.model import PhysicalDesign
+    from veil.exec.session import Session
+    from veil.frontend.cli import _progress_line
+    from veil.load.redesign import redesign
+
+    target = PhysicalDesign.load(args.design)
+    session = Session(args.client_dir)
+    try:
+        changes = redesign(session, target, _progress_line)
+    finally:
+        session.close()
+    for change in changes:
+        print(f"{change.table}: rebuilt (+{len(change.added)} -{len(change.dropped)})")
+    print(f"{len(changes)} table(s) rebuilt; {args.client_dir} now stores {args.design}'s design")
     return 0

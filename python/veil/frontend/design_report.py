@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from veil.design.model import PhysicalDesign
 from veil.designer.candidates import ASHE
 from veil.frontend.design import DesignReport
 from veil.frontend.output import format_grid
+from veil.load.redesign import design_changes
 
 
 def format_report(report: DesignReport) -> str:
@@ -41,4 +43,18 @@ def format_report(report: DesignReport) -> str:
             ],
         ),
     ]
+    return "\n".join(lines)
+
+
+def format_changes(current: PhysicalDesign, target: PhysicalDesign) -> str:
+    """What moving from ``current`` to ``target`` adds and drops, per table."""
+    changes = design_changes(current, target)
+    if not changes:
+        return "change from the current design: none"
+    lines = [f"change from the current design: {len(changes)} table(s) to rebuild"]
+    for change in changes:
+        added = ", ".join(change.added) or "nothing"
+        dropped = ", ".join(change.dropped) or "nothing"
+        lines.append(f"  {change.table}: add {added}; drop {dropped}")
+    lines.append("apply with: veil redesign CLIENT_DIR --design FILE")
     return "\n".join(lines)
