@@ -21,7 +21,11 @@ alternatives, so every query stays feasible under any budget.
 
 Planning and costing are the caller's (``evaluate``: the real planner and
 ``veil.exec.cost``); a plan's needs are the candidates it actually read, so
-subsets the planner could not use collapse into one alternative.
+subsets the planner could not use collapse into one alternative. Subsets go
+from large to small, and a subset lying between a planned one and what that
+plan read is not planned again: the planner, seeing every encryption that
+plan used and nothing it did not need, makes the same plan (the planner's
+choices depend on what it can use, not on what else is stored).
 """
 
 from __future__ import annotations
@@ -120,8 +124,12 @@ def alternatives(tree: exp.Expr, candidates: CandidateSet, evaluate: Evaluate) -
 
     fetch_all = evaluate(None, tree)
     keep(Alternative(frozenset(), fetch_all.seconds, FETCH_ALL))
+    planned: list[tuple[frozenset[str], frozenset[str]]] = []  # (subset, what its plan read)
     for subset in unit_subsets(query_units(enc_set(tree, candidates), candidates)):
+        if any(needs <= subset < larger for larger, needs in planned):
+            continue  # a larger subset's plan read only what this one has: the same plan
         plan = evaluate(subset, tree)
         needs = candidates.required(set(plan.server_columns), subset)
+        planned.append((frozenset(subset), needs))
         keep(Alternative(needs, plan.seconds, plan.summary))
     return sorted(found.values(), key=lambda a: (a.seconds, len(a.needs)))
