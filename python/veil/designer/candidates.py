@@ -124,7 +124,8 @@ class CandidateSet:
     @staticmethod
     def _fetch_form(table: str, det: Encryption) -> Encryption:
         params = {k: v for k, v in det.params.items() if k in ("mean_bytes", "column")}
-        return Encryption(det.name, det.source, RND, det.type, f"rnd:{table}.{det.source}", params)
+        scope = f"rnd:{table}.{det.source}"
+        return Encryption(det.name, det.source, RND, det.type, scope, params, origin="ilp")
 
 
 def candidate_key(table: str, source: str, scheme: str) -> str:

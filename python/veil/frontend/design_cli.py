@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--out", default=None, help=f"the design file (default CLIENT_DIR/{DEFAULT_OUT})"
     )
     design.add_argument(
+        "--verbose", action="store_true", help="list what each chosen plan reads on the server"
+    )
+    design.add_argument(
         "--from",
         dest="current",
         nargs="?",
@@ -135,7 +138,7 @@ def run_design(args: argparse.Namespace) -> int:
     report.design.save(out)
     from veil.frontend.design_report import format_changes, format_report
 
-    print(format_report(report))
+    print(format_report(report, verbose=args.verbose))
     if current is not None:
         print(format_changes(current, report.design))
     print(f"design written to {out}; load with: veil load --source ... --design {out} ...")

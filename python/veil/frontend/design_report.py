@@ -11,7 +11,7 @@ from veil.frontend.output import format_grid
 from veil.load.redesign import design_changes
 
 
-def format_report(report: DesignReport) -> str:
+def format_report(report: DesignReport, *, verbose: bool = False) -> str:
     solution, problem = report.solution, report.problem
     budget = "unbounded" if report.budget is None else f"{report.budget:g} x plaintext"
     stored = Counter(key.split(" ", 1)[0] for key in solution.enabled)
@@ -43,6 +43,12 @@ def format_report(report: DesignReport) -> str:
             ],
         ),
     ]
+    if verbose:
+        lines.append("what each chosen plan reads on the server:")
+        for number, q in enumerate(report.queries, 1):
+            lines.append(
+                f"  {number}: {', '.join(sorted(q.chosen.needs)) or 'no optional encryption'}"
+            )
     return "\n".join(lines)
 
 
