@@ -29,11 +29,20 @@ def format_report(report: DesignReport, *, verbose: bool = False) -> str:
         f"{solution.variables} variables, {solution.constraints} constraints)",
         "",
         format_grid(
-            ["query", "estimated ms", "fetch-all ms", "plans", "chosen plan", "needs"],
+            [
+                "query",
+                "estimated ms",
+                "at run time ms",
+                "fetch-all ms",
+                "plans",
+                "chosen plan",
+                "needs",
+            ],
             [
                 [
                     number,
                     f"{q.chosen.seconds * 1e3:,.1f}",
+                    f"{q.run_time_seconds * 1e3:,.1f}",
                     f"{q.fetch_all_seconds * 1e3:,.1f}",
                     q.alternatives,
                     q.chosen.summary,
