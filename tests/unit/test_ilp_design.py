@@ -14,7 +14,7 @@ from veil.designer.enumerate import (
     query_units,
     unit_subsets,
 )
-from veil.designer.ilp import BudgetError, Problem, solve
+from veil.designer.ilp import BudgetError, Change, Problem, solve
 
 
 def plan(seconds: float, *needs: str) -> Alternative:
@@ -80,6 +80,37 @@ def test_a_chosen_plan_is_never_estimated_worse_than_fetching_all() -> None:
         for alternatives, chosen in zip(problem().plans, solution.plans, strict=True):
             fetch_all = next(a for a in alternatives if a.summary == FETCH_ALL)
             assert chosen.seconds <= fetch_all.seconds
+
+
+def change(kept: set[str], seconds_per_byte: float, forced: frozenset[str] = frozenset()) -> Change:
+    """DET a and RND a live in table t1, OPE b in t2 (100 bytes each to rebuild)."""
+    tables = {"DET a": "t1", "RND a": "t1", "OPE b": "t2"}
+    return Change(frozenset(kept), tables, {"t1": 100.0, "t2": 100.0}, forced, seconds_per_byte)
+
+
+@pytest.mark.parametrize(
+    ("kept", "per_byte", "forced", "chosen", "enabled", "rebuilt"),
+    [
+        # free rebuilds: the fastest design; t1 already has what it needs, only t2 changes
+        ({"DET a"}, 0.0, frozenset(), [1, 2], {"DET a", "OPE b"}, {"t2"}),
+        # 100 s to rebuild t2 against 6.5 s of gain: t2 is left alone, q2 fetches
+        ({"DET a"}, 1.0, frozenset(), [1, 0], {"DET a"}, set()),
+        # t2 is rebuilt anyway (its fixed part changes): OPE b comes for free
+        ({"DET a"}, 1.0, frozenset({"t2"}), [1, 2], {"DET a", "OPE b"}, {"t2"}),
+        # a table left alone keeps what it stores, even what no chosen plan reads
+        ({"DET a", "RND a"}, 1.0, frozenset(), [1, 0], {"DET a", "RND a"}, set()),
+    ],
+)
+def test_design_evolution_prices_rebuilt_tables(
+    kept: set[str],
+    per_byte: float,
+    forced: frozenset[str],
+    chosen: list[int],
+    enabled: set[str],
+    rebuilt: set[str],
+) -> None:
+    solution = solve(problem(change=change(kept, per_byte, forced)), None)
+    assert (solution.chosen, solution.enabled, solution.rebuilt) == (chosen, enabled, rebuilt)
 
 
 def test_query_units_keep_join_sides_and_a_tables_sums_together() -> None:

@@ -86,6 +86,7 @@ class CandidateSet:
     plain_bytes: float  # the plaintext database, the unit of the space budget
     fetch_pairs: dict[str, str] = field(default_factory=dict)  # DET key -> its RND key
     by_name: dict[str, str] = field(default_factory=dict)  # server column -> candidate key
+    table_bytes: dict[str, float] = field(default_factory=dict)  # a table with every candidate
 
     def restrict(self, enabled: set[str]) -> PhysicalDesign:
         """The design storing only ``enabled`` candidates (plus the fixed encryptions).
@@ -233,6 +234,9 @@ def _measure(found: CandidateSet, table: TableDesign) -> None:
     rows = float(max(table.row_count, 1))
     found.plain_bytes += sum(rows * plain_width(c, table) for c in table.columns)
     found.fixed_bytes += rows * _ROW_ID_BYTES
+    found.table_bytes[table.name] = rows * (
+        _ROW_ID_BYTES + sum(stored_width(e) for e in table.encryptions)
+    )
     dets = {e.source for e in table.encryptions if e.scheme == DET and not e.is_expression}
     for enc in table.encryptions:
         size = rows * stored_width(enc)

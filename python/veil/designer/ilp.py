@@ -50,9 +50,23 @@ class Problem:
     fetch_pairs: dict[str, str]  # DET candidate -> its RND: one of the two is stored
     fixed_bytes: float
     plain_bytes: float
-    # candidates the current design stores (``veil design --from``): among equally fast
-    # designs, the one writing fewer new bytes wins
-    kept: frozenset[str] = frozenset()
+    change: Change | None = None  # design evolution: from what is stored now
+
+
+@dataclass
+class Change:
+    """What is stored now (``veil design --from``), and what rebuilding a table costs.
+
+    A table whose candidates change is rebuilt whole (``veil redesign``): ``r[t]`` = 1
+    when any of its candidates is added or dropped. Each rebuilt byte costs
+    ``seconds_per_byte`` of workload time (0: only ties go to the current design).
+    """
+
+    kept: frozenset[str]  # candidates the current design stores
+    table_of: dict[str, str]  # candidate -> its table
+    table_bytes: dict[str, float]  # bytes a rebuild of the table writes
+    forced: frozenset[str] = frozenset()  # tables rebuilt whatever is chosen
+    seconds_per_byte: float = 0.0
 
 
 @dataclass
@@ -65,6 +79,7 @@ class Solution:
     variables: int = 0
     constraints: int = 0
     plans: list[Alternative] = field(default_factory=list)
+    rebuilt: set[str] = field(default_factory=set)  # tables the change rebuilds (``Change``)
 
     def space_factor(self, problem: Problem) -> float:
         return self.space_bytes / problem.plain_bytes
@@ -95,10 +110,7 @@ def _solve(problem: Problem, budget: float | None, *, minimise_space: bool) -> S
     highs = _quiet_highs()
     keys = sorted(problem.sizes)
     price = 1.0 if minimise_space else _TIE_BREAK
-    stored = {
-        k: highs.addBinary(obj=price * problem.sizes[k] * (0.5 if k in problem.kept else 1.0))
-        for k in keys
-    }
+    stored = {k: highs.addBinary(obj=price * problem.sizes[k]) for k in keys}
     runs = [
         [highs.addBinary(obj=0.0 if minimise_space else w * a.seconds) for a in alternatives]
         for w, alternatives in zip(problem.weights, problem.plans, strict=True)
@@ -118,11 +130,45 @@ def _solve(problem: Problem, budget: float | None, *, minimise_space: bool) -> S
         room = budget * problem.plain_bytes - problem.fixed_bytes
         highs.addConstr(sum(problem.sizes[k] * stored[k] for k in keys) <= room)
         constraints += 1
+    rebuilt: dict[str, Any] = {}
+    if problem.change is not None and not minimise_space:
+        rebuilt = _add_rebuilds(highs, problem.change, stored)
+        constraints += len(stored) + len(problem.change.forced)
     highs.run()
     if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     values = highs.getSolution().col_value
-    return _solution(problem, keys, stored, runs, values, started, constraints)
+    solution = _solution(problem, keys, stored, runs, values, started, constraints)
+    if rebuilt:
+        _keep_unrebuilt(solution, problem, {t for t, r in rebuilt.items() if values[r.index] > 0.5})
+    return solution
+
+
+def _add_rebuilds(highs: Any, change: Change, stored: dict[str, Any]) -> dict[str, Any]:
+    """``r[t]`` per table: 1 when a candidate of ``t`` is added or dropped, priced per byte."""
+    rebuilt = {
+        t: highs.addBinary(obj=(change.seconds_per_byte + _TIE_BREAK) * size)
+        for t, size in sorted(change.table_bytes.items())
+    }
+    for key, enabled in stored.items():
+        table = rebuilt[change.table_of[key]]
+        if key in change.kept:
+            highs.addConstr(enabled + table >= 1)  # dropping it rebuilds the table
+        else:
+            highs.addConstr(enabled <= table)  # adding it rebuilds the table
+    for name in sorted(change.forced):
+        highs.addConstr(rebuilt[name] >= 1)
+    return rebuilt
+
+
+def _keep_unrebuilt(solution: Solution, problem: Problem, rebuilt: set[str]) -> None:
+    """A table left alone keeps exactly what it stores, read by a chosen plan or not."""
+    change = problem.change
+    assert change is not None
+    solution.rebuilt = rebuilt
+    alone = {k for k in problem.sizes if change.table_of[k] not in rebuilt}
+    solution.enabled = (solution.enabled - alone) | (change.kept & alone)
+    solution.space_bytes = problem.fixed_bytes + sum(problem.sizes[k] for k in solution.enabled)
 
 
 def _quiet_highs() -> Any:

@@ -36,11 +36,12 @@ from veil.design.policy import Policy
 from veil.designer.candidates import ASHE, CandidateSet, candidate_key, collect_candidates
 from veil.designer.enumerate import FETCH_ALL, Alternative, Evaluated, alternatives
 from veil.designer.greedy import greedy_design
-from veil.designer.ilp import Problem, Solution, solve
+from veil.designer.ilp import Change, Problem, Solution, solve
 from veil.exec.calibration import CLASS_PREFIX, Calibration, calibration_of
 from veil.exec.ciphers import available_schemes
 from veil.exec.cost import estimate_plan, plan_steps
 from veil.exec.session import Session
+from veil.load.redesign import design_changes
 from veil.sql.parse import parse_statement
 from veil.sql.plan import JoinedFetch, SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
@@ -90,11 +91,13 @@ def design_workload(
     policy: Policy | None = None,
     progress: Callable[[str], None] | None = None,
     current: PhysicalDesign | None = None,
+    rebuild_seconds_per_byte: float = 0.0,
 ) -> DesignReport:
     """The cheapest design for ``queries`` within ``budget`` × plaintext (None: unbounded).
 
-    ``current``: the design the data is stored under now; among equally fast designs
-    the one closer to it wins (``veil design --from``).
+    ``current``: the design the data is stored under now (``veil design --from``); each
+    table the new design changes is rebuilt, at ``rebuild_seconds_per_byte`` of workload
+    time per byte it writes (0: among equally fast designs, the one rebuilding less).
     """
     weights = weights or [1.0] * len(queries)
     if len(weights) != len(queries):
@@ -120,7 +123,7 @@ def design_workload(
         fetch_pairs=candidates.fetch_pairs,
         fixed_bytes=candidates.fixed_bytes,
         plain_bytes=candidates.plain_bytes,
-        kept=stored_candidates(current) if current is not None else frozenset(),
+        change=_change(current, candidates, rebuild_seconds_per_byte) if current else None,
     )
     solution = solve(problem, budget)
     times["ilp"] = solution.solve_seconds
@@ -144,6 +147,19 @@ def _candidates(session: Session, queries: list[str], policy: Policy) -> Candida
         schema, queries, available_schemes(), session.design.key_fingerprint, policy=policy
     )
     return collect_candidates(greedy, session.design, policy)
+
+
+def _change(current: PhysicalDesign, candidates: CandidateSet, seconds_per_byte: float) -> Change:
+    """``current`` in the ILP's terms; tables whose fixed part changes are rebuilt anyway."""
+    kept = stored_candidates(current) & set(candidates.candidates)
+    forced = {c.table for c in design_changes(current, candidates.restrict(set(kept)))}
+    return Change(
+        kept=kept,
+        table_of={k: c.table for k, c in candidates.candidates.items()},
+        table_bytes=candidates.table_bytes,
+        forced=frozenset(forced),
+        seconds_per_byte=seconds_per_byte,
+    )
 
 
 def stored_candidates(design: PhysicalDesign) -> frozenset[str]:

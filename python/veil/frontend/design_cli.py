@@ -60,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "directory's own) stores among equally fast designs, and list the change "
         "(apply it with `veil redesign`)",
     )
+    design.add_argument(
+        "--rebuild-cost",
+        type=float,
+        default=0.0,
+        metavar="SECONDS_PER_GB",
+        help="with --from: workload seconds that rewriting 1 GB of a table is worth (default "
+        "0: the fastest design, and among equally fast ones the one rebuilding least)",
+    )
     design.set_defaults(handler=run_design)
 
     redesign = subparsers.add_parser(
@@ -131,6 +139,7 @@ def run_design(args: argparse.Namespace) -> int:
             weights=args.weights,
             progress=_progress_line,
             current=current,
+            rebuild_seconds_per_byte=args.rebuild_cost / 1e9,
         )
     finally:
         session.close()
