@@ -7,6 +7,11 @@ import sys
 
 from veil.design import SUM_SCHEMES
 
+BANDWIDTH_HELP = (
+    "the link to the server, `local` (as calibrated), `lan` (1 Gbit/s), `monomi` (10 Mbit/s) "
+    "or Mbit/s (default local)"
+)
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     load = subparsers.add_parser(
@@ -109,8 +114,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--bandwidth",
         type=bandwidth_type,
         default=None,
-        help="with --analyze: the link to the server, `local` (as calibrated), `lan` "
-        "(1 Gbit/s), `monomi` (10 Mbit/s) or Mbit/s (default local)",
+        help=f"with --analyze: {BANDWIDTH_HELP}",
     )
     explain.set_defaults(handler=run_explain)
 

@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from veil.frontend.cli import BANDWIDTH_HELP, bandwidth_type
+
 UNBOUNDED = ("none", "unbounded", "inf")
 DEFAULT_OUT = "ilp-design.json"
 
@@ -35,10 +37,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     design.add_argument(
         "--bandwidth",
-        type=_bandwidth,
+        type=bandwidth_type,
         default=None,
-        help="the link to the server: `local` (as calibrated), `lan` (1 Gbit/s), `monomi` "
-        "(10 Mbit/s) or Mbit/s (default local)",
+        help=BANDWIDTH_HELP,
     )
     design.add_argument(
         "--weights", type=_weights, default=None, help="one weight per query, comma-separated"
@@ -94,12 +95,6 @@ def budget_type(text: str) -> float | None:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"budget {text!r} must be positive")
     return value
-
-
-def _bandwidth(text: str) -> float | None:
-    from veil.frontend.cli import bandwidth_type
-
-    return bandwidth_type(text)
 
 
 def _weights(text: str) -> list[float]:
