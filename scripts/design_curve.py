@@ -49,7 +49,7 @@ def plot(points: list[dict[str, Any]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = plt.subplots(figsize=(8.5, 4.8))
     for p in points:
         marker = "s" if p["design"] == "greedy" else "o"
         axis.scatter(p["server_space_x_plain"], p["median_ratio"], marker=marker, s=60)
@@ -64,7 +64,7 @@ def plot(points: list[dict[str, Any]], path: str) -> None:
     axis.set_ylabel("median Veil / plaintext time, 22 queries")
     axis.set_title("TPC-H SF 1 on DuckDB: ILP designs by budget vs greedy")
     axis.grid(alpha=0.3)
-    axis.margins(x=0.15, y=0.15)  # room for the labels
+    axis.margins(x=0.3, y=0.15)  # room for the labels
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
