@@ -109,3 +109,21 @@ def test_veil_design_command(
     assert main([*argv, "--out", str(out)]) == 0
     assert "design for 1 queries, budget unbounded" in capsys.readouterr().out
     assert PhysicalDesign.load(out).tables["orders"].encryptions_of("o_orderdate", OPE)
+
+
+def test_a_design_for_other_tables_is_refused(
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    schema = {name: t.columns for name, t in designs[None].design.tables.items()}
+    del schema["region"]
+    with pytest.raises(DesignError, match="other tables or columns than the source"):
+        chosen_design(designs[None].design, schema, Policy(), "fingerprint")
+
+
+def test_an_infeasible_budget_from_the_command_line(
+    veil_env: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["design", str(veil_env["client"]), "--workload", QUERIES[0], "--budget", "0.5"]
+    assert main([*argv, "--out", str(tmp_path / "d.json")]) == 2
+    assert "give --budget" in capsys.readouterr().err
+    assert not (tmp_path / "d.json").exists()
