@@ -21,6 +21,7 @@ def point(label: str, bench_path: str, design_path: str | None) -> dict[str, Any
     summary, space = bench["summary"], bench["space"]
     found: dict[str, Any] = {
         "design": label,
+        "backend": bench["backend"],
         "server_space_x_plain": space["overhead"],
         "veil_bytes": space["veil_bytes"],
         "plain_bytes": space["plain_bytes"],
@@ -49,22 +50,25 @@ def plot(points: list[dict[str, Any]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(8.5, 4.8))
-    for p in points:
-        marker = "s" if p["design"] == "greedy" else "o"
-        axis.scatter(p["server_space_x_plain"], p["median_ratio"], marker=marker, s=60)
-        axis.annotate(
-            f"{p['design']}\nworst x{p['worst_ratio']['value']:.0f} (Q{p['worst_ratio']['query']})",
-            (p["server_space_x_plain"], p["median_ratio"]),
-            textcoords="offset points",
-            xytext=(8, 4),
-            fontsize=8,
-        )
-    axis.set_xlabel("server bytes / plaintext DuckDB bytes (measured files)")
-    axis.set_ylabel("median Veil / plaintext time, 22 queries")
-    axis.set_title("TPC-H SF 1 on DuckDB: ILP designs by budget vs greedy")
-    axis.grid(alpha=0.3)
-    axis.margins(x=0.3, y=0.15)  # room for the labels
+    backends = sorted({p["backend"] for p in points})
+    figure, axes = plt.subplots(1, len(backends), figsize=(7.5 * len(backends), 4.8), squeeze=False)
+    for axis, backend in zip(axes[0], backends, strict=True):
+        for p in (p for p in points if p["backend"] == backend):
+            marker = "s" if p["design"] == "greedy" else "o"
+            axis.scatter(p["server_space_x_plain"], p["median_ratio"], marker=marker, s=60)
+            worst = p["worst_ratio"]
+            axis.annotate(
+                f"{p['design']}\nworst x{worst['value']:.0f} (Q{worst['query']})",
+                (p["server_space_x_plain"], p["median_ratio"]),
+                textcoords="offset points",
+                xytext=(8, 4),
+                fontsize=8,
+            )
+        axis.set_xlabel("server bytes / plaintext bytes (measured)")
+        axis.set_ylabel("median Veil / plaintext time, 22 queries")
+        axis.set_title(f"TPC-H SF 1 on {backend}: ILP designs by budget vs greedy")
+        axis.grid(alpha=0.3)
+        axis.margins(x=0.3, y=0.15)  # room for the labels
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
