@@ -65,9 +65,17 @@ class BenchServers:
 
 
 def prepare(
-    backend: str, scale_factor: float, work_dir: Path, server: str | None = None
+    backend: str,
+    scale_factor: float,
+    work_dir: Path,
+    server: str | None = None,
+    design: str | None = None,
 ) -> BenchServers:
-    """Generate (cached), then load both sides into fresh or cached databases."""
+    """Generate (cached), then load both sides into fresh or cached databases.
+
+    ``design``: a design file (``veil design``) to load Veil's side under; without it,
+    the greedy design of the 22 queries.
+    """
     data = work_dir / f"data_sf{scale_factor:g}"
     if not all((data / f"{t}.parquet").exists() for t in TABLES):
         say(f"generating TPC-H SF {scale_factor:g} in {data}")
@@ -88,7 +96,7 @@ def prepare(
         for old in ("plain.duckdb", "veil.duckdb", "client"):
             _remove(root / old)
         root.mkdir(parents=True, exist_ok=True)
-        _load_both(servers)
+        _load_both(servers, design)
         marker.write_text(json.dumps(servers.load_seconds))
         return servers
     if server is not None:
@@ -106,7 +114,7 @@ def prepare(
         )
     _remove(root / "client")
     try:
-        _load_both(servers)
+        _load_both(servers, design)
     except BaseException:
         servers.close()
         raise
@@ -122,7 +130,7 @@ def _design_is_current(client_dir: Path) -> bool:
     return bool(version == DESIGN_VERSION)
 
 
-def _load_both(servers: BenchServers) -> None:
+def _load_both(servers: BenchServers, design: str | None = None) -> None:
     started = time.perf_counter()
     plain = connect(servers.plain_url)
     try:
@@ -138,8 +146,10 @@ def _load_both(servers: BenchServers) -> None:
         plain.close()
     say(f"plaintext loaded in {sum(servers.load_seconds.values()):.1f} s")
     started = time.perf_counter()
-    queries = list(query_texts().values())
-    load(str(servers.data_dir), servers.veil_url, str(servers.client_dir), queries, _quiet)
+    queries = list(query_texts().values()) if design is None else []
+    chosen = PhysicalDesign.load(design) if design is not None else None
+    load(str(servers.data_dir), servers.veil_url, str(servers.client_dir), queries, _quiet,
+         design=chosen)  # fmt: skip
     servers.load_seconds["veil_load"] = time.perf_counter() - started
     started = time.perf_counter()
     veil = connect(servers.veil_url)

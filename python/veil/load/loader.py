@@ -40,6 +40,7 @@ from veil.design.model import (
     TableDesign,
 )
 from veil.design.policy import Policy, check_policy_columns
+from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import SqlType, encode, encode_scalar
@@ -89,6 +90,7 @@ def load(
     domains: Domains | None = None,
     key_file: str | None = None,
     policy: Policy | None = None,
+    design: PhysicalDesign | None = None,
 ) -> list[LoadReport]:
     """Load every table of ``source``; returns what was loaded.
 
@@ -111,6 +113,9 @@ def load(
     the domain is refused. A source value outside its declared domain fails
     the load before anything is written. ``key_file`` (from ``veil keygen``)
     is the key to encrypt with; without it the client directory gets a new one.
+    ``design`` (from ``veil design``) is the design to load under instead of
+    one made here; it must name the source's tables and columns and stay
+    within ``policy``.
     """
     say = Reporter(progress or to_stderr, bars=progress is None)
     server_url = canonical_url(server_url)  # stored: the same file from any directory
@@ -130,7 +135,9 @@ def load(
     if policy is None:
         policy = client.policy()
     check_policy_columns(policy, schema)
-    if workload:
+    if design is not None:
+        fresh = chosen_design(design, schema, policy, master.fingerprint())
+    elif workload:
         fresh = greedy_design(
             schema, workload, available_schemes(), master.fingerprint(), sums=sums, policy=policy
         )
