@@ -165,11 +165,16 @@ def _step_cost(
 
 def _ashe_rows(scan: Scan, keys: list[str]) -> float:
     """(group, block) rows: the blocks of 64 row ids times the groups (the keys' distinct
-    counts multiplied, as recorded at load), at most one per row."""
+    counts multiplied, as recorded at load), at most one per row the filters keep.
+
+    A table clustered by the keys (``TableDesign.cluster_by``) has each block in
+    one group: the blocks alone."""
     groups = 1.0
-    for key in keys:
+    clustered = bool(scan.table.cluster_by) and set(scan.table.cluster_by) <= set(keys)
+    for key in [] if clustered else keys:
         enc = scan.table.find(key, DET)
         distinct = enc.params.get("distinct") if enc is not None else None
         groups *= float(distinct) if isinstance(distinct, int) else 100.0
     rows = float(scan.table.row_count)
-    return min(rows, rows / 64 * groups)
+    kept = scan.kept_rows if scan.kept_rows is not None else rows
+    return min(kept, rows / 64 * groups)

@@ -55,6 +55,8 @@ class Scan:
     binds: list[BindFilter] = field(default_factory=list)  # key filters from other scans
     # rows its statement returns, from the load's statistics (``estimate_rows``); None: unknown
     estimated_rows: float | None = None
+    # an aggregated scan's: the rows its filters keep, before grouping (``estimate_rows``)
+    kept_rows: float | None = None
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
