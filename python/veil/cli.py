@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "veil.bench.kv.cli",
     "veil.bench.documents.cli",
     "veil.frontend.cli",
+    "veil.frontend.design_cli",
     "veil.frontend.layers_cli",
     "veil.serve.cli",
     "veil.tpch.cli",

@@ -185,3 +185,77 @@ def test_concurrent_sessions_insert_and_sum_exactly(
     assert len(ids) == len(set(ids))
     for sql in [*QUERIES[-3:], "SELECT g, SUM(a), SUM(w), COUNT(*) FROM readings GROUP BY g"]:
         check_query(ashe_session, plain, sql)
+
+
+def test_words_fit_the_loaded_values(ashe_session: Session) -> None:
+    """Words sized for 4x the data's largest |value| (b: |b| <= 60); 7-bit counters."""
+    sums = ashe_session.design.table("readings").sums
+    assert sums is not None and sums.limits is not None and sums.overflow_column is not None
+    index = sums.sources.index("b")
+    assert sums.limits[index] == 4 * 60
+    assert sums.word_bits is not None and sums.word_bits[index] == [(64 * 240).bit_length() + 1]
+    # a NULL counter for each source with NULLs at load; b had none (field 0: flagged)
+    assert sums.null_fields is not None and sums.null_fields[index] == 0
+    assert sums.null_fields[sums.sources.index("a")] >= 1  # a has NULLs
+    counters = [f for f in sums.null_fields if f]
+    assert sorted(counters) == list(range(1, len(counters) + 1))
+    assert sums.overflow_bits == 7 * (1 + len(counters))
+
+
+def test_values_beyond_the_loaded_range_are_summed_exactly(
+    ashe_session: Session, plain: duckdb.DuckDBPyConnection
+) -> None:
+    """A later value past a word's range is flagged: sums over it run on the client."""
+    statements = [
+        "INSERT INTO readings VALUES (8000, 'even', 9999.99, 2000000000, 5, 1)",
+        "UPDATE readings SET b = -2000000000 WHERE id = 17",
+    ]
+    for statement in statements:
+        plain.execute(statement)
+        ashe_session.run(statement)
+    for sql in QUERIES:
+        check_query(ashe_session, plain, sql)
+    # sums that do not reach the flagged rows stay on the server
+    result = ashe_session.run("SELECT SUM(b) FROM readings WHERE g = 'rare'")
+    assert result.plan is not None and result.plan.scans[0].aggregation is not None
+
+
+def test_the_server_counts_rows_and_the_flags_word_counts_nulls(ashe_session: Session) -> None:
+    """No column of a summed expression is tested for NULL on the server: COUNT(*) only."""
+    sql = "SELECT g, SUM(a), AVG(a * b), COUNT(*) FROM readings WHERE g = 'rare' GROUP BY g"
+    result = ashe_session.run(sql)
+    (statement,) = result.stats.remote_sql
+    assert "is null" not in statement.lower() and "count(*)" in statement.lower()
+
+
+def test_a_null_where_the_load_had_none_is_summed_exactly(
+    ashe_session: Session, plain: duckdb.DuckDBPyConnection
+) -> None:
+    """``b`` had no NULL at load: a later one is flagged, and sums over it run on the client."""
+    statement = "INSERT INTO readings VALUES (8100, 'rare', 1.00, NULL, 5, 2)"
+    plain.execute(statement)
+    ashe_session.run(statement)
+    for sql in [*QUERIES, "SELECT g, SUM(b), AVG(b), COUNT(b) FROM readings GROUP BY g"]:
+        check_query(ashe_session, plain, sql)
+    result = ashe_session.run("SELECT g, SUM(b), AVG(b) FROM readings WHERE g = 'nulls' GROUP BY g")
+    assert result.plan is not None and result.plan.scans[0].aggregation is not None
+
+
+def test_a_column_only_summed_under_ashe_is_stored_in_blocks() -> None:
+    """TPC-H's l_tax: read only inside a sum the server adds, it never comes back per row."""
+    from veil.design.model import BLOCKS, RND, Column
+    from veil.designer.greedy import greedy_design
+    from veil.exec.ciphers import available_schemes
+
+    schema = {
+        "t": [Column("k", "INTEGER"), Column("x", "DECIMAL(15,2)"), Column("y", "DECIMAL(15,2)")]
+    }
+    workload = ["SELECT k, SUM(x * (1 + y)) FROM t GROUP BY k", "SELECT SUM(x) / 2 FROM t"]
+
+    def schemes(sums: str) -> dict[str, set[str]]:
+        design = greedy_design(schema, workload, available_schemes(), "", sums=sums)
+        table = design.tables["t"]
+        return {c.name: {e.scheme for e in table.encryptions_of(c.name)} for c in schema["t"]}
+
+    assert schemes("ashe")["y"] == {BLOCKS} and schemes("ashe")["x"] == {BLOCKS}
+    assert schemes("none")["y"] == {RND}  # summed by the client: fetched per row

@@ -1,11 +1,13 @@
-"""DET integers of few distinct values stored as 8-byte binaries where the server compresses those.
+"""Integers of few distinct values stored as 8-byte binaries where the server compresses those.
 
 On DuckDB a DET integer column with at most ``BYTES_FORM_MAX_DISTINCT``
 values is stored as BLOB (dictionary-compressed), and so is a join group
 whose columns all have few values; PostgreSQL keeps BIGINT everywhere. Equality,
 IN lists, GROUP BY, COUNT(DISTINCT), joins of the other columns, bind filters,
 and INSERT/UPDATE/DELETE with values and NULLs the load never saw must give
-plaintext DuckDB's answers on both backends.
+plaintext DuckDB's answers on both backends. The same holds for OPE of at
+most 32 bits (``v_day`` in ranges, MIN/MAX, ORDER BY): its binaries are
+big-endian with the sign bit flipped, so they sort as the ciphertexts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from tests.sql.oracle import check_query, load_tables
 
@@ -37,6 +40,12 @@ QUERIES = [
     "ORDER BY v_id LIMIT 20",
     "SELECT v_day, MAX(v_n) FROM visits WHERE v_n > 1000000007 GROUP BY v_day ORDER BY v_day",
     "SELECT COUNT(*) FROM visits WHERE v_day IN (SELECT v_day FROM visits WHERE v_id = 17)",
+    "SELECT COUNT(*), MIN(v_day), MAX(v_day) FROM visits "
+    "WHERE v_day >= DATE '2024-01-10' AND v_day < DATE '2024-01-20'",
+    "SELECT v_id, v_day FROM visits WHERE v_day BETWEEN DATE '2023-12-01' AND DATE '2024-01-03' "
+    "ORDER BY v_day DESC, v_id LIMIT 15",
+    "SELECT v_site, MIN(v_day), MAX(v_day) FROM visits WHERE v_day > DATE '2024-02-01' "
+    "GROUP BY v_site ORDER BY v_site",
 ]
 STATEMENTS = [
     "INSERT INTO visits VALUES (5000, 3, DATE '2030-06-01', 77), (5001, 3, DATE '2024-01-05', NULL)",
@@ -84,6 +93,9 @@ def test_few_valued_columns_and_join_groups_are_bytes_on_duckdb(
         assert sites is not None and sites.params.get("form") == BYTES_FORM
         many = session.design.table("visits").find("v_id", "DET")
         assert many is None or many.params.get("form") is None  # 20,000 values: BIGINT
+        ordered = table.find("v_day", "OPE")
+        assert ordered is not None and ordered.params.get("form") == BYTES_FORM
+        assert ordered.ope_binary  # compared, MIN/MAX-ed and sorted as binaries
     else:
         assert forms["v_day"] is None and forms["v_n"] is None and forms["v_site"] is None
 
@@ -113,3 +125,28 @@ def test_bytes_round_trip_int64_with_nulls_and_offsets() -> None:
         sliced = values.slice(start)
         assert as_int64(as_bytes(sliced)).to_pylist() == sliced.to_pylist()
     assert as_bytes(pa.array([1], pa.int64())).to_pylist() == [b"\x01" + b"\x00" * 7]
+
+
+def test_ordered_bytes_sort_as_the_integers() -> None:
+    values = pa.array([5, -(2**63), -1, None, 0, 2**63 - 1, 1, -7], pa.int64())
+    stored = as_bytes(values, ordered=True)
+    assert as_int64(stored, ordered=True).to_pylist() == values.to_pylist()
+    pairs = [
+        (v, b) for v, b in zip(values.to_pylist(), stored.to_pylist(), strict=True) if v is not None
+    ]
+    assert [v for v, _ in sorted(pairs, key=lambda p: p[1])] == sorted(v for v, _ in pairs)
+
+
+def test_few_distinct_ciphertexts_decrypt_through_their_dictionary() -> None:
+    from veil.exec.ciphers import decrypt_few
+
+    values = pa.chunked_array([[b"a", None, b"b"] * 3000, [b"b", b"c", None] * 10])
+    calls: list[int] = []
+
+    def decrypt(distinct: pa.Array) -> pa.Array:
+        calls.append(len(distinct))
+        return pc.utf8_upper(distinct.cast(pa.string()))
+
+    out = decrypt_few(values, decrypt)
+    expected = [None if v is None else v.decode().upper() for v in values.to_pylist()]
+    assert out.to_pylist() == expected and calls == [3]  # each distinct value once

@@ -86,7 +86,9 @@ def test_sums_after_dml_ran_on_the_server(
     session, plain = pair
     table = session.design.table("orders")
     assert table.sums is not None
-    result = session.run(CHECKS[3])
+    # o_totalprice had no NULL at load: the NULL inserted since is flagged, so sums
+    # over its group ('O') run on the client; those of the other groups stay on the server
+    result = session.run(CHECKS[4])
     assert len(result.stats.remote_sql) == 1
     assert "bit_or" in result.stats.remote_sql[0].lower()
     for check in CHECKS:

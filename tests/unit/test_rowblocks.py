@@ -56,3 +56,17 @@ def test_two_seals_differ() -> None:
     key = RowBlocks.from_master(MASTER, "blocks:t.c", "t_1.c_1")
     values = pa.array([b"same"])
     assert key.seal(0, values) != key.seal(0, values)  # random nonces
+
+
+def test_repeated_strings_seal_smaller_and_open_as_strings() -> None:
+    import pyarrow as pa
+
+    from veil.crypto.rowblocks import RowBlocks
+
+    blocks = RowBlocks(bytes(32), "c_x")
+    clerks = pa.array([f"Clerk#{i % 40:09d}" if i % 9 else None for i in range(8192)])
+    unique = pa.array([f"comment {i} of many words" for i in range(8192)])
+    for values in (clerks, unique):
+        opened = blocks.open(5, len(values), blocks.seal(5, values))
+        assert opened.type == pa.string() and opened.equals(values)
+    assert len(blocks.seal(0, clerks)) < len(blocks.seal(0, clerks.cast(pa.large_string()))) / 2

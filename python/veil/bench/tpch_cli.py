@@ -29,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     parser.add_argument("--bandwidth-mbit", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per query run")
+    parser.add_argument(
+        "--design",
+        help="load Veil's side under this design file (`veil design`) instead of the greedy "
+        "design of the 22 queries; give each design its own --work-dir",
+    )
     parser.add_argument("--json", help="default bench/tpch_<backend>_sf<SF>.json")
     parser.add_argument("--png", help="default bench/tpch_<backend>_sf<SF>.png")
     parser.set_defaults(handler=_run)

@@ -67,22 +67,32 @@ class BenchServers:
 
 
 def prepare(
-    backend: str, scale_factor: float, work_dir: Path, server: str | None = None
+    backend: str,
+    scale_factor: float,
+    work_dir: Path,
+    server: str | None = None,
+    design: str | None = None,
 ) -> BenchServers:
-    """Generate (cached), then load both sides into fresh or cached databases."""
+    """Generate (cached), then load both sides into fresh or cached databases.
+
+    ``design``: a design file (``veil design``) to load Veil's side under; without it,
+    the greedy design of the 22 queries.
+    """
     data = work_dir / f"data_sf{scale_factor:g}"
     if not all((data / f"{t}.parquet").exists() for t in TABLES):
         say(f"generating TPC-H SF {scale_factor:g} in {data}")
         generate(scale_factor, data, overwrite=True)
     root = work_dir / f"{backend}_sf{scale_factor:g}"
     if backend == "duckdb":
-        return _cached(root, data, ("plain.duckdb", "veil.duckdb"), lambda p: f"duckdb:///{p}")
+        return _cached(
+            root, data, ("plain.duckdb", "veil.duckdb"), lambda p: f"duckdb:///{p}", design
+        )
     if backend == "spark":
         # ``server``: a standalone master (spark://HOST:PORT); each master its own warehouses
         master = server or "spark-local[2]"
         if server is not None:
             root = work_dir / f"spark_{server.split('//')[-1].replace(':', '_')}_sf{scale_factor:g}"
-        return _cached(root, data, ("plain", "veil"), lambda p: f"{master}?warehouse={p}")
+        return _cached(root, data, ("plain", "veil"), lambda p: f"{master}?warehouse={p}", design)
     if server is not None:
         plain_url, veil_url = (_fresh_schema(server, f"veil_bench_{s}") for s in ("plain", "veil"))
         servers = BenchServers(plain_url, veil_url, root / "client", data)
@@ -98,7 +108,7 @@ def prepare(
         )
     _remove(root / "client")
     try:
-        _load_both(servers)
+        _load_both(servers, design)
     except BaseException:
         servers.close()
         raise
@@ -106,7 +116,11 @@ def prepare(
 
 
 def _cached(
-    root: Path, data: Path, files: tuple[str, str], url_of: Callable[[Path], str]
+    root: Path,
+    data: Path,
+    files: tuple[str, str],
+    url_of: Callable[[Path], str],
+    design: str | None,
 ) -> BenchServers:
     """Plaintext and Veil servers in ``root``'s ``files`` (DuckDB files, Spark warehouses):
     loaded once, reused while the marker says the load finished under this design version."""
@@ -119,7 +133,7 @@ def _cached(
     for old in (*files, "client"):
         _remove(root / old)
     root.mkdir(parents=True, exist_ok=True)
-    _load_both(servers)
+    _load_both(servers, design)
     marker.write_text(json.dumps(servers.load_seconds))
     return servers
 
@@ -133,7 +147,7 @@ def _design_is_current(client_dir: Path) -> bool:
     return bool(version == DESIGN_VERSION)
 
 
-def _load_both(servers: BenchServers) -> None:
+def _load_both(servers: BenchServers, design: str | None = None) -> None:
     started = time.perf_counter()
     plain = connect(servers.plain_url)
     try:
@@ -149,8 +163,10 @@ def _load_both(servers: BenchServers) -> None:
         plain.close()
     say(f"plaintext loaded in {sum(servers.load_seconds.values()):.1f} s")
     started = time.perf_counter()
-    queries = list(query_texts().values())
-    load(str(servers.data_dir), servers.veil_url, str(servers.client_dir), queries, _quiet)
+    queries = list(query_texts().values()) if design is None else []
+    chosen = PhysicalDesign.load(design) if design is not None else None
+    load(str(servers.data_dir), servers.veil_url, str(servers.client_dir), queries, _quiet,
+         design=chosen)  # fmt: skip
     servers.load_seconds["veil_load"] = time.perf_counter() - started
     started = time.perf_counter()
     veil = connect(servers.veil_url)

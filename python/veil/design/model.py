@@ -42,8 +42,13 @@ DESIGN_FORMAT = "veil-physical-design"
 #    encryption may be wrapped in a row-bound RND layer (``params["outer"]``)
 #    that the server strips when a query first needs it; the server records the
 #    layers it holds in ``TableDesign.layers_table``. Versions 6 and 7 read unchanged.
-DESIGN_VERSION = 8
-READABLE_VERSIONS = (6, 7, 8)
+# 9: OPE of at most 32 bits may be stored as ordered 8-byte binaries
+#    (``params["form"]``, ``veil.exec.ciphers.OrderedBytesForm``); ASHE words
+#    sized to the loaded data (``AsheSums.limits``, flags in ``overflow_column``);
+#    rows clustered by GROUP BY keys (``TableDesign.cluster_by``). Versions 6-8
+#    read unchanged.
+DESIGN_VERSION = 9
+READABLE_VERSIONS = (6, 7, 8, 9)
 
 RND = "RND"
 DET = "DET"
@@ -145,8 +150,12 @@ class Encryption:
 
     @property
     def ope_binary(self) -> bool:
-        """OPE over more than 32 bits: byte-string ciphertexts (``veil.crypto.ope``)."""
-        return self.scheme == OPE and int(str(self.params.get("bits", 64))) > OPE_INT64_BITS
+        """OPE stored as byte strings: over more than 32 bits (``veil.crypto.ope``), or
+        int64 ciphertexts in the ordered bytes form (``params["form"]``)."""
+        return self.scheme == OPE and (
+            int(str(self.params.get("bits", 64))) > OPE_INT64_BITS
+            or self.params.get("form") == "bytes"
+        )
 
 
 @dataclass
@@ -181,6 +190,10 @@ class HomGroup:
         return self.sources.index(source) if source in self.sources else None
 
 
+FLAG_FIELD_BITS = 7  # a counter of the ASHE flags word (``AsheSums.null_fields``)
+MAX_NULL_FIELDS = 8  # 1 + 8 fields of 7 bits fit a 64-bit word
+
+
 @dataclass
 class AsheSums:
     """A table's summed expressions under ASHE (Seabed): the server adds with its own SUM.
@@ -211,6 +224,24 @@ class AsheSums:
     # A word is stored modulo 2**bits, the fewest that keep a block's sum
     # exact: DuckDB bit-packs them (38 bits for a low word, not 64).
     word_bits: list[list[int]] | None = None
+    # Since loads fit words to the data (``veil.load.ashe_widths``): the largest
+    # |encoded value| each source stores in its words; a row beyond it (a later
+    # INSERT or UPDATE) stores 0 there and is flagged in ``overflow_column``, so
+    # sums over it run on the client. None: the type's whole domain fits.
+    limits: list[int] | None = None
+    overflow_bits: int = 64  # ciphertext bits of ``overflow_column``
+    # Since version 9 ``overflow_column`` is a word of 7-bit counters (a block's
+    # 64 rows count at most 64): field 0 the overflow flags, field ``null_fields[i]``
+    # the rows where source i is NULL, so the server counts a source's rows with
+    # COUNT(*) and the client takes its NULLs off, instead of the server testing
+    # the source's columns (which then need no per-row encryption). Field 0 for
+    # a source that had no NULL at load: a later NULL there is flagged as an
+    # overflow (sums over it run on the client), which saves 7 bits a row.
+    # None: the server tests the source's columns.
+    null_fields: list[int | None] | None = None
+
+    def null_field(self, index: int) -> int | None:
+        return self.null_fields[index] if self.null_fields is not None else None
 
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None
@@ -235,6 +266,13 @@ class TableDesign:
     # the transaction of each peel, so a crash between the server's commit and
     # the design's save is repaired from it (``veil.exec.onions.reconcile``)
     layers_table: str = ""
+    # Source columns whose equal values the loader gave consecutive row ids
+    # (rows ordered by a keyed hash of them): a GROUP BY on them then sums
+    # whole runs of ids under ASHE, which the client unpads with two PRF calls
+    # per run instead of per row (``veil.load.clusters``), chosen among the
+    # designer's ``cluster_candidates``. Client-side only; empty: source order.
+    cluster_by: list[str] = field(default_factory=list)
+    cluster_candidates: list[list[str]] = field(default_factory=list)
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -359,4 +397,9 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         id_counter=str(data.get("id_counter", "")),
         blocks_table=str(data.get("blocks_table", "")),
         layers_table=str(data.get("layers_table", "")),
+        cluster_by=[str(c) for c in data.get("cluster_by", [])],  # type: ignore[attr-defined]
+        cluster_candidates=[
+            [str(c) for c in keys]
+            for keys in data.get("cluster_candidates", [])  # type: ignore[attr-defined]
+        ],
     )

@@ -19,13 +19,13 @@ A cost-based designer (MONOMI §6) will replace this; it produces the same
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import duckdb
 import sqlglot
 from sqlglot import exp
 
-from veil.crypto.ashe import ASHE_FLAG_BIT, BLOCK_ROWS, sum_fits, word_bits
+from veil.crypto.ashe import BLOCK_ROWS, sum_fits, word_bits
 from veil.design import SUM_SCHEMES
 from veil.design.domains import (
     ExpressionDomain,
@@ -37,7 +37,9 @@ from veil.design.domains import (
 from veil.design.model import (
     BLOCKS,
     DET,
+    FLAG_FIELD_BITS,
     HOM,
+    MAX_NULL_FIELDS,
     OPE,
     RND,
     SEARCH,
@@ -86,12 +88,17 @@ def greedy_design(
     ope_groups = _key_groups(needs.ope_pairs, plain)
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
     for table, columns in schema.items():
+        summed = _summed(table, columns, needs)
+        ashe = _ashe_sums(summed) if sums == "ashe" else None
+        counted = [s for i, s in enumerate(ashe.sources) if ashe.null_field(i)] if ashe else []
+        table_needs = _with_summed_reads(needs, set(counted))
         encryptions: list[Encryption] = []
         for column in columns:
-            encryptions += _column_encryptions(table, column, needs, (groups, ope_groups), schemes)
+            encryptions += _column_encryptions(
+                table, column, table_needs, (groups, ope_groups), schemes
+            )
         encryptions += _row_encryptions(table, columns, needs, schemes)
         row_id = opaque_name("c")
-        summed = _summed(table, columns, needs)
         design.tables[table] = TableDesign(
             name=table,
             server_name=opaque_name("t"),
@@ -99,12 +106,42 @@ def greedy_design(
             columns=list(columns),
             encryptions=encryptions,
             hom=_hom_group(summed, row_id) if sums == "paillier" and HOM in schemes else None,
-            sums=_ashe_sums(summed) if sums == "ashe" else None,
+            sums=ashe,
             id_counter=opaque_name("t"),
             blocks_table=opaque_name("t") if any(e.scheme == BLOCKS for e in encryptions) else "",
+            cluster_candidates=_cluster_keys(table, encryptions, needs) if ashe else [],
         )
     _share_ope_widths(design)
     return design
+
+
+def _with_summed_reads(needs: WorkloadNeeds, server_sums: set[str]) -> WorkloadNeeds:
+    """``needs`` whose ``read`` has the columns of the sums the server cannot add alone.
+
+    ``server_sums``: the ASHE sources whose NULLs the server counts in the
+    flags word (``AsheSums.null_fields``), so it never tests their columns.
+
+    A column read only inside expressions the server sums under ASHE
+    (TPC-H's l_tax) never comes back per row but in the fetch-everything
+    plan, which reads sealed blocks as well: it is stored in blocks.
+    """
+    fetched = {ref for ref, source in needs.summed_reads if source not in server_sums}
+    return replace(needs, read=needs.read | fetched)
+
+
+def _cluster_keys(
+    table: str, encryptions: list[Encryption], needs: WorkloadNeeds
+) -> list[list[str]]:
+    """The keys ``table``'s rows could be clustered by: its one-table GROUP BYs under DET.
+
+    ASHE sums per group are cheap when a group's rows have consecutive ids
+    (``TableDesign.cluster_by``); the loader picks the candidate with the
+    fewest groups, if they are few enough (``veil.load.clusters``).
+    """
+    det = {e.source for e in encryptions if e.scheme == DET and not e.is_expression}
+    return sorted(
+        list(cols) for t, cols in needs.group_keys if t == table and all(c in det for c in cols)
+    )
 
 
 def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
@@ -127,7 +164,12 @@ def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
         det_rows={r for r in needs.det_rows if row_allowed(r, DET)},
         ope_rows={r for r in needs.ope_rows if row_allowed(r, OPE)},
         ope_alone={r for r in needs.ope_alone if allowed(r, OPE)},
+        # rows clustered on keys reveal which rows hold equal keys: DET's leakage
+        group_keys={
+            (t, cols) for t, cols in needs.group_keys if all(allowed((t, c), DET) for c in cols)
+        },
         read=set(needs.read),
+        summed_reads=set(needs.summed_reads),
         queries=needs.queries,
     )
 
@@ -286,18 +328,17 @@ def _ashe_sums(summed: _Summed) -> AsheSums | None:
         return None
     largest = [max(abs(d.low), abs(d.high)) for d in summed.domains]
     words = [1 if sum_fits(BLOCK_ROWS, m) else 2 for m in largest]
-    overflowing = [n for n, d in zip(words, summed.domains, strict=True) if d.overflow]
-    # an expression that can overflow is flagged in its high word (free), where it has one
-    in_high_words = bool(overflowing) and min(overflowing) == 2
-    flag_bit = ASHE_FLAG_BIT if in_high_words else None
+    # one word of 7-bit counters: the overflow flags, then each source's NULLs
+    fields = [i + 1 if i < MAX_NULL_FIELDS else None for i in range(len(words))]
     return AsheSums(
         sources=summed.sources,
         types=[d.type for d in summed.domains],
         columns=[[opaque_name("c") for _ in range(n)] for n in words],
         key_scope=f"ashe:{opaque_name('s')}",  # fresh per load: ids restart, keys must too
-        overflow_column=opaque_name("c") if overflowing and not in_high_words else None,
-        flag_bit=flag_bit,
-        word_bits=[word_bits(m, n, flag_bit) for m, n in zip(largest, words, strict=True)],
+        overflow_column=opaque_name("c"),
+        word_bits=[word_bits(m, n, None) for m, n in zip(largest, words, strict=True)],
+        null_fields=fields,
+        overflow_bits=FLAG_FIELD_BITS * (1 + max((f for f in fields if f), default=0)),
     )
 
 

@@ -51,8 +51,12 @@ class WorkloadNeeds:
     # columns ordered against constants or themselves (not only against another column,
     # which needs a shared OPE key: the onion runtime cannot use a per-column one there)
     ope_alone: set[ColumnRef] = field(default_factory=set)
-    # every column some query reads, anywhere; and how many queries were analysed
+    # GROUP BY lists of blocks reading one table, without joins: (table, sorted columns)
+    group_keys: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
+    # every column some query reads, anywhere but inside SUM/AVG arguments over one
+    # row of one table; those are in ``summed_reads`` with the expression they feed
     read: set[ColumnRef] = field(default_factory=set)
+    summed_reads: set[tuple[ColumnRef, str]] = field(default_factory=set)
     queries: int = 0
 
 
@@ -86,6 +90,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         return (found.table, found.column) if found else None
 
     through_like: set[int] = set()  # columns a precomputed LIKE reads for the server
+    through_sum: set[int] = set()  # columns inside a one-row SUM/AVG argument
     for node in tree.walk():
         _note_row_expression(node, resolved, needs)
         if isinstance(node, exp.EQ | exp.NEQ):
@@ -101,7 +106,10 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
             needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
         elif isinstance(node, exp.Group):
-            needs.det.update(r for r in map(ref, node.expressions) if r)
+            keys = list(map(ref, node.expressions))
+            needs.det.update(r for r in keys if r)
+            if keys and all(keys) and len({r[0] for r in keys if r}) == 1 and _one_table(node):
+                needs.group_keys.add((keys[0][0], tuple(sorted({r[1] for r in keys if r}))))  # type: ignore[index]
         elif isinstance(node, exp.Ordered | exp.Min | exp.Max) and ref(node.this):
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
             needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
@@ -118,7 +126,24 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
             summed = row_expression(node.this, resolved)
             if summed is not None:
                 needs.sums.add(summed)
-    needs.read.update((c.table, c.column) for i, c in resolved.items() if i not in through_like)
+                for column in node.this.find_all(exp.Column):
+                    found = resolved.get(id(column))
+                    if found is not None:
+                        needs.summed_reads.add(((found.table, found.column), summed[1]))
+                        through_sum.add(id(column))
+    skipped = through_like | through_sum
+    needs.read.update((c.table, c.column) for i, c in resolved.items() if i not in skipped)
+
+
+def _one_table(group: exp.Group) -> bool:
+    """Does the GROUP BY's block read a single table (no joins, no subquery in FROM)?"""
+    select = group.parent
+    if not isinstance(select, exp.Select):
+        return False
+    source = select.args.get("from_")
+    return (
+        source is not None and isinstance(source.this, exp.Table) and not select.args.get("joins")
+    )
 
 
 def _in_condition(node: exp.Expr) -> bool:

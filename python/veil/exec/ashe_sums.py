@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from veil.crypto.ashe import Ashe
 from veil.crypto.keys import MasterKey
-from veil.design.model import AsheSums
+from veil.design.model import FLAG_FIELD_BITS, AsheSums
 from veil.encoding import SqlType, encode
 from veil.exec.hom_fetch import reaggregate
 from veil.exec.hom_group import OverflowedRowsError
@@ -71,21 +72,39 @@ class AsheSumsCipher:
             for words, sizes in zip(sums.columns, bits, strict=True)
             for name, b in zip(words, sizes, strict=True)
         }
-        self._masks = {n: np.int64((1 << b) - 1) for n, b in self._bits.items() if b < 64}
-        # the low word of a two-word value is unsigned: its sums are not sign-extended
+        # the low word of a two-word value is unsigned: its sums are not sign-extended;
+        # so are the sums of 0/1 overflow flags
         self._unsigned = {words[0] for words in sums.columns if len(words) == 2}
+        if sums.overflow_column is not None:
+            self._bits[sums.overflow_column] = sums.overflow_bits
+            self._unsigned.add(sums.overflow_column)
+        self._masks = {n: np.int64((1 << b) - 1) for n, b in self._bits.items() if b < 64}
 
     def encrypt(self, sources: Sources, ids: np.ndarray) -> dict[str, pa.Array]:
         """The server columns of a batch whose rows get the row ids ``ids``."""
         out: dict[str, pa.Array] = {}
         flags = np.zeros(len(ids), dtype=np.int64)
-        for source, type_name, names in zip(
-            self.sums.sources, self.sums.types, self.sums.columns, strict=True
+        counters = np.zeros(len(ids), dtype=np.int64)  # NULL counters of the flags word
+        limits: list[int | None] = [None] * len(self.sums.sources)
+        if self.sums.limits is not None:
+            limits = list(self.sums.limits)
+        for index, (source, type_name, names, limit) in enumerate(
+            zip(self.sums.sources, self.sums.types, self.sums.columns, limits, strict=True)
         ):
             encoded = encode(sources[source], SqlType(type_name))
             values = encoded.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             marks = sources.overflow.get(source)
             lost = marks != 0 if marks is not None else None
+            if limit is not None:  # beyond the words' range: summed by the client
+                beyond = (values > limit) | (values < -limit)
+                lost = beyond if lost is None else lost | beyond
+            field = self.sums.null_field(index)
+            if field is not None and encoded.null_count:
+                nulls = encoded.is_null().to_numpy(zero_copy_only=False).astype(np.int64)
+                if field == 0:  # no NULL at load: flagged, at most once a row
+                    flags |= nulls
+                else:
+                    counters += nulls << (FLAG_FIELD_BITS * field)
             if lost is not None:
                 values[lost] = 0
                 flags[lost] = 1
@@ -97,7 +116,8 @@ class AsheSumsCipher:
                 out[name] = pa.array(stored & self._masks[name] if name in self._masks else stored)
         if self.sums.overflow_column is not None:
             name = self.sums.overflow_column
-            out[name] = pa.array(self._keys[name].encrypt(ids, flags))
+            stored = self._keys[name].encrypt(ids, flags + counters)
+            out[name] = pa.array(stored & self._masks[name] if name in self._masks else stored)
         return out
 
     def block_sums(
@@ -139,7 +159,11 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
     names = layout[layout.index(ASHE_MASK) + 1 :]
     unpadded = dict(zip(names, _POOL.map(block_sums, names), strict=True))
     flags = table.sums.overflow_column
-    overflowed = flags is not None and bool(unpadded[flags].any())
+    counters = unpadded[flags] if flags is not None else None
+    if counters is not None and table.sums.null_fields is not None:
+        overflowed = bool(_field(counters, 0).any())
+    else:
+        overflowed = counters is not None and bool(counters.any())
     sums: dict[int, pa.Array] = {}
     for index in aggregation.ashe_sources():
         words = [unpadded[name] for name in table.sums.columns[index]]
@@ -159,9 +183,19 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
         if item.kind == "SUM":
             assert item.ashe_index is not None
             columns[name] = sums[item.ashe_index]
+        elif item.null_field is not None:  # COUNT(*) of the block less its NULLs
+            assert counters is not None
+            nulls = pa.array(_field(counters, item.null_field))
+            columns[name] = pc.subtract(plain.column(name).cast(pa.int64()), nulls)
         else:
             columns[name] = plain.column(name)
     return reaggregate(pa.table(columns), aggregation)
+
+
+def _field(counters: np.ndarray, field: int) -> np.ndarray:
+    """One 7-bit counter of each block's flags word (``AsheSums.null_fields``)."""
+    mask = np.int64((1 << FLAG_FIELD_BITS) - 1)
+    return (counters >> np.int64(FLAG_FIELD_BITS * field)) & mask
 
 
 def _flags_apart(high: np.ndarray, bit: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, Protocol
@@ -117,6 +118,13 @@ def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
     if module is None:
         raise ParameterError(f"scheme {scheme} is not installed in this Veil; cannot use {label!r}")
     if scheme == DET:
+        narrow = encryption.params.get("narrow_bits")
+        if integral and isinstance(narrow, int):
+            from veil.crypto.det_narrow import NarrowDet
+
+            return _Int64Cipher(
+                NarrowDet.from_master(master, encryption.key_scope, narrow, column=label)
+            )
         if integral:
             det = _Int64Cipher(
                 module.DetInt.from_master(master, encryption.key_scope, bits=64, column=label)
@@ -126,6 +134,8 @@ def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
     if scheme == OPE:
         bits = int(str(encryption.params.get("bits", 64)))
         ope = module.Ope.from_master(master, encryption.key_scope, bits, signed=True, column=label)
+        if encryption.params.get("form") == BYTES_FORM and not ope.binary:
+            return OrderedBytesForm(_Int64Cipher(ope))
         return _Int64Cipher(ope)
     if scheme == SEARCH:
         search = module.Search.from_master(master, encryption.key_scope, column=label)
@@ -245,7 +255,7 @@ class BytesForm:
         return as_bytes(self._inner.encrypt(encoded))
 
     def decrypt(self, stored: pa.Array) -> pa.Array:
-        return self._inner.decrypt(as_int64(stored))
+        return decrypt_few(stored, lambda distinct: self._inner.decrypt(as_int64(distinct)))
 
     def encrypt_one(self, encoded: int | bytes) -> int | bytes:
         value = self._inner.encrypt_one(encoded)
@@ -253,10 +263,61 @@ class BytesForm:
         return value.to_bytes(8, "little", signed=True)
 
 
-def as_bytes(ints: pa.Array) -> pa.Array:
-    """int64 values as 8-byte little-endian binaries (NULL stays NULL)."""
+class OrderedBytesForm:
+    """OPE's int64 ciphertexts stored as 8-byte binaries that sort as the integers do.
+
+    Big-endian with the sign bit flipped, so the server's byte-wise order of
+    the binaries (DuckDB's BLOB, PostgreSQL's bytea) is the ciphertexts'
+    order: ranges, MIN/MAX and ORDER BY work unchanged, and a server that
+    dictionary-compresses binaries stores a column of few distinct values
+    (dates) in a fraction of 8 bytes a row.
+    """
+
+    def __init__(self, inner: ColumnCipher):
+        self._inner = inner
+
+    def encrypt(self, encoded: pa.Array) -> pa.Array:
+        return as_bytes(self._inner.encrypt(encoded), ordered=True)
+
+    def decrypt(self, stored: pa.Array) -> pa.Array:
+        return decrypt_few(
+            stored, lambda distinct: self._inner.decrypt(as_int64(distinct, ordered=True))
+        )
+
+    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
+        value = self._inner.encrypt_one(encoded)
+        assert isinstance(value, int)
+        return (value ^ _SIGN).to_bytes(8, "big", signed=True)
+
+
+_SIGN = -(1 << 63)  # XOR flips the sign bit of an int64
+# below this many rows a column is decrypted value by value, not through its dictionary
+_DICTIONARY_ROWS = 4096
+
+
+def decrypt_few(stored: pa.Array, decrypt: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """Decrypt a column of few distinct ciphertexts (the bytes forms) through its dictionary.
+
+    Each distinct ciphertext is decrypted once and the rows take their
+    plaintexts: 6M rows of 50 values in ~0.1 s against ~0.5 s one by one.
+    """
+    if isinstance(stored, pa.ChunkedArray):
+        stored = stored.combine_chunks()
+    if len(stored) < _DICTIONARY_ROWS:
+        return decrypt(stored)
+    encoded = pc.dictionary_encode(stored)
+    return pc.take(decrypt(encoded.dictionary), encoded.indices)
+
+
+def as_bytes(ints: pa.Array, *, ordered: bool = False) -> pa.Array:
+    """int64 values as 8-byte little-endian binaries (NULL stays NULL).
+
+    ``ordered``: big-endian with the sign bit flipped, sorting as the integers.
+    """
     ints = ints.cast(pa.int64())
     words = ints.fill_null(0).to_numpy(zero_copy_only=False).astype("<i8", copy=False)
+    if ordered:
+        words = (words ^ np.int64(_SIGN)).astype(">i8")
     fixed = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(8), len(ints), [None, pa.py_buffer(words.tobytes())]
     )
@@ -265,11 +326,13 @@ def as_bytes(ints: pa.Array) -> pa.Array:
     return fixed.cast(pa.binary())
 
 
-def as_int64(stored: pa.Array) -> pa.Array:
+def as_int64(stored: pa.Array, *, ordered: bool = False) -> pa.Array:
     """8-byte binaries back to the int64 values ``as_bytes`` wrote."""
     fixed = stored.cast(pa.binary(8))
-    values = np.frombuffer(fixed.buffers()[1], dtype="<i8", count=len(fixed) + fixed.offset)
-    ints = pa.array(values[fixed.offset :].astype(np.int64))
+    order = ">i8" if ordered else "<i8"
+    values = np.frombuffer(fixed.buffers()[1], dtype=order, count=len(fixed) + fixed.offset)
+    native = values[fixed.offset :].astype(np.int64)
+    ints = pa.array(native ^ np.int64(_SIGN) if ordered else native)
     return pc.if_else(fixed.is_valid(), ints, None) if fixed.null_count else ints
 
 

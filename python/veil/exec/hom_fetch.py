@@ -18,6 +18,7 @@ one-level aggregation, so the local plan reads it the same way.
 from __future__ import annotations
 
 import decimal
+import threading
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -76,12 +77,23 @@ def reaggregate(per_mask: pa.Table, aggregation: Aggregation) -> pa.Table:
     sql = f"SELECT {', '.join(keys + values)} FROM {_VIEW}"
     if keys:
         sql += f" GROUP BY {', '.join(keys)}"
-    local = duckdb.connect()
+    local = _local()
+    local.register(_VIEW, per_mask)
     try:
-        local.register(_VIEW, per_mask)
         return local.sql(sql).to_arrow_table()
     finally:
-        local.close()
+        local.unregister(_VIEW)
+
+
+_THREAD = threading.local()
+
+
+def _local() -> duckdb.DuckDBPyConnection:
+    """This thread's DuckDB for re-aggregating: opening one costs ~20 ms, a query ~1 ms."""
+    con: duckdb.DuckDBPyConnection | None = getattr(_THREAD, "con", None)
+    if con is None:
+        con = _THREAD.con = duckdb.connect()
+    return con
 
 
 def _final(item: AggregateItem, name: str, aggregation: Aggregation) -> str:

@@ -7,6 +7,11 @@ import sys
 
 from veil.design import SUM_SCHEMES
 
+BANDWIDTH_HELP = (
+    "the link to the server, `local` (as calibrated), `lan` (1 Gbit/s), `monomi` (10 Mbit/s) "
+    "or Mbit/s (default local)"
+)
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     load = subparsers.add_parser(
@@ -34,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     load.add_argument(
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
+    )
+    load.add_argument(
+        "--design",
+        metavar="FILE",
+        help="load under this design file (from `veil design`) instead of designing here",
     )
     load.add_argument(
         "--adaptive",
@@ -104,8 +114,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--bandwidth",
         type=bandwidth_type,
         default=None,
-        help="with --analyze: the link to the server, `local` (as calibrated), `lan` "
-        "(1 Gbit/s), `monomi` (10 Mbit/s) or Mbit/s (default local)",
+        help=f"with --analyze: {BANDWIDTH_HELP}",
     )
     explain.set_defaults(handler=run_explain)
 
@@ -131,13 +140,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_load(args: argparse.Namespace) -> int:
     from veil.load.loader import load, read_workload
 
-    if args.adaptive and args.workload:
+    if sum(map(bool, (args.adaptive, args.workload, args.design))) > 1:
         print(
             "veil: error: --adaptive stores onions for any query; --workload designs for given "
-            "queries: choose one",
+            "queries; --design loads a design file: choose one",
             file=sys.stderr,
         )
         return 2
+    design = None
+    if args.design:
+        from veil.design.model import PhysicalDesign
+
+        design = PhysicalDesign.load(args.design)
     reports = load(
         args.source,
         args.server,
@@ -146,6 +160,7 @@ def run_load(args: argparse.Namespace) -> int:
         sums=args.sums,
         domains=args.domain,
         key_file=args.key,
+        design=design,
     )
     from veil.backends import canonical_url
 

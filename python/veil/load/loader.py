@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -39,6 +40,7 @@ from veil.design.model import (
     TableDesign,
 )
 from veil.design.policy import Policy, check_policy_columns
+from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import SqlType, encode, encode_scalar
@@ -49,6 +51,7 @@ from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
 from veil.exec.onions import layers_rows
 from veil.exec.row_ids import counter_table
+from veil.load import ashe_widths, clusters, narrow_det
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 
@@ -87,6 +90,7 @@ def load(
     domains: Domains | None = None,
     key_file: str | None = None,
     policy: Policy | None = None,
+    design: PhysicalDesign | None = None,
 ) -> list[LoadReport]:
     """Load every table of ``source``; returns what was loaded.
 
@@ -109,6 +113,9 @@ def load(
     the domain is refused. A source value outside its declared domain fails
     the load before anything is written. ``key_file`` (from ``veil keygen``)
     is the key to encrypt with; without it the client directory gets a new one.
+    ``design`` (from ``veil design``) is the design to load under instead of
+    one made here; it must name the source's tables and columns and stay
+    within ``policy``.
     """
     say = Reporter(progress or to_stderr, bars=progress is None)
     server_url = canonical_url(server_url)  # stored: the same file from any directory
@@ -128,7 +135,9 @@ def load(
     if policy is None:
         policy = client.policy()
     check_policy_columns(policy, schema)
-    if workload:
+    if design is not None:
+        fresh = chosen_design(design, schema, policy, master.fingerprint())
+    elif workload:
         fresh = greedy_design(
             schema, workload, available_schemes(), master.fingerprint(), sums=sums, policy=policy
         )
@@ -160,11 +169,20 @@ def load_into(
     the way DDL creates and rebuilds tables (``veil.load.ddl``).
     """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
+    ranges: dict[int, tuple[int | None, int | None]] = {}  # DET integers', by id(encryption)
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
+        clusters.choose(fresh.tables[table.name], table.row_count(con))
+        ashe_widths.fit(
+            fresh.tables[table.name],
+            partial(_encoded_ranges, table, con),
+            partial(table.null_counts, con),
+        )
+        ranges.update(_det_ranges(table, con, fresh.tables[table.name]))
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
+        narrow_det.choose(fresh, design, ranges)
     return [
         _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
         for t in tables
@@ -186,7 +204,7 @@ def _load_table(
     blocks: list[pa.Table] = []
     rows = backend.bulk_load(
         table.server_name,
-        _encrypted_batches(source, con, encryptor, say, blocks),
+        _encrypted_batches(source, con, encryptor, say, blocks, clusters.order_by(table, master)),
         schema=encryptor.server_schema(_empty(table.columns)),
     )
     table.row_count = rows
@@ -220,11 +238,15 @@ def _encrypted_batches(
     encryptor: TableEncryptor,
     say: Reporter,
     blocks: list[pa.Table],
+    order: str | None,
 ) -> Iterator[pa.RecordBatch]:
-    """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``."""
+    """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``.
+
+    ``order`` clusters the rows (``veil.load.clusters``); the ids follow it.
+    """
     done = 0
     meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
-    for batch in source.batches(con, BATCH_ROWS):
+    for batch in source.batches(con, BATCH_ROWS, order):
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
         )
@@ -292,11 +314,12 @@ def _hom_batches(
 def _count_distinct_keys(
     source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
 ) -> None:
-    """Record each DET column's (approximate) distinct count: the planner's group estimate.
+    """Record each DET and OPE column's (approximate) distinct count.
 
-    It stays in the client's design file; the server could count DET values itself.
+    The planner's group estimate, and what chooses the bytes form. It stays
+    in the client's design file; the server could count such values itself.
     """
-    keys = [e for e in table.encryptions if e.scheme == DET]
+    keys = [e for e in table.encryptions if e.scheme in (DET, OPE)]
     try:
         row = _distinct_counts(source, con, keys)
     except duckdb.Error:  # an expression DuckDB cannot compute for some row: columns only
@@ -342,6 +365,15 @@ def _record_statistics(
             enc.params["mean_bytes"] = round(float(lengths[enc.source]), 1)
 
 
+def _det_ranges(
+    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
+) -> dict[int, tuple[int | None, int | None]]:
+    """The encoded (min, max) of each DET integer column of ``table``, by id(encryption)."""
+    keys = [e for e in table.encryptions if narrow_det.candidate(e)]
+    found = _encoded_ranges(source, con, [(e.source, e.type) for e in keys])
+    return {id(e): bounds for e, bounds in zip(keys, found, strict=True)}
+
+
 def _distinct_counts(
     source: SourceTable, con: duckdb.DuckDBPyConnection, keys: list[Encryption]
 ) -> tuple[int, ...]:
@@ -360,12 +392,14 @@ BYTES_FORM_MAX_DISTINCT = 16384
 
 
 def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) -> None:
-    """Choose the bytes form for the DET integer key scopes whose columns hold few values.
+    """Choose the bytes form for the integer key scopes whose columns hold few values.
 
-    Every column of a scope (an equi-join group) must store the same type: a
-    scope gets the bytes form when each of its columns is a DET integer of
-    at most ``BYTES_FORM_MAX_DISTINCT`` values (TPC-H's l_suppkey, ps_suppkey,
-    s_suppkey: 10,000 at SF 1). A scope that tables loaded earlier (and not
+    Every column of a scope (an equi-join group, or OPE columns compared
+    with each other) must store the same type: a scope gets the bytes form
+    when each of its columns is a DET integer, or an int64 OPE, of at most
+    ``BYTES_FORM_MAX_DISTINCT`` values (TPC-H's l_suppkey, ps_suppkey,
+    s_suppkey: 10,000 at SF 1; its dates: 2,526; OPE's bytes sort as its
+    integers, ``OrderedBytesForm``). A scope that tables loaded earlier (and not
     reloaded now) already use keeps their form.
     """
     members: dict[str, list[Encryption]] = {}
@@ -383,7 +417,7 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
             few = earlier[scope] == BYTES_FORM
         else:
             few = all(
-                e.scheme == DET
+                (e.scheme == DET or (e.scheme == OPE and not e.ope_binary))
                 and not e.onion  # wrapped, its values are random: nothing to compress
                 and e.sql_type.is_integral
                 and isinstance(distinct := e.params.get("distinct"), int)

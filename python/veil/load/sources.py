@@ -41,9 +41,22 @@ class SourceTable:
         [(count,)] = con.sql(f"SELECT count(*) FROM {self.relation_sql}").fetchall()
         return int(count)
 
-    def batches(self, con: duckdb.DuckDBPyConnection, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        relation = con.sql(f"SELECT * FROM {self.relation_sql}")
-        reader = relation.to_arrow_reader(batch_rows)
+    def batches(
+        self, con: duckdb.DuckDBPyConnection, batch_rows: int, order: str | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows in batches: in source order, or grouped by ``order`` (an ORDER BY list).
+
+        Rows ``order`` ranks equal keep their source order (the scan's
+        position breaks ties: DuckDB's sort alone is not stable).
+        """
+        if order is None:
+            query = f"SELECT * FROM {self.relation_sql}"
+        else:
+            query = (
+                f"SELECT * EXCLUDE (__veil_position) FROM (SELECT *, row_number() OVER () "
+                f"AS __veil_position FROM {self.relation_sql}) ORDER BY {order}, __veil_position"
+            )
+        reader = con.sql(query).to_arrow_reader(batch_rows)
         yield from reader
 
     def ranges(
@@ -56,14 +69,26 @@ class SourceTable:
         """
         if not columns:
             return []
-        names = {c.name for c in self.columns(con)}
-        values = [f'"{c}"' if c in names else f"({c})" for c in columns]
+        values = self._referenced(con, columns)
         bounds = ", ".join(f"min({v}), max({v})" for v in values)
         row = con.sql(f"SELECT {bounds} FROM {self.relation_sql}").to_arrow_table()
         return [
             (row.column(2 * i).combine_chunks(), row.column(2 * i + 1).combine_chunks())
             for i in range(len(columns))
         ]
+
+    def null_counts(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[int]:
+        """How many rows each column or per-row expression is NULL in, in one scan."""
+        if not columns:
+            return []
+        counts = ", ".join(f"count(*) - count({v})" for v in self._referenced(con, columns))
+        [row] = con.execute(f"SELECT {counts} FROM {self.relation_sql}").fetchall()
+        return [int(n) for n in row]
+
+    def _referenced(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[str]:
+        """Columns quoted, expressions in parentheses: what a SELECT list can hold."""
+        names = {c.name for c in self.columns(con)}
+        return [f'"{c}"' if c in names else f"({c})" for c in columns]
 
 
 def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:

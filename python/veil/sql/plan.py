@@ -55,6 +55,8 @@ class Scan:
     binds: list[BindFilter] = field(default_factory=list)  # key filters from other scans
     # rows its statement returns, from the load's statistics (``estimate_rows``); None: unknown
     estimated_rows: float | None = None
+    # an aggregated scan's: the rows its filters keep, before grouping (``estimate_rows``)
+    kept_rows: float | None = None
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
@@ -98,6 +100,8 @@ class AggregateItem:
     hom_index: int | None = None  # SUM: the expression's place in the HOM group
     ashe_index: int | None = None  # SUM: the expression's place in the table's ASHE sums
     count_key: int | None = None  # SUM: the item counting the expression's non-NULL rows
+    # COUNT(*) less the NULLs the ASHE flags word counts in this field (``AsheSums.null_fields``)
+    null_field: int | None = None
 
 
 @dataclass

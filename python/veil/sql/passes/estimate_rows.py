@@ -8,7 +8,8 @@ DET distinct counts, OPE quantiles, recorded at load) know better. A scan
 keeps the share of its table its exact server filters keep; semi-join
 reductions and bind filters, which thin it further, are left out (so the
 estimate errs high). Server joins carry their own (``pushdown_joins``);
-aggregated scans are left to the server's estimate.
+an aggregated scan's groups are left to the server's estimate, the rows it
+groups are ``kept_rows`` (ASHE's blocks of ids are at most that many).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def estimate_rows(state: PlanState) -> PlanState:
     for scan in state.scans.values():
-        if scan.aggregation is not None or scan.joined is not None:
+        if scan.joined is not None:
             continue
         nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
         try:
@@ -31,5 +32,8 @@ def estimate_rows(state: PlanState) -> PlanState:
         except Exception:  # an estimate never costs the plan its pushdown: unknown instead
             log.debug("no row estimate for scan %s", scan.alias, exc_info=True)
             continue
-        scan.estimated_rows = scan.table.row_count * share
+        if scan.aggregation is None:
+            scan.estimated_rows = scan.table.row_count * share
+        else:  # it returns groups (the server's estimate); the rows they gather
+            scan.kept_rows = scan.table.row_count * share
     return state

@@ -173,6 +173,9 @@ def _add_sum(
     table = scan.table
     if not summed or summed[0] != table.name:
         return False
+    present, field = _count_present(table, summed[1])
+    if present is None:
+        return False
     if table.sums is not None:
         index = table.sums.index(summed[1])
         if index is None:
@@ -191,27 +194,47 @@ def _add_sum(
         item.hom_index = index
         if aggregation.hom_product is None:
             aggregation.hom_product = ctx.hom_product(hom_ciphertexts(), table)
-    item.count_key = _count_key(aggregation, _count_present(table, summed[1]), -id(node))
+    item.count_key = _count_key(aggregation, present, -id(node), field)
     return True
 
 
-def _count_key(aggregation: Aggregation, count: exp.Expr, key: int) -> int:
+def _count_key(
+    aggregation: Aggregation, count: exp.Expr, key: int, null_field: int | None = None
+) -> int:
     """The key of the item counting ``count``: an existing one, or a new one under ``key``."""
     for item in aggregation.items:
-        if item.kind == "COUNT" and item.server is not None and item.server == count:
+        if (
+            item.kind == "COUNT"
+            and item.server is not None
+            and item.server == count
+            and item.null_field == null_field
+        ):
             return item.key
-    aggregation.add(key, "COUNT", None, count)
+    aggregation.add(key, "COUNT", None, count).null_field = null_field
     return key
 
 
-def _count_present(table: TableDesign, source: str) -> exp.Expr:
-    """COUNT of the rows where every column of ``source`` (hence ``source``) is not NULL."""
-    columns = [exp.column(table.fetchable(c).name) for c in columns_read(source)]
+def _count_present(table: TableDesign, source: str) -> tuple[exp.Expr | None, int | None]:
+    """COUNT of the rows where every column of ``source`` (hence ``source``) is not NULL.
+
+    Under ASHE the flags word counts ``source``'s NULLs (``AsheSums.null_fields``):
+    COUNT(*), less that field once unpadded. Else the server tests the
+    columns; (None, None) when one has no per-row server column (blocks).
+    """
+    sums = table.sums
+    index = sums.index(source) if sums is not None else None
+    field = sums.null_field(index) if sums is not None and index is not None else None
+    if field is not None:  # field 0: a NULL there is an overflow flag, none to take off
+        return exp.Count(this=exp.Star()), field or None
+    found = [table.fetchable(c) for c in columns_read(source)]
+    if any(enc.scheme == BLOCKS for enc in found):
+        return None, None
+    columns = [exp.column(enc.name) for enc in found]
     if not columns:
-        return exp.Count(this=exp.Star())
+        return exp.Count(this=exp.Star()), None
     present = exp.and_(*[exp.Not(this=exp.Is(this=c, expression=exp.Null())) for c in columns])
     case = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
-    return exp.Count(this=case)
+    return exp.Count(this=case), None
 
 
 def _sums_pay(policy: str, table: TableDesign, keys: list[str]) -> bool:

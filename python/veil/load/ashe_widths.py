@@ -1,0 +1,64 @@
+"""ASHE words as wide as the loaded data needs, not as the SQL type allows.
+
+The designer sizes a summed expression's words for its type's whole domain
+(DECIMAL(18,4): two words, 86 bits a row), since any valid value must work.
+At load the loader knows the values: each source gets words sized for
+``HEADROOM`` times its largest |value| (l_extendedprice: 33 bits, one word),
+and a row whose value falls beyond that later (INSERT, UPDATE) is stored as
+0 and flagged in the table's flags word under ASHE, so any sum over it runs
+on the client (``veil.exec.ashe_sums``): still exact, only slower.
+
+What the server learns more: each word column's width, that is the bit
+length of the source's largest |value| (to a factor of ``HEADROOM``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeAlias
+
+import duckdb
+import pyarrow as pa
+
+from veil.crypto.ashe import BLOCK_ROWS, sum_fits, word_bits
+from veil.design.model import FLAG_FIELD_BITS, MAX_NULL_FIELDS, TableDesign, opaque_name
+
+# how far beyond the loaded data a later value may go before its sums leave the server
+HEADROOM = 4
+# (source expression, SQL type) pairs -> the encoded (min, max) of each, in one scan
+Ranges: TypeAlias = Callable[[list[tuple[str, str]]], list[tuple[int | None, int | None]]]
+# source expressions -> how many rows each is NULL in
+Nulls: TypeAlias = Callable[[list[str]], list[int]]
+
+
+def fit(table: TableDesign, ranges: Ranges, nulls: Nulls) -> None:
+    """Resize ``table.sums``' words to the data ``ranges`` reports (unchanged if unknown).
+
+    Unknown means an empty table, a source that is NULL throughout, or an
+    expression the source's DuckDB cannot compute for some row (``ranges``
+    raises): then the designer's type-wide words stay. The flags word keeps
+    a NULL counter only for the sources with NULLs in the data (``nulls``);
+    the others' later NULLs are flagged as overflows (``AsheSums.null_fields``).
+    """
+    sums = table.sums
+    if sums is None:
+        return
+    try:
+        found = ranges(list(zip(sums.sources, sums.types, strict=True)))
+        missing = nulls(sums.sources)
+    except (duckdb.Error, pa.ArrowException, ValueError):  # uncomputable: type-wide words
+        return
+    if any(low is None or high is None for low, high in found):
+        return
+    limits = [HEADROOM * max(abs(low), abs(high), 1) for low, high in found]  # type: ignore[arg-type]
+    words = [1 if sum_fits(BLOCK_ROWS, limit) else 2 for limit in limits]
+    sums.columns = [[opaque_name("c") for _ in range(n)] for n in words]
+    sums.word_bits = [word_bits(limit, n, None) for limit, n in zip(limits, words, strict=True)]
+    sums.limits = limits
+    sums.flag_bit = None
+    if sums.overflow_column is None:  # a designer's older design: flags in their own word
+        sums.overflow_column = opaque_name("c")
+    fields = iter(range(1, MAX_NULL_FIELDS + 1))
+    sums.null_fields = [next(fields, None) if n else 0 for n in missing]
+    counters = sum(1 for f in sums.null_fields if f)
+    sums.overflow_bits = FLAG_FIELD_BITS * (1 + counters)

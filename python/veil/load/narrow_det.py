@@ -1,0 +1,68 @@
+"""Which DET integer key scopes get narrow ciphertexts (``veil.crypto.det_narrow``).
+
+A scope (a column, or an equi-join group of columns) is narrowed when every
+column of it is a DET integer stored as BIGINT (not the bytes form, not an
+onion layer) and the loaded values fit ``MAX_BITS``: its width is the bit
+length of the largest |value| across the scope, plus the sign and one bit of
+headroom, at least FF1's ``MIN_BITS``. A scope that tables loaded earlier
+(and not reloaded now) already use keeps its width, or its lack of one:
+every column of a scope must encrypt alike for equality to hold.
+
+Only where the server compresses what repeats or is narrow (DuckDB bit-packs
+integers); PostgreSQL stores 8 bytes a BIGINT whatever its value.
+"""
+
+from __future__ import annotations
+
+from veil.crypto.det_narrow import MAX_BITS, MIN_BITS
+from veil.design.model import DET, Encryption, PhysicalDesign
+
+NARROW_PARAM = "narrow_bits"
+
+
+def candidate(enc: Encryption) -> bool:
+    """A DET integer column (not an expression, not an onion layer)."""
+    return (
+        enc.scheme == DET and not enc.onion and not enc.is_expression and enc.sql_type.is_integral
+    )
+
+
+def choose(
+    fresh: PhysicalDesign,
+    loaded: PhysicalDesign,
+    ranges: dict[int, tuple[int | None, int | None]],
+) -> None:
+    """Set ``params["narrow_bits"]`` on the DET scopes of ``fresh`` that qualify.
+
+    ``ranges`` holds the encoded (min, max) of each candidate, by id(encryption);
+    run after the bytes form is chosen (bytes-form scopes stay as they are).
+    """
+    members: dict[str, list[Encryption]] = {}
+    for table in fresh.tables.values():
+        for enc in table.encryptions:
+            if enc.scheme == DET:
+                members.setdefault(enc.key_scope, []).append(enc)
+    earlier = {
+        enc.key_scope: enc.params.get(NARROW_PARAM)
+        for table in loaded.tables.values()
+        if table.name not in fresh.tables
+        for enc in table.encryptions
+        if enc.scheme == DET
+    }
+    for scope, encs in members.items():
+        bits = earlier[scope] if scope in earlier else _width(encs, ranges)
+        if isinstance(bits, int):
+            for enc in encs:
+                enc.params[NARROW_PARAM] = bits
+
+
+def _width(encs: list[Encryption], ranges: dict[int, tuple[int | None, int | None]]) -> int | None:
+    largest = 0
+    for enc in encs:
+        if not candidate(enc) or enc.params.get("form") is not None or id(enc) not in ranges:
+            return None
+        low, high = ranges[id(enc)]
+        if low is not None and high is not None:
+            largest = max(largest, abs(low), abs(high))
+    bits = max(MIN_BITS, largest.bit_length() + 2)  # sign, and room to grow
+    return bits if bits <= MAX_BITS else None

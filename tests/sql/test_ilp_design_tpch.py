@@ -1,0 +1,129 @@
+"""``veil design`` end to end: TPC-H SF 0.01 designed at budgets 1.5 and unbounded from the
+greedily loaded client directory, loaded under each design, and all 22 queries checked
+against plaintext DuckDB; the budget, the policy and fetch-all as the yardstick."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from tests.sql.conftest import tpch_queries
+from tests.sql.oracle import check_query
+
+from veil.cli import main
+from veil.design.model import OPE, DesignError, PhysicalDesign
+from veil.design.policy import DET, Policy
+from veil.designer.files import chosen_design
+from veil.designer.ilp import BudgetError
+from veil.exec.session import Session
+from veil.frontend.design import DesignReport, design_workload
+from veil.load.loader import load
+
+QUERIES = [sql for _, sql in tpch_queries()]
+BUDGETS = (1.5, None)
+HELD_OUT = "held out"  # designed for Q1, Q3, ..., Q21 only (unbounded); all 22 must still run
+
+
+@pytest.fixture(scope="module")
+def designs(session: Session) -> dict[float | str | None, DesignReport]:
+    found: dict[float | str | None, DesignReport] = {
+        budget: design_workload(session, QUERIES, budget) for budget in BUDGETS
+    }
+    found[HELD_OUT] = design_workload(session, QUERIES[::2], None)
+    return found
+
+
+def test_budgets_are_kept_and_cost_buys_space(
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    tight, free = designs[1.5], designs[None]
+    assert tight.space_factor <= 1.5
+    assert free.solution.seconds <= tight.solution.seconds
+    assert free.space_factor >= tight.space_factor
+    assert tight.seconds["ilp"] < 5  # the solver itself; planning dominates the rest
+
+
+def test_chosen_plans_never_estimated_worse_than_fetch_all(
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    for report in designs.values():
+        for query in report.queries:
+            assert query.chosen.seconds <= query.fetch_all_seconds, query.sql
+
+
+@pytest.mark.parametrize("budget", [*BUDGETS, HELD_OUT], ids=["budget 1.5", "unbounded", HELD_OUT])
+def test_tpch_runs_right_under_the_design(
+    budget: float | str | None,
+    designs: dict[float | str | None, DesignReport],
+    tpch_dir: Path,
+    plain: duckdb.DuckDBPyConnection,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "design.json"
+    designs[budget].design.save(path)
+    url = f"duckdb:///{tmp_path / 'server.duckdb'}"
+    load(str(tpch_dir), url, str(tmp_path / "client"), design=PhysicalDesign.load(path),
+         progress=lambda _: None)  # fmt: skip
+    session = Session(str(tmp_path / "client"))
+    try:
+        for sql in QUERIES:
+            check_query(session, plain, sql)
+    finally:
+        session.close()
+
+
+def test_design_file_round_trip(
+    designs: dict[float | str | None, DesignReport], tmp_path: Path
+) -> None:
+    design = designs[1.5].design
+    design.save(tmp_path / "design.json")
+    assert PhysicalDesign.load(tmp_path / "design.json").to_json() == design.to_json()
+
+
+def test_an_infeasible_budget_names_the_smallest(session: Session) -> None:
+    with pytest.raises(BudgetError, match=r"smallest design that still runs every query takes"):
+        design_workload(session, QUERIES[:2], 0.5)
+
+
+def test_the_policy_is_honoured_and_checked_at_load(
+    session: Session, designs: dict[float | str | None, DesignReport]
+) -> None:
+    policy = Policy({"lineitem.l_shipdate": DET})
+    report = design_workload(session, [QUERIES[5]], None, policy=policy)  # Q6 ranges shipdate
+    lineitem = report.design.tables["lineitem"]
+    assert lineitem.encryptions_of("l_shipdate", OPE) == []
+    assert lineitem.encryptions_of("l_discount", OPE)  # others still ordered on the server
+    schema = {name: t.columns for name, t in designs[None].design.tables.items()}
+    with pytest.raises(DesignError, match=r"policy forbids: OPE lineitem\.l_shipdate"):
+        chosen_design(designs[None].design, schema, policy, "fingerprint")
+
+
+def test_veil_design_command(
+    veil_env: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # in this process: the session fixture's embedded server file is open here
+    out = tmp_path / "d.json"
+    query = "SELECT count(*) FROM orders WHERE o_orderdate < DATE '1995-01-01'"
+    argv = ["design", str(veil_env["client"]), "--workload", query, "--budget", "none"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "design for 1 queries, budget unbounded" in capsys.readouterr().out
+    assert PhysicalDesign.load(out).tables["orders"].encryptions_of("o_orderdate", OPE)
+
+
+def test_a_design_for_other_tables_is_refused(
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    schema = {name: t.columns for name, t in designs[None].design.tables.items()}
+    del schema["region"]
+    with pytest.raises(DesignError, match="other tables or columns than the source"):
+        chosen_design(designs[None].design, schema, Policy(), "fingerprint")
+
+
+def test_an_infeasible_budget_from_the_command_line(
+    veil_env: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["design", str(veil_env["client"]), "--workload", QUERIES[0], "--budget", "0.5"]
+    assert main([*argv, "--out", str(tmp_path / "d.json")]) == 2
+    assert "give --budget" in capsys.readouterr().err
+    assert not (tmp_path / "d.json").exists()
