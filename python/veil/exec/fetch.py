@@ -295,7 +295,7 @@ def decrypt_columns(
             continue
         ciphertexts = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
         cipher = ciphers.get(table, enc)
-        for start, part in _parts(ciphertexts, len(wanted)):
+        for start, part in _parts(ciphertexts):
             part_ids = ids[start : start + len(part)] if ids is not None else None
             work.append((name, partial(_decrypt, part, cipher, enc, part_ids)))
     if fetched.num_rows >= _PARALLEL_ROWS and len(work) > 1:
@@ -307,7 +307,7 @@ def decrypt_columns(
     for (name, _), result in zip(work, results, strict=True):
         parts.setdefault(name, []).append(result)
     columns.update(
-        {n: p[0] if len(p) == 1 else pa.concat_arrays(p).combine_chunks() for n, p in parts.items()}
+        {n: p[0] if len(p) == 1 else pa.chunked_array(p).combine_chunks() for n, p in parts.items()}
     )
     return pa.table({name: columns[name] for name in names if name in columns})
 
@@ -328,15 +328,16 @@ def _decrypt(
 
 # Columns of at least this many rows are decrypted side by side, one thread each.
 _PARALLEL_ROWS = 65536
-# A column of at least this many rows fetched with fewer columns than threads is
-# also cut into parts decrypted side by side (Q18's 6M order keys: two threads).
+# A column of at least this many rows is also cut into a part per thread, decrypted
+# side by side: columns cost unequally (Q18's 6M order keys under FF1 beside their
+# quantities' 50 distinct values), so whole columns alone leave threads idle.
 _SPLIT_ROWS = 1 << 20
 
 
-def _parts(ciphertexts: pa.Array, columns: int) -> list[tuple[int, pa.Array]]:
-    """``ciphertexts`` whole, or in slices (with their first row) when threads would idle."""
+def _parts(ciphertexts: pa.Array) -> list[tuple[int, pa.Array]]:
+    """``ciphertexts`` whole, or in slices (with their first row) for the threads."""
     threads = min(4, os.cpu_count() or 1)
-    if len(ciphertexts) < _SPLIT_ROWS or columns >= threads:
+    if len(ciphertexts) < _SPLIT_ROWS or threads == 1:
         return [(0, ciphertexts)]
     size = -(-len(ciphertexts) // threads)
     return [(i, ciphertexts.slice(i, size)) for i in range(0, len(ciphertexts), size)]
