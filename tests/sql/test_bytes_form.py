@@ -16,7 +16,6 @@ from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from tests.sql.oracle import check_query, load_tables
 
@@ -135,18 +134,3 @@ def test_ordered_bytes_sort_as_the_integers() -> None:
         (v, b) for v, b in zip(values.to_pylist(), stored.to_pylist(), strict=True) if v is not None
     ]
     assert [v for v, _ in sorted(pairs, key=lambda p: p[1])] == sorted(v for v, _ in pairs)
-
-
-def test_few_distinct_ciphertexts_decrypt_through_their_dictionary() -> None:
-    from veil.exec.ciphers import decrypt_few
-
-    values = pa.chunked_array([[b"a", None, b"b"] * 3000, [b"b", b"c", None] * 10])
-    calls: list[int] = []
-
-    def decrypt(distinct: pa.Array) -> pa.Array:
-        calls.append(len(distinct))
-        return pc.utf8_upper(distinct.cast(pa.string()))
-
-    out = decrypt_few(values, decrypt)
-    expected = [None if v is None else v.decode().upper() for v in values.to_pylist()]
-    assert out.to_pylist() == expected and calls == [3]  # each distinct value once

@@ -28,6 +28,7 @@ from typing import NoReturn
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from veil.crypto.det import FF1_KEY_BYTES, FF1_KEY_LABEL, DetInt
 from veil.crypto.keys import KeyLabel, MasterKey
@@ -90,7 +91,7 @@ class NarrowDet:
             values = values.combine_chunks()
         ints = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
         out = pa.array(self._ints(ints.astype(np.int64), encrypt=encrypt))
-        return pa.compute.if_else(values.is_valid(), out, None) if values.null_count else out
+        return pc.if_else(values.is_valid(), out, None) if values.null_count else out
 
     def _ints(self, values: np.ndarray, *, encrypt: bool) -> np.ndarray:
         narrow = self._inside(values)

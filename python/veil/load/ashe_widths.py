@@ -14,40 +14,31 @@ length of the source's largest |value| (to a factor of ``HEADROOM``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TypeAlias
-
-import duckdb
-import pyarrow as pa
 
 from veil.crypto.ashe import BLOCK_ROWS, sum_fits, word_bits
 from veil.design.model import FLAG_FIELD_BITS, MAX_NULL_FIELDS, TableDesign, opaque_name
 
 # how far beyond the loaded data a later value may go before its sums leave the server
 HEADROOM = 4
-# (source expression, SQL type) pairs -> the encoded (min, max) of each, in one scan
-Ranges: TypeAlias = Callable[[list[tuple[str, str]]], list[tuple[int | None, int | None]]]
-# source expressions -> how many rows each is NULL in
-Nulls: TypeAlias = Callable[[list[str]], list[int]]
+# per summed expression, in ``AsheSums.sources``' order: encoded (min, max, NULL rows)
+Profile: TypeAlias = list[tuple[int | None, int | None, int]]
 
 
-def fit(table: TableDesign, ranges: Ranges, nulls: Nulls) -> None:
-    """Resize ``table.sums``' words to the data ``ranges`` reports (unchanged if unknown).
+def fit(table: TableDesign, profile: Profile | None) -> None:
+    """Resize ``table.sums``' words to the data's ``profile`` (unchanged if unknown).
 
     Unknown means an empty table, a source that is NULL throughout, or an
-    expression the source's DuckDB cannot compute for some row (``ranges``
-    raises): then the designer's type-wide words stay. The flags word keeps
-    a NULL counter only for the sources with NULLs in the data (``nulls``);
-    the others' later NULLs are flagged as overflows (``AsheSums.null_fields``).
+    expression the source's DuckDB cannot compute for some row (``profile``
+    None): then the designer's type-wide words stay. The flags word keeps a
+    NULL counter only for the sources with NULLs in the data; the others'
+    later NULLs are flagged as overflows (``AsheSums.null_fields``).
     """
     sums = table.sums
-    if sums is None:
+    if sums is None or profile is None:
         return
-    try:
-        found = ranges(list(zip(sums.sources, sums.types, strict=True)))
-        missing = nulls(sums.sources)
-    except (duckdb.Error, pa.ArrowException, ValueError):  # uncomputable: type-wide words
-        return
+    found = [(low, high) for low, high, _ in profile]
+    missing = [nulls for _, _, nulls in profile]
     if any(low is None or high is None for low, high in found):
         return
     limits = [HEADROOM * max(abs(low), abs(high), 1) for low, high in found]  # type: ignore[arg-type]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -174,12 +173,9 @@ def load_into(
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
         clusters.choose(fresh.tables[table.name], table.row_count(con))
-        ashe_widths.fit(
-            fresh.tables[table.name],
-            partial(_encoded_ranges, table, con),
-            partial(table.null_counts, con),
-        )
-        ranges.update(_det_ranges(table, con, fresh.tables[table.name]))
+        summed, keys = _data_profile(table, con, fresh.tables[table.name])
+        ashe_widths.fit(fresh.tables[table.name], summed)
+        ranges.update(keys)
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design)
         narrow_det.choose(fresh, design, ranges)
@@ -365,13 +361,26 @@ def _record_statistics(
             enc.params["mean_bytes"] = round(float(lengths[enc.source]), 1)
 
 
-def _det_ranges(
+def _data_profile(
     source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
-) -> dict[int, tuple[int | None, int | None]]:
-    """The encoded (min, max) of each DET integer column of ``table``, by id(encryption)."""
+) -> tuple[ashe_widths.Profile | None, dict[int, tuple[int | None, int | None]]]:
+    """In one scan: the summed expressions' (min, max, NULL rows), sizing their ASHE
+    words, and each DET integer column's (min, max) by id(encryption), for narrow DET.
+
+    Summed expressions DuckDB cannot compute for some row leave the first None.
+    """
     keys = [e for e in table.encryptions if narrow_det.candidate(e)]
-    found = _encoded_ranges(source, con, [(e.source, e.type) for e in keys])
-    return {id(e): bounds for e, bounds in zip(keys, found, strict=True)}
+    columns = [(e.source, e.type) for e in keys]
+    summed = list(zip(table.sums.sources, table.sums.types, strict=True)) if table.sums else []
+    try:
+        found = _encoded_ranges(source, con, summed + columns)
+    except (duckdb.Error, pa.ArrowException, ValueError):  # uncomputable: type-wide words
+        summed, found = [], _encoded_ranges(source, con, columns)
+    sums, ranges = found[: len(summed)], found[len(summed) :]
+    return (
+        sums if summed else None,
+        {id(e): (low, high) for e, (low, high, _) in zip(keys, ranges, strict=True)},
+    )
 
 
 def _distinct_counts(
@@ -435,7 +444,7 @@ def _check_declared_domains(
     """Refuse a source whose values leave a declared domain (one scan per table)."""
     declared = [c for c in columns if c.bounds is not None]
     ranges = _encoded_ranges(source, con, [(c.name, c.type) for c in declared])
-    for column, (low, high) in zip(declared, ranges, strict=True):
+    for column, (low, high, _) in zip(declared, ranges, strict=True):
         check_declared(
             column,
             low,
@@ -448,13 +457,14 @@ def _check_declared_domains(
 
 def _encoded_ranges(
     source: SourceTable, con: duckdb.DuckDBPyConnection, columns: list[tuple[str, str]]
-) -> list[tuple[int | None, int | None]]:
-    """The encoded ``(min, max)`` of each ``(column or expression, SQL type)``, in one scan."""
-    bounds = source.ranges(con, [column for column, _ in columns])
+) -> list[tuple[int | None, int | None, int]]:
+    """The encoded ``(min, max)`` and NULL rows of each ``(column or expression, SQL
+    type)``, in one scan."""
+    profile = source.profile(con, [column for column, _ in columns])
     encoded = []
-    for (low, high), (_, type_name) in zip(bounds, columns, strict=True):
+    for (low, high, nulls), (_, type_name) in zip(profile, columns, strict=True):
         sql_type = SqlType(type_name)
-        encoded.append((_as_int(encode(low, sql_type)), _as_int(encode(high, sql_type))))
+        encoded.append((_as_int(encode(low, sql_type)), _as_int(encode(high, sql_type)), nulls))
     return encoded
 
 

@@ -59,31 +59,27 @@ class SourceTable:
         reader = con.sql(query).to_arrow_reader(batch_rows)
         yield from reader
 
-    def ranges(
+    def profile(
         self, con: duckdb.DuckDBPyConnection, columns: list[str]
-    ) -> list[tuple[pa.Array, pa.Array]]:
-        """``(min, max)`` of each column or per-row expression, in one scan of the source.
+    ) -> list[tuple[pa.Array, pa.Array, int]]:
+        """``(min, max, NULL rows)`` of each column or per-row expression, in one scan.
 
-        As one-value Arrow arrays: Python's dates cannot hold DuckDB's extremes
-        (``infinity`` would come back as 9999-12-31).
+        Min and max as one-value Arrow arrays: Python's dates cannot hold
+        DuckDB's extremes (``infinity`` would come back as 9999-12-31).
         """
         if not columns:
             return []
         values = self._referenced(con, columns)
-        bounds = ", ".join(f"min({v}), max({v})" for v in values)
-        row = con.sql(f"SELECT {bounds} FROM {self.relation_sql}").to_arrow_table()
+        parts = ", ".join(f"min({v}), max({v}), count(*) - count({v})" for v in values)
+        row = con.sql(f"SELECT {parts} FROM {self.relation_sql}").to_arrow_table()
         return [
-            (row.column(2 * i).combine_chunks(), row.column(2 * i + 1).combine_chunks())
+            (
+                row.column(3 * i).combine_chunks(),
+                row.column(3 * i + 1).combine_chunks(),
+                int(row.column(3 * i + 2)[0].as_py()),
+            )
             for i in range(len(columns))
         ]
-
-    def null_counts(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[int]:
-        """How many rows each column or per-row expression is NULL in, in one scan."""
-        if not columns:
-            return []
-        counts = ", ".join(f"count(*) - count({v})" for v in self._referenced(con, columns))
-        [row] = con.execute(f"SELECT {counts} FROM {self.relation_sql}").fetchall()
-        return [int(n) for n in row]
 
     def _referenced(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[str]:
         """Columns quoted, expressions in parentheses: what a SELECT list can hold."""
