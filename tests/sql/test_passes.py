@@ -18,6 +18,7 @@ import veil.sql.planner as planner
 from veil.exec.session import Session
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes import PASSES
+from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
 from veil.sql.passes.find_scans import find_scans
@@ -30,6 +31,7 @@ from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.passes.share_fetches import share_fetches
 from veil.sql.passes.trim_reductions import trim_reductions
 from veil.sql.remote import scan_statement
 from veil.sql.state import Pass, PlanState
@@ -96,6 +98,8 @@ def test_passes_are_in_order() -> None:
         estimate_rows,
         drop_pushed_filters,
         plan_bind_filters,
+        decrypt_late,
+        share_fetches,
         rename_scans,
     ) == PASSES
 
@@ -247,7 +251,7 @@ def test_pushdown_joins_one_statement(session: Session) -> None:
     state = pushdown_joins(state)
     joined = {id(s.joined) for s in state.scans.values() if s.joined is not None}
     assert len(joined) == 1
-    assert "__veil_join_row" in state.query.sql()
+    assert "POSITIONAL JOIN" in state.query.sql()
 
 
 def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -> None:

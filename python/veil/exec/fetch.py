@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache, partial
@@ -183,7 +183,9 @@ def run_scan(
             plain = finish_ashe_sums(fetched, scan, ciphers)
         else:
             blocks = BlockReader(backend, stats)
-            plain = decrypt_columns(fetched, scan.table, scan.fetched(), ciphers, blocks)
+            plain = decrypt_columns(
+                fetched, scan.table, scan.fetched(), ciphers, blocks, scan.ciphertext
+            )
         stats.decrypted(started, server_before)
         return plain
     finally:
@@ -276,7 +278,9 @@ def decrypt_columns(
     wanted: list[tuple[str, Encryption | None]],
     ciphers: CipherCache,
     blocks: BlockReader | None = None,
+    encrypted: Collection[str] = (),
 ) -> pa.Table:
+    """``fetched``'s columns decrypted, but those named in ``encrypted`` (``decrypt_late``)."""
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     names = [name for name, _ in wanted]
     at = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)
@@ -286,7 +290,7 @@ def decrypt_columns(
     work: list[tuple[str, Callable[[], pa.Array]]] = []
     for index, (name, enc) in enumerate(wanted):
         stored = fetched.column(index)
-        if enc is None:  # the row id: not a secret, just counts rows
+        if enc is None or name in encrypted:  # the row id (not a secret), or left encrypted
             if name != RND_ROW_ID:
                 columns[name] = stored
             continue
@@ -297,7 +301,7 @@ def decrypt_columns(
         cipher = ciphers.get(table, enc)
         for start, part in _parts(ciphertexts):
             part_ids = ids[start : start + len(part)] if ids is not None else None
-            work.append((name, partial(_decrypt, part, cipher, enc, part_ids)))
+            work.append((name, partial(decrypt_values, part, cipher, enc, part_ids)))
     if fetched.num_rows >= _PARALLEL_ROWS and len(work) > 1:
         # the kernels release the GIL; a cipher keeps no state between calls
         results = list(_pool().map(lambda w: w[1](), work))
@@ -312,9 +316,10 @@ def decrypt_columns(
     return pa.table({name: columns[name] for name in names if name in columns})
 
 
-def _decrypt(
+def decrypt_values(
     ciphertexts: pa.Array, cipher: ColumnCipher, enc: Encryption, ids: np.ndarray | None
 ) -> pa.Array:
+    """Plaintext values of one column's ciphertexts (``ids``: the rows', for RND)."""
     if isinstance(cipher, RowBoundCipher):
         assert ids is not None, "RND columns are fetched with their row ids"
         return decode(cipher.decrypt_rows(ids, ciphertexts), enc.sql_type)

@@ -30,6 +30,7 @@ from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
+from veil.exec.late import register_late_keys
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import QueryCancelledError, QueryError, UnsupportedStatementError
@@ -326,7 +327,10 @@ class Session:
         memo: KeyMemo = {}  # this run's bind filters' key lists
         try:
             joined: dict[str, pa.Table] = {}
+            tables: dict[str, pa.Table] = {}  # by local name, for the scans sharing them
             for scan in fetch_order(plan.scans):
+                if scan.same_rows is not None:
+                    continue  # registered below, once the scan it shares is fetched
                 if scan.joined is not None and scan.local_name not in joined:
                     for member in scan.joined.scans:
                         extras[id(member)] = key_filters(member, self.local, self.ciphers, memo)
@@ -344,6 +348,13 @@ class Session:
                 )
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
+                tables[scan.local_name] = fetched
+                for late in scan.late:  # its IN-subqueries' keys, found over ciphertexts
+                    registered.append(register_late_keys(late, scan, self.local, self.ciphers))
+            for scan in plan.scans:
+                if scan.same_rows is not None:
+                    self.local.register(scan.local_name, tables[scan.same_rows.local_name])
+                    registered.append(scan.local_name)
         except BaseException:
             self._unregister(registered)
             raise

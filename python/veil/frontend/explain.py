@@ -54,14 +54,24 @@ def explain_plan(session: Session, plan: SplitPlan) -> str:
         lines.append("")
     lines += _layers(plan.scans)
     number = 0
+    shared = [s for s in plan.scans if s.same_rows is not None]
     for scan in plan.scans:
         if scan.joined is not None and scan is not scan.joined.scans[0]:
             continue  # explained with the join's first scan
+        if scan.same_rows is not None:
+            continue  # listed after the statements
         number += 1
         if scan.joined is not None:
             lines += _explain_join(number, scan.joined, session.backend.dialect)
         else:
             lines += _explain_scan(number, scan, session.backend.dialect)
+    for scan, first in [(s, s.same_rows) for s in shared if s.same_rows is not None]:
+        lines.append(
+            f"{scan.table.name} as {scan.alias} -> {scan.local_name}: the rows fetched for "
+            f"{first.alias} -> {first.local_name} (no statement of its own)"
+        )
+    if shared:
+        lines.append("")
     lines += [
         "local plan (runs on the client, in DuckDB):",
         "  " + plan.local.sql(dialect="duckdb", pretty=True).replace("\n", "\n  "),
@@ -160,8 +170,14 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
         scheme = enc.scheme if enc else "count" if column.startswith("__veil_agg_") else "row id"
         if enc is not None and enc.outer is not None:
             scheme = RND  # a wrapped onion: the server sees RND ciphertexts
+        kept = " (kept encrypted on the client)" if column in scan.ciphertext else ""
         lines.append(
-            f"  fetch {prefix}{column} via {scheme}: reveals {REVEALS.get(scheme, 'nothing')}"
+            f"  fetch {prefix}{column} via {scheme}{kept}: reveals {REVEALS.get(scheme, 'nothing')}"
+        )
+    for late in scan.late:
+        lines.append(
+            f"  then on the client, over the ciphertexts of {late.column}: "
+            f"{late.query.sql(dialect='duckdb')}; its distinct keys decrypted -> {late.local_name}"
         )
     for predicate in scan.predicates:
         reveals = "; ".join(f"{s}: {REVEALS[s]}" for s in predicate.schemes)

@@ -57,6 +57,10 @@ class Scan:
     estimated_rows: float | None = None
     # an aggregated scan's: the rows its filters keep, before grouping (``estimate_rows``)
     kept_rows: float | None = None
+    # columns fetched as their DET / OPE ciphertexts and left so (``decrypt_late``)
+    ciphertext: set[str] = field(default_factory=set)
+    late: list[LateKeys] = field(default_factory=list)  # run once this scan is fetched
+    same_rows: Scan | None = None  # not fetched: reads that scan's local table (``share_fetches``)
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
@@ -89,6 +93,23 @@ class BindFilter:
     description: str  # where the keys come from, for explain
     # worth sending only if there are at most half as many keys as this scan's rows
     shrinks: Scan | None = None
+
+
+@dataclass
+class LateKeys:
+    """An IN-subquery run on the client over ciphertexts, its keys then decrypted.
+
+    ``query`` reads its scan's local table, where ``column`` holds the
+    ciphertexts of ``enc``; its distinct results, decrypted, become the local
+    table ``local_name`` (one column, ``output``) that the local plan's
+    IN-subquery and its bind filters read. See ``veil.sql.passes.decrypt_late``.
+    """
+
+    query: exp.Select
+    column: str
+    enc: Encryption
+    local_name: str
+    output: str
 
 
 @dataclass

@@ -12,6 +12,7 @@ never a wrong answer.
 
 from __future__ import annotations
 
+from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
 from veil.sql.passes.find_scans import find_scans
@@ -24,6 +25,7 @@ from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.passes.share_fetches import share_fetches
 from veil.sql.passes.trim_reductions import trim_reductions
 from veil.sql.state import Pass
 
@@ -40,6 +42,8 @@ PASSES: tuple[Pass, ...] = (
     estimate_rows,  # each plain scan's rows, from the load's statistics (the cost model's)
     drop_pushed_filters,  # exact server filters leave the local plan
     plan_bind_filters,  # client-computed key filters on large scans
+    decrypt_late,  # an IN-subquery groups its keys' ciphertexts, decrypts what it keeps
+    share_fetches,  # two fetches of the same rows: one statement
     rename_scans,  # the local plan reads the scans' local tables
 )
 

@@ -1,0 +1,61 @@
+"""Two fetches of the same rows (same tables, joins, filters and parameters) are one statement."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from tests.sql.conftest import tpch_queries
+from tests.sql.oracle import check_query
+
+from veil.exec.session import Session
+from veil.frontend.explain import explain
+from veil.sql.plan import SplitPlan
+
+SHARED = [
+    dict(tpch_queries())["q11"],
+    # a scan and its uncorrelated subquery's scan, same filter, other columns
+    "SELECT COUNT(*), MIN(o_orderdate) FROM orders WHERE o_orderstatus = 'F' AND o_totalprice > "
+    "(SELECT MEDIAN(o_totalprice) FROM orders WHERE o_orderstatus = 'F')",
+    # two derived tables over the same rows (a CTE read twice is one scan already)
+    "SELECT COUNT(*) FROM (SELECT o_custkey, o_totalprice FROM orders "
+    "WHERE o_orderpriority = '1-URGENT') a JOIN (SELECT o_custkey, o_orderdate FROM orders "
+    "WHERE o_orderpriority = '1-URGENT') b ON a.o_custkey = b.o_custkey "
+    "WHERE a.o_totalprice > 500000 AND b.o_orderdate < DATE '1993-01-01'",
+]
+NOT_SHARED = [
+    # other parameters: other rows
+    "SELECT COUNT(*) FROM orders WHERE o_orderstatus = 'F' AND o_totalprice > "
+    "(SELECT MEDIAN(o_totalprice) FROM orders WHERE o_orderstatus = 'O')",
+]
+
+
+def _statements(plan: SplitPlan | None) -> int:
+    assert plan is not None and plan.pushdown
+    return sum(
+        1
+        for s in plan.scans
+        if s.same_rows is None and (s.joined is None or s is s.joined.scans[0])
+    )
+
+
+@pytest.mark.parametrize("sql", SHARED + NOT_SHARED)
+def test_answers_match_plaintext(
+    any_session: Session, plain: duckdb.DuckDBPyConnection, sql: str
+) -> None:
+    for _ in range(2):  # the second run reuses the cached plan
+        check_query(any_session, plain, sql)
+
+
+@pytest.mark.parametrize("sql", SHARED)
+def test_one_statement_for_the_same_rows(session: Session, sql: str) -> None:
+    result = session.run(sql)
+    assert result.stats.statements == _statements(result.plan)
+    assert any(s.same_rows is not None for s in result.plan.scans)  # type: ignore[union-attr]
+    assert "(no statement of its own)" in explain(session, sql)
+
+
+@pytest.mark.parametrize("sql", NOT_SHARED)
+def test_other_rows_are_fetched_apart(session: Session, sql: str) -> None:
+    result = session.run(sql)
+    assert not any(s.same_rows is not None for s in result.plan.scans)  # type: ignore[union-attr]
+    assert result.stats.statements == 2
