@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from tests.sql.conftest import tpch_queries
 from tests.sql.test_passes import state_before
 
 from veil.exec.session import Session
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.selectivity import _interpolated, kept_share
 
+TPCH = dict(tpch_queries())
 FILTERS = [
     # one month of shipments: two bounds on one column make one range
     "l_shipdate >= DATE '1995-09-01' AND l_shipdate < DATE '1995-10-01'",
@@ -52,3 +54,34 @@ def test_without_statistics_the_estimate_is_neutral(session: Session) -> None:
     (scan,) = state.scans.values()
     nodes = [p.node for p in scan.predicates if p.node is not None]
     assert kept_share(nodes, scan, state.resolved, session) in (0.5, 1.0)
+
+
+def _fetched_rows(session: Session, sql: str) -> dict[str, tuple[float, int]]:
+    """Per statement (its first scan's table): the planner's estimate and the rows it returned."""
+    result = session.run(sql)
+    assert result.plan is not None and result.plan.pushdown
+    found = {}
+    for scan in result.plan.scans:
+        step = scan.joined if scan.joined is not None else scan
+        estimate = step.estimated_rows
+        run = result.stats.steps.get(id(step))
+        if estimate is not None and run is not None:
+            found[scan.table.name if scan.joined is None else "join"] = (estimate, run.rows)
+    return found
+
+
+def test_a_join_closing_a_cycle_thins_the_joined_rows(session: Session) -> None:
+    """Q5's c_nationkey = s_nationkey keeps 1 in 25 of the joined rows (it was priced 25x)."""
+    estimate, rows = _fetched_rows(session, TPCH["q5"])["join"]
+    assert rows / 3 <= estimate <= rows * 3, (estimate, rows)
+
+
+def test_a_semi_join_reduction_thins_the_scan(session: Session) -> None:
+    """Q17's shape: the subquery's lineitem, reduced by part's brand (1 part in 25)."""
+    sql = (
+        "SELECT SUM(l_extendedprice) FROM lineitem, part WHERE p_partkey = l_partkey "
+        "AND p_brand = 'Brand#23' AND l_quantity < "
+        "(SELECT 0.2 * AVG(l_quantity) FROM lineitem WHERE l_partkey = p_partkey)"
+    )
+    estimate, rows = _fetched_rows(session, sql)["lineitem"]
+    assert rows > 0 and rows / 3 <= estimate <= rows * 3, (estimate, rows)

@@ -13,7 +13,7 @@ MIN/MAX of OPE columns, runs on the server whole (TPC-H Q21)::
       local:     ... ANY_VALUE(supplier.__veil_agg_0) ... GROUP BY supplier.s_name
 
 The server returns a row per group, which the client splits into the
-scans' local tables under one ``JOIN_ROW`` (``veil.exec.fetch.run_joined``);
+scans' local tables, paired by position (``veil.exec.fetch.run_joined``);
 the local plan's GROUP BY sees each group once, as with a single table
 (``pushdown_aggregates``). Exact: DET groups as the plaintext does, the
 server's join and filters are the local plan's, and COUNT / MIN / MAX of
@@ -36,7 +36,7 @@ from veil.sql.conjuncts import (
     drop_conjuncts,
     inner_joins_only,
     is_part_of,
-    pair_join_rows,
+    join_by_position,
     subqueries_outside_where,
 )
 from veil.sql.join_graph import components
@@ -178,7 +178,7 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
         scan.columns = {c for s, c, _ in groups.keys if s is scan}
         scan.joined = fetch
         scan.reduction = None  # the server join does it
-    pair_join_rows(select, [s.alias for s in fetch.scans])
+    join_by_position(select, [s.alias for s in fetch.scans])
     for node in list(select.find_all(exp.AggFunc)):
         if not is_part_of(node, select):
             continue

@@ -6,8 +6,9 @@ columns under one key scope), can fetch the linked scans with ONE server
 statement that joins the encrypted tables, applies every scan's pushed
 filters and returns only the columns the client still needs
 (``plan.JoinedFetch``). The client splits each joined row into the scans'
-local tables under a shared ``JOIN_ROW`` number; the local plan joins on
-that number, so it sees exactly the server's joined rows.
+local tables (row ``i`` of each from joined row ``i``); the local plan pairs
+them by position (``join_by_position``), so it sees exactly the server's
+joined rows.
 
 What the client no longer re-checks: the join equalities and the exact pushed
 filters of the joined scans (DET and OPE comparisons are exact, so the
@@ -47,7 +48,7 @@ from veil.sql.conjuncts import (
     drop_conjuncts,
     inner_joins_only,
     is_part_of,
-    pair_join_rows,
+    join_by_position,
 )
 from veil.sql.join_graph import components
 from veil.sql.plan import JoinedFetch, JoinEdge, Reduction, Scan
@@ -101,7 +102,8 @@ def _try_join(
         kept = {id(s): _kept(s, select, state) for s in members}
         largest = max(members, key=lambda s: s.table.row_count)
         # the joined rows: the largest table's, thinned by every member's filters
-        rows = largest.table.row_count * prod(kept.values())
+        # and by every join that closes a cycle
+        rows = largest.table.row_count * prod(kept.values()) * _cycles_share(fetch.edges)
         before = sum(
             _fetched_alone(s, kept[id(s)], rows, s is largest) * _width(s, alone[id(s)])
             for s in members
@@ -130,6 +132,47 @@ def _try_join(
             return None
         members = max(options, key=lambda part: sum(adds[id(s)] for s in members if s not in part))
     return None
+
+
+def _cycles_share(edges: list[JoinEdge]) -> float:
+    """The share of joined rows the joins closing a cycle keep (1 for a tree of joins).
+
+    Every other join is taken to follow a key to one row (the estimate's
+    "largest table's rows"). Two joins between the same two scans are one
+    (a composite key: Q9's partsupp and lineitem). Joins on keys of many
+    values make the tree first, as foreign keys do; a join left over keeps
+    one row in its key's distinct values: Q5's ``c_nationkey = s_nationkey``
+    keeps 1/25 of the customer-order-lineitem-supplier rows.
+    """
+    pairs: dict[frozenset[int], JoinEdge] = {}
+    for edge in edges:
+        pairs.setdefault(frozenset((id(edge.left), id(edge.right))), edge)
+    parent: dict[int, int] = {}
+
+    def root(node: int) -> int:
+        while parent.get(node, node) != node:
+            node = parent[node]
+        return node
+
+    share = 1.0
+    for edge in sorted(pairs.values(), key=lambda e: -_distinct(e)):
+        left, right = root(id(edge.left)), root(id(edge.right))
+        if left == right:
+            share /= max(_distinct(edge), 1.0)
+        else:
+            parent[left] = right
+    return share
+
+
+def _distinct(edge: JoinEdge) -> float:
+    """The larger distinct count (recorded at load) of an edge's two DET columns."""
+    counts = [10.0]  # unknown: a key of few values
+    for scan, column in ((edge.left, edge.left_column), (edge.right, edge.right_column)):
+        enc = next((e for e in scan.table.encryptions if e.name == column), None)
+        distinct = enc.params.get("distinct") if enc is not None else None
+        if isinstance(distinct, int):
+            counts.append(float(distinct))
+    return max(counts)
 
 
 def _selective_first(
@@ -203,7 +246,7 @@ def _adopt(
         scan.joined = fetch
         if scan.reduction is not None and {id(s) for s in scan.reduction.scans} <= members:
             scan.reduction = None  # the server join itself reduces this scan
-    pair_join_rows(select, [s.alias for s in fetch.scans])
+    join_by_position(select, [s.alias for s in fetch.scans])
 
 
 def _width(scan: Scan, columns: set[str]) -> float:
