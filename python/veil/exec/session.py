@@ -32,6 +32,7 @@ from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.late import register_late_keys
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
+from veil.exec.plan_choice import choose_plan
 from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import QueryCancelledError, QueryError, UnsupportedStatementError
 from veil.sql.functions import is_repeatable
@@ -294,7 +295,10 @@ class Session:
                 design = self.design
             elif peels:
                 design = peeled_view(design, peels)
-        plan = plan_query(tree, design, self, row_ids_of=row_ids_of)
+        if row_ids_of is None and isinstance(tree, exp.Query):
+            plan = choose_plan(self, tree, design)
+        else:
+            plan = plan_query(tree, design, self, row_ids_of=row_ids_of)
         plan.peels = [str(p) for p in peels]
         return plan
 

@@ -52,6 +52,10 @@ def explain_plan(session: Session, plan: SplitPlan) -> str:
         lines.append("first peels onion layers (the server learns what each reveals, for good):")
         lines += [f"  {peel}" for peel in plan.peels]
         lines.append("")
+    if plan.choice:
+        lines.append("plan chosen by cost (estimates; * = chosen, `VEIL_PLANNER=rules` to skip):")
+        lines += [f"  {line}" for line in plan.choice]
+        lines.append("")
     lines += _layers(plan.scans)
     number = 0
     shared = [s for s in plan.scans if s.same_rows is not None]

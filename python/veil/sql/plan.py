@@ -293,3 +293,5 @@ class SplitPlan:
     local_sql: str = field(default="", repr=False, compare=False)
     # the onion layers peeled for this plan (``veil.exec.onions``), in words, for explain
     peels: list[str] = field(default_factory=list, repr=False, compare=False)
+    # the candidate plans it was chosen from and their estimates (``veil.exec.plan_choice``)
+    choice: list[str] = field(default_factory=list, repr=False, compare=False)

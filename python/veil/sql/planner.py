@@ -23,7 +23,7 @@ from veil.sql.parse import qualify_query
 from veil.sql.passes import PASSES
 from veil.sql.plan import Scan, SplitPlan
 from veil.sql.rewrite_server import ServerContext
-from veil.sql.state import PlanState
+from veil.sql.state import Pass, PlanState
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,12 @@ def plan_query(
     ctx: ServerContext,
     *,
     row_ids_of: str | None = None,
+    passes: tuple[Pass, ...] = PASSES,
 ) -> SplitPlan:
-    """The split plan of ``tree`` (not modified); ``row_ids_of``: DML's target alias."""
+    """The split plan of ``tree`` (not modified); ``row_ids_of``: DML's target alias.
+
+    ``passes``: the planner's passes (``veil.exec.plan_choice`` leaves one out
+    to price the plan without its rule)."""
     qualified = (
         qualify_query(tree, design.plaintext_schema()) if isinstance(tree, exp.Query) else None
     )
@@ -44,7 +48,7 @@ def plan_query(
     state = PlanState(qualified, design, ctx, row_ids_of)
     try:
         check_functions(qualified)
-        for planner_pass in PASSES:
+        for planner_pass in passes:
             state = planner_pass(state)
     except Exception as exc:  # any failure of an optimisation: do it the safe way
         log.info("split planning failed (%s: %s); the client runs the query", type(exc), exc)
