@@ -18,6 +18,7 @@ import veil.sql.planner as planner
 from veil.exec.session import Session
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes import PASSES
+from veil.sql.passes.compare_ciphertexts import compare_ciphertexts
 from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
@@ -99,6 +100,7 @@ def test_passes_are_in_order() -> None:
         drop_pushed_filters,
         plan_bind_filters,
         decrypt_late,
+        compare_ciphertexts,
         share_fetches,
         rename_scans,
     ) == PASSES

@@ -12,6 +12,7 @@ never a wrong answer.
 
 from __future__ import annotations
 
+from veil.sql.passes.compare_ciphertexts import compare_ciphertexts
 from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
@@ -43,6 +44,7 @@ PASSES: tuple[Pass, ...] = (
     drop_pushed_filters,  # exact server filters leave the local plan
     plan_bind_filters,  # client-computed key filters on large scans
     decrypt_late,  # an IN-subquery groups its keys' ciphertexts, decrypts what it keeps
+    compare_ciphertexts,  # keys only compared, grouped or counted stay encrypted
     share_fetches,  # two fetches of the same rows: one statement
     rename_scans,  # the local plan reads the scans' local tables
 )

@@ -1,0 +1,185 @@
+"""Pass: key columns the client only compares for equality stay encrypted.
+
+TPC-H Q13 joins customer to orders on ``c_custkey = o_custkey``, groups by
+``c_custkey`` and counts ``o_orderkey``: the client decrypted 1.65M DET keys
+(most of its time) to compare, group and count them. Under one DET key
+(a key scope: the workload's join group) equal values have equal
+ciphertexts, so these can all run on the ciphertexts as fetched::
+
+    scan 0: customer {c_custkey: kept encrypted}
+    scan 1: orders {o_custkey: kept encrypted, o_orderkey: kept encrypted}
+    local:  ... customer LEFT JOIN orders ON c_custkey = o_custkey ... (unchanged)
+
+A column of a plain scan (not joined, aggregated or shared on the server)
+stays encrypted when every reference to it in the local plan is one of
+
+- ``a = b`` with ``b`` another such column under the same key scope, form
+  and type (a join or a correlation), anywhere a condition may be;
+- ``COUNT(col)``, ``COUNT(DISTINCT col)`` or ``col IS [NOT] NULL`` (NULL
+  stays NULL under DET);
+- a GROUP BY key;
+- an output of a derived table that the outer query never reads.
+
+Anything else (an output of the query, ORDER BY, a comparison with a
+constant or an expression, a function) needs the value: the column is
+decrypted as usual, and so is every column it was to be compared with.
+Floating-point columns are always decrypted (``-0.0 = 0.0``, but not their
+encodings). The server's part is unchanged: nothing new is revealed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from veil.design.model import DET, Encryption
+from veil.encoding import FLOAT_KIND
+from veil.sql.plan import Scan
+from veil.sql.state import PlanState
+
+Key = tuple[int, str]  # (id of the scan, plaintext column)
+
+
+@dataclass
+class _Candidate:
+    scan: Scan
+    column: str
+    enc: Encryption
+    partners: set[Key] = field(default_factory=set)  # columns it is compared with
+
+
+def compare_ciphertexts(state: PlanState) -> PlanState:
+    if any(j.args.get("using") for j in state.query.find_all(exp.Join)):
+        return state
+    candidates = _candidates(state)
+    if not candidates:
+        return state
+    read = _derived_outputs_read(state.query)
+    referenced: set[Key] = set()
+    for node in state.query.find_all(exp.Column):
+        ref = state.resolved.get(id(node))
+        if ref is None:
+            # a column a pass wrote (or an output alias): keep any candidate of its name
+            for key in [k for k, c in candidates.items() if c.column == node.name.lower()]:
+                del candidates[key]
+            continue
+        scan = state.scans.get((ref.scope_id, ref.alias))
+        key = (id(scan), ref.column)
+        if key not in candidates:
+            continue
+        referenced.add(key)
+        partner = _allowed(node, candidates, state, read)
+        if partner is False:
+            del candidates[key]
+        elif partner is not True:
+            candidates[key].partners.add(partner)
+    _drop_unpaired(candidates)
+    for key, candidate in candidates.items():
+        if key in referenced:
+            candidate.scan.ciphertext.add(candidate.column)
+    return state
+
+
+def _candidates(state: PlanState) -> dict[Key, _Candidate]:
+    found = {}
+    for scan in state.scans.values():
+        plain = scan.joined is None and scan.aggregation is None
+        if not plain or scan.with_row_id or scan.late or scan.same_rows is not None:
+            continue
+        for column in scan.columns - scan.ciphertext:
+            enc = scan.table.fetchable(column)
+            if enc.scheme != DET or enc.row_bound or enc.sql_type.kind == FLOAT_KIND:
+                continue
+            found[(id(scan), column)] = _Candidate(scan, column, enc)
+    return found
+
+
+def _allowed(
+    node: exp.Column,
+    candidates: dict[Key, _Candidate],
+    state: PlanState,
+    read: set[tuple[str, str]],
+) -> bool | Key:
+    """True: a context that needs no value; False: one that does; a key: equal to that column."""
+    parent = node.parent
+    if isinstance(parent, exp.Count) or (
+        isinstance(parent, exp.Distinct)
+        and isinstance(parent.parent, exp.Count)
+        and len(parent.expressions) == 1
+    ):
+        return True
+    if isinstance(parent, exp.Is) and parent.this is node:
+        return True
+    if isinstance(parent, exp.Group):
+        return True
+    if isinstance(parent, exp.EQ):
+        other = parent.expression if parent.this is node else parent.this
+        ref = state.resolved.get(id(other)) if isinstance(other, exp.Column) else None
+        if ref is None:
+            return False
+        scan = state.scans.get((ref.scope_id, ref.alias))
+        key = (id(scan), ref.column)
+        mine = _candidate_of(node, candidates, state)
+        theirs = candidates.get(key)
+        if mine is None or theirs is None or not _same_ciphertexts(mine.enc, theirs.enc):
+            return False
+        return key
+    return _unread_output(node, read)
+
+
+def _candidate_of(
+    node: exp.Column, candidates: dict[Key, _Candidate], state: PlanState
+) -> _Candidate | None:
+    ref = state.resolved[id(node)]
+    scan = state.scans.get((ref.scope_id, ref.alias))
+    return candidates.get((id(scan), ref.column))
+
+
+def _same_ciphertexts(a: Encryption, b: Encryption) -> bool:
+    """Equal values encrypt alike under both (one key, one stored form, one encoding)."""
+    return (
+        a.key_scope == b.key_scope
+        and a.sql_type == b.sql_type
+        and a.params.get("form") == b.params.get("form")
+        and a.params.get("narrow_bits") == b.params.get("narrow_bits")
+    )
+
+
+def _unread_output(node: exp.Column, read: set[tuple[str, str]]) -> bool:
+    """Whether ``node`` is an output of a derived table that the outer query never reads."""
+    projection: exp.Expr = node
+    if isinstance(node.parent, exp.Alias):
+        projection = node.parent
+    select = projection.parent
+    if not isinstance(select, exp.Select) or not any(p is projection for p in select.expressions):
+        return False
+    derived = select.parent
+    if not isinstance(derived, exp.Subquery) or not derived.alias:
+        return False
+    if not isinstance(derived.parent, (exp.From, exp.Join)):
+        return False  # a scalar or IN subquery: its value is compared outside
+    return (derived.alias.lower(), projection.alias_or_name.lower()) not in read
+
+
+def _derived_outputs_read(tree: exp.Expr) -> set[tuple[str, str]]:
+    """(table alias, column) of every qualified column reference; any star reads all."""
+    if any(isinstance(n, exp.Star) and not isinstance(n.parent, exp.Count) for n in tree.walk()):
+        return {("*", "*")} | {
+            (s.alias.lower(), p.alias_or_name.lower())
+            for s in tree.find_all(exp.Subquery)
+            if s.alias and isinstance(s.this, exp.Select)
+            for p in s.this.expressions
+        }
+    return {(c.table.lower(), c.name.lower()) for c in tree.find_all(exp.Column)}
+
+
+def _drop_unpaired(candidates: dict[Key, _Candidate]) -> None:
+    """Drop, until none is left, columns compared with a column that is decrypted."""
+    changed = True
+    while changed:
+        changed = False
+        for key in list(candidates):
+            if any(p not in candidates for p in candidates[key].partners):
+                del candidates[key]
+                changed = True
