@@ -185,5 +185,6 @@ def _ashe_rows(scan: Scan, keys: list[str]) -> float:
     rows = float(max(scan.table.row_count, 1))
     kept = scan.kept_rows if scan.kept_rows is not None else rows
     share = min(1.0, kept / rows)
-    pairs = rows / 64 * groups * -math.expm1(64 * math.log1p(-share / groups))
+    hit = min(share / groups, 1.0 - 1e-12)  # a (group, row) pair's chance to be kept
+    pairs = rows / 64 * groups * -math.expm1(64 * math.log1p(-hit))
     return min(kept, pairs)

@@ -21,8 +21,9 @@ stays encrypted when every reference to it in the local plan is one of
 - an output of a derived table that the outer query never reads.
 
 Anything else (an output of the query, ORDER BY, a comparison with a
-constant or an expression, a function) needs the value: the column is
-decrypted as usual, and so is every column it was to be compared with.
+constant or an expression, a function, a bind filter's keys) needs the
+value: the column is decrypted as usual, and so is every column it was to
+be compared with.
 Floating-point columns are always decrypted (``-0.0 = 0.0``, but not their
 encodings). The server's part is unchanged: nothing new is revealed.
 """
@@ -82,6 +83,15 @@ def compare_ciphertexts(state: PlanState) -> PlanState:
 
 
 def _candidates(state: PlanState) -> dict[Key, _Candidate]:
+    # a bind filter's key query reads its sources' columns outside the local plan, and
+    # sends their values (``veil.exec.bind``): those are decrypted
+    keyed = {
+        (id(source), column.name.lower())
+        for scan in state.scans.values()
+        for bind in scan.binds
+        for source in bind.sources
+        for column in bind.keys.find_all(exp.Column)
+    }
     found = {}
     for scan in state.scans.values():
         plain = scan.joined is None and scan.aggregation is None
@@ -90,6 +100,8 @@ def _candidates(state: PlanState) -> dict[Key, _Candidate]:
         for column in scan.columns - scan.ciphertext:
             enc = scan.table.fetchable(column)
             if enc.scheme != DET or enc.row_bound or enc.sql_type.kind == FLOAT_KIND:
+                continue
+            if (id(scan), column) in keyed:
                 continue
             found[(id(scan), column)] = _Candidate(scan, column, enc)
     return found
