@@ -33,7 +33,7 @@ from veil.design.model import PhysicalDesign
 from veil.errors import ParameterError
 from veil.exec.calibration import CALIBRATION_FILE, Calibration
 from veil.exec.cost import estimate_plan, plan_steps
-from veil.sql.passes import PASSES
+from veil.sql import planner
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
 from veil.sql.passes.pushdown_joins import pushdown_joins
@@ -115,7 +115,7 @@ def _candidates(
 ) -> list[Candidate]:
     plans: list[tuple[str, SplitPlan]] = []
     for name, left_out in _WITHOUT.items():
-        passes = tuple(p for p in PASSES if p is not left_out)
+        passes = tuple(p for p in planner.PASSES if p is not left_out)
         plan = plan_query(tree, design, session, passes=passes)
         if plan.pushdown and _differs(plan, rules):
             plans.append((name, plan))

@@ -350,13 +350,15 @@ class Session:
                     if scan.joined is not None
                     else run_scan(scan, extras, self.backend, self.ciphers, stats, plan.rendered)
                 )
+                tables[scan.local_name] = fetched
+                if scan.unread:
+                    continue  # the local plan does not name it
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
-                tables[scan.local_name] = fetched
                 for late in scan.late:  # its IN-subqueries' keys, found over ciphertexts
                     registered.append(register_late_keys(late, scan, self.local, self.ciphers))
             for scan in plan.scans:
-                if scan.same_rows is not None:
+                if scan.same_rows is not None and not scan.unread:
                     self.local.register(scan.local_name, tables[scan.same_rows.local_name])
                     registered.append(scan.local_name)
         except BaseException:

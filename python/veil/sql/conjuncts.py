@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from veil.sql.columns import BaseColumn
+from veil.sql.plan import Scan
 
 
 def drop_conjuncts(select: exp.Expr, dropped: list[exp.Expr]) -> None:
@@ -121,7 +122,7 @@ def inner_joins_only(select: exp.Expr) -> bool:
     return True
 
 
-def join_by_position(select: exp.Select, aliases: list[str]) -> None:
+def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
     """Join the local tables of a server join's scans row by row (DuckDB's POSITIONAL JOIN).
 
     They are one fetched result split by scan (``veil.exec.fetch.run_joined``),
@@ -131,7 +132,17 @@ def join_by_position(select: exp.Select, aliases: list[str]) -> None:
     ``select`` joins only inner or comma joins (``inner_joins_only``): the
     scans' references move to the front of its FROM list, the other sources
     follow in their order, and every ON condition moves to the WHERE clause.
+
+    A scan the SELECT no longer reads (its join keys and filters went to the
+    server: Q9's part and supplier) leaves the FROM list, as pairing a table by
+    position with one of as many rows adds nothing; its local table is not
+    registered (``Scan.unread``). One scan stays, for the rows.
     """
+    read = {c.table for c in select.find_all(exp.Column)}
+    kept = [s for s in scans if s.alias in read] or scans[:1]
+    for scan in scans:
+        scan.unread = all(scan is not k for k in kept)
+    aliases = [s.alias for s in kept]
     joins = select.args.get("joins") or []
     for join in joins:
         condition = join.args.get("on")
@@ -144,6 +155,10 @@ def join_by_position(select: exp.Select, aliases: list[str]) -> None:
             units[-1].append(join.this)
         else:
             units.append([join.this])
+    for unit in units:
+        for item in [i for i in unit if i.alias_or_name in {s.alias for s in scans} - set(aliases)]:
+            unit.remove(item)  # a scan the SELECT does not read
+    units = [u for u in units if u]
     wanted = set(aliases)
     members = sorted(
         (i for unit in units for i in unit if i.alias_or_name in wanted),

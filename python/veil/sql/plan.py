@@ -61,6 +61,7 @@ class Scan:
     ciphertext: set[str] = field(default_factory=set)
     late: list[LateKeys] = field(default_factory=list)  # run once this scan is fetched
     same_rows: Scan | None = None  # not fetched: reads that scan's local table (``share_fetches``)
+    unread: bool = False  # a server join's member the local plan does not name (not registered)
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""

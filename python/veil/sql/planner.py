@@ -34,12 +34,12 @@ def plan_query(
     ctx: ServerContext,
     *,
     row_ids_of: str | None = None,
-    passes: tuple[Pass, ...] = PASSES,
+    passes: tuple[Pass, ...] | None = None,
 ) -> SplitPlan:
     """The split plan of ``tree`` (not modified); ``row_ids_of``: DML's target alias.
 
-    ``passes``: the planner's passes (``veil.exec.plan_choice`` leaves one out
-    to price the plan without its rule)."""
+    ``passes``: the planner's passes, ``PASSES`` when None (``veil.exec.plan_choice``
+    leaves one out to price the plan without its rule)."""
     qualified = (
         qualify_query(tree, design.plaintext_schema()) if isinstance(tree, exp.Query) else None
     )
@@ -48,7 +48,7 @@ def plan_query(
     state = PlanState(qualified, design, ctx, row_ids_of)
     try:
         check_functions(qualified)
-        for planner_pass in passes:
+        for planner_pass in PASSES if passes is None else passes:
             state = planner_pass(state)
     except Exception as exc:  # any failure of an optimisation: do it the safe way
         log.info("split planning failed (%s: %s); the client runs the query", type(exc), exc)

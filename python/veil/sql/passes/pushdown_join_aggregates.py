@@ -178,7 +178,6 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
         scan.columns = {c for s, c, _ in groups.keys if s is scan}
         scan.joined = fetch
         scan.reduction = None  # the server join does it
-    join_by_position(select, [s.alias for s in fetch.scans])
     for node in list(select.find_all(exp.AggFunc)):
         if not is_part_of(node, select):
             continue
@@ -188,3 +187,4 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
             expressions=[exp.column(groups.local_name(id(node)), table=scan.alias)],
         )
         node.replace(exp.cast(value, exp.DataType.build(types[id(node)], dialect="duckdb")))
+    join_by_position(select, fetch.scans)  # once the SELECT reads what it reads

@@ -246,7 +246,7 @@ def _adopt(
         scan.joined = fetch
         if scan.reduction is not None and {id(s) for s in scan.reduction.scans} <= members:
             scan.reduction = None  # the server join itself reduces this scan
-    join_by_position(select, [s.alias for s in fetch.scans])
+    join_by_position(select, fetch.scans)
 
 
 def _width(scan: Scan, columns: set[str]) -> float:
