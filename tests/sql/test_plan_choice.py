@@ -15,6 +15,7 @@ from tests.sql.oracle import assert_same
 import veil.exec.plan_choice as plan_choice
 from veil.errors import ParameterError
 from veil.exec.calibration import CALIBRATION_FILE, calibration_of
+from veil.exec.cost import estimate_plan
 from veil.exec.fetch import FetchStats
 from veil.exec.plan_choice import Candidate, _candidates, _cheapest, choose_plan
 from veil.exec.session import Session
@@ -92,3 +93,19 @@ def test_the_rules_alone_without_a_calibration_or_when_asked(
     monkeypatch.setenv("VEIL_PLANNER", "fastest")
     with pytest.raises(ParameterError, match="VEIL_PLANNER"):
         choose_plan(session, tree, session.design)
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_the_choice_is_never_estimated_dearer_than_fetching_everything(
+    calibrated: Session, name: str
+) -> None:
+    tree = parse_statement(TPCH[name])
+    assert isinstance(tree, exp.Query)
+    calibration = calibration_of(calibrated)
+    rules = calibrated.plan(tree)
+    candidates = _candidates(calibrated, tree, calibrated.design, rules, calibration, 1.0)
+    candidates[0].seconds = estimate_plan(calibrated, rules, calibration).seconds
+    chosen = _cheapest(candidates)
+    everything = candidates[-1]
+    assert chosen.seconds is not None and everything.seconds is not None
+    assert chosen.seconds <= everything.seconds
