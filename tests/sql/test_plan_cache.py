@@ -33,7 +33,7 @@ def test_a_repeated_query_is_planned_once(
         plans.append(real(*args, **kwargs))  # type: ignore[arg-type]
         return plans[-1]
 
-    monkeypatch.setattr("veil.exec.session.plan_query", counted)
+    monkeypatch.setattr("veil.exec.plan_choice.plan_query", counted)  # queries plan there
     params = ["1995-01-01"]
     first, second = session.run(SQL, params), session.run(SQL, params)
     assert len(plans) == 1 and session.plans.hits == 1
