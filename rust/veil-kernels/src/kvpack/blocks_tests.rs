@@ -260,6 +260,15 @@ fn segments_are_standard_aes_gcm() {
     let sealed_index = &body[4..4 + index_length];
     let (ciphertext, tag) = sealed_index.split_at(index_length - TAG_LEN);
     let key = pack_key(&KEY, &NONCE).unwrap();
+    // K_pack as the layout defines it, one block at a time.
+    let derive = Aes256::new_from_slice(&KEY).unwrap();
+    for (i, part) in key.chunks(8).enumerate() {
+        let mut block = [0u8; 16];
+        block[..4].copy_from_slice(&(i as u32).to_le_bytes());
+        block[4..].copy_from_slice(&NONCE);
+        derive.encrypt_block(GenericArray::from_mut_slice(&mut block));
+        assert_eq!(part, &block[..8]);
+    }
     let cipher = Aes256Gcm::new_from_slice(&key).unwrap();
     let mut nonce = [0u8; NONCE_LEN];
     nonce[NONCE_LEN - 8..].copy_from_slice(&0u64.to_be_bytes());
