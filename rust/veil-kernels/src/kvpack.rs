@@ -315,15 +315,7 @@ pub fn find_value(data: &[u8], wanted: &[u8]) -> Result<Option<Range<usize>>, Ke
         let index = (0..records.keys.len()).find(|&i| records.key(i) == wanted);
         return Ok(index.map(|i| records.values[i].clone()));
     }
-    let mut at = 1;
-    let count = read_varint(data, &mut at)? as usize;
-    let terminator = *data
-        .get(at)
-        .ok_or_else(|| malformed("pack plaintext is truncated".into()))?;
-    at += 1;
-    if count > data.len() / 3 {
-        return Err(malformed("pack plaintext is truncated".into()));
-    }
+    let (count, terminator, at) = v3_header(data)?;
     // Shared lengths, suffix lengths, then the suffixes: three cursors.
     let mut shared_at = at;
     let mut suffix_length_at = skip_varints(data, at, count)?;
@@ -443,17 +435,22 @@ fn parse_v2(data: Vec<u8>) -> Result<RecordList, KernelError> {
     finish(data, at, key_data, keys, values)
 }
 
-fn parse_v3(data: Vec<u8>) -> Result<RecordList, KernelError> {
+/// A version 3 list's record count and terminator, and where its lengths start.
+fn v3_header(data: &[u8]) -> Result<(usize, u8, usize), KernelError> {
     let mut at = 1;
-    let count = read_varint(&data, &mut at)? as usize;
+    let count = read_varint(data, &mut at)? as usize;
     let terminator = *data
         .get(at)
         .ok_or_else(|| malformed("pack plaintext is truncated".into()))?;
-    at += 1;
     // Two length bytes and a terminator per record at least.
     if count > data.len() / 3 {
         return Err(malformed("pack plaintext is truncated".into()));
     }
+    Ok((count, terminator, at + 1))
+}
+
+fn parse_v3(data: Vec<u8>) -> Result<RecordList, KernelError> {
+    let (count, terminator, mut at) = v3_header(&data)?;
     let lengths = read_lengths(&data, &mut at, 2 * count)?;
     let (key_data, keys) = read_keys(&data, &mut at, &lengths)?;
     let mut values = Vec::with_capacity(count);
