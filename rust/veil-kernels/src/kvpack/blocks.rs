@@ -441,15 +441,30 @@ pub fn lookup(
     let aad = full_aad(aad, index_length);
     SCRATCH.with(|scratch| {
         let (segment, records) = &mut *scratch.borrow_mut();
-        cipher.open_into(0, &aad, &body[index_span], segment)?;
-        let Some((number, span)) = find_block(segment, position, cursor, body.len())? else {
-            return Ok(None);
-        };
-        cipher.open_into(number + 1, &aad, &body[span], segment)?;
-        decompress_zstd_into(segment, dictionary, records)?;
-        Ok(find_value(records, wanted)?.map(|value| records[value].to_vec()))
+        let found = (|| {
+            cipher.open_into(0, &aad, &body[index_span], segment)?;
+            let Some((number, span)) = find_block(segment, position, cursor, body.len())? else {
+                return Ok(None);
+            };
+            cipher.open_into(number + 1, &aad, &body[span], segment)?;
+            decompress_zstd_into(segment, dictionary, records)?;
+            Ok(find_value(records, wanted)?.map(|value| records[value].to_vec()))
+        })();
+        // An unusually large block's allocation does not stay (blocks are
+        // capped at 16 KiB of rows by the store's choice, but `block_rows`
+        // may be given). Freed buffers are not wiped elsewhere either, and
+        // the value goes on to Python's heap.
+        for buffer in [segment, records] {
+            if buffer.capacity() > SCRATCH_KEEP {
+                *buffer = Vec::new();
+            }
+        }
+        found
     })
 }
+
+/// The most a point read's per-thread buffers keep allocated between reads.
+const SCRATCH_KEEP: usize = 256 * 1024;
 
 /// The number and stored span of the block holding `position`, from a
 /// decrypted index, checking that the blocks fill the body from `start` to `end`.

@@ -283,3 +283,18 @@ fn segments_are_standard_aes_gcm() {
         .unwrap();
     assert_eq!(read_varint(&index, &mut 0).unwrap(), 4); // 30 rows in blocks of 8
 }
+
+#[test]
+fn a_large_block_does_not_stay_allocated() {
+    let keys: Vec<Vec<u8>> = (0..100u64).map(|i| i.to_be_bytes().to_vec()).collect();
+    let values: Vec<Vec<u8>> = (0..100u8).map(|i| vec![b'a' + i % 26; 4096]).collect();
+    let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let body = seal_new(&k, &v, 100, None, Level::Fast);
+    let found = lookup(&KEY, &NONCE, AAD, &body, &keys[7], &keys[7], None).unwrap();
+    assert_eq!(found.as_deref(), Some(values[7].as_slice()));
+    SCRATCH.with(|scratch| {
+        let (segment, records) = &*scratch.borrow();
+        assert!(segment.capacity() <= SCRATCH_KEEP && records.capacity() <= SCRATCH_KEEP);
+    });
+}
