@@ -153,3 +153,22 @@ def test_a_put_recompresses_only_the_blocks_it_changes(open_store: StoreFactory)
     assert store.get(number) == b"a new value"
     assert all(store.get(k) == v for k, v in records.items() if k != number)
     assert dict(store.range(0, 599)) == {**records, number: b"a new value"}
+
+
+@pytest.mark.parametrize("prf_pack_ids", [False, True])
+def test_point_reads_find_every_key_and_no_absent_one(
+    open_store: StoreFactory, prf_pack_ids: bool
+) -> None:
+    # The point read walks the index and one block's record list without
+    # parsing them (rust/veil-kernels/src/kvpack/blocks.rs, ``lookup``); with
+    # pseudorandom packIDs a block is chosen by the key's position, not the key.
+    store = open_store(
+        compression="zstd-dict",
+        pack_rows=64,
+        block_rows=8,
+        pack_cache=0,
+        prf_pack_ids=prf_pack_ids,
+    )
+    records = {k: v for k, v in _records(1200).items() if k % 3}
+    store.put_many(records)
+    assert all(store.get(key) == records.get(key) for key in range(-5, 1210))

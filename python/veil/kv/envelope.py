@@ -68,6 +68,8 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 _HEADER_BYTES = {ENVELOPE_VERSION: 2, ENVELOPE_DICTIONARY: 6, ENVELOPE_BLOCKED: 6}
 _U32 = struct.Struct(">I")
+_BLOCKED = bytes([ENVELOPE_BLOCKED])
+_BLOCKED_MINIMUM = _HEADER_BYTES[ENVELOPE_BLOCKED] + NONCE_BYTES + TAG_BYTES
 _AUTH_FAILED = (
     "a stored pack failed authentication: it was tampered with or moved on "
     "the server, or this store was written with a different key file"
@@ -87,7 +89,9 @@ class Envelope:
         "_aead",
         "_codec",
         "_key",
+        "_kind_prefixes",
         "_prepared",
+        "_prepared_raw",
         "_tiers",
         "blocked",
         "codec_name",
@@ -113,6 +117,8 @@ class Envelope:
         self.dictionaries: Dictionaries | None = None
         self.dictionary: Dictionary | None = None
         self._prepared: dict[int, _native.KvDictionary] = {}  # authenticated versions
+        self._prepared_raw: dict[bytes, _native.KvDictionary] = {}  # the same, by header bytes
+        self._kind_prefixes: dict[bytes, bytes] = {}
 
     def seal(
         self, kind: bytes, location: bytes, plaintext: bytes, *, use_dictionary: bool = False
@@ -228,6 +234,20 @@ class Envelope:
         a blocked pack uses it to pick the one block to open. A point read's
         hot path: no slicing of the stored pack, no context managers.
         """
+        if stored[:1] == _BLOCKED and len(stored) >= _BLOCKED_MINIMUM:
+            # The hot path, kept to a few operations (~0.5 us of Python on
+            # a ~10 us read): the AAD from a per-kind prefix, the prepared
+            # dictionary by the header's raw version bytes.
+            prepared = self._prepared_raw.get(stored[2:6]) or self._prepared_for(stored)
+            aad = b"".join(
+                (self._kind_prefix(kind), _U32.pack(len(location)), location, stored[:6])
+            )
+            try:
+                return _native.kv_blocked_lookup(
+                    self._key, stored, aad, position or wanted, wanted, prepared
+                )
+            except _native.NativeError as exc:
+                raise _pack_error(exc) from None
         header_bytes = _check(stored)
         aad = self._aad(stored[:header_bytes], kind, location)
         prepared = self._prepared_for(stored)
@@ -258,7 +278,17 @@ class Envelope:
             if stored[0] == ENVELOPE_BLOCKED and version == 0:
                 return None  # a blocked pack written before the table had a dictionary
             prepared = self._prepared[version] = self._dictionary_for(stored).prepared
+            self._prepared_raw[stored[2:6]] = prepared
         return prepared
+
+    def _kind_prefix(self, kind: bytes) -> bytes:
+        """The start of the AAD of every record of ``kind`` (see :meth:`_aad`)."""
+        prefix = self._kind_prefixes.get(kind)
+        if prefix is None:
+            prefix = self._kind_prefixes[kind] = (
+                self._aad_prefix + len(kind).to_bytes(4, "big") + kind
+            )
+        return prefix
 
     def _dictionary_for(self, stored: bytes) -> Dictionary:
         """The dictionary a (version 2 or 3) stored pack names, fetched and authenticated."""

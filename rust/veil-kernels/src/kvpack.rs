@@ -236,6 +236,18 @@ fn decompress_zstd_with(
     data: &[u8],
     dictionary: Option<&PackDictionary>,
 ) -> Result<Vec<u8>, KernelError> {
+    let mut out = Vec::new();
+    decompress_zstd_into(data, dictionary, &mut out)?;
+    Ok(out)
+}
+
+/// [`decompress_zstd_with`] into `out` (cleared first), so that a caller
+/// reading many frames on one thread reuses one buffer.
+fn decompress_zstd_into(
+    data: &[u8],
+    dictionary: Option<&PackDictionary>,
+    out: &mut Vec<u8>,
+) -> Result<(), KernelError> {
     // Frames state their size (the client writes it), so the output is
     // allocated once; each thread keeps one decompression context, as a
     // fresh one per point read costs as much as inflating a small pack.
@@ -248,18 +260,19 @@ fn decompress_zstd_with(
             ))
         }
     };
-    let mut out: Vec<u8> = Vec::with_capacity(size);
+    out.clear();
+    out.reserve(size);
     ZSTD_CONTEXT.with(|context| {
         let mut context = context.borrow_mut();
         match dictionary {
             Some(dictionary) => {
-                context.decompress_using_ddict(&mut out, data, dictionary.prepared.as_ddict())
+                context.decompress_using_ddict(out, data, dictionary.prepared.as_ddict())
             }
-            None => context.decompress(&mut out, data),
+            None => context.decompress(out, data),
         }
         .map_err(|code| undecodable(zstd::zstd_safe::get_error_name(code)))
     })?;
-    Ok(out)
+    Ok(())
 }
 
 thread_local! {
@@ -285,6 +298,82 @@ fn inflate_zlib(data: &[u8]) -> Result<Vec<u8>, KernelError> {
             Err(err) => return Err(undecodable(err)),
         }
     }
+}
+
+/// Where the value of `wanted` sits in a record list, without parsing it all.
+///
+/// A point read's path: a version 3 list is walked once, rebuilding one key
+/// at a time and stopping at the wanted one, and its value is found by
+/// skipping that many terminators; no list of keys or values is built (for
+/// a 200-row block of log lines that building cost more than finding the
+/// row). Versions 1 and 2 take the full parse. Lists come from authenticated
+/// blocks, so the rest of the list is not checked as [`parse_records`]
+/// does, but every read is bounds-checked.
+pub fn find_value(data: &[u8], wanted: &[u8]) -> Result<Option<Range<usize>>, KernelError> {
+    if data.first() != Some(&PACK_FORMAT_VERSION) {
+        let records = parse_records(data.to_vec())?;
+        let index = (0..records.keys.len()).find(|&i| records.key(i) == wanted);
+        return Ok(index.map(|i| records.values[i].clone()));
+    }
+    let (count, terminator, at) = v3_header(data)?;
+    // Shared lengths, suffix lengths, then the suffixes: three cursors.
+    let mut shared_at = at;
+    let mut suffix_length_at = skip_varints(data, at, count)?;
+    let mut suffix_at = skip_varints(data, suffix_length_at, count)?;
+    let mut key: Vec<u8> = Vec::with_capacity(wanted.len().max(16));
+    let mut found = None;
+    for index in 0..count {
+        let shared = read_varint(data, &mut shared_at)? as usize;
+        let suffix = take(
+            &mut suffix_at,
+            read_varint(data, &mut suffix_length_at)? as usize,
+            data.len(),
+        )?;
+        let base = key.get(shared).copied();
+        if shared > key.len() {
+            return Err(malformed(
+                "pack key shares more than the previous key".into(),
+            ));
+        }
+        key.truncate(shared);
+        key.extend_from_slice(&data[suffix.clone()]);
+        if let (false, Some(base)) = (suffix.is_empty(), base) {
+            key[shared] = key[shared].wrapping_add(base);
+        }
+        if found.is_none() && key == wanted {
+            found = Some(index);
+            // The values start after every suffix: sum the remaining lengths.
+            for _ in index + 1..count {
+                let length = read_varint(data, &mut suffix_length_at)? as usize;
+                take(&mut suffix_at, length, data.len())?;
+            }
+            break;
+        }
+    }
+    let Some(index) = found else {
+        return Ok(None);
+    };
+    let mut at = suffix_at;
+    for _ in 0..index {
+        at += value_end(data, at, terminator)? + 1;
+    }
+    let end = value_end(data, at, terminator)?;
+    Ok(Some(at..at + end))
+}
+
+/// The cursor after `count` varints from `at`.
+fn skip_varints(data: &[u8], mut at: usize, count: usize) -> Result<usize, KernelError> {
+    for _ in 0..count {
+        read_varint(data, &mut at)?;
+    }
+    Ok(at)
+}
+
+/// The length of the value starting at `at` (up to its terminator).
+fn value_end(data: &[u8], at: usize, terminator: u8) -> Result<usize, KernelError> {
+    data.get(at..)
+        .and_then(|rest| memchr::memchr(terminator, rest))
+        .ok_or_else(|| malformed("pack plaintext lacks a value terminator".into()))
 }
 
 /// Split a pack plaintext into its keys and values (checking every length).
@@ -346,17 +435,22 @@ fn parse_v2(data: Vec<u8>) -> Result<RecordList, KernelError> {
     finish(data, at, key_data, keys, values)
 }
 
-fn parse_v3(data: Vec<u8>) -> Result<RecordList, KernelError> {
+/// A version 3 list's record count and terminator, and where its lengths start.
+fn v3_header(data: &[u8]) -> Result<(usize, u8, usize), KernelError> {
     let mut at = 1;
-    let count = read_varint(&data, &mut at)? as usize;
+    let count = read_varint(data, &mut at)? as usize;
     let terminator = *data
         .get(at)
         .ok_or_else(|| malformed("pack plaintext is truncated".into()))?;
-    at += 1;
     // Two length bytes and a terminator per record at least.
     if count > data.len() / 3 {
         return Err(malformed("pack plaintext is truncated".into()));
     }
+    Ok((count, terminator, at + 1))
+}
+
+fn parse_v3(data: Vec<u8>) -> Result<RecordList, KernelError> {
+    let (count, terminator, mut at) = v3_header(&data)?;
     let lengths = read_lengths(&data, &mut at, 2 * count)?;
     let (key_data, keys) = read_keys(&data, &mut at, &lengths)?;
     let mut values = Vec::with_capacity(count);

@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use veil_kernels::kvpack::blocks::{seal_blocked, BlockedPack, Level};
+use veil_kernels::kvpack::blocks::{lookup, seal_blocked, BlockedPack, Level};
 use veil_kernels::kvpack::{
     serialize_records, serialize_records_as, PackDictionary, PackKey, RecordList,
 };
@@ -224,18 +224,10 @@ fn kv_blocked_lookup<'py>(
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let prepared = dictionary.map(|d| &d.get().inner);
     let (nonce, body) = blocked_parts(stored)?;
-    let records = py
-        .allow_threads(|| {
-            let pack = BlockedPack::open(key, nonce, aad, body)?;
-            pack.block_of(position)
-                .map(|number| pack.block(number, prepared))
-                .transpose()
-        })
+    let value = py
+        .allow_threads(|| lookup(key, nonce, aad, body, position, wanted, prepared))
         .map_err(to_py)?;
-    Ok(records
-        .as_ref()
-        .and_then(|records| records.value_of(wanted))
-        .map(|value| PyBytes::new(py, value)))
+    Ok(value.map(|value| PyBytes::new(py, &value)))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
