@@ -113,3 +113,13 @@ def test_outer_keys_filter_a_correlated_subquery(session: Session) -> None:
 @pytest.mark.parametrize("index", [8, 9])
 def test_not_in_and_correlated_in_get_no_bind_filter(session: Session, index: int) -> None:
     assert _binds(session.run(QUERIES[index]).plan, "orders") == 0
+
+
+def test_a_scan_thinned_by_keys_thins_its_join_partners(session: Session) -> None:
+    """Q18: orders, filtered by its IN-subquery's keys, filters customer by its c_custkeys."""
+    result = session.run(TPCH["q18"])
+    assert result.plan is not None
+    customer = next(s for s in result.plan.scans if s.table.name == "customer")
+    assert [[s.table.name for s in b.sources] for b in customer.binds] == [["orders"]]
+    run = result.stats.steps[id(customer)]
+    assert run.rows < session.design.table("customer").row_count / 10

@@ -57,6 +57,16 @@ def plan_bind_filters(state: PlanState) -> PlanState:
         _bind_subquery(node, target, state.scopes, state.scans, state.resolved)
     for _, edges in state.edges:
         _propagate(edges)
+    # a scan those keys thin is small once fetched: its keys thin its join partners
+    thinned = {id(s) for s in state.scans.values() if s.binds}
+    for _, edges in state.edges:
+        for edge in edges:
+            for source, column, target, other in (
+                (edge.left, edge.left_column, edge.right, edge.right_column),
+                (edge.right, edge.right_column, edge.left, edge.left_column),
+            ):
+                if id(source) in thinned and id(target) not in thinned:
+                    _bind_join(source, column, target, other, thinned=True)
     # scopes come innermost first: carry keys into correlated subqueries outside-in
     for outer_edges in reversed(state.correlated):
         for edge in outer_edges:
@@ -65,26 +75,37 @@ def plan_bind_filters(state: PlanState) -> PlanState:
     return state
 
 
-def _bind_join(source: Scan, source_column: str, target: Scan, target_column: str) -> None:
-    if not source.residuals or not _standalone(source) or target.aggregation is not None:
+def _bind_join(
+    source: Scan, source_column: str, target: Scan, target_column: str, *, thinned: bool = False
+) -> None:
+    """Key filter on ``target`` from the rows of ``source`` its client-side filter keeps.
+
+    ``thinned``: ``source`` is itself filtered by keys (TPC-H Q18's orders, by its
+    IN-subquery: 57 rows), so all its fetched rows give keys, whatever its table's size
+    (Q18's customer is then fetched for those 57 orders, not whole).
+    """
+    if not _standalone(source) or target.aggregation is not None or target.with_row_id:
         return
-    if source.table.row_count > _SMALL_FRACTION * target.table.row_count:
+    if not (source.residuals or thinned):
+        return
+    if not thinned and source.table.row_count > _SMALL_FRACTION * target.table.row_count:
         return
     source_enc = next(e for e in source.table.encryptions if e.name == source_column)
     target_enc = next(e for e in target.table.encryptions if e.name == target_column)
     if source_enc.scheme != DET or source_enc.source not in source.columns:
         return
-    condition = exp.and_(*[r.copy() for r in source.residuals], copy=False)
-    keys = (
-        exp.select(exp.column(source_enc.source, table=source.alias))
-        .from_(exp.alias_(exp.to_table(source.local_name), source.alias, table=True))
-        .where(condition)
+    keys = exp.select(exp.column(source_enc.source, table=source.alias)).from_(
+        exp.alias_(exp.to_table(source.local_name), source.alias, table=True)
     )
-    target.binds.append(
-        BindFilter(
-            [source], target_enc, keys, f"{source.alias} rows passing {condition.sql()}", source
-        )
-    )
+    if source.residuals:
+        condition = exp.and_(*[r.copy() for r in source.residuals], copy=False)
+        keys = keys.where(condition)
+        described = f"{source.alias} rows passing {condition.sql()}"
+    else:
+        described = f"the {source.alias} rows its own key filter keeps"
+    # worth sending only if the client-side filter dropped most of the source's rows
+    shrinks = source if source.residuals and not thinned else None
+    target.binds.append(BindFilter([source], target_enc, keys, described, shrinks))
 
 
 def _bind_subquery(
