@@ -30,9 +30,13 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
             out["range ore"] = result["range"]["veil_ore"]["p50_us"] / ranked
     if "sum" not in result:
         return out
-    for strategy in ("server", "fetch"):
-        veil_sum = result["sum"][f"veil_{strategy}"]["p50_us"]
-        out[f"sum ({strategy})"] = veil_sum / result["sum"]["plain"]["p50_us"]
+    for strategy in ("server", "fetch", "paillier"):
+        if f"veil_{strategy}" in result["sum"]:
+            veil_sum = result["sum"][f"veil_{strategy}"]["p50_us"]
+            out[f"sum ({strategy})"] = veil_sum / result["sum"]["plain"]["p50_us"]
+    for name, figure in result["sum"].get("inc", {}).items():
+        if name != "plain":
+            out[f"$inc ({name})"] = figure["p50_us"] / result["sum"]["inc"]["plain"]["p50_us"]
     if "ycsb" not in result:  # a run stopped before its last section
         return out
     ycsb = result["ycsb"]
