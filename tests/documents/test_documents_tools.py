@@ -39,3 +39,11 @@ def test_small_bench(ferretdb):
     assert {"retries", "errors"} <= set(result["ycsb"]["uniform_2t"]["veil"])
     result["overheads"] = overheads(result)
     assert "benchmarkdb read" in table(result)
+
+
+def test_group_probe(ferretdb):
+    from veil.bench.documents.probe import probe
+
+    result = probe(ferretdb.url, 130, 1, 1)
+    assert result["chunk_bitmaps"]["rows"] == 30  # 10 keys x 3 chunks of 62 ids
+    assert {"group_ms", "find_ms"} <= set(result["flat"])
