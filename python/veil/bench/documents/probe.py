@@ -7,8 +7,9 @@
   of ``veil documents bench``'s sums);
 * ``shapes``: one ``$group`` ``$sum`` and one find of every document, for the
   stored shapes an ASHE ``h_add`` field could take: Veil's
-  ``{v, l, h, i: [id]}`` (``nested``), three top-level int64s (``flat``), one
-  16-byte binary (``binary``), beside a 13-byte binary group key;
+  ``{v, l, h, i: [id]}`` (``nested``), ``{l, h, i: id}`` (``scalar_id``),
+  three top-level int64s (``flat``), one 16-byte binary (``binary``), beside a
+  13-byte binary group key;
 * ``chunk_bitmaps``: the id bitmaps of a grouped ASHE sum as the server could
   return them: ``$group`` by (key, 62-id chunk) with ``$sum`` of
   ``2^(id mod 62)``, against ``$group`` by key alone over the same documents;
@@ -67,6 +68,9 @@ def _shapes(rng: random.Random) -> dict[str, Callable[[int], dict[str, Any]]]:
             "_id": i, "k": keys[i % KEYS],
             "f": {"v": 1, "l": word(32), "h": word(32), "i": [word(63)]},
         },
+        "scalar_id": lambda i: {
+            "_id": i, "k": keys[i % KEYS], "f": {"l": word(32), "h": word(32), "i": word(63)},
+        },
         "flat": lambda i: {
             "_id": i, "k": keys[i % KEYS], "fl": word(32), "fh": word(32), "fi": word(63),
         },
@@ -78,7 +82,8 @@ def _shapes(rng: random.Random) -> dict[str, Callable[[int], dict[str, Any]]]:
     }  # fmt: skip
 
 
-SUMMED = {"plain": ("$g", "$v"), "nested": ("$k", "$f.l"), "flat": ("$k", "$fl"),
+SUMMED = {"plain": ("$g", "$v"), "nested": ("$k", "$f.l"), "scalar_id": ("$k", "$f.l"),
+          "flat": ("$k", "$fl"),
           "binary": ("$k", "$f"), "chunked": ("$k", "$b")}  # fmt: skip
 
 
