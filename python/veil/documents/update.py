@@ -65,7 +65,6 @@ def _plan_field(
     elif spec.attr == "h_add" and spec.scheme == "ashe":
         halves, id_ = codec.ciphers[path].increment(int(value))
         server.setdefault("$inc", {}).update({f"{name}.l": halves["l"], f"{name}.h": halves["h"]})
-        server.setdefault("$push", {})[f"{name}.i"] = id_
-        server.setdefault("$set", {})[f"{name}.v"] = 1
+        server.setdefault("$push", {})[f"{name}.j"] = id_
     else:
         client[path] = value
