@@ -10,7 +10,7 @@ leaves the collection unchanged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import pymongo
@@ -131,26 +131,16 @@ class Collection:
     ) -> UpdateResult:  # fmt: skip
         """Read, change, re-encrypt, write back only if the document is unchanged meanwhile;
         a document another writer changed first is read again and the change re-applied."""
-        matched = modified = 0
-        for stored, document in self._matching(query, many):
-            for _ in range(WRITE_RETRIES):
-                update = self._client_update(document, client_ops, server_update)
-                with server_errors("update"):
-                    result = self._server.update_one(stored_condition(stored), update)
-                if result.matched_count:
-                    matched += 1
-                    modified += result.modified_count
-                    break
-                fresh = self._reread(stored["_id"], query)
-                if fresh is None:
-                    break  # deleted, or no longer matching: not updated, as on the server
-                stored, document = fresh
-            else:
-                raise ServerError(
-                    f"document {stored['_id']!r} kept changing under {WRITE_RETRIES} attempts "
-                    "to update it; retry later"
-                )
-        return UpdateResult({"n": matched, "nModified": modified, "ok": 1.0}, acknowledged=True)
+
+        def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+            stored, document = target
+            update = self._client_update(document, client_ops, server_update)
+            return stored_condition(stored), update
+
+        def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
+            return self._reread(target[0]["_id"], query)
+
+        return self._conditional_writes(self._matching(query, many), write, reread)
 
     def _update_paillier(
         self, query: dict[str, Any], increments: dict[str, int], server_update: dict[str, Any],
@@ -168,28 +158,48 @@ class Collection:
         projection = dict.fromkeys(deltas, 1)
         with server_errors("update"):
             targets = list(self._server.find(server_filter, projection, limit=0 if many else 1))
+
+        def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+            condition = {"$and": [server_filter, _unchanged(target[0], deltas)]}
+            return condition, self._paillier_update(target[0], ciphers, deltas, server_update)
+
+        def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
+            with server_errors("update"):
+                fresh = self._server.find_one(
+                    {"$and": [server_filter, {"_id": target[0]["_id"]}]}, projection
+                )
+            return None if fresh is None else (fresh, None)
+
+        return self._conditional_writes(((t, None) for t in targets), write, reread)
+
+    def _conditional_writes(
+        self,
+        targets: Iterable[tuple[Any, Any]],
+        write: Callable[[tuple[Any, Any]], tuple[dict[str, Any], dict[str, Any]]],
+        reread: Callable[[tuple[Any, Any]], tuple[Any, Any] | None],
+    ) -> UpdateResult:
+        """Each target's ``(condition, update) = write(target)`` until its condition holds;
+        a target whose condition failed (another writer came first) is ``reread``: None
+        means deleted or no longer matching, left alone as the server would leave it."""
         matched = modified = 0
-        for stored in targets:
+        for target in targets:
+            current: tuple[Any, Any] | None = target
             for _ in range(WRITE_RETRIES):
-                update = self._paillier_update(stored, ciphers, deltas, server_update)
-                condition = {"$and": [server_filter, _unchanged(stored, deltas)]}
+                assert current is not None
+                condition, update = write(current)
                 with server_errors("update"):
                     result = self._server.update_one(condition, update)
                 if result.matched_count:
                     matched += 1
                     modified += result.modified_count
                     break
-                with server_errors("update"):
-                    fresh = self._server.find_one(
-                        {"$and": [server_filter, {"_id": stored["_id"]}]}, projection
-                    )
-                if fresh is None:
-                    break  # deleted, or no longer matching: not updated, as on the server
-                stored = fresh
+                current = reread(current)
+                if current is None:
+                    break
             else:
                 raise ServerError(
-                    f"document {stored['_id']!r} kept changing under {WRITE_RETRIES} attempts "
-                    "to update it; retry later"
+                    f"document {target[0]['_id']!r} kept changing under {WRITE_RETRIES} "
+                    "attempts to update it; retry later"
                 )
         return UpdateResult({"n": matched, "nModified": modified, "ok": 1.0}, acknowledged=True)
 
