@@ -15,6 +15,9 @@
   ``2^(id mod 62)``, against ``$group`` by key alone over the same documents;
 * ``second_accumulator``: whether a ``$group`` computes its second ``$sum``.
 
+The queries run interleaved, each once a round, so that a shared machine's
+load falls on all of them alike; figures are medians of the rounds.
+
 It answers whether per-chunk id bitmaps can make server-side sums cheap on a
 given server: FerretDB 1.24 looks each document's group up in a list of the
 groups seen so far (``groupMap.addOrAppend``), so a ``$group`` costs
@@ -42,13 +45,10 @@ CHUNK_IDS = 62
 KEYS = 10
 
 
-def _median_ms(runs: int, query: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        query()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+def _timed_ms(query: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    query()
+    return 1000 * (time.perf_counter() - start)
 
 
 def _aggregate(collection: Any, pipeline: list[dict[str, Any]]) -> list[Any]:
@@ -95,21 +95,23 @@ def probe(url: str, docs: int, runs: int, seed: int) -> dict[str, Any]:
             rows = [make(i) for i in range(docs)]
             for at in range(0, docs, 1000):
                 database[name].insert_many(rows[at : at + 1000])
-        out: dict[str, Any] = {"docs": docs, "runs": runs}
-        for name, (key, value) in SUMMED.items():
-            collection = database[name]
-            group = [{"$group": {"_id": key, "s": {"$sum": value}}}]
-            out[name] = {
-                "group_ms": _median_ms(runs, partial(_aggregate, collection, group)),
-                "find_ms": _median_ms(runs, partial(_find_all, collection)),
-            }
         chunked = database["chunked"]
         by_chunk = [{"$group": {"_id": {"k": "$k", "c": "$c"}, "s": {"$sum": "$b"}}}]
-        out["chunk_bitmaps"] = {
-            "rows": len(_aggregate(chunked, by_chunk)),
-            "group_ms": _median_ms(runs, partial(_aggregate, chunked, by_chunk)),
-            "by_key_group_ms": out["chunked"]["group_ms"],
-        }
+        queries: dict[tuple[str, str], Callable[[], Any]] = {}
+        for name, (key, value) in SUMMED.items():
+            group = [{"$group": {"_id": key, "s": {"$sum": value}}}]
+            queries[name, "group_ms"] = partial(_aggregate, database[name], group)
+            queries[name, "find_ms"] = partial(_find_all, database[name])
+        queries["chunk_bitmaps", "group_ms"] = partial(_aggregate, chunked, by_chunk)
+        times: dict[tuple[str, str], list[float]] = {label: [] for label in queries}
+        for _ in range(runs):  # interleaved: each query once a round, so load hits all alike
+            for label, query in queries.items():
+                times[label].append(_timed_ms(query))
+        out: dict[str, Any] = {"docs": docs, "runs": runs}
+        for (name, figure), values in times.items():
+            out.setdefault(name, {})[figure] = statistics.median(values)
+        out["chunk_bitmaps"]["rows"] = len(_aggregate(chunked, by_chunk))
+        out["chunk_bitmaps"]["by_key_group_ms"] = out["chunked"]["group_ms"]
         two = [{"$group": {"_id": "$g", "a": {"$sum": "$v"}, "n": {"$sum": 1}}}]
         first = next(iter(database["plain"].aggregate(two)))
         out["second_accumulator"] = {"computed": first["n"] != 0, "first_row": first}
