@@ -19,10 +19,10 @@ hash of the collection and path):
   ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc`` adds the
   halves of the increment's ciphertext and appends its id to a list ``j``.
   The form is kept small because FerretDB parses every stored document of
-  every query: ``{"v": 1, ..., "i": [id]}`` (an integer more and an array,
-  still read) cost 6-11% more per scan (``veil.bench.documents.probe``, 10k
-  documents; three top-level int64s would save 33-41%). No version field: a
-  later form will use other field letters.
+  every query, though against the earlier ``{"v": 1, ..., "i": [id]}`` (still
+  read) no saving showed beyond a shared machine's noise
+  (``veil.bench.documents.probe``; three top-level int64s did save 20-44%).
+  No version field: a later form will use other field letters.
 * ``h_mul``: ``{"v": 1, "a": g^r, "b": m·h^r}`` (ElGamal, :mod:`veil.documents.elgamal`).
 * ``do_nothing``: the value itself, at its own path.
 
