@@ -46,6 +46,26 @@ def test_many_increments_sum_right(url, key_file, sums):
         assert {row["_id"]: row["s"] for row in rows} == expected
 
 
+@pytest.mark.parametrize("sums", ["server", "fetch"])
+def test_h_add_forms_old_and_created_by_inc(url, key_file, sums):
+    """A value created by a blind $inc (ids only in ``j``) and a value of the earlier
+    form ``{v: 1, l, h, i: [ids]}`` read and sum like any other."""
+    schema = {"t": {"g": "index", "v": "h_add"}}
+    with veil.documents.connect(url, key_file, schema, sums=sums) as database:
+        database.t.insert_many([{"_id": 1, "g": 1, "v": 10}, {"_id": 2, "g": 1}])
+        database.t.insert_one({"_id": 3, "g": 2, "v": -4})
+        database.t.update_one({"_id": 2}, {"$inc": {"v": 5}})
+        database.t.update_one({"_id": 2}, {"$inc": {"v": 1}})
+        cipher = database.t.codec.ciphers["v"]
+        stored = database.t._server.find_one({"_id": 3})[cipher.name]
+        old = {"v": 1, "l": stored["l"], "h": stored["h"], "i": [stored["i"]]}
+        database.t._server.update_one({"_id": 3}, {"$set": {cipher.name: old}})
+        database.t.update_one({"_id": 3}, {"$inc": {"v": 100}})
+        assert [d["v"] for d in database.t.find().sort("_id", 1)] == [10, 6, 96]
+        rows = database.t.aggregate([{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}])
+        assert {row["_id"]: row["s"] for row in rows} == {1: 16, 2: 96}
+
+
 def test_schema_file_and_unnamed_fields_sealed(url, key_file, tmp_path):
     path = tmp_path / "schemas.json"
     path.write_text(json.dumps({"c": {"fields": {"k": "index"}, "default": "static"}}))

@@ -12,6 +12,7 @@ import pytest
 import veil.documents
 from veil.documents import FieldTypeError, SchemaError
 from veil.documents import paillier as documents_paillier
+from veil.documents.collection import Collection
 from veil.errors import DomainError, MalformedCiphertextError
 
 SCHEMA = {
@@ -147,3 +148,60 @@ def test_bad_input(pair, url, key_file):
         veil.documents.connect(
             url, key_file, {"c": {"fields": {"g": {"attr": "h_add", "scheme": "rsa"}}}}
         )
+
+
+def test_inc_is_blind(pair, monkeypatch):
+    """$inc multiplies stored ciphertexts by the increment's encryption: nothing is decrypted,
+    missing values become the increment, other operators of the update go along."""
+    veil_collection, plain_collection = pair
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a Paillier $inc decrypted a value")
+
+    numeric = [d["_id"] for d in plain_collection.find({"gross": {"$type": "number"}})]
+    missing = [d["_id"] for d in plain_collection.find({"gross": {"$exists": False}})]
+    updates = [
+        ({"_id": {"$in": numeric[:40]}}, {"$inc": {"gross": 7}}),
+        ({"$and": [{"_id": {"$in": numeric}}, {"year": 1993}]}, {"$inc": {"gross": -(10**9)}}),
+        ({"_id": missing[0]}, {"$inc": {"gross": 11}, "$set": {"meta.src": "new"}}),
+        ({"_id": numeric[-1]}, {"$inc": {"gross": 2**62}}),
+    ]
+    with monkeypatch.context() as patched:
+        patched.setattr(documents_paillier.PaillierField, "decrypt", refuse)
+        for query, update in updates:
+            got = veil_collection.update_many(query, update)
+            expected = plain_collection.update_many(query, update)
+            assert (got.matched_count, got.modified_count) == (
+                expected.matched_count, expected.modified_count,
+            )  # fmt: skip
+        assert veil_collection.update_one({"_id": numeric[0]}, {"$inc": {"gross": 1}}).matched_count
+        plain_collection.update_one({"_id": numeric[0]}, {"$inc": {"gross": 1}})
+    assert by_id(veil_collection.find().to_list()) == by_id(list(plain_collection.find()))
+
+
+def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch):
+    """Another writer changes the value between the read and the conditional write: the
+    write's condition fails, the value is read again and the increment re-added. (Threads
+    racing on FerretDB 1.24 would test the server instead: its updates are not atomic,
+    so two conditional writes can both succeed, as two plain $inc can lose one.)"""
+    schema = {"counters": {"fields": {"n": {"attr": "h_add", "scheme": "paillier"}}}}
+    first, second = (veil.documents.connect(url, key_file, schema) for _ in range(2))
+    try:
+        first.counters.insert_one({"_id": "c", "n": 5})
+        original = Collection._paillier_update
+        calls: list[str] = []
+
+        def interleaved(self: Collection, *args: Any) -> dict[str, Any]:
+            update = original(self, *args)
+            calls.append("write")
+            if len(calls) == 1:  # the other client's $inc lands first
+                second.counters.update_one({"_id": "c"}, {"$inc": {"n": 100}})
+            return update
+
+        monkeypatch.setattr(Collection, "_paillier_update", interleaved)
+        assert first.counters.update_one({"_id": "c"}, {"$inc": {"n": 7}}).modified_count == 1
+        assert len(calls) == 3  # first try, the other client's, the retry
+        assert first.counters.find_one({"_id": "c"})["n"] == 112
+    finally:
+        first.close()
+        second.close()

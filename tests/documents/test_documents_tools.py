@@ -32,6 +32,18 @@ def test_server_commands(tmp_path, capsys):
 def test_small_bench(ferretdb):
     result = run(ferretdb.url, 60, 20, [1, 2], 5, 1, "test", timed_inserts=10, scan_budget=600)
     assert result["range"]["veil"]["round_trips"] == 1.0
-    assert set(result["sum"]) == {"plain", "veil_server", "veil_fetch"}
+    assert set(result["sum"]) == {
+        "plain", "veil_server", "veil_fetch", "veil_paillier", "load_docs_per_s", "inc",
+    }  # fmt: skip
+    assert set(result["sum"]["inc"]) == {"plain", "veil", "veil_paillier"}
+    assert {"retries", "errors"} <= set(result["ycsb"]["uniform_2t"]["veil"])
     result["overheads"] = overheads(result)
     assert "benchmarkdb read" in table(result)
+
+
+def test_group_probe(ferretdb):
+    from veil.bench.documents.probe import probe
+
+    result = probe(ferretdb.url, 130, 1, 1)
+    assert result["chunk_bitmaps"]["rows"] == 26  # 10 keys in each full chunk of 62, 6 in the last
+    assert {"group_ms", "find_ms"} <= set(result["flat"])

@@ -22,6 +22,7 @@ import bson
 
 from veil.documents.elgamal import Product
 from veil.documents.errors import DocumentsError
+from veil.documents.fields import additive_ids
 from veil.documents.match import MISSING, get_path, matches
 from veil.documents.query import translate_filter
 from veil.documents.stages import run_client_stages
@@ -226,16 +227,17 @@ class Pipeline:
                     if form is not None:
                         entry.setdefault(output, []).append(form)
                     continue
-                if isinstance(form, dict) and form.get("i"):
+                if isinstance(form, dict) and ("i" in form or "j" in form):
                     row[f"{output}_l"] += int(form["l"])
                     row[f"{output}_h"] += int(form["h"])
-                    entry.setdefault(cipher.name, []).extend(form["i"])
+                    entry.setdefault(cipher.name, []).extend(additive_ids(form))
                     entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
         return rows, ids
 
     def _summed_ids(self, keys: dict[str, str], ciphers: list[Any]) -> dict[bytes, dict[str, Any]]:
         """Per group key: the ASHE ids of each summed field, and how many values it has."""
-        projection = _only({e[1:]: 1 for e in keys.values()} | {f"{c.name}.i": 1 for c in ciphers})
+        ids = {f"{c.name}.{part}": 1 for c in ciphers for part in ("i", "j")}
+        projection = _only({e[1:]: 1 for e in keys.values()} | ids)
         stored = self.collection.find_projected(self.server_filter.document(), projection)
         out: dict[bytes, dict[str, Any]] = {}
         for document in stored:
@@ -244,8 +246,8 @@ class Pipeline:
             entry = out.setdefault(key, {})
             for cipher in ciphers:
                 form = document.get(cipher.name)
-                if isinstance(form, dict) and form.get("i"):
-                    entry.setdefault(cipher.name, []).extend(form["i"])
+                if isinstance(form, dict) and ("i" in form or "j" in form):
+                    entry.setdefault(cipher.name, []).extend(additive_ids(form))
                     entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
         return out
 

@@ -10,8 +10,8 @@ leaves the collection unchanged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import pymongo
 import pymongo.errors
@@ -25,7 +25,7 @@ from veil.documents.errors import (
     ServerError,
     UnsupportedQueryError,
 )
-from veil.documents.match import matches
+from veil.documents.match import MISSING, matches
 from veil.documents.oretree import OreTree
 from veil.documents.query import normalise_sort, translate_filter
 from veil.documents.schema import Schema
@@ -113,6 +113,8 @@ class Collection:
 
     def _update(self, query: dict[str, Any], update: dict[str, Any], many: bool) -> UpdateResult:
         server_update, client_ops = plan_update(self.codec, update)
+        if client_ops and all(self.codec.ciphers[p].paillier is not None for p in client_ops):
+            return self._update_paillier(query, client_ops, server_update, many)
         if client_ops:
             return self._update_on_client(query, client_ops, server_update, many)
         server_filter = self._exact_filter(query, many)
@@ -129,26 +131,89 @@ class Collection:
     ) -> UpdateResult:  # fmt: skip
         """Read, change, re-encrypt, write back only if the document is unchanged meanwhile;
         a document another writer changed first is read again and the change re-applied."""
+
+        def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+            stored, document = target
+            update = self._client_update(document, client_ops, server_update)
+            return stored_condition(stored), update
+
+        def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
+            return self._reread(target[0]["_id"], query)
+
+        return self._conditional_writes(self._matching(query, many), write, reread)
+
+    def _update_paillier(
+        self, query: dict[str, Any], increments: dict[str, int], server_update: dict[str, Any],
+        many: bool,
+    ) -> UpdateResult:  # fmt: skip
+        """``$inc`` of Paillier ``h_add`` fields without decrypting them: the stored
+        ciphertext times the increment's encryption (the public key's addition), written
+        back only if the ciphertext is unchanged meanwhile, else read again and re-added."""
+        server_filter = self._exact_filter(query, many)
+        ciphers = {path: self.codec.ciphers[path] for path in increments}
+        deltas: dict[str, bytes] = {}
+        for path, cipher in ciphers.items():
+            assert cipher.paillier is not None
+            deltas[cipher.name] = cast(bytes, cipher.paillier.encrypt([increments[path]])[0])
+        projection = dict.fromkeys(deltas, 1)
+        with server_errors("update"):
+            targets = list(self._server.find(server_filter, projection, limit=0 if many else 1))
+
+        def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+            condition = {"$and": [server_filter, _unchanged(target[0], deltas)]}
+            return condition, self._paillier_update(target[0], ciphers, deltas, server_update)
+
+        def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
+            with server_errors("update"):
+                fresh = self._server.find_one(
+                    {"$and": [server_filter, {"_id": target[0]["_id"]}]}, projection
+                )
+            return None if fresh is None else (fresh, None)
+
+        return self._conditional_writes(((t, None) for t in targets), write, reread)
+
+    def _conditional_writes(
+        self,
+        targets: Iterable[tuple[Any, Any]],
+        write: Callable[[tuple[Any, Any]], tuple[dict[str, Any], dict[str, Any]]],
+        reread: Callable[[tuple[Any, Any]], tuple[Any, Any] | None],
+    ) -> UpdateResult:
+        """Each target's ``(condition, update) = write(target)`` until its condition holds;
+        a target whose condition failed (another writer came first) is ``reread``: None
+        means deleted or no longer matching, left alone as the server would leave it."""
         matched = modified = 0
-        for stored, document in self._matching(query, many):
+        for target in targets:
+            current: tuple[Any, Any] | None = target
             for _ in range(WRITE_RETRIES):
-                update = self._client_update(document, client_ops, server_update)
+                assert current is not None
+                condition, update = write(current)
                 with server_errors("update"):
-                    result = self._server.update_one(stored_condition(stored), update)
+                    result = self._server.update_one(condition, update)
                 if result.matched_count:
                     matched += 1
                     modified += result.modified_count
                     break
-                fresh = self._reread(stored["_id"], query)
-                if fresh is None:
-                    break  # deleted, or no longer matching: not updated, as on the server
-                stored, document = fresh
+                current = reread(current)
+                if current is None:
+                    break
             else:
                 raise ServerError(
-                    f"document {stored['_id']!r} kept changing under {WRITE_RETRIES} attempts "
-                    "to update it; retry later"
+                    f"document {target[0]['_id']!r} kept changing under {WRITE_RETRIES} "
+                    "attempts to update it; retry later"
                 )
         return UpdateResult({"n": matched, "nModified": modified, "ok": 1.0}, acknowledged=True)
+
+    def _paillier_update(
+        self, stored: dict[str, Any], ciphers: dict[str, Any], deltas: dict[str, bytes],
+        server_update: dict[str, Any],
+    ) -> dict[str, Any]:  # fmt: skip
+        """The server update adding each increment to ``stored``'s ciphertext (a missing or
+        null value counts as 0, as :meth:`_client_update` does)."""
+        changed: dict[str, Any] = {}
+        for cipher in ciphers.values():
+            old, delta = stored.get(cipher.name), deltas[cipher.name]
+            changed[cipher.name] = delta if old is None else cipher.paillier.add(old, delta)
+        return dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
 
     def _client_update(
         self, document: dict[str, Any], client_ops: dict[str, Any], server_update: dict[str, Any]
@@ -289,6 +354,15 @@ def _set(document: dict[str, Any], path: str, value: Any) -> None:
     for key in outer:
         document = document.setdefault(key, {})
     document[last] = value
+
+
+def _unchanged(stored: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """A filter matching ``stored``'s document while the fields ``names`` are unchanged."""
+    conditions: list[dict[str, Any]] = [{"_id": stored["_id"]}]
+    for name in names:
+        value = stored.get(name, MISSING)
+        conditions.append({name: {"$exists": False}} if value is MISSING else {name: value})
+    return {"$and": conditions}
 
 
 def stored_condition(stored: dict[str, Any]) -> dict[str, Any]:

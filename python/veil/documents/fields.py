@@ -14,10 +14,15 @@ hash of the collection and path):
   values decrypt from it (a changed ``o`` fails as a malformed ciphertext
   unless it happens to be another valid one; ``s`` would not stop a swap of
   whole fields between documents either, see docs/security.md).
-* ``h_add``: ``{"v": 1, "l": low 32 bits, "h": high 32 bits, "i": [ids]}``: an
-  ASHE ciphertext under a fresh 63-bit id, split in halves so the server's
-  int64 ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc``
-  adds the halves of the increment's ciphertext and appends its id.
+* ``h_add``: ``{"l": low 32 bits, "h": high 32 bits, "i": id}``: an ASHE
+  ciphertext under a fresh 63-bit id, split in halves so the server's int64
+  ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc`` adds the
+  halves of the increment's ciphertext and appends its id to a list ``j``.
+  The form is kept small because FerretDB parses every stored document of
+  every query, though against the earlier ``{"v": 1, ..., "i": [id]}`` (still
+  read) no saving showed beyond a shared machine's noise
+  (``veil.bench.documents.probe``; three top-level int64s did save 20-44%).
+  No version field: a later form will use other field letters.
 * ``h_mul``: ``{"v": 1, "a": g^r, "b": m·h^r}`` (ElGamal, :mod:`veil.documents.elgamal`).
 * ``do_nothing``: the value itself, at its own path.
 
@@ -57,7 +62,6 @@ TAG_VERSION = b"\x01"
 #: cheaper (FerretDB parses each stored document), and a collection checks that its
 #: names do not collide.
 NAME_BYTES = 4
-HADD_VERSION = 1
 _LOW = np.uint64(0xFFFFFFFF)
 
 
@@ -190,16 +194,13 @@ class FieldCipher:
             cipher = self._ashe.encrypt(ids, plain.astype(np.int64)).view(np.uint64)
             lows, highs = (cipher & _LOW).tolist(), (cipher >> np.uint64(32)).tolist()
             for k, j in enumerate(present):  # Int64: FerretDB's int32 $inc wraps at 2**31
-                out[j] = {
-                    "v": HADD_VERSION, "l": Int64(lows[k]), "h": Int64(highs[k]),
-                    "i": [Int64(ids[k])],
-                }  # fmt: skip
+                out[j] = {"l": Int64(lows[k]), "h": Int64(highs[k]), "i": Int64(ids[k])}
         return out
 
     def increment(self, delta: int) -> tuple[dict[str, int], int]:
         """The halves to add and the id to append for a blind ``$inc`` by ``delta``."""
         stored = self._encrypt_additive([delta])[0]
-        return {"l": stored["l"], "h": stored["h"]}, stored["i"][0]
+        return {"l": stored["l"], "h": stored["h"]}, stored["i"]
 
     # -- reading ---------------------------------------------------------------
 
@@ -249,7 +250,7 @@ class FieldCipher:
             return None
         try:
             total = (int(entry["h"]) << 32) + int(entry["l"])
-            ids = [int(i) for i in entry["i"]]
+            ids = additive_ids(entry)
         except (KeyError, TypeError, ValueError):
             raise MalformedCiphertextError(
                 f"field {self.spec.path!r}: malformed h_add ciphertext"
@@ -265,6 +266,18 @@ class FieldCipher:
         """The value of an OPE ciphertext, for the one-to-one index types."""
         assert self._ope is not None and self.spec.exact_order
         return key_value(self.spec, self._ope.decrypt_one(ciphertext))
+
+
+def additive_ids(entry: dict[str, Any]) -> list[int]:
+    """The ASHE ids of a stored ``h_add`` form: its value's ``i`` (one id; a list in
+    forms written before ``j``; none when the value was created by ``$inc``) and the
+    ids of the ``$inc`` it received, ``j``. No id at all raises ``KeyError``."""
+    first = entry.get("i", [])
+    ids = [int(i) for i in first] if isinstance(first, list) else [int(first)]
+    ids += [int(i) for i in entry.get("j", ())]
+    if not ids:
+        raise KeyError("i")
+    return ids
 
 
 def fresh_ids(count: int) -> np.ndarray:

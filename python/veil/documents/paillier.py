@@ -10,8 +10,10 @@ stored values (:func:`public_key`, :func:`add`).
 
 A MongoDB-wire server cannot multiply big integers, so ``$sum``/``$avg`` of a
 Paillier field fetch the group keys and ciphertexts, and the client multiplies
-them per group and decrypts once per group. ``$inc`` reads, adds and writes
-back conditionally, like ``$inc`` on an ``index`` field.
+them per group and decrypts once per group. ``$inc`` is blind: the client
+reads the stored ciphertext, multiplies it by the increment's encryption
+(the public key's addition, no decryption) and writes it back only if the
+stored ciphertext is unchanged meanwhile.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class PaillierField:
         """The sum of the values of ``ciphertexts``: one product, one decryption."""
         total = sum_ciphertexts(pa.array(ciphertexts, pa.binary()), self.key.public.n_square)
         return self.decrypt([total])[0] or 0
+
+    def add(self, a: Any, b: Any) -> bytes:
+        """The stored ciphertext of the sum of two stored values: public key only."""
+        return add(self.key.public, a, b)
 
     def record_public_key(self, catalog: Any, collection: str, name: str) -> None:
         """Keep the public modulus in the catalog, for parties without the key file."""

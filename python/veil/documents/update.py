@@ -5,8 +5,10 @@ value's stored form (encrypted once for every matched document), ``$unset``
 the opaque name, and ``$inc`` on an ``h_add`` field adds the halves of the
 increment's ASHE ciphertext and appends its id, without reading the value.
 ``$inc`` on an ``index`` or ``static`` field, or on a Paillier ``h_add`` field
-(the server cannot multiply big integers), cannot be done blind: those
-paths come back as *client ops*, which the collection applies by reading,
+(the server cannot multiply big integers), cannot be done by the server alone:
+those paths come back as *client ops*. The collection applies Paillier ones
+without decrypting (it multiplies the stored ciphertext by the increment's
+encryption and writes back conditionally) and the others by reading,
 decrypting, adding and writing back conditionally.
 """
 
@@ -63,7 +65,6 @@ def _plan_field(
     elif spec.attr == "h_add" and spec.scheme == "ashe":
         halves, id_ = codec.ciphers[path].increment(int(value))
         server.setdefault("$inc", {}).update({f"{name}.l": halves["l"], f"{name}.h": halves["h"]})
-        server.setdefault("$push", {})[f"{name}.i"] = id_
-        server.setdefault("$set", {})[f"{name}.v"] = 1
+        server.setdefault("$push", {})[f"{name}.j"] = id_
     else:
         client[path] = value

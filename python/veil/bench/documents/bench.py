@@ -50,10 +50,12 @@ from veil.servers.ferretdb import FerretDBServer
 
 MOVIE_SCHEMA = {"fields": {"title": "static", "Index": "index"}}
 SALES_SCHEMA = {"fields": {"g": "index", "v": "h_add"}}
+PAILLIER_SALES_SCHEMA = {"fields": {"g": "index", "v": {"attr": "h_add", "scheme": "paillier"}}}
 RANKED_SCHEMA = {"fields": {"Rank": {"attr": "index", "scheme": "ore"}}}
 SCHEMAS = {
     "movies": MOVIE_SCHEMA,
     "sales": SALES_SCHEMA,
+    "sales_paillier": PAILLIER_SALES_SCHEMA,
     "usertable": None,
     "ranked": RANKED_SCHEMA,
 }
@@ -64,6 +66,9 @@ YCSB_FIELDS = [f"field{i}" for i in range(10)]
 YCSB_SCHEMA = {"fields": dict.fromkeys(YCSB_FIELDS, "static")}
 SCHEMAS["usertable"] = YCSB_SCHEMA
 LOAD_BATCH = 1000
+#: Attempts of a YCSB operation the server refuses, and the first backoff (doubling).
+RETRIES = 8
+BACKOFF_S = 0.005
 
 
 class CommandCounter(monitoring.CommandListener):
@@ -231,18 +236,27 @@ def load_ranked(collection: Any, docs: int) -> None:
         )
 
 
-def sums(clients: Clients, docs: int, runs: int) -> dict[str, Any]:
-    """``$group`` by ``g`` with ``$sum`` of ``v``: plain, Veil's server sums, Veil's fetch."""
+def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[str, Any]:
+    """``$group`` by ``g`` with ``$sum`` of ``v``: plain, Veil's ASHE server sums and fetch,
+    Veil's Paillier (fetched ciphertexts multiplied per group on the client); then ``incs``
+    ``$inc`` of ``v`` by ``_id``, plain against Veil's blind ASHE and Paillier ``$inc``."""
     rows = sales(docs)
-    for at in range(0, docs, LOAD_BATCH):
-        clients.plain.sales.insert_many(rows[at : at + LOAD_BATCH])
-        clients.veil.sales.insert_many([dict(r) for r in rows[at : at + LOAD_BATCH]])
+    load: dict[str, float] = {}
+    for name, collection in (
+        ("plain", clients.plain.sales), ("veil", clients.veil.sales),
+        ("veil_paillier", clients.veil.sales_paillier),
+    ):  # fmt: skip
+        start = time.perf_counter()
+        for at in range(0, docs, LOAD_BATCH):
+            collection.insert_many([dict(r) for r in rows[at : at + LOAD_BATCH]])
+        load[name] = docs / (time.perf_counter() - start)
     pipeline = [{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}]
     expected = {g: sum(r["v"] for r in rows if r["g"] == g) for g in range(10)}
     systems = (
         ("plain", clients.plain.sales, clients.plain_counter, None),
         ("veil_server", clients.veil.sales, clients.veil_counter, "server"),
         ("veil_fetch", clients.veil.sales, clients.veil_counter, "fetch"),
+        ("veil_paillier", clients.veil.sales_paillier, clients.veil_counter, None),
     )
     latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
     trips: dict[str, int] = dict.fromkeys(latencies, 0)
@@ -255,10 +269,33 @@ def sums(clients: Clients, docs: int, runs: int) -> dict[str, Any]:
             latencies[name].append(time.perf_counter() - t0)
             trips[name] += counter.count - before
             assert got == expected, name
-    return {
+    out: dict[str, Any] = {
         name: percentiles(values) | {"round_trips": trips[name] / runs}
         for name, values in latencies.items()
     }
+    out["load_docs_per_s"] = load
+    out["inc"] = increments(clients, docs, incs, seed)
+    return out
+
+
+def increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, Any]:
+    """``$inc`` of ``v`` by ``_id``, one of each system in turn; the values checked after."""
+    rng = random.Random(seed)
+    targets = [(rng.randrange(docs), rng.randrange(-1000, 1000)) for _ in range(count)]
+    systems: dict[str, Any] = {
+        "plain": clients.plain.sales, "veil": clients.veil.sales,
+        "veil_paillier": clients.veil.sales_paillier,
+    }  # fmt: skip
+    latencies: dict[str, list[float]] = {name: [] for name in systems}
+    for id_, delta in targets:
+        for name, collection in systems.items():
+            update = partial(collection.update_one, {"_id": id_}, {"$inc": {"v": delta}})
+            latencies[name].append(timed(update))
+    for id_ in {id_ for id_, _ in targets[:20]}:
+        want = (clients.plain.sales.find_one({"_id": id_}) or {})["v"]
+        assert (clients.veil.sales.find_one({"_id": id_}) or {})["v"] == want
+        assert (clients.veil.sales_paillier.find_one({"_id": id_}) or {})["v"] == want
+    return {name: percentiles(values) for name, values in latencies.items()}
 
 
 # -- YCSB ------------------------------------------------------------------------------------
@@ -288,26 +325,43 @@ def load_ycsb(clients: Clients, records: list[dict[str, Any]]) -> dict[str, floa
 def ycsb_run(
     collection: Any, keys: np.ndarray, updates: np.ndarray, threads: int, check: bool
 ) -> dict[str, Any]:
-    """50/50 reads and updates of the given keys on ``threads`` threads."""
+    """50/50 reads and updates of the given keys on ``threads`` threads.
+
+    An operation the server refuses (FerretDB's SQLite answers "database is locked" to
+    some concurrent writes) is retried after a random, doubling backoff, as an
+    application would; its latency includes the retries. ``retries`` counts them,
+    ``errors`` the operations still refused after ``RETRIES`` attempts (dropped).
+    """
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[str] = []
+    retries = [0] * threads
+
+    def operation(j: int) -> None:
+        key = f"user{int(keys[j]):012d}"
+        if updates[j]:
+            collection.update_one({"_id": key}, {"$set": {"field3": f"u{j:099d}"}})
+        else:
+            document = collection.find_one({"_id": key})
+            if check:
+                assert document is not None and len(document["field0"]) == 100
 
     def worker(slot: int) -> None:
-        mine = latencies[slot]
+        rng = random.Random(slot)
         for j in range(slot, len(keys), threads):
-            key = f"user{int(keys[j]):012d}"
             start = time.perf_counter()
-            try:
-                if updates[j]:
-                    collection.update_one({"_id": key}, {"$set": {"field3": f"u{j:099d}"}})
-                else:
-                    document = collection.find_one({"_id": key})
-                    if check:
-                        assert document is not None and len(document["field0"]) == 100
-            except (VeilError, pymongo.errors.PyMongoError) as exc:
-                errors.append(str(exc)[:200])  # FerretDB's SQLite: "database is locked"
+            for attempt in range(RETRIES):
+                try:
+                    operation(j)
+                    break
+                except (VeilError, pymongo.errors.PyMongoError) as exc:
+                    if attempt == RETRIES - 1:
+                        errors.append(str(exc)[:200])
+                    else:
+                        retries[slot] += 1
+                        time.sleep(rng.uniform(0, BACKOFF_S * 2**attempt))
+            else:
                 continue
-            mine.append(time.perf_counter() - start)
+            latencies[slot].append(time.perf_counter() - start)
 
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
@@ -315,7 +369,7 @@ def ycsb_run(
     elapsed = time.perf_counter() - start
     flat = [x for slot in latencies for x in slot]
     failed = {"errors": len(errors), "first_error": errors[0] if errors else None}
-    return {"ops_per_s": len(flat) / elapsed} | percentiles(flat) | failed
+    return {"ops_per_s": len(flat) / elapsed, "retries": sum(retries)} | percentiles(flat) | failed
 
 
 def ycsb(clients: Clients, docs: int, ops: int, threads: list[int], seed: int) -> dict[str, Any]:
@@ -357,7 +411,7 @@ def run(
             sections: dict[str, Callable[[], dict[str, Any]]] = {
                 "benchmarkdb": partial(benchmarkdb, clients, docs, reads, seed, timed),
                 "range": partial(ranges, clients, docs, range_width, queries, seed),
-                "sum": partial(sums, clients, docs, 5),
+                "sum": partial(sums, clients, docs, 5, scans(docs, 100, scan_budget), seed),
                 "ycsb": partial(ycsb, clients, docs, ops, threads, seed),
             }
             for name, section in sections.items():

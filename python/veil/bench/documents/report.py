@@ -28,12 +28,15 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
         if "veil_ore" in result["range"]:
             ranked = result["range"].get("plain_ranked", result["range"]["plain"])["p50_us"]
             out["range ore"] = result["range"]["veil_ore"]["p50_us"] / ranked
-    if "sum" not in result:
-        return out
-    for strategy in ("server", "fetch"):
-        veil_sum = result["sum"][f"veil_{strategy}"]["p50_us"]
-        out[f"sum ({strategy})"] = veil_sum / result["sum"]["plain"]["p50_us"]
-    if "ycsb" not in result:  # a run stopped before its last section
+    sums = result.get("sum", {})
+    for strategy in ("server", "fetch", "paillier"):
+        if f"veil_{strategy}" in sums:
+            veil_sum = sums[f"veil_{strategy}"]["p50_us"]
+            out[f"sum ({strategy})"] = veil_sum / sums["plain"]["p50_us"]
+    for name, figure in sums.get("inc", {}).items():
+        if name != "plain":
+            out[f"$inc ({name})"] = figure["p50_us"] / sums["inc"]["plain"]["p50_us"]
+    if "ycsb" not in result:  # not run, or a run stopped before its last section
         return out
     ycsb = result["ycsb"]
     load = ycsb["load_docs_per_s"]
