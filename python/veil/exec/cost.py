@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sqlglot import exp
+
 from veil.backends.base import BackendError
 from veil.design.model import DET
 from veil.exec.calibration import Calibration
@@ -111,9 +113,23 @@ def estimate_plan(
         _step_cost(session, key, label, step, calibration, bandwidth)
         for key, label, step in plan_steps(plan)
     ]
-    fetched = sum(s.rows for s in steps)
-    local = calibration.local_statement_seconds + fetched * calibration.local_ns_per_row * 1e-9
-    return PlanCost(steps, local)
+    # a scan read only by its late subquery (``decrypt_late``) is handled once, there
+    late = {id(s) for s in plan.scans if s.late}
+    once = sum(s.rows for s in steps if s.key in late)
+    fetched = sum(s.rows for s in steps) - once
+    per_row = calibration.local_ns_per_row * 1e-9
+    local = fetched * per_row * _local_passes(plan.local) + once * per_row
+    return PlanCost(steps, calibration.local_statement_seconds + local)
+
+
+def _local_passes(local: exp.Expr) -> int:
+    """How many times the local plan handles its rows, roughly: once, plus once per join
+    (rows paired by position aside), subquery and DISTINCT aggregate. The calibration
+    times one grouped aggregate; Q16's join, NOT IN and COUNT(DISTINCT) cost four."""
+    joins = sum(1 for j in local.find_all(exp.Join) if j.args.get("method") != "POSITIONAL")
+    subqueries = sum(1 for _ in local.find_all(exp.Subquery))
+    distinct = sum(1 for d in local.find_all(exp.Distinct) if isinstance(d.parent, exp.AggFunc))
+    return 1 + joins + subqueries + distinct
 
 
 def _step_cost(
@@ -126,10 +142,12 @@ def _step_cost(
 ) -> StepCost:
     if isinstance(step, JoinedFetch):
         statement = joined_statement(step)
-        encs = [enc for _, _, enc in step.fetched()]
+        encs = decrypted = [enc for _, _, enc in step.fetched()]
     else:
         statement = scan_statement(step)
-        encs = [enc for column, enc in step.fetched() if column not in step.ciphertext]
+        encs = [enc for _, enc in step.fetched()]
+        # columns left encrypted on the client are fetched, not decrypted
+        decrypted = [enc for column, enc in step.fetched() if column not in step.ciphertext]
     backend = session.backend
     sql, params = render(statement, backend)
     try:
@@ -164,7 +182,7 @@ def _step_cost(
     else:
         ashe = 0.0
     link = size * 8 / bandwidth if bandwidth else 0.0
-    decrypt = ashe + sum(calibration.decrypt_seconds(enc, rows) for enc in encs)
+    decrypt = ashe + sum(calibration.decrypt_seconds(enc, rows) for enc in decrypted)
     return StepCost(
         key=key,
         label=label,
