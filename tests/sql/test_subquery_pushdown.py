@@ -90,12 +90,16 @@ PUSHED = [
         {"parts", "lines"},
     ),
 ]
-LOCAL = [
-    # uncorrelated IN / NOT IN: the client's bind filters (their keys filter joined scans too)
-    "SELECT COUNT(*) FROM parts WHERE p_id IN (SELECT l_part FROM lines WHERE l_qty < 4)",
+# uncorrelated NOT IN: on the server where it runs as a hash anti-join (DuckDB, Spark),
+# on the client where it would be a subplan per row (PostgreSQL)
+NOT_IN = [
     "SELECT COUNT(*) FROM parts WHERE p_id NOT IN (SELECT l_part FROM lines)",  # NULLs: none
     "SELECT COUNT(*) FROM parts WHERE p_id NOT IN "
     "(SELECT l_part FROM lines WHERE l_part IS NOT NULL AND l_qty = 2)",
+]
+LOCAL = [
+    # uncorrelated IN: the client's bind filters (their keys filter joined scans too)
+    "SELECT COUNT(*) FROM parts WHERE p_id IN (SELECT l_part FROM lines WHERE l_qty < 4)",
     # correlated with the nullable side of an outer join: the client runs it
     "SELECT p_id, l_qty FROM parts LEFT JOIN lines ON p_id = l_part WHERE NOT EXISTS "
     "(SELECT 1 FROM lines m WHERE m.l_part = lines.l_part AND m.l_qty > lines.l_qty) "
@@ -118,8 +122,12 @@ JOIN_GROUPS = [
     "SELECT p_owner, COUNT(*) FROM parts p, lines l WHERE p.p_id = l.l_part AND EXISTS "
     "(SELECT 1 FROM lines m WHERE m.l_part = l.l_part AND m.l_id <> l.l_id) GROUP BY p_owner "
     "ORDER BY 1",
+    # COUNT(DISTINCT) of a DET column with NULLs, and an uncorrelated NOT IN (Q16's shape)
+    "SELECT p_owner, COUNT(DISTINCT l_qty), COUNT(DISTINCT l_day) FROM parts, lines "
+    "WHERE p_id = l_part AND l_owner NOT IN (SELECT p_owner FROM parts WHERE p_price > 40) "
+    "GROUP BY p_owner ORDER BY 1",
 ]
-WORKLOAD = [sql for sql, _ in PUSHED] + LOCAL + JOIN_GROUPS
+WORKLOAD = [sql for sql, _ in PUSHED] + NOT_IN + LOCAL + JOIN_GROUPS
 STATEMENTS = [
     "INSERT INTO lines VALUES (5000, 3, 8, 3, DATE '2021-01-01'), (5001, NULL, 1, 2, NULL)",
     "UPDATE parts SET p_price = 49 WHERE p_id IN (SELECT l_part FROM lines WHERE l_qty = 8)",
@@ -166,10 +174,24 @@ def test_joined_block_grouped_on_the_server(
 ) -> None:
     session, plain = tables
     check_query(session, plain, sql)
+    if " NOT IN " in sql and not session.backend.hashes_not_in:
+        return  # the client runs the NOT IN (``test_not_in_on_the_server_where_it_is_hashed``)
     result = session.run(sql)
     assert result.plan is not None and result.stats.statements == 1
     fetches = {id(s.joined): s.joined for s in result.plan.scans if s.joined is not None}
     assert len(fetches) == 1 and next(iter(fetches.values())).groups is not None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("sql", NOT_IN)
+def test_not_in_on_the_server_where_it_is_hashed(
+    tables: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    session, plain = tables
+    check_query(session, plain, sql)
+    plan = session.run(sql).plan
+    assert plan is not None and plan.pushdown
+    on_client = " IN (" in plan.local.sql()
+    assert on_client is not session.backend.hashes_not_in
 
 
 @pytest.mark.parametrize("sql", LOCAL)

@@ -77,6 +77,7 @@ class PostgresBackend(StagedBackend):
     dialect = "postgres"
     compresses_repeated_bytes = False  # a bytea takes a header byte more than a BIGINT
     load_in_one_transaction = True
+    hashes_not_in = False
     rewrites_by_copy = True
 
     def __init__(self, url: str) -> None:

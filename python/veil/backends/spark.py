@@ -52,6 +52,7 @@ class SparkBackend:
     # Parquet dictionary-encodes repeated values: few distinct blobs are stored small
     compresses_repeated_bytes = True
     # a table changes only by writing a new version, so a peel copies the table anyway
+    hashes_not_in = True
     rewrites_by_copy = True
 
     def __init__(self, url: str) -> None:

@@ -459,6 +459,9 @@ class Session:
     def id_bit(self, position: exp.Expr) -> exp.Expr:
         return self.backend.id_bit(position)  # type: ignore[arg-type]
 
+    def hashes_not_in(self) -> bool:
+        return self.backend.hashes_not_in
+
     def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
         return self.backend.wrapping_sum(value)  # type: ignore[arg-type]
 

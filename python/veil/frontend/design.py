@@ -311,6 +311,9 @@ class DesignContext:
     def id_bit(self, position: exp.Expr) -> exp.Expr:
         return self.session.id_bit(position)
 
+    def hashes_not_in(self) -> bool:
+        return self.session.hashes_not_in()
+
     def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
         return self.session.wrapping_sum(value)
 

@@ -35,6 +35,10 @@ class ServerContext(Protocol):
     # when HOM sums go to the server: "auto" (cost rule), "always" or "never"
     hom_pushdown: str
 
+    def hashes_not_in(self) -> bool:
+        """Whether the server runs ``NOT IN (subquery)`` as a hash anti-join."""
+        ...
+
     def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
         """The constant's ciphertext under ``enc``, or None if it cannot be exact."""
         ...

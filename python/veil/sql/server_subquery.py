@@ -104,7 +104,11 @@ def pushed_subquery(
     by_select = {id(s.expression): s for s in state.scopes}
     work = _Translation(state, scope, by_select, numbers)
     server = _subquery_test(work, conjunct)
-    if server is None or len(work.outer_scans) > 1 or _uncorrelated_in(conjunct, work):
+    if server is None or len(work.outer_scans) > 1:
+        return None
+    if _uncorrelated_in(conjunct, work) and not (
+        _negated(conjunct) and work.state.ctx.hashes_not_in()
+    ):
         return None
     # uncorrelated: true or false for every row, so any scan of the scope may test it
     mine = (s for (scope_id, _), s in state.scans.items() if scope_id == id(scope))
@@ -119,15 +123,22 @@ def pushed_subquery(
 def _uncorrelated_in(conjunct: exp.Expr, work: _Translation) -> bool:
     """``col [NOT] IN (subquery)`` whose subquery reads nothing of the outer scope.
 
-    Left to the client's bind filters (``plan_bind_filters``): their keys also
-    filter the scans joined to ``col`` (TPC-H Q20's lineitem through its index on
-    l_partkey), and PostgreSQL runs a NOT IN over a subquery as a subplan per
-    row where it cannot hash it (Q16 took 1.8 times as long). The only outer
-    reference is then ``col`` itself.
+    An IN is left to the client's bind filters (``plan_bind_filters``): their keys
+    also filter the scans joined to ``col`` (TPC-H Q20's lineitem through its index
+    on l_partkey). A NOT IN gives no keys; it is left to the client only where the
+    server runs it as a subplan per row (PostgreSQL: Q16 took 1.8 times as long;
+    ``Backend.hashes_not_in``). The only outer reference is then ``col`` itself.
     """
     while isinstance(conjunct, exp.Not | exp.Paren):
         conjunct = conjunct.this
     return isinstance(conjunct, exp.In) and work.outer_uses <= 1
+
+
+def _negated(conjunct: exp.Expr) -> bool:
+    """Whether ``conjunct`` is ``NOT (...)``, parentheses aside."""
+    while isinstance(conjunct, exp.Paren):
+        conjunct = conjunct.this
+    return isinstance(conjunct, exp.Not)
 
 
 def _subquery_test(work: _Translation, node: exp.Expr) -> exp.Expr | None:
