@@ -16,7 +16,7 @@ Off with ``VEIL_PLANNER=rules``; without a calibration the rules' plan is
 used as it is (a first query must not wait for a calibration). Choosing costs
 one server ``EXPLAIN`` per statement of each candidate, once per query text
 (plans are cached, ``veil.exec.plan_cache``), so a rules' plan estimated
-under ``_WORTH_CHOOSING`` is kept without pricing the others.
+under ``_WORTH_CHOOSING`` (half a second) is kept without pricing the others.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ log = logging.getLogger(__name__)
 PLANNER_CHOICES = ("cost", "rules")
 # the rules' plan gives way only to a plan estimated at most this share of its cost
 _MARGIN = 0.6
-# a rules' plan estimated under this many seconds is kept: pricing the others (an
-# EXPLAIN per statement of each, ~50-300 ms at TPC-H SF 1) would cost more than it saves
-_WORTH_CHOOSING = 0.1
+# a rules' plan estimated under this many seconds is kept: pricing the others (planning
+# and an EXPLAIN per statement of each: 20-900 ms at TPC-H SF 1, paid again for every new
+# parameter value of a query) would cost more than it could save
+_WORTH_CHOOSING = 0.5
 # the rules each candidate leaves out, in words for explain
 _WITHOUT = {
     "no server joins": pushdown_joins,
