@@ -140,6 +140,7 @@ def _step_cost(
     calibration: Calibration,
     bandwidth: float | None,
 ) -> StepCost:
+    scans = step.scans if isinstance(step, JoinedFetch) else [step]
     if isinstance(step, JoinedFetch):
         statement = joined_statement(step)
         encs = decrypted = [enc for _, _, enc in step.fetched()]
@@ -154,7 +155,6 @@ def _step_cost(
         estimate = backend.estimate(sql, params or None)
         rows, cost = estimate.rows, estimate.cost or estimate.rows
     except BackendError:  # a statement the optimizer cannot explain: count its tables' rows
-        scans = step.scans if isinstance(step, JoinedFetch) else [step]
         rows = cost = float(max(s.table.row_count for s in scans))
     if step.estimated_rows is not None:
         # the planner's, from the plaintext's statistics. A lone scan's is whole (its
@@ -164,7 +164,6 @@ def _step_cost(
         # server join, the smaller is nearer
         thinned = isinstance(step, JoinedFetch) or step.binds
         rows = min(rows, step.estimated_rows) if thinned else step.estimated_rows
-    scans = step.scans if isinstance(step, JoinedFetch) else [step]
     if any(s.binds for s in scans):
         rows *= BIND_KEPT  # keys known only at run time: a guess
     width = sum(encryption_width(enc) for enc in encs)

@@ -280,7 +280,7 @@ def decrypt_columns(
     blocks: BlockReader | None = None,
     encrypted: Collection[str] = (),
 ) -> pa.Table:
-    """``fetched``'s columns decrypted, but those named in ``encrypted`` (``decrypt_late``)."""
+    """``fetched``'s columns decrypted, but those named in ``encrypted`` (``Scan.ciphertext``)."""
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     names = [name for name, _ in wanted]
     at = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)

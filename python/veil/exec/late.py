@@ -23,7 +23,8 @@ def register_late_keys(
     The subquery groups and filters the scan's ciphertexts; only the
     distinct keys it returns are decrypted.
     """
-    found = local.sql(late.query.sql(dialect="duckdb")).to_arrow_table().column(0)
+    late.sql = late.sql or late.query.sql(dialect="duckdb")
+    found = local.sql(late.sql).to_arrow_table().column(0)
     distinct = pc.unique(found.combine_chunks())
     plain = decrypt_values(distinct, ciphers.get(scan.table, late.enc), late.enc, None)
     local.register(late.local_name, pa.table({late.output: plain}))

@@ -140,9 +140,10 @@ def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
     """
     read = {c.table for c in select.find_all(exp.Column)}
     kept = [s for s in scans if s.alias in read] or scans[:1]
-    for scan in scans:
-        scan.unread = all(scan is not k for k in kept)
     aliases = [s.alias for s in kept]
+    for scan in scans:
+        scan.unread = scan.alias not in aliases
+    dropped = {s.alias for s in scans if s.unread}
     joins = select.args.get("joins") or []
     for join in joins:
         condition = join.args.get("on")
@@ -155,10 +156,8 @@ def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
             units[-1].append(join.this)
         else:
             units.append([join.this])
-    for unit in units:
-        for item in [i for i in unit if i.alias_or_name in {s.alias for s in scans} - set(aliases)]:
-            unit.remove(item)  # a scan the SELECT does not read
-    units = [u for u in units if u]
+    units = [[i for i in unit if i.alias_or_name not in dropped] for unit in units]
+    units = [u for u in units if u]  # a scan the SELECT does not read is gone
     wanted = set(aliases)
     members = sorted(
         (i for unit in units for i in unit if i.alias_or_name in wanted),

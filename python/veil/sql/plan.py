@@ -57,7 +57,8 @@ class Scan:
     estimated_rows: float | None = None
     # an aggregated scan's: the rows its filters keep, before grouping (``estimate_rows``)
     kept_rows: float | None = None
-    # columns fetched as their DET / OPE ciphertexts and left so (``decrypt_late``)
+    # columns fetched as their DET / OPE ciphertexts and left so (``decrypt_late``,
+    # ``compare_ciphertexts``)
     ciphertext: set[str] = field(default_factory=set)
     late: list[LateKeys] = field(default_factory=list)  # run once this scan is fetched
     same_rows: Scan | None = None  # not fetched: reads that scan's local table (``share_fetches``)
@@ -111,6 +112,8 @@ class LateKeys:
     enc: Encryption
     local_name: str
     output: str
+    # ``query`` rendered, by the executor's first run (the plan's other SQL is kept too)
+    sql: str = field(default="", repr=False, compare=False)
 
 
 @dataclass

@@ -59,18 +59,16 @@ def compare_ciphertexts(state: PlanState) -> PlanState:
     read = _derived_outputs_read(state.query)
     referenced: set[Key] = set()
     for node in state.query.find_all(exp.Column):
-        ref = state.resolved.get(id(node))
-        if ref is None:
+        key = _key_of(node, state)
+        if key is None:
             # a column a pass wrote (or an output alias): keep any candidate of its name
-            for key in [k for k, c in candidates.items() if c.column == node.name.lower()]:
-                del candidates[key]
+            for known in [k for k, c in candidates.items() if c.column == node.name.lower()]:
+                del candidates[known]
             continue
-        scan = state.scans.get((ref.scope_id, ref.alias))
-        key = (id(scan), ref.column)
         if key not in candidates:
             continue
         referenced.add(key)
-        partner = _allowed(node, candidates, state, read)
+        partner = _allowed(node, candidates[key], candidates, state, read)
         if partner is False:
             del candidates[key]
         elif partner is not True:
@@ -107,8 +105,17 @@ def _candidates(state: PlanState) -> dict[Key, _Candidate]:
     return found
 
 
+def _key_of(node: exp.Expr, state: PlanState) -> Key | None:
+    """The (scan, column) a column reference reads; None: not a base column."""
+    ref = state.resolved.get(id(node)) if isinstance(node, exp.Column) else None
+    if ref is None:
+        return None
+    return id(state.scans.get((ref.scope_id, ref.alias))), ref.column
+
+
 def _allowed(
     node: exp.Column,
+    mine: _Candidate,
     candidates: dict[Key, _Candidate],
     state: PlanState,
     read: set[tuple[str, str]],
@@ -126,26 +133,12 @@ def _allowed(
     if isinstance(parent, exp.Group):
         return True
     if isinstance(parent, exp.EQ):
-        other = parent.expression if parent.this is node else parent.this
-        ref = state.resolved.get(id(other)) if isinstance(other, exp.Column) else None
-        if ref is None:
-            return False
-        scan = state.scans.get((ref.scope_id, ref.alias))
-        key = (id(scan), ref.column)
-        mine = _candidate_of(node, candidates, state)
-        theirs = candidates.get(key)
-        if mine is None or theirs is None or not _same_ciphertexts(mine.enc, theirs.enc):
+        key = _key_of(parent.expression if parent.this is node else parent.this, state)
+        theirs = candidates.get(key) if key is not None else None
+        if key is None or theirs is None or not _same_ciphertexts(mine.enc, theirs.enc):
             return False
         return key
     return _unread_output(node, read)
-
-
-def _candidate_of(
-    node: exp.Column, candidates: dict[Key, _Candidate], state: PlanState
-) -> _Candidate | None:
-    ref = state.resolved[id(node)]
-    scan = state.scans.get((ref.scope_id, ref.alias))
-    return candidates.get((id(scan), ref.column))
 
 
 def _same_ciphertexts(a: Encryption, b: Encryption) -> bool:
