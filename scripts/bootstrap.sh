@@ -12,8 +12,9 @@ command -v cc >/dev/null || need_apt+=(build-essential)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # psql: the tests of `veil serve` drive it as a user would
 command -v psql >/dev/null || need_apt+=(postgresql-client)
-# Java: the Spark backend's JVM (PySpark 4 needs Java 17 or later)
-command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+# Java: the Spark backend's JVM (PySpark 4 needs Java 17 or later); javac builds Veil's
+# JVM server functions for Spark (veil.backends.spark_jvm; without it, Python UDFs)
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_apt[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -61,7 +61,7 @@ class SparkBackend:
         self._warehouse = Warehouse(parsed.warehouse)
         with _server_errors():
             self._spark = session_for(parsed)
-            spark_functions.register(self._spark)
+            self._jvm_hom_sum = spark_functions.register(self._spark)
         self._log = StatementLog()
         self._views: dict[str, tuple[str, int]] = {}  # table -> (version, its stamp) viewed
 
@@ -206,6 +206,9 @@ class SparkBackend:
         return statement.transform(literal), []
 
     def hom_sum(self, ciphertexts: exp.Expression, n_square: exp.Expression) -> exp.Expression:
+        if self._jvm_hom_sum:
+            jvm = spark_functions.HOM_SUM_JVM
+            return exp.Anonymous(this=jvm, expressions=[ciphertexts, n_square])
         listed = exp.Anonymous(this="collect_list", expressions=[ciphertexts])
         return exp.Anonymous(this=spark_functions.HOM_SUM, expressions=[listed, n_square])
 

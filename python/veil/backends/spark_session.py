@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from veil.backends import spark_jvm
 from veil.backends.base import BackendError, ServerUnavailableError
 
 PANDAS_WARNING = "PySpark does not yet fully support pandas"
@@ -130,6 +131,9 @@ _LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
 def _settings(parsed: SparkURL) -> dict[str, str]:
     settings = dict(_SETTINGS)
     settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_LOG_CONFIG}"
+    functions = spark_jvm.jar()
+    if functions is not None:  # Veil's JVM functions, on the driver's and executors' paths
+        settings["spark.jars"] = str(functions)
     if parsed.master.startswith("spark://"):
         settings["spark.cores.max"] = os.environ.get("VEIL_SPARK_CORES_MAX", "2")
     for key in list(settings):

@@ -14,6 +14,7 @@ BENCH_MODULES = (
     "veil.bench.wire",
     "veil.bench.onions_cli",
     "veil.bench.cost",
+    "veil.bench.hom_sum",
 )
 
 

@@ -1,9 +1,11 @@
-"""Shared output of benchmarks: a text table, a JSON file and a PNG plot."""
+"""Shared parts of benchmarks: median timing, a text table, a JSON file and a PNG plot."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,16 @@ def human(value: float) -> str:
         if abs(value) >= factor:
             return f"{value / factor:.3g}{suffix}"
     return f"{value:.3g}"
+
+
+def median_seconds(work: Callable[[], Any], runs: int) -> tuple[float, Any]:
+    """The median wall time of ``runs`` calls of ``work``, and the last call's result."""
+    times, result = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
 
 
 def write_json(path: str | Path, document: Any) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
-from veil.bench.report import bar_plot, format_table, write_json
+from veil.bench.report import bar_plot, format_table, median_seconds, write_json
 
 SCAN = "SELECT l_orderkey, l_partkey, l_quantity, l_shipdate, l_comment FROM lineitem"
 
@@ -33,15 +32,6 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     wire.add_argument("--json", metavar="PATH")
     wire.add_argument("--png", metavar="PATH")
     wire.set_defaults(handler=run_wire)
-
-
-def _median(work: Callable[[], Any], runs: int) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(runs):
-        start = time.perf_counter()
-        result = work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
 
 
 def _reader(fetch: Callable[[str], Any], sql: str) -> Callable[[], Any]:
@@ -65,10 +55,12 @@ def run_wire(args: argparse.Namespace) -> int:
     try:
         work = [(f"Q{n}", sql) for n, sql in query_texts().items()] + [("scan", SCAN)]
         for name, sql in work:
-            local, want = _median(
+            local, want = median_seconds(
                 _reader(lambda q: dbapi.cursor().execute(q).fetchall(), sql), args.runs
             )
-            remote, got = _median(_reader(lambda q: wire.execute(q).fetchall(), sql), args.runs)
+            remote, got = median_seconds(
+                _reader(lambda q: wire.execute(q).fetchall(), sql), args.runs
+            )
             same = len(got) == len(want)
             record = {
                 "query": name,
