@@ -55,7 +55,12 @@ def plain(wide_dir: Path, ashe_session: Session) -> duckdb.DuckDBPyConnection:
 
 
 @pytest.fixture(
-    scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+    scope="module",
+    params=[
+        "duckdb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
 )
 def ashe_session(
     request: pytest.FixtureRequest, wide_dir: Path, tmp_path_factory: pytest.TempPathFactory

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from tests.sql.conftest import BACKEND_SESSIONS
@@ -66,7 +68,7 @@ def test_spark_statements_and_files_hold_no_plaintext(spark_session: Session) ->
     """Every statement the Spark backend ran, and every file of its warehouse (Parquet
     footers name columns and carry min/max statistics), is free of the canaries."""
     assert_no_plaintext_sent(statements_sent(spark_session, QUERIES))
-    warehouse = parse_url(spark_session.backend.url).warehouse
+    warehouse = Path(parse_url(spark_session.backend.url).warehouse)
     files = [p for p in warehouse.rglob("*") if p.is_file()]
     assert any(p.suffix == ".parquet" for p in files)
     for path in files:

@@ -19,7 +19,9 @@ def test_urls_name_a_master_and_a_warehouse() -> None:
     assert parse_url("spark-local[4]?warehouse=/w").master == "local[4]"
     assert parse_url("spark-local?warehouse=/w").master == "local[2]"
     cluster = parse_url("spark://10.0.0.1:7077?warehouse=/shared/w")
-    assert (cluster.master, cluster.warehouse) == ("spark://10.0.0.1:7077", Path("/shared/w"))
+    assert (cluster.master, cluster.warehouse) == ("spark://10.0.0.1:7077", "/shared/w")
+    hadoop = parse_url("spark-local[2]?warehouse=hdfs://namenode:8020/veil/wh")
+    assert hadoop.warehouse == "hdfs://namenode:8020/veil/wh"  # not a path of this machine
     with pytest.raises(BackendError, match="warehouse"):
         parse_url("spark-local[2]")
     with pytest.raises(BackendError, match="not a Spark URL"):

@@ -52,10 +52,11 @@ def connect_existing(url: str) -> Backend:
     """Open the server of an existing client directory: a DuckDB file (a Spark warehouse)
     must exist."""
     if _is_spark(url):
+        from veil.backends.spark_files import is_hadoop_url
         from veil.backends.spark_session import parse_url
 
         warehouse = parse_url(url).warehouse
-        if not warehouse.is_dir():
+        if not is_hadoop_url(warehouse) and not Path(warehouse).is_dir():
             raise ServerUnavailableError(
                 f"the Spark warehouse {warehouse} (server {url}) does not exist: it was moved "
                 "or deleted, or the client directory belongs to another machine; restore it, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 
 import pyarrow as pa
 from sqlglot import exp
@@ -33,6 +34,7 @@ from veil.backends.base import (
     as_batches,
     check_identifier,
 )
+from veil.backends.spark_files import Files, HadoopFiles, LocalFiles, is_hadoop_url
 from veil.backends.spark_session import parse_url, session_for
 from veil.backends.spark_warehouse import Warehouse
 
@@ -58,10 +60,15 @@ class SparkBackend:
     def __init__(self, url: str) -> None:
         self.url = url
         parsed = parse_url(url)
-        self._warehouse = Warehouse(parsed.warehouse)
         with _server_errors():
             self._spark = session_for(parsed)
             self._jvm_hom_sum = spark_functions.register(self._spark)
+            files: Files = (
+                HadoopFiles(self._spark, parsed.warehouse)
+                if is_hadoop_url(parsed.warehouse)
+                else LocalFiles(Path(parsed.warehouse))
+            )
+        self._warehouse = Warehouse(files)
         self._log = StatementLog()
         self._views: dict[str, tuple[str, int]] = {}  # table -> (version, its stamp) viewed
 
@@ -108,7 +115,7 @@ class SparkBackend:
         """Make the rows of ``select`` the table's new version (Spark writes them)."""
         version = self._warehouse.new_version(table)
         try:
-            self._spark.sql(select).write.mode("overwrite").parquet(str(version))
+            self._spark.sql(select).write.mode("overwrite").parquet(version)
         except BaseException:
             self._warehouse.discard(version)
             raise
@@ -121,29 +128,32 @@ class SparkBackend:
         check_identifier(table)
         arrow_schema, batches = as_batches(data, schema)
         self._log.emit(f"LOAD PARQUET INTO {table}", None)
-        version, rows = self._warehouse.write_version(table, arrow_schema, batches)
-        self._warehouse.publish(table, version)
+        with self.transaction(), _server_errors():
+            version, rows = self._warehouse.write_version(table, arrow_schema, batches)
+            self._warehouse.publish(table, version)
         return rows
 
     def append(self, table: str, data: ArrowData) -> int:
         arrow_schema, batches = as_batches(data, pa.schema([]))
         self._log.emit(f"APPEND PARQUET TO {check_identifier(table)}", None)
-        with self.transaction():
+        with self.transaction(), _server_errors():
             return self._warehouse.append(table, arrow_schema, batches)
 
     # -- catalogue ------------------------------------------------------------------------
 
     def drop_table(self, table: str, *, if_exists: bool = True) -> None:
         self._log.emit(f"DROP TABLE {check_identifier(table)}", None)
-        if self._warehouse.current(table) is None:
-            if if_exists:
-                return
-            raise BackendError(f"the Spark server has no table {table}")
-        self._warehouse.drop(table)
+        with self.transaction():
+            if self._warehouse.version(table) is None:
+                if if_exists:
+                    return
+                raise BackendError(f"the Spark server has no table {table}")
+            self._warehouse.drop(table)
 
     def rename_table(self, old: str, new: str) -> None:
         self._log.emit(f"RENAME TABLE {check_identifier(old)} TO {check_identifier(new)}", None)
-        self._warehouse.rename(old, new)
+        with self.transaction():
+            self._warehouse.rename(old, new)
 
     def table_names(self) -> list[str]:
         return self._warehouse.names()
@@ -243,8 +253,9 @@ class SparkBackend:
         if self._warehouse.in_transaction:  # nested: the outer block decides
             yield
             return
-        self._warehouse.begin()
+        self._warehouse.begin()  # takes the warehouse's write lock
         try:
+            self._sync()  # what other writers committed before: no one changes it now
             yield
         except BaseException:
             self._warehouse.rollback()
@@ -275,9 +286,10 @@ class SparkBackend:
             self._forget(table)
 
     def _view(self, table: str, stamp: tuple[str, int]) -> None:
-        path = self._warehouse.root / table / stamp[0]
+        # the files by name: a transaction's own appends wait outside the version's listing
+        files = [location for location, _ in self._warehouse.files_of(table)] or [stamp[0]]
         with _server_errors():
-            self._spark.read.parquet(str(path)).createOrReplaceTempView(table)
+            self._spark.read.parquet(*files).createOrReplaceTempView(table)
         self._views[table] = stamp
 
     def _forget(self, table: str) -> None:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs
 
 from veil.backends import spark_jvm
 from veil.backends.base import BackendError, ServerUnavailableError
+from veil.backends.spark_files import is_hadoop_url
 
 PANDAS_WARNING = "PySpark does not yet fully support pandas"
 LOCAL_PREFIX = "spark-local"
@@ -54,7 +55,7 @@ class SparkURL:
     """What a Spark server URL names: a master and the warehouse directory."""
 
     master: str  # local[N] or spark://host:port
-    warehouse: Path
+    warehouse: str  # a path of this machine, or a Hadoop URL (``spark_files``)
 
     @property
     def cores(self) -> str:
@@ -81,14 +82,18 @@ def parse_url(url: str) -> SparkURL:
             f"{url!r} is not a Spark URL; write spark-local[N]?warehouse=PATH or "
             "spark://HOST:PORT?warehouse=PATH"
         )
-    return SparkURL(master, Path(warehouse).expanduser())
+    if not is_hadoop_url(warehouse):
+        warehouse = str(Path(warehouse).expanduser())
+    return SparkURL(master, warehouse)
 
 
 def canonical(url: str) -> str:
     """``url`` with its warehouse as an absolute path (as a client directory stores it)."""
     parsed = parse_url(url)
     base = url.partition("?")[0]
-    return f"{base}?warehouse={parsed.warehouse.resolve()}"
+    if is_hadoop_url(parsed.warehouse):
+        return f"{base}?warehouse={parsed.warehouse}"
+    return f"{base}?warehouse={Path(parsed.warehouse).resolve()}"
 
 
 _lock = threading.Lock()
