@@ -393,11 +393,18 @@ def _distinct_counts(
     return tuple(con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0])
 
 
-# At most this many distinct values, a DET integer column is stored as 8-byte
-# binaries where the server compresses those (``BytesForm``). Measured on
+# At most this many distinct values, an int64 OPE column is stored as 8-byte
+# binaries where the server compresses those (``OrderedBytesForm``). Measured on
 # DuckDB 2.0, 6M rows: 11 distinct values take 4 MB as bytes against 51 MB as
 # BIGINT, 2,400 take 13 MB, 9,442 take 19 MB, 195,000 take 64 MB (worse).
 BYTES_FORM_MAX_DISTINCT = 16384
+# A DET-only scope, whose integers can instead be narrow (20+ bits, ``narrow_det``),
+# takes the bytes form only below this: DuckDB joins, filters and scans BLOB keys
+# more slowly than BIGINT ones, and above ~1,000 values the dictionary saves under
+# 10 of narrow DET's 20 bits a row. TPC-H SF 1 with l_suppkey (9,442 values) and the
+# DET dates (~2,400) as narrow BIGINT: median ratio 2.35 -> 1.84 (A/B, one process),
+# server space x1.93 -> x1.98 (bench/RESULTS.md, issue 9).
+BYTES_FORM_MAX_DISTINCT_DET = 1024
 
 
 def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) -> None:
@@ -406,9 +413,10 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
     Every column of a scope (an equi-join group, or OPE columns compared
     with each other) must store the same type: a scope gets the bytes form
     when each of its columns is a DET integer, or an int64 OPE, of at most
-    ``BYTES_FORM_MAX_DISTINCT`` values (TPC-H's l_suppkey, ps_suppkey,
-    s_suppkey: 10,000 at SF 1; its dates: 2,526; OPE's bytes sort as its
-    integers, ``OrderedBytesForm``). A scope that tables loaded earlier (and not
+    ``BYTES_FORM_MAX_DISTINCT`` values (``BYTES_FORM_MAX_DISTINCT_DET`` for a
+    scope of DET columns only: TPC-H's n_nationkey group, 25 values, but not
+    l_suppkey's, 10,000 at SF 1; OPE's bytes sort as its integers,
+    ``OrderedBytesForm``: TPC-H's OPE dates, 2,526 values). A scope that tables loaded earlier (and not
     reloaded now) already use keeps their form.
     """
     members: dict[str, list[Encryption]] = {}
@@ -425,12 +433,17 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
         if scope in earlier:
             few = earlier[scope] == BYTES_FORM
         else:
+            limit = (
+                BYTES_FORM_MAX_DISTINCT_DET
+                if all(e.scheme == DET for e in encs)
+                else BYTES_FORM_MAX_DISTINCT
+            )
             few = all(
                 (e.scheme == DET or (e.scheme == OPE and not e.ope_binary))
                 and not e.onion  # wrapped, its values are random: nothing to compress
                 and e.sql_type.is_integral
                 and isinstance(distinct := e.params.get("distinct"), int)
-                and distinct <= BYTES_FORM_MAX_DISTINCT
+                and distinct <= limit
                 for e in encs
             )
         if few:
