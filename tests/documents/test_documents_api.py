@@ -46,24 +46,50 @@ def test_many_increments_sum_right(url, key_file, sums):
         assert {row["_id"]: row["s"] for row in rows} == expected
 
 
+def _nest(database, id_, oldest=False):
+    """Rewrite document ``id_``'s flat ASHE form as an earlier nested one, server-side."""
+    cipher = database.t.codec.ciphers["v"]
+    stored = database.t._server.find_one({"_id": id_})
+    nested = {p: stored[cipher.name + p] for p in ("h", "i", "j") if cipher.name + p in stored}
+    nested["l"] = stored[cipher.name]
+    if oldest:
+        nested = {"v": 1, "l": nested["l"], "h": nested["h"], "i": [nested["i"]]}
+    database.t._server.update_one(
+        {"_id": id_},
+        {"$set": {cipher.name: nested}, "$unset": dict.fromkeys(cipher.stored_names[1:], "")},
+    )
+
+
 @pytest.mark.parametrize("sums", ["server", "fetch"])
-def test_h_add_forms_old_and_created_by_inc(url, key_file, sums):
-    """A value created by a blind $inc (ids only in ``j``) and a value of the earlier
-    form ``{v: 1, l, h, i: [ids]}`` read and sum like any other."""
+def test_h_add_forms_flat_nested_and_created_by_inc(url, key_file, sums):
+    """The flat form (three top-level int64s), a value created by a blind $inc (ids only
+    in ``j``), a null, and values of both earlier nested forms (``{l, h, i, j}`` and
+    ``{v: 1, l, h, i: [ids]}``) read, sum and average like any other; a ``$set`` rewrites
+    a nested value flat and drops the old value's companions."""
     schema = {"t": {"g": "index", "v": "h_add"}}
     with veil.documents.connect(url, key_file, schema, sums=sums) as database:
         database.t.insert_many([{"_id": 1, "g": 1, "v": 10}, {"_id": 2, "g": 1}])
-        database.t.insert_one({"_id": 3, "g": 2, "v": -4})
+        database.t.insert_many([{"_id": 3, "g": 2, "v": -4}, {"_id": 4, "g": 2, "v": 7}])
+        database.t.insert_one({"_id": 5, "g": 1, "v": None})
         database.t.update_one({"_id": 2}, {"$inc": {"v": 5}})
         database.t.update_one({"_id": 2}, {"$inc": {"v": 1}})
-        cipher = database.t.codec.ciphers["v"]
-        stored = database.t._server.find_one({"_id": 3})[cipher.name]
-        old = {"v": 1, "l": stored["l"], "h": stored["h"], "i": [stored["i"]]}
-        database.t._server.update_one({"_id": 3}, {"$set": {cipher.name: old}})
         database.t.update_one({"_id": 3}, {"$inc": {"v": 100}})
-        assert [d["v"] for d in database.t.find().sort("_id", 1)] == [10, 6, 96]
-        rows = database.t.aggregate([{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}])
-        assert {row["_id"]: row["s"] for row in rows} == {1: 16, 2: 96}
+        cipher = database.t.codec.ciphers["v"]
+        flat = database.t._server.find_one({"_id": 1})
+        assert isinstance(flat[cipher.name], int) and isinstance(flat[cipher.name + "i"], int)
+        _nest(database, 3)
+        _nest(database, 4, oldest=True)
+        assert [d.get("v") for d in database.t.find().sort("_id", 1)] == [10, 6, 96, 7, None]
+        pipeline = [{"$group": {"_id": "$g", "s": {"$sum": "$v"}, "a": {"$avg": "$v"}}}]
+        rows = {row["_id"]: (row["s"], row["a"]) for row in database.t.aggregate(pipeline)}
+        assert rows == {1: (16, 8.0), 2: (103, 51.5)}
+        database.t.update_one({"_id": 3}, {"$set": {"v": 2}})
+        stored = database.t._server.find_one({"_id": 3})
+        assert set(stored) == {"_id", database.t.codec.ciphers["g"].name, *cipher.stored_names[:3]}
+        assert database.t.find_one({"_id": 3}, {"v": 1}) == {"_id": 3, "v": 2}
+        database.t.update_one({"_id": 2}, {"$unset": {"v": ""}})
+        assert database.t.find_one({"_id": 2}) == {"_id": 2, "g": 1}
+        assert database.t.count_documents({"v": {"$exists": True}}) == 4
 
 
 def test_schema_file_and_unnamed_fields_sealed(url, key_file, tmp_path):

@@ -5,7 +5,7 @@ and the next stage is a ``$group`` whose keys the server can group on (``int``
 or ``datetime`` index fields, ``do_nothing`` fields) and whose accumulators it
 can compute (``$count``, ``$sum`` of a constant, ``$sum``/``$avg`` of an
 ASHE ``h_add`` field), the server groups: it sums the halves of the ASHE
-ciphertexts per group and the client removes the pads. The ids of the summed
+ciphertexts per group (top-level int64 fields) and the client removes the pads. The ids of the summed
 ciphertexts come from a second query (FerretDB 1.x has no ``$push``
 accumulator). ``$sum``/``$avg`` of a Paillier ``h_add`` field and
 ``$product`` of an ``h_mul`` field (Veil's own accumulator) fetch the group
@@ -136,8 +136,8 @@ class Pipeline:
             cipher = self.codec.ciphers[spec.path]
             if cipher.paillier is not None:  # the client multiplies fetched ciphertexts
                 return output, f"paillier_{op[1:]}", cipher
-            group[f"{output}_l"] = {"$sum": f"${cipher.name}.l"}
-            group[f"{output}_h"] = {"$sum": f"${cipher.name}.h"}
+            group[f"{output}_l"] = {"$sum": f"${cipher.name}"}  # earlier nested forms: ignored
+            group[f"{output}_h"] = {"$sum": f"${cipher.name}h"}  # here, added by _summed_ids
             return output, op[1:], cipher
         if op == "$product" and isinstance(argument, str) and argument.startswith("$"):
             spec = self.codec.schema.fields.get(argument[1:])
@@ -172,6 +172,7 @@ class Pipeline:
                     document[output] = _paillier_total(kind, cipher, ids.get(key, {}).get(output))
                     continue
                 total = (int(row[f"{output}_h"]) << 32) + int(row[f"{output}_l"])
+                total += ids.get(key, {}).get(cipher.name + "+", 0)
                 group_ids = ids.get(key, {}).get(cipher.name, [])
                 count = ids.get(key, {}).get(cipher.name + "#", 0)
                 value = cipher.additive_sum(total, group_ids) if group_ids else 0
@@ -202,7 +203,8 @@ class Pipeline:
         scan where FerretDB needs one per accumulator and one for the ids."""
         keys = {k: server for k, (server, _) in self._key_ciphers.items()}
         additive = {cipher.name: cipher for _, _, cipher in outputs if cipher is not None}
-        projection = _only({e[1:]: 1 for e in keys.values()} | dict.fromkeys(additive, 1))
+        names = [n for cipher in additive.values() for n in cipher.stored_names]
+        projection = _only({e[1:]: 1 for e in keys.values()} | dict.fromkeys(names, 1))
         stored = self.collection.find_projected(self.server_filter.document(), projection)
         rows: dict[bytes, dict[str, Any]] = {}
         ids: dict[bytes, dict[str, Any]] = {}
@@ -214,29 +216,35 @@ class Pipeline:
                 server_key = present.get("k") if self._single_key else present
                 rows[key] = {"_id": server_key, **{k: 0 for k in group if k != "_id"}}
             row, entry = rows[key], ids.setdefault(key, {})
+            counted: set[str] = set()  # a field's ids once, however many outputs read it
             for output, kind, cipher in outputs:
                 if cipher is None:
                     row[output] += group[output]["$sum"]
                     continue
-                form = document.get(cipher.name)
+                form = cipher.gathered(document)
                 if kind == "product":
                     if isinstance(form, dict):
                         entry.setdefault(f"{output}*", Product()).add(cipher.elgamal.parse(form))
                     continue
                 if kind.startswith("paillier_"):
-                    if form is not None:
+                    if form is not None and form is not MISSING:
                         entry.setdefault(output, []).append(form)
                     continue
                 if isinstance(form, dict) and ("i" in form or "j" in form):
                     row[f"{output}_l"] += int(form["l"])
                     row[f"{output}_h"] += int(form["h"])
-                    entry.setdefault(cipher.name, []).extend(additive_ids(form))
-                    entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
+                    if cipher.name not in counted:
+                        counted.add(cipher.name)
+                        entry.setdefault(cipher.name, []).extend(additive_ids(form))
+                        entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
         return rows, ids
 
     def _summed_ids(self, keys: dict[str, str], ciphers: list[Any]) -> dict[bytes, dict[str, Any]]:
-        """Per group key: the ASHE ids of each summed field, and how many values it has."""
-        ids = {f"{c.name}.{part}": 1 for c in ciphers for part in ("i", "j")}
+        """Per group key: the ASHE ids of each summed field, how many values it has, and
+        the ciphertexts of earlier nested forms, which the server's ``$sum`` skipped."""
+        ciphers = list({c.name: c for c in ciphers}.values())  # once per field, not output
+        ids = {f"{c.name}{part}": 1 for c in ciphers for part in ("i", "j")}
+        ids |= {f"{c.name}.{part}": 1 for c in ciphers for part in ("l", "h", "i", "j")}
         projection = _only({e[1:]: 1 for e in keys.values()} | ids)
         stored = self.collection.find_projected(self.server_filter.document(), projection)
         out: dict[bytes, dict[str, Any]] = {}
@@ -245,8 +253,13 @@ class Pipeline:
             key = self._key_bytes({k: v for k, v in values.items() if v is not MISSING})
             entry = out.setdefault(key, {})
             for cipher in ciphers:
-                form = document.get(cipher.name)
-                if isinstance(form, dict) and ("i" in form or "j" in form):
+                nested = document.get(cipher.name)
+                form = _flat_ids(document, cipher.name)
+                if isinstance(nested, dict) and "l" in nested and "h" in nested:
+                    added = (int(nested["h"]) << 32) + int(nested["l"])
+                    entry[cipher.name + "+"] = entry.get(cipher.name + "+", 0) + added
+                    form = nested
+                if "i" in form or "j" in form:
                     entry.setdefault(cipher.name, []).extend(additive_ids(form))
                     entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
         return out
@@ -281,6 +294,11 @@ def _paillier_total(kind: str, cipher: Any, ciphertexts: list[bytes] | None) -> 
         return 0 if kind == "paillier_sum" else None
     total = cipher.paillier.sum(ciphertexts)
     return total if kind == "paillier_sum" else total / len(ciphertexts)
+
+
+def _flat_ids(document: dict[str, Any], name: str) -> dict[str, Any]:
+    """The ids of a flat ASHE form as :func:`additive_ids` reads them."""
+    return {part: document[name + part] for part in ("i", "j") if name + part in document}
 
 
 def _only(fields: dict[str, int]) -> dict[str, int]:

@@ -38,6 +38,10 @@ class DocumentCodec:
         self.extra = FieldCipher(master, scope, FieldSpec(EXTRA_PATH, "static"))
         self._by_name = {cipher.name: cipher for cipher in self.ciphers.values()}
         self._by_name[self.extra.name] = self.extra
+        #: Names that hold parts of another name's value (ASHE's high half, ids).
+        self._companions = {
+            name for cipher in self.ciphers.values() for name in cipher.stored_names[1:]
+        }
         if len(self._by_name) != len(self.ciphers) + 1:
             raise SchemaError(
                 "two field paths of this collection hash to one stored name; rename one"
@@ -66,18 +70,19 @@ class DocumentCodec:
             cipher = self.extra if path == EXTRA_PATH else self.ciphers[path]
             forms = cipher.encrypt([value for _, value in entries])
             for (row, _), form in zip(entries, forms, strict=True):
-                stored[row][cipher.name] = form
+                stored[row].update(cipher.stored_fields(form))
         return stored
 
-    def encode_value(self, path: str, value: Any) -> tuple[str, Any]:
-        """The stored (name, form) of one value at ``path`` (for ``$set``)."""
+    def encode_value(self, path: str, value: Any) -> tuple[dict[str, Any], list[str]]:
+        """(stored fields to ``$set``, stored names to ``$unset``) for one value at
+        ``path``; an ASHE value occupies several names."""
         spec = self.schema.fields.get(path)
         if spec is None:
             raise SchemaError(self._unknown(path))
         if spec.attr == "do_nothing":
-            return path, value
+            return {path: value}, []
         cipher = self.ciphers[path]
-        return cipher.name, cipher.encrypt([value])[0]
+        return cipher.set_fields(cipher.encrypt([value])[0])
 
     def _split(
         self,
@@ -122,8 +127,9 @@ class DocumentCodec:
             document: dict[str, Any] = {}
             for name, form in entry.items():
                 if name in self._by_name:
+                    form = self._by_name[name].gathered(entry)
                     columns.setdefault(name, []).append((row, form))
-                else:
+                elif name not in self._companions:
                     document[name] = copy.deepcopy(form) if isinstance(form, dict) else form
             documents.append(document)
         for name, entries in columns.items():

@@ -224,7 +224,9 @@ class Collection:
             if isinstance(old, bool) or not isinstance(old, (int, float)):
                 raise DocumentsError(f"field {path!r}: cannot $inc a non-numeric value")
             _set(document, path, old + delta)
-        changed = dict(self.codec.encode_value(path, _get(document, path)) for path in client_ops)
+        changed: dict[str, Any] = {}
+        for path in client_ops:  # index and static fields: one stored name each
+            changed.update(self.codec.encode_value(path, _get(document, path))[0])
         return dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
 
     def _reread(self, id_: Any, query: dict[str, Any]) -> tuple[Any, Any] | None:

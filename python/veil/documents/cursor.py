@@ -146,7 +146,7 @@ def server_projection(codec: DocumentCodec, projection: dict[str, Any] | None) -
         elif spec.attr == "do_nothing":
             fields[path] = 1
         else:
-            fields[codec.ciphers[spec.path].name] = 1
+            fields.update(dict.fromkeys(codec.ciphers[spec.path].stored_names, 1))
     return fields
 
 

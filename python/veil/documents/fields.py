@@ -14,15 +14,17 @@ hash of the collection and path):
   values decrypt from it (a changed ``o`` fails as a malformed ciphertext
   unless it happens to be another valid one; ``s`` would not stop a swap of
   whole fields between documents either, see docs/security.md).
-* ``h_add``: ``{"l": low 32 bits, "h": high 32 bits, "i": id}``: an ASHE
-  ciphertext under a fresh 63-bit id, split in halves so the server's int64
+* ``h_add`` (ASHE): three top-level int64 fields, the low 32 bits of an ASHE
+  ciphertext at the field's name, its high 32 bits at the name + ``h`` and its
+  fresh 63-bit id at the name + ``i``: split in halves so the server's int64
   ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc`` adds the
-  halves of the increment's ciphertext and appends its id to a list ``j``.
-  The form is kept small because FerretDB parses every stored document of
-  every query, though against the earlier ``{"v": 1, ..., "i": [id]}`` (still
-  read) no saving showed beyond a shared machine's noise
-  (``veil.bench.documents.probe``; three top-level int64s did save 20-44%).
-  No version field: a later form will use other field letters.
+  halves of the increment's ciphertext and appends its id to a list at the
+  name + ``j``. The form is flat because FerretDB parses every stored document
+  of every query and nested documents cost it more (``veil.bench.documents.probe``:
+  20-44% less for a ``$group`` ``$sum`` than the nested form). Its version is
+  its layout: an integer at the name (the earlier forms, a document there,
+  ``{"l", "h", "i": id, "j": [ids]}`` and ``{"v": 1, "l", "h", "i": [ids]}``,
+  are still read and summed).
 * ``h_mul``: ``{"v": 1, "a": g^r, "b": m·h^r}`` (ElGamal, :mod:`veil.documents.elgamal`).
 * ``do_nothing``: the value itself, at its own path.
 
@@ -50,6 +52,7 @@ from veil.crypto.paillier import PaillierKey
 from veil.crypto.rnd import Rnd
 from veil.documents.elgamal import ElGamal
 from veil.documents.errors import FieldTypeError
+from veil.documents.match import MISSING
 from veil.documents.ore import OreKeys
 from veil.documents.oreindex import OreIndex
 from veil.documents.paillier import PaillierField
@@ -63,6 +66,8 @@ TAG_VERSION = b"\x01"
 #: names do not collide.
 NAME_BYTES = 4
 _LOW = np.uint64(0xFFFFFFFF)
+#: Suffixes of an ASHE ``h_add`` field's companion names: high half, id, ``$inc`` ids.
+ADDITIVE_PARTS = ("h", "i", "j")
 
 
 def opaque_name(master: MasterKey, scope: str, path: str) -> str:
@@ -261,6 +266,41 @@ class FieldCipher:
     def additive_sum(self, total: int, ids: list[int]) -> int:
         assert self._ashe is not None
         return self._ashe.decrypt_sum(total, ids=np.array(ids, dtype=np.int64))
+
+    # -- the flat ASHE form --------------------------------------------------------
+
+    @property
+    def stored_names(self) -> tuple[str, ...]:
+        """Every top-level stored name this field may occupy."""
+        if self._ashe is None:
+            return (self.name,)
+        return (self.name, *(self.name + part for part in ADDITIVE_PARTS))
+
+    def stored_fields(self, form: Any) -> dict[str, Any]:
+        """The top-level stored fields of one form (ASHE's halves and id side by side)."""
+        if self._ashe is None or form is None:
+            return {self.name: form}
+        return {self.name: form["l"], self.name + "h": form["h"], self.name + "i": form["i"]}
+
+    def set_fields(self, form: Any) -> tuple[dict[str, Any], list[str]]:
+        """(``$set``, ``$unset`` names) replacing the stored value by ``form``: an ASHE
+        value also drops the old value's companions (its ``$inc`` ids above all)."""
+        fields = self.stored_fields(form)
+        return fields, [n for n in self.stored_names if n not in fields]
+
+    def gathered(self, stored: dict[str, Any]) -> Any:
+        """This field's form in a stored document: for ASHE, ``{"l", "h", "i"?, "j"?}``
+        from the flat fields (an earlier nested form as it is); MISSING if absent."""
+        if self.name not in stored:
+            return MISSING
+        low = stored[self.name]
+        if self._ashe is None or low is None or isinstance(low, dict):
+            return low
+        form = {"l": low}
+        for part in ADDITIVE_PARTS:
+            if self.name + part in stored:
+                form[part] = stored[self.name + part]
+        return form
 
     def order_value(self, ciphertext: bytes) -> Any:
         """The value of an OPE ciphertext, for the one-to-one index types."""

@@ -2,7 +2,7 @@
 
 Most updates go to the server blind, as one command: ``$set`` sends the new
 value's stored form (encrypted once for every matched document), ``$unset``
-the opaque name, and ``$inc`` on an ``h_add`` field adds the halves of the
+the opaque names, and ``$inc`` on an ``h_add`` field adds the halves of the
 increment's ASHE ciphertext and appends its id, without reading the value.
 ``$inc`` on an ``index`` or ``static`` field, or on a Paillier ``h_add`` field
 (the server cannot multiply big integers), cannot be done by the server alone:
@@ -53,18 +53,22 @@ def _plan_field(
     if spec.attr == "do_nothing":
         server.setdefault(op, {})[path] = value
         return
-    name = codec.ciphers[path].name
+    cipher = codec.ciphers[path]
+    name = cipher.name
     if op == "$set":
-        server.setdefault("$set", {})[name] = codec.encode_value(path, value)[1]
+        fields, dropped = codec.encode_value(path, value)
+        server.setdefault("$set", {}).update(fields)
+        if dropped:
+            server.setdefault("$unset", {}).update(dict.fromkeys(dropped, ""))
     elif op == "$unset":
-        server.setdefault("$unset", {})[name] = ""
+        server.setdefault("$unset", {}).update(dict.fromkeys(cipher.stored_names, ""))
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DocumentsError(f"field {path!r}: $inc takes a number, got {value!r}")
     elif spec.attr == "h_add" and not isinstance(value, int):
         raise DocumentsError(f"field {path!r} is h_add over integers: $inc takes an integer")
     elif spec.attr == "h_add" and spec.scheme == "ashe":
-        halves, id_ = codec.ciphers[path].increment(int(value))
-        server.setdefault("$inc", {}).update({f"{name}.l": halves["l"], f"{name}.h": halves["h"]})
-        server.setdefault("$push", {})[f"{name}.j"] = id_
+        halves, id_ = cipher.increment(int(value))
+        server.setdefault("$inc", {}).update({name: halves["l"], f"{name}h": halves["h"]})
+        server.setdefault("$push", {})[f"{name}j"] = id_
     else:
         client[path] = value
