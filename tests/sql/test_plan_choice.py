@@ -24,7 +24,7 @@ from veil.sql.parse import parse_statement
 from veil.sql.plan import SplitPlan
 
 TPCH = dict(tpch_queries())
-QUERIES = ["q3", "q5", "q7", "q10", "q17", "q19", "q20", "q22"]
+QUERIES = ["q3", "q5", "q7", "q10", "q13", "q16", "q17", "q18", "q19", "q20", "q21", "q22"]
 
 
 @pytest.fixture()

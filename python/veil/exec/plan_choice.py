@@ -1,8 +1,10 @@
 """Choosing a query's split plan by cost (MONOMI §6.4): the planner's rules, checked.
 
 The passes (``veil.sql.passes``) each apply a rule that usually pays: join on
-the server, sum on the server, reduce a scan by its join partners, filter by
-client-computed keys. When the design has been calibrated (``veil calibrate``,
+the server, sum on the server (also over a whole joined block), run subqueries
+there, reduce a scan by its join partners, filter by client-computed keys,
+decrypt an IN-subquery's keys only once grouped, keep keys that are only
+compared as ciphertexts. When the design has been calibrated (``veil calibrate``,
 or a first ``veil explain --analyze``), the planner also builds the plans in
 which one of those rules is left out, and the always-correct fetch-everything
 plan, prices each with the cost model (``veil.exec.cost``) and keeps the
@@ -34,9 +36,13 @@ from veil.errors import ParameterError
 from veil.exec.calibration import CALIBRATION_FILE, Calibration
 from veil.exec.cost import estimate_plan, plan_steps
 from veil.sql import planner
+from veil.sql.passes.compare_ciphertexts import compare_ciphertexts
+from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
+from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
 from veil.sql.passes.pushdown_joins import pushdown_joins
+from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.plan import JoinedFetch, SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
@@ -58,8 +64,12 @@ _WORTH_CHOOSING = 0.5
 _WITHOUT = {
     "no server joins": pushdown_joins,
     "no server aggregates": pushdown_aggregates,
+    "no grouped server joins": pushdown_join_aggregates,
+    "no server subqueries": pushdown_subqueries,
     "no semi-join reductions": reduce_joins,
     "no bind filters": plan_bind_filters,
+    "no late decryption": decrypt_late,
+    "keys decrypted": compare_ciphertexts,
 }
 
 
@@ -142,10 +152,11 @@ def _signature(plan: SplitPlan) -> list[str]:
     for _, _, step in plan_steps(plan):
         if isinstance(step, JoinedFetch):
             found.append(joined_statement(step).sql())
-            found.append(str([len(s.binds) for s in step.scans]))
+            found.append(str([(len(s.binds), sorted(s.ciphertext)) for s in step.scans]))
         else:
             found.append(scan_statement(step).sql())
-            found.append(str(len(step.binds)))
+            # the columns kept encrypted: the only trace ``compare_ciphertexts`` leaves
+            found.append(str((len(step.binds), sorted(step.ciphertext))))
     return found
 
 
