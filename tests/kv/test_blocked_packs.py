@@ -14,7 +14,7 @@ from veil.errors import AuthenticationError, MalformedCiphertextError
 from veil.kv import Store
 from veil.kv.backends.base import Row
 from veil.kv.envelope import ENVELOPE_BLOCKED, ENVELOPE_DICTIONARY, Envelope
-from veil.kv.keys import encode_key
+from veil.kv.keys import decode_key, encode_key
 from veil.kv.packs import PACK_KIND
 from veil.kv.packsize import choose_blocked
 
@@ -63,8 +63,40 @@ def test_a_point_read_opens_only_its_block(open_store: StoreFactory) -> None:
     assert store.packs.get(keys[0]) == values[0]
     with pytest.raises(AuthenticationError):
         store.packs.get(keys[-1])
+    last = decode_key(keys[-1])
+    assert isinstance(last, int)
     with pytest.raises(AuthenticationError):
-        dict(store.range(0, 100))
+        dict(store.range(0, last))
+
+
+def test_a_range_opens_only_the_blocks_it_meets(open_store: StoreFactory) -> None:
+    # Damage the last block of the first pack: ranges that stop before it
+    # read (their blocks are the only ones opened), one that reaches it fails.
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
+    records = _records(600)
+    store.put_many(records)
+    partition, row = _rows(store)[0]
+    damaged = bytearray(row.value)
+    damaged[-1] ^= 1
+    store.backend.update_if(
+        store.packs.table, partition, row.key, bytes(damaged), os.urandom(16), row.tag
+    )
+    keys, _ = store.packs.open_sorted(partition, row)
+    first_block, last_block = decode_key(keys[7]), decode_key(keys[-1])
+    assert isinstance(first_block, int) and isinstance(last_block, int)
+    assert dict(store.range(0, first_block)) == {k: records[k] for k in range(first_block + 1)}
+    with pytest.raises(AuthenticationError):
+        dict(store.range(0, last_block))
+
+
+def test_ranges_that_start_and_stop_inside_blocks(open_store: StoreFactory) -> None:
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
+    records = _records(300)
+    store.put_many(records)
+    for low, high in [(0, 0), (7, 8), (8, 15), (9, 70), (63, 64), (-5, 3), (250, 400), (5, 4)]:
+        assert dict(store.range(low, high)) == {
+            k: v for k, v in records.items() if low <= k <= high
+        }, (low, high)
 
 
 def test_a_blocked_pack_moved_to_another_pack_id_fails(open_store: StoreFactory) -> None:
