@@ -153,7 +153,12 @@ def kv_seal_blocked(
     previous: bytes | None = None,
 ) -> bytes: ...
 def kv_open_blocked(
-    key: bytes, stored: bytes, aad: bytes, dictionary: KvDictionary | None = None
+    key: bytes,
+    stored: bytes,
+    aad: bytes,
+    dictionary: KvDictionary | None = None,
+    low: bytes | None = None,
+    high: bytes | None = None,
 ) -> tuple[list[bytes], list[bytes]]: ...
 def kv_blocked_lookup(
     key: bytes,

@@ -14,7 +14,7 @@ from veil.errors import AuthenticationError, MalformedCiphertextError
 from veil.kv import Store
 from veil.kv.backends.base import Row
 from veil.kv.envelope import ENVELOPE_BLOCKED, ENVELOPE_DICTIONARY, Envelope
-from veil.kv.keys import encode_key
+from veil.kv.keys import decode_key, encode_key
 from veil.kv.packs import PACK_KIND
 from veil.kv.packsize import choose_blocked
 
@@ -47,11 +47,13 @@ def test_blocked_store_round_trips(open_store: StoreFactory) -> None:
     assert (store.get(5), store.get(6), store.get(10_000)) == (b"five", None, b"new")
 
 
-def test_a_point_read_opens_only_its_block(open_store: StoreFactory) -> None:
-    # Damage the last block of a pack: keys of the first block still read,
-    # keys of the damaged one fail authentication (never a wrong value).
+def test_reads_open_only_the_blocks_they_meet(open_store: StoreFactory) -> None:
+    # Damage the last block of a pack: point reads and ranges that stop
+    # before it still read (theirs are the only blocks opened); those that
+    # reach it fail authentication (never a wrong value).
     store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
-    store.put_many(_records(600))
+    records = _records(600)
+    store.put_many(records)
     partition, row = _rows(store)[0]
     keys, values = store.packs.open_sorted(partition, row)
     assert len(keys) > 8
@@ -63,8 +65,21 @@ def test_a_point_read_opens_only_its_block(open_store: StoreFactory) -> None:
     assert store.packs.get(keys[0]) == values[0]
     with pytest.raises(AuthenticationError):
         store.packs.get(keys[-1])
+    first_block, last_block = decode_key(keys[7]), decode_key(keys[-1])
+    assert isinstance(first_block, int) and isinstance(last_block, int)
+    assert dict(store.range(0, first_block)) == {k: records[k] for k in range(first_block + 1)}
     with pytest.raises(AuthenticationError):
-        dict(store.range(0, 100))
+        dict(store.range(0, last_block))
+
+
+def test_ranges_that_start_and_stop_inside_blocks(open_store: StoreFactory) -> None:
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
+    records = _records(300)
+    store.put_many(records)
+    for low, high in [(0, 0), (7, 8), (8, 15), (9, 70), (63, 64), (-5, 3), (250, 400), (5, 4)]:
+        assert dict(store.range(low, high)) == {
+            k: v for k, v in records.items() if low <= k <= high
+        }, (low, high)
 
 
 def test_a_blocked_pack_moved_to_another_pack_id_fails(open_store: StoreFactory) -> None:

@@ -202,16 +202,26 @@ class Envelope:
         return header[1], codec.unpad(body)
 
     def open_records(
-        self, kind: bytes, location: bytes, stored: bytes
+        self,
+        kind: bytes,
+        location: bytes,
+        stored: bytes,
+        between: tuple[bytes, bytes] | None = None,
     ) -> tuple[list[bytes], list[bytes]]:
-        """The (keys, values) of a stored pack, in one native call (GIL released)."""
+        """The (keys, values) of a stored pack, in one native call (GIL released).
+
+        ``between`` (low, high), for range reads of an ordered layout: a
+        blocked pack opens only the blocks that may hold keys in that range,
+        so the lists may lack keys outside it (they are still ascending).
+        """
         header_bytes = _check(stored)
         header = stored[:header_bytes]
         aad = self._aad(header, kind, location)
         prepared = self._prepared_for(stored)
         try:
             if header[0] == ENVELOPE_BLOCKED:
-                return _native.kv_open_blocked(self._key, stored, aad, prepared)
+                low, high = between or (None, None)
+                return _native.kv_open_blocked(self._key, stored, aad, prepared, low, high)
             nonce, sealed = (
                 stored[header_bytes : header_bytes + NONCE_BYTES],
                 stored[header_bytes + NONCE_BYTES :],

@@ -100,12 +100,19 @@ class PackTable:
             self.cache.put(cache_key, entry)
         return entry
 
-    def open_sorted(self, partition: int, row: Row) -> tuple[list[bytes], list[bytes]]:
-        """(keys, values) of a stored pack; without a cache, no key -> value index is built."""
+    def open_sorted(
+        self, partition: int, row: Row, between: tuple[bytes, bytes] | None = None
+    ) -> tuple[list[bytes], list[bytes]]:
+        """(keys, values) of a stored pack; without a cache, no key -> value index is built.
+
+        ``between`` (low, high): the caller wants only keys in that range, so
+        a blocked pack read without a cache may leave out blocks outside it.
+        """
         if self.cache.capacity > 0:
             keys, values, _ = self.open_entries(partition, row)
             return keys, values
-        return self.envelope.open_records(PACK_KIND, _location(partition, row.key), row.value)
+        location = _location(partition, row.key)
+        return self.envelope.open_records(PACK_KIND, location, row.value, between)
 
     def open_pack(self, partition: int, row: Row) -> Pack:
         """A private, modifiable copy of a stored pack's plaintext."""
@@ -212,7 +219,7 @@ class PackTable:
         # Packs of an ordered layout hold their keys sorted, so the keys in
         # [low, high] below the next packID are one slice; keys at or above
         # the next packID are stale copies and are cut off.
-        keys, values = self.open_sorted(partition, row)
+        keys, values = self.open_sorted(partition, row, (low, high))
         start = bisect.bisect_left(keys, low)
         if bound is not None and bound <= high:
             stop = bisect.bisect_left(keys, bound)

@@ -190,22 +190,47 @@ fn blocked_parts(stored: &[u8]) -> PyResult<(&[u8], &[u8])> {
     Ok((nonce, body))
 }
 
-/// Decrypt, decompress and parse every block of a stored blocked pack; returns (keys, values).
+/// Decrypt, decompress and parse the blocks of a stored blocked pack; returns
+/// (keys, values). With `low` and `high` (an ordered layout's range read),
+/// only the blocks that may hold keys in `low..=high` are opened: the lists
+/// then hold those blocks' keys, still ascending, a superset of the range's.
 #[pyfunction]
-#[pyo3(signature = (key, stored, aad, dictionary=None))]
+#[pyo3(signature = (key, stored, aad, dictionary=None, low=None, high=None))]
 fn kv_open_blocked<'py>(
     py: Python<'py>,
     key: &[u8],
     stored: &[u8],
     aad: &[u8],
     dictionary: Option<&Bound<'py, KvDictionary>>,
+    low: Option<&[u8]>,
+    high: Option<&[u8]>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let prepared = dictionary.map(|d| &d.get().inner);
     let (nonce, body) = blocked_parts(stored)?;
-    let records = py
-        .allow_threads(|| BlockedPack::open(key, nonce, aad, body)?.records(prepared))
+    let blocks = py
+        .allow_threads(|| {
+            let pack = BlockedPack::open(key, nonce, aad, body)?;
+            let numbers = match (low, high) {
+                (Some(low), Some(high)) => pack.blocks_between(low, high),
+                _ => 0..pack.block_count(),
+            };
+            numbers
+                .map(|number| pack.block(number, prepared))
+                .collect::<Result<Vec<RecordList>, _>>()
+        })
         .map_err(to_py)?;
-    lists(py, &records)
+    // Each block's keys and values go to Python from its own buffer (no
+    // copy of the pack's records into one list first).
+    let (keys, values) = (PyList::empty(py), PyList::empty(py));
+    for block in &blocks {
+        for span in &block.keys {
+            keys.append(PyBytes::new(py, &block.key_data[span.clone()]))?;
+        }
+        for span in &block.values {
+            values.append(PyBytes::new(py, &block.data[span.clone()]))?;
+        }
+    }
+    Ok((keys, values))
 }
 
 /// The value of `wanted` (at `position` in pack order) in a stored blocked

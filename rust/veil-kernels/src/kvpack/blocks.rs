@@ -390,6 +390,26 @@ impl<'a> BlockedPack<'a> {
         parse_records(decompress_zstd_with(&compressed, dictionary)?)
     }
 
+    /// How many blocks the pack holds.
+    pub fn block_count(&self) -> usize {
+        self.index.spans.len()
+    }
+
+    /// The numbers of the blocks that may hold positions in `low..=high`.
+    ///
+    /// Only an ordered layout's range reads use this (there a position is the
+    /// key). The first and last packs of a range hold a few of its keys; a
+    /// 1,000-key range over packs of 85 rows in 5-row blocks inflated about
+    /// two packs' worth of blocks it then cut away.
+    pub fn blocks_between(&self, low: &[u8], high: &[u8]) -> Range<usize> {
+        if high < low {
+            return 0..0;
+        }
+        let first = self.block_of(low).unwrap_or(0);
+        let end = self.block_of(high).map_or(0, |last| last + 1);
+        first..end.max(first)
+    }
+
     /// Every block's records, concatenated in pack order.
     pub fn records(&self, dictionary: Option<&PackDictionary>) -> Result<RecordList, KernelError> {
         let mut all = RecordList {

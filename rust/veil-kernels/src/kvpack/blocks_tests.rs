@@ -53,6 +53,38 @@ fn blocked_pack_round_trips() {
 }
 
 #[test]
+fn blocks_between_cover_exactly_the_blocks_a_range_meets() {
+    // 100 keys 0..100 in blocks of 8: block b holds keys 8b..8b+8.
+    let (body, keys, _) = sealed(100, 8);
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    assert_eq!(pack.block_count(), 13);
+    let key = |i: usize| keys[i].as_slice();
+    assert_eq!(pack.blocks_between(key(0), key(99)), 0..13);
+    assert_eq!(pack.blocks_between(key(9), key(15)), 1..2);
+    assert_eq!(pack.blocks_between(key(7), key(8)), 0..2);
+    assert_eq!(pack.blocks_between(key(96), &[0xff; 9]), 12..13);
+    // Below the first key: from block 0; a range wholly below: nothing.
+    assert_eq!(pack.blocks_between(&[], key(3)), 0..1);
+    assert_eq!(pack.blocks_between(&[], &[]), 0..0);
+    assert_eq!(pack.blocks_between(key(20), key(10)), 0..0);
+    // Every key of a range is in the blocks chosen for it.
+    for (low, high) in [(0, 5), (3, 41), (17, 17), (50, 99)] {
+        let blocks = pack.blocks_between(key(low), key(high));
+        let held: Vec<Vec<u8>> = blocks
+            .flat_map(|b| {
+                let r = pack.block(b, None).unwrap();
+                (0..r.keys.len())
+                    .map(|i| r.key(i).to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for i in low..=high {
+            assert!(held.contains(&keys[i]), "key {i} of {low}..={high}");
+        }
+    }
+}
+
+#[test]
 fn a_key_below_the_first_block_has_no_block() {
     let (body, _, _) = sealed(20, 8);
     let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
@@ -247,6 +279,64 @@ fn find_value_agrees_with_the_full_parse() {
         }
         assert_eq!(find_value(&records, b"absent").unwrap(), None);
     }
+}
+
+#[test]
+fn find_value_agrees_on_keys_that_prefix_each_other() {
+    // Keys of several lengths, some prefixes of others, and values of 0 to
+    // 300 bytes (terminators counted across and inside 64-byte chunks).
+    let keys: Vec<Vec<u8>> = [
+        &b"a"[..],
+        b"aa",
+        b"aab",
+        b"ab",
+        b"abc",
+        b"abd",
+        b"b",
+        b"ba",
+        b"bab",
+        b"c",
+    ]
+    .iter()
+    .map(|k| k.to_vec())
+    .collect();
+    let values: Vec<Vec<u8>> = (0..keys.len())
+        .map(|i| vec![b'x' + (i % 3) as u8; (i * 37) % 301])
+        .collect();
+    let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let records = serialize_records(&k, &v);
+    for (index, key) in keys.iter().enumerate() {
+        let span = find_value(&records, key).unwrap().unwrap();
+        assert_eq!(&records[span], values[index].as_slice());
+    }
+    for absent in [
+        &b""[..],
+        b"aaa",
+        b"abb",
+        b"abcd",
+        b"ac",
+        b"bb",
+        b"d",
+        b"\x00",
+    ] {
+        assert_eq!(find_value(&records, absent).unwrap(), None, "{absent:?}");
+    }
+}
+
+#[test]
+fn find_value_reports_a_missing_terminator() {
+    let (keys, values) = entries(80);
+    let k: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let v: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let records = serialize_records(&k, &v);
+    // Cut inside the values: the last keys' values lose their terminators.
+    let cut = &records[..records.len() - 200];
+    assert!(matches!(
+        find_value(cut, &keys[79]),
+        Err(KernelError::Malformed { .. })
+    ));
+    assert!(find_value(cut, &keys[0]).unwrap().is_some());
 }
 
 #[test]
