@@ -34,7 +34,7 @@ from veil.backends.base import (
     as_batches,
     check_identifier,
 )
-from veil.backends.spark_files import Files, HadoopFiles, LocalFiles, is_hadoop_url
+from veil.backends.spark_files import Files, HadoopFiles, LocalFiles, is_hadoop_url, storable
 from veil.backends.spark_session import parse_url, session_for
 from veil.backends.spark_warehouse import Warehouse
 
@@ -333,20 +333,10 @@ def _is_index_statement(sql: str) -> bool:
     return upper[:1] in (["CREATE"], ["DROP"]) and "INDEX" in upper
 
 
-_PLAIN_TYPES = {
-    pa.large_binary(): pa.binary(),
-    pa.large_string(): pa.string(),
-    pa.binary_view(): pa.binary(),
-    pa.string_view(): pa.string(),
-}
-
-
 def _conformed(table: pa.Table) -> pa.Table:
     """Results in the Arrow types the other backends give (plain binary and string)."""
-    if not any(f.type in _PLAIN_TYPES for f in table.schema):
-        return table
-    schema = pa.schema([f.with_type(_PLAIN_TYPES.get(f.type, f.type)) for f in table.schema])
-    return table.cast(schema)
+    schema = storable(table.schema)
+    return table if schema.equals(table.schema) else table.cast(schema)
 
 
 @contextmanager

@@ -223,10 +223,14 @@ class Warehouse:
             self._lock.release()
 
     def _apply(self, journal: _Journal) -> None:
-        finals = {t: v for t, v in journal.pointers.items()}
+        # each table's version once the commit is done: the new one, else the committed one
+        finals: dict[str, str | None] = dict(journal.pointers)
         for append in journal.pending:
-            final = finals.get(append.table) or self._committed(append.table)
-            if append.version == final:  # else an UPDATE rewrote the version meanwhile
+            if append.table not in finals:  # read once per table, not once per append
+                finals[append.table] = self._committed(append.table)
+            if (
+                append.version == finals[append.table]
+            ):  # else an UPDATE rewrote the version meanwhile
                 version = self.files.join(self.root, append.table, append.version)
                 for location, _ in self._parquet_files(append.directory):
                     target = self.files.join(version, f"part-{secrets.token_hex(8)}.parquet")
@@ -239,7 +243,7 @@ class Warehouse:
                 retired = self.files.join(self.root, table, previous)
                 if self.files.exists(retired):
                     self.files.replace_text(self.files.join(retired, RETIRED), f"{time.time()}\n")
-        final_locations = {self.files.join(self.root, t, v) for t, v in finals.items()}
+        final_locations = {self.files.join(self.root, t, v) for t, v in journal.pointers.items()}
         for version in journal.created:
             if version not in final_locations:  # written, then replaced within the transaction
                 self.files.delete(version)
