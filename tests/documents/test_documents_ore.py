@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,40 @@ def test_concurrent_writer_processes_lose_nothing(url, key_file, small_nodes):
             query = {"x": {"$gte": low, "$lt": high}}
             want = sorted(d["_id"] for d in documents if low <= d["x"] < high)
             assert sorted(d["_id"] for d in database.c.find(query)) == want
+
+
+def test_a_writer_stalled_after_its_claim_is_waited_for(url, key_file, small_nodes):
+    """The claim's winner writes its node a round trip later; a writer that meets the
+    claim meanwhile backs off and retries instead of giving up (CI once saw a
+    descheduled winner outlast a loser's hundred immediate retries)."""
+    schema = {"c": {"fields": {"x": ORE_INT}}}
+    with (
+        veil.documents.connect(url, key_file, schema) as slow,
+        veil.documents.connect(url, key_file, schema) as fast,
+    ):
+        slow.c.insert_many([{"x": i} for i in range(4)])
+        tree = slow.c.codec.ciphers["x"].ore.tree
+        claimed, release = threading.Event(), threading.Event()
+        write = tree._write
+
+        def stalled_write(command):
+            claimed.set()  # the claim is in; the node is not written yet
+            release.wait(10)
+            write(command)
+
+        tree._write = stalled_write
+        stalled = threading.Thread(target=slow.c.insert_one, args=({"x": 10},))
+        stalled.start()
+        assert claimed.wait(10)
+        timer = threading.Timer(1.5, release.set)  # well past a hundred quick retries
+        timer.start()
+        try:
+            fast.c.insert_one({"x": 11})
+        finally:
+            timer.join()
+            stalled.join()
+            tree._write = write
+        assert sorted(d["x"] for d in fast.c.find({"x": {"$gte": 2}})) == [2, 3, 10, 11]
 
 
 def test_bad_input(url, key_file):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,8 +46,10 @@ from veil.documents.ore import rank
 #: Keys per node (the fan-out); a fuller node splits into pieces of at most this many.
 CAPACITY = 128
 ROOT = "root"
-#: Attempts of one batch of entries against nodes other writers keep changing.
-WRITE_RETRIES = 100
+#: Seconds a write waits out other writers (a node claimed but not yet written, a
+#: split's new node not yet in its parent) before it gives up: long enough for a
+#: writer the machine has descheduled, short enough to report one that died.
+WRITE_PATIENCE = 30.0
 _FETCHERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="veil-ore-tree")
 
 
@@ -190,11 +193,11 @@ class OreTree:
     def insert(self, entries: Iterable[Entry]) -> None:
         """Add ``entries``; each lands exactly once whatever other writers do."""
         pending = list(entries)
-        for _ in range(WRITE_RETRIES):
-            if not pending:
-                return
+        patience = _Patience()
+        while pending:
             pending = [e for g in self._locate(pending) for e in self._insert_into(g)]
-        raise ServerError("the ORE tree kept changing under this insert; retry later")
+            if pending and not patience.wait():
+                raise ServerError("the ORE tree kept changing under this insert; retry later")
 
     def _locate(self, entries: list[Entry]) -> list[_Group]:
         """The leaf each entry belongs in, one level per round trip for the whole batch."""
@@ -270,16 +273,19 @@ class OreTree:
         self, child: Node, separators: list[bytes], new_ids: list[str], probe: bytes
     ) -> None:
         """Insert the separators of ``child``'s split after it in its parent, retrying."""
-        for attempt in range(WRITE_RETRIES):
+        patience = _Patience()
+        while True:
+            # None: child is itself a split's new node, not in a parent yet; its
+            # writer is adding it, so wait for that as for a claimed parent.
             parent = self._parent_of(child, probe)
-            if parent is None:  # child is itself a split's new node, not in a parent yet:
-                time.sleep(0.002 * attempt)  # its writer is adding it; wait for that
-                continue
-            position = parent.items.index(child.id)
-            parent.keys[position:position] = separators
-            parent.items[position + 1 : position + 1] = new_ids
-            if self._store(parent, probe):
-                return
+            if parent is not None:
+                position = parent.items.index(child.id)
+                parent.keys[position:position] = separators
+                parent.items[position + 1 : position + 1] = new_ids
+                if self._store(parent, probe):
+                    return
+            if not patience.wait():
+                break
         raise ServerError(
             f"ORE tree node {child.id!r} found no parent to join (its writer may have died "
             "mid-split) or the tree kept changing; retry later"
@@ -323,6 +329,26 @@ class OreTree:
             command()
         except pymongo.errors.PyMongoError as exc:
             raise ServerError(f"writing the ORE tree: {exc}") from None
+
+
+class _Patience:
+    """Backoff between attempts of a write that met another writer's unfinished change.
+
+    The winner of a claim writes its node a round trip later, and a descheduled
+    one may take seconds: retrying at once would spend every attempt in that gap.
+    Sleeps grow from 1 ms to 50 ms, jittered so that writers do not retry in step."""
+
+    def __init__(self) -> None:
+        self._deadline = time.monotonic() + WRITE_PATIENCE
+        self._sleep = 0.001
+
+    def wait(self) -> bool:
+        """Sleep before the next attempt; False once ``WRITE_PATIENCE`` has run out."""
+        if time.monotonic() >= self._deadline:
+            return False
+        time.sleep(self._sleep * (0.5 + random.random()))
+        self._sleep = min(0.05, self._sleep * 2)
+        return True
 
 
 def _slice(node: Node, position: int, level: list[Node], low: Bound | None,
