@@ -19,6 +19,7 @@ from veil.exec.session import Session
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes import PASSES
 from veil.sql.passes.compare_ciphertexts import compare_ciphertexts
+from veil.sql.passes.count_repeats import count_repeats
 from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
@@ -102,6 +103,7 @@ def test_passes_are_in_order() -> None:
         decrypt_late,
         compare_ciphertexts,
         share_fetches,
+        count_repeats,
         rename_scans,
     ) == PASSES
 
@@ -259,24 +261,37 @@ def test_pushdown_joins_one_statement(session: Session) -> None:
 
 
 def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -> None:
-    # TPC-H Q7: supplier, lineitem, orders, customer (and n2) joined on the server; n1 outside
-    state = state_before(session, TPCH["q7"], trim_reductions)
+    # TPC-H Q10: lineitem and orders joined on the server; customer (its text would
+    # repeat on every joined row) and its nation outside
+    state = state_before(session, TPCH["q10"], trim_reductions)
     scans = {s.alias: s for s in state.scans.values()}
-    assert scans["lineitem"].joined is not None and scans["n1"].joined is None
-    assert all(len(s.reduction.scans) == 6 for s in scans.values() if s.reduction)
+    assert scans["lineitem"].joined is not None and scans["orders"].joined is not None
+    assert scans["customer"].joined is None and scans["nation"].joined is None
+    assert all(len(s.reduction.scans) == 4 for s in scans.values() if s.reduction)
     trim_reductions(state)
 
     def reduced_by(alias: str) -> list[str] | None:
         reduction = scans[alias].reduction
         return None if reduction is None else [s.alias for s in reduction.scans]
 
-    assert reduced_by("supplier") == ["supplier", "n1"]  # what the join does not do
+    assert reduced_by("orders") == ["customer", "orders", "nation"]  # what the join does not do
     joined = {id(s) for s in scans["lineitem"].joined.scans}  # type: ignore[union-attr]
     for scan in scans.values():  # a joined scan keeps only partners outside its join
         if scan.joined is not None and scan.reduction is not None:
             assert all(id(s) not in joined for s in scan.reduction.scans if s is not scan)
-    assert reduced_by("lineitem") is None and reduced_by("orders") is None  # the join does it
-    assert reduced_by("n1") is None and reduced_by("n2") is None  # 25 rows: not worth the join
+    assert reduced_by("lineitem") is None  # its one partner is inside the join
+    assert reduced_by("customer") is not None  # outside: reduced as before
+    assert reduced_by("nation") is None  # 25 rows: not worth the join
+
+
+def test_q19_and_q7_join_on_the_server_whole(session: Session) -> None:
+    # every filter of Q19 (and Q7's nation names) is inside one OR: the implied
+    # conjuncts' shares price the join (priced as keeping every row, it lost)
+    for name, aliases in (("q19", {"lineitem", "part"}), ("q7", {"n1", "n2", "lineitem"})):
+        state = state_before(session, TPCH[name], trim_reductions)
+        scans = {s.alias: s for s in state.scans.values()}
+        assert all(scans[a].joined is not None for a in aliases), name
+        assert len({id(s.joined) for s in scans.values()}) == 1, name
 
 
 def test_a_reduction_splits_into_one_semi_join_per_branch(

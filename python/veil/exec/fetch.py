@@ -182,10 +182,12 @@ def run_scan(
         elif scan.aggregation is not None and scan.aggregation.id_bit is not None:
             plain = finish_ashe_sums(fetched, scan, ciphers)
         else:
+            fetched, repeats = _repeats_column(fetched, scan.counted)
             blocks = BlockReader(backend, stats)
             plain = decrypt_columns(
                 fetched, scan.table, scan.fetched(), ciphers, blocks, scan.ciphertext
             )
+            plain = plain if repeats is None else plain.take(repeats)
         stats.decrypted(started, server_before)
         return plain
     finally:
@@ -207,7 +209,9 @@ def run_joined(
     try:
         fetched = _run_kept(id(fetch), build, keep, backend, stats)
         started, server_before = time.perf_counter(), stats.server_seconds
-        row_numbers = pa.array(np.arange(fetched.num_rows, dtype=np.int64))
+        fetched, repeats = _repeats_column(fetched, fetch.counted)
+        rows = fetched.num_rows if repeats is None else len(repeats)
+        row_numbers = pa.array(np.arange(rows, dtype=np.int64))
         tables: dict[str, pa.Table] = {}
         wanted = fetch.fetched()
         for scan in fetch.scans:
@@ -215,12 +219,24 @@ def run_joined(
             part = fetched.select(indexes)
             pairs = [(column, enc) for owner, column, enc in wanted if owner is scan]
             plain = decrypt_columns(part, scan.table, pairs, ciphers, BlockReader(backend, stats))
+            plain = plain if repeats is None else plain.take(repeats)
             columns = dict(zip(plain.column_names, plain.columns, strict=True))
             tables[scan.local_name] = pa.table({**columns, JOIN_ROW: row_numbers})
         stats.decrypted(started, server_before)
         return tables
     finally:
         stats.step = None
+
+
+def _repeats_column(fetched: pa.Table, counted: bool) -> tuple[pa.Table, pa.Array | None]:
+    """A counted fetch's rows without their counts, and the positions that repeat each
+    row its count's times (``count_repeats``); ``(fetched, None)`` for any other fetch."""
+    if not counted:
+        return fetched, None
+    last = fetched.num_columns - 1
+    counts = fetched.column(last).to_numpy(zero_copy_only=False).astype(np.int64)
+    positions = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    return fetched.remove_column(last), pa.array(positions)
 
 
 class BlockReader:

@@ -148,8 +148,18 @@ def _explain_join(number: int, fetch: JoinedFetch, dialect: str) -> list[str]:
     )
     for scan in fetch.scans:
         lines += _explain_scan_parts(scan)
+    lines += _counted(fetch.counted)
     lines.append("")
     return lines
+
+
+def _counted(counted: bool) -> list[str]:
+    if not counted:
+        return []
+    return [
+        "  each distinct row once, with its count; the client repeats it that many times"
+        "  [nothing new: grouping equal DET / OPE ciphertexts]"
+    ]
 
 
 def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
@@ -158,6 +168,7 @@ def _explain_scan(number: int, scan: Scan, dialect: str) -> list[str]:
     lines.append("  " + render(statement, dialect))
     lines += _parameters(values)
     lines += _explain_scan_parts(scan)
+    lines += _counted(scan.counted)
     lines.append("")
     return lines
 

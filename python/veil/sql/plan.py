@@ -63,6 +63,8 @@ class Scan:
     late: list[LateKeys] = field(default_factory=list)  # run once this scan is fetched
     same_rows: Scan | None = None  # not fetched: reads that scan's local table (``share_fetches``)
     unread: bool = False  # a server join's member the local plan does not name (not registered)
+    # fetched as its distinct rows with their counts, expanded by the client (``count_repeats``)
+    counted: bool = False
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
@@ -234,6 +236,7 @@ class Reduction:
 
 
 JOIN_ROW = "__veil_join_row"  # local column pairing the parts of one joined row
+REPEATS = "__veil_repeats"  # a counted fetch's last column: how many rows each row stands for
 
 
 @dataclass
@@ -278,6 +281,8 @@ class JoinedFetch:
     edges: list[JoinEdge]
     groups: JoinGroup | None = None  # grouped and counted on the server too
     estimated_rows: float | None = None  # joined rows, from the load's statistics
+    # fetched as its distinct rows with their counts, expanded by the client (``count_repeats``)
+    counted: bool = False
 
     def fetched(self) -> list[tuple[Scan, str, Encryption | None]]:
         wanted = [(scan, column, enc) for scan in self.scans for column, enc in scan.fetched()]

@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import Encryption, TableDesign
-from veil.sql.plan import ASHE_WORD, Reduction
+from veil.sql.plan import ASHE_WORD, REPEATS, Reduction
 
 if TYPE_CHECKING:
     from veil.backends.base import Backend
@@ -108,9 +108,17 @@ def scan_statement(scan: Scan, extras: Extras | None = None) -> exp.Select:
     extras = extras or {}
     if scan.aggregation is not None:
         return _aggregate_statement(scan, extras)
-    names = [scan.table.stored_column(enc) for _, enc in scan.fetched()]
-    select = exp.select(*[exp.column(n) for n in names]).from_(scan.table.server_name)
-    return _filtered(select, scan, None, extras)
+    columns = [exp.column(scan.table.stored_column(enc)) for _, enc in scan.fetched()]
+    select = exp.select(*columns).from_(scan.table.server_name)
+    select = _filtered(select, scan, None, extras)
+    return _counted(select, columns) if scan.counted else select
+
+
+def _counted(select: exp.Select, columns: list[exp.Column]) -> exp.Select:
+    """``select`` grouped by every column it returns, each group's row count last
+    (``count_repeats``)."""
+    select = select.select(exp.alias_(exp.Count(this=exp.Star()), REPEATS), copy=False)
+    return select.group_by(*[c.copy() for c in columns], copy=False)
 
 
 def _filtered(select: exp.Select, scan: Scan, alias: str | None, extras: Extras) -> exp.Select:
@@ -270,6 +278,9 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
     if fetch.groups is not None and fetch.groups.keys:
         by = [exp.column(enc.name, table=aliases[id(s)]) for s, _, enc in fetch.groups.keys]
         select = select.group_by(*by, copy=False)
+    if fetch.counted:
+        assert fetch.groups is None
+        select = _counted(select, names)  # type: ignore[arg-type]
     return select
 
 

@@ -13,6 +13,7 @@ never a wrong answer.
 from __future__ import annotations
 
 from veil.sql.passes.compare_ciphertexts import compare_ciphertexts
+from veil.sql.passes.count_repeats import count_repeats
 from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
@@ -46,6 +47,7 @@ PASSES: tuple[Pass, ...] = (
     decrypt_late,  # an IN-subquery groups its keys' ciphertexts, decrypts what it keeps
     compare_ciphertexts,  # keys only compared, grouped or counted stay encrypted
     share_fetches,  # two fetches of the same rows: one statement
+    count_repeats,  # a fetch of few distinct rows: each once, with its count
     rename_scans,  # the local plan reads the scans' local tables
 )
 

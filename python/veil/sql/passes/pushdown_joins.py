@@ -99,7 +99,7 @@ def _try_join(
         # per table, the exact filters leave the local plan too (``drop_pushed``)
         alone = _narrowed(members, columns_outside(tree, filters, resolved), keys)
         narrowed = _narrowed(members, columns_outside(tree, dropped, resolved), keys)
-        kept = {id(s): _kept(s, select, state) for s in members}
+        kept = {id(s): _kept(s, state) for s in members}
         largest = max(members, key=lambda s: s.table.row_count)
         # the joined rows: the largest table's, thinned by every member's filters
         # and by every join that closes a cycle
@@ -215,10 +215,15 @@ def _fetched_alone(scan: Scan, kept: float, joined: float, largest: bool) -> flo
     return rows * -expm1(-joined / rows)
 
 
-def _kept(scan: Scan, select: exp.Select, state: PlanState) -> float:
-    """The estimated share of the scan's rows its exact filters in this block keep."""
-    nodes = [p.node for p in scan.predicates if p.exact and is_part_of(p.node, select)]
-    return kept_share([n for n in nodes if n is not None], scan, state.resolved, state.ctx)
+def _kept(scan: Scan, state: PlanState) -> float:
+    """The estimated share of the scan's rows its exact filters keep.
+
+    Implied conjuncts count too: copies, not part of ``select``, but filters the
+    server applies on either path (TPC-H Q19, every filter inside one OR: priced
+    as keeping all of both tables, the join lost to two statements that each
+    scanned lineitem)."""
+    nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
+    return kept_share(nodes, scan, state.resolved, state.ctx)
 
 
 def _narrowed(
