@@ -23,6 +23,7 @@ from veil.sql.passes.count_repeats import count_repeats
 from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
+from veil.sql.passes.fetch_expressions import fetch_expressions
 from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
@@ -102,6 +103,7 @@ def test_passes_are_in_order() -> None:
         plan_bind_filters,
         decrypt_late,
         compare_ciphertexts,
+        fetch_expressions,
         share_fetches,
         count_repeats,
         rename_scans,

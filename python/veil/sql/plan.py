@@ -74,6 +74,8 @@ class Scan:
             return self.joined.groups.fetched(self)
         wanted: list[tuple[str, Encryption | None]]
         ordered = [c.name for c in self.table.columns if c.name in self.columns]  # table order
+        # then stored per-row expressions the local plan reads (``fetch_expressions``)
+        ordered += sorted(self.columns - {c.name for c in self.table.columns})
         wanted = [(c, self.table.fetchable(c)) for c in ordered]
         if self.with_row_id or (not wanted and self.joined is None):
             wanted.append((ROW_ID, None))

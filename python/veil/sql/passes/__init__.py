@@ -17,6 +17,7 @@ from veil.sql.passes.count_repeats import count_repeats
 from veil.sql.passes.decrypt_late import decrypt_late
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
+from veil.sql.passes.fetch_expressions import fetch_expressions
 from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
@@ -46,6 +47,7 @@ PASSES: tuple[Pass, ...] = (
     plan_bind_filters,  # client-computed key filters on large scans
     decrypt_late,  # an IN-subquery groups its keys' ciphertexts, decrypts what it keeps
     compare_ciphertexts,  # keys only compared, grouped or counted stay encrypted
+    fetch_expressions,  # the local plan reads the per-row expressions the design stores
     share_fetches,  # two fetches of the same rows: one statement
     count_repeats,  # a fetch of few distinct rows: each once, with its count
     rename_scans,  # the local plan reads the scans' local tables
