@@ -33,6 +33,7 @@ QUERIES = [
 
 
 def _scans(session: Session, sql: str, table: str) -> list[Scan]:
+    session.plans.clear()  # a plan another test made without some pass
     plan = session.run(sql).plan
     assert plan is not None and plan.pushdown
     return [s for s in plan.scans if s.table.name == table and s.aggregation is None]

@@ -214,11 +214,17 @@ def run_joined(
         row_numbers = pa.array(np.arange(rows, dtype=np.int64))
         tables: dict[str, pa.Table] = {}
         wanted = fetch.fetched()
+        jobs = []
         for scan in fetch.scans:
             indexes = [i for i, (owner, _, _) in enumerate(wanted) if owner is scan]
             part = fetched.select(indexes)
             pairs = [(column, enc) for owner, column, enc in wanted if owner is scan]
-            plain = decrypt_columns(part, scan.table, pairs, ciphers, BlockReader(backend, stats))
+            blocks = BlockReader(backend, stats)
+            jobs.append(_Decryption(part, scan.table, pairs, ciphers, blocks, ()))
+        results = _run_all(jobs)  # every part's columns side by side
+        for scan, job in zip(fetch.scans, jobs, strict=True):
+            plain = job.finish(results)
+            results = results[len(job.work) :]
             plain = plain if repeats is None else plain.take(repeats)
             columns = dict(zip(plain.column_names, plain.columns, strict=True))
             tables[scan.local_name] = pa.table({**columns, JOIN_ROW: row_numbers})
@@ -297,39 +303,67 @@ def decrypt_columns(
     encrypted: Collection[str] = (),
 ) -> pa.Table:
     """``fetched``'s columns decrypted, but those named in ``encrypted`` (``Scan.ciphertext``)."""
-    columns: dict[str, pa.Array | pa.ChunkedArray] = {}
-    names = [name for name, _ in wanted]
-    at = next((i for i, n in enumerate(names) if n in (ROW_ID, RND_ROW_ID)), None)
-    rnd = any(enc is not None and enc.row_bound for _, enc in wanted)
-    ids = fetched.column(at).to_numpy() if rnd and at is not None else None  # RND's nonces
-    in_blocks = _block_values(fetched, table, wanted, ciphers, blocks)
-    work: list[tuple[str, Callable[[], pa.Array]]] = []
-    for index, (name, enc) in enumerate(wanted):
-        stored = fetched.column(index)
-        if enc is None or name in encrypted:  # the row id (not a secret), or left encrypted
-            if name != RND_ROW_ID:
-                columns[name] = stored
-            continue
-        if enc.scheme == BLOCKS:
-            columns[name] = decode(in_blocks[enc.name], enc.sql_type)
-            continue
-        ciphertexts = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
-        cipher = ciphers.get(table, enc)
-        for start, part in _parts(ciphertexts):
-            part_ids = ids[start : start + len(part)] if ids is not None else None
-            work.append((name, partial(decrypt_values, part, cipher, enc, part_ids)))
-    if fetched.num_rows >= _PARALLEL_ROWS and len(work) > 1:
+    job = _Decryption(fetched, table, wanted, ciphers, blocks, encrypted)
+    return job.finish(_run_all([job]))
+
+
+def _run_all(jobs: list[_Decryption]) -> list[pa.Array]:
+    """Every job's kernels, side by side when there is enough work for threads."""
+    work = [w for job in jobs for w in job.work]
+    rows = max((job.rows for job in jobs), default=0)
+    if rows >= _PARALLEL_ROWS and len(work) > 1:
         # the kernels release the GIL; a cipher keeps no state between calls
-        results = list(_pool().map(lambda w: w[1](), work))
-    else:
-        results = [job() for _, job in work]
-    parts: dict[str, list[pa.Array]] = {}
-    for (name, _), result in zip(work, results, strict=True):
-        parts.setdefault(name, []).append(result)
-    columns.update(
-        {n: p[0] if len(p) == 1 else pa.chunked_array(p).combine_chunks() for n, p in parts.items()}
-    )
-    return pa.table({name: columns[name] for name in names if name in columns})
+        return list(_pool().map(lambda w: w[1](), work))
+    return [job() for _, job in work]
+
+
+class _Decryption:
+    """One table's fetched columns: those that need no kernel, and the kernels' work."""
+
+    def __init__(
+        self,
+        fetched: pa.Table,
+        table: TableDesign,
+        wanted: list[tuple[str, Encryption | None]],
+        ciphers: CipherCache,
+        blocks: BlockReader | None,
+        encrypted: Collection[str],
+    ):
+        self.rows = fetched.num_rows
+        self.names = [name for name, _ in wanted]
+        self.columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+        self.work: list[tuple[str, Callable[[], pa.Array]]] = []
+        at = next((i for i, n in enumerate(self.names) if n in (ROW_ID, RND_ROW_ID)), None)
+        rnd = any(enc is not None and enc.row_bound for _, enc in wanted)
+        ids = fetched.column(at).to_numpy() if rnd and at is not None else None  # RND's nonces
+        in_blocks = _block_values(fetched, table, wanted, ciphers, blocks)
+        for index, (name, enc) in enumerate(wanted):
+            stored = fetched.column(index)
+            if enc is None or name in encrypted:  # the row id (not a secret), or left encrypted
+                if name != RND_ROW_ID:
+                    self.columns[name] = stored
+                continue
+            if enc.scheme == BLOCKS:
+                self.columns[name] = decode(in_blocks[enc.name], enc.sql_type)
+                continue
+            whole = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
+            cipher = ciphers.get(table, enc)
+            for start, part in _parts(whole):
+                part_ids = ids[start : start + len(part)] if ids is not None else None
+                self.work.append((name, partial(decrypt_values, part, cipher, enc, part_ids)))
+
+    def finish(self, results: list[pa.Array]) -> pa.Table:
+        """The table, given the results of every job's work run in order (this one's first)."""
+        parts: dict[str, list[pa.Array]] = {}
+        for (name, _), result in zip(self.work, results, strict=False):
+            parts.setdefault(name, []).append(result)
+        self.columns.update(
+            {
+                n: p[0] if len(p) == 1 else pa.chunked_array(p).combine_chunks()
+                for n, p in parts.items()
+            }
+        )
+        return pa.table({name: self.columns[name] for name in self.names if name in self.columns})
 
 
 def decrypt_values(
@@ -347,8 +381,9 @@ def decrypt_values(
     return decode(cipher.decrypt(ciphertexts), enc.sql_type)
 
 
-# Columns of at least this many rows are decrypted side by side, one thread each.
-_PARALLEL_ROWS = 65536
+# Columns of at least this many rows are decrypted side by side, one thread each
+# (a thread's hand-off costs tens of microseconds; 16,384 values, a few hundred).
+_PARALLEL_ROWS = 16384
 # A column of at least this many rows is also cut into a part per thread, decrypted
 # side by side: columns cost unequally (Q18's 6M order keys under FF1 beside their
 # quantities' 50 distinct values), so whole columns alone leave threads idle.
