@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from veil.backends.base import BackendError
-from veil.design.model import DET
+from veil.design.model import DET, Encryption
 from veil.exec.calibration import Calibration
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
@@ -58,6 +58,8 @@ class StepCost:
     server_seconds: float
     transfer_seconds: float
     decrypt_seconds: float
+    # the rows the local plan reads, when the client repeats fetched ones (``count_repeats``)
+    local_rows: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -116,7 +118,7 @@ def estimate_plan(
     # a scan read only by its late subquery (``decrypt_late``) is handled once, there
     late = {id(s) for s in plan.scans if s.late}
     once = sum(s.rows for s in steps if s.key in late)
-    fetched = sum(s.rows for s in steps) - once
+    fetched = sum(s.rows if s.local_rows is None else s.local_rows for s in steps) - once
     per_row = calibration.local_ns_per_row * 1e-9
     local = fetched * per_row * _local_passes(plan.local) + once * per_row
     return PlanCost(steps, calibration.local_statement_seconds + local)
@@ -166,6 +168,10 @@ def _step_cost(
         rows = min(rows, step.estimated_rows) if thinned else step.estimated_rows
     if any(s.binds for s in scans):
         rows *= BIND_KEPT  # keys known only at run time: a guess
+    local_rows = None
+    if step.counted:  # each distinct row once: at most the columns' distinct counts multiplied
+        local_rows = rows
+        rows = min(rows, _distinct_rows(encs, rows))
     width = sum(encryption_width(enc) for enc in encs)
     size = rows * width
     aggregation = step.aggregation if isinstance(step, Scan) else None
@@ -190,7 +196,17 @@ def _step_cost(
         server_seconds=calibration.statement_seconds + cost * calibration.server_seconds_per_cost,
         transfer_seconds=size * calibration.fetch_ns_per_byte * 1e-9 + link,
         decrypt_seconds=decrypt,
+        local_rows=local_rows,
     )
+
+
+def _distinct_rows(encs: list[Encryption | None], rows: float) -> float:
+    """The most distinct rows of these columns: their distinct counts (at load) multiplied."""
+    product = 1.0
+    for enc in encs:
+        distinct = enc.params.get("distinct") if enc is not None else None
+        product *= float(distinct) if isinstance(distinct, int) else rows
+    return product
 
 
 def _ashe_rows(scan: Scan, keys: list[str]) -> float:
