@@ -14,7 +14,7 @@ from conftest import StoreFactory
 from veil.errors import ParameterError
 from veil.kv import catalog
 from veil.kv.keys import decode_keys, encode_key
-from veil.kv.layout import BUCKET_PACKS, Layout, bucket_bits_for
+from veil.kv.layout import BUCKET_PACKS, MAX_BUCKET_BITS, Layout, bucket_bits_for
 from veil.kv.store import Store
 
 
@@ -58,6 +58,8 @@ def test_bucket_width_follows_pack_size_and_key_gaps() -> None:
     assert bucket_bits_for(50, list(reversed(sparse))) == bucket_bits_for(50, sparse)
     assert bucket_bits_for(50) == bucket_bits_for(50, [encode_key(7)])
     assert bucket_bits_for(50, [encode_key(b"x"), encode_key(b"y")]) == bucket_bits_for(50)
+    scattered = [encode_key(k * 2**49 - 2**63) for k in range(1000)]  # like random keys
+    assert bucket_bits_for(600, scattered) == MAX_BUCKET_BITS
 
 
 def _packs(store: Store) -> list[list[int]]:

@@ -49,7 +49,10 @@ BUCKET_TAG = b"\x04"  # HMAC input of a bucket, apart from encoded keys (0x01, 0
 # A bucket holds about this many packs: a pack straddles two buckets (and
 # then holds two runs of consecutive keys) about once per bucket.
 BUCKET_PACKS = 8
-MAX_BUCKET_BITS = 62
+# At least 2**16 buckets over the 64-bit key space: a first batch of random
+# keys (median gap ~2**49 at 20,000 keys) would otherwise get a handful of
+# buckets, and the table would stay in that many partitions however it grew.
+MAX_BUCKET_BITS = 48
 
 
 class Layout:
@@ -120,6 +123,9 @@ def bucket_bits_for(pack_rows: int, keys: Sequence[bytes] = ()) -> int:
     median gap says how many key values a run of rows spans (1 for dense keys,
     and when the batch says nothing: a single key, or byte-string keys, which
     are not bucketed). Deterministic for a given batch, like the pack size.
+    The width stays fixed: a table that later fills its key range far more
+    densely than its first batch did gets buckets of more than BUCKET_PACKS
+    packs (larger partitions), never wrong reads.
     """
     ints = sorted(int.from_bytes(k[1:], "big") for k in keys if len(k) == 9 and k[0] == INT_TAG)
     gaps = [b - a for a, b in itertools.pairwise(ints) if b > a]
