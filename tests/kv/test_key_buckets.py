@@ -202,3 +202,16 @@ def test_a_catalogue_entry_from_a_newer_veil_is_refused(open_store: StoreFactory
     _rewrite_entry(store, {"layout_from_the_future": 2})
     with pytest.raises(ParameterError, match="newer Veil"):
         open_store(partitions=4)
+
+
+def test_recent_append_reads_do_not_reread_the_catalogue(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store("append", partitions=4)
+    store.put(1, b"recent")  # in an epoch; no merge has chosen a pack size yet
+    assert store.config.pack_rows is None
+    reloads: list[str] = []
+    reload = catalog.reload
+    monkeypatch.setattr(catalog, "reload", lambda *a: reloads.append("x") or reload(*a))
+    assert store.get(1) == b"recent" and reloads == []
+    assert store.get(2) is None and len(reloads) == 1  # a miss everywhere checks the choice

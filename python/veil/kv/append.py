@@ -161,7 +161,9 @@ class AppendStore(Store):
         encoded = self._encode(key, writing=False)
         if encoded is None:
             return None
-        value = self._get_packed(encoded)
+        # Recent keys are in epochs: a miss here re-reads the catalogue (when
+        # the pack size is unchosen) only after the epochs missed too.
+        value = self.packs.get(encoded)
         if value is not None:
             return value
         epochs, frontier = self._epoch_view()
