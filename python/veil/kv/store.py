@@ -149,9 +149,13 @@ class Store:
         dictionary, or a new version when it compresses markedly worse than the
         current one did (:mod:`veil.kv.dictionary`). Both see the batch in pack
         order -- by hash partition, then packID position -- since that is which
-        rows share a pack (with 8 partitions, keys 8 apart: on short JSON
-        records the choice made on consecutive keys reached 71% of the whole
-        ratio on Cassandra instead of 90%).
+        rows share a pack. A new table on several partitions gets key buckets
+        with its pack size (:func:`~veil.kv.layout.bucket_bits_for`), so its
+        packs will hold consecutive keys and its first batch is taken in key
+        order; tables without buckets put keys ~N apart into a pack, where a
+        choice made on consecutive keys had overstated their compression.
+        Writes that skip this (deletes, APPEND writes into merged packs) call
+        :meth:`_settled` instead.
         """
         envelope = self.packs.envelope
         by_key = entries  # the whole-dataset reference stays the batch in key order
