@@ -81,6 +81,10 @@ def test_disk_bytes_sums_each_clients_table_directories(tmp_path: Path) -> None:
         (tmp_path / table / "Data.db").write_bytes(b"x" * size)
     facts = {"tables": {"veil": ["packs"], "per_row": ["rows"], "vanilla": ["missing"]}}
     assert ycsb.disk_bytes(tmp_path, facts) == {"veil": 15, "per_row": 7, "vanilla": 0}
+    (tmp_path / "packs-1a" / "Statistics.db").write_bytes(b"s" * 4)
+    facts["dictionary_bytes"] = {"veil": 100}
+    assert ycsb.disk_bytes(tmp_path, facts) == {"veil": 119, "per_row": 7, "vanilla": 0}
+    assert ycsb.disk_bytes(tmp_path, facts, only="Data.db")["veil"] == 115
 
 
 def test_parallel_reads_split_the_operations_between_threads() -> None:

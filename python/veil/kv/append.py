@@ -148,7 +148,7 @@ class AppendStore(Store):
 
     def _append(self, encoded: bytes, record: bytes) -> None:
         if self._frontier is not None and encoded <= self._frontier:
-            self.packs.write(encoded, None if record == TOMBSTONE else record[1:])
+            self._settled().write(encoded, None if record == TOMBSTONE else record[1:])
             return
         epoch = self.current_epoch()
         location = epoch.to_bytes(8, "big") + encoded
@@ -161,6 +161,8 @@ class AppendStore(Store):
         encoded = self._encode(key, writing=False)
         if encoded is None:
             return None
+        # Recent keys are in epochs: a miss here re-reads the catalogue (when
+        # the pack size is unchosen) only after the epochs missed too.
         value = self.packs.get(encoded)
         if value is not None:
             return value
@@ -170,7 +172,7 @@ class AppendStore(Store):
                 row = self.backend.get(self.epochs_table, epoch, encoded)
                 if row is not None:
                     return self._open_row(epoch, row)
-        return self.packs.get(encoded)  # a merge may have moved it meanwhile
+        return self._get_packed(encoded)  # a merge may have moved it meanwhile
 
     def _range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
         return batched(self._range(low, high), self.packs.pack_rows)
@@ -338,7 +340,7 @@ class AppendStore(Store):
     def _carry(self, source: int, row: Row, first_unread: int) -> None:
         record = self.envelope.open(ROW_KIND, source.to_bytes(8, "big") + row.key, row.value)
         if self._frontier is not None and row.key <= self._frontier:
-            self.packs.write(row.key, None if record[:1] == TOMBSTONE else record[1:])
+            self._settled().write(row.key, None if record[:1] == TOMBSTONE else record[1:])
             return
         target = self.em.global_epoch()[0]
         for later in range(first_unread, target + 1):

@@ -11,8 +11,13 @@ One backend table, ``veil_kv_catalog``, holds:
   the key type once the first key is written. A table created without
   ``pack_rows`` has none until its first write chooses one from the data
   (:mod:`veil.kv.packsize`); ``pack_choice`` then records the curve point the
-  choice rests on (ratio, whole-sample ratio, target, read cap, sample size). These must agree between clients: splits and merges are
-  deterministic only if every client cuts packs the same way.
+  choice rests on (ratio, whole-sample ratio, target, read cap, sample size),
+  and ``bucket_bits`` the width of its key buckets (:mod:`veil.kv.layout`;
+  absent in tables created before: keys hashed one by one). These must agree
+  between clients: splits and merges are deterministic only if every client
+  cuts packs the same way, and reads find a key only in the partition its
+  writer chose. An entry with a field this version does not know is refused
+  (a newer Veil wrote it), never read with a guessed layout.
 
 The backend names of a table's parts are derived from the key
 (``v<20 hex>p`` for packs, ``...e`` epochs, ``...m`` EM metadata, ``...s``
@@ -25,7 +30,7 @@ import hmac
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from veil.crypto.keys import KeyLabel, MasterKey
@@ -46,6 +51,7 @@ class TableConfig:
     epoch_seconds: float = 10.0
     pack_choice: dict[str, Any] | None = None
     block_rows: int | None = None  # rows per block of blocked packs (None: one block a pack)
+    bucket_bits: int | None = None  # integer keys share a partition per 2**bits (None: per key)
 
     @property
     def max_keys(self) -> int:
@@ -81,7 +87,7 @@ def load_config(backend: KVBackend, base: str, wanted: TableConfig, table: str) 
     fresh = json.dumps(asdict(wanted)).encode()
     backend.insert_if_not_exists(CATALOG_TABLE, 0, row_key, fresh, os.urandom(16))
     row = backend.get(CATALOG_TABLE, 0, row_key)
-    stored = TableConfig(**_json(row.value if row else fresh))
+    stored = _config(row.value if row else fresh)
     for field in ("mode", "prf_pack_ids"):
         if getattr(stored, field) != getattr(wanted, field):
             raise ParameterError(
@@ -99,19 +105,34 @@ def record_key_kind(backend: KVBackend, base: str, config: TableConfig, kind: st
 def record_pack_rows(
     backend: KVBackend,
     base: str,
-    choose: Callable[[], tuple[int, int | None, dict[str, Any] | None]],
+    choose: Callable[[], tuple[int, int | None, dict[str, Any] | None, int | None]],
 ) -> TableConfig:
-    """Fix the table's pack size at its first write, unless another client did.
+    """Fix the table's pack size and key buckets at its first write, unless another client did.
 
-    ``choose`` runs only while the stored entry still has none; of racing
-    clients, the first update-if wins and every other adopts its value.
+    ``choose`` runs only while the stored entry still has none and returns
+    (pack_rows, block_rows, choice record, bucket_bits); of racing clients,
+    the first update-if wins and every other adopts its values.
     """
 
     def chosen(current: TableConfig) -> TableConfig:
-        pack_rows, block_rows, record = choose()
-        return replace(current, pack_rows=pack_rows, block_rows=block_rows, pack_choice=record)
+        pack_rows, block_rows, record, bucket_bits = choose()
+        return replace(
+            current,
+            pack_rows=pack_rows,
+            block_rows=block_rows,
+            pack_choice=record,
+            bucket_bits=bucket_bits,
+        )
 
     return _settle(backend, base, "pack_rows", chosen)
+
+
+def reload(backend: KVBackend, base: str) -> TableConfig:
+    """The table's stored configuration as it is now (another client may have set fields)."""
+    row = backend.get(CATALOG_TABLE, 0, f"table/{base}".encode())
+    if row is None:
+        raise ParameterError("the key-value catalog lost a table's entry; was it dropped?")
+    return _config(row.value)
 
 
 def _settle(
@@ -122,13 +143,24 @@ def _settle(
     while True:
         row = backend.get(CATALOG_TABLE, 0, row_key)
         assert row is not None
-        current = TableConfig(**_json(row.value))
+        current = _config(row.value)
         if getattr(current, field) is not None:
             return current
         updated = fill(current)
         data = json.dumps(asdict(updated)).encode()
         if backend.update_if(CATALOG_TABLE, 0, row_key, data, os.urandom(16), row.tag):
             return updated
+
+
+def _config(data: bytes) -> TableConfig:
+    value = _json(data)
+    unknown = sorted(set(value) - {f.name for f in fields(TableConfig)})
+    if unknown:
+        raise ParameterError(
+            f"a key-value table's catalog entry has settings this Veil does not know "
+            f"({', '.join(unknown)}): a newer Veil created it; upgrade Veil to open it"
+        )
+    return TableConfig(**value)
 
 
 def _json(data: bytes) -> dict[str, Any]:

@@ -188,16 +188,15 @@ class PackTable:
         pack opening run on this table's scan threads at once (round trips
         overlap, and inflation releases the GIL); the ascending per-partition
         results are then merged. A key lives in exactly one partition, so the
-        merge never meets a key twice.
+        merge never meets a key twice; with key buckets, only the partitions
+        of the buckets the range meets are asked (one, for most short ranges).
         """
-        partitions = self.layout.partitions
-        if partitions == 1:
-            yield from self._partition_range(0, low, high)
+        partitions = self.layout.partitions_between(low, high)
+        if len(partitions) == 1:
+            yield from self._partition_range(partitions[0], low, high)
             return
         pool = self._scan_pool()
-        futures = [
-            pool.submit(_collect, self._partition_range(p, low, high)) for p in range(partitions)
-        ]
+        futures = [pool.submit(_collect, self._partition_range(p, low, high)) for p in partitions]
         yield from _merged([future.result() for future in futures], self.pack_rows)
 
     def _partition_range(self, partition: int, low: bytes, high: bytes) -> Iterator[Batch]:

@@ -9,16 +9,19 @@ Every Veil table is one CQL table::
 ``part`` is the partition key that Cassandra hashes onto its token ring;
 ``key`` (a blob, compared as unsigned bytes) orders rows inside a partition.
 The MiniCrypt core picks ``part``: a keyed hash bucket
-``HMAC-SHA256(k_part, key) mod N`` for packs (``default_partitions`` = 8 as in
-§7; ``?partitions=N`` in the URL changes it for new tables) or an epoch number
-for APPEND-mode inserts. Packs never span buckets: the core packs the keys of
+``HMAC-SHA256(k_part, key bucket) mod N`` for packs (``default_partitions`` =
+8 as in §7; ``?partitions=N`` in the URL changes it for new tables; a key
+bucket is a run of consecutive integer keys, see :mod:`veil.kv.layout`, or
+one key in tables created before buckets) or an epoch number for APPEND-mode
+inserts. Packs never span buckets: the core packs the keys of
 each bucket separately, so the floor lookup of Figure 3 ("largest packID <=
 k") is exact and stays a single-partition query, in the partition of k.
 
 Costs: ``get``/``floor``/``update_if`` touch one partition (a floor is a
 one-row slice, cheap because rows are stored in descending order, the
 direction of the slice). A range ``[low, high]`` costs one floor plus one
-slice per bucket: 2N round trips instead of 2. :meth:`CassandraBackend.scan`
+slice per partition its key buckets reach: 2 round trips for most short
+ranges, 2N for long ones. :meth:`CassandraBackend.scan`
 sends its query when called (not when first iterated), so a caller that opens
 every partition's scan before reading overlaps them. Ascending scans are
 reversed slices, served from the same index.
@@ -27,8 +30,10 @@ The alternative -- range buckets (partition = high bits of the key, clustering
 = packID) with a floor that falls back to earlier buckets when its own bucket
 has no packID <= k -- would make short ranges single-partition, but puts a
 time-ordered (APPEND) workload on one hot partition and needs an unbounded
-(or directory-assisted) search of earlier buckets for floors. Hash buckets
-keep floors exact and load spread, at the price of N-way ranges.
+(or directory-assisted) search of earlier buckets for floors. Hashed key
+buckets keep floors exact and load spread over buckets (of ~8 packs each),
+while short ranges mostly stay in one partition. A time-ordered workload
+still writes one bucket, so one partition, at a time.
 
 Consistency
 -----------
