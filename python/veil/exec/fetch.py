@@ -381,9 +381,10 @@ def decrypt_values(
     return decode(cipher.decrypt(ciphertexts), enc.sql_type)
 
 
-# Columns of at least this many rows are decrypted side by side, one thread each
-# (a thread's hand-off costs tens of microseconds; 16,384 values, a few hundred).
-_PARALLEL_ROWS = 16384
+# Columns of at least this many rows are decrypted side by side, one thread each.
+# Not fewer: at 16,384 (TPC-H Q3's 30,000 joined rows, Q5's) the threads cost more
+# than they saved on two cores (medians of 7, alternating: Q3 49.9 against 43.5 ms).
+_PARALLEL_ROWS = 65536
 # A column of at least this many rows is also cut into a part per thread, decrypted
 # side by side: columns cost unequally (Q18's 6M order keys under FF1 beside their
 # quantities' 50 distinct values), so whole columns alone leave threads idle.
