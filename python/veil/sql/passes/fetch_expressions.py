@@ -63,10 +63,11 @@ def fetch_expressions(state: PlanState) -> PlanState:
 
 
 def _eligible(scan: Scan) -> bool:
-    """Fetched row by row, its columns read only by the local plan."""
+    """Fetched row by row, its columns read only by the local plan (those it compares as
+    ciphertexts too: ``compare_ciphertexts`` left them in it)."""
     if scan.aggregation is not None or scan.with_row_id or scan.same_rows is not None:
         return False
-    if scan.ciphertext or scan.late or scan.unread:
+    if scan.late or scan.unread:  # a late subquery reads its columns outside the plan
         return False
     return scan.joined is None or scan.joined.groups is None
 
