@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from veil.backends.base import BackendError
-from veil.design.model import DET, Encryption
+from veil.design.model import DET
 from veil.exec.calibration import Calibration
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
+from veil.sql.selectivity import distinct_rows
 from veil.sql.widths import encryption_width
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ def _step_cost(
     local_rows = None
     if step.counted:  # each distinct row once: at most the columns' distinct counts multiplied
         local_rows = rows
-        rows = min(rows, _distinct_rows(encs, rows))
+        rows = min(rows, distinct_rows(encs) or rows)
     width = sum(encryption_width(enc) for enc in encs)
     size = rows * width
     aggregation = step.aggregation if isinstance(step, Scan) else None
@@ -198,15 +199,6 @@ def _step_cost(
         decrypt_seconds=decrypt,
         local_rows=local_rows,
     )
-
-
-def _distinct_rows(encs: list[Encryption | None], rows: float) -> float:
-    """The most distinct rows of these columns: their distinct counts (at load) multiplied."""
-    product = 1.0
-    for enc in encs:
-        distinct = enc.params.get("distinct") if enc is not None else None
-        product *= float(distinct) if isinstance(distinct, int) else rows
-    return product
 
 
 def _ashe_rows(scan: Scan, keys: list[str]) -> float:

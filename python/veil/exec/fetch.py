@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Collection
@@ -222,9 +223,8 @@ def run_joined(
             blocks = BlockReader(backend, stats)
             jobs.append(_Decryption(part, scan.table, pairs, ciphers, blocks, ()))
         results = _run_all(jobs)  # every part's columns side by side
-        for scan, job in zip(fetch.scans, jobs, strict=True):
-            plain = job.finish(results)
-            results = results[len(job.work) :]
+        for scan, job, done in zip(fetch.scans, jobs, results, strict=True):
+            plain = job.finish(done)
             plain = plain if repeats is None else plain.take(repeats)
             columns = dict(zip(plain.column_names, plain.columns, strict=True))
             tables[scan.local_name] = pa.table({**columns, JOIN_ROW: row_numbers})
@@ -304,17 +304,22 @@ def decrypt_columns(
 ) -> pa.Table:
     """``fetched``'s columns decrypted, but those named in ``encrypted`` (``Scan.ciphertext``)."""
     job = _Decryption(fetched, table, wanted, ciphers, blocks, encrypted)
-    return job.finish(_run_all([job]))
+    (results,) = _run_all([job])
+    return job.finish(results)
 
 
-def _run_all(jobs: list[_Decryption]) -> list[pa.Array]:
-    """Every job's kernels, side by side when there is enough work for threads."""
+def _run_all(jobs: list[_Decryption]) -> list[list[pa.Array]]:
+    """Every job's kernels, side by side when there is enough work for threads; each
+    job's results."""
     work = [w for job in jobs for w in job.work]
     rows = max((job.rows for job in jobs), default=0)
     if rows >= _PARALLEL_ROWS and len(work) > 1:
         # the kernels release the GIL; a cipher keeps no state between calls
-        return list(_pool().map(lambda w: w[1](), work))
-    return [job() for _, job in work]
+        done = list(_pool().map(lambda w: w[1](), work))
+    else:
+        done = [job() for _, job in work]
+    bounds = list(itertools.accumulate((len(job.work) for job in jobs), initial=0))
+    return [done[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 class _Decryption:
@@ -353,9 +358,9 @@ class _Decryption:
                 self.work.append((name, partial(decrypt_values, part, cipher, enc, part_ids)))
 
     def finish(self, results: list[pa.Array]) -> pa.Table:
-        """The table, given the results of every job's work run in order (this one's first)."""
+        """The table, given the results of this job's work, in order."""
         parts: dict[str, list[pa.Array]] = {}
-        for (name, _), result in zip(self.work, results, strict=False):
+        for (name, _), result in zip(self.work, results, strict=True):
             parts.setdefault(name, []).append(result)
         self.columns.update(
             {

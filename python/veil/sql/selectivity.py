@@ -116,6 +116,18 @@ class _Estimator:
         return _interpolated(points, value, inclusive)
 
 
+def distinct_rows(encs: list[Encryption | None]) -> float | None:
+    """The most distinct rows these columns can form: their distinct counts (recorded at
+    load) multiplied; None when one has no count."""
+    product = 1.0
+    for enc in encs:
+        distinct = enc.params.get("distinct") if enc is not None else None
+        if not isinstance(distinct, int) or distinct <= 0:
+            return None
+        product *= distinct
+    return product
+
+
 def _interpolated(points: list[int], value: int, inclusive: bool) -> float:
     """The quantile rank of ``value`` among evenly spaced quantile ``points``."""
     steps = len(points) - 1

@@ -25,10 +25,9 @@ fetches another shares (``share_fetches``) are left alone.
 
 from __future__ import annotations
 
-from math import prod
-
 from veil.design.model import BLOCKS, DET, OPE, Encryption
 from veil.sql.plan import Scan
+from veil.sql.selectivity import distinct_rows
 from veil.sql.state import PlanState
 
 # Distinct rows at most this share of the rows: grouping on the server costs
@@ -59,10 +58,8 @@ def _countable(scans: list[Scan], shared: set[int], rows: float | None) -> bool:
     encs = [enc for scan in scans for _, enc in scan.fetched()]
     if not encs or not all(_deterministic(enc) for enc in encs):
         return False
-    counts = [enc.params.get("distinct") for enc in encs if enc is not None]
-    if not all(isinstance(c, int) and c > 0 for c in counts):
-        return False
-    return prod(counts) * _REPEATS <= rows  # type: ignore[arg-type]
+    distinct = distinct_rows(encs)
+    return distinct is not None and distinct * _REPEATS <= rows
 
 
 def _deterministic(enc: Encryption | None) -> bool:

@@ -73,10 +73,9 @@ def _eligible(scan: Scan) -> bool:
 
 
 def _stored_expressions(scan: Scan) -> dict[str, Encryption]:
-    columns = {c.name for c in scan.table.columns}
     found: dict[str, Encryption] = {}
     for enc in scan.table.encryptions:
-        if enc.source in columns or enc.source in found or enc.scheme != DET:
+        if not enc.is_expression or enc.source in found or enc.scheme != DET:
             continue
         exposed = scan.table.find(enc.source, DET)  # None while an onion layer wraps it
         if exposed is not None and not exposed.row_bound:
