@@ -7,7 +7,8 @@ IN lists, GROUP BY, COUNT(DISTINCT), joins of the other columns, bind filters,
 and INSERT/UPDATE/DELETE with values and NULLs the load never saw must give
 plaintext DuckDB's answers on both backends. The same holds for OPE of at
 most 32 bits (``v_day`` in ranges, MIN/MAX, ORDER BY): its binaries are
-big-endian with the sign bit flipped, so they sort as the ciphertexts.
+big-endian with the sign bit flipped, so they sort as the ciphertexts. An
+OPE column that orders the table's rows (``v_n``) keeps int64.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ QUERIES = [
     "ORDER BY v_day DESC, v_id LIMIT 15",
     "SELECT v_site, MIN(v_day), MAX(v_day) FROM visits WHERE v_day > DATE '2024-02-01' "
     "GROUP BY v_site ORDER BY v_site",
+    # v_n's five range filters against v_day's four: v_n orders the rows (veil.load.clusters)
+    "SELECT COUNT(*) FROM visits WHERE v_n >= 2000000014",
+    "SELECT COUNT(*), MIN(v_n) FROM visits WHERE v_n < 3000000021 AND v_n > 0",
+    "SELECT v_k, COUNT(*) FROM visits WHERE v_n BETWEEN 1 AND 2000000014 "
+    "GROUP BY v_k ORDER BY v_k LIMIT 5",
 ]
 STATEMENTS = [
     "INSERT INTO visits VALUES (5000, 3, DATE '2030-06-01', 77, 4000), "
@@ -99,6 +105,9 @@ def test_few_valued_columns_and_join_groups_are_bytes_on_duckdb(
         ordered = table.find("v_day", "OPE")
         assert ordered is not None and ordered.params.get("form") == BYTES_FORM
         assert ordered.ope_binary  # compared, MIN/MAX-ed and sorted as binaries
+        assert table.sort_by == "v_n"  # in row order its integers come in runs: int64
+        runs = table.find("v_n", "OPE")
+        assert runs is not None and runs.params.get("form") is None
     else:
         assert forms["v_day"] is None and forms["v_n"] is None and forms["v_site"] is None
 

@@ -18,7 +18,8 @@ from tests.sql.oracle import check_query, server_url
 from tests.sql.test_ashe_sums import QUERIES, WIDE
 
 import veil.load.loader as loader
-from veil.design.model import DET, AsheSums, Column, Encryption, TableDesign
+from veil.crypto.keys import MasterKey
+from veil.design.model import DET, OPE, AsheSums, Column, Encryption, TableDesign
 from veil.exec.session import Session
 from veil.load import clusters
 from veil.load.loader import load
@@ -76,6 +77,44 @@ def test_sums_over_clustered_rows_match_plaintext(
     session: Session, plain: duckdb.DuckDBPyConnection, sql: str
 ) -> None:
     check_query(session, plain, sql)
+
+
+def test_rows_follow_the_most_range_filtered_column_within_each_cluster(
+    session: Session,
+) -> None:
+    """The workload filters ``b`` by ranges three times, ``id`` once: ``b`` orders the rows."""
+    table = session.design.table("readings")
+    assert table.sort_candidates[:2] == ["b", "id"]
+    assert table.sort_by == "b"
+    g, b = table.find("g", DET), table.find("b", OPE)
+    assert g is not None and b is not None
+    steps_down = f"""
+        SELECT count(*) FROM (
+            SELECT "{b.name}" < lag("{b.name}") OVER (PARTITION BY "{g.name}"
+                                                      ORDER BY "{table.row_id}") AS down
+            FROM "{table.server_name}") AS steps WHERE down"""
+    assert session.backend.execute(steps_down).column(0).to_pylist() == [0]
+
+
+def test_a_wrapped_ope_never_orders_rows() -> None:
+    """Before its onion is peeled, the server must not learn the column's order from the rows."""
+    table = TableDesign(
+        name="t",
+        server_name="t_x",
+        row_id="c_id",
+        columns=[Column("d", "DATE"), Column("e", "DATE")],
+        encryptions=[
+            Encryption("c_d", "d", OPE, "DATE", "ope:d", {"outer": "RND"}),
+            Encryption("c_e", "e", OPE, "DATE", "ope:e"),
+        ],
+        sort_candidates=["d", "e"],
+    )
+    clusters.choose(table, 1_000_000)
+    assert table.sort_by == "e"
+    table.encryptions[1].params["outer"] = "RND"
+    clusters.choose(table, 1_000_000)
+    assert table.sort_by == ""
+    assert clusters.order_by(table, MasterKey.generate()) is None
 
 
 def test_sums_stay_exact_after_writes(session: Session, plain: duckdb.DuckDBPyConnection) -> None:

@@ -273,6 +273,13 @@ class TableDesign:
     # designer's ``cluster_candidates``. Client-side only; empty: source order.
     cluster_by: list[str] = field(default_factory=list)
     cluster_candidates: list[list[str]] = field(default_factory=list)
+    # The source column whose order the loader kept within each cluster (or the
+    # whole table), chosen among the designer's ``sort_candidates``: a column
+    # the workload filters by ranges and the server holds under OPE, so the
+    # server's blocks of rows cover narrow ranges of it and range filters skip
+    # the rest by their min/max. Client-side only; "": source order.
+    sort_by: str = ""
+    sort_candidates: list[str] = field(default_factory=list)
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -402,4 +409,6 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
             [str(c) for c in keys]
             for keys in data.get("cluster_candidates", [])  # type: ignore[attr-defined]
         ],
+        sort_by=str(data.get("sort_by", "")),
+        sort_candidates=[str(c) for c in data.get("sort_candidates", [])],  # type: ignore[attr-defined]
     )

@@ -110,6 +110,7 @@ def greedy_design(
             id_counter=opaque_name("t"),
             blocks_table=opaque_name("t") if any(e.scheme == BLOCKS for e in encryptions) else "",
             cluster_candidates=_cluster_keys(table, encryptions, needs) if ashe else [],
+            sort_candidates=_sort_keys(table, encryptions, needs),
         )
     _share_ope_widths(design)
     return design
@@ -144,6 +145,19 @@ def _cluster_keys(
     )
 
 
+def _sort_keys(table: str, encryptions: list[Encryption], needs: WorkloadNeeds) -> list[str]:
+    """The OPE columns ``table``'s rows could be loaded in order of, most range-filtered first.
+
+    Rows in the order of a column the workload filters by ranges let the
+    server skip whole blocks of rows by their stored min/max (DuckDB's row
+    groups, Parquet's); the loader takes the first whose OPE is not wrapped
+    (``veil.load.clusters``).
+    """
+    ope = {e.source for e in encryptions if e.scheme == OPE and not e.is_expression}
+    counted = [(n, c) for (t, c), n in needs.range_filters.items() if t == table and c in ope]
+    return [c for _, c in sorted(counted, key=lambda item: (-item[0], item[1]))]
+
+
 def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
     """``needs`` without what ``policy`` forbids (an expression: any column it reads)."""
 
@@ -164,6 +178,7 @@ def within_policy(needs: WorkloadNeeds, policy: Policy) -> WorkloadNeeds:
         det_rows={r for r in needs.det_rows if row_allowed(r, DET)},
         ope_rows={r for r in needs.ope_rows if row_allowed(r, OPE)},
         ope_alone={r for r in needs.ope_alone if allowed(r, OPE)},
+        range_filters={r: n for r, n in needs.range_filters.items() if allowed(r, OPE)},
         # rows clustered on keys reveal which rows hold equal keys: DET's leakage
         group_keys={
             (t, cols) for t, cols in needs.group_keys if all(allowed((t, c), DET) for c in cols)

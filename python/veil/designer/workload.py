@@ -51,6 +51,8 @@ class WorkloadNeeds:
     # columns ordered against constants or themselves (not only against another column,
     # which needs a shared OPE key: the onion runtime cannot use a per-column one there)
     ope_alone: set[ColumnRef] = field(default_factory=set)
+    # how many range filters against constants (``<``, ``BETWEEN``, ...) each column has
+    range_filters: dict[ColumnRef, int] = field(default_factory=dict)
     # GROUP BY lists of blocks reading one table, without joins: (table, sorted columns)
     group_keys: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     # every column some query reads, anywhere but inside SUM/AVG arguments over one
@@ -105,6 +107,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         elif isinstance(node, exp.Between) and ref(node.this):
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
             needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
+            _count_range(ref(node.this), needs)  # type: ignore[arg-type]
         elif isinstance(node, exp.Group):
             keys = list(map(ref, node.expressions))
             needs.det.update(r for r in keys if r)
@@ -236,3 +239,8 @@ def _note_range(column: ColumnRef | None, other: exp.Expr, needs: WorkloadNeeds)
     if column and is_constant(other):
         needs.ope.add(column)
         needs.ope_alone.add(column)
+        _count_range(column, needs)
+
+
+def _count_range(column: ColumnRef, needs: WorkloadNeeds) -> None:
+    needs.range_filters[column] = needs.range_filters.get(column, 0) + 1

@@ -1,4 +1,4 @@
-"""Clustered loads: rows with equal GROUP BY keys get consecutive row ids.
+"""Clustered and ordered loads: the order in which the loader numbers a table's rows.
 
 ASHE sums (``veil.exec.ashe_sums``) come back per group and block of 64 row
 ids, with the mask of the ids summed; the client removes two pads per run
@@ -16,14 +16,26 @@ so the server learns which rows share keys, which the keys' DET encryption
 shows anyway, and nothing of their order; within a group rows keep their
 source order. Rows inserted later get fresh ids at the end: sums stay exact,
 only less compact.
+
+Within a cluster (or the whole table, where there is none) rows follow the
+order of the column the workload filters most by ranges, if the server
+holds it under OPE (``TableDesign.sort_by``): DuckDB's row groups and
+Parquet's then each cover a narrow range of it, and a range filter skips
+the others by their min/max (TPC-H Q6 reads one year of l_shipdate's seven),
+while the ids a filter selects form a few long runs for ASHE. The row order
+then shows the server that column's order, which its OPE ciphertexts show
+anyway; a column whose OPE is still wrapped in an onion's RND layer
+(``Encryption.outer``) never orders rows.
 """
 
 from __future__ import annotations
 
 import math
 
+from sqlglot import exp
+
 from veil.crypto.keys import KeyLabel, MasterKey
-from veil.design.model import DET, TableDesign
+from veil.design.model import DET, OPE, TableDesign
 
 # A clustering pays off only when groups span many blocks of 64 ids: at most
 # one group per this many rows on average (SF 1 lineitem: 1,465 groups).
@@ -34,16 +46,21 @@ _SEPARATOR = "chr(31)"
 
 
 def choose(table: TableDesign, rows: int | None) -> None:
-    """Set ``table.cluster_by`` to the candidate keys with the fewest groups, if few enough.
+    """Set ``table.cluster_by`` and ``table.sort_by``; see the module's text.
+
+    ``cluster_by``: the candidate keys with the fewest groups, if few enough.
 
     The keys' DET encryptions carry their distinct counts by now
     (``veil.load.loader._count_distinct_keys``); a candidate qualifies when
     the product of its counts is at most ``rows / MIN_ROWS_PER_GROUP``.
-    Tables without ASHE sums (or with Paillier's, whose packs follow the
-    source order) are not clustered.
+    Tables without ASHE sums are not clustered; tables with Paillier's packs,
+    which are built in source order, keep source order altogether.
     """
-    table.cluster_by = []
-    if rows is None or table.sums is None or table.hom is not None:
+    table.cluster_by, table.sort_by = [], ""
+    if table.hom is not None:
+        return  # Paillier's packs are built in source order
+    table.sort_by = next((c for c in table.sort_candidates if table.find(c, OPE)), "")
+    if rows is None or table.sums is None:
         return
     sized = [(_groups(table, keys), keys) for keys in table.cluster_candidates]
     fit = [(n, keys) for n, keys in sized if n is not None and n * MIN_ROWS_PER_GROUP <= rows]
@@ -64,11 +81,18 @@ def _groups(table: TableDesign, keys: list[str]) -> int | None:
 
 
 def order_by(table: TableDesign, master: MasterKey) -> str | None:
-    """The source query's ORDER BY list that clusters ``table``'s rows (None: source order)."""
-    if not table.cluster_by:
-        return None
-    salt = master.derive(KeyLabel(_SALT_LABEL, table.name), 16).hex()
-    keys = ", ".join(
-        f"coalesce('v' || CAST(\"{key}\" AS VARCHAR), 'n')" for key in table.cluster_by
-    )
-    return f"md5(concat_ws({_SEPARATOR}, '{salt}', {keys}))"
+    """The source query's ORDER BY list that orders ``table``'s rows (None: source order)."""
+    order = []
+    if table.cluster_by:
+        salt = master.derive(KeyLabel(_SALT_LABEL, table.name), 16).hex()
+        keys = ", ".join(
+            f"coalesce('v' || CAST({_quoted(key)} AS VARCHAR), 'n')" for key in table.cluster_by
+        )
+        order.append(f"md5(concat_ws({_SEPARATOR}, '{salt}', {keys}))")
+    if table.sort_by:
+        order.append(_quoted(table.sort_by))
+    return ", ".join(order) or None
+
+
+def _quoted(column: str) -> str:
+    return exp.to_identifier(column, quoted=True).sql(dialect="duckdb")

@@ -417,12 +417,17 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
     scope of DET columns only: TPC-H's n_nationkey group, 25 values, but not
     l_suppkey's, 10,000 at SF 1; OPE's bytes sort as its integers,
     ``OrderedBytesForm``: TPC-H's OPE dates, 2,526 values). A scope that tables loaded earlier (and not
-    reloaded now) already use keeps their form.
+    reloaded now) already use keeps their form. A scope of only columns that
+    order their tables' rows (``TableDesign.sort_by``: TPC-H's o_orderdate, not
+    l_shipdate, which shares its key with l_commitdate) keeps the int64 form.
     """
     members: dict[str, list[Encryption]] = {}
+    unordered: set[str] = set()  # scopes with a column that does not order its table's rows
     for table in fresh.tables.values():
         for enc in table.encryptions:
             members.setdefault(enc.key_scope, []).append(enc)
+            if enc.scheme != OPE or enc.source != table.sort_by:
+                unordered.add(enc.key_scope)
     earlier = {
         enc.key_scope: enc.params.get("form")
         for table in loaded.tables.values()
@@ -432,6 +437,10 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
     for scope, encs in members.items():
         if scope in earlier:
             few = earlier[scope] == BYTES_FORM
+        elif scope not in unordered:
+            # in row order its integers come in runs, which the server compresses by
+            # itself, and int64 compares faster than bytes
+            few = False
         else:
             limit = (
                 BYTES_FORM_MAX_DISTINCT_DET
