@@ -75,6 +75,34 @@ NOT_LATE = [
     "SELECT COUNT(*) FROM items WHERE t_key IN (SELECT e_key + 1 FROM events WHERE e_n = 4)",
     "SELECT COUNT(*) FROM items WHERE t_key IN (SELECT e_key FROM events WHERE e_n = t_id % 40)",
 ]
+# grouped derived tables and CTEs (MEDIAN: an aggregate the server cannot compute)
+LATE_GROUPS = [
+    # the Q15 shape: a CTE read twice, joined on its key and compared with its MAX
+    "WITH r AS (SELECT e_key AS k, MEDIAN(e_n) AS m FROM events WHERE e_few < 4 GROUP BY e_key) "
+    "SELECT t_id, t_key, m FROM items JOIN r ON t_key = k WHERE m = (SELECT MAX(m) FROM r) "
+    "ORDER BY t_id",
+    "SELECT g.tag, g.m FROM (SELECT e_tag AS tag, MEDIAN(e_n) AS m FROM events GROUP BY e_tag) "
+    "AS g WHERE g.m > 19 ORDER BY g.tag NULLS FIRST",
+    "SELECT d, m FROM (SELECT e_day AS d, MEDIAN(e_amt) AS m FROM events GROUP BY e_day "
+    "HAVING MEDIAN(e_n) > 19) AS x ORDER BY d",
+    "SELECT * FROM (SELECT e_key, e_n, MEDIAN(e_id) AS m FROM events GROUP BY e_key, e_n) AS x "
+    "WHERE m > 29000 ORDER BY e_key NULLS FIRST, e_n",
+    "SELECT f, m FROM (SELECT e_few AS f, MEDIAN(e_id) AS m FROM events GROUP BY e_few) AS x "
+    "ORDER BY f",
+    "SELECT a, m FROM (SELECT e_amt AS a, MEDIAN(e_id) AS m FROM events GROUP BY e_amt) AS x "
+    "ORDER BY a",
+    # an unnamed output keeps its name through the late table
+    "SELECT * FROM (SELECT e_key, MEDIAN(e_id) FROM events GROUP BY e_key) AS x "
+    "ORDER BY 1 NULLS FIRST LIMIT 5",
+]
+NOT_LATE_GROUPS = [
+    "SELECT s, m FROM (SELECT e_score AS s, MEDIAN(e_id) AS m FROM events GROUP BY e_score) AS x "
+    "ORDER BY s",
+    "SELECT * FROM (SELECT e_key, MEDIAN(e_id) AS m, MAX(e_key) AS top FROM events "
+    "GROUP BY e_key) AS x ORDER BY e_key NULLS FIRST LIMIT 5",
+    "SELECT * FROM (SELECT e_key, MEDIAN(e_id) AS m FROM events GROUP BY e_key "
+    "ORDER BY e_key LIMIT 5) AS x ORDER BY e_key",
+]
 OTHERS = [
     "SELECT COUNT(*) FROM items WHERE t_key NOT IN (SELECT e_key FROM events WHERE e_n = 3)",
 ]
@@ -95,7 +123,7 @@ def events(
         request,
         tmp_path_factory.mktemp("decrypt-late"),
         {"events": EVENTS, "items": ITEMS},
-        LATE + NOT_LATE + OTHERS,
+        LATE + NOT_LATE + LATE_GROUPS + NOT_LATE_GROUPS + OTHERS,
     )
     yield session, plain
     session.close()
@@ -106,7 +134,7 @@ def _late(plan: SplitPlan | None) -> int:
     return sum(len(s.late) for s in plan.scans)
 
 
-@pytest.mark.parametrize("sql", LATE + NOT_LATE + OTHERS)
+@pytest.mark.parametrize("sql", LATE + NOT_LATE + LATE_GROUPS + NOT_LATE_GROUPS + OTHERS)
 def test_answers_match_plaintext(
     events: tuple[Session, duckdb.DuckDBPyConnection], sql: str
 ) -> None:
@@ -127,7 +155,19 @@ def test_keys_are_grouped_as_ciphertexts(
     assert len(kept) == 1 and kept[0].startswith("e_")
 
 
-@pytest.mark.parametrize("sql", NOT_LATE)
+@pytest.mark.parametrize("sql", LATE_GROUPS)
+def test_derived_tables_group_their_keys_as_ciphertexts(
+    events: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    session, plain = events
+    result = session.run(sql)
+    assert _late(result.plan) == 1
+    assert result.plan is not None
+    assert all(late.groups for s in result.plan.scans for late in s.late)
+    assert result.table.column_names == [d[0] for d in plain.execute(sql).description]
+
+
+@pytest.mark.parametrize("sql", NOT_LATE + NOT_LATE_GROUPS)
 def test_keys_the_answer_could_depend_on_are_decrypted(
     events: tuple[Session, duckdb.DuckDBPyConnection], sql: str
 ) -> None:
@@ -142,3 +182,12 @@ def test_q18_decrypts_only_the_kept_order_keys(any_session: Session) -> None:
     text = explain(any_session, sql)
     assert "fetch l_orderkey via DET (kept encrypted on the client)" in text
     assert "its distinct keys decrypted -> __veil_late_0" in text
+
+
+def test_q15_decrypts_only_the_grouped_supplier_keys(any_session: Session) -> None:
+    sql = dict(tpch_queries())["q15"]
+    plan = any_session.run(sql).plan
+    assert _late(plan) == 1
+    text = explain(any_session, sql)
+    assert "fetch l_suppkey via DET (kept encrypted on the client)" in text
+    assert "its rows, key decrypted -> __veil_late_0" in text

@@ -24,8 +24,15 @@ def register_late_keys(
     distinct keys it returns are decrypted.
     """
     late.sql = late.sql or late.query.sql(dialect="duckdb")
-    found = local.sql(late.sql).to_arrow_table().column(0)
-    distinct = pc.unique(found.combine_chunks())
-    plain = decrypt_values(distinct, ciphers.get(scan.table, late.enc), late.enc, None)
+    cipher = ciphers.get(scan.table, late.enc)
+    found = local.sql(late.sql).to_arrow_table()
+    if late.groups:  # one row per group: its key decrypted in place, the rest as computed
+        at = found.schema.get_field_index(late.output)
+        keys = found.column(at).combine_chunks()
+        plain = decrypt_values(keys, cipher, late.enc, None)
+        local.register(late.local_name, found.set_column(at, late.output, plain))
+        return late.local_name
+    distinct = pc.unique(found.column(0).combine_chunks())
+    plain = decrypt_values(distinct, cipher, late.enc, None)
     local.register(late.local_name, pa.table({late.output: plain}))
     return late.local_name

@@ -192,7 +192,9 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
     for late in scan.late:
         lines.append(
             f"  then on the client, over the ciphertexts of {late.column}: "
-            f"{late.query.sql(dialect='duckdb')}; its distinct keys decrypted -> {late.local_name}"
+            f"{late.query.sql(dialect='duckdb')}; "
+            f"{'its rows, key decrypted' if late.groups else 'its distinct keys decrypted'}"
+            f" -> {late.local_name}"
         )
     for predicate in scan.predicates:
         reveals = "; ".join(f"{s}: {REVEALS[s]}" for s in predicate.schemes)

@@ -103,7 +103,8 @@ class BindFilter:
 
 @dataclass
 class LateKeys:
-    """An IN-subquery run on the client over ciphertexts, its keys then decrypted.
+    """An IN-subquery (or grouped derived table) run on the client over ciphertexts,
+    its keys then decrypted.
 
     ``query`` reads its scan's local table, where ``column`` holds the
     ciphertexts of ``enc``; its distinct results, decrypted, become the local
@@ -116,6 +117,9 @@ class LateKeys:
     enc: Encryption
     local_name: str
     output: str
+    # a grouped derived table or CTE: ``local_name`` holds all of ``query``'s rows
+    # and columns, only ``output`` decrypted (not just its distinct keys)
+    groups: bool = False
     # ``query`` rendered, by the executor's first run (the plan's other SQL is kept too)
     sql: str = field(default="", repr=False, compare=False)
 

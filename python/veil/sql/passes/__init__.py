@@ -45,7 +45,7 @@ PASSES: tuple[Pass, ...] = (
     estimate_rows,  # each plain scan's rows, from the load's statistics (the cost model's)
     drop_pushed_filters,  # exact server filters leave the local plan
     plan_bind_filters,  # client-computed key filters on large scans
-    decrypt_late,  # an IN-subquery groups its keys' ciphertexts, decrypts what it keeps
+    decrypt_late,  # an IN-subquery or grouped derived table groups its keys' ciphertexts
     compare_ciphertexts,  # keys only compared, grouped or counted stay encrypted
     fetch_expressions,  # the local plan reads the per-row expressions the design stores
     share_fetches,  # two fetches of the same rows: one statement
