@@ -175,19 +175,19 @@ def test_keys_the_answer_could_depend_on_are_decrypted(
     assert _late(session.run(sql).plan) == 0
 
 
-def test_q18_decrypts_only_the_kept_order_keys(any_session: Session) -> None:
-    sql = dict(tpch_queries())["q18"]
+@pytest.mark.parametrize(
+    ("query", "column", "decrypted"),
+    [
+        ("q18", "l_orderkey", "its distinct keys decrypted"),  # an IN-subquery's
+        ("q15", "l_suppkey", "its rows, key decrypted"),  # a grouped CTE's
+    ],
+)
+def test_tpch_decrypts_only_the_kept_keys(
+    any_session: Session, query: str, column: str, decrypted: str
+) -> None:
+    sql = dict(tpch_queries())[query]
     plan = any_session.run(sql).plan
     assert _late(plan) == 1
     text = explain(any_session, sql)
-    assert "fetch l_orderkey via DET (kept encrypted on the client)" in text
-    assert "its distinct keys decrypted -> __veil_late_0" in text
-
-
-def test_q15_decrypts_only_the_grouped_supplier_keys(any_session: Session) -> None:
-    sql = dict(tpch_queries())["q15"]
-    plan = any_session.run(sql).plan
-    assert _late(plan) == 1
-    text = explain(any_session, sql)
-    assert "fetch l_suppkey via DET (kept encrypted on the client)" in text
-    assert "its rows, key decrypted -> __veil_late_0" in text
+    assert f"fetch {column} via DET (kept encrypted on the client)" in text
+    assert f"{decrypted} -> __veil_late_0" in text

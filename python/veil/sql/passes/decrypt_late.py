@@ -108,34 +108,18 @@ def _late_groups(query: exp.Expr, state: PlanState) -> tuple[Scan, str, Encrypti
     encrypted, if it may."""
     if not isinstance(query, exp.Select) or query.args.get("group") is None:
         return None
-    if any(query.args.get(k) for k in ("order", "limit", "offset", "qualify", "with", "distinct")):
-        return None
-    if any(isinstance(n, (exp.Window, exp.Subquery, exp.Select)) for n in _below(query)):
+    if query.args.get("distinct"):
         return None
     names = [p.alias_or_name.lower() for p in query.selects]
     if any(isinstance(p, exp.Star) or not n for p, n in zip(query.selects, names, strict=True)):
         return None
-    if len(set(names)) != len(names):
+    scan = _one_scan(query, state)
+    if scan is None or len(set(names)) != len(names):
         return None
-    scope = next((s for s in state.scopes if s.expression is query), None)
-    if scope is None or len(scope.sources) != 1:
-        return None
-    scan = _only_scan(scope, state)
-    alias = next(iter(scope.sources))
-    if scan is None or any(c.table != alias for c in query.find_all(exp.Column)):
-        return None  # correlated, or reading an output alias
     for projection in query.selects:
-        output = projection.unalias()
-        if not isinstance(output, exp.Column):
-            continue
-        ref = state.resolved.get(id(output))
-        if ref is None or ref.column in scan.ciphertext:
-            continue
-        enc = scan.table.fetchable(ref.column)
-        if enc.scheme not in (DET, OPE) or enc.row_bound or enc.sql_type.kind == FLOAT_KIND:
-            continue
-        if _only_grouped(query, output, ref.column, state):
-            return scan, ref.column, enc, projection.alias_or_name
+        found = _grouped_key(query, projection, scan, state)
+        if found is not None:
+            return scan, found[0], found[1], projection.alias_or_name
     return None
 
 
@@ -143,10 +127,20 @@ def _late_keys(query: exp.Expr, state: PlanState) -> tuple[Scan, str, Encryption
     """The scan, column and encryption whose ciphertexts ``query`` may group, if it may."""
     if not isinstance(query, exp.Select) or len(query.selects) != 1:
         return None
-    if any(query.args.get(k) for k in ("order", "limit", "offset", "qualify", "with")):
-        return None
     distinct = query.args.get("distinct")
     if distinct is not None and distinct.args.get("on") is not None:
+        return None
+    scan = _one_scan(query, state)
+    found = _grouped_key(query, query.selects[0], scan, state) if scan is not None else None
+    if scan is None or found is None:
+        return None
+    return scan, found[0], found[1]
+
+
+def _one_scan(query: exp.Select, state: PlanState) -> Scan | None:
+    """The one plain scan ``query`` reads, if it reads no more, is not correlated and has
+    no ORDER BY, LIMIT, window or nested query."""
+    if any(query.args.get(k) for k in ("order", "limit", "offset", "qualify", "with")):
         return None
     if any(isinstance(n, (exp.Window, exp.Subquery, exp.Select)) for n in _below(query)):
         return None
@@ -157,18 +151,23 @@ def _late_keys(query: exp.Expr, state: PlanState) -> tuple[Scan, str, Encryption
     alias = next(iter(scope.sources))
     if scan is None or any(c.table != alias for c in query.find_all(exp.Column)):
         return None  # correlated, or reading an output alias
-    output = query.selects[0].unalias()
+    return scan
+
+
+def _grouped_key(
+    query: exp.Select, projection: exp.Expr, scan: Scan, state: PlanState
+) -> tuple[str, Encryption] | None:
+    """The column and encryption of ``projection`` if it is a key only output and grouped."""
+    output = projection.unalias()
     if not isinstance(output, exp.Column):
         return None
     ref = state.resolved.get(id(output))
-    if ref is None:
+    if ref is None or ref.column in scan.ciphertext:
         return None
     enc = scan.table.fetchable(ref.column)
     if enc.scheme not in (DET, OPE) or enc.row_bound or enc.sql_type.kind == FLOAT_KIND:
         return None
-    if ref.column in scan.ciphertext or not _only_grouped(query, output, ref.column, state):
-        return None
-    return scan, ref.column, enc
+    return (ref.column, enc) if _only_grouped(query, output, ref.column, state) else None
 
 
 def _below(query: exp.Select) -> list[exp.Expr]:
