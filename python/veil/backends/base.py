@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, runtime_checkable
 
 import pyarrow as pa
@@ -67,6 +67,13 @@ class Estimate:
     # in the optimizer's own units (PostgreSQL's cost; DuckDB: the rows all its plan's
     # nodes handle); ``veil.exec.calibration`` measures seconds per unit
     cost: float | None
+    # the part of ``cost`` each server table's scans make, where the server reads a
+    # table in blocks of ``block_rows`` rows and skips the blocks whose min/max no
+    # filter can match (DuckDB's row groups) but its estimate prices them all: a
+    # caller that knows the table is ordered by a filtered column takes off the rest
+    # (``veil.exec.cost``). Empty: the optimizer prices that itself (PostgreSQL).
+    scanned: dict[str, float] = field(default_factory=dict)
+    block_rows: int = 0
 
 
 @runtime_checkable

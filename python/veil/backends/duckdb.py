@@ -171,22 +171,23 @@ class DuckDBBackend(StagedBackend):
         a table scan's are the table's, whatever its filters keep (it reads them all)."""
         plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         nodes = json.loads(plan.column(1)[0].as_py())
-        return Estimate(rows=_top_cardinality(nodes), cost=self._handled(nodes))
+        scanned: dict[str, float] = {}
+        cost = self._handled(nodes, scanned)
+        return Estimate(_top_cardinality(nodes), cost, scanned, ROW_GROUP_ROWS)
 
-    def _handled(self, nodes: list[dict[str, Any]]) -> float:
+    def _handled(self, nodes: list[dict[str, Any]], scanned: dict[str, float]) -> float:
         total = 0.0
         for node in nodes:
             info = node.get("extra_info", {})
             table = info.get("Table") if isinstance(info, dict) else None
             estimate = info.get("Estimated Cardinality") if isinstance(info, dict) else None
-            rows = (
-                self._table_rows(table.rsplit(".", 1)[-1])
-                if isinstance(table, str)
-                else float(estimate or 0)
-            )
+            name = table.rsplit(".", 1)[-1] if isinstance(table, str) else None
+            rows = self._table_rows(name) if name is not None else float(estimate or 0)
             # each row costs per expression the node computes (columns, aggregates, filters)
-            total += rows * max(1, sum(_items(info.get(k)) for k in _WORK_KEYS))
-            total += self._handled(node.get("children", []))
+            handled = rows * max(1, sum(_items(info.get(k)) for k in _WORK_KEYS))
+            if name is not None:
+                scanned[name] = scanned.get(name, 0.0) + handled
+            total += handled + self._handled(node.get("children", []), scanned)
         return total
 
     def _table_rows(self, table: str) -> float:
@@ -309,6 +310,8 @@ def _checked_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
 
 
 _WORK_KEYS = ("Projections", "Aggregates", "Filters", "Groups", "Conditions")
+# DuckDB's row group: the rows a table scan skips at once by the group's min/max
+ROW_GROUP_ROWS = 122_880
 
 
 def _items(value: object) -> int:

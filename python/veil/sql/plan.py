@@ -57,6 +57,10 @@ class Scan:
     estimated_rows: float | None = None
     # an aggregated scan's: the rows its filters keep, before grouping (``estimate_rows``)
     kept_rows: float | None = None
+    # the share of its table's rows its range filters on the column that orders the
+    # table's rows (``TableDesign.sort_by``) keep: all the server need read of a table
+    # it reads in blocks with min/max (``estimate_rows``, ``veil.exec.cost``); None: all
+    read_share: float | None = None
     # columns fetched as their DET / OPE ciphertexts and left so (``decrypt_late``,
     # ``compare_ciphertexts``)
     ciphertext: set[str] = field(default_factory=set)
