@@ -85,6 +85,9 @@ def test_rows_follow_the_most_range_filtered_column_within_each_cluster(
     """The workload filters ``b`` by ranges three times, ``id`` once: ``b`` orders the rows."""
     table = session.design.table("readings")
     assert table.sort_candidates[:2] == ["b", "id"]
+    if not session.backend.skips_row_blocks:  # PostgreSQL: nothing to skip, source order
+        assert table.sort_by == ""
+        return
     assert table.sort_by == "b"
     g, b = table.find("g", DET), table.find("b", OPE)
     assert g is not None and b is not None

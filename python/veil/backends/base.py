@@ -85,6 +85,11 @@ class Backend(Protocol):
     # Whether the server dictionary-compresses repeated binary values: then a
     # DET integer column with few distinct values is stored smaller as bytes.
     compresses_repeated_bytes: bool
+    # Whether a table scan skips blocks of rows by their stored min/max (DuckDB's row
+    # groups, Parquet's): then loading rows in the order of a range-filtered column pays
+    # (``veil.load.clusters``). PostgreSQL reads every heap page, and its index probes by
+    # another key would land on scattered pages instead.
+    skips_row_blocks: bool
     # Whether a change to every row of a table is faster as a copy of the table
     # (``replace_rows``) than as an UPDATE (PostgreSQL: an UPDATE writes each row again
     # with its MVCC header and every index entry, and leaves the old rows to VACUUM).

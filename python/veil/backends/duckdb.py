@@ -63,6 +63,7 @@ class DuckDBBackend(StagedBackend):
     # take 13 MB as 8-byte blobs against 51 MB as BIGINT, and group and join
     # as fast (measured here on DuckDB 2.0).
     compresses_repeated_bytes = True
+    skips_row_blocks = True  # row groups of 122,880 rows, each with min/max per column
     hashes_not_in = True
     rewrites_by_copy = False  # an UPDATE without indexes over its columns is as fast
 

@@ -76,6 +76,7 @@ class PostgresBackend(StagedBackend):
 
     dialect = "postgres"
     compresses_repeated_bytes = False  # a bytea takes a header byte more than a BIGINT
+    skips_row_blocks = False  # heap pages carry no min/max (no BRIN indexes here)
     load_in_one_transaction = True
     hashes_not_in = False
     rewrites_by_copy = True

@@ -53,6 +53,7 @@ class SparkBackend:
     dialect = "spark"
     # Parquet dictionary-encodes repeated values: few distinct blobs are stored small
     compresses_repeated_bytes = True
+    skips_row_blocks = True  # Parquet row groups, each with min/max per column
     # a table changes only by writing a new version, so a peel copies the table anyway
     hashes_not_in = True
     rewrites_by_copy = True

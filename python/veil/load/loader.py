@@ -172,7 +172,7 @@ def load_into(
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
-        clusters.choose(fresh.tables[table.name], table.row_count(con))
+        clusters.choose(fresh.tables[table.name], table.row_count(con), backend.skips_row_blocks)
         summed, keys = _data_profile(table, con, fresh.tables[table.name])
         ashe_widths.fit(fresh.tables[table.name], summed)
         ranges.update(keys)
