@@ -149,6 +149,34 @@ def test_blocked_packs_round_trip_any_rows(
     assert envelope.lookup(PACK_KIND, b"loc", stored, encode_key(-(10**6))) is None
 
 
+def test_a_short_last_block_joins_the_one_before(open_store: StoreFactory) -> None:
+    # 19 rows in blocks of 8: the 3-row tail joins the second block, so a
+    # read of the last keys opens one 11-row block (rows 8..18), and every
+    # read, range and later put still finds every row.
+    envelope = Envelope(b"k" * 32, "t", "zstd-dict", ())
+    entries = [(encode_key(i), f"value {i}".encode()) for i in range(19)]
+    positions = [key for key, _ in entries]
+    stored = envelope.seal_blocked(PACK_KIND, b"loc", entries, positions, 8, dense=True)
+    keys, values = envelope.open_records(PACK_KIND, b"loc", stored, (positions[17], positions[18]))
+    assert keys == positions[8:] and values == [v for _, v in entries[8:]]
+    assert envelope.lookup(PACK_KIND, b"loc", stored, positions[18]) == b"value 18"
+    # 20 rows: a tail of half a block stays a block of its own.
+    entries.append((encode_key(19), b"value 19"))
+    positions.append(entries[-1][0])
+    stored = envelope.seal_blocked(PACK_KIND, b"loc", entries, positions, 8, dense=True)
+    keys, _ = envelope.open_records(PACK_KIND, b"loc", stored, (positions[17], positions[18]))
+    assert keys == positions[16:]
+    store = open_store(compression="zstd-dict", pack_rows=19, block_rows=8, pack_cache=0)
+    records = _records(400)
+    store.put_many(records)
+    assert all(store.get(key) == value for key, value in records.items())
+    assert dict(store.range(9, 390)) == {k: records[k] for k in range(9, 391)}
+    store.put(400, b"appended")
+    store.put(17, b"changed")
+    assert (store.get(400), store.get(17)) == (b"appended", b"changed")
+    assert dict(store.range(0, 400)) == {**records, 17: b"changed", 400: b"appended"}
+
+
 def test_a_put_recompresses_only_the_blocks_it_changes(open_store: StoreFactory) -> None:
     # Bulk-loaded blocks are compressed at zstd 19, a put's at 9: a pack whose
     # blocks were all compressed again would change size. Rewriting a value

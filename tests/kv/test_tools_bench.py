@@ -39,9 +39,16 @@ def test_cli_bench_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     argv = ["kv", "bench", "--dataset", str(_dataset(tmp_path)), "--records", "1200"]
     argv += ["--ops", "20", "--seconds", "5", "--json", str(out_json), "--png", str(out_png)]
     assert main(argv) == 0
-    _check(json.loads(out_json.read_text()))
+    result = json.loads(out_json.read_text())
+    _check(result)
     assert out_png.read_bytes()[:4] == b"\x89PNG"
-    assert "point_uniform" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "point_uniform" in out and "as one zlib blob in one row" in out
+    # The reference blob stored on the same server: its pages hold at least its bytes.
+    whole = result["server"]["disk_bytes"]["whole"]
+    assert whole >= result["raw_bytes"] / result["whole_ratio_zlib"] * 0.99
+    share = result["ratios"]["veil_disk_share_of_whole_stored"]
+    assert share == round(whole / result["server"]["disk_bytes"]["veil"], 3)
 
 
 @pytest.mark.cassandra

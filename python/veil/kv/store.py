@@ -18,6 +18,7 @@ Several processes or machines each open their own store on the same URL.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
@@ -219,17 +220,12 @@ class Store:
         return self.packs.range_batches(low, high)
 
     def _decoded(self, batches: Iterator[Batch]) -> Iterator[tuple[Key, bytes]]:
-        # Keys are decoded a few packs at a time: one numpy pass costs about
-        # as much for 20 keys as for 500, and small packs make many batches.
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        for batch_keys, batch_values in batches:
-            keys += batch_keys
-            values += batch_values
-            if len(keys) >= DECODE_KEYS:
-                yield from zip(decode_keys(keys), values, strict=True)
-                keys, values = [], []
-        yield from zip(decode_keys(keys), values, strict=True)
+        # Pairs come out of C-level zips chained together, not out of a
+        # generator resumed once per pair (~7% of a 1,000-key range's CPU).
+        return itertools.chain.from_iterable(
+            zip(decode_keys(keys), values, strict=True)
+            for keys, values in _regrouped(batches, DECODE_KEYS)
+        )
 
     def dictionary_bytes(self) -> int:
         """Bytes the server stores for this table's compression dictionaries (all versions)."""
@@ -433,3 +429,21 @@ def _value(value: object) -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
         raise ParameterError(f"a value must be bytes, got {type(value).__name__}")
     return bytes(value)
+
+
+def _regrouped(batches: Iterable[Batch], size: int) -> Iterator[Batch]:
+    """The same (keys, values) in batches of at least ``size`` (the last may be smaller).
+
+    Keys are decoded a few packs at a time: one numpy pass costs about as
+    much for 20 keys as for 500, and small packs make many batches.
+    """
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for batch_keys, batch_values in batches:
+        keys += batch_keys
+        values += batch_values
+        if len(keys) >= size:
+            yield keys, values
+            keys, values = [], []
+    if keys:
+        yield keys, values

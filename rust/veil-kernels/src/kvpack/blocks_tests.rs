@@ -388,3 +388,24 @@ fn a_large_block_does_not_stay_allocated() {
         assert!(segment.capacity() <= SCRATCH_KEEP && records.capacity() <= SCRATCH_KEEP);
     });
 }
+
+#[test]
+fn a_short_last_block_joins_the_one_before() {
+    assert_eq!(block_bounds(0, 8), Vec::<Range<usize>>::new());
+    assert_eq!(block_bounds(3, 8), vec![0..3]); // one block, however short
+    assert_eq!(block_bounds(16, 8), vec![0..8, 8..16]);
+    assert_eq!(block_bounds(20, 8), vec![0..8, 8..16, 16..20]); // half a block stays
+    assert_eq!(block_bounds(19, 8), vec![0..8, 8..19]);
+    assert_eq!(block_bounds(2637, 200).len(), 13);
+    assert_eq!(block_bounds(2637, 200)[12], 2400..2637);
+    assert_eq!(block_bounds(5, 0), vec![0..1, 1..2, 2..3, 3..4, 4..5]);
+    // Sealed and read back: the merged block holds its 11 rows.
+    let (body, keys, values) = sealed(19, 8);
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    assert_eq!(pack.block_count(), 2);
+    assert_eq!(pack.block_of(&keys[18]), Some(1));
+    let block = pack.block(1, None).unwrap();
+    assert_eq!(block.keys.len(), 11);
+    assert_eq!(block.value_of(&keys[18]), Some(values[18].as_slice()));
+    assert_eq!(pack.blocks_between(&keys[17], &keys[18]), 1..2);
+}
