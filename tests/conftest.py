@@ -18,11 +18,22 @@ from pathlib import Path
 
 import pytest
 
+import veil.load.loader as loader
 from veil.crypto.keys import write_key_file
 from veil.servers.postgres import ThrowawayCluster
 from veil.servers.spark import local_url, start_local
 
 SPARK_CORES = 2
+
+
+@pytest.fixture(scope="session", autouse=True)
+def small_tables_take_the_bytes_form() -> Iterator[None]:
+    """The tests' tables are small: let them store few-valued keys as bytes, as large
+    ones do (``veil.load.loader.BYTES_FORM_MIN_ROWS``), so both forms stay tested."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loader, "BYTES_FORM_MIN_ROWS", 0)
+        yield
+
 
 _schema_numbers = itertools.count(1)
 

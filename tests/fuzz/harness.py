@@ -35,9 +35,11 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pytest
 from tests.fuzz.generator import Query, generate, workload
 from tests.fuzz.schema import Catalog, plain_connection, read_catalog, write_source
 
+import veil.load.loader as loader
 from veil.errors import VeilError
 from veil.exec.session import Session
 from veil.load.loader import load
@@ -90,13 +92,16 @@ def build_env(root: Path, server_url: str, backend: str, *, onions: bool = False
     source, plain, catalog = prepare_source(root)
     client_dir = root / f"client-{backend}"
     shutil.rmtree(client_dir, ignore_errors=True)
-    load(
-        str(source),
-        server_url,
-        str(client_dir),
-        workload=[] if onions else design_workload(catalog),
-        progress=lambda _: None,
-    )
+    # the fuzzer's tables are small: few-valued keys take the bytes form as large ones do
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loader, "BYTES_FORM_MIN_ROWS", 0)
+        load(
+            str(source),
+            server_url,
+            str(client_dir),
+            workload=[] if onions else design_workload(catalog),
+            progress=lambda _: None,
+        )
     return FuzzEnv(source, plain, catalog, client_dir, backend)
 
 

@@ -14,14 +14,17 @@ OPE column that orders the table's rows (``v_n``) keeps int64.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pytest
 from tests.sql.oracle import check_query, load_tables
 
+import veil.load.loader as loader
 from veil.exec.ciphers import BYTES_FORM, as_bytes, as_int64
 from veil.exec.session import Session
+from veil.load.loader import load
 
 VISITS = """
 SELECT i AS v_id, i % 7 AS v_site, DATE '2024-01-01' + (i % 40)::INT AS v_day,
@@ -129,6 +132,28 @@ def test_writes_of_unseen_values_and_nulls_then_queries(
         plain.execute(statement)
         for sql in QUERIES:
             check_query(session, plain, sql)
+
+
+def test_small_tables_keep_bigint_keys(tmp_path: Path) -> None:
+    """Below ``BYTES_FORM_MIN_ROWS`` rows a scope stays BIGINT (the suite lowers it to 0)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name, sql in {"visits": VISITS, "sites": SITES}.items():
+        duckdb.sql(sql).write_parquet(str(source / f"{name}.parquet"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loader, "BYTES_FORM_MIN_ROWS", 20_008)  # the two tables hold 20,007
+        load(str(source), f"duckdb:///{tmp_path}/server.duckdb", str(tmp_path / "c"), QUERIES)
+    plain = duckdb.connect()
+    for name in ("visits", "sites"):
+        plain.execute(f"CREATE TABLE {name} AS SELECT * FROM '{source / name}.parquet'")
+    session = Session(tmp_path / "c")
+    try:
+        forms = _forms(session)
+        assert forms["v_day"] is None and forms["v_n"] is None and forms["v_site"] is None
+        for sql in QUERIES:
+            check_query(session, plain, sql)
+    finally:
+        session.close()
 
 
 def test_bytes_round_trip_int64_with_nulls_and_offsets() -> None:

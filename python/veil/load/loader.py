@@ -169,15 +169,17 @@ def load_into(
     """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     ranges: dict[int, tuple[int | None, int | None]] = {}  # DET integers', by id(encryption)
+    counts: dict[str, int | None] = {}
     for table in tables:
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
-        clusters.choose(fresh.tables[table.name], table.row_count(con), backend.skips_row_blocks)
+        counts[table.name] = table.row_count(con)
+        clusters.choose(fresh.tables[table.name], counts[table.name], backend.skips_row_blocks)
         summed, keys = _data_profile(table, con, fresh.tables[table.name])
         ashe_widths.fit(fresh.tables[table.name], summed)
         ranges.update(keys)
     if backend.compresses_repeated_bytes:
-        _store_few_values_as_bytes(fresh, design)
+        _store_few_values_as_bytes(fresh, design, counts)
         narrow_det.choose(fresh, design, ranges)
     return [
         _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
@@ -405,27 +407,38 @@ BYTES_FORM_MAX_DISTINCT = 16384
 # DET dates (~2,400) as narrow BIGINT: median ratio 2.35 -> 1.84 (A/B, one process),
 # server space x1.93 -> x1.98 (bench/RESULTS.md, issue 9).
 BYTES_FORM_MAX_DISTINCT_DET = 1024
+# ... and only when its tables hold at least this many rows together: below, the
+# dictionary saves a few MB at most, and joins and filters of BLOB keys cost 2-3x
+# those of BIGINT ones (TPC-H Q5's join of customer's and supplier's nation keys:
+# 16.4 ms as bytes against 5.0 ms for the plaintext integers at SF 1).
+BYTES_FORM_MIN_ROWS = 1_000_000
 
 
-def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) -> None:
+def _store_few_values_as_bytes(
+    fresh: PhysicalDesign, loaded: PhysicalDesign, counts: dict[str, int | None]
+) -> None:
     """Choose the bytes form for the integer key scopes whose columns hold few values.
 
     Every column of a scope (an equi-join group, or OPE columns compared
     with each other) must store the same type: a scope gets the bytes form
     when each of its columns is a DET integer, or an int64 OPE, of at most
     ``BYTES_FORM_MAX_DISTINCT`` values (``BYTES_FORM_MAX_DISTINCT_DET`` for a
-    scope of DET columns only: TPC-H's n_nationkey group, 25 values, but not
+    scope of DET columns only: TPC-H's l_quantity, 50 values, but not
     l_suppkey's, 10,000 at SF 1; OPE's bytes sort as its integers,
-    ``OrderedBytesForm``: TPC-H's OPE dates, 2,526 values). A scope that tables loaded earlier (and not
-    reloaded now) already use keeps their form. A scope of only columns that
-    order their tables' rows (``TableDesign.sort_by``: TPC-H's o_orderdate, not
+    ``OrderedBytesForm``: TPC-H's OPE dates, 2,526 values), and its tables hold
+    ``BYTES_FORM_MIN_ROWS`` rows together (not the n_nationkey group's
+    160,025). A scope that tables loaded earlier (and not reloaded now)
+    already use keeps their form. A scope of only columns that order their
+    tables' rows (``TableDesign.sort_by``: TPC-H's o_orderdate, not
     l_shipdate, which shares its key with l_commitdate) keeps the int64 form.
     """
     members: dict[str, list[Encryption]] = {}
     unordered: set[str] = set()  # scopes with a column that does not order its table's rows
+    rows: dict[str, int] = {}  # the rows of each scope's tables, together
     for table in fresh.tables.values():
         for enc in table.encryptions:
             members.setdefault(enc.key_scope, []).append(enc)
+            rows[enc.key_scope] = rows.get(enc.key_scope, 0) + (counts.get(table.name) or 0)
             if enc.scheme != OPE or enc.source != table.sort_by:
                 unordered.add(enc.key_scope)
     earlier = {
@@ -437,6 +450,8 @@ def _store_few_values_as_bytes(fresh: PhysicalDesign, loaded: PhysicalDesign) ->
     for scope, encs in members.items():
         if scope in earlier:
             few = earlier[scope] == BYTES_FORM
+        elif rows[scope] < BYTES_FORM_MIN_ROWS:
+            few = False
         elif scope not in unordered:
             # in row order its integers come in runs, which the server compresses by
             # itself, and int64 compares faster than bytes
