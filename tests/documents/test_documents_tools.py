@@ -47,3 +47,6 @@ def test_group_probe(ferretdb):
     result = probe(ferretdb.url, 130, 1, 1)
     assert result["chunk_bitmaps"]["rows"] == 26  # 10 keys in each full chunk of 62, 6 in the last
     assert {"group_ms", "find_ms"} <= set(result["flat"])
+    assert {"group_ms", "ids_find_ms", "parallel_ms"} <= set(result["server_path"])
+    assert result["capabilities"]["count"] == "yes"  # every MongoDB-wire server has $count
+    assert "chunk_bitmaps" not in probe(ferretdb.url, 20, 1, 1, bitmaps=False)
