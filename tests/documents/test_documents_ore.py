@@ -8,6 +8,7 @@ import copy
 import multiprocessing
 import random
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -142,32 +143,39 @@ def test_min_max_and_explain(loaded):
     assert plan["client"]["filter"] is None  # ints: the tree walk is exact
 
 
-def _write_documents(url: str, key_file: str, worker: int, count: int) -> None:
+def _write_documents(url: str, key_file: str, worker: int, count: int, report: str) -> None:
     oretree.CAPACITY = SMALL_NODES
-    with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
-        rng = random.Random(worker)
-        for start in range(0, count, 5):
-            batch = [
-                {"_id": f"{worker}-{start + i}", "x": rng.randrange(-100, 100)} for i in range(5)
-            ]
-            database.c.insert_many(batch)
+    try:
+        with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as db:
+            rng = random.Random(worker)
+            for start in range(0, count, 5):
+                batch = [
+                    {"_id": f"{worker}-{start + i}", "x": rng.randrange(-100, 100)}
+                    for i in range(5)
+                ]
+                db.c.insert_many(batch)
+    except BaseException:  # the parent's assertion says why, not only an exit code
+        Path(report).write_text(traceback.format_exc())
+        raise
 
 
 ORE_INT = {"attr": "index", "scheme": "ore"}
 
 
-def test_concurrent_writer_processes_lose_nothing(url, key_file, small_nodes):
+def test_concurrent_writer_processes_lose_nothing(url, key_file, small_nodes, tmp_path):
     workers, count = 4, 60
     context = multiprocessing.get_context("spawn")
+    reports = [tmp_path / f"writer-{w}.txt" for w in range(workers)]
     processes = [
-        context.Process(target=_write_documents, args=(url, str(key_file), w, count))
-        for w in range(workers)
+        context.Process(target=_write_documents, args=(url, str(key_file), w, count, str(r)))
+        for w, r in zip(range(workers), reports, strict=True)
     ]
     for process in processes:
         process.start()
-    for process in processes:
+    for process, report in zip(processes, reports, strict=True):
         process.join(timeout=600)
-        assert process.exitcode == 0
+        why = report.read_text() if report.exists() else "no report (killed or timed out)"
+        assert process.exitcode == 0, why
     with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
         documents = database.c.find().to_list()
         assert len(documents) == workers * count
