@@ -226,8 +226,7 @@ def _skipped(estimate: Estimate, scans: list[Scan]) -> float:
 def _clusters(scan: Scan) -> float:
     """How many clusters the table's rows form (``veil.load.clusters``): its keys' distinct
     counts multiplied, or one."""
-    found = [scan.table.find(key, DET) for key in scan.table.cluster_by]
-    return (distinct_rows(list(found)) or 1.0) if found else 1.0
+    return distinct_rows([scan.table.find(key, DET) for key in scan.table.cluster_by]) or 1.0
 
 
 def _ashe_rows(scan: Scan, keys: list[str]) -> float:

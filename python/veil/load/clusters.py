@@ -34,12 +34,11 @@ by date, 0.95x in source order, both measured under load).
 
 from __future__ import annotations
 
-import math
-
 from sqlglot import exp
 
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.design.model import DET, OPE, TableDesign
+from veil.sql.selectivity import distinct_rows
 
 # A clustering pays off only when groups span many blocks of 64 ids: at most
 # one group per this many rows on average (SF 1 lineitem: 1,465 groups).
@@ -73,16 +72,9 @@ def choose(table: TableDesign, rows: int | None, ordered: bool = True) -> None:
         table.cluster_by = list(min(fit, key=lambda item: item[0])[1])
 
 
-def _groups(table: TableDesign, keys: list[str]) -> int | None:
+def _groups(table: TableDesign, keys: list[str]) -> float | None:
     """At most how many groups ``keys`` make (None: a count is unknown)."""
-    counts = []
-    for key in keys:
-        found = table.find(key, DET)
-        distinct = found.params.get("distinct") if found is not None else None
-        if not isinstance(distinct, int):
-            return None
-        counts.append(max(distinct, 1))
-    return math.prod(counts)
+    return distinct_rows([table.find(key, DET) for key in keys])
 
 
 def order_by(table: TableDesign, master: MasterKey) -> str | None:

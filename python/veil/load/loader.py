@@ -450,11 +450,9 @@ def _store_few_values_as_bytes(
     for scope, encs in members.items():
         if scope in earlier:
             few = earlier[scope] == BYTES_FORM
-        elif rows[scope] < BYTES_FORM_MIN_ROWS:
-            few = False
-        elif scope not in unordered:
-            # in row order its integers come in runs, which the server compresses by
-            # itself, and int64 compares faster than bytes
+        elif rows[scope] < BYTES_FORM_MIN_ROWS or scope not in unordered:
+            # small: little to save; ordering rows: its integers come in runs, which the
+            # server compresses by itself (and int64 compares faster than bytes)
             few = False
         else:
             limit = (
