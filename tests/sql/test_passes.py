@@ -251,8 +251,12 @@ def test_pushdown_joins_one_statement(session: Session) -> None:
     sql = (
         "SELECT l_shipmode, SUM(l_quantity) FROM orders, lineitem WHERE o_orderkey = l_orderkey "
         "AND l_receiptdate >= DATE '1994-01-01' GROUP BY l_shipmode"
-    )  # a SUM: not grouped on the server (``pushdown_join_aggregates``), but joined
-    state = state_before(session, sql, pushdown_joins)
+    )  # a SUM kept off the server (else ``pushdown_join_aggregates`` adds it there): joined
+    session.hom_pushdown = "never"
+    try:
+        state = state_before(session, sql, pushdown_joins)
+    finally:
+        session.hom_pushdown = "auto"
     assert all(s.joined is None for s in state.scans.values())
     state = pushdown_joins(state)
     joined = {id(s.joined) for s in state.scans.values() if s.joined is not None}
@@ -260,6 +264,50 @@ def test_pushdown_joins_one_statement(session: Session) -> None:
     # orders is read for nothing but the join: it leaves the local plan
     assert [s.unread for s in state.scans.values()] == [True, False]
     assert "orders" not in state.query.sql()
+
+
+def test_keys_are_recorded_at_load(session: Session) -> None:
+    """Exactly counted, where the approximate count makes a column a candidate."""
+    orders, lineitem = session.design.table("orders"), session.design.table("lineitem")
+    assert orders.find("o_orderkey", "DET").params.get("unique") is True  # type: ignore[union-attr]
+    assert "unique" not in lineitem.find("l_orderkey", "DET").params  # type: ignore[union-attr]
+
+
+REGION_SUMS = (
+    "SELECT {key}, SUM(l_extendedprice) FROM lineitem, orders, customer, nation, region "
+    "WHERE l_orderkey = o_orderkey AND o_custkey = c_custkey AND c_nationkey = n_nationkey "
+    "AND n_regionkey = r_regionkey GROUP BY {key}"
+)
+
+
+@pytest.mark.parametrize(("key", "summed"), [("r_name", True), ("o_custkey", False)])
+def test_pushdown_join_aggregates_sums_where_blocks_pay(
+    session: Session, key: str, summed: bool
+) -> None:
+    """Five regions: a (region, block) row gathers ~13 lineitems; a customer's lines are
+    spread over the blocks, one per row (the server would return every joined row)."""
+    state = pushdown_join_aggregates(
+        state_before(session, REGION_SUMS.format(key=key), pushdown_join_aggregates)
+    )
+    fetches = {id(s.joined): s.joined for s in state.scans.values() if s.joined is not None}
+    groups = [f.groups for f in fetches.values() if f.groups is not None]
+    assert [g.summed is not None and g.summed.alias == "lineitem" for g in groups] == (
+        [True] if summed else []
+    )
+
+
+def test_pushdown_join_aggregates_never_sums_what_a_join_repeats(session: Session) -> None:
+    # an order's price once per line item: lineitem's l_orderkey is no key
+    sql = (
+        "SELECT o_orderpriority, SUM(o_totalprice) FROM orders, lineitem "
+        "WHERE o_orderkey = l_orderkey GROUP BY o_orderpriority"
+    )
+    session.hom_pushdown = "always"
+    try:
+        state = pushdown_join_aggregates(state_before(session, sql, pushdown_join_aggregates))
+    finally:
+        session.hom_pushdown = "auto"
+    assert all(s.joined is None for s in state.scans.values())
 
 
 def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -> None:

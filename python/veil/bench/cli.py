@@ -15,6 +15,7 @@ BENCH_MODULES = (
     "veil.bench.onions_cli",
     "veil.bench.cost",
     "veil.bench.hom_sum",
+    "veil.bench.join_sums",
 )
 
 

@@ -246,6 +246,13 @@ class AsheSums:
     def index(self, source: str) -> int | None:
         return self.sources.index(source) if source in self.sources else None
 
+    def summed_columns(self, sources: list[int]) -> list[str]:
+        """The server columns a sum of these sources adds: their words, then the flags."""
+        words = [name for index in sources for name in self.columns[index]]
+        if self.overflow_column is not None:
+            words.append(self.overflow_column)
+        return words
+
 
 @dataclass
 class TableDesign:

@@ -38,11 +38,11 @@ import pyarrow.compute as pc
 
 from veil.crypto.ashe import Ashe
 from veil.crypto.keys import MasterKey
-from veil.design.model import FLAG_FIELD_BITS, AsheSums
+from veil.design.model import FLAG_FIELD_BITS, AsheSums, TableDesign
 from veil.encoding import SqlType, encode
 from veil.exec.hom_fetch import reaggregate
 from veil.exec.hom_group import OverflowedRowsError
-from veil.sql.plan import ASHE_BLOCK, ASHE_MASK, Scan
+from veil.sql.plan import ASHE_BLOCK, ASHE_MASK, AggregateItem, Scan
 
 if TYPE_CHECKING:
     from veil.exec.encrypt import Sources
@@ -148,15 +148,49 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
     plain = decrypt_columns(
         fetched.select(list(range(first_sum))), table, fetched_names[:first_sum], ciphers
     )
-    cipher = ciphers.ashe(table)
-    blocks = _numpy(fetched.column(first_sum), np.int64)
-    masks = _numpy(fetched.column(layout.index(ASHE_MASK)), np.uint64)
+    totals = {name: fetched.column(i) for i, name in enumerate(layout) if i > first_sum + 1}
+    sums, counters = unpadded_sums(
+        table,
+        aggregation.ashe_sources(),
+        ciphers.ashe(table),
+        fetched.column(first_sum),
+        fetched.column(layout.index(ASHE_MASK)),
+        totals,
+    )
+    columns = {key: plain.column(key) for key in aggregation.keys}
+    for i, item in enumerate(aggregation.items):
+        name = f"__veil_agg_{i}"
+        if item.kind == "SUM":
+            assert item.ashe_index is not None
+            columns[name] = sums[item.ashe_index]
+        else:
+            columns[name] = present_count(plain.column(name), item, counters)
+    return reaggregate(pa.table(columns), aggregation)
+
+
+def unpadded_sums(
+    table: TableDesign,
+    sources: list[int],
+    cipher: AsheSumsCipher,
+    blocks: pa.ChunkedArray,
+    masks: pa.ChunkedArray,
+    totals: dict[str, pa.ChunkedArray],
+) -> tuple[dict[int, pa.Array], np.ndarray | None]:
+    """Each source's plaintext sum per (group, block) row, and the rows' flags words.
+
+    ``totals``: the server's sums of each word column of ``sources`` (and of the
+    flags), by server name. Raises ``OverflowedRowsError`` when a summed row
+    was flagged as overflowing its type.
+    """
+    assert table.sums is not None
+    block_numbers = as_words(blocks, np.int64)
+    id_masks = as_words(masks, np.uint64)
 
     def block_sums(name: str) -> np.ndarray:
-        return cipher.block_sums(name, fetched.column(layout.index(name)), blocks, masks)
+        return cipher.block_sums(name, totals[name], block_numbers, id_masks)
 
     # one native call per word column (and the flags), side by side: the kernel releases the GIL
-    names = layout[layout.index(ASHE_MASK) + 1 :]
+    names = table.sums.summed_columns(sources)
     unpadded = dict(zip(names, _POOL.map(block_sums, names), strict=True))
     flags = table.sums.overflow_column
     counters = unpadded[flags] if flags is not None else None
@@ -165,7 +199,7 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
     else:
         overflowed = counters is not None and bool(counters.any())
     sums: dict[int, pa.Array] = {}
-    for index in aggregation.ashe_sources():
+    for index in sources:
         words = [unpadded[name] for name in table.sums.columns[index]]
         if len(words) == 2 and table.sums.flag_bit is not None:
             words[1], count = _flags_apart(words[1], table.sums.flag_bit)
@@ -177,19 +211,18 @@ def finish_ashe_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.
             )
         scale = SqlType(table.sums.types[index]).scale
         sums[index] = _decimal128(*words, scale=scale)
-    columns = {key: plain.column(key) for key in aggregation.keys}
-    for i, item in enumerate(aggregation.items):
-        name = f"__veil_agg_{i}"
-        if item.kind == "SUM":
-            assert item.ashe_index is not None
-            columns[name] = sums[item.ashe_index]
-        elif item.null_field is not None:  # COUNT(*) of the block less its NULLs
-            assert counters is not None
-            nulls = pa.array(_field(counters, item.null_field))
-            columns[name] = pc.subtract(plain.column(name).cast(pa.int64()), nulls)
-        else:
-            columns[name] = plain.column(name)
-    return reaggregate(pa.table(columns), aggregation)
+    return sums, counters
+
+
+def present_count(
+    counted: pa.ChunkedArray, item: AggregateItem, counters: np.ndarray | None
+) -> pa.ChunkedArray | pa.Array:
+    """A count item's column; COUNT(*) of each block less its NULLs of the item's field."""
+    if item.null_field is None:
+        return counted
+    assert counters is not None
+    nulls = pa.array(_field(counters, item.null_field))
+    return pc.subtract(counted.cast(pa.int64()), nulls)
 
 
 def _field(counters: np.ndarray, field: int) -> np.ndarray:
@@ -204,7 +237,7 @@ def _flags_apart(high: np.ndarray, bit: int) -> tuple[np.ndarray, np.ndarray]:
     return high - (count << bit), count
 
 
-def _numpy(column: pa.ChunkedArray | pa.Array, dtype: type[np.generic]) -> np.ndarray:
+def as_words(column: pa.ChunkedArray | pa.Array, dtype: type[np.generic]) -> np.ndarray:
     """A 64-bit integer column's bits (the backend may widen UBIGINT to a decimal)."""
     return _low_words(column).view(dtype)
 

@@ -21,7 +21,6 @@ their sources are fetched).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,7 @@ from veil.design.model import DET
 from veil.exec.calibration import Calibration
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
-from veil.sql.selectivity import distinct_rows
+from veil.sql.selectivity import ashe_pairs, distinct_rows
 from veil.sql.widths import encryption_width
 
 if TYPE_CHECKING:
@@ -176,17 +175,21 @@ def _step_cost(
     width = sum(encryption_width(enc) for enc in encs)
     size = rows * width
     aggregation = step.aggregation if isinstance(step, Scan) else None
+    groups = step.groups if isinstance(step, JoinedFetch) else None
+    words = 0
     if isinstance(step, Scan) and aggregation is not None and aggregation.id_bit is not None:
-        # ASHE: a row per group and block of 64 row ids (DuckDB estimates a row per group);
-        # each row's word sums lose the pads of up to 64 ids
+        # ASHE: a row per group and block of 64 row ids (DuckDB estimates a row per group)
         rows = _ashe_rows(step, aggregation.keys)
-        size = rows * width
         layout = [name for name, _ in aggregation.fetched(step.table)]
         words = len(layout) - layout.index(ASHE_MASK) - 1
+    elif groups is not None and groups.summed is not None:  # the same over a server join
+        rows = groups.estimated_rows if groups.estimated_rows is not None else rows
+        words = len(groups.ashe_words())
+    ashe = 0.0
+    if words:  # each row's word sums lose the pads of up to 64 ids
+        size = rows * width
         ashe = rows * words * calibration.ashe_ns_per_block * 1e-9
         ashe += calibration.local_statement_seconds  # the groups re-aggregated locally
-    else:
-        ashe = 0.0
     link = size * 8 / bandwidth if bandwidth else 0.0
     decrypt = ashe + sum(calibration.decrypt_seconds(enc, rows) for enc in decrypted)
     return StepCost(
@@ -250,7 +253,4 @@ def _ashe_rows(scan: Scan, keys: list[str]) -> float:
     kept = scan.kept_rows if scan.kept_rows is not None else rows
     if scan.read_share is not None:  # rows ordered by a filtered column: kept ones lie in
         rows = max(rows * scan.read_share, 1.0)  # its range's stretch of ids (per cluster)
-    share = min(1.0, kept / rows)
-    hit = min(share / groups, 1.0 - 1e-12)  # a (group, row) pair's chance to be kept
-    pairs = rows / 64 * groups * -math.expm1(64 * math.log1p(-hit))
-    return min(kept, pairs)
+    return ashe_pairs(rows, kept, groups)

@@ -25,6 +25,7 @@ from veil.exec.blocks import block_key, block_number, covering_blocks, values_at
 from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
 from veil.exec.encrypt import rnd_context
 from veil.exec.hom_group import HomGroupCipher
+from veil.exec.joined_sums import finish_joined_sums
 from veil.sql.plan import JOIN_ROW, RND_ROW_ID, ROW_ID, JoinedFetch, Scan
 from veil.sql.remote import (
     Extras,
@@ -215,6 +216,10 @@ def run_joined(
         row_numbers = pa.array(np.arange(rows, dtype=np.int64))
         tables: dict[str, pa.Table] = {}
         wanted = fetch.fetched()
+        sums = None  # ASHE sums over the join: the columns after the scans' own
+        if fetch.groups is not None and fetch.groups.summed is not None:
+            tail = list(range(len(wanted), fetched.num_columns))
+            sums, fetched = fetched.select(tail), fetched.select(range(len(wanted)))
         jobs = []
         for scan in fetch.scans:
             indexes = [i for i, (owner, _, _) in enumerate(wanted) if owner is scan]
@@ -223,6 +228,15 @@ def run_joined(
             blocks = BlockReader(backend, stats)
             jobs.append(_Decryption(part, scan.table, pairs, ciphers, blocks, ()))
         results = _run_all(jobs)  # every part's columns side by side
+        if sums is not None:
+            assert fetch.groups is not None
+            parts = [
+                (scan, job.finish(done))
+                for scan, job, done in zip(fetch.scans, jobs, results, strict=True)
+            ]
+            tables = finish_joined_sums(parts, sums, fetch.groups, ciphers)
+            stats.decrypted(started, server_before)
+            return tables
         for scan, job, done in zip(fetch.scans, jobs, results, strict=True):
             plain = job.finish(done)
             plain = plain if repeats is None else plain.take(repeats)

@@ -148,9 +148,22 @@ def _explain_join(number: int, fetch: JoinedFetch, dialect: str) -> list[str]:
     )
     for scan in fetch.scans:
         lines += _explain_scan_parts(scan)
+    groups = fetch.groups
+    if groups is not None and groups.summed is not None and groups.summed.table.sums is not None:
+        sources = groups.summed.table.sums.sources
+        summed = ", ".join(sources[i] for i in groups.ashe_sources())
+        lines.append(
+            f"  server ASHE over the join: per group and block of 64 {groups.summed.alias} row "
+            f"ids, the SUM of the ciphertexts of {summed}, the mask of the ids summed and the "
+            "joined rows; the client removes the pads and checks that no id was summed twice  "
+            f"{_ASHE_REVEALS}"
+        )
     lines += _counted(fetch.counted)
     lines.append("")
     return lines
+
+
+_ASHE_REVEALS = "[ASHE: nothing of the values; row ids: which rows (load order) each group holds]"
 
 
 def _counted(counted: bool) -> list[str]:
@@ -224,8 +237,7 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
         summed = ", ".join(ashe.sources[i] for i in scan.aggregation.ashe_sources())
         lines.append(
             f"  server ASHE: per group and block of 64 row ids, the SUM of the ciphertexts of "
-            f"{summed} and the mask of the ids summed; the client removes the pads  "
-            "[ASHE: nothing of the values; row ids: which rows (load order) each group holds]"
+            f"{summed} and the mask of the ids summed; the client removes the pads  {_ASHE_REVEALS}"
         )
     if scan.aggregation is not None and scan.aggregation.hom_product is not None:
         group = scan.table.hom

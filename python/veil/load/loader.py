@@ -325,6 +325,39 @@ def _count_distinct_keys(
         row = _distinct_counts(source, con, keys)
     for enc, count in zip(keys, row, strict=True):
         enc.params["distinct"] = int(count)
+    _mark_unique(source, con, [e for e in keys if e.scheme == DET and not e.is_expression])
+
+
+def _count(enc: Encryption) -> int:
+    distinct = enc.params.get("distinct")
+    return distinct if isinstance(distinct, int) else 0
+
+
+# A DET column whose approximate distinct count reaches this share of the rows is
+# counted exactly, to learn whether it is a key (HyperLogLog is off by a few percent)
+_KEY_CANDIDATE = 0.9
+
+
+def _mark_unique(
+    source: SourceTable, con: duckdb.DuckDBPyConnection, dets: list[Encryption]
+) -> None:
+    """Mark ``params["unique"]`` on the DET columns whose values are all distinct, none NULL.
+
+    The planner sums over a server join under ASHE only where the join cannot
+    repeat a summed row (``veil.sql.join_sums``): every join reached through
+    such a key. Only candidates by their approximate count are counted exactly.
+    """
+    rows = source.row_count(con)
+    if rows is None:  # a CSV file: counting is a scan
+        [(rows,)] = con.sql(f"SELECT count(*) FROM {source.relation_sql}").fetchall()
+    wanted = [e for e in dets if rows and _count(e) >= _KEY_CANDIDATE * rows]
+    if not wanted:
+        return
+    counts = ", ".join(f'COUNT(DISTINCT "{e.source}")' for e in wanted)
+    found = con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0]
+    for enc, count in zip(wanted, found, strict=True):
+        if count == rows:
+            enc.params["unique"] = True
 
 
 QUANTILES = 32  # an OPE column's recorded quantiles: 0, 1/32, ..., 1 (33 points)

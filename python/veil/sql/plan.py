@@ -141,6 +141,15 @@ class AggregateItem:
     null_field: int | None = None
 
 
+def ashe_sources(items: list[AggregateItem]) -> list[int]:
+    """The ASHE sources the SUM items read, each once, in order of first use."""
+    found: list[int] = []
+    for item in items:
+        if item.ashe_index is not None and item.ashe_index not in found:
+            found.append(item.ashe_index)
+    return found
+
+
 @dataclass
 class Aggregation:
     """The server groups a scan by DET keys: COUNT, MIN / MAX (OPE), SUM (ASHE or Paillier).
@@ -159,12 +168,7 @@ class Aggregation:
     word_sum: exp.Expr | None = None
 
     def ashe_sources(self) -> list[int]:
-        """The ASHE sources the SUM items read, each once, in order of first use."""
-        found: list[int] = []
-        for item in self.items:
-            if item.ashe_index is not None and item.ashe_index not in found:
-                found.append(item.ashe_index)
-        return found
+        return ashe_sources(self.items)
 
     def add(
         self, key: int, kind: str, enc: Encryption | None, server: exp.Expr | None = None
@@ -194,10 +198,7 @@ class Aggregation:
             assert table.sums is not None
             sums = [(ASHE_BLOCK, None), (ASHE_MASK, None)]
             # the word columns' sums, then the overflow flags' sum, under their server names
-            words = [n for index in self.ashe_sources() for n in table.sums.columns[index]]
-            if table.sums.overflow_column is not None:
-                words.append(table.sums.overflow_column)
-            sums += [(name, None) for name in words]
+            sums += [(name, None) for name in table.sums.summed_columns(self.ashe_sources())]
         return keys + values + sums
 
 
@@ -251,24 +252,44 @@ REPEATS = "__veil_repeats"  # a counted fetch's last column: how many rows each 
 
 @dataclass
 class JoinGroup:
-    """GROUP BY DET keys with COUNT / MIN / MAX over a server join (``pushdown_join_aggregates``).
+    """GROUP BY DET keys with COUNT / MIN / MAX / SUM over a server join
+    (``pushdown_join_aggregates``).
 
     Each of ``keys`` and ``items`` belongs to the scan whose column it reads
     (COUNT(*) to the first); each scan's local table gets its own part of
     every group's row, all parts of a group under one ``JOIN_ROW``.
+
+    With ASHE sums of one scan's expressions (``summed``) the server groups by
+    (keys, block of that scan's row ids), as for one table (``Aggregation``),
+    and counts the joined rows of each: the client checks that no id was summed
+    twice (``veil.exec.joined_sums``). The SUM items are not among any scan's
+    ``fetched``: their words follow the block columns.
     """
 
     keys: list[tuple[Scan, str, Encryption]]  # (scan, plaintext column, its DET)
     items: list[tuple[Scan, AggregateItem]]  # ``server``: the aggregate over ``j<n>`` names
+    summed: Scan | None = None  # the scan whose ASHE sums the SUM items read
+    id_bit: exp.Expr | None = None  # ASHE: ``1 << (row id % 64)`` of ``summed``, unqualified
+    word_sum: exp.Expr | None = None  # ASHE: the server's wrapping sum of ``ASHE_WORD``
+    estimated_rows: float | None = None  # ASHE: the (group, block) rows, from the statistics
 
     def fetched(self, scan: Scan) -> list[tuple[str, Encryption | None]]:
         keys: list[tuple[str, Encryption | None]] = [(c, e) for s, c, e in self.keys if s is scan]
         values: list[tuple[str, Encryption | None]] = [
             (self.local_name(item.key), item.enc if item.kind != "COUNT" else None)
             for s, item in self.items
-            if s is scan
+            if s is scan and item.kind != "SUM"
         ]
         return keys + values
+
+    def ashe_sources(self) -> list[int]:
+        return ashe_sources([item for _, item in self.items])
+
+    def ashe_words(self) -> list[str]:
+        """The server names of the summed scan's word columns the SUM items read, then its
+        overflow flags'."""
+        sums = self.summed.table.sums if self.summed is not None else None
+        return sums.summed_columns(self.ashe_sources()) if sums is not None else []
 
     def local_name(self, key: int) -> str:
         index = next(i for i, (_, item) in enumerate(self.items) if item.key == key)

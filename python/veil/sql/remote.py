@@ -257,8 +257,9 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
             for s, column, enc in groups.keys
         }
         for s, item in groups.items:
-            assert item.server is not None
-            parts[(id(s), groups.local_name(item.key))] = item.server.copy()
+            if item.kind != "SUM":  # the sums follow the block's columns
+                assert item.server is not None
+                parts[(id(s), groups.local_name(item.key))] = item.server.copy()
         names = [parts[(id(scan), column)] for scan, column, _ in fetch.fetched()]
     else:
         names = [
@@ -275,8 +276,21 @@ def joined_statement(fetch: JoinedFetch, extras: Extras | None = None) -> exp.Se
         if scan.reduction is not None:
             semi = reduction_filter(scan.reduction, scan, aliases[id(scan)], extras)
             select = select.where(semi, copy=False)
-    if fetch.groups is not None and fetch.groups.keys:
-        by = [exp.column(enc.name, table=aliases[id(s)]) for s, _, enc in fetch.groups.keys]
+    if groups is not None and groups.summed is not None:
+        # per (keys, block of the summed scan's ids): its mask, joined rows and word sums
+        summed = groups.summed
+        assert groups.id_bit is not None
+        block, mask, *sums = ashe_columns(
+            summed.table.row_id,
+            groups.id_bit,
+            groups.ashe_words(),
+            groups.word_sum,
+            alias=aliases[id(summed)],
+        )
+        select = select.select(block, mask, exp.Count(this=exp.Star()), *sums, copy=False)
+        select = select.group_by(block.copy(), copy=False)
+    if groups is not None and groups.keys:
+        by = [exp.column(enc.name, table=aliases[id(s)]) for s, _, enc in groups.keys]
         select = select.group_by(*by, copy=False)
     if fetch.counted:
         assert fetch.groups is None
@@ -352,26 +366,42 @@ def _ashe_blocks(
     """
     sums = table.sums
     assert sums is not None and aggregation.id_bit is not None
-    shift = exp.Literal.number(BLOCK_ROWS.bit_length() - 1)
-    block = exp.BitwiseRightShift(this=exp.column(table.row_id), expression=shift)
-    words = [exp.column(name) for i in aggregation.ashe_sources() for name in sums.columns[i]]
-    if sums.overflow_column is not None:
-        words.append(exp.column(sums.overflow_column))
-    select = exp.select(
-        *key_columns,
-        *values,
-        block,
-        exp.func("BIT_OR", aggregation.id_bit.copy()),
-        *[_word_sum(aggregation, w) for w in words],
+    words = sums.summed_columns(aggregation.ashe_sources())
+    block, *summed = ashe_columns(
+        table.row_id, aggregation.id_bit, words, aggregation.word_sum, alias=None
     )
+    select = exp.select(*key_columns, *values, block, *summed)
     return select.group_by(*[k.copy() for k in key_columns], block.copy())
 
 
-def _word_sum(aggregation: Aggregation, word: exp.Expr) -> exp.Expr:
+def ashe_columns(
+    row_id: str,
+    id_bit: exp.Expr,
+    words: Sequence[str],
+    word_sum: exp.Expr | None,
+    alias: str | None,
+) -> list[exp.Expr]:
+    """An ASHE group's block of ids, its mask of ids, and the sums of the word columns
+    ``words``, over the table named ``alias`` (unqualified: None)."""
+    shift = exp.Literal.number(BLOCK_ROWS.bit_length() - 1)
+    block = exp.BitwiseRightShift(this=exp.column(row_id, table=alias), expression=shift)
+    mask = exp.func("BIT_OR", _qualified_by(id_bit, alias))
+    return [block, mask, *[_word_sum(word_sum, exp.column(w, table=alias)) for w in words]]
+
+
+def _qualified_by(expression: exp.Expr, alias: str | None) -> exp.Expr:
+    copied = expression.copy()
+    if alias is not None:
+        for column in list(copied.find_all(exp.Column)):
+            column.set("table", exp.to_identifier(alias))
+    return copied
+
+
+def _word_sum(word_sum: exp.Expr | None, word: exp.Expr) -> exp.Expr:
     """The server's sum of an ASHE word column (wrapping where the backend can)."""
-    if aggregation.word_sum is None:
+    if word_sum is None:
         return exp.Sum(this=word)
-    return aggregation.word_sum.transform(
+    return word_sum.transform(
         lambda node: (
             word.copy() if isinstance(node, exp.Column) and node.name == ASHE_WORD else node
         )

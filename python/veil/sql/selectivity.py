@@ -14,6 +14,7 @@ choice between plans that are all exact, never an answer.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
@@ -126,6 +127,20 @@ def distinct_rows(encs: list[Encryption | None]) -> float | None:
             return None
         product *= distinct
     return product
+
+
+def ashe_pairs(rows: float, kept: float, groups: float) -> float:
+    """(group, block of 64 row ids) pairs with a kept row: the rows an ASHE sum returns.
+
+    ``kept`` of ``rows`` consecutive ids are kept at random, each in one of
+    ``groups``: a pair is non-empty with probability ``1 - (1 - p / groups) ** 64``
+    (``p``: the share kept); never more pairs than kept rows.
+    """
+    rows = max(rows, 1.0)
+    share = min(1.0, kept / rows)
+    hit = min(share / max(groups, 1.0), 1.0 - 1e-12)  # a (group, row) pair's chance
+    pairs = rows / 64 * groups * -math.expm1(64 * math.log1p(-hit))
+    return min(kept, pairs)
 
 
 def _interpolated(points: list[int], value: int, inclusive: bool) -> float:

@@ -18,21 +18,18 @@ from __future__ import annotations
 import logging
 import math
 
-from sqlglot import exp
-
+from veil.sql.join_rows import read_share
 from veil.sql.plan import JoinEdge, Scan
 from veil.sql.selectivity import kept_share
 from veil.sql.state import PlanState
 
 log = logging.getLogger(__name__)
 
-_RANGES = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
-
 
 def estimate_rows(state: PlanState) -> PlanState:
     for scan in state.scans.values():
         try:
-            scan.read_share = _read_share(scan, state)
+            scan.read_share = read_share(scan, state)
         except Exception:  # an estimate never costs the plan its pushdown: unknown instead
             log.debug("no read share for scan %s", scan.alias, exc_info=True)
         if scan.joined is not None:
@@ -53,26 +50,6 @@ def _own_share(scan: Scan, state: PlanState) -> float:
     """The share of the scan's rows its exact server filters keep."""
     nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
     return kept_share(nodes, scan, state.resolved, state.ctx)
-
-
-def _read_share(scan: Scan, state: PlanState) -> float | None:
-    """The share of the rows its exact range filters on the table's ``sort_by`` keep."""
-    ordered = scan.table.sort_by
-    if not ordered:
-        return None
-    nodes: list[exp.Expr] = [
-        p.node
-        for p in scan.predicates
-        if p.exact and isinstance(p.node, _RANGES) and _reads_only(p.node, ordered, scan, state)
-    ]
-    return kept_share(nodes, scan, state.resolved, state.ctx) if nodes else None
-
-
-def _reads_only(node: exp.Expr, column: str, scan: Scan, state: PlanState) -> bool:
-    refs = [state.resolved.get(id(c)) for c in node.find_all(exp.Column)]
-    return bool(refs) and all(
-        r is not None and r.alias == scan.alias and r.column == column for r in refs
-    )
 
 
 def _reduced_share(scan: Scan, state: PlanState) -> float:

@@ -26,18 +26,18 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import BLOCKS, DET, OPE, SEARCH, HomGroup, TableDesign
-from veil.sql.columns import BaseColumn, columns_read, row_expression
+from veil.sql.columns import BaseColumn, row_expression
 from veil.sql.conjuncts import subqueries_outside_where
 from veil.sql.plan import ASHE_WORD, Aggregation, Scan
 from veil.sql.remote import hom_ciphertexts, id_bit_position
 from veil.sql.rewrite_server import ServerContext
 from veil.sql.state import PlanState, ScanKey
+from veil.sql.sums import ASHE_ROW_COST, count_present
 
 AGG_PREFIX = "__veil_agg_"
 # The cost rule's figures (``few_groups``), measured on this project's machine.
 HOM_DECRYPT_SECONDS = 2.2e-3
 CLIENT_SECONDS_PER_ROW = 2e-6
-ASHE_ROW_COST = 4  # a (group, block) row of ASHE sums against a fetched row
 
 
 def pushdown_aggregates(state: PlanState) -> PlanState:
@@ -173,7 +173,7 @@ def _add_sum(
     table = scan.table
     if not summed or summed[0] != table.name:
         return False
-    present, field = _count_present(table, summed[1])
+    present, field = count_present(table, summed[1])
     if present is None:
         return False
     if table.sums is not None:
@@ -212,29 +212,6 @@ def _count_key(
             return item.key
     aggregation.add(key, "COUNT", None, count).null_field = null_field
     return key
-
-
-def _count_present(table: TableDesign, source: str) -> tuple[exp.Expr | None, int | None]:
-    """COUNT of the rows where every column of ``source`` (hence ``source``) is not NULL.
-
-    Under ASHE the flags word counts ``source``'s NULLs (``AsheSums.null_fields``):
-    COUNT(*), less that field once unpadded. Else the server tests the
-    columns; (None, None) when one has no per-row server column (blocks).
-    """
-    sums = table.sums
-    index = sums.index(source) if sums is not None else None
-    field = sums.null_field(index) if sums is not None and index is not None else None
-    if field is not None:  # field 0: a NULL there is an overflow flag, none to take off
-        return exp.Count(this=exp.Star()), field or None
-    found = [table.fetchable(c) for c in columns_read(source)]
-    if any(enc.scheme == BLOCKS for enc in found):
-        return None, None
-    columns = [exp.column(enc.name) for enc in found]
-    if not columns:
-        return exp.Count(this=exp.Star()), None
-    present = exp.and_(*[exp.Not(this=exp.Is(this=c, expression=exp.Null())) for c in columns])
-    case = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
-    return exp.Count(this=case), None
 
 
 def _sums_pay(policy: str, table: TableDesign, keys: list[str]) -> bool:

@@ -3,8 +3,9 @@
 A SELECT whose sources are all scans inner-joined on DET keys (join edges
 connecting every one), whose every WHERE / ON conjunct the server evaluates
 exactly (join edges, exact predicates, pushed subqueries), whose GROUP BY
-keys have DET encryptions and whose aggregates are COUNT(*), COUNT(col) and
-MIN/MAX of OPE columns, runs on the server whole (TPC-H Q21)::
+keys have DET encryptions and whose aggregates are COUNT(*), COUNT(col),
+MIN/MAX of OPE columns and ASHE sums of one scan, runs on the server whole
+(TPC-H Q21)::
 
     SELECT s_name, COUNT(*) FROM supplier, lineitem l1, orders, nation
     WHERE s_suppkey = l1.l_suppkey AND o_orderkey = l1.l_orderkey AND ... GROUP BY s_name
@@ -20,9 +21,12 @@ server's join and filters are the local plan's, and COUNT / MIN / MAX of
 DET and OPE ciphertexts are the counts and the ciphertexts of the extremes.
 
 Chosen without a byte estimate: the server's answer has at most one row per
-group, never more than what the per-table or joined fetches would send.
-Sums (ASHE / Paillier are per table: a join may repeat a row), DISTINCT,
-FILTER, windows, correlated blocks and ROLLUP are left to the other passes.
+group, never more than what the per-table or joined fetches would send (with
+ASHE sums one per group and block of ids, which ``join_sums`` prices).
+SUM / AVG under ASHE of one scan's expressions, when the join cannot repeat
+its rows and the server's (group, block) rows pay (``veil.sql.join_sums``);
+Paillier sums, DISTINCT, FILTER, windows, correlated blocks and ROLLUP are
+left to the other passes.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from veil.sql.conjuncts import (
     subqueries_outside_where,
 )
 from veil.sql.join_graph import components
+from veil.sql.join_sums import join_sums
 from veil.sql.plan import AggregateItem, JoinedFetch, JoinEdge, JoinGroup, Scan
 from veil.sql.remote import joined_alias
 from veil.sql.state import PlanState
@@ -58,7 +63,7 @@ def pushdown_join_aggregates(state: PlanState) -> PlanState:
             continue
         members = _in_from_order(scope, members)
         fetch = JoinedFetch(members, member_edges)
-        found = _join_group(select, members, state)
+        found = _join_group(select, members, member_edges, state)
         if found is None:
             continue
         fetch.groups, types = found
@@ -90,7 +95,7 @@ def _in_from_order(scope: Scope, members: list[Scan]) -> list[Scan]:
 
 
 def _join_group(
-    select: exp.Select, members: list[Scan], state: PlanState
+    select: exp.Select, members: list[Scan], edges: list[JoinEdge], state: PlanState
 ) -> tuple[JoinGroup, dict[int, str]] | None:
     """The block's keys and aggregates over the join, with each aggregate's SQL type."""
     group = select.args.get("group")
@@ -110,14 +115,24 @@ def _join_group(
     aggregates = [a for a in select.find_all(exp.AggFunc) if a.find_ancestor(exp.Select) is select]
     if not aggregates:
         return None
-    items: list[tuple[Scan, AggregateItem]] = []
+    group = JoinGroup(keys, [])
     types: dict[int, str] = {}
+    sums = [a for a in aggregates if isinstance(a, exp.Sum | exp.Avg)]
     for node in aggregates:
+        if isinstance(node, exp.Sum | exp.Avg):
+            continue
         found = _item(node, members, by_alias, aliases, state)
         if found is None:
             return None
-        items.append(found[:2])
+        group.items.append(found[:2])
         types[id(node)] = found[2]
+    if sums:
+        if any(_counts_distinct(item) for _, item in group.items):
+            return None  # distinct counts per block of ids do not add up
+        sum_types = join_sums(sums, group, members, edges, state)
+        if sum_types is None:
+            return None
+        types.update(sum_types)
     key_columns = {(s.alias, column) for s, column, _ in keys}
     inside = {id(c) for a in aggregates for c in a.find_all(exp.Column)}
     for column in select.find_all(exp.Column):
@@ -128,7 +143,11 @@ def _join_group(
             continue  # an output alias (ORDER BY numwait)
         if ref is None or (ref.alias, ref.column) not in key_columns:
             return None
-    return JoinGroup(keys, items), types
+    return group, types
+
+
+def _counts_distinct(item: AggregateItem) -> bool:
+    return isinstance(item.server, exp.Count) and isinstance(item.server.this, exp.Distinct)
 
 
 def _item(
@@ -183,13 +202,23 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
     for node in list(select.find_all(exp.AggFunc)):
         if not is_part_of(node, select):
             continue
-        scan = owners[id(node)]
-        value = exp.Anonymous(
-            this="ANY_VALUE",
-            expressions=[exp.column(groups.local_name(id(node)), table=scan.alias)],
-        )
+        value = _any_value(groups, id(node), owners)
+        if isinstance(node, exp.Avg):  # the sum over the count of the expression's rows
+            count_key = next(i.count_key for _, i in groups.items if i.key == id(node))
+            assert count_key is not None
+            count = _any_value(groups, count_key, owners)
+            value = exp.Div(
+                this=exp.cast(value, "DOUBLE"),
+                expression=exp.Nullif(this=count, expression=exp.Literal.number(0)),
+            )
         node.replace(exp.cast(value, exp.DataType.build(types[id(node)], dialect="duckdb")))
     join_by_position(select, fetch.scans)  # once the SELECT reads what it reads
+
+
+def _any_value(groups: JoinGroup, key: int, owners: dict[int, Scan]) -> exp.Expr:
+    """The group's value of an item, read from its scan's local table."""
+    column = exp.column(groups.local_name(key), table=owners[key].alias)
+    return exp.Anonymous(this="ANY_VALUE", expressions=[column])
 
 
 def _count_distinct(

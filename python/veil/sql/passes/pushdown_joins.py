@@ -51,8 +51,8 @@ from veil.sql.conjuncts import (
     join_by_position,
 )
 from veil.sql.join_graph import components
+from veil.sql.join_rows import cycles_share, kept_share_of
 from veil.sql.plan import JoinedFetch, JoinEdge, Reduction, Scan
-from veil.sql.selectivity import kept_share
 from veil.sql.state import PlanState, ScanKey
 from veil.sql.widths import encryption_width
 
@@ -99,11 +99,11 @@ def _try_join(
         # per table, the exact filters leave the local plan too (``drop_pushed``)
         alone = _narrowed(members, columns_outside(tree, filters, resolved), keys)
         narrowed = _narrowed(members, columns_outside(tree, dropped, resolved), keys)
-        kept = {id(s): _kept(s, state) for s in members}
+        kept = {id(s): kept_share_of(s, state) for s in members}
         largest = max(members, key=lambda s: s.table.row_count)
         # the joined rows: the largest table's, thinned by every member's filters
         # and by every join that closes a cycle
-        rows = largest.table.row_count * prod(kept.values()) * _cycles_share(fetch.edges)
+        rows = largest.table.row_count * prod(kept.values()) * cycles_share(fetch.edges)
         before = sum(
             _fetched_alone(s, kept[id(s)], rows, s is largest) * _width(s, alone[id(s)])
             for s in members
@@ -132,47 +132,6 @@ def _try_join(
             return None
         members = max(options, key=lambda part: sum(adds[id(s)] for s in members if s not in part))
     return None
-
-
-def _cycles_share(edges: list[JoinEdge]) -> float:
-    """The share of joined rows the joins closing a cycle keep (1 for a tree of joins).
-
-    Every other join is taken to follow a key to one row (the estimate's
-    "largest table's rows"). Two joins between the same two scans are one
-    (a composite key: Q9's partsupp and lineitem). Joins on keys of many
-    values make the tree first, as foreign keys do; a join left over keeps
-    one row in its key's distinct values: Q5's ``c_nationkey = s_nationkey``
-    keeps 1/25 of the customer-order-lineitem-supplier rows.
-    """
-    pairs: dict[frozenset[int], JoinEdge] = {}
-    for edge in edges:
-        pairs.setdefault(frozenset((id(edge.left), id(edge.right))), edge)
-    parent: dict[int, int] = {}
-
-    def root(node: int) -> int:
-        while parent.get(node, node) != node:
-            node = parent[node]
-        return node
-
-    share = 1.0
-    for edge in sorted(pairs.values(), key=lambda e: -_distinct(e)):
-        left, right = root(id(edge.left)), root(id(edge.right))
-        if left == right:
-            share /= max(_distinct(edge), 1.0)
-        else:
-            parent[left] = right
-    return share
-
-
-def _distinct(edge: JoinEdge) -> float:
-    """The larger distinct count (recorded at load) of an edge's two DET columns."""
-    counts = [10.0]  # unknown: a key of few values
-    for scan, column in ((edge.left, edge.left_column), (edge.right, edge.right_column)):
-        enc = next((e for e in scan.table.encryptions if e.name == column), None)
-        distinct = enc.params.get("distinct") if enc is not None else None
-        if isinstance(distinct, int):
-            counts.append(float(distinct))
-    return max(counts)
 
 
 def _selective_first(
@@ -213,17 +172,6 @@ def _fetched_alone(scan: Scan, kept: float, joined: float, largest: bool) -> flo
     if largest or rows <= 0:
         return min(rows, joined)
     return rows * -expm1(-joined / rows)
-
-
-def _kept(scan: Scan, state: PlanState) -> float:
-    """The estimated share of the scan's rows its exact filters keep.
-
-    Implied conjuncts count too: copies, not part of ``select``, but filters the
-    server applies on either path (TPC-H Q19, every filter inside one OR: priced
-    as keeping all of both tables, the join lost to two statements that each
-    scanned lineitem)."""
-    nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
-    return kept_share(nodes, scan, state.resolved, state.ctx)
 
 
 def _narrowed(
