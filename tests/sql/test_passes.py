@@ -311,9 +311,13 @@ def test_pushdown_join_aggregates_never_sums_what_a_join_repeats(session: Sessio
 
 
 def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -> None:
-    # TPC-H Q10: lineitem and orders joined on the server; customer (its text would
-    # repeat on every joined row) and its nation outside
-    state = state_before(session, TPCH["q10"], trim_reductions)
+    # TPC-H Q10 with a filter on customer: lineitem and orders joined on the server;
+    # customer (its text would repeat on every joined row) and its nation outside
+    sql = TPCH["q10"].replace(
+        "l_returnflag = 'R'", "l_returnflag = 'R' AND c_mktsegment = 'BUILDING'"
+    )
+    assert sql != TPCH["q10"]
+    state = state_before(session, sql, trim_reductions)
     scans = {s.alias: s for s in state.scans.values()}
     assert scans["lineitem"].joined is not None and scans["orders"].joined is not None
     assert scans["customer"].joined is None and scans["nation"].joined is None
@@ -332,6 +336,13 @@ def test_trim_reductions_keeps_what_the_server_join_does_not(session: Session) -
     assert reduced_by("lineitem") is None  # its one partner is inside the join
     assert reduced_by("customer") is not None  # outside: reduced as before
     assert reduced_by("nation") is None  # 25 rows: not worth the join
+
+
+def test_trim_reductions_drops_what_keeps_every_row(session: Session) -> None:
+    # TPC-H Q10 as written: every order has its customer and nation, unfiltered
+    state = trim_reductions(state_before(session, TPCH["q10"], trim_reductions))
+    orders = next(s for s in state.scans.values() if s.alias == "orders")
+    assert orders.reduction is None
 
 
 def test_q19_and_q7_join_on_the_server_whole(session: Session) -> None:
