@@ -112,6 +112,14 @@ def test_collection_without_schema_seals_everything(url, key_file):
         assert database.notes.count_documents({"_id": "a"}) == 1
 
 
+def test_sums_default_to_fetching_on_ferretdb(url, key_file):
+    """FerretDB's ``$group`` computes one accumulator per query: the server path costs more."""
+    with veil.documents.connect(url, key_file) as database:
+        assert database.sums == "fetch"
+    with veil.documents.connect(url, key_file, sums="server") as database:
+        assert database.sums == "server"
+
+
 def test_bad_options(url, key_file):
     with pytest.raises(DocumentsError, match="sums"):
         veil.documents.connect(url, key_file, sums="sometimes")

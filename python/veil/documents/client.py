@@ -37,7 +37,7 @@ def connect(
     database: str | None = None,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
     client_options: dict[str, Any] | None = None,
-    sums: str = "server",
+    sums: str = "auto",
 ) -> Database:
     """Open the database named in ``url`` (or ``database``, default ``veil``).
 
@@ -48,11 +48,13 @@ def connect(
     ``sums`` chooses how a grouped ``$sum``/``$avg`` of ``h_add`` fields runs:
     ``"server"`` (the server adds the ciphertexts, a second query returns the
     ids whose pads the client removes) or ``"fetch"`` (one query returns keys
-    and ciphertexts; the client adds them), which is faster on FerretDB 1.24,
-    whose ``$group`` computes one accumulator per query.
+    and ciphertexts; the client adds them). ``"auto"`` (the default) asks the
+    server: ``"fetch"`` on FerretDB, whose ``$group`` computes one accumulator
+    per query (1.24: the server path measured 5-8x plain pymongo, fetching 2-4x;
+    bench/RESULTS.md), or when it cannot tell; ``"server"`` elsewhere.
     """
-    if sums not in ("server", "fetch"):
-        raise DocumentsError(f'sums is "server" or "fetch", not {sums!r}')
+    if sums not in ("auto", "server", "fetch"):
+        raise DocumentsError(f'sums is "auto", "server" or "fetch", not {sums!r}')
     master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file)
     schemas = _schemas(schema)
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
@@ -65,11 +67,20 @@ def connect(
     name = database or parse_uri(url).get("database") or DEFAULT_DATABASE
     try:
         opened = Database(client, name, master, schemas)
-        opened.sums = sums
+        opened.sums = _sums_for(client) if sums == "auto" else sums
         return opened
     except BaseException:
         client.close()  # a wrong key or an unreachable server leaves no client behind
         raise
+
+
+def _sums_for(client: pymongo.MongoClient[dict[str, Any]]) -> str:
+    """How this server's grouped sums run best: ``fetch`` on FerretDB (or when unknown)."""
+    try:
+        info = client.admin.command("buildInfo")
+    except pymongo.errors.PyMongoError:
+        return "fetch"  # always right, whatever the server's pipeline can do
+    return "fetch" if "ferretdbVersion" in info else "server"
 
 
 def _schemas(schema: dict[str, Any] | str | os.PathLike[str] | None) -> dict[str, Schema]:
