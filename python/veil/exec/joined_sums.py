@@ -8,7 +8,7 @@ id, so the sums are exact only when the join gave each summed row at most
 one partner in its group: then the mask has a bit per joined row. A row
 whose count exceeds its mask's bits summed some id twice (a join that
 repeats rows, which the planner's key statistics did not foresee):
-``RepeatedRowsError``, and the query runs on the client.
+``RepeatedRowsError``, and the session plans again without sums over joins.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def finish_joined_sums(
     ids = np.bitwise_count(as_words(masks, np.uint64))
     if (ids != joined.to_numpy().astype(np.uint64)).any():
         raise RepeatedRowsError(
-            "the server join repeated a summed row within a group; the client computes the sums"
+            "the server join repeated a summed row within a group; planning again without sums over joins"
         )
     words = groups.ashe_words()
     totals = {name: tail.column(3 + i) for i, name in enumerate(words)}

@@ -30,6 +30,7 @@ from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
+from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import register_late_keys
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.exec.plan_choice import choose_plan
@@ -113,6 +114,7 @@ class Session:
         self.backend: Backend = connect_existing(self.client.server_url())
         self.ciphers = CipherCache(self.master)
         self.hom_pushdown = _hom_pushdown()
+        self.join_sums = True  # until a server join repeats a summed row
         self.local = duckdb.connect()
         self.catalog = duckdb.connect()
         self._owners: dict[str, TableDesign] = {}
@@ -261,6 +263,14 @@ class Session:
         misjudged it (e.g. DuckDB's COLUMNS(...) hides which columns it reads)
         or an optimisation failed.
         """
+        if isinstance(exc, RepeatedRowsError) and self.join_sums:
+            # a key recorded at load repeats since (a write): plan without sums over
+            # joins from now on, which still joins and sums on the server where it can
+            log.info("%s; planning without sums over server joins", exc)
+            self.join_sums = False
+            self.plans.clear()
+            replanned = CachedPlan(planned.names, self.plan(planned.tree), planned.tree)
+            return self._answer(replanned, again=False)
         log.info("split plan failed (%s: %s); the client runs the query", type(exc), exc)
         plan = plan_fetch_all(planned.tree, self.design)
         return self._named(planned, self.execute_plan(plan, stats), stats, plan)

@@ -282,6 +282,7 @@ class DesignContext:
     def __init__(self, session: Session, design: PhysicalDesign):
         self.session = session
         self.hom_pushdown = session.hom_pushdown
+        self.join_sums = session.join_sums
         self.owners: dict[str, TableDesign] = {
             e.name: t for t in design.tables.values() for e in t.encryptions
         }

@@ -70,7 +70,7 @@ def join_sums(
         counted = qualified(present, summed, aliases[id(summed)])
         item.count_key = _count_item(group, summed, counted, -id(node), field)
         types[id(node)] = kind
-    if summed is None or not each_row_once(summed, members, edges):
+    if summed is None or not state.ctx.join_sums or not each_row_once(summed, members, edges):
         return None
     if not _pays(summed, members, edges, group, state):
         return None

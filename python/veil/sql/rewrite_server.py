@@ -34,6 +34,9 @@ class ServerContext(Protocol):
 
     # when HOM sums go to the server: "auto" (cost rule), "always" or "never"
     hom_pushdown: str
+    # False once a server join repeated a summed row (``RepeatedRowsError``): the load's
+    # key statistics no longer hold, so no ASHE sums over joins (``veil.sql.join_sums``)
+    join_sums: bool
 
     def hashes_not_in(self) -> bool:
         """Whether the server runs ``NOT IN (subquery)`` as a hash anti-join."""
