@@ -47,6 +47,25 @@ def test_blocked_store_round_trips(open_store: StoreFactory) -> None:
     assert (store.get(5), store.get(6), store.get(10_000)) == (b"five", None, b"new")
 
 
+def test_point_reads_of_blocked_packs_skip_the_pack_cache(open_store: StoreFactory) -> None:
+    """A one-block lookup costs less than hashing the stored pack for the cache."""
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=16)
+    records = _records(600)
+    store.put_many(records)
+    cached = len(store.packs.cache._entries)  # what the writes left there
+    assert all(store.get(key) == value for key, value in records.items())
+    assert store.get(10_000) is None
+    assert len(store.packs.cache._entries) == cached
+    assert dict(store.range(0, 99)) == {k: records[k] for k in range(100)}
+    assert len(store.packs.cache._entries) > cached  # ranges still use it
+    partition, row = _rows(store)[0]
+    tampered = row.value[:-1] + bytes([row.value[-1] ^ 0x01])
+    store.backend.update_if(store.packs.table, partition, row.key, tampered, row.tag, row.tag)
+    last = max(decode_key(k) for k in store.packs.open_sorted(partition, row)[0])
+    with pytest.raises(AuthenticationError):
+        store.get(last)  # its block is the damaged one, whatever the cache holds
+
+
 def test_reads_open_only_the_blocks_they_meet(open_store: StoreFactory) -> None:
     # Damage the last block of a pack: point reads and ranges that stop
     # before it still read (theirs are the only blocks opened); those that

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import StoreFactory
 from veil.errors import AuthenticationError
-from veil.kv import Store
-from veil.kv.dictionary import CATALOG_TABLE, MissingDictionaryError
+from veil.kv import Store, codec
+from veil.kv.dictionary import CATALOG_TABLE, DICT_KIND, MissingDictionaryError
 from veil.kv.envelope import ENVELOPE_BLOCKED, ENVELOPE_DICTIONARY
 
 
@@ -84,6 +84,23 @@ def test_retraining_adds_a_version_and_old_packs_stay_readable(open_store: Store
     assert fresh.packs.envelope.dictionary.version == 2  # type: ignore[union-attr]
     assert fresh.get(17) == logs[17] and fresh.get(10_017) == other[10_017]
     assert dict(fresh.range(0, 2999)) == logs
+
+
+def test_a_dictionary_is_stored_compressed_hard(open_store: StoreFactory) -> None:
+    """Sealed at zstd 19 (it is written once and counted in the table's bytes); a row
+    sealed at the ordinary level, as before, still reads."""
+    store = open_store(compression="zstd-dict")
+    store.put_many(_logs(3000))
+    dictionary = store.packs.envelope.dictionary
+    assert dictionary is not None
+    row = store.backend.get(CATALOG_TABLE, 0, _dict_row(store, 1))
+    assert row is not None
+    plain = store.packs.envelope.open(DICT_KIND, (1).to_bytes(4, "big"), row.value)
+    envelope_bytes = len(row.value) - len(codec.compress_dense(codec.ZSTD, plain))
+    assert len(row.value) < len(codec.compress(codec.ZSTD, plain)) + envelope_bytes
+    ordinary = store.packs.envelope.seal(DICT_KIND, (1).to_bytes(4, "big"), plain)
+    store.backend.update_if(CATALOG_TABLE, 0, row.key, ordinary, row.tag, row.tag)
+    assert open_store(pack_cache=0).get(10) == _logs(3000)[10]
 
 
 def test_a_missing_dictionary_version_is_a_clear_error(open_store: StoreFactory) -> None:

@@ -121,12 +121,20 @@ class Envelope:
         self._kind_prefixes: dict[bytes, bytes] = {}
 
     def seal(
-        self, kind: bytes, location: bytes, plaintext: bytes, *, use_dictionary: bool = False
+        self,
+        kind: bytes,
+        location: bytes,
+        plaintext: bytes,
+        *,
+        use_dictionary: bool = False,
+        dense: bool = False,
     ) -> bytes:
+        """``plaintext`` compressed and sealed; ``dense`` compresses hard (no dictionary)."""
         dictionary = self.dictionary if use_dictionary else None
         if dictionary is None:
             header = bytes([ENVELOPE_VERSION, self._codec])
-            compressed = codec.compress(self._codec, plaintext)
+            squeeze = codec.compress_dense if dense else codec.compress
+            compressed = squeeze(self._codec, plaintext)
         else:
             header = bytes([ENVELOPE_DICTIONARY, codec.ZSTD]) + _U32.pack(dictionary.version)
             compressed = dictionary.compressor().compress(plaintext)

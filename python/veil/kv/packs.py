@@ -38,11 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from veil.kv.backends.base import KVBackend, Row
 from veil.kv.cache import Entry, PackCache
-from veil.kv.envelope import Envelope, stored_tag
+from veil.kv.envelope import ENVELOPE_BLOCKED, Envelope, stored_tag
 from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT, crash_point
 from veil.kv.keys import ROOT_PACK_ID
 from veil.kv.layout import Layout
 from veil.kv.pack import Pack, serialize_entries
+
+BLOCKED_PREFIX = bytes([ENVELOPE_BLOCKED])
 
 PACK_KIND = b"pack"
 Batch = tuple[list[bytes], list[bytes]]  # encoded keys and their values, ascending
@@ -170,8 +172,14 @@ class PackTable:
     def lookup(
         self, partition: int, row: Row, encoded: bytes, position: bytes | None = None
     ) -> bytes | None:
-        """One key's value in a stored pack (without a cache: one native call)."""
-        if self.cache.capacity > 0:
+        """One key's value in a stored pack (without a cache: one native call).
+
+        A blocked pack skips the cache: its one-block lookup costs less than
+        the SHA-256 of the stored pack that keys the cache (dpkg-log: 13.6 µs
+        a read against 15.8 with every pack cached), and a miss would open
+        every block instead of one.
+        """
+        if self.cache.capacity > 0 and row.value[:1] != BLOCKED_PREFIX:
             return self.open_entries(partition, row)[2].get(encoded)
         location = _location(partition, row.key)
         return self.envelope.lookup(PACK_KIND, location, row.value, encoded, position)

@@ -18,6 +18,7 @@ Several processes or machines each open their own store on the same URL.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -84,7 +85,9 @@ class Store:
         )
         self.packs.block_rows = config.block_rows or self.packs.pack_rows
         backend.ensure_table(self.packs.table)
-        self._dictionaries = Dictionaries(backend, self._base, envelope.seal, envelope.open)
+        # Dictionaries are written once and counted in the table's bytes: sealed dense.
+        dense_seal = functools.partial(envelope.seal, dense=True)
+        self._dictionaries = Dictionaries(backend, self._base, dense_seal, envelope.open)
         envelope.dictionaries = self._dictionaries
         if envelope.wants_dictionary:
             envelope.dictionary = self._dictionaries.current()

@@ -84,8 +84,16 @@ def install_extension() -> None:
 class ThrowawayCluster:
     """One disposable PostgreSQL cluster; ``start`` it, ``stop`` it when done."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path | None = None,
+        *,
+        extension: bool = True,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self._as_root = os.geteuid() == 0
+        self._extension = extension  # False: never build or install Veil's extension
+        self._settings = {**_SETTINGS, **(settings or {})}
         if self._as_root or directory is None:
             directory = Path(tempfile.mkdtemp(prefix="veil-pg-"))
         self.directory = directory
@@ -102,12 +110,12 @@ class ThrowawayCluster:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
-        """Install PostgreSQL 15 and Veil's extension if missing or stale, then start."""
+        """Install PostgreSQL 15 (and Veil's extension, if wanted) if missing or stale; start."""
         try:
             bin_dir: Path | None = find_bin_dir()
         except ServerUnavailableError:
             bin_dir = None
-        if bin_dir is None or not extension_current(bin_dir):
+        if bin_dir is None or (self._extension and not extension_current(bin_dir)):
             install_extension()
         self._bin = find_bin_dir()
         if self._as_root:
@@ -125,10 +133,14 @@ class ThrowawayCluster:
     def stop(self) -> None:
         """Stop the server and delete its files; safe to call twice."""
         atexit.unregister(self.stop)
+        self.stop_server()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def stop_server(self) -> None:
+        """Stop the server but keep its files (its log is then complete)."""
         if self.port:
             self.port = 0
             self._run("pg_ctl", "stop", "-m", "fast", "-w", "-D", str(self.data_dir))
-        shutil.rmtree(self.directory, ignore_errors=True)
 
     def create_database(self, name: str) -> str:
         """A new empty database in this cluster; returns its URL."""
@@ -156,7 +168,7 @@ class ThrowawayCluster:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def _write_settings(self) -> None:
-        lines = [f"{key} = {value}\n" for key, value in _SETTINGS.items()]
+        lines = [f"{key} = {value}\n" for key, value in self._settings.items()]
         with open(self.data_dir / "postgresql.conf", "a") as conf:
             conf.writelines(lines)
 

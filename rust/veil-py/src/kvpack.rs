@@ -214,23 +214,23 @@ fn kv_open_blocked<'py>(
                 (Some(low), Some(high)) => pack.blocks_between(low, high),
                 _ => 0..pack.block_count(),
             };
-            numbers
-                .map(|number| pack.block(number, prepared))
-                .collect::<Result<Vec<RecordList>, _>>()
+            pack.blocks(numbers, prepared)
         })
         .map_err(to_py)?;
     // Each block's keys and values go to Python from its own buffer (no
-    // copy of the pack's records into one list first).
-    let (keys, values) = (PyList::empty(py), PyList::empty(py));
+    // copy of the pack's records into one list first), into lists made at
+    // their final length.
+    let count = blocks.iter().map(|block| block.keys.len()).sum();
+    let (mut keys, mut values) = (Vec::with_capacity(count), Vec::with_capacity(count));
     for block in &blocks {
         for span in &block.keys {
-            keys.append(PyBytes::new(py, &block.key_data[span.clone()]))?;
+            keys.push(PyBytes::new(py, &block.key_data[span.clone()]));
         }
         for span in &block.values {
-            values.append(PyBytes::new(py, &block.data[span.clone()]))?;
+            values.push(PyBytes::new(py, &block.data[span.clone()]));
         }
     }
-    Ok((keys, values))
+    Ok((PyList::new(py, keys)?, PyList::new(py, values)?))
 }
 
 /// The value of `wanted` (at `position` in pack order) in a stored blocked

@@ -10,7 +10,12 @@ gets back with ``apt-get update``); nothing is downloaded:
 - ``dpkg-status``: the stanzas of ``/var/lib/dpkg/status`` (installed packages).
 - ``iso-codes``: the JSON objects of ``/usr/share/iso-codes/json`` (languages,
   countries, subdivisions, currencies; package iso-codes), short records.
-- ``dpkg-log``: the lines of ``/var/log/dpkg.log``, a time series of events.
+- ``dpkg-log``: the lines of ``/var/log/dpkg.log``, a time series of events
+  (a small file: 5,273 lines here).
+- ``postgres-log``: a real server log of realistic size (~300,000 entries,
+  ~35 MB), the log PostgreSQL 15 writes under a fixed ``pgbench`` workload:
+  generated here once with the machine's PostgreSQL and kept in a cache file
+  (see :mod:`veil.bench.kv.postgres_log`).
 - ``apt-json``: short JSON records (~200 bytes), one per package of the APT
   index: its name, version, architecture, section, priority, sizes,
   maintainer and source, as a JSON API would return them.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import json
 import lzma
 from collections.abc import Callable, Iterable
@@ -31,6 +37,7 @@ from pathlib import Path
 
 import lz4.frame
 
+from veil.bench.kv import postgres_log
 from veil.errors import VeilError
 
 APT_LISTS = Path("/var/lib/apt/lists")
@@ -135,7 +142,29 @@ NAMED: dict[str, Callable[[], list[bytes]]] = {
     "iso-codes": iso_codes,
     "dpkg-log": dpkg_log,
     "apt-json": apt_json,
+    "postgres-log": postgres_log.postgres_log,
 }
+
+# The one file a named dataset's records come from, where there is one.
+SOURCE_FILES: dict[str, Callable[[], Path]] = {
+    "dpkg-log": lambda: DPKG_LOG,
+    "dpkg-status": lambda: DPKG_STATUS,
+    "postgres-log": postgres_log.cache_path,
+}
+
+
+def source_file(dataset: str) -> dict[str, str | int]:
+    """The file a dataset was read from, its size and SHA-256 (empty if not one file)."""
+    if dataset in SOURCE_FILES:
+        path = SOURCE_FILES[dataset]()
+    elif dataset in NAMED:
+        return {}  # read from several files
+    else:
+        path = Path(dataset)
+    if not path.is_file():
+        return {}
+    data = path.read_bytes()
+    return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def json_records(document: object) -> list[bytes]:

@@ -390,12 +390,13 @@ def open_clients(
 
 
 def run(config: BenchConfig) -> dict:
-    from veil.bench.kv.datasets import load_records
+    from veil.bench.kv.datasets import load_records, source_file
 
     values = load_records(config.dataset, config.records)
     plan = Plan.draw(values, config.records, config.ops, config.seed)
     clock = Clock(config.ops, config.seconds, config.threads)
     result: dict[str, Any] = {"config": dict(config.__dict__), "distinct_values": len(values)}
+    result["dataset_file"] = source_file(config.dataset)  # which log, for a generated one
     result["raw_bytes"] = sum(len(v) for _, v in plan.items())
     whole = b"".join(v for _, v in plan.items())
     result["whole_ratio"] = round(len(whole) / len(codec_compress(config.compression)(whole)), 3)
@@ -532,6 +533,11 @@ def summary_lines(result: dict) -> list[str]:
         )
         if disk.get("whole"):
             lines.append(f"the whole dataset as one zlib blob in one row: {disk['whole']}")
+    if result.get("dataset_file"):
+        source = result["dataset_file"]
+        lines.append(
+            f"dataset file {source['path']} ({source['bytes']} bytes, sha256 {source['sha256']})"
+        )
     lines.append("targets: " + json.dumps(result["ratios"]))
     return lines
 

@@ -53,6 +53,26 @@ fn blocked_pack_round_trips() {
 }
 
 #[test]
+fn blocks_read_together_match_blocks_read_one_by_one() {
+    let (body, _, _) = sealed(100, 8);
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    let together = pack.blocks(2..9, None).unwrap();
+    assert_eq!(together.len(), 7);
+    for (list, number) in together.iter().zip(2..9) {
+        let alone = pack.block(number, None).unwrap();
+        assert_eq!(list.keys.len(), alone.keys.len());
+        for index in 0..alone.keys.len() {
+            assert_eq!(list.key(index), alone.key(index));
+            assert_eq!(
+                list.value_of(list.key(index)),
+                alone.value_of(alone.key(index))
+            );
+        }
+    }
+    assert!(pack.blocks(3..3, None).unwrap().is_empty());
+}
+
+#[test]
 fn blocks_between_cover_exactly_the_blocks_a_range_meets() {
     // 100 keys 0..100 in blocks of 8: block b holds keys 8b..8b+8.
     let (body, keys, _) = sealed(100, 8);
