@@ -34,10 +34,10 @@ import json
 import lzma
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 
 import lz4.frame
 
-from veil.bench.kv import postgres_log
 from veil.errors import VeilError
 
 APT_LISTS = Path("/var/lib/apt/lists")
@@ -136,20 +136,28 @@ def _require(path: Path, why: str) -> None:
         raise DatasetError(f"{path} not found ({why}); pass a file of records instead")
 
 
+def _postgres_log() -> ModuleType:
+    """The postgres-log module, imported when used: it pulls in the PostgreSQL server
+    code, which ``veil --help`` must not load."""
+    from veil.bench.kv import postgres_log
+
+    return postgres_log
+
+
 NAMED: dict[str, Callable[[], list[bytes]]] = {
     "debian-packages": debian_packages,
     "dpkg-status": dpkg_status,
     "iso-codes": iso_codes,
     "dpkg-log": dpkg_log,
     "apt-json": apt_json,
-    "postgres-log": postgres_log.postgres_log,
+    "postgres-log": lambda: _postgres_log().postgres_log(),
 }
 
 # The one file a named dataset's records come from, where there is one.
 SOURCE_FILES: dict[str, Callable[[], Path]] = {
     "dpkg-log": lambda: DPKG_LOG,
     "dpkg-status": lambda: DPKG_STATUS,
-    "postgres-log": postgres_log.cache_path,
+    "postgres-log": lambda: _postgres_log().cache_path(),
 }
 
 
