@@ -319,18 +319,19 @@ def _count_distinct_keys(
     """
     keys = [e for e in table.encryptions if e.scheme in (DET, OPE)]
     try:
-        row = _distinct_counts(source, con, keys)
+        rows, row = _distinct_counts(source, con, keys)
     except duckdb.Error:  # an expression DuckDB cannot compute for some row: columns only
         keys = [e for e in keys if not e.is_expression]
-        row = _distinct_counts(source, con, keys)
+        rows, row = _distinct_counts(source, con, keys)
     for enc, count in zip(keys, row, strict=True):
         enc.params["distinct"] = int(count)
-    _mark_unique(source, con, [e for e in keys if e.scheme == DET and not e.is_expression])
-
-
-def _count(enc: Encryption) -> int:
-    distinct = enc.params.get("distinct")
-    return distinct if isinstance(distinct, int) else 0
+    # a DET column whose approximate count reaches this share of the rows may be a key
+    candidates = [
+        enc
+        for enc, count in zip(keys, row, strict=True)
+        if enc.scheme == DET and not enc.is_expression and rows and count >= _KEY_CANDIDATE * rows
+    ]
+    _mark_unique(source, con, candidates, rows)
 
 
 # A DET column whose approximate distinct count reaches this share of the rows is
@@ -339,23 +340,19 @@ _KEY_CANDIDATE = 0.9
 
 
 def _mark_unique(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, dets: list[Encryption]
+    source: SourceTable, con: duckdb.DuckDBPyConnection, candidates: list[Encryption], rows: int
 ) -> None:
     """Mark ``params["unique"]`` on the DET columns whose values are all distinct, none NULL.
 
     The planner sums over a server join under ASHE only where the join cannot
     repeat a summed row (``veil.sql.join_sums``): every join reached through
-    such a key. Only candidates by their approximate count are counted exactly.
+    such a key. Only the candidates by their approximate count are counted exactly.
     """
-    rows = source.row_count(con)
-    if rows is None:  # a CSV file: counting is a scan
-        [(rows,)] = con.sql(f"SELECT count(*) FROM {source.relation_sql}").fetchall()
-    wanted = [e for e in dets if rows and _count(e) >= _KEY_CANDIDATE * rows]
-    if not wanted:
+    if not candidates:
         return
-    counts = ", ".join(f'COUNT(DISTINCT "{e.source}")' for e in wanted)
+    counts = ", ".join(f'COUNT(DISTINCT "{e.source}")' for e in candidates)
     found = con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0]
-    for enc, count in zip(wanted, found, strict=True):
+    for enc, count in zip(candidates, found, strict=True):
         if count == rows:
             enc.params["unique"] = True
 
@@ -420,12 +417,15 @@ def _data_profile(
 
 def _distinct_counts(
     source: SourceTable, con: duckdb.DuckDBPyConnection, keys: list[Encryption]
-) -> tuple[int, ...]:
+) -> tuple[int, tuple[int, ...]]:
+    """The source's rows and each key's approximate distinct count, in one scan (none
+    without keys: then nothing needs the rows)."""
     if not keys:
-        return ()
+        return 0, ()
     counted = [e.source if e.is_expression else f'"{e.source}"' for e in keys]
-    counts = ", ".join(f"approx_count_distinct({c})" for c in counted)
-    return tuple(con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0])
+    counts = "".join(f", approx_count_distinct({c})" for c in counted)
+    rows, *found = con.execute(f"SELECT count(*){counts} FROM {source.relation_sql}").fetchall()[0]
+    return int(rows), tuple(found)
 
 
 # At most this many distinct values, an int64 OPE column is stored as 8-byte

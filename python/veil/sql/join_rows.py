@@ -13,8 +13,9 @@ from math import prod
 
 from sqlglot import exp
 
+from veil.design.model import Encryption
 from veil.sql.plan import JoinEdge, Scan
-from veil.sql.selectivity import kept_share
+from veil.sql.selectivity import distinct_rows, kept_share
 from veil.sql.state import PlanState
 
 
@@ -147,7 +148,10 @@ def _covered(scan: Scan, column: str, other: Scan, other_column: str) -> float:
     return min(1.0, theirs / mine)
 
 
-def _distinct_of(scan: Scan, column: str) -> int | None:
-    enc = next((e for e in scan.table.encryptions if e.name == column), None)
-    distinct = enc.params.get("distinct") if enc is not None else None
-    return distinct if isinstance(distinct, int) else None
+def _distinct_of(scan: Scan, column: str) -> float | None:
+    return distinct_rows([edge_encryption(scan, column)])
+
+
+def edge_encryption(scan: Scan, column: str) -> Encryption | None:
+    """The encryption a join edge names by its server column."""
+    return next((e for e in scan.table.encryptions if e.name == column), None)

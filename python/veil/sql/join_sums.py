@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from veil.sql.columns import row_expression
-from veil.sql.join_rows import joined_rows, read_share
+from veil.sql.join_rows import edge_encryption, joined_rows, read_share
 from veil.sql.plan import ASHE_WORD, AggregateItem, JoinEdge, JoinGroup, Scan
 from veil.sql.remote import id_bit_position, joined_alias, qualified
 from veil.sql.selectivity import ashe_pairs, distinct_rows
@@ -129,7 +129,7 @@ def each_row_once(summed: Scan, members: list[Scan], edges: list[JoinEdge]) -> b
 
 def _is_key(scan: Scan, column: str) -> bool:
     """Were the server column's values distinct at load, one per row (no NULL)?"""
-    enc = next((e for e in scan.table.encryptions if e.name == column), None)
+    enc = edge_encryption(scan, column)
     return enc is not None and enc.params.get("unique") is True
 
 
