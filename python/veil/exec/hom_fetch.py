@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from veil.encoding import SqlType
 from veil.sql.plan import AggregateItem, Aggregation, Scan
@@ -69,6 +70,52 @@ def _decimals(values: list[int | None], scale: int) -> pa.Array:
 
 def reaggregate(per_mask: pa.Table, aggregation: Aggregation) -> pa.Table:
     """One row per group from partial rows (per pack mask, or per block of row ids)."""
+    if _arrow_can(per_mask, aggregation):
+        return _reaggregate_arrow(per_mask, aggregation)
+    return _reaggregate_sql(per_mask, aggregation)
+
+
+def _arrow_can(per_mask: pa.Table, aggregation: Aggregation) -> bool:
+    """Whether Arrow's hash aggregation gives what DuckDB's would: not for nested
+    keys, nor for MIN / MAX of floats (Arrow skips NaN, DuckDB orders it last)."""
+    for key in aggregation.keys:
+        if pa.types.is_nested(per_mask.schema.field(key).type):
+            return False
+    for i, item in enumerate(aggregation.items):
+        if item.kind in ("MIN", "MAX"):
+            kind = per_mask.schema.field(f"__veil_agg_{i}").type
+            if pa.types.is_floating(kind) or pa.types.is_nested(kind):
+                return False
+    return True
+
+
+def _reaggregate_arrow(per_mask: pa.Table, aggregation: Aggregation) -> pa.Table:
+    """``reaggregate`` in Arrow: a local DuckDB query costs ~1-2 ms more (TPC-H Q6's
+    14,000 blocks: 2.5 ms against 0.3)."""
+    names = [f"__veil_agg_{i}" for i in range(len(aggregation.items))]
+    wanted = [
+        (n, "min" if i.kind == "MIN" else "max" if i.kind == "MAX" else "sum")
+        for n, i in zip(names, aggregation.items, strict=True)
+    ]
+    grouped = per_mask.group_by(aggregation.keys, use_threads=False).aggregate(wanted)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        k: grouped.column(k) for k in aggregation.keys
+    }
+    for (name, how), item in zip(wanted, aggregation.items, strict=True):
+        found = grouped.column(f"{name}_{how}")
+        if item.kind == "COUNT":
+            found = pc.fill_null(found, 0).cast(pa.int64())
+        elif item.kind == "SUM":  # NULL where no row had the expression
+            assert item.count_key is not None
+            count = grouped.column(f"{aggregation.local_name(item.count_key)}_sum")
+            found = pc.if_else(pc.fill_null(pc.greater(count, 0), False), found, None)
+        columns[name] = (
+            found.cast(per_mask.schema.field(name).type) if item.kind != "COUNT" else found
+        )
+    return pa.table(columns)
+
+
+def _reaggregate_sql(per_mask: pa.Table, aggregation: Aggregation) -> pa.Table:
     keys = [f'"{k}"' for k in aggregation.keys]
     values = [
         f"{_final(item, f'__veil_agg_{i}', aggregation)} AS __veil_agg_{i}"
