@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from veil.sql.columns import BaseColumn, base_columns, is_constant, like_source, row_expression
+from veil.sql.columns import (
+    BaseColumn,
+    base_columns,
+    is_constant,
+    like_source,
+    order_source,
+    row_expression,
+)
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes.prune_exists_projections import prune_exists
 from veil.sql.prefilter_like import like_pattern_words
@@ -93,6 +100,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
 
     through_like: set[int] = set()  # columns a precomputed LIKE reads for the server
     through_sum: set[int] = set()  # columns inside a one-row SUM/AVG argument
+    through_order: set[int] = set()  # columns a precomputed comparison reads for the server
     for node in tree.walk():
         _note_row_expression(node, resolved, needs)
         if isinstance(node, exp.EQ | exp.NEQ):
@@ -103,7 +111,12 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         elif isinstance(node, _RANGES):
             _note_range(ref(node.this), node.expression, needs)
             _note_range(ref(node.expression), node.this, needs)
-            _note_column_order(ref(node.this), ref(node.expression), needs)
+            ordered = order_source(node, resolved) if _in_condition(node) else None
+            if ordered is not None:  # precomputed: the server tests one small column
+                needs.det_rows.add(ordered)
+                through_order.update(id(c) for c in node.find_all(exp.Column))
+            else:
+                _note_column_order(ref(node.this), ref(node.expression), needs)
         elif isinstance(node, exp.Between) and ref(node.this):
             needs.ope.add(ref(node.this))  # type: ignore[arg-type]
             needs.ope_alone.add(ref(node.this))  # type: ignore[arg-type]
@@ -134,7 +147,7 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
                     if found is not None:
                         needs.summed_reads.add(((found.table, found.column), summed[1]))
                         through_sum.add(id(column))
-    skipped = through_like | through_sum
+    skipped = through_like | through_sum | through_order
     needs.read.update((c.table, c.column) for i, c in resolved.items() if i not in skipped)
 
 

@@ -256,6 +256,11 @@ class BytesForm:
     def decrypt(self, stored: pa.Array) -> pa.Array:
         return self._inner.decrypt(as_int64(stored))
 
+    def unpacked(self, stored: pa.Array) -> tuple[pa.Array, ColumnCipher]:
+        """The int64 ciphertexts, and the cipher of those: equal exactly when the
+        binaries are, and hashed twice as fast (``veil.exec.fetch.decrypt_values``)."""
+        return as_int64(stored), self._inner
+
     def encrypt_one(self, encoded: int | bytes) -> int | bytes:
         value = self._inner.encrypt_one(encoded)
         assert isinstance(value, int)
@@ -281,6 +286,10 @@ class OrderedBytesForm:
 
     def decrypt(self, stored: pa.Array) -> pa.Array:
         return self._inner.decrypt(as_int64(stored, ordered=True))
+
+    def unpacked(self, stored: pa.Array) -> tuple[pa.Array, ColumnCipher]:
+        """As ``BytesForm.unpacked``."""
+        return as_int64(stored, ordered=True), self._inner
 
     def encrypt_one(self, encoded: int | bytes) -> int | bytes:
         value = self._inner.encrypt_one(encoded)

@@ -22,7 +22,13 @@ from veil.encoding import decode
 from veil.errors import InternalError
 from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
 from veil.exec.blocks import block_key, block_number, covering_blocks, values_at
-from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
+from veil.exec.ciphers import (
+    BytesForm,
+    ColumnCipher,
+    OrderedBytesForm,
+    RowBoundCipher,
+    column_cipher,
+)
 from veil.exec.encrypt import rnd_context
 from veil.exec.hom_group import HomGroupCipher
 from veil.exec.joined_sums import finish_joined_sums
@@ -394,6 +400,8 @@ def decrypt_values(
         return decode(cipher.decrypt_rows(ids, ciphertexts), enc.sql_type)
     if enc.scheme in DETERMINISTIC and _repeats(ciphertexts):
         # equal ciphertexts are equal values: decrypt and decode each value once
+        if isinstance(cipher, BytesForm | OrderedBytesForm):  # TPC-H Q15's l_discount: 3.6 -> 2 ms
+            ciphertexts, cipher = cipher.unpacked(ciphertexts)
         indexed = ciphertexts.dictionary_encode()
         values = decode(cipher.decrypt(indexed.dictionary), enc.sql_type)
         return values.take(indexed.indices)

@@ -1,15 +1,16 @@
-"""Running an IN-subquery over ciphertexts, then decrypting its keys (``decrypt_late``)."""
+"""Decrypting late: an IN-subquery's keys found over ciphertexts (``decrypt_late``), and
+result columns the local plan left encrypted (``decrypt_outputs``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from veil.exec.fetch import decrypt_values
-from veil.sql.plan import LateKeys, Scan
+from veil.sql.plan import LateKeys, LateOutput, Scan
 
 if TYPE_CHECKING:
     from veil.exec.fetch import CipherCache
@@ -36,3 +37,26 @@ def register_late_keys(
     plain = decrypt_values(distinct, cipher, late.enc, None)
     local.register(late.local_name, pa.table({late.output: plain}))
     return late.local_name
+
+
+Rows = TypeVar("Rows", pa.Table, pa.RecordBatch)
+
+
+def decrypt_outputs(rows: Rows, outputs: list[LateOutput], ciphers: CipherCache) -> Rows:
+    """The local plan's result (or a batch of it) with ``outputs`` decrypted in place."""
+    for out in outputs:
+        column = rows.column(out.position)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        plain = decrypt_values(column, ciphers.get(out.scan.table, out.enc), out.enc, None)
+        plain = plain.cast(out.enc.sql_type.arrow_type())
+        rows = rows.set_column(out.position, rows.schema.field(out.position).name, plain)
+    return rows
+
+
+def decrypted_schema(schema: pa.Schema, outputs: list[LateOutput]) -> pa.Schema:
+    """``schema`` of the local plan's result, as ``decrypt_outputs`` returns it."""
+    for out in outputs:
+        field = schema.field(out.position)
+        schema = schema.set(out.position, field.with_type(out.enc.sql_type.arrow_type()))
+    return schema

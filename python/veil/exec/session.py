@@ -31,7 +31,7 @@ from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
-from veil.exec.late import register_late_keys
+from veil.exec.late import decrypt_outputs, decrypted_schema, register_late_keys
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.exec.plan_choice import choose_plan
 from veil.sql.catalog_queries import reads_only_catalog
@@ -86,10 +86,20 @@ class Streamed:
         if len(names) == len(fields):
             fields = [f.with_name(n) for f, n in zip(fields, names, strict=True)]
         self.schema = pa.schema(fields)
+        self._finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None
+
+    def finish(self, schema: pa.Schema, finish: Callable[[pa.RecordBatch], pa.RecordBatch]) -> None:
+        """Apply ``finish`` to each batch (result columns decrypted late), of ``schema``."""
+        self.schema = pa.schema(
+            [f.with_type(t.type) for f, t in zip(self.schema, schema, strict=True)]
+        )
+        self._finish = finish
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         try:
             for batch in self.reader:
+                if self._finish is not None:
+                    batch = self._finish(batch)
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
         except duckdb.Error as exc:
             raise QueryError(_duckdb_message(exc)) from None
@@ -330,6 +340,10 @@ class Session:
             except duckdb.Error as exc:
                 raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
             stats.local_seconds += time.perf_counter() - started
+            if plan.late_outputs:
+                started, server_before = time.perf_counter(), stats.server_seconds
+                table = decrypt_outputs(table, plan.late_outputs, self.ciphers)
+                stats.decrypted(started, server_before)
             return table
         finally:
             self._unregister(registered)
@@ -429,7 +443,14 @@ class Session:
                 raise
             self.plans.clear()  # it may have been cached above
             return self._fallback(planned, exc, stats)
-        return Streamed(planned.names, reader, lambda: self._unregister(registered), stats)
+        streamed = Streamed(planned.names, reader, lambda: self._unregister(registered), stats)
+        if planned.plan.late_outputs:
+            outputs, ciphers = planned.plan.late_outputs, self.ciphers
+            streamed.finish(
+                decrypted_schema(reader.schema, outputs),
+                lambda batch: decrypt_outputs(batch, outputs, ciphers),
+            )
+        return streamed
 
     # -- constants --------------------------------------------------------------
 

@@ -82,6 +82,9 @@ def explain_plan(session: Session, plan: SplitPlan) -> str:
     ]
     if not plan.pushdown:
         lines.append("  (the query could not be analysed: all of it runs on the client)")
+    if plan.late_outputs:
+        names = ", ".join(f"{o.scan.alias}.{o.column}" for o in plan.late_outputs)
+        lines.append(f"  then, in the result's rows only: {names} decrypted")
     lines += ["", _stored_bytes(session, plan.scans)]
     return "\n".join(lines)
 

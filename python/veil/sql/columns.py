@@ -100,6 +100,38 @@ def like_source(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, s
         node.set("negate", negated)
 
 
+# an order comparison's canonical form: ``b > a`` is stored as ``a < b``
+_ORDER_FORMS: dict[type[exp.Expr], tuple[type[exp.Expr], bool]] = {
+    exp.LT: (exp.LT, False),
+    exp.LTE: (exp.LTE, False),
+    exp.GT: (exp.LT, True),
+    exp.GTE: (exp.LTE, True),
+}
+
+
+def order_source(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, str] | None:
+    """``(table, SQL)`` of a comparison of two columns of one row, in canonical form.
+
+    ``l_receiptdate > l_commitdate`` and ``l_commitdate < l_receiptdate`` give
+    the same source, ``l_commitdate < l_receiptdate``: one precomputed boolean
+    serves both (TPC-H Q4, Q12 and Q21). Its value is what the server learns
+    from the two columns' OPE ciphertexts under one key, row by row.
+    """
+    form = _ORDER_FORMS.get(type(node))
+    left, right = node.args.get("this"), node.args.get("expression")
+    if form is None or not isinstance(left, exp.Column) or not isinstance(right, exp.Column):
+        return None
+    found = row_expression(node, resolved)
+    if found is None or left.name.lower() == right.name.lower():
+        return None
+    kind, flipped = form
+    first, second = (right, left) if flipped else (left, right)
+    canonical = kind(
+        this=exp.column(first.name.lower()), expression=exp.column(second.name.lower())
+    )
+    return found[0], canonical.sql(dialect="duckdb")
+
+
 def columns_read(source: str) -> list[str]:
     """The columns a design source (a column or per-row expression) reads, sorted."""
     tree = sqlglot.parse_one(source, read="duckdb")

@@ -321,6 +321,17 @@ class JoinedFetch:
 
 
 @dataclass
+class LateOutput:
+    """A column of the query's result left as DET ciphertexts by the local plan, and
+    decrypted in the result's rows only (``decrypt_outputs``)."""
+
+    position: int  # in the result
+    scan: Scan
+    column: str
+    enc: Encryption
+
+
+@dataclass
 class SplitPlan:
     scans: list[Scan]
     local: exp.Expr  # runs on the client over the scans' local tables
@@ -331,6 +342,7 @@ class SplitPlan:
         default_factory=dict, repr=False, compare=False
     )
     local_sql: str = field(default="", repr=False, compare=False)
+    late_outputs: list[LateOutput] = field(default_factory=list)
     # the onion layers peeled for this plan (``veil.exec.onions``), in words, for explain
     peels: list[str] = field(default_factory=list, repr=False, compare=False)
     # the candidate plans it was chosen from and their estimates (``veil.exec.plan_choice``)

@@ -53,7 +53,9 @@ def plan_query(
     except Exception as exc:  # any failure of an optimisation: do it the safe way
         log.info("split planning failed (%s: %s); the client runs the query", type(exc), exc)
         return plan_fetch_all(tree, design, row_ids_of=row_ids_of)
-    return SplitPlan(list(state.scans.values()), state.query, pushdown=True)
+    return SplitPlan(
+        list(state.scans.values()), state.query, pushdown=True, late_outputs=state.late_outputs
+    )
 
 
 def plan_fetch_all(

@@ -24,7 +24,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from veil.design.model import BLOCKS, DET, OPE, Encryption, TableDesign
-from veil.sql.columns import BaseColumn, is_constant, like_source, row_expression
+from veil.sql.columns import BaseColumn, is_constant, like_source, order_source, row_expression
 from veil.sql.plan import Scan
 from veil.sql.remote import param
 
@@ -160,15 +160,21 @@ def _like(rw: _Rewriter, node: exp.Like | exp.ILike) -> exp.Expr | None:
 
     A NULL value gives a NULL boolean, so ``=`` and ``NOT`` give NULL as LIKE does.
     """
-    found = like_source(node, rw.resolved)
+    test = _is_true(rw, like_source(node, rw.resolved))
+    if test is None:
+        return None
+    return exp.Not(this=test) if node.args.get("negate") else test
+
+
+def _is_true(rw: _Rewriter, found: tuple[str, str] | None) -> exp.Expr | None:
+    """``c = DET(true)`` for a precomputed boolean ``(table, source)`` of this scan's table."""
     if found is None or found[0] != rw.scan.table.name:
         return None
     enc = rw.server_column(found[1], DET)
     value = rw.constant(exp.true(), enc) if enc is not None else None
     if enc is None or value is None:
         return None
-    test = exp.EQ(this=exp.column(enc.name), expression=value)
-    return exp.Not(this=test) if node.args.get("negate") else test
+    return exp.EQ(this=exp.column(enc.name), expression=value)
 
 
 def _in_list(rw: _Rewriter, node: exp.In) -> exp.Expr | None:
@@ -185,6 +191,9 @@ def _in_list(rw: _Rewriter, node: exp.In) -> exp.Expr | None:
 
 
 def _range(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
+    precomputed = _precomputed_order(rw, node)
+    if precomputed is not None:
+        return precomputed
     kind = type(node)
     column, other = rw.source(node.this), node.expression
     if column is None:
@@ -200,6 +209,16 @@ def _range(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
         return kind(this=exp.column(enc.name), expression=exp.column(other_enc.name))
     value = rw.constant(other, enc)
     return kind(this=exp.column(enc.name), expression=value) if value is not None else None
+
+
+def _precomputed_order(rw: _Rewriter, node: exp.Expr) -> exp.Expr | None:
+    """Two columns of a row compared, as the boolean the design precomputed: ``c = DET(true)``.
+
+    A NULL column gives a NULL boolean, so ``=`` gives NULL as the comparison
+    does. Comparing two OPE columns of 6M BLOB ciphertexts cost DuckDB 35 ms;
+    testing a narrow DET boolean, ~5.
+    """
+    return _is_true(rw, order_source(node, rw.resolved))
 
 
 def _between(rw: _Rewriter, node: exp.Between) -> exp.Expr | None:

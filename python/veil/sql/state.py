@@ -10,7 +10,7 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import PhysicalDesign
 from veil.sql.columns import BaseColumn
-from veil.sql.plan import JoinEdge, Scan
+from veil.sql.plan import JoinEdge, LateOutput, Scan
 from veil.sql.rewrite_server import ServerContext
 
 ScanKey = tuple[int, str]  # (id of the scope, alias of the table reference)
@@ -37,6 +37,8 @@ class PlanState:
     correlated: list[list[JoinEdge]] = field(default_factory=list)
     # ``col IN (subquery)`` conjuncts on one scan's column
     in_subqueries: list[tuple[exp.In, Scan]] = field(default_factory=list)
+    # result columns decrypted after the local plan (``decrypt_outputs``)
+    late_outputs: list[LateOutput] = field(default_factory=list)
 
 
 Pass = Callable[[PlanState], PlanState]

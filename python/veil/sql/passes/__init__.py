@@ -15,6 +15,7 @@ from __future__ import annotations
 from veil.sql.passes.compare_ciphertexts import compare_ciphertexts
 from veil.sql.passes.count_repeats import count_repeats
 from veil.sql.passes.decrypt_late import decrypt_late
+from veil.sql.passes.decrypt_outputs import decrypt_outputs
 from veil.sql.passes.drop_pushed_filters import drop_pushed_filters
 from veil.sql.passes.estimate_rows import estimate_rows
 from veil.sql.passes.fetch_expressions import fetch_expressions
@@ -47,6 +48,7 @@ PASSES: tuple[Pass, ...] = (
     plan_bind_filters,  # client-computed key filters on large scans
     decrypt_late,  # an IN-subquery or grouped derived table groups its keys' ciphertexts
     compare_ciphertexts,  # keys only compared, grouped or counted stay encrypted
+    decrypt_outputs,  # columns only output (and grouped): decrypted in the result's rows
     fetch_expressions,  # the local plan reads the per-row expressions the design stores
     share_fetches,  # two fetches of the same rows: one statement
     count_repeats,  # a fetch of few distinct rows: each once, with its count

@@ -81,6 +81,16 @@ def compare_ciphertexts(state: PlanState) -> PlanState:
 
 
 def _candidates(state: PlanState) -> dict[Key, _Candidate]:
+    return {
+        (id(scan), column): _Candidate(scan, column, enc)
+        for scan, column, enc in det_fetched_columns(state)
+    }
+
+
+def det_fetched_columns(state: PlanState) -> list[tuple[Scan, str, Encryption]]:
+    """The columns of plain scans (not joined, aggregated or shared on the server) fetched
+    under DET, not floats, not yet kept encrypted: those whose ciphertexts the local plan
+    could use as they are (``compare_ciphertexts``, ``decrypt_outputs``)."""
     # a bind filter's key query reads its sources' columns outside the local plan, and
     # sends their values (``veil.exec.bind``): those are decrypted
     keyed = {
@@ -90,18 +100,17 @@ def _candidates(state: PlanState) -> dict[Key, _Candidate]:
         for source in bind.sources
         for column in bind.keys.find_all(exp.Column)
     }
-    found = {}
+    found = []
     for scan in state.scans.values():
         plain = scan.joined is None and scan.aggregation is None
         if not plain or scan.with_row_id or scan.late or scan.same_rows is not None:
             continue
-        for column in scan.columns - scan.ciphertext:
+        for column in sorted(scan.columns - scan.ciphertext):
             enc = scan.table.fetchable(column)
             if enc.scheme != DET or enc.row_bound or enc.sql_type.kind == FLOAT_KIND:
                 continue
-            if (id(scan), column) in keyed:
-                continue
-            found[(id(scan), column)] = _Candidate(scan, column, enc)
+            if (id(scan), column) not in keyed:
+                found.append((scan, column, enc))
     return found
 
 
