@@ -321,12 +321,11 @@ def _connect(hosts: list[str], port: int) -> Session:
         return session
 
 
-# The driver leaves Nagle's algorithm on and writes a request in 4 KiB pieces:
-# past the first piece, the rest waited for the server's delayed ACK, which
-# does not come before the whole request has. Every request of 4 KB or more
-# (a pack: every Veil write) took ~45 ms more than it should: on a local
-# node a 16 KB upsert went from 46-48 ms to 0.9-1.2 ms, its update-if from
-# 49-51 ms to 3.3-3.6 ms (bench/RESULTS.md, issue 14, tenth round).
+# The driver leaves Nagle's algorithm on, and every request of 4 KB or more
+# (a pack: every Veil write) then took ~45 ms more than it should, the
+# server's delayed ACK: on a local node a 16 KB upsert went from 46-48 ms to
+# 0.9-1.2 ms, its update-if from 49-51 ms to 3.3-3.6 ms (bench/RESULTS.md,
+# issue 14, tenth round).
 NO_DELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
