@@ -94,6 +94,23 @@ def test_disk_bytes_sums_each_clients_table_directories(tmp_path: Path) -> None:
     assert ycsb.disk_bytes(tmp_path, facts, only="Data.db")["veil"] == 115
 
 
+def test_disk_components_split_each_clients_sstables_by_file_kind(tmp_path: Path) -> None:
+    for table, name, size in [
+        ("packs-1a", "nb-1-big-Data.db", 10),
+        ("packs-1a", "nb-2-big-Data.db", 3),
+        ("packs-1a", "nb-1-big-Statistics.db", 4),
+        ("rows-2b", "nb-1-big-TOC.txt", 7),
+    ]:
+        (tmp_path / table).mkdir(exist_ok=True)
+        (tmp_path / table / name).write_bytes(b"x" * size)
+    facts = {"tables": {"veil": ["packs"], "per_row": ["rows"], "vanilla": ["missing"]}}
+    assert ycsb.disk_components(tmp_path, facts) == {
+        "veil": {"Data.db": 13, "Statistics.db": 4},
+        "per_row": {"TOC.txt": 7},
+        "vanilla": {},
+    }
+
+
 def test_parallel_reads_split_the_operations_between_threads() -> None:
     seen: list[int] = []
     outcome = ycsb.Clock(ops=40, seconds=30, threads=4).run(

@@ -299,6 +299,7 @@ def store_url(config: BenchConfig) -> Iterator[tuple[str, dict]]:
             keyspace = directory / "data" / "data" / "bench"
             facts["disk_bytes"] = disk_bytes(keyspace, facts)
             facts["disk_data_bytes"] = disk_bytes(keyspace, facts, only="Data.db")
+            facts["disk_components"] = disk_components(keyspace, facts)
 
 
 def disk_bytes(keyspace_dir: Path, facts: dict, *, only: str = "") -> dict[str, int]:
@@ -321,6 +322,24 @@ def disk_bytes(keyspace_dir: Path, facts: dict, *, only: str = "") -> dict[str, 
         )
         for client, tables in facts.get("tables", {}).items()
     }
+
+
+def disk_components(keyspace_dir: Path, facts: dict) -> dict[str, dict[str, int]]:
+    """Each client's SSTable bytes by component (``Data.db``, ``Statistics.db``, ...).
+
+    A component is what follows an SSTable file name's last ``-``
+    (``nb-1-big-Statistics.db``): which of the fixed files a small table pays for.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for client, tables in facts.get("tables", {}).items():
+        parts = out.setdefault(client, {})
+        for table in tables:
+            for table_dir in keyspace_dir.glob(f"{table}-*"):
+                for f in table_dir.rglob("*"):
+                    if f.is_file():
+                        name = f.name.rsplit("-", 1)[-1]
+                        parts[name] = parts.get(name, 0) + f.stat().st_size
+    return out
 
 
 def store_whole(url: str, plan: Plan, facts: dict) -> str:

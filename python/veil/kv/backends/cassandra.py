@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -320,6 +321,14 @@ def _connect(hosts: list[str], port: int) -> Session:
         return session
 
 
+# The driver leaves Nagle's algorithm on, and every request of 4 KB or more
+# (a pack: every Veil write) then took ~45 ms more than it should, the
+# server's delayed ACK: on a local node a 16 KB upsert went from 46-48 ms to
+# 0.9-1.2 ms, its update-if from 49-51 ms to 3.3-3.6 ms (bench/RESULTS.md,
+# issue 14, tenth round).
+NO_DELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
 def _new_session(hosts: list[str], port: int) -> Session:
     profile = ExecutionProfile(
         load_balancing_policy=RoundRobinPolicy(),
@@ -334,6 +343,7 @@ def _new_session(hosts: list[str], port: int) -> Session:
         protocol_version=5,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=10,
+        sockopts=NO_DELAY,
     )
     try:
         return cluster.connect()
