@@ -172,3 +172,17 @@ def test_ordered_bytes_sort_as_the_integers() -> None:
         (v, b) for v, b in zip(values.to_pylist(), stored.to_pylist(), strict=True) if v is not None
     ]
     assert [v for v, _ in sorted(pairs, key=lambda p: p[1])] == sorted(v for v, _ in pairs)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_bytes_read_in_place_match_the_cast(ordered: bool) -> None:
+    """Without NULLs the values are read from the data buffer (slices, large binaries);
+    a value of another width is still refused."""
+    values = pa.array([0, -1, 2**63 - 1, -(2**63), 12345, 7], pa.int64())
+    stored = as_bytes(values, ordered=ordered)
+    for start in (0, 1, 3):
+        for form in (stored, stored.cast(pa.large_binary())):
+            sliced = form.slice(start)
+            assert as_int64(sliced, ordered=ordered).to_pylist() == values.slice(start).to_pylist()
+    with pytest.raises(pa.ArrowInvalid):
+        as_int64(pa.array([b"\x00" * 8, b"\x00" * 7, b"\x00" * 9]), ordered=ordered)

@@ -319,12 +319,33 @@ def as_bytes(ints: pa.Array, *, ordered: bool = False) -> pa.Array:
 
 def as_int64(stored: pa.Array, *, ordered: bool = False) -> pa.Array:
     """8-byte binaries back to the int64 values ``as_bytes`` wrote."""
-    fixed = stored.cast(pa.binary(8))
     order = ">i8" if ordered else "<i8"
+    packed = _packed_values(stored, order)
+    if packed is not None:  # TPC-H Q18's 6M l_quantity: 25 -> 3 ms
+        return pa.array(packed ^ np.int64(_SIGN) if ordered else packed)
+    fixed = stored.cast(pa.binary(8))
     values = np.frombuffer(fixed.buffers()[1], dtype=order, count=len(fixed) + fixed.offset)
     native = values[fixed.offset :].astype(np.int64)
     ints = pa.array(native ^ np.int64(_SIGN) if ordered else native)
     return pc.if_else(fixed.is_valid(), ints, None) if fixed.null_count else ints
+
+
+def _packed_values(stored: pa.Array, order: str) -> np.ndarray | None:
+    """The values of a binary column without NULLs whose every value is 8 bytes, read in
+    place from its data buffer (no cast, no copy where ``order`` is native); else None."""
+    kind = stored.type
+    if stored.null_count or not len(stored):
+        return None
+    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        return None
+    width = np.int64 if pa.types.is_large_binary(kind) else np.int32
+    start = stored.offset
+    offsets = np.frombuffer(stored.buffers()[1], dtype=width)[start : start + len(stored) + 1]
+    if not bool(np.all(np.diff(offsets) == 8)):
+        return None
+    data = stored.buffers()[2]
+    values = np.frombuffer(data, dtype=order, count=len(stored), offset=int(offsets[0]))
+    return values.astype(np.int64, copy=False)
 
 
 class RowBoundCipher:
