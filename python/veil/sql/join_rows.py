@@ -14,8 +14,8 @@ from math import prod
 from sqlglot import exp
 
 from veil.design.model import Encryption
-from veil.sql.plan import JoinEdge, Scan
-from veil.sql.selectivity import distinct_rows, kept_share
+from veil.sql.plan import JoinEdge, JoinGroup, Scan
+from veil.sql.selectivity import distinct_rows, group_count, kept_share
 from veil.sql.state import PlanState
 
 
@@ -155,3 +155,36 @@ def _distinct_of(scan: Scan, column: str) -> float | None:
 def edge_encryption(scan: Scan, column: str) -> Encryption | None:
     """The encryption a join edge names by its server column."""
     return next((e for e in scan.table.encryptions if e.name == column), None)
+
+
+def grouped_rows(groups: JoinGroup, rows: float, state: PlanState) -> float | None:
+    """The groups a server join's GROUP BY returns from ``rows`` joined rows (None: a key
+    without a distinct count). A key that an exact ``IN`` list or ``=`` filters takes at
+    most that many values (Q16's ``p_size IN (8 sizes)``)."""
+    distinct: list[float] = []
+    for scan, column, enc in groups.keys:
+        count = distinct_rows([enc])
+        if count is None:
+            return None
+        distinct.append(min(count, _values_allowed(scan, column, state)))
+    return group_count(rows, distinct)
+
+
+def _values_allowed(scan: Scan, column: str, state: PlanState) -> float:
+    def reads(node: exp.Expr) -> bool:
+        ref = state.resolved.get(id(node)) if isinstance(node, exp.Column) else None
+        return ref is not None and ref.alias == scan.alias and ref.column == column
+
+    allowed = math.inf
+    for predicate in scan.predicates:
+        node = predicate.node
+        if not predicate.exact or node is None:
+            continue
+        if isinstance(node, exp.In) and not node.args.get("query") and reads(node.this):
+            allowed = min(allowed, len(node.expressions))
+        elif isinstance(node, exp.EQ) and any(
+            reads(side) and not other.find(exp.Column)
+            for side, other in ((node.this, node.expression), (node.expression, node.this))
+        ):
+            allowed = 1
+    return allowed

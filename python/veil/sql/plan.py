@@ -311,7 +311,8 @@ class JoinedFetch:
     scans: list[Scan]
     edges: list[JoinEdge]
     groups: JoinGroup | None = None  # grouped and counted on the server too
-    estimated_rows: float | None = None  # joined rows, from the load's statistics
+    # joined rows (with ``groups``: the groups), from the load's statistics
+    estimated_rows: float | None = None
     # fetched as its distinct rows with their counts, expanded by the client (``count_repeats``)
     counted: bool = False
 

@@ -129,6 +129,21 @@ def distinct_rows(encs: list[Encryption | None]) -> float | None:
     return product
 
 
+def group_count(rows: float, distinct: list[float]) -> float:
+    """Groups that ``rows`` rows form under keys of these distinct counts.
+
+    Rows fall at random among the keys' combinations (``D``, the counts
+    multiplied): ``D * (1 - (1 - 1/D) ** rows)`` of them are met, never more
+    than the rows. TPC-H Q16: 30,000 combinations (sizes narrowed to its IN
+    list's 8), 120,000 joined rows, 18,314 groups; DuckDB estimated 462.
+    """
+    combinations = max(math.prod(distinct), 1.0)
+    if combinations <= 1.0:
+        return min(rows, 1.0)
+    met = combinations * -math.expm1(rows * math.log1p(-1.0 / combinations))
+    return max(1.0, min(rows, met))
+
+
 def ashe_pairs(rows: float, kept: float, groups: float) -> float:
     """(group, block of 64 row ids) pairs with a kept row: the rows an ASHE sum returns.
 

@@ -44,6 +44,7 @@ from veil.sql.conjuncts import (
     subqueries_outside_where,
 )
 from veil.sql.join_graph import components
+from veil.sql.join_rows import grouped_rows, joined_rows
 from veil.sql.join_sums import join_sums
 from veil.sql.plan import AggregateItem, JoinedFetch, JoinEdge, JoinGroup, Scan
 from veil.sql.remote import joined_alias
@@ -67,6 +68,8 @@ def pushdown_join_aggregates(state: PlanState) -> PlanState:
         if found is None:
             continue
         fetch.groups, types = found
+        rows = joined_rows(members, member_edges, state)
+        fetch.estimated_rows = grouped_rows(fetch.groups, rows, state)
         _adopt(fetch, select, types)
     return state
 
