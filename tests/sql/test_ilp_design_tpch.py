@@ -44,6 +44,19 @@ def test_budgets_are_kept_and_cost_buys_space(
     assert tight.seconds["ilp"] < 5  # the solver itself; planning dominates the rest
 
 
+def test_designing_leaves_the_session_answering_right(
+    session: Session,
+    plain: duckdb.DuckDBPyConnection,
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    """The designer plans under candidate designs with the live session; a candidate's
+    encryption shares a live one's name without its load-time form, and its cipher must
+    not stand in for the live one's (Q13's precomputed LIKE then matched no row)."""
+    session.plans.clear()
+    for sql in QUERIES:
+        check_query(session, plain, sql)
+
+
 def test_chosen_plans_never_estimated_worse_than_fetch_all(
     designs: dict[float | str | None, DesignReport],
 ) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache, partial
 
 import numpy as np
@@ -17,7 +18,7 @@ from sqlglot import exp
 from veil.backends import Backend
 from veil.crypto.keys import MasterKey
 from veil.crypto.rowblocks import BlockIntegrityError, RowBlocks
-from veil.design.model import BLOCKS, DET, OPE, Encryption, TableDesign
+from veil.design.model import BLOCKS, DET, OPE, AsheSums, Encryption, HomGroup, TableDesign
 from veil.encoding import decode
 from veil.errors import InternalError
 from veil.exec.ashe_sums import AsheSumsCipher, finish_ashe_sums
@@ -83,13 +84,17 @@ class CipherCache:
 
     def __init__(self, master: MasterKey):
         self._master = master
-        self._ciphers: dict[tuple[str, str, str | None], ColumnCipher] = {}
-        self._groups: dict[str, HomGroupCipher] = {}
-        self._sums: dict[str, AsheSumsCipher] = {}
+        self._ciphers: dict[tuple[str, str, str], ColumnCipher] = {}
+        self._groups: dict[tuple[str, str], HomGroupCipher] = {}
+        self._sums: dict[tuple[str, str], AsheSumsCipher] = {}
         self._blocks: dict[tuple[str, str], RowBlocks] = {}
 
     def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
-        key = (table.server_name, encryption.name, encryption.outer)
+        # keyed by what the cipher is made of, not only by name: a designer's candidate
+        # encryption may share a live one's name without its load-time form (narrow
+        # DET, the bytes form); a cipher made for it would encrypt the live column's
+        # constants wrongly (TPC-H Q13's LIKE flag matched no row after a design run)
+        key = (table.server_name, encryption.name, _made_of(encryption))
         if key not in self._ciphers:
             context = rnd_context(table, encryption)
             self._ciphers[key] = column_cipher(self._master, encryption, context)
@@ -98,9 +103,10 @@ class CipherCache:
     def group(self, table: TableDesign) -> HomGroupCipher:
         """The cipher of the table's packed HOM group."""
         assert table.hom is not None
-        if table.server_name not in self._groups:
-            self._groups[table.server_name] = HomGroupCipher(self._master, table.hom)
-        return self._groups[table.server_name]
+        key = (table.server_name, _made_of(table.hom))
+        if key not in self._groups:
+            self._groups[key] = HomGroupCipher(self._master, table.hom)
+        return self._groups[key]
 
     def blocks(self, table: TableDesign, encryption: Encryption) -> RowBlocks:
         """The key of a BLOCKS column."""
@@ -112,9 +118,22 @@ class CipherCache:
     def ashe(self, table: TableDesign) -> AsheSumsCipher:
         """The ASHE keys of the table's summed expressions."""
         assert table.sums is not None
-        if table.server_name not in self._sums:
-            self._sums[table.server_name] = AsheSumsCipher(self._master, table.sums)
-        return self._sums[table.server_name]
+        key = (table.server_name, _made_of(table.sums))
+        if key not in self._sums:
+            self._sums[key] = AsheSumsCipher(self._master, table.sums)
+        return self._sums[key]
+
+
+# an encryption's statistics of the loaded data: they make no difference to its cipher
+_STATISTICS = frozenset({"distinct", "quantiles", "mean_bytes", "unique"})
+
+
+def _made_of(part: Encryption | HomGroup | AsheSums) -> str:
+    """What a cipher is derived from, as text: a design part without its statistics."""
+    if isinstance(part, Encryption):  # on every column of every query: kept cheap
+        params = sorted((k, repr(v)) for k, v in part.params.items() if k not in _STATISTICS)
+        return repr((part.scheme, part.type, part.key_scope, part.source, params))
+    return json.dumps(asdict(part), sort_keys=True, default=str)
 
 
 # Rendered statements kept by a plan, by id of the scan or server join they fetch
