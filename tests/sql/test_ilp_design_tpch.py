@@ -52,7 +52,6 @@ def test_designing_leaves_the_session_answering_right(
     """The designer plans under candidate designs with the live session; a candidate's
     encryption shares a live one's name without its load-time form, and its cipher must
     not stand in for the live one's (Q13's precomputed LIKE then matched no row)."""
-    session.plans.clear()
     for sql in QUERIES:
         check_query(session, plain, sql)
 
