@@ -17,7 +17,7 @@ import copy
 from veil.design.model import BLOCKS, Encryption, PhysicalDesign, TableDesign, opaque_name
 
 # what ``veil load`` records from the data (``veil.load.loader``), not the design's choice
-LOAD_STATISTICS = ("distinct", "quantiles", "mean_bytes", "form")
+LOAD_STATISTICS = ("distinct", "quantiles", "mean_bytes", "form", "kept", "unique")
 
 
 def fresh_design(design: PhysicalDesign, key_fingerprint: str) -> PhysicalDesign:

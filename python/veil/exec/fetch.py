@@ -125,7 +125,7 @@ class CipherCache:
 
 
 # an encryption's statistics of the loaded data: they make no difference to its cipher
-_STATISTICS = frozenset({"distinct", "quantiles", "mean_bytes", "unique"})
+_STATISTICS = frozenset({"distinct", "quantiles", "mean_bytes", "unique", "kept"})
 
 
 def _made_of(part: Encryption | HomGroup | AsheSums) -> str:

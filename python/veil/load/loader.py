@@ -365,18 +365,26 @@ def _record_statistics(
 ) -> None:
     """Record, in one pass over the source, what the planner estimates rows and bytes with
     (``veil.sql.selectivity``, ``pushdown_joins``): each OPE column's quantiles (encoded,
-    as OPE encrypts them) and each text column's mean length in bytes.
+    as OPE encrypts them), each text column's mean length in bytes, and the shares of
+    rows each precomputed filter holds and fails for (``params["kept"]``).
 
     Like the distinct counts, they stay in the client's design file; the server
     could estimate the quantiles from the OPE ciphertexts' order anyway.
     """
     ordered = [e for e in table.encryptions if e.scheme == OPE and not e.is_expression]
     texts = [c.name for c in table.columns if not SqlType(c.type).is_integral]
-    if not ordered and not texts:
+    # precomputed filters (a LIKE, two columns compared): the share of rows each keeps
+    flags = [e for e in table.encryptions if e.is_expression and e.sql_type.kind == BOOL_KIND]
+    if not ordered and not texts and not flags:
         return
     points = ", ".join(str(i / QUANTILES) for i in range(QUANTILES + 1))
     parts = [f'approx_quantile("{e.source}", [{points}])' for e in ordered]
     parts += [f'avg(octet_length(CAST("{name}" AS BLOB)))' for name in texts]
+    parts += [
+        f"avg(CASE WHEN ({e.source}) THEN 1.0 ELSE 0.0 END), "
+        f"avg(CASE WHEN NOT ({e.source}) THEN 1.0 ELSE 0.0 END)"
+        for e in flags
+    ]
     try:
         row = con.execute(f"SELECT {', '.join(parts)} FROM {source.relation_sql}").fetchall()[0]
     except duckdb.Error:  # a type these aggregates do not take: no estimates
@@ -387,10 +395,15 @@ def _record_statistics(
         encoded = [encode_scalar(v, enc.sql_type) for v in values]
         if all(isinstance(v, int) for v in encoded):
             enc.params["quantiles"] = encoded
-    lengths = dict(zip(texts, row[len(ordered) :], strict=True))
+    lengths = dict(zip(texts, row[len(ordered) : len(ordered) + len(texts)], strict=True))
     for enc in table.encryptions:
         if lengths.get(enc.source) is not None:
             enc.params["mean_bytes"] = round(float(lengths[enc.source]), 1)
+    shares = row[len(ordered) + len(texts) :]
+    for at, enc in enumerate(flags):
+        true, false = shares[2 * at], shares[2 * at + 1]
+        if true is not None and false is not None:  # None: an empty table
+            enc.params["kept"] = [round(float(true), 6), round(float(false), 6)]
 
 
 def _data_profile(

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from veil.design.model import DET, OPE, Encryption
-from veil.sql.columns import BaseColumn
+from veil.sql.columns import BaseColumn, like_source, order_source
 from veil.sql.plan import Scan
 from veil.sql.rewrite_server import ServerContext
 
@@ -70,6 +70,9 @@ class _Estimator:
     def of(self, node: exp.Expr) -> float:
         if isinstance(node, exp.Paren):
             return self.of(node.this)
+        precomputed = self.precomputed(node)
+        if precomputed is not None:
+            return precomputed
         if isinstance(node, exp.And):
             return self.of(node.this) * self.of(node.expression)
         if isinstance(node, exp.Or):
@@ -78,6 +81,20 @@ class _Estimator:
             return 1.0 - self.of(node.this)
         handler = _HANDLERS.get(type(node))
         return handler(self, node) if handler is not None else UNKNOWN
+
+    def precomputed(self, node: exp.Expr) -> float | None:
+        """The share a filter the design precomputed keeps, as the load counted it: a
+        workload's LIKE (NOT LIKE keeps the rows it fails for), or two columns compared
+        (TPC-H Q9's ``p_name LIKE '%green%'`` keeps 5%, not ``UNKNOWN``'s half)."""
+        negated = isinstance(node, exp.Like | exp.ILike) and bool(node.args.get("negate"))
+        found = like_source(node, self.resolved) or order_source(node, self.resolved)
+        if found is None or found[0] != self.scan.table.name:
+            return None
+        enc = self.scan.table.find(found[1], DET)
+        kept = enc.params.get("kept") if enc is not None else None
+        if not isinstance(kept, list) or len(kept) != 2:
+            return None
+        return float(kept[1] if negated else kept[0])
 
     def bound(self, node: exp.Expr) -> tuple[str, float, float] | None:
         """A range on one OPE column with statistics: (column, share below, share at or below)."""
