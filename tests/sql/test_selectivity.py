@@ -28,14 +28,7 @@ FILTERS = [
 def test_estimates_are_close_to_the_real_shares(
     session: Session, plain: duckdb.DuckDBPyConnection, where: str
 ) -> None:
-    sql = f"SELECT COUNT(*) FROM lineitem WHERE {where}"
-    state = state_before(session, sql, reduce_joins)
-    (scan,) = state.scans.values()
-    nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
-    estimate = kept_share(nodes, scan, state.resolved, session)
-    (real,) = plain.execute(
-        f"SELECT AVG(CASE WHEN {where} THEN 1.0 ELSE 0 END) FROM lineitem"
-    ).fetchone()  # type: ignore[misc]
+    estimate, real = _estimated_and_real(session, plain, "lineitem", where)
     # ranges from quantiles are close; equalities assume uniform values (R: 1/3 for 1/4)
     assert real / 1.5 - 0.01 <= estimate <= real * 1.5 + 0.01, (estimate, real)
 
@@ -116,6 +109,14 @@ def test_precomputed_filters_keep_what_the_load_counted(
 ) -> None:
     """A workload's LIKE or comparison of two columns, precomputed: its share as counted
     at load (``params["kept"]``), not ``UNKNOWN``'s half (Q9's green parts are 5%)."""
+    estimate, real = _estimated_and_real(session, plain, table, where)
+    assert real / 1.5 - 0.01 <= estimate <= real * 1.5 + 0.01, (estimate, real)
+
+
+def _estimated_and_real(
+    session: Session, plain: duckdb.DuckDBPyConnection, table: str, where: str
+) -> tuple[float, float]:
+    """The planner's share of ``table``'s rows that ``where`` keeps, and plaintext's."""
     state = state_before(session, f"SELECT COUNT(*) FROM {table} WHERE {where}", reduce_joins)
     (scan,) = state.scans.values()
     nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
@@ -123,4 +124,4 @@ def test_precomputed_filters_keep_what_the_load_counted(
     (real,) = plain.execute(
         f"SELECT AVG(CASE WHEN {where} THEN 1.0 ELSE 0 END) FROM {table}"
     ).fetchone()  # type: ignore[misc]
-    assert real / 1.5 - 0.01 <= estimate <= real * 1.5 + 0.01, (estimate, real)
+    return estimate, float(real)
