@@ -264,3 +264,30 @@ def test_concurrent_writer_processes_lose_nothing_and_never_reuse_a_position(
             want[d["g"]] = want.get(d["g"], 0) + d["v"]
         assert dict(grouped(database.c, SUM_BY_G)) == want
         assert calls == {"aggregate": 1, "find": 0}
+
+
+def test_a_dropped_collection_starts_new_chains(url, key_file):
+    with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
+        database.c.insert_many([{"g": 1, "v": 5}, {"g": 1, "v": 6}])
+        cipher = database.c.codec.ciphers["v"]
+        before = database.c.find_projected({}, {cipher.name + "c": 1, "_id": 0})
+        database.c.drop()
+        database.c.insert_many([{"g": 1, "v": 7}])
+        after = database.c.find_projected({}, {cipher.name + "c": 1, cipher.name + "p": 1})
+        assert after[0][cipher.name + "c"] != before[0][cipher.name + "c"]  # a new epoch
+        assert after[0][cipher.name + "p"] == 1
+        assert grouped(database.c, SUM_BY_G) == [(1, 7)]
+
+
+def test_another_client_reads_lengths_written_by_others(url, key_file):
+    with (
+        veil.documents.connect(url, key_file, {"c": SCHEMA}) as writer,
+        veil.documents.connect(url, key_file, {"c": SCHEMA}) as reader,
+    ):
+        writer.c.insert_one({"g": 1, "v": 1})
+        assert grouped(reader.c, SUM_BY_G) == [(1, 1)]
+        for value in range(2, 8):  # more claims than the reader's two steps from its cache
+            writer.c.insert_one({"g": 1, "v": value})
+        calls = count_aggregations(reader.c)
+        assert grouped(reader.c, SUM_BY_G) == [(1, sum(range(1, 8)))]
+        assert calls == {"aggregate": 1, "find": 0}

@@ -230,8 +230,11 @@ class ChainClaims:
     """A chained field's position claims in the server (one collection per field)."""
 
     def __init__(self, claims: ServerCollection[Any]):
-        self._claims = claims
+        self.collection = self._claims = claims
         self._epoch: bytes | None = None
+        #: The end of each chain's last claim this client saw: a claim boundary, where
+        #: claims and readers start instead of reading the hint (one command less).
+        self._ends: dict[int, int] = {}
 
     def epoch(self) -> bytes:
         if self._epoch is None:
@@ -245,7 +248,7 @@ class ChainClaims:
 
     def claim(self, chain: int, count: int) -> int:
         """Claim ``count`` positions at the end of ``chain``; the first one claimed."""
-        end = self._hint(chain)
+        end = self._start(chain)
         while True:
             try:
                 self._claims.insert_one({"_id": f"{chain}@{end}", "k": count})
@@ -254,6 +257,7 @@ class ChainClaims:
                 taken = self._claims.find_one({"_id": f"{chain}@{end}"})
                 end += int(taken["k"]) if taken else 0
         self._raise_hint(chain, end + count)
+        self._ends[chain] = max(self._ends.get(chain, 0), end + count)
         return end + 1
 
     def lengths(self, chains: Iterable[int]) -> dict[int, int]:
@@ -262,10 +266,19 @@ class ChainClaims:
         return dict(zip(chains, _READERS.map(self._length, chains), strict=True))
 
     def _length(self, chain: int) -> int:
-        end = self._hint(chain)
+        """Walk the claims from a known boundary to the first position not claimed (claims
+        are contiguous: each is inserted at the end of the one before)."""
+        end, steps = self._start(chain), 0
         while (taken := self._claims.find_one({"_id": f"{chain}@{end}"})) is not None:
-            end += int(taken["k"])
+            end, steps = end + int(taken["k"]), steps + 1
+            if steps == 2:  # others wrote since: jump to the hint
+                end = max(end, self._hint(chain))
+        self._ends[chain] = max(self._ends.get(chain, 0), end)
         return end
+
+    def _start(self, chain: int) -> int:
+        known = self._ends.get(chain)
+        return self._hint(chain) if known is None else known
 
     def _hint(self, chain: int) -> int:
         found = self._claims.find_one({"_id": str(chain)})

@@ -379,6 +379,8 @@ class Collection:
             self._server.drop()
             for tree_collection in self._trees:
                 tree_collection.drop()
+        for name, claims in self._chains.items():  # a new epoch, no cached chain ends
+            self._chains[name] = ChainClaims(claims.collection)
 
     def _find_stored(
         self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int,
