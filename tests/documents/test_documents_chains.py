@@ -42,9 +42,11 @@ def rows(count: int, seed: int = 1) -> list[dict]:
     return out
 
 
-@pytest.fixture
-def loaded(url, key_file, plain):
-    with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
+@pytest.fixture(params=["auto", "server"])
+def loaded(url, key_file, plain, request):
+    """300 documents in Veil and plain; Veil under both sums strategies (a chained field's
+    fallback is the fetched path whatever ``sums`` says)."""
+    with veil.documents.connect(url, key_file, {"c": SCHEMA}, sums=request.param) as database:
         documents = rows(300)
         for at in range(0, len(documents), 50):
             database.c.insert_many([dict(d) for d in documents[at : at + 50]])

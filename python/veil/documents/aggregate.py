@@ -156,12 +156,13 @@ class Pipeline:
         self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
     ) -> list[dict[str, Any]]:
         additive = [cipher for _, kind, cipher in outputs if cipher is not None]
-        products = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
+        # products, Paillier and chained values (whose words the id path cannot open)
+        fetched = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
         if self._chains_apply(outputs):
             chained = self._chained_documents(group, outputs)
             if chained is not None:
                 return chained
-        if self.collection.database.sums == "fetch" or products:
+        if self.collection.database.sums == "fetch" or fetched:
             rows, ids = self._fetched_rows(group, outputs)
         else:
             rows = self._server_rows(group)
@@ -221,6 +222,8 @@ class Pipeline:
         for j, (key, row) in enumerate(zip(plain, rows.values(), strict=True)):
             document: dict[str, Any] = {"_id": key}
             for output, kind, cipher in outputs:
+                if output not in row:  # a group that came into being between aggregations
+                    return None
                 if cipher is None:
                     document[output] = row[output]
                     continue
