@@ -16,6 +16,7 @@ from veil.servers.ferretdb import FerretDBServer
 INT_CANARY = 0x1D2C3B4A59687756
 STRING_CANARY = "Quokka-Zanzibar-91"
 STATIC_CANARY = "Platypus-Kilimanjaro-37"
+CHAIN_CANARY = 0x9A8B7C6D5E  # a chained h_add's domain is narrow: 40 bits here
 NAME_CANARIES = (
     "wombatfield",
     "echidnanested",
@@ -23,6 +24,7 @@ NAME_CANARIES = (
     "bilbyindex",
     "quollore",
     "potoroopail",
+    "dingochain",
 )
 SCHEMA = {
     "fields": {
@@ -34,6 +36,7 @@ SCHEMA = {
         "public": "do_nothing",
         "quollore": {"attr": "index", "scheme": "ore"},
         "potoroopail": {"attr": "h_add", "scheme": "paillier"},
+        "dingochain": {"attr": "h_add", "chain": "public", "domain": [0, 2**40]},
     },
     "default": "static",
 }
@@ -64,6 +67,7 @@ def exercise(url: str, key_file: Path) -> None:
                     "public": "visible",
                     "quollore": INT_CANARY - i,
                     "potoroopail": INT_CANARY,
+                    "dingochain": CHAIN_CANARY - i,
                     "extra_wallaby": STATIC_CANARY,
                 }
                 for i in range(5)
@@ -83,6 +87,10 @@ def exercise(url: str, key_file: Path) -> None:
             ]
         )
         assert rows[0]["s"] == sum(2 * (INT_CANARY // 1000) + i for i in range(5))
+        chained = animals.aggregate([{"$group": {"_id": "$public", "s": {"$sum": "$dingochain"}}}])
+        assert chained == [{"_id": "visible", "s": sum(CHAIN_CANARY - i for i in range(5))}]
+        animals.update_one({}, {"$inc": {"dingochain": 1}})
+        assert animals.find_one({"dingochain": {"$exists": True}})["dingochain"] >= CHAIN_CANARY - 4
         assert (
             animals.find_one({"title": STRING_CANARY + "3"})["wombatfield"]["note"] == STATIC_CANARY
         )
@@ -92,7 +100,7 @@ def forbidden() -> list[bytes]:
     """Byte strings that would betray a plaintext: texts, names, and BSON's int64 encoding."""
     texts = [STATIC_CANARY, STRING_CANARY, "extra_wallaby", *NAME_CANARIES]
     out = [t.encode() for t in texts]
-    for value in (INT_CANARY, INT_CANARY // 1000):
+    for value in (INT_CANARY, INT_CANARY // 1000, CHAIN_CANARY, 5 * CHAIN_CANARY - 10):
         out += [struct.pack("<q", value), str(value).encode()]
     out += [STATIC_CANARY[:6].encode(), b"Kilimanjaro", b"Zanzibar"]
     return out

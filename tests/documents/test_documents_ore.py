@@ -5,7 +5,6 @@ levels), min/max, concurrent writer processes, and bad input."""
 from __future__ import annotations
 
 import copy
-import multiprocessing
 import random
 import threading
 import traceback
@@ -15,6 +14,7 @@ from typing import Any
 import pymongo
 import pytest
 import test_documents_oracle as oracle
+from documents_processes import run_writers
 from test_documents_oracle import FILTERS, PIPELINES, SCHEMA, SORTS, make_documents
 
 import veil.documents
@@ -167,18 +167,7 @@ ORE_INT = {"attr": "index", "scheme": "ore"}
 
 def test_concurrent_writer_processes_lose_nothing(url, key_file, small_nodes, tmp_path):
     workers, count = 4, 60
-    context = multiprocessing.get_context("spawn")
-    reports = [tmp_path / f"writer-{w}.txt" for w in range(workers)]
-    processes = [
-        context.Process(target=_write_documents, args=(url, str(key_file), w, count, str(r)))
-        for w, r in zip(range(workers), reports, strict=True)
-    ]
-    for process in processes:
-        process.start()
-    for process, report in zip(processes, reports, strict=True):
-        process.join(timeout=600)
-        why = report.read_text() if report.exists() else "no report (killed or timed out)"
-        assert process.exitcode == 0, why
+    run_writers(_write_documents, url, key_file, workers, count, tmp_path)
     with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
         documents = database.c.find().to_list()
         assert len(documents) == workers * count

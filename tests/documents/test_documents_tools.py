@@ -33,9 +33,13 @@ def test_small_bench(ferretdb):
     result = run(ferretdb.url, 60, 20, [1, 2], 5, 1, "test", timed_inserts=10, scan_budget=600)
     assert result["range"]["veil"]["round_trips"] == 1.0
     assert set(result["sum"]) == {
-        "plain", "veil_server", "veil_fetch", "veil_paillier", "load_docs_per_s", "inc",
+        "plain", "veil_server", "veil_fetch", "veil_paillier", "veil_chain", "load_docs_per_s",
+        "inc",
     }  # fmt: skip
-    assert set(result["sum"]["inc"]) == {"plain", "veil", "veil_paillier"}
+    assert set(result["sum"]["inc"]) == {"plain", "veil", "veil_paillier", "veil_chain"}
+    # one $group, then one parallel wave of reads by _id: past each of the 10 chains' ends
+    # (where this client's own claims left them)
+    assert result["sum"]["veil_chain"]["round_trips"] == 11
     assert {"retries", "errors"} <= set(result["ycsb"]["uniform_2t"]["veil"])
     result["overheads"] = overheads(result)
     assert "benchmarkdb read" in table(result)

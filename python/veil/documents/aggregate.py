@@ -97,16 +97,19 @@ class Pipeline:
     def _keys(self, key: Any) -> dict[str, tuple[str, Any]] | None:
         """{key name: (server expression, cipher or None)}; '' names a single key."""
         self._single_key = isinstance(key, str)
+        self._key_paths: list[str] = []
         if key is None:
             return {}
         parts = {"": key} if isinstance(key, str) else key
         if not isinstance(parts, dict):
             return None
         out: dict[str, tuple[str, Any]] = {}
+
         for name, expression in parts.items():
             if not isinstance(expression, str) or not expression.startswith("$"):
                 return None
             path = expression[1:]
+            self._key_paths.append(path)
             spec = self.codec.schema.spec(path)
             if spec is not None and spec.attr == "do_nothing":
                 out[name or "k"] = (expression, None)
@@ -136,6 +139,9 @@ class Pipeline:
             cipher = self.codec.ciphers[spec.path]
             if cipher.paillier is not None:  # the client multiplies fetched ciphertexts
                 return output, f"paillier_{op[1:]}", cipher
+            if cipher.chained is not None:  # one word a value: one $group, no ids
+                group[output] = {"$sum": f"${cipher.name}"}
+                return output, f"chain_{op[1:]}", cipher
             group[f"{output}_l"] = {"$sum": f"${cipher.name}"}  # earlier nested forms: ignored
             group[f"{output}_h"] = {"$sum": f"${cipher.name}h"}  # here, added by _summed_ids
             return output, op[1:], cipher
@@ -150,8 +156,13 @@ class Pipeline:
         self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
     ) -> list[dict[str, Any]]:
         additive = [cipher for _, kind, cipher in outputs if cipher is not None]
-        products = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
-        if self.collection.database.sums == "fetch" or products:
+        # products, Paillier and chained values (whose words the id path cannot open)
+        fetched = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
+        if self._chains_apply(outputs):
+            chained = self._chained_documents(group, outputs)
+            if chained is not None:
+                return chained
+        if self.collection.database.sums == "fetch" or fetched:
             rows, ids = self._fetched_rows(group, outputs)
         else:
             rows = self._server_rows(group)
@@ -171,6 +182,9 @@ class Pipeline:
                 if kind.startswith("paillier_"):
                     document[output] = _paillier_total(kind, cipher, ids.get(key, {}).get(output))
                     continue
+                if kind.startswith("chain_"):
+                    document[output] = _opened_total(kind, ids.get(key, {}).get(cipher.name))
+                    continue
                 total = (int(row[f"{output}_h"]) << 32) + int(row[f"{output}_l"])
                 total += ids.get(key, {}).get(cipher.name + "+", 0)
                 group_ids = ids.get(key, {}).get(cipher.name, [])
@@ -180,15 +194,57 @@ class Pipeline:
             results.append(document)
         return results
 
+    # -- chained fields: one $group, the chain lengths --------------------------------
+
+    def _chains_apply(self, outputs: list[tuple[str, str, Any]]) -> bool:
+        """Whether every sum is of a field chained by this pipeline's one group key, over
+        the whole collection (a filter leaves holes in every chain)."""
+        if self.server_filter.document() or not self._single_key:
+            return False
+        (key_path,) = self._key_paths
+        kinds = [(kind, cipher) for _, kind, cipher in outputs if kind != "count"]
+        return bool(kinds) and all(
+            kind.startswith("chain_") and cipher.spec.chain == key_path for kind, cipher in kinds
+        )
+
+    def _chained_documents(
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+    ) -> list[dict[str, Any]] | None:
+        """The groups from one ``$group`` per chained field (and per count), or None when
+        a chain has holes, moved values or more values than it sums exactly: the caller
+        then fetches. The chain lengths are read after the aggregation (see chains.py)."""
+        rows = self._server_rows(group)
+        plain = [self._plain_key(row.get("_id")) for row in rows.values()]
+        lengths = {}
+        for cipher in {c.name: c for _, kind, c in outputs if kind != "count"}.values():
+            lengths[cipher.name] = self.collection.chain_lengths(cipher, plain)
+        results = []
+        for j, (key, row) in enumerate(zip(plain, rows.values(), strict=True)):
+            document: dict[str, Any] = {"_id": key}
+            for output, kind, cipher in outputs:
+                if output not in row:  # a group that came into being between aggregations
+                    return None
+                if cipher is None:
+                    document[output] = row[output]
+                    continue
+                chain, length = lengths[cipher.name][j]
+                total = cipher.chained.group_sum(row[output], chain, length)
+                if total is None:
+                    return None
+                document[output] = _opened_total(kind, [total, length])
+            results.append(document)
+        return results
+
     def _server_rows(self, group: dict[str, Any]) -> dict[bytes, dict[str, Any]]:
         """Each group's server accumulators, one aggregation per accumulator: FerretDB
         1.24 computes only the first accumulator of a $group (later ones come back 0)."""
         rows: dict[bytes, dict[str, Any]] = {}
-        match = {"$match": self.server_filter.document()}
+        server_filter = self.server_filter.document()
+        match = [{"$match": server_filter}] if server_filter else []
         accumulators = [(k, v) for k, v in group.items() if k != "_id"] or [("_n", {"$sum": 1})]
         for output, accumulator in accumulators:
             stage = {"$group": {"_id": group["_id"], output: accumulator}}
-            for row in self.collection.server_aggregate([match, stage]):
+            for row in self.collection.server_aggregate([*match, stage]):
                 server_key = row.get("_id")
                 if self._single_key:
                     server_key = {"k": server_key}
@@ -229,6 +285,13 @@ class Pipeline:
                 if kind.startswith("paillier_"):
                     if form is not None and form is not MISSING:
                         entry.setdefault(output, []).append(form)
+                    continue
+                if kind.startswith("chain_"):
+                    if cipher.name not in counted and isinstance(form, dict):
+                        counted.add(cipher.name)
+                        opened = entry.setdefault(cipher.name, [0, 0])
+                        opened[0] += cipher.chained.value(form)
+                        opened[1] += 1
                     continue
                 if isinstance(form, dict) and ("i" in form or "j" in form):
                     row[f"{output}_l"] += int(form["l"])
@@ -294,6 +357,15 @@ def _paillier_total(kind: str, cipher: Any, ciphertexts: list[bytes] | None) -> 
         return 0 if kind == "paillier_sum" else None
     total = cipher.paillier.sum(ciphertexts)
     return total if kind == "paillier_sum" else total / len(ciphertexts)
+
+
+def _opened_total(kind: str, opened: list[int] | None) -> Any:
+    """A chained field's ``$sum`` (0 without values) or ``$avg`` (None without values)
+    from ``[sum, count]``."""
+    total, count = opened or (0, 0)
+    if kind == "chain_sum":
+        return total
+    return total / count if count else None
 
 
 def _flat_ids(document: dict[str, Any], name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ one native call.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from bson import ObjectId
@@ -20,8 +20,12 @@ from bson import ObjectId
 from veil.crypto.keys import MasterKey
 from veil.documents.errors import SchemaError
 from veil.documents.fields import FieldCipher
+from veil.documents.match import MISSING, get_path
 from veil.documents.schema import FieldSpec, Schema
 
+#: ``claim(cipher, group values) -> [(chain, position)]``: positions for a batch's
+#: non-null chained values, given their group values (claimed in the server).
+Claim = Callable[[FieldCipher, list[Any]], list[tuple[int, int]]]
 EXTRA_PATH = "\x00extra"  # the sealed field of unnamed paths; no user path looks like it
 
 
@@ -31,7 +35,7 @@ class DocumentCodec:
     def __init__(self, master: MasterKey, scope: str, schema: Schema):
         self.schema = schema
         self.ciphers = {
-            path: FieldCipher(master, scope, spec)
+            path: FieldCipher(master, scope, spec, schema.fields.get(spec.chain))
             for path, spec in schema.fields.items()
             if spec.attr != "do_nothing"
         }
@@ -52,8 +56,13 @@ class DocumentCodec:
 
     # -- documents to stored documents -------------------------------------------
 
-    def encode_many(self, documents: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Stored forms of ``documents``; each document without ``_id`` gets an ObjectId."""
+    def encode_many(
+        self, documents: Iterable[dict[str, Any]], claim: Claim | None = None
+    ) -> list[dict[str, Any]]:
+        """Stored forms of ``documents``; each document without ``_id`` gets an ObjectId.
+        ``claim`` gives chained fields' values their chain and position in it (without
+        it, each takes a one-document chain)."""
+        documents = list(documents)
         stored: list[dict[str, Any]] = []
         columns: dict[str, list[tuple[int, Any]]] = {}
         for row, document in enumerate(documents):
@@ -68,7 +77,14 @@ class DocumentCodec:
             stored.append(out)
         for path, entries in columns.items():
             cipher = self.extra if path == EXTRA_PATH else self.ciphers[path]
-            forms = cipher.encrypt([value for _, value in entries])
+            values = [value for _, value in entries]
+            if cipher.chained is not None and claim is not None:
+                groups = [_group_of(documents[row], cipher.spec.chain) for row, _ in entries]
+                cipher.chained.check(values)  # a refused value claims nothing
+                present = [g for g, value in zip(groups, values, strict=True) if value is not None]
+                forms = cipher.chained.encrypt(values, claim(cipher, present))
+            else:
+                forms = cipher.encrypt(values)
             for (row, _), form in zip(entries, forms, strict=True):
                 stored[row].update(cipher.stored_fields(form))
         return stored
@@ -142,6 +158,11 @@ class DocumentCodec:
                 else:
                     _set_path(documents[row], cipher.spec.path, value)
         return documents
+
+
+def _group_of(document: dict[str, Any], path: str) -> Any:
+    value = get_path(document, path)
+    return None if value is MISSING else value
 
 
 def _set_path(document: dict[str, Any], path: str, value: Any) -> None:

@@ -9,6 +9,7 @@ leaves the collection unchanged.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -17,6 +18,7 @@ import pymongo
 import pymongo.errors
 from pymongo.results import DeleteResult, InsertManyResult, InsertOneResult, UpdateResult
 
+from veil.documents.chains import ChainClaims
 from veil.documents.codec import DocumentCodec
 from veil.documents.cursor import Cursor
 from veil.documents.errors import (
@@ -25,11 +27,12 @@ from veil.documents.errors import (
     ServerError,
     UnsupportedQueryError,
 )
-from veil.documents.match import MISSING, matches
+from veil.documents.fields import FieldCipher
+from veil.documents.match import MISSING, get_path, matches
 from veil.documents.oretree import OreTree
 from veil.documents.query import normalise_sort, translate_filter
 from veil.documents.schema import Schema
-from veil.documents.update import plan_update
+from veil.documents.update import KEEP, Assign, plan_update
 
 if TYPE_CHECKING:
     from veil.documents.client import Database
@@ -67,12 +70,17 @@ class Collection:
         self.server_name = database.opaque_collection_name(name)
         self._server = database.server_database[self.server_name]
         self._trees: list[Any] = []
+        self._chains: dict[str, ChainClaims] = {}
         for cipher in self.codec.ciphers.values():
             if cipher.ore is not None:  # each ore field's B+-tree: nodes and claims
                 base = f"{self.server_name}{cipher.name}"
                 nodes, claims = (database.server_database[base + s] for s in ("n", "c"))
                 cipher.ore.tree = OreTree(nodes, claims)
                 self._trees += [nodes, claims]
+            if cipher.chained is not None:  # each chained field's position claims
+                claims = database.server_database[f"{self.server_name}{cipher.name}k"]
+                self._chains[cipher.name] = ChainClaims(claims)
+                self._trees.append(claims)
             if cipher.paillier is not None:
                 with server_errors("recording a Paillier public key"):
                     catalog = database.server_database[CATALOG]
@@ -81,7 +89,7 @@ class Collection:
     # -- writes ----------------------------------------------------------------
 
     def insert_one(self, document: dict[str, Any]) -> InsertOneResult:
-        stored = self.codec.encode_many([document])
+        stored = self.codec.encode_many([document], self._claim)
         with server_errors("insert_one"):
             self._server.insert_one(stored[0])
         return InsertOneResult(document["_id"], acknowledged=True)
@@ -89,7 +97,7 @@ class Collection:
     def insert_many(self, documents: Iterable[dict[str, Any]]) -> InsertManyResult:
         """Insert in order; all documents are encrypted before the first is written."""
         documents = list(documents)
-        stored = self.codec.encode_many(documents)
+        stored = self.codec.encode_many(documents, self._claim)
         ids = [d["_id"] for d in documents]
         if not stored:
             raise DocumentsError("insert_many needs at least one document")
@@ -105,6 +113,31 @@ class Collection:
             ) from None
         return InsertManyResult(ids, acknowledged=True)
 
+    def _claim(self, cipher: FieldCipher, groups: list[Any]) -> list[tuple[int, int]]:
+        """Positions for a batch's values of a chained field: one claim per chain."""
+        with server_errors("claiming chain positions"):
+            claims, chains = self._chains_of(cipher, groups)
+            first = {c: claims.claim(c, n) for c, n in collections.Counter(chains).items()}
+        out = []
+        for chain in chains:
+            out.append((chain, first[chain]))
+            first[chain] += 1
+        return out
+
+    def _chains_of(self, cipher: FieldCipher, groups: list[Any]) -> tuple[ChainClaims, list[int]]:
+        """A chained field's claims and the chain number of each group value."""
+        assert cipher.chained is not None
+        claims = self._chains[cipher.name]
+        epoch = claims.epoch()
+        return claims, [cipher.chained.keys.chain_of(epoch, group) for group in groups]
+
+    def chain_lengths(self, cipher: FieldCipher, groups: list[Any]) -> list[tuple[int, int]]:
+        """(chain, claimed length) of each group value of a chained field, read now."""
+        with server_errors("reading chain lengths"):
+            claims, chains = self._chains_of(cipher, groups)
+            lengths = claims.lengths(chains)
+        return [(c, lengths[c]) for c in chains]
+
     def update_one(self, query: dict[str, Any], update: dict[str, Any]) -> UpdateResult:
         return self._update(query, update, many=False)
 
@@ -113,7 +146,8 @@ class Collection:
 
     def _update(self, query: dict[str, Any], update: dict[str, Any], many: bool) -> UpdateResult:
         server_update, client_ops = plan_update(self.codec, update)
-        if client_ops and all(self.codec.ciphers[p].paillier is not None for p in client_ops):
+        ciphers = [self.codec.cipher(p) for p in client_ops]
+        if client_ops and all(c is not None and c.paillier is not None for c in ciphers):
             return self._update_paillier(query, client_ops, server_update, many)
         if client_ops:
             return self._update_on_client(query, client_ops, server_update, many)
@@ -218,16 +252,40 @@ class Collection:
     def _client_update(
         self, document: dict[str, Any], client_ops: dict[str, Any], server_update: dict[str, Any]
     ) -> dict[str, Any]:
-        for path, delta in client_ops.items():
+        for path, op in client_ops.items():
+            if isinstance(op, Assign):
+                _assign(document, path, op.value)
+                continue
             old = _get(document, path)
             old = 0 if old is None else old
             if isinstance(old, bool) or not isinstance(old, (int, float)):
                 raise DocumentsError(f"field {path!r}: cannot $inc a non-numeric value")
-            _set(document, path, old + delta)
-        changed: dict[str, Any] = {}
-        for path in client_ops:  # index and static fields: one stored name each
-            changed.update(self.codec.encode_value(path, _get(document, path))[0])
-        return dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
+            _set(document, path, old + op)
+        changed: dict[str, Any] = dict(server_update.get("$set", {}))
+        dropped: dict[str, Any] = dict(server_update.get("$unset", {}))
+        for path in client_ops:
+            fields, names = self._encode_changed(document, path)
+            changed.update(fields)
+            dropped.update(dict.fromkeys(names, ""))
+        update = dict(server_update, **{"$set": changed})
+        if dropped:
+            update["$unset"] = {n: "" for n in dropped if n not in changed}
+        return {op: fields for op, fields in update.items() if fields}
+
+    def _encode_changed(
+        self, document: dict[str, Any], path: str
+    ) -> tuple[dict[str, Any], list[str]]:
+        """($set fields, $unset names) writing ``path``'s value in ``document``; a chained
+        value takes a new position claimed in its group's chain."""
+        value = get_path(document, path)
+        cipher = self.codec.cipher(path)
+        if value is MISSING:
+            return {}, list(cipher.stored_names) if cipher else [path]
+        if cipher is None or cipher.chained is None or value is None:
+            return self.codec.encode_value(path, value)
+        group = get_path(document, cipher.spec.chain)
+        position = self._claim(cipher, [None if group is MISSING else group])
+        return cipher.set_fields(cipher.chained.encrypt([value], position)[0])
 
     def _reread(self, id_: Any, query: dict[str, Any]) -> tuple[Any, Any] | None:
         stored = list(self._find_stored({"_id": id_}, None, 0, 1))
@@ -240,7 +298,7 @@ class Collection:
         if "_id" in replacement:
             raise DocumentsError("a replacement document cannot change _id; leave it out")
         document = dict(replacement, _id=None)
-        stored = self.codec.encode_many([document])[0]
+        stored = self.codec.encode_many([document], self._claim)[0]
         stored.pop("_id")
         server_filter = self._exact_filter(query, many=False)
         with server_errors("replace_one"):
@@ -321,6 +379,8 @@ class Collection:
             self._server.drop()
             for tree_collection in self._trees:
                 tree_collection.drop()
+        for name, claims in self._chains.items():  # a new epoch, no cached chain ends
+            self._chains[name] = ChainClaims(claims.collection)
 
     def _find_stored(
         self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int,
@@ -349,6 +409,22 @@ def _get(document: dict[str, Any], path: str) -> Any:
     for key in path.split("."):
         value = value.get(key) if isinstance(value, dict) else None
     return value
+
+
+def _assign(document: dict[str, Any], path: str, value: Any) -> None:
+    """Apply an :class:`Assign` op to a plaintext document."""
+    if value is KEEP:
+        return
+    if value is not MISSING:
+        _set(document, path, value)
+        return
+    *outer, last = path.split(".")
+    for key in outer:
+        inner = document.get(key)
+        if not isinstance(inner, dict):
+            return
+        document = inner
+    document.pop(last, None)
 
 
 def _set(document: dict[str, Any], path: str, value: Any) -> None:

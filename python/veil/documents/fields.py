@@ -50,6 +50,7 @@ from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.ope import Ope
 from veil.crypto.paillier import PaillierKey
 from veil.crypto.rnd import Rnd
+from veil.documents.chains import ChainedField, ChainLayout
 from veil.documents.elgamal import ElGamal
 from veil.documents.errors import FieldTypeError
 from veil.documents.match import MISSING
@@ -79,7 +80,9 @@ def opaque_name(master: MasterKey, scope: str, path: str) -> str:
 class FieldCipher:
     """Encrypts and decrypts one field path's values, in batches."""
 
-    def __init__(self, master: MasterKey, scope: str, spec: FieldSpec):
+    def __init__(
+        self, master: MasterKey, scope: str, spec: FieldSpec, group: FieldSpec | None = None
+    ):
         self.spec = spec
         self.name = opaque_name(master, scope, spec.path)
         where = f"documents:{scope}/{spec.path}"
@@ -96,8 +99,12 @@ class FieldCipher:
                 self._ope = Ope.from_master(master, where, 64, signed=signed, column=spec.path)
             self._tag_key = master.derive(KeyLabel("documents-tag", where))
         self.paillier: PaillierField | None = None
+        self.chained: ChainedField | None = None
         if spec.attr == "h_add" and spec.scheme == "paillier":
             self.paillier = PaillierField(PaillierKey.from_master(master, where), spec.path)
+        elif spec.attr == "h_add" and spec.chain:
+            assert group is not None  # the schema checked the chain's field
+            self.chained = ChainedField(master, where, spec, group)
         elif spec.attr == "h_add":
             self._ashe = Ashe.from_master(master, where, column=spec.path)
         self.elgamal = ElGamal(master, where, spec.path) if spec.attr == "h_mul" else None
@@ -108,6 +115,8 @@ class FieldCipher:
         """The stored forms of ``values`` (one per value, same order)."""
         if self.paillier is not None:
             return self.paillier.encrypt(values)
+        if self.chained is not None:  # null only: values need claimed positions
+            return self.chained.encrypt(values, None)
         if self.spec.attr == "h_add":
             return self._encrypt_additive(values)
         if self.elgamal is not None:
@@ -189,6 +198,9 @@ class FieldCipher:
                     f"field {self.spec.path!r} is h_add: it takes integers, "
                     f"got {type(values[j]).__name__} {values[j]!r}"
                 )
+        if self.spec.domain is not None:
+            for j in present:
+                _within(self.spec, values[j])
         ids = fresh_ids(len(present))
         out: list[Any] = [None] * len(values)
         if present:
@@ -254,6 +266,8 @@ class FieldCipher:
         if entry is None:
             return None
         try:
+            if self.chained is not None:
+                return self.chained.value(entry)
             total = (int(entry["h"]) << 32) + int(entry["l"])
             ids = additive_ids(entry)
         except (KeyError, TypeError, ValueError):
@@ -272,12 +286,16 @@ class FieldCipher:
     @property
     def stored_names(self) -> tuple[str, ...]:
         """Every top-level stored name this field may occupy."""
+        if self.chained is not None:
+            return (self.name, *(self.name + part for part in self.chained.PARTS))
         if self._ashe is None:
             return (self.name,)
         return (self.name, *(self.name + part for part in ADDITIVE_PARTS))
 
     def stored_fields(self, form: Any) -> dict[str, Any]:
         """The top-level stored fields of one form (ASHE's halves and id side by side)."""
+        if self.chained is not None and form is not None:
+            return self.chained.stored_fields(self.name, form)
         if self._ashe is None or form is None:
             return {self.name: form}
         return {self.name: form["l"], self.name + "h": form["h"], self.name + "i": form["i"]}
@@ -293,6 +311,8 @@ class FieldCipher:
         from the flat fields (an earlier nested form as it is); MISSING if absent."""
         if self.name not in stored:
             return MISSING
+        if self.chained is not None:
+            return self.chained.gathered(self.name, stored)
         low = stored[self.name]
         if self._ashe is None or low is None or isinstance(low, dict):
             return low
@@ -306,6 +326,12 @@ class FieldCipher:
         """The value of an OPE ciphertext, for the one-to-one index types."""
         assert self._ope is not None and self.spec.exact_order
         return key_value(self.spec, self._ope.decrypt_one(ciphertext))
+
+
+def _within(spec: FieldSpec, value: int) -> None:
+    """Refuse a value outside the domain the schema declares for ``spec``."""
+    assert spec.domain is not None
+    ChainLayout(spec.domain[0], spec.domain[1], 0, 0).check(spec.path, value)
 
 
 def additive_ids(entry: dict[str, Any]) -> list[int]:

@@ -6,6 +6,7 @@ A schema is a dict (or a JSON file holding one)::
                 "year": {"attr": "index", "type": "int"},
                 "price": {"attr": "index", "type": "decimal", "scale": 2},
                 "salary": "h_add",
+                "amount": {"attr": "h_add", "chain": "year", "domain": [0, 10000]},
                 "meta.source": "do_nothing"},
      "default": "refuse"}
 
@@ -14,6 +15,14 @@ subdocument ``meta``). A path's value may be a scalar or an array of scalars;
 a ``static`` path may also hold a whole subdocument. ``default`` says what
 happens to a field the schema does not name: ``"refuse"`` (an error naming
 the field) or ``"static"``. ``_id`` is always the server's, in the clear.
+
+An ASHE ``h_add`` field may declare ``domain`` (inclusive integer bounds:
+values outside are refused) and, with a domain, ``chain``: the path of a
+field the server can group on (an ``int``/``datetime`` ``ope`` index or a
+``do_nothing`` field), whose values each get their own chain of positions so
+that unfiltered sums grouped by it run as one server aggregation
+(:mod:`veil.documents.chains`; what the chains show the server is in
+docs/security.md).
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ class FieldSpec:
     type: str = "int"
     scale: int = 0
     scheme: str = "ope"
+    chain: str = ""
+    domain: tuple[int, int] | None = None
 
     @property
     def exact_order(self) -> bool:
@@ -94,7 +105,11 @@ def load_schema(schema: Schema | dict[str, Any] | str | os.PathLike[str] | None)
         raise SchemaError(f"schema default must be one of {DEFAULT_POLICIES}, got {default!r}")
     if not isinstance(fields, dict):
         raise SchemaError("schema 'fields' maps field paths to attributes")
-    return Schema({path: _field(path, value) for path, value in fields.items()}, default)
+    built = Schema({path: _field(path, value) for path, value in fields.items()}, default)
+    for spec in built.fields.values():
+        if spec.chain:
+            _check_chain(built, spec)
+    return built
 
 
 def _field(path: object, value: object) -> FieldSpec:
@@ -103,7 +118,7 @@ def _field(path: object, value: object) -> FieldSpec:
     options = {"attr": value} if isinstance(value, str) else value
     if not isinstance(options, dict) or options.get("attr") not in ATTRIBUTES:
         raise SchemaError(f"field {path!r}: attribute must be one of {ATTRIBUTES}, got {value!r}")
-    unknown = set(options) - {"attr", "type", "scale", "scheme"}
+    unknown = set(options) - {"attr", "type", "scale", "scheme", "chain", "domain"}
     if unknown:
         raise SchemaError(f"field {path!r}: unknown schema options {sorted(unknown)}")
     attr = options["attr"]
@@ -115,6 +130,8 @@ def _field(path: object, value: object) -> FieldSpec:
         type=options.get("type", "int"),
         scale=options.get("scale", 0),
         scheme=options.get("scheme", DEFAULT_SCHEMES.get(attr, "")),
+        chain=options.get("chain", ""),
+        domain=_domain(path, options.get("domain")),
     )
     _check(spec)
     return spec
@@ -122,6 +139,10 @@ def _field(path: object, value: object) -> FieldSpec:
 
 def _check(spec: FieldSpec) -> None:
     where = f"field {spec.path!r}"
+    if (spec.chain or spec.domain) and (spec.attr != "h_add" or spec.scheme != "ashe"):
+        raise SchemaError(f"{where}: 'chain' and 'domain' apply to h_add fields under 'ashe'")
+    if spec.chain and (not isinstance(spec.chain, str) or spec.domain is None):
+        raise SchemaError(f"{where}: 'chain' names a field path and needs a 'domain'")
     if spec.attr == "index":
         if spec.type not in INDEX_TYPES:
             raise SchemaError(
@@ -137,3 +158,26 @@ def _check(spec: FieldSpec) -> None:
         raise SchemaError(f"{where}: h_add holds int values under a scheme of {ADD_SCHEMES}")
     elif spec.attr == "h_mul" and (spec.type != "int" or spec.scheme != "elgamal"):
         raise SchemaError(f"{where}: h_mul holds positive int values under scheme 'elgamal'")
+
+
+def _domain(path: str, value: object) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) for v in value)
+        or value[0] > value[1]
+    ):
+        raise SchemaError(f"field {path!r}: 'domain' is [low, high], two integers, low <= high")
+    return (value[0], value[1])
+
+
+def _check_chain(schema: Schema, spec: FieldSpec) -> None:
+    """A chain's grouping field must be one the server groups on exactly."""
+    group = schema.fields.get(spec.chain)
+    if group is None or not (group.attr == "do_nothing" or group.exact_order):
+        raise SchemaError(
+            f"field {spec.path!r}: its chain field {spec.chain!r} must be in the schema as "
+            "an int or datetime 'ope' index or a do_nothing field (one the server groups on)"
+        )

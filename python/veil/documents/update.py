@@ -9,17 +9,33 @@ increment's ASHE ciphertext and appends its id, without reading the value.
 those paths come back as *client ops*. The collection applies Paillier ones
 without decrypting (it multiplies the stored ciphertext by the increment's
 encryption and writes back conditionally) and the others by reading,
-decrypting, adding and writing back conditionally.
+decrypting, adding and writing back conditionally. A chained ``h_add``
+field's new value, and every chained value whose grouping field an update
+changes, take a position claimed in their group's chain, one per document,
+so ``$set``/``$inc`` on them and ``$set``/``$unset``/``$inc`` on a grouping
+field are client ops too (an :class:`Assign` where not an increment).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from veil.documents.codec import DocumentCodec
 from veil.documents.errors import DocumentsError, UnsupportedQueryError
+from veil.documents.match import MISSING
 
 OPERATORS = ("$set", "$unset", "$inc")
+#: An :class:`Assign` value: the field keeps its value (written again, in a new chain
+#: position, because its grouping field changed).
+KEEP = object()
+
+
+@dataclass(frozen=True)
+class Assign:
+    """A client op that sets a path's value (``MISSING`` removes it)."""
+
+    value: Any
 
 
 def plan_update(
@@ -50,10 +66,19 @@ def _plan_field(
     if spec is None or (spec.path != path and spec.attr != "do_nothing"):
         attr = "static (not in the schema)" if spec is None else spec.attr
         raise UnsupportedQueryError(path, op, attr)
+    chained = [s.path for s in codec.schema.fields.values() if s.chain == path]
+    if chained and spec.path == path:  # a grouping field: its chained values move chain
+        client[path] = Assign(MISSING if op == "$unset" else value) if op != "$inc" else value
+        for dependent in chained:
+            client.setdefault(dependent, Assign(KEEP))
+        return
     if spec.attr == "do_nothing":
         server.setdefault(op, {})[path] = value
         return
     cipher = codec.ciphers[path]
+    if spec.chain and op == "$set":
+        client[path] = Assign(value)
+        return
     name = cipher.name
     if op == "$set":
         fields, dropped = codec.encode_value(path, value)
@@ -66,7 +91,7 @@ def _plan_field(
         raise DocumentsError(f"field {path!r}: $inc takes a number, got {value!r}")
     elif spec.attr == "h_add" and not isinstance(value, int):
         raise DocumentsError(f"field {path!r} is h_add over integers: $inc takes an integer")
-    elif spec.attr == "h_add" and spec.scheme == "ashe":
+    elif spec.attr == "h_add" and spec.scheme == "ashe" and not spec.chain:
         halves, id_ = cipher.increment(int(value))
         server.setdefault("$inc", {}).update({name: halves["l"], f"{name}h": halves["h"]})
         server.setdefault("$push", {})[f"{name}j"] = id_

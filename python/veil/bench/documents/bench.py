@@ -51,11 +51,17 @@ from veil.servers.ferretdb import FerretDBServer
 MOVIE_SCHEMA = {"fields": {"title": "static", "Index": "index"}}
 SALES_SCHEMA = {"fields": {"g": "index", "v": "h_add"}}
 PAILLIER_SALES_SCHEMA = {"fields": {"g": "index", "v": {"attr": "h_add", "scheme": "paillier"}}}
+#: ``v`` chained by ``g`` (veil.documents.chains), over :func:`sales`' values with room
+#: for the ``$inc`` runs.
+CHAINED_SALES_SCHEMA = {
+    "fields": {"g": "index", "v": {"attr": "h_add", "chain": "g", "domain": [-100_000, 100_000]}}
+}
 RANKED_SCHEMA = {"fields": {"Rank": {"attr": "index", "scheme": "ore"}}}
 SCHEMAS = {
     "movies": MOVIE_SCHEMA,
     "sales": SALES_SCHEMA,
     "sales_paillier": PAILLIER_SALES_SCHEMA,
+    "sales_chained": CHAINED_SALES_SCHEMA,
     "usertable": None,
     "ranked": RANKED_SCHEMA,
 }
@@ -238,13 +244,15 @@ def load_ranked(collection: Any, docs: int) -> None:
 
 def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[str, Any]:
     """``$group`` by ``g`` with ``$sum`` of ``v``: plain, Veil's ASHE server sums and fetch,
-    Veil's Paillier (fetched ciphertexts multiplied per group on the client); then ``incs``
+    Veil's Paillier (fetched ciphertexts multiplied per group on the client), Veil's ASHE
+    chained by ``g`` (one ``$group``, chain lengths read after it); then ``incs``
     ``$inc`` of ``v`` by ``_id``, plain against Veil's blind ASHE and Paillier ``$inc``."""
     rows = sales(docs)
     load: dict[str, float] = {}
     for name, collection in (
         ("plain", clients.plain.sales), ("veil", clients.veil.sales),
         ("veil_paillier", clients.veil.sales_paillier),
+        ("veil_chain", clients.veil.sales_chained),
     ):  # fmt: skip
         start = time.perf_counter()
         for at in range(0, docs, LOAD_BATCH):
@@ -257,6 +265,7 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
         ("veil_server", clients.veil.sales, clients.veil_counter, "server"),
         ("veil_fetch", clients.veil.sales, clients.veil_counter, "fetch"),
         ("veil_paillier", clients.veil.sales_paillier, clients.veil_counter, None),
+        ("veil_chain", clients.veil.sales_chained, clients.veil_counter, None),
     )
     latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
     trips: dict[str, int] = dict.fromkeys(latencies, 0)
@@ -284,7 +293,7 @@ def increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, 
     targets = [(rng.randrange(docs), rng.randrange(-1000, 1000)) for _ in range(count)]
     systems: dict[str, Any] = {
         "plain": clients.plain.sales, "veil": clients.veil.sales,
-        "veil_paillier": clients.veil.sales_paillier,
+        "veil_paillier": clients.veil.sales_paillier, "veil_chain": clients.veil.sales_chained,
     }  # fmt: skip
     latencies: dict[str, list[float]] = {name: [] for name in systems}
     for id_, delta in targets:
@@ -295,6 +304,7 @@ def increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, 
         want = (clients.plain.sales.find_one({"_id": id_}) or {})["v"]
         assert (clients.veil.sales.find_one({"_id": id_}) or {})["v"] == want
         assert (clients.veil.sales_paillier.find_one({"_id": id_}) or {})["v"] == want
+        assert (clients.veil.sales_chained.find_one({"_id": id_}) or {})["v"] == want
     return {name: percentiles(values) for name, values in latencies.items()}
 
 

@@ -123,6 +123,18 @@ def _shapes(rng: random.Random) -> dict[str, Callable[[int], dict[str, Any]]]:
         },
         "binary": lambda i: {"_id": i, "k": keys[i % KEYS], "f": rng.randbytes(16)},
         "one_field": lambda i: {"_id": i, "k": keys[i % KEYS], "f": word(40), "fi": word(63)},
+        # chained h_add (veil.documents.chains): one word, chain number, position; and the
+        # two-halves form of a wider domain (two $groups), and the word without the chain
+        "chain_word": lambda i: {
+            "_id": i, "k": keys[i % KEYS], "f": word(48), "fc": word(63), "fp": Int64(i // KEYS),
+        },
+        "chain_halves": lambda i: {
+            "_id": i, "k": keys[i % KEYS], "fl": word(32), "fh": word(32), "fc": word(63),
+            "fp": Int64(i // KEYS),
+        },
+        "chain_word_no_chain": lambda i: {
+            "_id": i, "k": keys[i % KEYS], "f": word(48), "fp": Int64(i // KEYS),
+        },
         "chunked": lambda i: {
             "_id": i, "k": keys[i % KEYS], "c": Int64(i // CHUNK_IDS),
             "b": Int64(1 << (i % CHUNK_IDS)),
@@ -132,7 +144,8 @@ def _shapes(rng: random.Random) -> dict[str, Callable[[int], dict[str, Any]]]:
 
 SUMMED = {"plain": ("$g", "$v"), "nested": ("$k", "$f.l"), "scalar_id": ("$k", "$f.l"),
           "flat": ("$k", "$fl"), "one_field": ("$k", "$f"),
-          "binary": ("$k", "$f"), "chunked": ("$k", "$b")}  # fmt: skip
+          "binary": ("$k", "$f"), "chunked": ("$k", "$b"), "chain_word": ("$k", "$f"),
+          "chain_halves": ("$k", "$fl"), "chain_word_no_chain": ("$k", "$f")}  # fmt: skip
 
 
 def probe(url: str, docs: int, runs: int, seed: int, bitmaps: bool = True) -> dict[str, Any]:
@@ -153,6 +166,10 @@ def probe(url: str, docs: int, runs: int, seed: int, bitmaps: bool = True) -> di
         if bitmaps:  # quadratic on FerretDB 1.24: minutes a round at 100k
             queries["chunk_bitmaps", "group_ms"] = partial(_aggregate, chunked, by_chunk)
         flat = database["flat"]
+        halves = [[{"$group": {"_id": "$k", "s": {"$sum": f"${h}"}}}] for h in ("fl", "fh")]
+        queries["chain_halves", "two_groups_ms"] = lambda: [
+            _aggregate(database["chain_halves"], group) for group in halves
+        ]
         queries["server_path", "ids_find_ms"] = partial(_ids_find, flat)
         queries["server_path", "parallel_ms"] = partial(_server_path_at_once, flat)
         times: dict[tuple[str, str], list[float]] = {label: [] for label in queries}

@@ -29,7 +29,7 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
             ranked = result["range"].get("plain_ranked", result["range"]["plain"])["p50_us"]
             out["range ore"] = result["range"]["veil_ore"]["p50_us"] / ranked
     sums = result.get("sum", {})
-    for strategy in ("server", "fetch", "paillier"):
+    for strategy in ("server", "fetch", "paillier", "chain"):
         if f"veil_{strategy}" in sums:
             veil_sum = sums[f"veil_{strategy}"]["p50_us"]
             out[f"sum ({strategy})"] = veil_sum / sums["plain"]["p50_us"]
