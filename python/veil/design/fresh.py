@@ -16,8 +16,10 @@ import copy
 
 from veil.design.model import BLOCKS, Encryption, PhysicalDesign, TableDesign, opaque_name
 
-# what ``veil load`` records from the data (``veil.load.loader``), not the design's choice
-LOAD_STATISTICS = ("distinct", "quantiles", "mean_bytes", "form", "kept", "unique")
+# what ``veil load`` measures of the data (``veil.load.loader``): no cipher depends on these
+DATA_STATISTICS = ("distinct", "quantiles", "mean_bytes", "kept", "unique")
+# ... and everything it records from the data, not the design's choice
+LOAD_STATISTICS = (*DATA_STATISTICS, "form")
 
 
 def fresh_design(design: PhysicalDesign, key_fingerprint: str) -> PhysicalDesign:

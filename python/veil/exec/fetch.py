@@ -18,6 +18,7 @@ from sqlglot import exp
 from veil.backends import Backend
 from veil.crypto.keys import MasterKey
 from veil.crypto.rowblocks import BlockIntegrityError, RowBlocks
+from veil.design.fresh import DATA_STATISTICS
 from veil.design.model import BLOCKS, DET, OPE, AsheSums, Encryption, HomGroup, TableDesign
 from veil.encoding import decode
 from veil.errors import InternalError
@@ -124,14 +125,10 @@ class CipherCache:
         return self._sums[key]
 
 
-# an encryption's statistics of the loaded data: they make no difference to its cipher
-_STATISTICS = frozenset({"distinct", "quantiles", "mean_bytes", "unique", "kept"})
-
-
 def _made_of(part: Encryption | HomGroup | AsheSums) -> str:
     """What a cipher is derived from, as text: a design part without its statistics."""
     if isinstance(part, Encryption):  # on every column of every query: kept cheap
-        params = sorted((k, repr(v)) for k, v in part.params.items() if k not in _STATISTICS)
+        params = sorted((k, repr(v)) for k, v in part.params.items() if k not in DATA_STATISTICS)
         return repr((part.scheme, part.type, part.key_scope, part.source, params))
     return json.dumps(asdict(part), sort_keys=True, default=str)
 

@@ -51,7 +51,7 @@ from veil.sql.conjuncts import (
     join_by_position,
 )
 from veil.sql.join_graph import components
-from veil.sql.join_rows import cycles_share, grouped_rows, kept_share_of
+from veil.sql.join_rows import cycles_share, kept_share_of
 from veil.sql.plan import JoinedFetch, JoinEdge, Reduction, Scan
 from veil.sql.state import PlanState, ScanKey
 from veil.sql.widths import encryption_width
@@ -112,8 +112,7 @@ def _try_join(
         if after <= before * _JOIN_BONUS:
             fetch.scans = _selective_first(fetch.scans, fetch.edges, kept)
             _adopt(fetch, select, [node for node in dropped if node is not None], narrowed)
-            groups = fetch.groups
-            fetch.estimated_rows = rows if groups is None else grouped_rows(groups, rows, state)
+            fetch.estimated_rows = rows
             return fetch
 
         # leave out the scan whose repetition adds most (with the scans only it
