@@ -294,10 +294,28 @@ class OreTree:
     def _parent_of(self, child: Node, probe: bytes) -> Node | None:
         """The node one level above ``child`` that lists it, found from the root with a
         key ``child`` holds (leftmost path, then right along the level); None if no
-        node lists it yet."""
+        node lists it yet.
+
+        Equal keys may sit on both sides of a separator, so the probe's path may land
+        right of the node listing ``child``; then the level is walked again from its
+        leftmost node. A parent missed so would be waited for until the writer gave up:
+        CI once saw a writer of four give up after its whole patience looking for a
+        parent (the cause is not confirmed; the walk from the left finds any parent)."""
+        found = self._listing(child, self._level_node(child.level + 1, probe))
+        if found is None:
+            found = self._listing(child, self._level_node(child.level + 1, None))
+        return found
+
+    def _level_node(self, level: int, probe: bytes | None) -> Node:
+        """The node of ``level`` the root's path by ``probe`` reaches (None: leftmost)."""
         node = self._fetch([ROOT])[0]
-        while node.level > child.level + 1:
-            node = self._fetch([node.items[rank(probe, node.keys, inclusive=False)]])[0]
+        while node.level > level:
+            at = 0 if probe is None else rank(probe, node.keys, inclusive=False)
+            node = self._fetch([node.items[at]])[0]
+        return node
+
+    def _listing(self, child: Node, node: Node) -> Node | None:
+        """``node`` or the first node right of it along its level that lists ``child``."""
         while child.id not in node.items:
             if node.next is None:
                 return None
