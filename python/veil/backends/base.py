@@ -60,6 +60,26 @@ class ServerUnavailableError(BackendError):
 
 
 @dataclass(frozen=True)
+class Operator:
+    """One node of the server's plan as its optimizer describes it (``Estimate.operators``)."""
+
+    # "scan", "join", "group" (hash aggregate), "sort", or "other" (projection, filter,
+    # an aggregate without groups, a limit: each row through its expressions)
+    kind: str
+    rows: float  # the rows it returns: the optimizer's estimate, or counted (``profile``)
+    # the expressions it computes per row (a scan: columns read and filters; a join: its
+    # conditions)
+    expressions: int
+    children: tuple[Operator, ...] = ()
+    table: str | None = None  # a scan's server table ...
+    table_rows: float = 0.0  # ... and that table's rows
+    # a join that returns at most its first input's rows (semi, anti, mark) ...
+    bounded: bool = False
+    # ... and one that keeps every row of its first input, marked (anti, mark)
+    marks: bool = False
+
+
+@dataclass(frozen=True)
 class Estimate:
     """What the server's optimizer expects of a statement (from EXPLAIN)."""
 
@@ -74,6 +94,9 @@ class Estimate:
     # (``veil.exec.cost``). Empty: the optimizer prices that itself (PostgreSQL).
     scanned: dict[str, float] = field(default_factory=dict)
     block_rows: int = 0
+    # the plan's operators, where the optimizer lists them with their rows (DuckDB):
+    # ``veil.exec.server_time`` prices each kind from its own calibration
+    operators: Operator | None = None
 
 
 @runtime_checkable

@@ -27,7 +27,14 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends import duckdb_functions
-from veil.backends.base import BackendError, Estimate, Params, ServerUnavailableError, quote
+from veil.backends.base import (
+    BackendError,
+    Estimate,
+    Operator,
+    Params,
+    ServerUnavailableError,
+    quote,
+)
 from veil.backends.staged import StagedBackend, index_pairs
 
 _SCHEME = "duckdb://"
@@ -174,7 +181,46 @@ class DuckDBBackend(StagedBackend):
         nodes = json.loads(plan.column(1)[0].as_py())
         scanned: dict[str, float] = {}
         cost = self._handled(nodes, scanned)
-        return Estimate(_top_cardinality(nodes), cost, scanned, ROW_GROUP_ROWS)
+        operators = self._operator(nodes[0], counted=False) if len(nodes) == 1 else None
+        return Estimate(_top_cardinality(nodes), cost, scanned, ROW_GROUP_ROWS, operators)
+
+    def profile(self, sql: str, params: Params = None) -> Operator:
+        """Run ``sql`` under DuckDB's profiler: its operators with the rows they returned
+        (``veil.exec.calibration`` prices each kind of operator from such runs)."""
+        plan = self.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+        root = json.loads(plan.column(1)[0].as_py())
+        nodes = root.get("operator", root.get("children", []))
+        node = nodes[0] if isinstance(nodes, list) else nodes
+        while node.get("name") in _PROFILER_NODES and node.get("children"):
+            node = node["children"][0]
+        return self._operator(node, counted=True)
+
+    def _operator(self, node: dict[str, Any], counted: bool) -> Operator:
+        info = node.get("extra_info", {})
+        info = info if isinstance(info, dict) else {}
+        name = str(node.get("name", ""))
+        children = tuple(self._operator(c, counted) for c in node.get("children", []))
+        if counted:
+            rows = float(node.get("intermediate_rows") or node.get("operator_cardinality") or 0)
+        else:
+            rows = float(info.get("Estimated Cardinality") or 0)
+        table = info.get("Table")
+        if isinstance(table, str) and name.endswith("_SCAN") and name != "CTE_SCAN":
+            server = table.rsplit(".", 1)[-1]
+            items = _items(info.get("Projections")) + _items(info.get("Filters"))
+            return Operator("scan", rows, max(1, items), (), server, self._table_rows(server))
+        if "JOIN" in name:
+            joined = str(info.get("Join Type", "INNER")).upper()
+            bounded = joined in ("SEMI", "ANTI", "MARK", "RIGHT_SEMI", "RIGHT_ANTI")
+            keys = max(1, _items(info.get("Conditions")))
+            marks = joined in ("ANTI", "MARK", "RIGHT_ANTI")
+            return Operator("join", rows, keys, children, bounded=bounded, marks=marks)
+        if name in ("HASH_GROUP_BY", "PERFECT_HASH_GROUP_BY"):
+            return Operator("group", rows, _items(info.get("Aggregates")), children)
+        if name in ("ORDER_BY", "TOP_N", "WINDOW"):
+            return Operator("sort", rows, 1, children)
+        computed = sum(_computed(info.get(key)) for key in _WORK_KEYS)
+        return Operator("other", rows, computed, children)
 
     def _handled(self, nodes: list[dict[str, Any]], scanned: dict[str, float]) -> float:
         total = 0.0
@@ -311,6 +357,10 @@ def _checked_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
 
 
 _WORK_KEYS = ("Projections", "Aggregates", "Filters", "Groups", "Conditions")
+# a projection's item that only passes a column on: ``#3`` or a column's name
+_PASSED_ON = re.compile(r"(#\d+|[A-Za-z_][A-Za-z0-9_.]*)\Z")
+# the nodes the profiler puts above a statement's own plan
+_PROFILER_NODES = ("RESULT_COLLECTOR", "EXPLAIN_ANALYZE", "QUERY")
 # DuckDB's row group: the rows a table scan skips at once by the group's min/max
 ROW_GROUP_ROWS = 122_880
 
@@ -322,6 +372,17 @@ def _items(value: object) -> int:
     return (
         len([line for line in value.splitlines() if line.strip()]) if isinstance(value, str) else 0
     )
+
+
+def _computed(value: object) -> int:
+    """How many of an EXPLAIN field's expressions compute something (not a column passed on)."""
+    if isinstance(value, list):
+        items = [str(v) for v in value]
+    elif isinstance(value, str):
+        items = [line for line in value.splitlines() if line.strip()]
+    else:
+        return 0
+    return sum(1 for item in items if not _PASSED_ON.match(item.strip()))
 
 
 def _top_cardinality(nodes: list[dict[str, Any]]) -> float:

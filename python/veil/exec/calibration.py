@@ -14,6 +14,11 @@ It measures, reading only (nothing is written to the server):
   their bytes) and a statement's round trip (``SELECT 1``);
 - the server's seconds per unit of its optimizer's estimate (``Backend.estimate``:
   PostgreSQL's cost, DuckDB's rows handled) on a scan of the largest table;
+- where the server lists its plan's operators and can profile a statement
+  (DuckDB), the seconds of each kind of work (``server_time.OperatorCosts``)
+  from four profiled statements over the largest table (a filtered scan, two
+  aggregates of few and many groups, a hash join),
+  and a result byte's transfer from a whole-column fetch of it;
 - the local DuckDB plan's time per input row, on a grouped aggregate.
 
 Each figure is the median of a few runs; the file says when it was measured.
@@ -35,9 +40,11 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
+from veil.backends.base import quote
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
 from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
+from veil.exec.server_time import Work, plan_work
 from veil.sql.errors import ClientDirectoryError
 from veil.sql.plan import RND_ROW_ID
 from veil.sql.remote import render
@@ -46,7 +53,7 @@ if TYPE_CHECKING:
     from veil.exec.session import Session
 
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_VERSION = 2  # 2: small tables' samples repeated
+CALIBRATION_VERSION = 3  # 2: small tables' samples repeated; 3: per-operator server costs
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
@@ -54,6 +61,8 @@ _DECRYPTABLE = (DET, OPE, RND, BLOCKS)
 _RUNS = 3
 _LOCAL_ROWS = 200_000
 _ASHE_BLOCKS = 4096
+# the rows a table needs for its statements to time the server's operators
+_OPERATOR_ROWS = 10_000
 # decrypting a kind of column the design does not hold yet (a later DDL): a DET
 # text column's cost on a 2-core 2026 server, so that an estimate stays an estimate
 _DEFAULT_DECRYPT_NS = 300.0
@@ -75,6 +84,9 @@ class Calibration:
     measured: str = ""  # ISO time
     version: int = CALIBRATION_VERSION
     sampled: dict[str, int] = field(default_factory=dict)  # values decrypted per column
+    # nanoseconds per unit of each kind of server work (``server_time.OperatorCosts``),
+    # where the backend lists its plan's operators (DuckDB); empty: priced by its cost
+    operator_ns: dict[str, float] = field(default_factory=dict)
 
     def decrypt_seconds(self, enc: Encryption | None, rows: float) -> float:
         if enc is None:
@@ -165,13 +177,18 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     decrypt_ns.update({k: round(statistics.median(v), 2) for k, v in by_class.items()})
     say("timing a scan of the largest table")
     per_cost = _server_seconds_per_cost(session, statement)
+    per_byte = _per_byte(fetches)
+    say("timing scans, hash joins and aggregates on the server")
+    operators = _operator_ns(session, statement)
+    if operators:
+        per_byte = operators.pop("byte") * 1e-9
     say("timing the local DuckDB plan and ASHE unpadding")
     per_row, per_statement = _local_costs()
     say("")
     return Calibration(
         server=backend.dialect,
         decrypt_ns=decrypt_ns,
-        fetch_ns_per_byte=round(_per_byte(fetches) * 1e9, 4),
+        fetch_ns_per_byte=round(per_byte * 1e9, 4),
         statement_seconds=statement,
         server_seconds_per_cost=per_cost,
         local_ns_per_row=round(per_row, 2),
@@ -179,6 +196,7 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
         ashe_ns_per_block=round(_ashe_ns_per_block(session), 2),
         measured=datetime.now(UTC).isoformat(timespec="seconds"),
         sampled=sampled,
+        operator_ns=operators,
     )
 
 
@@ -248,6 +266,87 @@ def _server_seconds_per_cost(session: Session, statement: float) -> float:
     cost = backend.estimate(sql, params or None).cost or float(table.row_count)
     seconds = _median(lambda: backend.execute(sql, params or None))
     return max(seconds - statement, 1e-6) / max(cost, 1.0)
+
+
+def _operator_ns(session: Session, statement: float) -> dict[str, float]:
+    """Nanoseconds per unit of each kind of server work, and per result byte (``"byte"``).
+
+    Each statement is timed (median) and profiled for its operators' rows, then
+    the kinds are solved for in turn: a filtered scan gives a row's expression;
+    aggregates of the same rows into few and into many groups give a row in and
+    a group made; a join gives a probe and a build (alike); a fetch of a whole
+    column gives a byte. Empty
+    when the backend cannot profile, or the largest table is too small to time.
+    """
+    backend = session.backend
+    profile = getattr(backend, "profile", None)
+    tables = [t for t in session.design.tables.values() if t.row_count >= _OPERATOR_ROWS]
+    if profile is None or not tables:
+        return {}
+    table = max(tables, key=lambda t: t.row_count)
+    name, row_id, rows = quote(table.server_name), quote(table.row_id), table.row_count
+
+    def timed(sql: str) -> tuple[Work, float]:
+        backend.execute(sql)  # warm: the columns' blocks in memory, as a query finds them
+        seconds = max(_median(lambda: backend.execute(sql)) - statement, 1e-6)
+        return plan_work(profile(sql), counted=True), seconds
+
+    def grouped(groups: int) -> str:
+        inner = f"SELECT {row_id} % {groups} AS g, count(*) AS c FROM {name} GROUP BY g"
+        return f"SELECT count(*), max(c) FROM ({inner}) AS s"
+
+    def joined(every: int) -> str:
+        build = f"SELECT {row_id} AS r FROM {name} WHERE {row_id} % {every} = 0"
+        return f"SELECT count(*) FROM {name} AS a JOIN ({build}) AS b ON a.{row_id} = b.r"
+
+    scan, seconds = timed(f"SELECT count(*), max({row_id}) FROM {name} WHERE {row_id} % 3 = 1")
+    expression = seconds / max(scan.expression, 1.0)
+
+    def rest(work: Work, seconds: float) -> float:
+        return seconds - work.expression * expression
+
+    few, many = timed(grouped(16)), timed(grouped(max(rows // 4, 17)))
+    group_input, group = _solve2(
+        [
+            (few[0].group_input, few[0].group, rest(*few)),
+            (many[0].group_input, many[0].group, rest(*many)),
+        ]
+    )
+    # a probe and a build priced alike: the server's own filters make them the same rows
+    # here (``a.r = b.r`` carries ``b``'s filter over to ``a``), as its filter of a probe
+    # by the built keys does in most joins (``server_time``)
+    join, seconds = timed(joined(8))
+    probe = build = max(rest(join, seconds), 1e-9) / max(join.probe + join.build, 1.0)
+    fetched = f"SELECT {row_id} FROM {name}"
+    backend.execute(fetched)
+    seconds = max(_median(lambda: backend.execute(fetched)) - statement, 1e-6)
+    size = float(backend.execute(fetched).nbytes)
+    byte = max(seconds - rows * expression, seconds * 0.1) / max(size, 1.0)
+    costs = {
+        "expression": expression,
+        "probe": probe,
+        "build": build,
+        "group_input": group_input,
+        "group": group,
+        "byte": byte,
+    }
+    return {kind: round(value * 1e9, 4) for kind, value in costs.items()}
+
+
+def _solve2(equations: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Non-negative ``(x, y)`` with ``a x + b y = c`` for two equations ``(a, b, c)``: solved
+    exactly where the solution is positive, else each from the equation where its unit
+    dominates (a noisy timing must not price work at zero or below)."""
+    (a1, b1, c1), (a2, b2, c2) = equations
+    determinant = a1 * b2 - a2 * b1
+    if abs(determinant) > 1e-9:
+        x = (c1 * b2 - c2 * b1) / determinant
+        y = (a1 * c2 - a2 * c1) / determinant
+        if x > 0 and y > 0:
+            return x, y
+    x = max(c1, 1e-9) / max(a1 + b1, 1.0)
+    y = max(c2, 1e-9) / max(a2 + b2, 1.0)
+    return x, y
 
 
 def _local_costs() -> tuple[float, float]:

@@ -29,6 +29,7 @@ from sqlglot import exp
 from veil.backends.base import BackendError, Estimate
 from veil.design.model import DET
 from veil.exec.calibration import Calibration
+from veil.exec.server_time import OperatorCosts, plan_work
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
 from veil.sql.selectivity import ashe_pairs, distinct_rows
@@ -111,8 +112,9 @@ def estimate_plan(
     session: Session, plan: SplitPlan, calibration: Calibration, bandwidth: float | None = None
 ) -> PlanCost:
     """The estimated cost of running ``plan`` (``bandwidth``: a network link's bits/s)."""
+    everywhere = _filtered(plan.scans)  # reduction partners' tables are scanned elsewhere
     steps = [
-        _step_cost(session, key, label, step, calibration, bandwidth)
+        _step_cost(session, key, label, step, calibration, bandwidth, everywhere)
         for key, label, step in plan_steps(plan)
     ]
     # a scan read only by its late subquery (``decrypt_late``) is handled once, there
@@ -141,6 +143,7 @@ def _step_cost(
     step: Scan | JoinedFetch,
     calibration: Calibration,
     bandwidth: float | None,
+    everywhere: dict[str, float],
 ) -> StepCost:
     scans = step.scans if isinstance(step, JoinedFetch) else [step]
     if isinstance(step, JoinedFetch):
@@ -153,11 +156,22 @@ def _step_cost(
         decrypted = [enc for column, enc in step.fetched() if column not in step.ciphertext]
     backend = session.backend
     sql, params = render(statement, backend)
+    operators = OperatorCosts.from_ns(calibration.operator_ns)
     try:
         estimate = backend.estimate(sql, params or None)
-        rows, cost = estimate.rows, (estimate.cost or estimate.rows) - _skipped(estimate, scans)
+        rows = estimate.rows
+        if operators is not None and estimate.operators is not None:
+            filtered = everywhere | _filtered(scans)
+            joined = step.joined_rows if isinstance(step, JoinedFetch) else None
+            shares = _read_shares(estimate, scans)
+            work = plan_work(estimate.operators, filtered, shares, joined)
+            server = work.seconds(operators)
+        else:
+            cost = (estimate.cost or estimate.rows) - _skipped(estimate, scans)
+            server = cost * calibration.server_seconds_per_cost
     except BackendError:  # a statement the optimizer cannot explain: count its tables' rows
-        rows = cost = float(max(s.table.row_count for s in scans))
+        rows = float(max(s.table.row_count for s in scans))
+        server = rows * calibration.server_seconds_per_cost
     if step.estimated_rows is not None:
         # the planner's, from the plaintext's statistics. A lone scan's is whole (its
         # filters' quantiles and counts), where the server guesses over ciphertexts
@@ -199,33 +213,54 @@ def _step_cost(
         label=label,
         rows=rows,
         bytes=size,
-        server_seconds=calibration.statement_seconds + cost * calibration.server_seconds_per_cost,
+        server_seconds=calibration.statement_seconds + server,
         transfer_seconds=size * calibration.fetch_ns_per_byte * 1e-9 + link,
         decrypt_seconds=decrypt,
         local_rows=local_rows,
     )
 
 
+def _filtered(scans: list[Scan]) -> dict[str, float]:
+    """Per server table, the rows its scans' own filters keep (the most, for a table scanned
+    under several names); a scan with bind filters keeps ``BIND_KEPT`` of them."""
+    rows: dict[str, float] = {}
+    for scan in scans:
+        if scan.filtered_rows is not None:
+            kept = scan.filtered_rows * (BIND_KEPT if scan.binds else 1.0)
+            name = scan.table.server_name
+            rows[name] = max(rows.get(name, 0.0), kept)
+    return rows
+
+
 def _skipped(estimate: Estimate, scans: list[Scan]) -> float:
-    """The cost of the blocks of rows the server skips by their min/max but priced.
+    """The cost of the blocks of rows the server skips by their min/max but priced."""
+    if not estimate.block_rows or not estimate.cost:
+        return 0.0
+    return sum(
+        estimate.scanned.get(table, 0.0) * (1.0 - share)
+        for table, share in _read_shares(estimate, scans).items()
+    )
+
+
+def _read_shares(estimate: Estimate, scans: list[Scan]) -> dict[str, float]:
+    """Per server table, the share of its rows the server reads, where it skips the rest.
 
     A table ordered by a column (``TableDesign.sort_by``) within each of its
     clusters keeps a range of it in one stretch of blocks per cluster: the
     server reads the range's share of the blocks, plus part of a block at each
     end of each stretch (TPC-H Q6 reads about a seventh of lineitem).
     """
-    if not estimate.block_rows or not estimate.cost:
-        return 0.0
+    if not estimate.block_rows:
+        return {}
     tables = [s.table.server_name for s in scans]
-    skipped = 0.0
+    shares: dict[str, float] = {}
     for scan in scans:
-        part = estimate.scanned.get(scan.table.server_name)
-        if scan.read_share is None or part is None or tables.count(scan.table.server_name) > 1:
+        if scan.read_share is None or tables.count(scan.table.server_name) > 1:
             continue
         rows = max(scan.table.row_count, 1)
         stretches = _clusters(scan) * estimate.block_rows / rows  # half a block each end
-        skipped += part * (1.0 - min(1.0, scan.read_share + stretches))
-    return skipped
+        shares[scan.table.server_name] = min(1.0, scan.read_share + stretches)
+    return shares
 
 
 def _clusters(scan: Scan) -> float:

@@ -57,6 +57,9 @@ class Scan:
     estimated_rows: float | None = None
     # an aggregated scan's: the rows its filters keep, before grouping (``estimate_rows``)
     kept_rows: float | None = None
+    # the rows its own exact server filters keep, as its table's scan in any statement
+    # returns them (``estimate_rows``; the cost model's, ``veil.exec.server_time``)
+    filtered_rows: float | None = None
     # the share of its table's rows its range filters on the column that orders the
     # table's rows (``TableDesign.sort_by``) keep: all the server need read of a table
     # it reads in blocks with min/max (``estimate_rows``, ``veil.exec.cost``); None: all
@@ -313,6 +316,8 @@ class JoinedFetch:
     groups: JoinGroup | None = None  # grouped and counted on the server too
     # joined rows (with ``groups``: the groups), from the load's statistics
     estimated_rows: float | None = None
+    # the rows joined, before any grouping (the cost model's: its join's output)
+    joined_rows: float | None = None
     # fetched as its distinct rows with their counts, expanded by the client (``count_repeats``)
     counted: bool = False
 

@@ -10,7 +10,9 @@ reduction the share its partners' filters keep (``join_rows.reduced_share``); bi
 filters, which thin it further by keys only the client knows, are left out
 (so the estimate errs high). Server joins carry their own (``pushdown_joins``);
 an aggregated scan's groups are left to the server's estimate, the rows it
-groups are ``kept_rows`` (ASHE's blocks of ids are at most that many).
+groups are ``kept_rows`` (ASHE's blocks of ids are at most that many). Every
+scan, a server join's too, records the rows its own filters keep
+(``filtered_rows``): its table's scan returns them, whatever joins follow.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ def estimate_rows(state: PlanState) -> PlanState:
             scan.read_share = read_share(scan, state)
         except Exception:  # an estimate never costs the plan its pushdown: unknown instead
             log.debug("no read share for scan %s", scan.alias, exc_info=True)
-        if scan.joined is not None:
-            continue
         try:
-            share = kept_share_of(scan, state) * reduced_share(scan, state)
+            kept = kept_share_of(scan, state)
+            scan.filtered_rows = scan.table.row_count * kept
+            if scan.joined is not None:
+                continue
+            share = kept * reduced_share(scan, state)
         except Exception:  # an estimate never costs the plan its pushdown: unknown instead
             log.debug("no row estimate for scan %s", scan.alias, exc_info=True)
             continue

@@ -70,6 +70,7 @@ def pushdown_join_aggregates(state: PlanState) -> PlanState:
         fetch.groups, types = found
         rows = joined_rows(members, member_edges, state)
         fetch.estimated_rows = grouped_rows(fetch.groups, rows, state)
+        fetch.joined_rows = rows
         _adopt(fetch, select, types)
     return state
 

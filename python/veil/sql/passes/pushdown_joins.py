@@ -112,7 +112,7 @@ def _try_join(
         if after <= before * _JOIN_BONUS:
             fetch.scans = _selective_first(fetch.scans, fetch.edges, kept)
             _adopt(fetch, select, [node for node in dropped if node is not None], narrowed)
-            fetch.estimated_rows = rows
+            fetch.estimated_rows = fetch.joined_rows = rows
             return fetch
 
         # leave out the scan whose repetition adds most (with the scans only it

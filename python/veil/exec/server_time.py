@@ -1,0 +1,172 @@
+"""A statement's server time from its optimizer's operators, each kind priced by calibration.
+
+DuckDB reports no cost, only each operator's estimated rows; one calibrated
+cost per row handled (every operator alike) mispriced TPC-H by up to 5x
+either way: a hash aggregate that creates a group per input row costs ~40
+times a scanned row's expression (Q16's ``COUNT(DISTINCT)``: 25 ms for
+118,000 rows), building a hash table ~70 times (Q9's orders, 1.5M rows: 54
+ms), while a scan that zone maps let skip most of a table costs little.
+
+So each kind of work has its own calibrated seconds (``OperatorCosts``,
+measured by ``veil.exec.calibration`` from profiled statements on the
+client directory's own server): a row through one expression (a scan's
+columns and filters, a projection's computed items), a row probing a hash
+table, a row inserted into one, a row into a hash aggregate, a group it
+creates, a row sorted. A join on one key probes only the rows that match:
+DuckDB filters the probe side's scan by the keys of the built side (TPC-H
+Q17's lineitem returns 6,088 of its 6M rows to the join), not on several
+(Q9's two keys: all 6M probe).
+
+The optimizer's rows are the other error: over ciphertexts it guesses a
+filter's share (DuckDB: a fifth for any range) and carries the guess up
+its joins. Where the planner knows better from the load's statistics (the
+rows each table's own filters keep, the statement's result) its figures
+replace the optimizer's, and every operator above a corrected input is
+scaled by the same factor (a join's rows move with each input's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from veil.backends.base import Operator
+
+# a scan of a table the planner has no figure for (a server subquery's): DuckDB's own
+# estimate, but no less than a third of the table (PostgreSQL's DEFAULT_INEQ_SEL) —
+# DuckDB took TPC-H Q22's ``o_custkey = o_custkey`` (IS NOT NULL) for 11 rows of 1.5M
+_UNKNOWN_SHARE = 1 / 3
+
+
+@dataclass(frozen=True)
+class OperatorCosts:
+    """Seconds per unit of each kind of server work (``Calibration.operator_ns`` / 1e9)."""
+
+    expression: float  # a row through one expression (a scanned column, a filter)
+    probe: float  # a row probing a hash table
+    build: float  # a row inserted into a hash table
+    group_input: float  # a row into a hash aggregate (or a sort)
+    group: float  # a group a hash aggregate creates
+
+    @classmethod
+    def from_ns(cls, ns: Mapping[str, float]) -> OperatorCosts | None:
+        """From a calibration's nanoseconds; None when any kind is missing (not measured)."""
+        names = [f.name for f in fields(cls)]
+        if not all(name in ns for name in names):
+            return None
+        return cls(**{name: float(ns[name]) * 1e-9 for name in names})
+
+
+@dataclass
+class Work:
+    """How much of each kind of work a plan's operators do (the units of ``OperatorCosts``)."""
+
+    expression: float = 0.0
+    probe: float = 0.0
+    build: float = 0.0
+    group_input: float = 0.0
+    group: float = 0.0
+
+    def seconds(self, costs: OperatorCosts) -> float:
+        return sum(getattr(self, f.name) * getattr(costs, f.name) for f in fields(Work))
+
+
+def plan_work(
+    root: Operator,
+    filtered: Mapping[str, float] | None = None,
+    read: Mapping[str, float] | None = None,
+    joined_rows: float | None = None,
+    counted: bool = False,
+) -> Work:
+    """The work of the plan under ``root``.
+
+    ``filtered``: per server table, the rows its own filters keep (the
+    planner's figure: it replaces the optimizer's for the operators that
+    read that table alone, its scan and the filters and semi-joins over it);
+    ``read``: per server table, the share of its rows the server reads (the
+    rest skipped by min/max); ``joined_rows``: the planner's rows for the
+    statement's join (its topmost); ``counted``: the operators' rows were
+    counted by running the statement (``Backend.profile``), not estimated.
+    """
+    work = Work()
+    known = {} if counted else dict(filtered or {})
+    shares = read or {}
+    pinned = joined_rows if not counted else None
+    top = _topmost_join(root)
+
+    def walk(op: Operator) -> tuple[float, float, frozenset[str]]:
+        """(the rows ``op`` returns, the factor over the optimizer's, the tables it reads)"""
+        if op.kind == "scan":
+            table = op.table or ""
+            work.expression += op.table_rows * shares.get(table, 1.0) * op.expressions
+            if counted or table in known:
+                rows = known.get(table, op.rows)
+            else:  # a table the planner has no figure for
+                rows = max(op.rows, op.table_rows * _UNKNOWN_SHARE) if op.table_rows else op.rows
+            return rows, _factor(rows, op.rows), frozenset([table])
+        inputs = [walk(child) for child in op.children]
+        factor = 1.0
+        tables: frozenset[str] = frozenset()
+        for _, child_factor, child_tables in inputs:
+            factor *= child_factor
+            tables |= child_tables
+        first = inputs[0][0] if inputs else 0.0
+        rows = op.rows * factor
+        if pinned is not None and id(op) in joined:
+            rows = pinned  # the join and the filters over it: the planner's joined rows
+        if op.kind == "join":
+            if op.bounded:
+                rows = min(rows, first)
+            # the build's keys filter the probe's scan: only its rows that match probe
+            # (counted rows are those the scan returned, after that filter)
+            filters = not counted and op.expressions == 1 and not op.marks
+            work.probe += min(first, rows) if filters else first
+            work.build += sum(r for r, _, _ in inputs[1:])
+        elif op.kind == "group":
+            work.group_input += first
+            rows = min(rows, first) if inputs else rows
+            work.group += rows
+        elif op.kind == "sort":
+            work.group_input += first
+            rows = min(rows, first) if inputs else rows
+        else:
+            work.expression += first * op.expressions
+            rows = min(rows, first) if inputs else rows
+        if op.kind != "group" and len(tables) == 1 and next(iter(tables)) in known:
+            rows = known[next(iter(tables))]  # filters of one table: the planner's figure
+        return rows, _factor(rows, op.rows), tables
+
+    # the topmost join and the operators above it up to a grouping (a path from the root)
+    path = (_path(root, top) or []) if top is not None else []
+    while any(node.kind in ("group", "sort") for node in path):
+        path = path[1:]
+    joined = {id(node) for node in path}
+
+    walk(root)
+    return work
+
+
+def _topmost_join(root: Operator) -> Operator | None:
+    """The join nearest ``root`` (the first met breadth first), if any."""
+    level = [root]
+    while level:
+        for node in level:
+            if node.kind == "join":
+                return node
+        level = [child for node in level for child in node.children]
+    return None
+
+
+def _path(node: Operator, target: Operator) -> list[Operator] | None:
+    """The operators from ``node`` down to ``target``, both included; None if not below."""
+    if node is target:
+        return [node]
+    for child in node.children:
+        below = _path(child, target)
+        if below is not None:
+            return [node, *below]
+    return None
+
+
+def _factor(rows: float, estimated: float) -> float:
+    return rows / estimated if estimated > 0 else 1.0

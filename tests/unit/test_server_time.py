@@ -1,0 +1,102 @@
+"""The server's time from its operators: the work each kind does, with the planner's rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from veil.backends.base import Operator
+from veil.backends.duckdb import DuckDBBackend
+from veil.exec.server_time import OperatorCosts, Work, plan_work
+
+
+def _scan(table: str, rows: float, table_rows: float, expressions: int = 2) -> Operator:
+    return Operator("scan", rows, expressions, table=table, table_rows=table_rows)
+
+
+def test_a_scan_reads_its_whole_table_but_what_min_max_skips() -> None:
+    work = plan_work(_scan("t", 100, 1000, expressions=3), read={"t": 0.25})
+    assert work == Work(expression=1000 * 0.25 * 3)
+
+
+def test_the_planners_rows_replace_the_optimizers_and_carry_up_the_joins() -> None:
+    # the optimizer guessed a fifth of the fact table for a filter that keeps half
+    fact = _scan("fact", 200, 1000)
+    dimension = _scan("dim", 10, 10)
+    join = Operator("join", 100, 1, (fact, dimension))  # one key: probes only matches
+    group = Operator("group", 5, 1, (join,))
+    work = plan_work(group, filtered={"fact": 500})
+    assert work.build == 10
+    assert work.probe == pytest.approx(250)  # the join's rows, 100 x (500 / 200)
+    assert work.group_input == pytest.approx(250)
+    assert work.group == pytest.approx(5 * 2.5)
+
+
+def test_a_join_on_two_keys_probes_every_row() -> None:
+    join = Operator("join", 50, 2, (_scan("fact", 1000, 1000), _scan("dim", 10, 10)))
+    assert plan_work(join).probe == 1000
+
+
+def test_a_mark_join_probes_every_row_and_returns_them() -> None:
+    fact = _scan("fact", 1000, 1000)
+    mark = Operator("join", 1000, 1, (fact, _scan("dim", 10, 10)), bounded=True, marks=True)
+    work = plan_work(Operator("group", 1, 1, (mark,)))
+    assert work.probe == 1000
+    assert work.group_input == 1000
+
+
+def test_the_planners_joined_rows_are_the_topmost_joins_and_the_filters_over_it() -> None:
+    join = Operator("join", 100, 1, (_scan("a", 1000, 1000), _scan("b", 10, 10)))
+    kept = Operator("other", 20, 1, (join,))  # the optimizer's guess for a filter
+    group = Operator("group", 10, 1, (kept,))
+    work = plan_work(group, joined_rows=400)
+    assert work.group_input == 400
+    assert work.group == pytest.approx(10 * 400 / 20)
+
+
+def test_counted_rows_are_taken_as_they_are() -> None:
+    join = Operator("join", 30, 1, (_scan("a", 300, 1000), _scan("b", 10, 10)))
+    work = plan_work(join, filtered={"a": 900}, joined_rows=5, counted=True)
+    assert (work.probe, work.build) == (300, 10)
+
+
+def test_a_table_the_planner_does_not_know_is_at_least_a_third() -> None:
+    join = Operator("join", 11, 1, (_scan("a", 100, 100), _scan("sub", 11, 3000)))
+    assert plan_work(join).build == 1000
+
+
+def test_costs_need_every_kind_measured() -> None:
+    ns = {"expression": 1.0, "probe": 20.0, "build": 20.0, "group_input": 2.0, "group": 150.0}
+    costs = OperatorCosts.from_ns(ns)
+    assert costs is not None
+    assert Work(expression=1e9, group=1e6).seconds(costs) == pytest.approx(1.0 + 0.15)
+    del ns["group"]
+    assert OperatorCosts.from_ns(ns) is None
+
+
+def test_duckdb_lists_its_operators_estimated_and_counted(tmp_path: Path) -> None:
+    backend = DuckDBBackend(f"duckdb://{tmp_path / 'server.duckdb'}")
+    try:
+        backend.execute("CREATE TABLE f AS SELECT range AS k, range % 7 AS g FROM range(20000)")
+        backend.execute("CREATE TABLE d AS SELECT range AS k FROM range(100)")
+        sql = "SELECT f.g, count(*) FROM f JOIN d ON f.k = d.k WHERE f.g < 3 GROUP BY f.g"
+        estimated = backend.estimate(sql).operators
+        counted = backend.profile(sql)
+        for root in (estimated, counted):
+            assert root is not None
+            kinds = _kinds(root)
+            assert {"scan", "join", "group"} <= kinds
+        scans = _scans(counted)
+        assert {s.table: s.table_rows for s in scans} == {"f": 20000, "d": 100}
+        assert plan_work(counted, counted=True).group == 3  # groups 0, 1, 2 of the 100 keys
+    finally:
+        backend.close()
+
+
+def _kinds(op: Operator) -> set[str]:
+    return {op.kind}.union(*(_kinds(c) for c in op.children))
+
+
+def _scans(op: Operator) -> list[Operator]:
+    return [op] if op.kind == "scan" else [s for c in op.children for s in _scans(c)]
