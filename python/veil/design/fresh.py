@@ -17,7 +17,7 @@ import copy
 from veil.design.model import BLOCKS, Encryption, PhysicalDesign, TableDesign, opaque_name
 
 # what ``veil load`` measures of the data (``veil.load.loader``): no cipher depends on these
-DATA_STATISTICS = ("distinct", "quantiles", "mean_bytes", "kept", "unique")
+DATA_STATISTICS = ("distinct", "quantiles", "mean_bytes", "kept", "unique", "zones", "zone_rows")
 # ... and everything it records from the data, not the design's choice
 LOAD_STATISTICS = (*DATA_STATISTICS, "form")
 

@@ -164,7 +164,7 @@ def _step_cost(
             filtered = everywhere | _filtered(scans)
             joined = step.joined_rows if isinstance(step, JoinedFetch) else None
             shares = _read_shares(estimate, scans)
-            work = plan_work(estimate.operators, filtered, shares, joined)
+            work = plan_work(estimate.operators, filtered, shares, joined, _groups(step))
             server = work.seconds(operators)
         else:
             cost = (estimate.cost or estimate.rows) - _skipped(estimate, scans)
@@ -220,6 +220,16 @@ def _step_cost(
     )
 
 
+def _groups(step: Scan | JoinedFetch) -> float | None:
+    """The planner's rows for a grouped statement's groups: ASHE's (group, block) pairs, or
+    a grouped server join's groups; None for any other statement."""
+    if isinstance(step, JoinedFetch):
+        return step.estimated_rows if step.groups is not None else None
+    if step.aggregation is not None and step.aggregation.id_bit is not None:
+        return _ashe_rows(step, step.aggregation.keys)
+    return None
+
+
 def _filtered(scans: list[Scan]) -> dict[str, float]:
     """Per server table, the rows its scans' own filters keep (the most, for a table scanned
     under several names); a scan with bind filters keeps ``BIND_KEPT`` of them."""
@@ -255,12 +265,24 @@ def _read_shares(estimate: Estimate, scans: list[Scan]) -> dict[str, float]:
     tables = [s.table.server_name for s in scans]
     shares: dict[str, float] = {}
     for scan in scans:
-        if scan.read_share is None or tables.count(scan.table.server_name) > 1:
+        if tables.count(scan.table.server_name) > 1:
             continue
-        rows = max(scan.table.row_count, 1)
-        stretches = _clusters(scan) * estimate.block_rows / rows  # half a block each end
-        shares[scan.table.server_name] = min(1.0, scan.read_share + stretches)
+        if scan.zone_share is not None and _zone_rows(scan) == estimate.block_rows:
+            shares[scan.table.server_name] = scan.zone_share  # the blocks as loaded
+        elif scan.read_share is not None:
+            rows = max(scan.table.row_count, 1)
+            stretches = _clusters(scan) * estimate.block_rows / rows  # half a block each end
+            shares[scan.table.server_name] = min(1.0, scan.read_share + stretches)
     return shares
+
+
+def _zone_rows(scan: Scan) -> int | None:
+    """The rows of each zone the load recorded for ``scan``'s table (``veil.load.zones``)."""
+    for enc in scan.table.encryptions:
+        rows = enc.params.get("zone_rows")
+        if isinstance(rows, int):
+            return rows
+    return None
 
 
 def _clusters(scan: Scan) -> float:

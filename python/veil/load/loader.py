@@ -53,6 +53,7 @@ from veil.exec.row_ids import counter_table
 from veil.load import ashe_widths, clusters, narrow_det
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
+from veil.load.zones import ZoneRecorder
 
 BATCH_ROWS = 65536
 HOM_CHUNK_PACKS = 16384  # Paillier encryptions per progress step (a few seconds' work)
@@ -200,12 +201,16 @@ def _load_table(
     started = time.perf_counter()
     encryptor = TableEncryptor(master, table)
     blocks: list[pa.Table] = []
+    zones = ZoneRecorder(table) if backend.skips_row_blocks else None
+    order = clusters.order_by(table, master)
     rows = backend.bulk_load(
         table.server_name,
-        _encrypted_batches(source, con, encryptor, say, blocks, clusters.order_by(table, master)),
+        _encrypted_batches(source, con, encryptor, say, blocks, order, zones),
         schema=encryptor.server_schema(_empty(table.columns)),
     )
     table.row_count = rows
+    if zones is not None:
+        zones.finish()
     backend.bulk_load(table.id_counter, counter_table(rows))
     if table.layers_table:
         backend.bulk_load(table.layers_table, layers_rows(table, master))
@@ -237,10 +242,12 @@ def _encrypted_batches(
     say: Reporter,
     blocks: list[pa.Table],
     order: str | None,
+    zones: ZoneRecorder | None,
 ) -> Iterator[pa.RecordBatch]:
     """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``.
 
-    ``order`` clusters the rows (``veil.load.clusters``); the ids follow it.
+    ``order`` clusters the rows (``veil.load.clusters``); the ids follow it, and
+    ``zones`` records each block's span of the range-filtered columns in it.
     """
     done = 0
     meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
@@ -253,6 +260,8 @@ def _encrypted_batches(
         sealed = encryptor.blocks(plain, first_id=done)
         if sealed is not None:
             blocks.append(sealed)
+        if zones is not None:
+            zones.add(plain, done)
         done += batch.num_rows
         meter.advance(batch.num_rows)
     meter.close()

@@ -13,9 +13,9 @@ from math import prod
 
 from sqlglot import exp
 
-from veil.design.model import Encryption
+from veil.design.model import OPE, Encryption
 from veil.sql.plan import JoinEdge, JoinGroup, Scan
-from veil.sql.selectivity import distinct_rows, group_count, kept_share
+from veil.sql.selectivity import distinct_rows, group_count, kept_share, rank_range
 from veil.sql.state import PlanState
 
 
@@ -92,6 +92,33 @@ def read_share(scan: Scan, state: PlanState) -> float | None:
         if p.exact and isinstance(p.node, _RANGES) and _reads_only(p.node, ordered, scan, state)
     ]
     return kept_share(nodes, scan, state.resolved, state.ctx) if nodes else None
+
+
+def zone_share(scan: Scan, state: PlanState) -> float | None:
+    """The share of the table's zones (blocks of rows as loaded, ``veil.load.zones``) that
+    its exact range filters can match: the blocks a server skipping by min/max reads.
+
+    Each range keeps the zones whose span of ranks meets its own; several ranges
+    keep the zones all of them keep. None: no range on a column with zones.
+    """
+    kept: set[int] | None = None
+    count = 0
+    for predicate in scan.predicates:
+        if not predicate.exact or not isinstance(predicate.node, _RANGES):
+            continue
+        found = rank_range(predicate.node, scan, state.resolved, state.ctx)
+        refs = [state.resolved.get(id(c)) for c in predicate.node.find_all(exp.Column)]
+        if found is None or len(refs) != 1 or refs[0] is None or refs[0].alias != scan.alias:
+            continue
+        enc = scan.table.find(refs[0].column, OPE)
+        zones = enc.params.get("zones") if enc is not None else None
+        if not isinstance(zones, list) or not zones:
+            continue
+        _, low, high = found
+        met = {i for i, (start, end) in enumerate(zones) if end >= low and start <= high}
+        kept = met if kept is None else kept & met
+        count = len(zones)
+    return None if kept is None or not count else len(kept) / count
 
 
 def _reads_only(node: exp.Expr, column: str, scan: Scan, state: PlanState) -> bool:

@@ -64,6 +64,9 @@ class Scan:
     # table's rows (``TableDesign.sort_by``) keep: all the server need read of a table
     # it reads in blocks with min/max (``estimate_rows``, ``veil.exec.cost``); None: all
     read_share: float | None = None
+    # the share of its table's zones (blocks of rows as loaded, ``veil.load.zones``) its
+    # range filters can match: what a server skipping blocks by min/max reads; None: all
+    zone_share: float | None = None
     # columns fetched as their DET / OPE ciphertexts and left so (``decrypt_late``,
     # ``compare_ciphertexts``)
     ciphertext: set[str] = field(default_factory=set)

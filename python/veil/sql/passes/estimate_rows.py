@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from veil.sql.join_rows import kept_share_of, read_share, reduced_share
+from veil.sql.join_rows import kept_share_of, read_share, reduced_share, zone_share
 from veil.sql.state import PlanState
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ def estimate_rows(state: PlanState) -> PlanState:
     for scan in state.scans.values():
         try:
             scan.read_share = read_share(scan, state)
+            scan.zone_share = zone_share(scan, state)
         except Exception:  # an estimate never costs the plan its pushdown: unknown instead
             log.debug("no read share for scan %s", scan.alias, exc_info=True)
         try:
