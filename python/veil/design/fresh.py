@@ -20,6 +20,9 @@ from veil.design.model import BLOCKS, Encryption, PhysicalDesign, TableDesign, o
 DATA_STATISTICS = ("distinct", "quantiles", "mean_bytes", "kept", "unique", "zones", "zone_rows")
 # ... and everything it records from the data, not the design's choice
 LOAD_STATISTICS = (*DATA_STATISTICS, "form")
+# how the load stored a column's ciphertexts (bytes, bit-packed): a constant compared with
+# it must be encrypted alike
+STORED_FORMS = ("form", "narrow_bits")
 
 
 def fresh_design(design: PhysicalDesign, key_fingerprint: str) -> PhysicalDesign:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, replace
 
+from veil.design.fresh import DATA_STATISTICS, STORED_FORMS
 from veil.design.model import (
     BLOCKS,
     DET,
@@ -47,7 +48,6 @@ from veil.sql.widths import TEXT_BYTES
 
 ASHE = "ASHE"
 _OPTIONAL = (DET, OPE, SEARCH)
-_STATISTICS = ("distinct", "quantiles", "mean_bytes")
 _CIPHERTEXT_BYTES = 17  # version byte, SIV or nonce, tag: a text's DET / RND expansion
 _SEARCH_WORD_BYTES = 16
 _MEAN_WORD_BYTES = 6.0  # a word and its separator, in English text
@@ -171,6 +171,9 @@ def _merged_table(table: TableDesign, stored: TableDesign | None, policy: Policy
         merged.server_name, merged.row_id = stored.server_name, stored.row_id
         merged.blocks_table = stored.blocks_table or table.blocks_table
         merged.sums = _stored_sums(table.sums, stored.sums)
+        # the stored rows' order, as the server's estimates see it (ASHE's runs of ids,
+        # blocks skipped by min/max); a load under the new design chooses it again
+        merged.cluster_by, merged.sort_by = list(stored.cluster_by), stored.sort_by
     return merged
 
 
@@ -208,7 +211,10 @@ def _with_statistics(
     merged.origin = "ilp"
     if twin is not None:
         merged.name = twin.name
-        merged.params.update({k: v for k, v in twin.params.items() if k in _STATISTICS})
+        # the load's statistics, and its stored form where the twin is of the same scheme
+        # (its server column is then this candidate's: constants are encrypted to match)
+        copied = DATA_STATISTICS + (STORED_FORMS if twin.scheme == enc.scheme else ())
+        merged.params.update({k: v for k, v in twin.params.items() if k in copied})
     elif stored is not None:
         for other in stored.encryptions_of(enc.source):
             if "mean_bytes" in other.params:
@@ -220,6 +226,10 @@ def _stored_sums(wanted: AsheSums | None, stored: AsheSums | None) -> AsheSums |
     """The wanted ASHE sources under the stored words' names where the load has them."""
     if wanted is None or stored is None:
         return wanted
+    if all(stored.index(source) is not None for source in wanted.sources):
+        # the load's own layout (words fit to the data, NULL counters, overflow flags):
+        # the server explains statements over exactly these columns
+        return _ashe_subset(stored, list(wanted.sources))
     merged = copy.deepcopy(wanted)
     for i, source in enumerate(merged.sources):
         at = stored.index(source)
@@ -294,6 +304,8 @@ def _ashe_subset(sums: AsheSums | None, sources: list[str]) -> AsheSums | None:
         types=[sums.types[i] for i in at],
         columns=[sums.columns[i] for i in at],
         word_bits=[sums.word_bits[i] for i in at] if sums.word_bits is not None else None,
+        limits=[sums.limits[i] for i in at] if sums.limits is not None else None,
+        null_fields=[sums.null_fields[i] for i in at] if sums.null_fields is not None else None,
     )
 
 
