@@ -180,8 +180,9 @@ class DuckDBBackend(StagedBackend):
         plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         nodes = json.loads(plan.column(1)[0].as_py())
         scanned: dict[str, float] = {}
-        cost = self._handled(nodes, scanned)
-        operators = self._operator(nodes[0], counted=False) if len(nodes) == 1 else None
+        sizes: dict[str, float] = {}  # each table's rows, asked once per statement
+        cost = self._handled(nodes, scanned, sizes)
+        operators = self._operator(nodes[0], False, sizes) if len(nodes) == 1 else None
         return Estimate(_top_cardinality(nodes), cost, scanned, ROW_GROUP_ROWS, operators)
 
     def profile(self, sql: str, params: Params = None) -> Operator:
@@ -193,13 +194,13 @@ class DuckDBBackend(StagedBackend):
         node = nodes[0] if isinstance(nodes, list) else nodes
         while node.get("name") in _PROFILER_NODES and node.get("children"):
             node = node["children"][0]
-        return self._operator(node, counted=True)
+        return self._operator(node, True, {})
 
-    def _operator(self, node: dict[str, Any], counted: bool) -> Operator:
+    def _operator(self, node: dict[str, Any], counted: bool, sizes: dict[str, float]) -> Operator:
         info = node.get("extra_info", {})
         info = info if isinstance(info, dict) else {}
         name = str(node.get("name", ""))
-        children = tuple(self._operator(c, counted) for c in node.get("children", []))
+        children = tuple(self._operator(c, counted, sizes) for c in node.get("children", []))
         if counted:
             rows = float(node.get("intermediate_rows") or node.get("operator_cardinality") or 0)
         else:
@@ -208,7 +209,8 @@ class DuckDBBackend(StagedBackend):
         if isinstance(table, str) and name.endswith("_SCAN") and name != "CTE_SCAN":
             server = table.rsplit(".", 1)[-1]
             items = _items(info.get("Projections")) + _items(info.get("Filters"))
-            return Operator("scan", rows, max(1, items), (), server, self._table_rows(server))
+            size = self._table_rows(server, sizes)
+            return Operator("scan", rows, max(1, items), (), server, size)
         if "JOIN" in name:
             joined = str(info.get("Join Type", "INNER")).upper()
             bounded = joined in ("SEMI", "ANTI", "MARK", "RIGHT_SEMI", "RIGHT_ANTI")
@@ -222,26 +224,30 @@ class DuckDBBackend(StagedBackend):
         computed = sum(_computed(info.get(key)) for key in _WORK_KEYS)
         return Operator("other", rows, computed, children)
 
-    def _handled(self, nodes: list[dict[str, Any]], scanned: dict[str, float]) -> float:
+    def _handled(
+        self, nodes: list[dict[str, Any]], scanned: dict[str, float], sizes: dict[str, float]
+    ) -> float:
         total = 0.0
         for node in nodes:
             info = node.get("extra_info", {})
             table = info.get("Table") if isinstance(info, dict) else None
             estimate = info.get("Estimated Cardinality") if isinstance(info, dict) else None
             name = table.rsplit(".", 1)[-1] if isinstance(table, str) else None
-            rows = self._table_rows(name) if name is not None else float(estimate or 0)
+            rows = self._table_rows(name, sizes) if name is not None else float(estimate or 0)
             # each row costs per expression the node computes (columns, aggregates, filters)
             handled = rows * max(1, sum(_items(info.get(k)) for k in _WORK_KEYS))
             if name is not None:
                 scanned[name] = scanned.get(name, 0.0) + handled
-            total += handled + self._handled(node.get("children", []), scanned)
+            total += handled + self._handled(node.get("children", []), scanned, sizes)
         return total
 
-    def _table_rows(self, table: str) -> float:
-        found = self.execute(
-            "SELECT estimated_size FROM duckdb_tables() WHERE table_name = $1", [table]
-        )
-        return float(found.column(0)[0].as_py() or 0) if found.num_rows else 0.0
+    def _table_rows(self, table: str, sizes: dict[str, float]) -> float:
+        if table not in sizes:
+            found = self.execute(
+                "SELECT estimated_size FROM duckdb_tables() WHERE table_name = $1", [table]
+            )
+            sizes[table] = float(found.column(0)[0].as_py() or 0) if found.num_rows else 0.0
+        return sizes[table]
 
     def hom_sum(self, ciphertexts: exp.Expression, n_square: exp.Expression) -> exp.Expression:
         listed = exp.Anonymous(this="list", expressions=[ciphertexts])
