@@ -15,9 +15,10 @@ def _scan(table: str, rows: float, table_rows: float, expressions: int = 2) -> O
     return Operator("scan", rows, expressions, table=table, table_rows=table_rows)
 
 
-def test_a_scan_reads_its_whole_table_but_what_min_max_skips() -> None:
-    work = plan_work(_scan("t", 100, 1000, expressions=3), read={"t": 0.25})
-    assert work == Work(expression=1000 * 0.25 * 3)
+def test_a_scan_filters_every_row_it_reads_and_returns_the_kept_ones() -> None:
+    scan = Operator("scan", 100, 3, table="t", table_rows=1000, columns=2)
+    work = plan_work(scan, filtered={"t": 50}, read={"t": 0.25})
+    assert work == Work(expression=1000 * 0.25 * 3 + 50 * 2)
 
 
 def test_the_planners_rows_replace_the_optimizers_and_carry_up_the_joins() -> None:

@@ -67,8 +67,8 @@ class Operator:
     # an aggregate without groups, a limit: each row through its expressions)
     kind: str
     rows: float  # the rows it returns: the optimizer's estimate, or counted (``profile``)
-    # the expressions it computes per row (a scan: columns read and filters; a join: its
-    # conditions)
+    # the expressions it computes per row (a scan: its filters, on every row it reads; a
+    # join: its conditions)
     expressions: int
     children: tuple[Operator, ...] = ()
     table: str | None = None  # a scan's server table ...
@@ -77,6 +77,7 @@ class Operator:
     bounded: bool = False
     # ... and one that keeps every row of its first input, marked (anti, mark)
     marks: bool = False
+    columns: int = 0  # a scan's columns returned, on the rows its filters keep
 
 
 @dataclass(frozen=True)

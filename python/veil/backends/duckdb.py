@@ -208,9 +208,9 @@ class DuckDBBackend(StagedBackend):
         table = info.get("Table")
         if isinstance(table, str) and name.endswith("_SCAN") and name != "CTE_SCAN":
             server = table.rsplit(".", 1)[-1]
-            items = _items(info.get("Projections")) + _items(info.get("Filters"))
+            filters, columns = _items(info.get("Filters")), _items(info.get("Projections"))
             size = self._table_rows(server, sizes)
-            return Operator("scan", rows, max(1, items), (), server, size)
+            return Operator("scan", rows, filters, (), server, size, columns=columns)
         if "JOIN" in name:
             joined = str(info.get("Join Type", "INNER")).upper()
             bounded = joined in ("SEMI", "ANTI", "MARK", "RIGHT_SEMI", "RIGHT_ANTI")

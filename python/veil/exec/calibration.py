@@ -21,7 +21,7 @@ It measures, reading only (nothing is written to the server):
   and a result byte's transfer from a whole-column fetch of it;
 - the local DuckDB plan's time per input row, on a grouped aggregate.
 
-Each figure is the median of a few runs; the file says when it was measured.
+Each figure is the fastest of a few runs; the file says when it was measured.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``)
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
 _DECRYPTABLE = (DET, OPE, RND, BLOCKS)
-_RUNS = 3
+_RUNS = 5
 _LOCAL_ROWS = 200_000
 _ASHE_BLOCKS = 4096
 # the rows a table needs for its statements to time the server's operators
@@ -149,7 +149,7 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     """Measure every figure of a ``Calibration`` on ``session``'s client and server."""
     say = progress or (lambda _: None)
     backend = session.backend
-    statement = _median(lambda: backend.execute("SELECT 1"))
+    statement = _fastest(lambda: backend.execute("SELECT 1"))
     decrypt_ns: dict[str, float] = {}
     sampled: dict[str, int] = {}
     by_class: dict[str, list[float]] = {}
@@ -166,7 +166,7 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
         if enc.row_bound:
             wanted.append((RND_ROW_ID, None))
         blocks = BlockReader(backend, FetchStats())  # a calibration is no query: not counted
-        decrypting = _median(
+        decrypting = _fastest(
             lambda: decrypt_columns(sample, table, wanted, session.ciphers, blocks)  # noqa: B023
         )
         nanos = decrypting / sample.num_rows * 1e9
@@ -264,7 +264,7 @@ def _server_seconds_per_cost(session: Session, statement: float) -> float:
     sql, params = render(select, session.backend)
     backend = session.backend
     cost = backend.estimate(sql, params or None).cost or float(table.row_count)
-    seconds = _median(lambda: backend.execute(sql, params or None))
+    seconds = _fastest(lambda: backend.execute(sql, params or None))
     return max(seconds - statement, 1e-6) / max(cost, 1.0)
 
 
@@ -288,7 +288,7 @@ def _operator_ns(session: Session, statement: float) -> dict[str, float]:
 
     def timed(sql: str) -> tuple[Work, float]:
         backend.execute(sql)  # warm: the columns' blocks in memory, as a query finds them
-        seconds = max(_median(lambda: backend.execute(sql)) - statement, 1e-6)
+        seconds = max(_fastest(lambda: backend.execute(sql)) - statement, 1e-6)
         return plan_work(profile(sql), counted=True), seconds
 
     def grouped(groups: int) -> str:
@@ -319,7 +319,7 @@ def _operator_ns(session: Session, statement: float) -> dict[str, float]:
     probe = build = max(rest(join, seconds), 1e-9) / max(join.probe + join.build, 1.0)
     fetched = f"SELECT {row_id} FROM {name}"
     backend.execute(fetched)
-    seconds = max(_median(lambda: backend.execute(fetched)) - statement, 1e-6)
+    seconds = max(_fastest(lambda: backend.execute(fetched)) - statement, 1e-6)
     size = float(backend.execute(fetched).nbytes)
     byte = max(seconds - rows * expression, seconds * 0.1) / max(size, 1.0)
     costs = {
@@ -364,9 +364,9 @@ def _local_costs() -> tuple[float, float]:
     try:
         sql = "SELECT k, count(*), sum(v), max(s) FROM t GROUP BY k ORDER BY 2 DESC LIMIT 10"
         con.register("t", data.slice(0, 100))
-        statement = _median(lambda: con.sql(sql).to_arrow_table())
+        statement = _fastest(lambda: con.sql(sql).to_arrow_table())
         con.register("t", data)
-        whole = _median(lambda: con.sql(sql).to_arrow_table())
+        whole = _fastest(lambda: con.sql(sql).to_arrow_table())
         return max(whole - statement, 0.0) / _LOCAL_ROWS * 1e9, statement
     finally:
         con.close()
@@ -378,13 +378,15 @@ def _ashe_ns_per_block(session: Session) -> float:
     blocks = np.arange(_ASHE_BLOCKS, dtype=np.int64)
     masks = np.random.default_rng(0).integers(0, 2**64, _ASHE_BLOCKS, dtype=np.uint64)
     ashe = Ashe.from_master(session.master, "calibration", column="calibration")
-    return _median(lambda: ashe.pad_sums_blocks(blocks, masks)) / _ASHE_BLOCKS * 1e9
+    return _fastest(lambda: ashe.pad_sums_blocks(blocks, masks)) / _ASHE_BLOCKS * 1e9
 
 
-def _median(work: Callable[[], object]) -> float:
+def _fastest(work: Callable[[], object]) -> float:
+    """The least of a few runs' seconds: the work's own time, as free as it gets of other
+    processes (a machine shared under load doubled medians, and skewed kinds apart)."""
     times = []
     for _ in range(_RUNS):
         started = time.perf_counter()
         work()
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return min(times)

@@ -10,7 +10,8 @@ ms), while a scan that zone maps let skip most of a table costs little.
 So each kind of work has its own calibrated seconds (``OperatorCosts``,
 measured by ``veil.exec.calibration`` from profiled statements on the
 client directory's own server): a row through one expression (a scan's
-columns and filters, a projection's computed items), a row probing a hash
+filters on every row it reads, its columns on the rows they keep, a
+projection's computed items), a row probing a hash
 table, a row inserted into one, a row into a hash aggregate, a group it
 creates, a row sorted. A join on one key probes only the rows that match:
 DuckDB filters the probe side's scan by the keys of the built side (TPC-H
@@ -104,11 +105,13 @@ def plan_work(
         """(the rows ``op`` returns, the factor over the optimizer's, the tables it reads)"""
         if op.kind == "scan":
             table = op.table or ""
-            work.expression += op.table_rows * shares.get(table, 1.0) * op.expressions
             if counted or table in known:
                 rows = known.get(table, op.rows)
             else:  # a table the planner has no figure for
                 rows = max(op.rows, op.table_rows * _UNKNOWN_SHARE) if op.table_rows else op.rows
+            # every row read through the filters (at least one pass), the kept ones out
+            read = op.table_rows * shares.get(table, 1.0)
+            work.expression += read * max(1, op.expressions) + rows * op.columns
             return rows, _factor(rows, op.rows), frozenset([table])
         inputs = [walk(child) for child in op.children]
         factor = 1.0
