@@ -34,6 +34,14 @@ def test_the_planners_rows_replace_the_optimizers_and_carry_up_the_joins() -> No
     assert work.group == pytest.approx(5 * 2.5)
 
 
+def test_a_probe_scan_returns_its_columns_only_for_the_rows_that_match() -> None:
+    fact = Operator("scan", 1000, 0, table="fact", table_rows=1000, columns=3)
+    join = Operator("join", 40, 1, (fact, _scan("dim", 10, 10, expressions=0)))
+    work = plan_work(join)
+    assert work.expression == 1000 + 40 * 3 + 10  # every row read, 40 returned; dim's read
+    assert work.probe == 40
+
+
 def test_a_join_on_two_keys_probes_every_row() -> None:
     join = Operator("join", 50, 2, (_scan("fact", 1000, 1000), _scan("dim", 10, 10)))
     assert plan_work(join).probe == 1000

@@ -128,6 +128,8 @@ def plan_work(
             # (counted rows are those the scan returned, after that filter)
             filters = not counted and op.expressions == 1 and not op.marks
             work.probe += min(first, rows) if filters else first
+            if filters and op.children:  # ... and returns its columns for those rows only
+                work.expression -= (first - min(first, rows)) * _scanned_columns(op.children[0])
             work.build += sum(r for r, _, _ in inputs[1:])
         elif op.kind == "group":
             # each aggregate adds a fifth of a row's cost (measured with one: a count);
@@ -159,6 +161,15 @@ def plan_work(
 
     walk(root)
     return work
+
+
+def _scanned_columns(op: Operator) -> int:
+    """The columns a scan returns, under projections and filters that pass them on; else 0."""
+    if op.kind == "scan":
+        return op.columns
+    if op.kind == "other" and len(op.children) == 1:
+        return _scanned_columns(op.children[0])
+    return 0
 
 
 def _topmost(root: Operator, kind: str) -> Operator | None:
