@@ -57,8 +57,9 @@ class Scan:
     estimated_rows: float | None = None
     # an aggregated scan's: the rows its filters keep, before grouping (``estimate_rows``)
     kept_rows: float | None = None
-    # the rows its own exact server filters keep, as its table's scan in any statement
-    # returns them (``estimate_rows``; the cost model's, ``veil.exec.server_time``)
+    # the rows its own exact server filters keep (those with a subquery aside: a join on
+    # the server), as its table's scan in any statement returns them (``estimate_rows``;
+    # the cost model's, ``veil.exec.server_time``)
     filtered_rows: float | None = None
     # the share of its table's rows its range filters on the column that orders the
     # table's rows (``TableDesign.sort_by``) keep: all the server need read of a table

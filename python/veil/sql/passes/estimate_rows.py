@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import logging
 
-from veil.sql.join_rows import kept_share_of, read_share, reduced_share, zone_share
+from veil.sql.join_rows import (
+    kept_share_of,
+    read_share,
+    reduced_share,
+    scanned_share_of,
+    zone_share,
+)
 from veil.sql.state import PlanState
 
 log = logging.getLogger(__name__)
@@ -34,7 +40,7 @@ def estimate_rows(state: PlanState) -> PlanState:
             log.debug("no read share for scan %s", scan.alias, exc_info=True)
         try:
             kept = kept_share_of(scan, state)
-            scan.filtered_rows = scan.table.row_count * kept
+            scan.filtered_rows = scan.table.row_count * scanned_share_of(scan, state)
             if scan.joined is not None:
                 continue
             share = kept * reduced_share(scan, state)
