@@ -55,6 +55,8 @@ class ZoneRecorder:
             zone = (first_id + start) // self.zone_rows
             end = min(plain.num_rows, (zone + 1) * self.zone_rows - first_id)
             for enc in self._columns:
+                if enc.source not in plain.column_names:
+                    continue  # not in this source's batches: no zones, no estimate from them
                 values = encode(plain.column(enc.source).slice(start, end - start), enc.sql_type)
                 self._widen(enc.name, zone, values)
             start = end
