@@ -9,7 +9,7 @@ from tests.sql.test_passes import state_before
 
 from veil.exec.session import Session
 from veil.sql.passes.reduce_joins import reduce_joins
-from veil.sql.selectivity import _interpolated, group_count, kept_share
+from veil.sql.selectivity import group_count, kept_share, quantile_rank
 
 TPCH = dict(tpch_queries())
 FILTERS = [
@@ -35,10 +35,10 @@ def test_estimates_are_close_to_the_real_shares(
 
 def test_quantile_rank_interpolates() -> None:
     points = [0, 10, 20, 30, 40]
-    assert _interpolated(points, 20, inclusive=False) == 0.5
-    assert _interpolated(points, 25, inclusive=False) == 0.625
-    assert _interpolated(points, -1, inclusive=True) == 0.0
-    assert _interpolated(points, 40, inclusive=True) == 1.0
+    assert quantile_rank(points, 20, inclusive=False) == 0.5
+    assert quantile_rank(points, 25, inclusive=False) == 0.625
+    assert quantile_rank(points, -1, inclusive=True) == 0.0
+    assert quantile_rank(points, 40, inclusive=True) == 1.0
 
 
 def test_without_statistics_the_estimate_is_neutral(session: Session) -> None:
