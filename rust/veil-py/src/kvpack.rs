@@ -207,30 +207,17 @@ fn kv_open_blocked<'py>(
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let prepared = dictionary.map(|d| &d.get().inner);
     let (nonce, body) = blocked_parts(stored)?;
-    let blocks = py
+    let records = py
         .allow_threads(|| {
             let pack = BlockedPack::open(key, nonce, aad, body)?;
             let numbers = match (low, high) {
                 (Some(low), Some(high)) => pack.blocks_between(low, high),
                 _ => 0..pack.block_count(),
             };
-            pack.blocks(numbers, prepared)
+            pack.records_of(numbers, prepared)
         })
         .map_err(to_py)?;
-    // Each block's keys and values go to Python from its own buffer (no
-    // copy of the pack's records into one list first), into lists made at
-    // their final length.
-    let count = blocks.iter().map(|block| block.keys.len()).sum();
-    let (mut keys, mut values) = (Vec::with_capacity(count), Vec::with_capacity(count));
-    for block in &blocks {
-        for span in &block.keys {
-            keys.push(PyBytes::new(py, &block.key_data[span.clone()]));
-        }
-        for span in &block.values {
-            values.push(PyBytes::new(py, &block.data[span.clone()]));
-        }
-    }
-    Ok((PyList::new(py, keys)?, PyList::new(py, values)?))
+    lists(py, &records)
 }
 
 /// A range read's slice of one stored blocked pack: the entries with
@@ -256,28 +243,26 @@ fn kv_range_blocked<'py>(
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let prepared = dictionary.map(|d| &d.get().inner);
     let (nonce, body) = blocked_parts(stored)?;
-    let blocks = py
+    let records = py
         .allow_threads(|| {
             let pack = BlockedPack::open(key, nonce, aad, body)?;
-            pack.blocks(pack.blocks_between(low, high), prepared)
+            pack.records_of(pack.blocks_between(low, high), prepared)
         })
         .map_err(to_py)?;
     let wanted = |k: &[u8]| low <= k && k <= high && stop.is_none_or(|stop| k < stop);
-    let mut keys: Vec<Bound<'py, PyAny>> = Vec::new();
-    let mut values = Vec::new();
-    for block in &blocks {
-        for (span, value) in block.keys.iter().zip(&block.values) {
-            let k = &block.key_data[span.clone()];
-            if !wanted(k) {
-                continue;
-            }
-            keys.push(if int_keys {
-                int_key(k)?.into_pyobject(py)?.into_any()
-            } else {
-                PyBytes::new(py, k).into_any()
-            });
-            values.push(PyBytes::new(py, &block.data[value.clone()]));
+    let mut keys: Vec<Bound<'py, PyAny>> = Vec::with_capacity(records.keys.len());
+    let mut values = Vec::with_capacity(records.keys.len());
+    for (span, value) in records.keys.iter().zip(&records.values) {
+        let k = &records.key_data[span.clone()];
+        if !wanted(k) {
+            continue;
         }
+        keys.push(if int_keys {
+            int_key(k)?.into_pyobject(py)?.into_any()
+        } else {
+            PyBytes::new(py, k).into_any()
+        });
+        values.push(PyBytes::new(py, &records.data[value.clone()]));
     }
     Ok((PyList::new(py, keys)?, PyList::new(py, values)?))
 }
