@@ -160,6 +160,16 @@ def kv_open_blocked(
     low: bytes | None = None,
     high: bytes | None = None,
 ) -> tuple[list[bytes], list[bytes]]: ...
+def kv_range_blocked(
+    key: bytes,
+    stored: bytes,
+    aad: bytes,
+    dictionary: KvDictionary | None,
+    low: bytes,
+    high: bytes,
+    stop: bytes | None = None,
+    int_keys: bool = False,
+) -> tuple[list[Any], list[bytes]]: ...
 def kv_blocked_lookup(
     key: bytes,
     stored: bytes,

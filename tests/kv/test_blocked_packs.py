@@ -101,6 +101,43 @@ def test_ranges_that_start_and_stop_inside_blocks(open_store: StoreFactory) -> N
         }, (low, high)
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_ranges_cut_natively_match_the_cached_reading(
+    open_store: StoreFactory, partitions: int
+) -> None:
+    # Without a cache a blocked pack's slice is cut (and an integer key
+    # decoded) natively; the cached path cuts and decodes in Python.
+    records = {k - 700: v for k, v in _records(1400).items()}
+    kwargs = dict(compression="zstd-dict", pack_rows=64, block_rows=8, partitions=partitions)
+    uncached = open_store(pack_cache=0, table=open_store.table + "u", **kwargs)
+    cached = open_store(pack_cache=64, table=open_store.table + "c", **kwargs)
+    for store in (uncached, cached):
+        store.put_many(records)
+    for low, high in [(-700, 699), (-9, 9), (-64, -1), (0, 63), (100, 100), (650, 900), (3, 2)]:
+        expected = [(k, v) for k, v in sorted(records.items()) if low <= k <= high]
+        got = list(uncached.range(low, high))
+        assert got == expected == list(cached.range(low, high)), (low, high)
+        assert all(type(key) is int for key, _ in got)
+
+
+def test_byte_string_keys_are_cut_natively_too(open_store: StoreFactory) -> None:
+    store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
+    records = {b"key%05d" % i: b"value %d" % i for i in range(600)}
+    store.put_many(records)
+    assert dict(store.range(b"key00100", b"key00450")) == {
+        k: v for k, v in records.items() if b"key00100" <= k <= b"key00450"
+    }
+    (partition, row), *_ = _rows(store)
+    with pytest.raises(MalformedCiphertextError, match="not an integer key"):
+        store.packs.envelope.open_range(
+            PACK_KIND,
+            partition.to_bytes(8, "big") + row.key,
+            row.value,
+            (b"", b"\xff", None),
+            int_keys=True,
+        )
+
+
 def test_a_blocked_pack_moved_to_another_pack_id_fails(open_store: StoreFactory) -> None:
     store = open_store(compression="zstd-dict", pack_rows=64, block_rows=8, pack_cache=0)
     store.put_many(_records(600))

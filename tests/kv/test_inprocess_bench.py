@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,18 @@ def test_the_command_line_prints_one_line_a_store(
     assert main(["any", "--records", "200", "--blocks", "5", "--rounds", "2", "--gets", "10"]) == 0
     out = capsys.readouterr().out
     assert "veil_5" in out and "UTC, load" in out
+
+
+def test_the_command_line_appends_its_figures_to_a_json_list(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    values = [b"record %d\n" % i for i in range(200)]
+    monkeypatch.setattr("veil.bench.kv.datasets.load_records", lambda name, limit: values)
+    out = tmp_path / "ab.json"
+    argv = ["any", "--blocks", "5", "--rounds", "2", "--gets", "10", "--ranges", "1"]
+    for _ in range(2):
+        assert main([*argv, "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())
+    assert len(runs) == 2
+    assert set(runs[0]["point_ratio"]) == {"veil_5"}
+    assert len(runs[0]["points_us"]["per_row"]) == 2

@@ -174,6 +174,10 @@ class AppendStore(Store):
                     return self._open_row(epoch, row)
         return self._get_packed(encoded)  # a merge may have moved it meanwhile
 
+    def _pairs(self, low: bytes, high: bytes) -> Iterator[tuple[Key, bytes]]:
+        # Epochs and packs merge on encoded keys, decoded afterwards.
+        return self._decoded(self._range_batches(low, high))
+
     def _range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
         return batched(self._range(low, high), self.packs.pack_rows)
 

@@ -49,6 +49,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import zstandard
 from cryptography.exceptions import InvalidTag
@@ -235,6 +236,34 @@ class Envelope:
                 stored[header_bytes + NONCE_BYTES :],
             )
             return _native.kv_open_pack(self._key, header[1], nonce, sealed, aad, prepared)
+        except _native.NativeError as exc:
+            raise _pack_error(exc) from None
+
+    def open_range(
+        self,
+        kind: bytes,
+        location: bytes,
+        stored: bytes,
+        bounds: tuple[bytes, bytes, bytes | None],
+        *,
+        int_keys: bool = False,
+    ) -> tuple[list[Any], list[bytes]]:
+        """A blocked pack's entries with ``low <= key <= high`` (and key < ``stop``).
+
+        ``bounds`` is (low, high, stop): a range read's slice of one pack,
+        cut natively, ``stop`` being the next pack's packID (None: no next
+        pack in the range). With ``int_keys`` the keys come back as the
+        integers they encode (the table's keys are integers).
+        """
+        if stored[:1] != _BLOCKED or len(stored) < _BLOCKED_MINIMUM:
+            raise MalformedCiphertextError("open_range reads blocked packs only")
+        prepared = self._prepared_raw.get(stored[2:6]) or self._prepared_for(stored)
+        aad = b"".join((self._kind_prefix(kind), _U32.pack(len(location)), location, stored[:6]))
+        low, high, stop = bounds
+        try:
+            return _native.kv_range_blocked(
+                self._key, stored, aad, prepared, low, high, stop, int_keys
+            )
         except _native.NativeError as exc:
             raise _pack_error(exc) from None
 

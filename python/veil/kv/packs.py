@@ -35,12 +35,13 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from veil.kv.backends.base import KVBackend, Row
 from veil.kv.cache import Entry, PackCache
 from veil.kv.envelope import ENVELOPE_BLOCKED, Envelope, stored_tag
 from veil.kv.hooks import SPLIT_AFTER_FIRST_PIECE, SPLIT_BEFORE_LEFT, crash_point
-from veil.kv.keys import ROOT_PACK_ID
+from veil.kv.keys import ROOT_PACK_ID, decode_keys
 from veil.kv.layout import Layout
 from veil.kv.pack import Pack, serialize_entries
 
@@ -48,6 +49,8 @@ BLOCKED_PREFIX = bytes([ENVELOPE_BLOCKED])
 
 PACK_KIND = b"pack"
 Batch = tuple[list[bytes], list[bytes]]  # encoded keys and their values, ascending
+# The same with the keys decoded to integers (range_batches(..., int_keys=True)).
+AnyBatch = tuple[list[Any], list[bytes]]
 BULK_PACKS = 64  # a bulk load merges at most this many packs' worth into one pack
 
 
@@ -189,7 +192,9 @@ class PackTable:
         for keys, values in self.range_batches(low, high):
             yield from zip(keys, values, strict=True)
 
-    def range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
+    def range_batches(
+        self, low: bytes, high: bytes, *, int_keys: bool = False
+    ) -> Iterator[AnyBatch]:
         """The same entries as (keys, values) lists, about one pack per batch.
 
         With several hash partitions, each partition's floor lookup, scan and
@@ -198,16 +203,21 @@ class PackTable:
         results are then merged. A key lives in exactly one partition, so the
         merge never meets a key twice; with key buckets, only the partitions
         of the buckets the range meets are asked (one, for most short ranges).
+        ``int_keys`` (an integer-keyed table): the keys come back as integers.
         """
         partitions = self.layout.partitions_between(low, high)
         if len(partitions) == 1:
-            yield from self._partition_range(partitions[0], low, high)
+            yield from self._partition_range(partitions[0], low, high, int_keys)
             return
         pool = self._scan_pool()
-        futures = [pool.submit(_collect, self._partition_range(p, low, high)) for p in partitions]
+        futures = [
+            pool.submit(_collect, self._partition_range(p, low, high, int_keys)) for p in partitions
+        ]
         yield from _merged([future.result() for future in futures], self.pack_rows)
 
-    def _partition_range(self, partition: int, low: bytes, high: bytes) -> Iterator[Batch]:
+    def _partition_range(
+        self, partition: int, low: bytes, high: bytes, int_keys: bool
+    ) -> Iterator[AnyBatch]:
         rows: Iterable[Row] = self.backend.scan(self.table, partition, low, high)
         first = self.backend.floor(self.table, partition, low)
         if first is not None and first.key < low:
@@ -215,24 +225,33 @@ class PackTable:
         previous: Row | None = None
         for row in rows:
             if previous is not None:
-                yield self._pack_slice(partition, previous, low, high, row.key)
+                yield self._pack_slice(partition, previous, (low, high, row.key), int_keys)
             previous = row
         if previous is not None:
-            yield self._pack_slice(partition, previous, low, high, None)
+            yield self._pack_slice(partition, previous, (low, high, None), int_keys)
 
     def _pack_slice(
-        self, partition: int, row: Row, low: bytes, high: bytes, bound: bytes | None
-    ) -> Batch:
+        self, partition: int, row: Row, bounds: tuple[bytes, bytes, bytes | None], int_keys: bool
+    ) -> AnyBatch:
         # Packs of an ordered layout hold their keys sorted, so the keys in
-        # [low, high] below the next packID are one slice; keys at or above
-        # the next packID are stale copies and are cut off.
+        # [low, high] below the next packID (``bound``) are one slice; keys at
+        # or above the next packID are stale copies and are cut off. A blocked
+        # pack read without a cache is cut natively, which makes Python
+        # objects of the slice's entries only.
+        low, high, bound = bounds
+        stop = bound if bound is not None and bound <= high else None
+        if self.cache.capacity == 0 and row.value[:1] == BLOCKED_PREFIX:
+            location = _location(partition, row.key)
+            return self.envelope.open_range(
+                PACK_KIND, location, row.value, (low, high, stop), int_keys=int_keys
+            )
         keys, values = self.open_sorted(partition, row, (low, high))
         start = bisect.bisect_left(keys, low)
-        if bound is not None and bound <= high:
-            stop = bisect.bisect_left(keys, bound)
-        else:
-            stop = bisect.bisect_right(keys, high)
-        return keys[start:stop], values[start:stop]
+        end = (
+            bisect.bisect_left(keys, stop) if stop is not None else bisect.bisect_right(keys, high)
+        )
+        keys, values = keys[start:end], values[start:end]
+        return (decode_keys(keys) if int_keys else keys), values
 
     # -- writes (Figure 5) ------------------------------------------------
     def write(self, encoded: bytes, value: bytes | None) -> bool:
@@ -368,9 +387,9 @@ def batched(pairs: Iterable[tuple[bytes, bytes]], size: int) -> Iterator[Batch]:
         yield keys, values
 
 
-def _collect(batches: Iterable[Batch]) -> Batch:
+def _collect(batches: Iterable[AnyBatch]) -> AnyBatch:
     """All of a partition's batches as one (keys, values) pair of lists, ascending."""
-    keys: list[bytes] = []
+    keys: list[Any] = []
     values: list[bytes] = []
     for batch_keys, batch_values in batches:
         keys += batch_keys
@@ -378,7 +397,7 @@ def _collect(batches: Iterable[Batch]) -> Batch:
     return keys, values
 
 
-def _merged(parts: list[Batch], size: int) -> Iterator[Batch]:
+def _merged(parts: list[AnyBatch], size: int) -> Iterator[AnyBatch]:
     """Merge ascending (keys, values) runs of distinct keys into batches of ``size``."""
     keys = [k for part_keys, _ in parts for k in part_keys]
     values = [v for _, part_values in parts for v in part_values]

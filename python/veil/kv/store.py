@@ -33,7 +33,7 @@ from veil.kv.cache import PackCache
 from veil.kv.codec import codec_id, pad_tiers
 from veil.kv.dictionary import MIN_DICTIONARY_ROWS, Dictionaries, block_compressor, refresh
 from veil.kv.envelope import DICTIONARY_CODEC, Envelope
-from veil.kv.keys import Key, decode_keys, encode_key, key_kind
+from veil.kv.keys import Key, decode_keys, encode_key, encoded_kind, key_kind
 from veil.kv.layout import Layout, bucket_bits_for
 from veil.kv.packs import Batch, PackTable
 from veil.kv.packsize import choose_blocked, choose_pack_rows
@@ -217,7 +217,17 @@ class Store:
             return iter(())
         if self.config.pack_rows is None:
             self._refresh_layout()
-        return self._decoded(self._range_batches(low_e, high_e))
+        return self._pairs(low_e, high_e)
+
+    def _pairs(self, low: bytes, high: bytes) -> Iterator[tuple[Key, bytes]]:
+        if encoded_kind(low) == "int":
+            # Integer keys come out of the packs decoded (no bytes object per
+            # key, no decoding pass in Python).
+            return itertools.chain.from_iterable(
+                zip(keys, values, strict=True)
+                for keys, values in self.packs.range_batches(low, high, int_keys=True)
+            )
+        return self._decoded(self._range_batches(low, high))
 
     def _range_batches(self, low: bytes, high: bytes) -> Iterator[Batch]:
         return self.packs.range_batches(low, high)

@@ -248,6 +248,16 @@ fn decompress_zstd_into(
     dictionary: Option<&PackDictionary>,
     out: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
+    out.clear();
+    decompress_zstd_onto(data, dictionary, out)
+}
+
+/// [`decompress_zstd_with`] onto the end of `out`.
+fn decompress_zstd_onto(
+    data: &[u8],
+    dictionary: Option<&PackDictionary>,
+    out: &mut Vec<u8>,
+) -> Result<(), KernelError> {
     // Frames state their size (the client writes it), so the output is
     // allocated once; each thread keeps one decompression context, as a
     // fresh one per point read costs as much as inflating a small pack.
@@ -260,15 +270,18 @@ fn decompress_zstd_into(
             ))
         }
     };
-    out.clear();
     out.reserve(size);
+    // Written after what `out` holds (a cursor at its end).
+    let start = out.len() as u64;
+    let mut tail = std::io::Cursor::new(out);
+    tail.set_position(start);
     ZSTD_CONTEXT.with(|context| {
         let mut context = context.borrow_mut();
         match dictionary {
             Some(dictionary) => {
-                context.decompress_using_ddict(out, data, dictionary.prepared.as_ddict())
+                context.decompress_using_ddict(&mut tail, data, dictionary.prepared.as_ddict())
             }
-            None => context.decompress(out, data),
+            None => context.decompress(&mut tail, data),
         }
         .map_err(|code| undecodable(zstd::zstd_safe::get_error_name(code)))
     })?;
@@ -551,16 +564,34 @@ fn read_keys(
     at: &mut usize,
     lengths: &[usize],
 ) -> Result<(Vec<u8>, Vec<Range<usize>>), KernelError> {
-    let (shared, suffixes) = lengths.split_at(lengths.len() / 2);
     // Every key's bytes, allocated once (a range parses ~200 blocks).
     let total = lengths
         .iter()
         .try_fold(0usize, |sum, &n| sum.checked_add(n));
     let mut key_data: Vec<u8> = Vec::with_capacity(total.unwrap_or(0).min(data.len() * 64));
-    let mut keys: Vec<Range<usize>> = Vec::with_capacity(shared.len());
+    let mut keys: Vec<Range<usize>> = Vec::with_capacity(lengths.len() / 2);
+    read_keys_into(data, at, lengths, &mut key_data, &mut keys)?;
+    Ok((key_data, keys))
+}
+
+/// [`read_keys`] appending to `key_data` and `keys` (the list's first key
+/// shares nothing with keys already there: they belong to another list).
+fn read_keys_into(
+    data: &[u8],
+    at: &mut usize,
+    lengths: &[usize],
+    key_data: &mut Vec<u8>,
+    keys: &mut Vec<Range<usize>>,
+) -> Result<(), KernelError> {
+    let (shared, suffixes) = lengths.split_at(lengths.len() / 2);
+    let first = keys.len();
     for index in 0..shared.len() {
         let suffix = take(at, suffixes[index], data.len())?;
-        let previous = keys.last().cloned().unwrap_or(0..0);
+        let previous = if keys.len() > first {
+            keys.last().cloned().unwrap_or(0..0)
+        } else {
+            0..0
+        };
         if shared[index] > previous.len() {
             return Err(malformed(
                 "pack key shares more than the previous key".into(),
@@ -576,7 +607,63 @@ fn read_keys(
         }
         keys.push(start..key_data.len());
     }
-    Ok((key_data, keys))
+    Ok(())
+}
+
+/// Inflate a zstd frame onto the end of `records.data` and parse it, its
+/// keys and values appended to `records`: several blocks read into one
+/// record list, with no buffers of their own (a 1,000-key range of APT
+/// stanzas in 5-row blocks opens ~200 of them). `lengths` is scratch.
+pub fn append_records(
+    frame: &[u8],
+    dictionary: Option<&PackDictionary>,
+    records: &mut RecordList,
+    lengths: &mut Vec<usize>,
+) -> Result<(), KernelError> {
+    let base = records.data.len();
+    let mut block = std::mem::take(&mut records.data);
+    let inflated = decompress_zstd_onto(frame, dictionary, &mut block);
+    records.data = block;
+    inflated?;
+    let data = &records.data[base..];
+    if data.first() != Some(&PACK_FORMAT_VERSION) {
+        // Older formats: parsed on their own, then appended.
+        let list = parse_records(data.to_vec())?;
+        records.data.truncate(base);
+        let key_base = records.key_data.len();
+        records.data.extend_from_slice(&list.data);
+        records.key_data.extend_from_slice(&list.key_data);
+        let shift = |r: &Range<usize>, by: usize| r.start + by..r.end + by;
+        records
+            .keys
+            .extend(list.keys.iter().map(|r| shift(r, key_base)));
+        records
+            .values
+            .extend(list.values.iter().map(|r| shift(r, base)));
+        return Ok(());
+    }
+    let (count, terminator, mut at) = v3_header(data)?;
+    lengths.clear();
+    for _ in 0..2 * count {
+        lengths.push(read_varint(data, &mut at)? as usize);
+    }
+    read_keys_into(
+        data,
+        &mut at,
+        lengths,
+        &mut records.key_data,
+        &mut records.keys,
+    )?;
+    for _ in 0..count {
+        let end = memchr::memchr(terminator, &data[at..])
+            .ok_or_else(|| malformed("pack plaintext lacks a value terminator".into()))?;
+        records.values.push(base + at..base + at + end);
+        at += end + 1;
+    }
+    if at != data.len() {
+        return Err(malformed("pack plaintext lengths do not add up".into()));
+    }
+    Ok(())
 }
 
 /// Serialise (key, value) pairs as a record list (keys in pack order):

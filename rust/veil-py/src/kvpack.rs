@@ -207,31 +207,83 @@ fn kv_open_blocked<'py>(
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let prepared = dictionary.map(|d| &d.get().inner);
     let (nonce, body) = blocked_parts(stored)?;
-    let blocks = py
+    let records = py
         .allow_threads(|| {
             let pack = BlockedPack::open(key, nonce, aad, body)?;
             let numbers = match (low, high) {
                 (Some(low), Some(high)) => pack.blocks_between(low, high),
                 _ => 0..pack.block_count(),
             };
-            pack.blocks(numbers, prepared)
+            pack.records_of(numbers, prepared)
         })
         .map_err(to_py)?;
-    // Each block's keys and values go to Python from its own buffer (no
-    // copy of the pack's records into one list first), into lists made at
-    // their final length.
-    let count = blocks.iter().map(|block| block.keys.len()).sum();
-    let (mut keys, mut values) = (Vec::with_capacity(count), Vec::with_capacity(count));
-    for block in &blocks {
-        for span in &block.keys {
-            keys.push(PyBytes::new(py, &block.key_data[span.clone()]));
+    lists(py, &records)
+}
+
+/// A range read's slice of one stored blocked pack: the entries with
+/// `low <= key <= high` and, given `stop` (the next pack's packID), key <
+/// `stop`, in pack order. Only the blocks that may hold such keys are opened,
+/// and only the entries kept become Python objects. With `int_keys` (a table
+/// of integer keys) each key comes back as the integer it encodes, so a
+/// range does not make a `bytes` object per key and then decode it in
+/// Python (~5% of a 1,000-key range of APT stanzas).
+#[pyfunction]
+#[pyo3(signature = (key, stored, aad, dictionary, low, high, stop=None, int_keys=false))]
+#[allow(clippy::too_many_arguments)]
+fn kv_range_blocked<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    stored: &[u8],
+    aad: &[u8],
+    dictionary: Option<&Bound<'py, KvDictionary>>,
+    low: &[u8],
+    high: &[u8],
+    stop: Option<&[u8]>,
+    int_keys: bool,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let prepared = dictionary.map(|d| &d.get().inner);
+    let (nonce, body) = blocked_parts(stored)?;
+    let records = py
+        .allow_threads(|| {
+            let pack = BlockedPack::open(key, nonce, aad, body)?;
+            pack.records_of(pack.blocks_between(low, high), prepared)
+        })
+        .map_err(to_py)?;
+    let wanted = |k: &[u8]| low <= k && k <= high && stop.is_none_or(|stop| k < stop);
+    let mut keys: Vec<Bound<'py, PyAny>> = Vec::with_capacity(records.keys.len());
+    let mut values = Vec::with_capacity(records.keys.len());
+    for (span, value) in records.keys.iter().zip(&records.values) {
+        let k = &records.key_data[span.clone()];
+        if !wanted(k) {
+            continue;
         }
-        for span in &block.values {
-            values.push(PyBytes::new(py, &block.data[span.clone()]));
-        }
+        keys.push(if int_keys {
+            int_key(k)?.into_pyobject(py)?.into_any()
+        } else {
+            PyBytes::new(py, k).into_any()
+        });
+        values.push(PyBytes::new(py, &records.data[value.clone()]));
     }
     Ok((PyList::new(py, keys)?, PyList::new(py, values)?))
 }
+
+/// The integer an encoded key stands for (`veil.kv.keys`: tag 0x01, then
+/// eight bytes big-endian with the sign bit flipped).
+fn int_key(encoded: &[u8]) -> PyResult<i64> {
+    match encoded {
+        [INT_TAG, rest @ ..] if rest.len() == 8 => {
+            let raw = u64::from_be_bytes(rest.try_into().expect("eight bytes"));
+            Ok((raw ^ (1 << 63)) as i64)
+        }
+        _ => Err(to_py(veil_kernels::KernelError::Malformed {
+            row: 0,
+            reason: "a key of an integer-keyed table is not an integer key".into(),
+        })),
+    }
+}
+
+/// The first byte of an encoded integer key.
+const INT_TAG: u8 = 0x01;
 
 /// The value of `wanted` (at `position` in pack order) in a stored blocked
 /// pack, or None: only the index and the one block that may hold it are
@@ -262,6 +314,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kv_pack_lookup, m)?)?;
     m.add_function(wrap_pyfunction!(kv_seal_blocked, m)?)?;
     m.add_function(wrap_pyfunction!(kv_open_blocked, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_range_blocked, m)?)?;
     m.add_function(wrap_pyfunction!(kv_blocked_lookup, m)?)?;
     Ok(())
 }

@@ -9,12 +9,14 @@ over rounds of the per-round ratio of CPU time per operation. Issue 14's
 rounds report point reads as Veil ÷ per-row and ranges as per-row ÷ Veil.
 
     python -m veil.bench.kv.inprocess dpkg-log --records 5273 --blocks 0 150
-    (block rows 0: the table's own choice)
+    (block rows 0: the table's own choice; --json FILE appends this process's
+    figures, per-round timings included, to a JSON list in FILE)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -150,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--gets", type=int, default=3000)
     parser.add_argument("--ranges", type=int, default=0, help="1,000-key ranges a round")
+    parser.add_argument("--json", type=Path, help="append this run's figures to a JSON list")
     args = parser.parse_args(argv)
     from veil.bench.kv.datasets import load_records
 
@@ -174,7 +177,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load}")
+    if args.json is not None:
+        _append_json(args.json, args.dataset, len(values), timings, facts, load)
     return 0
+
+
+def _append_json(
+    path: Path,
+    dataset: str,
+    records: int,
+    timings: Timings,
+    facts: dict[str, dict[str, int | None]],
+    load: str,
+) -> None:
+    """Add one process's figures to the JSON list in ``path`` (created if absent)."""
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs.append(
+        {
+            "dataset": dataset,
+            "records": records,
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load": load,
+            "stores": facts,
+            "point_ratio": {name: timings.point_ratio(name) for name in facts},
+            "range_speedup": (
+                {name: timings.range_speedup(name) for name in facts}
+                if timings.ranges["per_row"]
+                else {}
+            ),
+            "points_us": timings.points,
+            "ranges_ms": timings.ranges,
+        }
+    )
+    path.write_text(json.dumps(runs, indent=1) + "\n")
 
 
 if __name__ == "__main__":

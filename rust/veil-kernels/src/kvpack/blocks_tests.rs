@@ -73,6 +73,34 @@ fn blocks_read_together_match_blocks_read_one_by_one() {
 }
 
 #[test]
+fn blocks_read_into_one_list_match_blocks_read_one_by_one() {
+    let (body, _, _) = sealed(100, 8);
+    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
+    let one = pack.records_of(2..9, None).unwrap();
+    let mut index = 0;
+    for number in 2..9 {
+        let alone = pack.block(number, None).unwrap();
+        for within in 0..alone.keys.len() {
+            assert_eq!(one.key(index), alone.key(within));
+            assert_eq!(
+                &one.data[one.values[index].clone()],
+                &alone.data[alone.values[within].clone()]
+            );
+            index += 1;
+        }
+    }
+    assert_eq!(index, one.keys.len());
+    assert!(pack.records_of(3..3, None).unwrap().keys.is_empty());
+    assert_eq!(
+        pack.records_of(0..pack.block_count(), None)
+            .unwrap()
+            .keys
+            .len(),
+        100
+    );
+}
+
+#[test]
 fn blocks_between_cover_exactly_the_blocks_a_range_meets() {
     // 100 keys 0..100 in blocks of 8: block b holds keys 8b..8b+8.
     let (body, keys, _) = sealed(100, 8);
