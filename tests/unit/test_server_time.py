@@ -8,7 +8,7 @@ import pytest
 
 from veil.backends.base import Operator
 from veil.backends.duckdb import DuckDBBackend
-from veil.exec.server_time import OperatorCosts, Work, plan_work
+from veil.exec.server_time import OperatorCosts, Work, plan_work, spent_by_kind
 
 
 def _scan(table: str, rows: float, table_rows: float, expressions: int = 2) -> Operator:
@@ -109,3 +109,15 @@ def _kinds(op: Operator) -> set[str]:
 
 def _scans(op: Operator) -> list[Operator]:
     return [op] if op.kind == "scan" else [s for c in op.children for s in _scans(c)]
+
+
+def test_a_profiled_plans_time_is_split_by_kind() -> None:
+    scan = Operator("scan", 100, 1, table="t", table_rows=1000, columns=1, seconds=0.002)
+    build = Operator("scan", 10, 0, table="d", table_rows=10, seconds=0.001)
+    join = Operator("join", 100, 1, (scan, build), seconds=0.003)
+    group = Operator("group", 5, 1, (join,), seconds=0.004)
+    spent = spent_by_kind(group)
+    assert spent["expression"] == (pytest.approx(1000 + 100 + 10), pytest.approx(0.003))
+    assert spent["join"] == (pytest.approx(110), pytest.approx(0.003))
+    assert spent["group"] == (pytest.approx(100), pytest.approx(0.004))
+    assert spent["groups"][0] == pytest.approx(5)

@@ -78,6 +78,7 @@ class Operator:
     # ... and one that keeps every row of its first input, marked (anti, mark)
     marks: bool = False
     columns: int = 0  # a scan's columns returned, on the rows its filters keep
+    seconds: float = 0.0  # profiled: the time spent in it, summed over the server's threads
 
 
 @dataclass(frozen=True)

@@ -203,26 +203,30 @@ class DuckDBBackend(StagedBackend):
         children = tuple(self._operator(c, counted, sizes) for c in node.get("children", []))
         if counted:
             rows = float(node.get("intermediate_rows") or node.get("operator_cardinality") or 0)
+            spent = float(node.get("timing") or node.get("operator_timing") or 0.0)
         else:
-            rows = float(info.get("Estimated Cardinality") or 0)
+            rows, spent = float(info.get("Estimated Cardinality") or 0), 0.0
         table = info.get("Table")
         if isinstance(table, str) and name.endswith("_SCAN") and name != "CTE_SCAN":
             server = table.rsplit(".", 1)[-1]
             filters, columns = _items(info.get("Filters")), _items(info.get("Projections"))
             size = self._table_rows(server, sizes)
-            return Operator("scan", rows, filters, (), server, size, columns=columns)
+            return Operator("scan", rows, filters, (), server, size, columns=columns, seconds=spent)
         if "JOIN" in name:
             joined = str(info.get("Join Type", "INNER")).upper()
             bounded = joined in ("SEMI", "ANTI", "MARK", "RIGHT_SEMI", "RIGHT_ANTI")
             keys = max(1, _items(info.get("Conditions")))
             marks = joined in ("ANTI", "MARK", "RIGHT_ANTI")
-            return Operator("join", rows, keys, children, bounded=bounded, marks=marks)
+            return Operator(
+                "join", rows, keys, children, bounded=bounded, marks=marks, seconds=spent
+            )
         if name in ("HASH_GROUP_BY", "PERFECT_HASH_GROUP_BY"):
-            return Operator("group", rows, _items(info.get("Aggregates")), children)
+            aggregates = _items(info.get("Aggregates"))
+            return Operator("group", rows, aggregates, children, seconds=spent)
         if name in ("ORDER_BY", "TOP_N", "WINDOW"):
-            return Operator("sort", rows, 1, children)
+            return Operator("sort", rows, 1, children, seconds=spent)
         computed = sum(_computed(info.get(key)) for key in _WORK_KEYS)
-        return Operator("other", rows, computed, children)
+        return Operator("other", rows, computed, children, seconds=spent)
 
     def _handled(
         self, nodes: list[dict[str, Any]], scanned: dict[str, float], sizes: dict[str, float]

@@ -44,7 +44,7 @@ from veil.backends.base import quote
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
 from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
-from veil.exec.server_time import Work, plan_work
+from veil.exec.server_time import spent_by_kind
 from veil.sql.errors import ClientDirectoryError
 from veil.sql.plan import RND_ROW_ID
 from veil.sql.remote import render
@@ -271,12 +271,15 @@ def _server_seconds_per_cost(session: Session, statement: float) -> float:
 def _operator_ns(session: Session, statement: float) -> dict[str, float]:
     """Nanoseconds per unit of each kind of server work, and per result byte (``"byte"``).
 
-    Each statement is timed (median) and profiled for its operators' rows, then
-    the kinds are solved for in turn: a filtered scan gives a row's expression;
-    aggregates of the same rows into few and into many groups give a row in and
-    a group made; a join gives a probe and a build (alike); a fetch of a whole
-    column gives a byte. Empty
-    when the backend cannot profile, or the largest table is too small to time.
+    Each statement is profiled: its operators' rows and the time each took
+    (summed over the server's threads), so each kind's cost is its own
+    operators' time over their work, not a difference of statement times (under
+    load those drowned a join in its scans). The statements' wall times over
+    their profiled times scale them to wall seconds. A scan and two aggregates
+    (into few groups, whose groups cost nothing, and into many) give a row's
+    expression, a row into an aggregate and a group made; a join gives a probe
+    and a build (alike); a fetch of a whole column gives a byte. Empty when
+    the backend cannot profile, or the largest table is too small to time.
     """
     backend = session.backend
     profile = getattr(backend, "profile", None)
@@ -286,37 +289,41 @@ def _operator_ns(session: Session, statement: float) -> dict[str, float]:
     table = max(tables, key=lambda t: t.row_count)
     name, row_id, rows = quote(table.server_name), quote(table.row_id), table.row_count
 
-    def timed(sql: str) -> tuple[Work, float]:
-        backend.execute(sql)  # warm: the columns' blocks in memory, as a query finds them
-        seconds = max(_fastest(lambda: backend.execute(sql)) - statement, 1e-6)
-        return plan_work(profile(sql), counted=True), seconds
-
     def grouped(groups: int) -> str:
         inner = f"SELECT {row_id} % {groups} AS g, count(*) AS c FROM {name} GROUP BY g"
         return f"SELECT count(*), max(c) FROM ({inner}) AS s"
 
-    def joined(every: int) -> str:
-        build = f"SELECT {row_id} AS r FROM {name} WHERE {row_id} % {every} = 0"
-        return f"SELECT count(*) FROM {name} AS a JOIN ({build}) AS b ON a.{row_id} = b.r"
+    # a self-join of a 64th of the rows (``a.r = b.r`` carries ``b``'s filter over to
+    # ``a``): the tables built are mostly a join's smaller side, and an eighth (750K rows
+    # of lineitem, out of the caches) priced TPC-H Q21's probes at three times their time
+    built = f"SELECT {row_id} AS r FROM {name} WHERE {row_id} % 64 = 0"
+    statements = {
+        "scan": f"SELECT count(*), max({row_id}) FROM {name} WHERE {row_id} % 3 = 1",
+        "few groups": grouped(16),
+        "many groups": grouped(max(rows // 4, 17)),
+        "join": f"SELECT count(*) FROM {name} AS a JOIN ({built}) AS b ON a.{row_id} = b.r",
+    }
+    walls, spent = 0.0, 0.0
+    kinds: dict[str, dict[str, tuple[float, float]]] = {}
+    for label, sql in statements.items():
+        backend.execute(sql)  # warm: the columns' blocks in memory, as a query finds them
+        walls += max(_fastest(lambda: backend.execute(sql)) - statement, 1e-6)  # noqa: B023
+        kinds[label] = spent_by_kind(profile(sql))
+        spent += sum(seconds for _, seconds in kinds[label].values())
+    # the profiler's times are summed over the server's threads: wall seconds per one
+    parallel = walls / max(spent, 1e-9)
 
-    scan, seconds = timed(f"SELECT count(*), max({row_id}) FROM {name} WHERE {row_id} % 3 = 1")
-    expression = seconds / max(scan.expression, 1.0)
+    def per_unit(kind: str, labels: list[str]) -> float:
+        units = sum(kinds[label][kind][0] for label in labels)
+        seconds = sum(kinds[label][kind][1] for label in labels)
+        return seconds / max(units, 1.0)
 
-    def rest(work: Work, seconds: float) -> float:
-        return seconds - work.expression * expression
-
-    few, many = timed(grouped(16)), timed(grouped(max(rows // 4, 17)))
-    group_input, group = _solve2(
-        [
-            (few[0].group_input, few[0].group, rest(*few)),
-            (many[0].group_input, many[0].group, rest(*many)),
-        ]
-    )
-    # a probe and a build priced alike: the server's own filters make them the same rows
-    # here (``a.r = b.r`` carries ``b``'s filter over to ``a``), as its filter of a probe
-    # by the built keys does in most joins (``server_time``)
-    join, seconds = timed(joined(8))
-    probe = build = max(rest(join, seconds), 1e-9) / max(join.probe + join.build, 1.0)
+    expression = per_unit("expression", list(statements)) * parallel
+    probe = build = max(per_unit("join", ["join"]) * parallel, 1e-12)
+    group_input = max(per_unit("group", ["few groups"]) * parallel, 1e-12)
+    units, seconds = kinds["many groups"]["group"]
+    made = kinds["many groups"]["groups"][0]
+    group = max((seconds * parallel - units * group_input) / max(made, 1.0), 1e-12)
     fetched = f"SELECT {row_id} FROM {name}"
     backend.execute(fetched)
     seconds = max(_fastest(lambda: backend.execute(fetched)) - statement, 1e-6)
@@ -331,22 +338,6 @@ def _operator_ns(session: Session, statement: float) -> dict[str, float]:
         "byte": byte,
     }
     return {kind: round(value * 1e9, 4) for kind, value in costs.items()}
-
-
-def _solve2(equations: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """Non-negative ``(x, y)`` with ``a x + b y = c`` for two equations ``(a, b, c)``: solved
-    exactly where the solution is positive, else each from the equation where its unit
-    dominates (a noisy timing must not price work at zero or below)."""
-    (a1, b1, c1), (a2, b2, c2) = equations
-    determinant = a1 * b2 - a2 * b1
-    if abs(determinant) > 1e-9:
-        x = (c1 * b2 - c2 * b1) / determinant
-        y = (a1 * c2 - a2 * c1) / determinant
-        if x > 0 and y > 0:
-            return x, y
-    x = max(c1, 1e-9) / max(a1 + b1, 1.0)
-    y = max(c2, 1e-9) / max(a2 + b2, 1.0)
-    return x, y
 
 
 def _local_costs() -> tuple[float, float]:

@@ -163,6 +163,42 @@ def plan_work(
     return work
 
 
+def spent_by_kind(root: Operator) -> dict[str, tuple[float, float]]:
+    """A profiled plan's (units of work, seconds spent) per kind: ``expression`` (scans,
+    projections, filters), ``join`` (probes and builds) and ``group`` (its rows in; its
+    groups apart, in ``groups``), each operator's own share (``Operator.seconds``)."""
+    found: dict[str, list[float]] = {k: [0.0, 0.0] for k in ("expression", "join", "group")}
+    found["groups"] = [0.0, 0.0]
+
+    def visit(op: Operator) -> None:
+        own = _own_work(op)
+        if op.kind == "join":
+            found["join"][0] += own.probe + own.build
+            found["join"][1] += op.seconds
+        elif op.kind in ("group", "sort"):
+            found["group"][0] += own.group_input
+            found["group"][1] += op.seconds
+            found["groups"][0] += own.group
+        else:
+            found["expression"][0] += own.expression
+            found["expression"][1] += op.seconds
+        for child in op.children:
+            visit(child)
+
+    visit(root)
+    return {kind: (units, seconds) for kind, (units, seconds) in found.items()}
+
+
+def _own_work(op: Operator) -> Work:
+    """The work ``op`` itself does (its subtree's, less its children's), counted rows."""
+    whole = plan_work(op, counted=True)
+    for child in op.children:
+        below = plan_work(child, counted=True)
+        for f in fields(Work):
+            setattr(whole, f.name, getattr(whole, f.name) - getattr(below, f.name))
+    return whole
+
+
 def _scanned_columns(op: Operator) -> int:
     """The columns a scan returns, under projections and filters that pass them on; else 0."""
     if op.kind == "scan":
