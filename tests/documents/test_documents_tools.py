@@ -30,7 +30,10 @@ def test_server_commands(tmp_path, capsys):
 
 
 def test_small_bench(ferretdb):
-    result = run(ferretdb.url, 60, 20, [1, 2], 5, 1, "test", timed_inserts=10, scan_budget=600)
+    result = run(
+        ferretdb.url, 60, 20, [1, 2], 5, 1, "test", timed_inserts=10, scan_budget=600,
+        processes=[2],
+    )  # fmt: skip
     assert result["range"]["veil"]["round_trips"] == 1.0
     assert set(result["sum"]) == {
         "plain", "veil_server", "veil_fetch", "veil_paillier", "veil_chain", "load_docs_per_s",
@@ -41,6 +44,9 @@ def test_small_bench(ferretdb):
     # (where this client's own claims left them)
     assert result["sum"]["veil_chain"]["round_trips"] == 11
     assert {"retries", "errors"} <= set(result["ycsb"]["uniform_2t"]["veil"])
+    processes = result["ycsb"]["zipfian_2p"]  # two client processes of each system
+    assert processes["veil"]["errors"] == processes["plain"]["errors"] == 0
+    assert processes["veil"]["read_p50_us"] and processes["plain"]["update_p50_us"]
     result["overheads"] = overheads(result)
     assert "benchmarkdb read" in table(result)
 

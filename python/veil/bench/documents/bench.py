@@ -10,7 +10,8 @@ after the other for each measurement:
   a native index). Per-operation latencies.
 * ``ycsb``: the paper's YCSB workload (Table 3.1: 50% reads by key, 50%
   updates of one field; uniform and Zipfian) over ``docs`` records of ten
-  100-byte ``static`` fields, on 1 and 8 client threads: ops/s, p50, p99.
+  100-byte ``static`` fields, on 1 and 8 client threads (and, with ``processes``,
+  client processes: :mod:`veil.bench.documents.ycsbrun`): ops/s, p50, p99.
 * ``range``: ``find`` of ``Index`` in ``[k, k + width)`` (``ope``; plain:
   a native index), and of ``Rank`` (the same values under ``ore``, in
   documents of their own, against the same plain documents), with the server commands per query counted and,
@@ -27,12 +28,10 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -43,9 +42,15 @@ import pymongo.errors
 from pymongo import monitoring
 
 import veil.documents
+from veil.bench.documents.ycsbrun import (
+    Target,
+    on_processes,
+    on_threads,
+    percentiles,
+    summary,
+)
 from veil.bench.kv.ycsb import zipfian_ranks
-from veil.crypto.keys import MasterKey
-from veil.errors import VeilError
+from veil.crypto.keys import MASTER_KEY_BYTES, MasterKey
 from veil.servers.ferretdb import FerretDBServer
 
 MOVIE_SCHEMA = {"fields": {"title": "static", "Index": "index"}}
@@ -72,9 +77,6 @@ YCSB_FIELDS = [f"field{i}" for i in range(10)]
 YCSB_SCHEMA = {"fields": dict.fromkeys(YCSB_FIELDS, "static")}
 SCHEMAS["usertable"] = YCSB_SCHEMA
 LOAD_BATCH = 1000
-#: Attempts of a YCSB operation the server refuses, and the first backoff (doubling).
-RETRIES = 8
-BACKOFF_S = 0.005
 
 
 class CommandCounter(monitoring.CommandListener):
@@ -112,9 +114,11 @@ class Clients:
     """The two clients of one measurement: Veil and plain pymongo, same server."""
 
     def __init__(self, url: str, run: str):
+        self.url, self.run = url, run
         self.veil_counter, self.plain_counter = CommandCounter(), CommandCounter()
+        self._secret = os.urandom(MASTER_KEY_BYTES)  # for client processes of the same key
         self.veil = veil.documents.connect(
-            url, MasterKey.generate(), SCHEMAS, database=f"bench_veil_{run}",
+            url, MasterKey(self._secret), SCHEMAS, database=f"bench_veil_{run}",
             client_options={"event_listeners": [self.veil_counter]},
         )  # fmt: skip
         self._plain_client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
@@ -122,18 +126,16 @@ class Clients:
         )
         self.plain = self._plain_client[f"bench_plain_{run}"]
 
+    def targets(self) -> tuple[Target, Target]:
+        """Where client processes connect: the plain database, the Veil one."""
+        return (
+            Target(self.url, f"bench_plain_{self.run}", None, SCHEMAS),
+            Target(self.url, f"bench_veil_{self.run}", self._secret, SCHEMAS),
+        )
+
     def close(self) -> None:
         self.veil.close()
         self._plain_client.close()
-
-
-def percentiles(latencies: list[float]) -> dict[str, float]:
-    ordered = sorted(latencies)
-    return {
-        "p50_us": 1e6 * ordered[len(ordered) // 2],
-        "p99_us": 1e6 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-        "mean_us": 1e6 * statistics.fmean(ordered),
-    }
 
 
 def timed(operation: Callable[[], Any]) -> float:
@@ -332,57 +334,12 @@ def load_ycsb(clients: Clients, records: list[dict[str, Any]]) -> dict[str, floa
     return out
 
 
-def ycsb_run(
-    collection: Any, keys: np.ndarray, updates: np.ndarray, threads: int, check: bool
-) -> dict[str, Any]:
-    """50/50 reads and updates of the given keys on ``threads`` threads.
-
-    An operation the server refuses (FerretDB's SQLite answers "database is locked" to
-    some concurrent writes) is retried after a random, doubling backoff, as an
-    application would; its latency includes the retries. ``retries`` counts them,
-    ``errors`` the operations still refused after ``RETRIES`` attempts (dropped).
-    """
-    latencies: list[list[float]] = [[] for _ in range(threads)]
-    errors: list[str] = []
-    retries = [0] * threads
-
-    def operation(j: int) -> None:
-        key = f"user{int(keys[j]):012d}"
-        if updates[j]:
-            collection.update_one({"_id": key}, {"$set": {"field3": f"u{j:099d}"}})
-        else:
-            document = collection.find_one({"_id": key})
-            if check:
-                assert document is not None and len(document["field0"]) == 100
-
-    def worker(slot: int) -> None:
-        rng = random.Random(slot)
-        for j in range(slot, len(keys), threads):
-            start = time.perf_counter()
-            for attempt in range(RETRIES):
-                try:
-                    operation(j)
-                    break
-                except (VeilError, pymongo.errors.PyMongoError) as exc:
-                    if attempt == RETRIES - 1:
-                        errors.append(str(exc)[:200])
-                    else:
-                        retries[slot] += 1
-                        time.sleep(rng.uniform(0, BACKOFF_S * 2**attempt))
-            else:
-                continue
-            latencies[slot].append(time.perf_counter() - start)
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(worker, range(threads)))
-    elapsed = time.perf_counter() - start
-    flat = [x for slot in latencies for x in slot]
-    failed = {"errors": len(errors), "first_error": errors[0] if errors else None}
-    return {"ops_per_s": len(flat) / elapsed, "retries": sum(retries)} | percentiles(flat) | failed
-
-
-def ycsb(clients: Clients, docs: int, ops: int, threads: list[int], seed: int) -> dict[str, Any]:
+def ycsb(
+    clients: Clients, docs: int, ops: int, threads: list[int], seed: int,
+    processes: list[int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Each distribution on ``threads`` client threads of this process (labels ``_Nt``)
+    and on ``processes`` client processes of one thread each (labels ``_Np``)."""
     records = ycsb_records(docs, seed)
     out: dict[str, Any] = {"load_docs_per_s": load_ycsb(clients, records)}
     rng = np.random.default_rng(seed)
@@ -394,10 +351,15 @@ def ycsb(clients: Clients, docs: int, ops: int, threads: list[int], seed: int) -
     updates = rng.random(ops) < 0.5
     for distribution, keys in distributions.items():
         for count in threads:
-            label = f"{distribution}_{count}t"
-            out[label] = {
-                "plain": ycsb_run(clients.plain.usertable, keys, updates, count, False),
-                "veil": ycsb_run(clients.veil.usertable, keys, updates, count, True),
+            out[f"{distribution}_{count}t"] = {
+                "plain": summary(on_threads(clients.plain.usertable, keys, updates, count, False)),
+                "veil": summary(on_threads(clients.veil.usertable, keys, updates, count, True)),
+            }
+        for count in processes or []:
+            plain, encrypted = clients.targets()
+            out[f"{distribution}_{count}p"] = {
+                "plain": summary(on_processes(plain, keys, updates, count, False)),
+                "veil": summary(on_processes(encrypted, keys, updates, count, True)),
             }
     return out
 
@@ -406,6 +368,7 @@ def run(
     url: str | None, docs: int, ops: int, threads: list[int], range_width: int, seed: int,
     note: str, timed_inserts: int | None = None, scan_budget: int = SCAN_BUDGET,
     progress: Callable[[dict[str, Any]], None] | None = None, only: list[str] | None = None,
+    processes: list[int] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     with server_url(url) as address:
         clients = Clients(address, f"{docs}_{os.getpid()}")
@@ -422,7 +385,7 @@ def run(
                 "benchmarkdb": partial(benchmarkdb, clients, docs, reads, seed, timed),
                 "range": partial(ranges, clients, docs, range_width, queries, seed),
                 "sum": partial(sums, clients, docs, 5, scans(docs, 100, scan_budget), seed),
-                "ycsb": partial(ycsb, clients, docs, ops, threads, seed),
+                "ycsb": partial(ycsb, clients, docs, ops, threads, seed, processes),
             }
             for name, section in sections.items():
                 if only and name not in only:

@@ -25,6 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--docs", type=int, default=10_000, help="documents loaded (default 10k)")
     bench.add_argument("--ops", type=int, default=2_000, help="operations per workload")
     bench.add_argument("--threads", default="1,8", help="YCSB client threads (default 1,8)")
+    bench.add_argument(
+        "--processes", default="",
+        help="YCSB also on this many client processes, one thread each (e.g. 8)",
+    )  # fmt: skip
     bench.add_argument("--range-width", type=int, default=100, help="documents per range query")
     bench.add_argument("--seed", type=int, default=1)
     bench.add_argument(
@@ -89,6 +93,7 @@ def _bench(args: argparse.Namespace) -> int:
         args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note,
         args.timed_inserts, args.scan_budget, progress,
         [name for name in args.sections.split(",") if name],
+        [int(p) for p in args.processes.split(",") if p],
     )  # fmt: skip
     result["overheads"] = overheads(result)
     print(table(result))

@@ -44,6 +44,10 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
     for label, pair in ycsb.items():
         if label != "load_docs_per_s" and pair["veil"]["ops_per_s"]:
             out[f"ycsb {label}"] = pair["plain"]["ops_per_s"] / pair["veil"]["ops_per_s"]
+        for kind in ("read", "update"):  # per kind: the goals differ (reads 2x, writes 3x)
+            if label != "load_docs_per_s" and pair["veil"].get(f"{kind}_p50_us"):
+                ratio = pair["veil"][f"{kind}_p50_us"] / pair["plain"][f"{kind}_p50_us"]
+                out[f"ycsb {label} {kind} p50"] = ratio
     return out
 
 
