@@ -61,12 +61,21 @@ PAILLIER_SALES_SCHEMA = {"fields": {"g": "index", "v": {"attr": "h_add", "scheme
 CHAINED_SALES_SCHEMA = {
     "fields": {"g": "index", "v": {"attr": "h_add", "chain": "g", "domain": [-100_000, 100_000]}}
 }
+#: The same, with blind ``$inc`` that shows the server each increment (veil.documents.drift).
+REVEALED_SALES_SCHEMA = {
+    "fields": {
+        "g": "index",
+        "v": {"attr": "h_add", "chain": "g", "domain": [-100_000, 100_000],
+              "reveal_increments": True},
+    }
+}  # fmt: skip
 RANKED_SCHEMA = {"fields": {"Rank": {"attr": "index", "scheme": "ore"}}}
 SCHEMAS = {
     "movies": MOVIE_SCHEMA,
     "sales": SALES_SCHEMA,
     "sales_paillier": PAILLIER_SALES_SCHEMA,
     "sales_chained": CHAINED_SALES_SCHEMA,
+    "sales_revealed": REVEALED_SALES_SCHEMA,
     "usertable": None,
     "ranked": RANKED_SCHEMA,
 }
@@ -255,6 +264,7 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
         ("plain", clients.plain.sales), ("veil", clients.veil.sales),
         ("veil_paillier", clients.veil.sales_paillier),
         ("veil_chain", clients.veil.sales_chained),
+        ("veil_chain_revealed", clients.veil.sales_revealed),
     ):  # fmt: skip
         start = time.perf_counter()
         for at in range(0, docs, LOAD_BATCH):
@@ -268,6 +278,7 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
         ("veil_fetch", clients.veil.sales, clients.veil_counter, "fetch"),
         ("veil_paillier", clients.veil.sales_paillier, clients.veil_counter, None),
         ("veil_chain", clients.veil.sales_chained, clients.veil_counter, None),
+        ("veil_chain_revealed", clients.veil.sales_revealed, clients.veil_counter, None),
     )
     latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
     trips: dict[str, int] = dict.fromkeys(latencies, 0)
@@ -286,7 +297,32 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
     }
     out["load_docs_per_s"] = load
     out["inc"] = increments(clients, docs, incs, seed)
+    out["after_inc"] = sums_after_increments(clients, runs)
     return out
+
+
+def sums_after_increments(clients: Clients, runs: int) -> dict[str, Any]:
+    """The grouped sum again once the ``$inc`` runs moved values: plain against the chained
+    field that took them blind (its chains have no holes, so one ``$group`` still)."""
+    pipeline = [{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}]
+    systems = (
+        ("plain", clients.plain.sales, clients.plain_counter),
+        ("veil_chain_revealed", clients.veil.sales_revealed, clients.veil_counter),
+    )
+    latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
+    trips: dict[str, int] = dict.fromkeys(latencies, 0)
+    for _ in range(runs):
+        answers = []
+        for name, collection, counter in systems:
+            before, t0 = counter.count, time.perf_counter()
+            answers.append({row["_id"]: row["s"] for row in collection.aggregate(pipeline)})
+            latencies[name].append(time.perf_counter() - t0)
+            trips[name] += counter.count - before
+        assert answers[0] == answers[1]
+    return {
+        name: percentiles(values) | {"round_trips": trips[name] / runs}
+        for name, values in latencies.items()
+    }
 
 
 def increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, Any]:
@@ -296,6 +332,7 @@ def increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, 
     systems: dict[str, Any] = {
         "plain": clients.plain.sales, "veil": clients.veil.sales,
         "veil_paillier": clients.veil.sales_paillier, "veil_chain": clients.veil.sales_chained,
+        "veil_chain_revealed": clients.veil.sales_revealed,
     }  # fmt: skip
     latencies: dict[str, list[float]] = {name: [] for name in systems}
     for id_, delta in targets:
@@ -307,6 +344,7 @@ def increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, 
         assert (clients.veil.sales.find_one({"_id": id_}) or {})["v"] == want
         assert (clients.veil.sales_paillier.find_one({"_id": id_}) or {})["v"] == want
         assert (clients.veil.sales_chained.find_one({"_id": id_}) or {})["v"] == want
+        assert (clients.veil.sales_revealed.find_one({"_id": id_}) or {})["v"] == want
     return {name: percentiles(values) for name, values in latencies.items()}
 
 

@@ -29,10 +29,15 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
             ranked = result["range"].get("plain_ranked", result["range"]["plain"])["p50_us"]
             out["range ore"] = result["range"]["veil_ore"]["p50_us"] / ranked
     sums = result.get("sum", {})
-    for strategy in ("server", "fetch", "paillier", "chain"):
+    for strategy in ("server", "fetch", "paillier", "chain", "chain_revealed"):
         if f"veil_{strategy}" in sums:
             veil_sum = sums[f"veil_{strategy}"]["p50_us"]
             out[f"sum ({strategy})"] = veil_sum / sums["plain"]["p50_us"]
+    after = sums.get("after_inc", {})
+    if after:
+        out["sum after $inc (chain_revealed)"] = (
+            after["veil_chain_revealed"]["p50_us"] / after["plain"]["p50_us"]
+        )
     for name, figure in sums.get("inc", {}).items():
         if name != "plain":
             out[f"$inc ({name})"] = figure["p50_us"] / sums["inc"]["plain"]["p50_us"]
