@@ -65,3 +65,14 @@ def test_group_probe(ferretdb):
     assert {"group_ms", "ids_find_ms", "parallel_ms"} <= set(result["server_path"])
     assert result["capabilities"]["count"] == "yes"  # every MongoDB-wire server has $count
     assert "chunk_bitmaps" not in probe(ferretdb.url, 20, 1, 1, bitmaps=False)
+
+
+def test_named_only_sections(ferretdb):
+    """`writes` and `inc`, the parts that fit a 1M run, run only when named."""
+    result = run(
+        ferretdb.url, 40, 10, [1], 5, 1, "test", timed_inserts=5, only=["writes", "inc"], incs=3
+    )
+    assert set(result["inc"]) == {"plain", "veil", "veil_chain_revealed"}
+    assert len(result["writes"]["write"]) == 2 and "benchmarkdb" not in result
+    overheads(result)
+    assert "writes" not in run(ferretdb.url, 20, 5, [1], 5, 1, "test", only=["range"])

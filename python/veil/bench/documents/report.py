@@ -19,7 +19,7 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
     """Veil's median latency (or 1 / throughput) over plain's, per figure."""
     out: dict[str, float] = {}
     for kind in ("read", "write"):
-        pair = result.get("benchmarkdb", {}).get(kind)
+        pair = result.get("benchmarkdb", result.get("writes", {})).get(kind)
         if pair and pair["veil"]:
             out[f"benchmarkdb {kind}"] = pair["veil"]["p50_us"] / pair["plain"]["p50_us"]
     if "range" in result:
@@ -38,9 +38,10 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
         out["sum after $inc (chain_revealed)"] = (
             after["veil_chain_revealed"]["p50_us"] / after["plain"]["p50_us"]
         )
-    for name, figure in sums.get("inc", {}).items():
+    incs = sums.get("inc", result.get("inc", {}))
+    for name, figure in incs.items():
         if name != "plain":
-            out[f"$inc ({name})"] = figure["p50_us"] / sums["inc"]["plain"]["p50_us"]
+            out[f"$inc ({name})"] = figure["p50_us"] / incs["plain"]["p50_us"]
     if "ycsb" not in result:  # not run, or a run stopped before its last section
         return out
     ycsb = result["ycsb"]
