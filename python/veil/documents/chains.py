@@ -170,7 +170,9 @@ class ChainedField:
         self.layout = ChainLayout.for_domain(spec.path, *spec.domain)
         self.keys = ChainKeys(master, where, group_spec)
         #: The drift any one value may carry: a value's decoding window (veil.documents.drift).
-        self.drift_budget = _drift.budget(self.layout) if spec.reveal_increments else 0
+        #: Every chained field decodes in it and reads its drift counter, revealing or not,
+        #: so a schema that stops revealing still reads values written while it did.
+        self.drift_budget = _drift.budget(self.layout)
 
     def encrypt(
         self, values: list[Any], positions: list[tuple[int, int]] | None = None

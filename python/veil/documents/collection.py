@@ -137,12 +137,10 @@ class Collection:
         self, cipher: FieldCipher, groups: list[Any]
     ) -> tuple[list[tuple[int, int]], int]:
         """(chain, claimed length) of each group value of a chained field, and the field's
-        drift counter (0 unless it reveals increments), read now in one parallel wave."""
-        assert cipher.chained is not None
+        drift counter, read now in one parallel wave."""
         with server_errors("reading chain lengths"):
             claims, chains = self._chains_of(cipher, groups)
-            drifts = [DRIFT_CHAIN] if cipher.chained.drift_budget else []
-            lengths = claims.lengths([*chains, *drifts])
+            lengths = claims.lengths([*chains, DRIFT_CHAIN])
         return [(c, lengths[c]) for c in chains], lengths.get(DRIFT_CHAIN, 0)
 
     def update_one(self, query: dict[str, Any], update: dict[str, Any]) -> UpdateResult:
