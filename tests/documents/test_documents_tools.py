@@ -30,17 +30,29 @@ def test_server_commands(tmp_path, capsys):
 
 
 def test_small_bench(ferretdb):
-    result = run(ferretdb.url, 60, 20, [1, 2], 5, 1, "test", timed_inserts=10, scan_budget=600)
+    result = run(
+        ferretdb.url, 60, 20, [1, 2], 5, 1, "test", timed_inserts=10, scan_budget=600,
+        processes=[2],
+    )  # fmt: skip
     assert result["range"]["veil"]["round_trips"] == 1.0
     assert set(result["sum"]) == {
-        "plain", "veil_server", "veil_fetch", "veil_paillier", "veil_chain", "load_docs_per_s",
-        "inc",
+        "plain", "veil_server", "veil_fetch", "veil_paillier", "veil_chain",
+        "veil_chain_revealed", "load_docs_per_s", "inc", "after_inc",
     }  # fmt: skip
-    assert set(result["sum"]["inc"]) == {"plain", "veil", "veil_paillier", "veil_chain"}
+    assert set(result["sum"]["inc"]) == {
+        "plain", "veil", "veil_paillier", "veil_chain", "veil_chain_revealed",
+    }  # fmt: skip
+    # still one $group after the blind increments (the chains have no holes), then one
+    # parallel wave of reads: the 10 chains' ends and the field's drift counter
+    assert result["sum"]["after_inc"]["veil_chain_revealed"]["round_trips"] == 12
     # one $group, then one parallel wave of reads by _id: past each of the 10 chains' ends
-    # (where this client's own claims left them)
-    assert result["sum"]["veil_chain"]["round_trips"] == 11
+    # (where this client's own claims left them) and of the field's drift counter (whose
+    # hint the first of the 5 runs reads too: this client has claimed no drift there)
+    assert result["sum"]["veil_chain"]["round_trips"] == 12.2
     assert {"retries", "errors"} <= set(result["ycsb"]["uniform_2t"]["veil"])
+    processes = result["ycsb"]["zipfian_2p"]  # two client processes of each system
+    assert processes["veil"]["errors"] == processes["plain"]["errors"] == 0
+    assert processes["veil"]["read_p50_us"] and processes["plain"]["update_p50_us"]
     result["overheads"] = overheads(result)
     assert "benchmarkdb read" in table(result)
 
@@ -54,3 +66,14 @@ def test_group_probe(ferretdb):
     assert {"group_ms", "ids_find_ms", "parallel_ms"} <= set(result["server_path"])
     assert result["capabilities"]["count"] == "yes"  # every MongoDB-wire server has $count
     assert "chunk_bitmaps" not in probe(ferretdb.url, 20, 1, 1, bitmaps=False)
+
+
+def test_named_only_sections(ferretdb):
+    """`writes` and `inc`, the parts that fit a 1M run, run only when named."""
+    result = run(
+        ferretdb.url, 40, 10, [1], 5, 1, "test", timed_inserts=5, only=["writes", "inc"], incs=3
+    )
+    assert set(result["inc"]) == {"plain", "veil", "veil_chain_revealed"}
+    assert len(result["writes"]["write"]) == 2 and "benchmarkdb" not in result
+    overheads(result)
+    assert "writes" not in run(ferretdb.url, 20, 5, [1], 5, 1, "test", only=["range"])

@@ -215,9 +215,9 @@ class Pipeline:
         then fetches. The chain lengths are read after the aggregation (see chains.py)."""
         rows = self._server_rows(group)
         plain = [self._plain_key(row.get("_id")) for row in rows.values()]
-        lengths = {}
+        lengths, drifts = {}, {}
         for cipher in {c.name: c for _, kind, c in outputs if kind != "count"}.values():
-            lengths[cipher.name] = self.collection.chain_lengths(cipher, plain)
+            lengths[cipher.name], drifts[cipher.name] = self.collection.chain_lengths(cipher, plain)
         results = []
         for j, (key, row) in enumerate(zip(plain, rows.values(), strict=True)):
             document: dict[str, Any] = {"_id": key}
@@ -228,7 +228,7 @@ class Pipeline:
                     document[output] = row[output]
                     continue
                 chain, length = lengths[cipher.name][j]
-                total = cipher.chained.group_sum(row[output], chain, length)
+                total = cipher.chained.group_sum(row[output], chain, length, drifts[cipher.name])
                 if total is None:
                     return None
                 document[output] = _opened_total(kind, [total, length])

@@ -58,6 +58,7 @@ from pymongo.collection import Collection as ServerCollection
 
 from veil.crypto.ashe import Ashe
 from veil.crypto.keys import KeyLabel, MasterKey
+from veil.documents import drift as _drift
 from veil.documents.errors import DocumentsError, FieldTypeError, SchemaError, ServerError
 from veil.documents.values import order_key
 from veil.errors import MalformedCiphertextError
@@ -109,9 +110,11 @@ class ChainLayout:
         shifted = (value - self.lo + pad) % (1 << self.sum_bits)
         return (shifted << self.count_bits) + 1
 
-    def open(self, total: int, pads: int, count: int) -> int:
-        """The plaintext sum of ``count`` words whose summed pads are ``pads``."""
-        return ((total >> self.count_bits) - pads) % (1 << self.sum_bits) + count * self.lo
+    def open(self, total: int, pads: int, count: int, drift: int = 0) -> int:
+        """The plaintext sum of ``count`` words whose summed pads are ``pads``, their
+        shifted sum in ``[-drift, 2**M - drift)`` (blind increments: veil.documents.drift)."""
+        shifted = ((total >> self.count_bits) - pads + drift) % (1 << self.sum_bits) - drift
+        return shifted + count * self.lo
 
     def count(self, total: int) -> int:
         return total & self.capacity
@@ -166,6 +169,10 @@ class ChainedField:
         self.path = spec.path
         self.layout = ChainLayout.for_domain(spec.path, *spec.domain)
         self.keys = ChainKeys(master, where, group_spec)
+        #: The drift any one value may carry: a value's decoding window (veil.documents.drift).
+        #: Every chained field decodes in it and reads its drift counter, revealing or not,
+        #: so a schema that stops revealing still reads values written while it did.
+        self.drift_budget = _drift.budget(self.layout)
 
     def encrypt(
         self, values: list[Any], positions: list[tuple[int, int]] | None = None
@@ -218,19 +225,24 @@ class ChainedField:
         word, chain, position = int(form["w"]), int(form["c"]), int(form["p"])
         if self.layout.count(word) != 1:
             raise MalformedCiphertextError(f"field {self.path!r}: malformed chained h_add word")
-        return self.layout.open(word, self.keys.pad(chain, position), 1)
+        return self.layout.open(word, self.keys.pad(chain, position), 1, self.drift_budget)
 
-    def group_sum(self, total: Any, chain: int, length: int) -> int | None:
+    def group_sum(self, total: Any, chain: int, length: int, drift: int = 0) -> int | None:
         """A group's plaintext sum from its server ``$sum`` of words, or None unless the
-        sum covers exactly positions 1..length of ``chain`` (then the caller fetches)."""
-        if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+        sum covers exactly positions 1..length of ``chain`` and, with ``drift`` (the field's
+        drift counter, read after the aggregation), is provably exact (then the caller
+        fetches)."""
+        if isinstance(total, bool) or not isinstance(total, int) or (total < 0 and not drift):
             return None  # an int64 overflow comes back as a double
+        drift = min(drift, self.drift_budget)  # increments past the budget were not sent
+        if drift and not _drift.sum_is_exact(self.layout, length, drift):
+            return None
         if length == 0:  # no value claimed: an empty sum, unless values moved in
             return 0 if total == 0 else None
         count = self.layout.count(total)
         if count != length or length > self.layout.capacity:
             return None
-        return self.layout.open(total, self.keys.span_pads(chain, length), count)
+        return self.layout.open(total, self.keys.span_pads(chain, length), count, drift)
 
     def stored_fields(self, name: str, form: dict[str, Any]) -> dict[str, Any]:
         return {name: form["w"], name + "c": form["c"], name + "p": form["p"]}

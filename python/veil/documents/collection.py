@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pymongo
 import pymongo.errors
+from bson.int64 import Int64
 from pymongo.results import DeleteResult, InsertManyResult, InsertOneResult, UpdateResult
 
 from veil.documents.chains import ChainClaims
 from veil.documents.codec import DocumentCodec
 from veil.documents.cursor import Cursor
+from veil.documents.drift import DRIFT_CHAIN, increment
 from veil.documents.errors import (
     DocumentsError,
     PartialWriteError,
@@ -32,7 +34,7 @@ from veil.documents.match import MISSING, get_path, matches
 from veil.documents.oretree import OreTree
 from veil.documents.query import normalise_sort, translate_filter
 from veil.documents.schema import Schema
-from veil.documents.update import KEEP, Assign, plan_update
+from veil.documents.update import KEEP, Assign, Revealed, plan_update
 
 if TYPE_CHECKING:
     from veil.documents.client import Database
@@ -131,12 +133,15 @@ class Collection:
         epoch = claims.epoch()
         return claims, [cipher.chained.keys.chain_of(epoch, group) for group in groups]
 
-    def chain_lengths(self, cipher: FieldCipher, groups: list[Any]) -> list[tuple[int, int]]:
-        """(chain, claimed length) of each group value of a chained field, read now."""
+    def chain_lengths(
+        self, cipher: FieldCipher, groups: list[Any]
+    ) -> tuple[list[tuple[int, int]], int]:
+        """(chain, claimed length) of each group value of a chained field, and the field's
+        drift counter, read now in one parallel wave."""
         with server_errors("reading chain lengths"):
             claims, chains = self._chains_of(cipher, groups)
-            lengths = claims.lengths(chains)
-        return [(c, lengths[c]) for c in chains]
+            lengths = claims.lengths([*chains, DRIFT_CHAIN])
+        return [(c, lengths[c]) for c in chains], lengths.get(DRIFT_CHAIN, 0)
 
     def update_one(self, query: dict[str, Any], update: dict[str, Any]) -> UpdateResult:
         return self._update(query, update, many=False)
@@ -146,6 +151,12 @@ class Collection:
 
     def _update(self, query: dict[str, Any], update: dict[str, Any], many: bool) -> UpdateResult:
         server_update, client_ops = plan_update(self.codec, update)
+        if any(isinstance(op, Revealed) for op in client_ops.values()):
+            if not many and all(isinstance(op, Revealed) for op in client_ops.values()):
+                result = self._update_revealed(query, client_ops, server_update)
+                if result is not None:
+                    return result
+            client_ops = {p: getattr(op, "delta", op) for p, op in client_ops.items()}
         ciphers = [self.codec.cipher(p) for p in client_ops]
         if client_ops and all(c is not None and c.paillier is not None for c in ciphers):
             return self._update_paillier(query, client_ops, server_update, many)
@@ -158,6 +169,32 @@ class Collection:
             else:
                 result = self._server.update_one(server_filter, server_update)
         return result
+
+    def _update_revealed(
+        self, query: dict[str, Any], increments: dict[str, Revealed], server_update: dict[str, Any]
+    ) -> UpdateResult | None:
+        """``$inc`` of chained fields that reveal increments: each claims its ``|delta|``
+        on its field's drift counter, then one blind server update adds ``delta << k`` to
+        the word (veil.documents.drift). None, with nothing written, when a drift budget is
+        spent or no matching document holds a value to add to: the caller then reads and
+        rewrites (``update_many`` always does: its drift is the count it matches)."""
+        added = dict(server_update.get("$inc", {}))
+        guards: list[dict[str, Any]] = []
+        for path, op in increments.items():
+            cipher = self.codec.ciphers[path]
+            assert cipher.chained is not None
+            budget, size = cipher.chained.drift_budget, abs(op.delta)
+            if size:
+                with server_errors("claiming drift"):
+                    first = self._chains[cipher.name].claim(DRIFT_CHAIN, size)
+                if first + size - 1 > budget:
+                    return None
+            added[cipher.name] = Int64(increment(cipher.chained.layout, op.delta))
+            guards.append({cipher.name + "p": {"$exists": True}})  # a chained value, not null
+        server_filter = {"$and": [self._exact_filter(query, many=False), *guards]}
+        with server_errors("update"):
+            result = self._server.update_one(server_filter, dict(server_update, **{"$inc": added}))
+        return result if result.matched_count else None
 
     def _update_on_client(
         self, query: dict[str, Any], client_ops: dict[str, Any], server_update: dict[str, Any],

@@ -22,7 +22,9 @@ field the server can group on (an ``int``/``datetime`` ``ope`` index or a
 ``do_nothing`` field), whose values each get their own chain of positions so
 that unfiltered sums grouped by it run as one server aggregation
 (:mod:`veil.documents.chains`; what the chains show the server is in
-docs/security.md).
+docs/security.md). A chained field with ``"reveal_increments": true`` takes
+``$inc`` blind, in one server command, at the price of showing the server each
+increment's amount (:mod:`veil.documents.drift`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class FieldSpec:
     scheme: str = "ope"
     chain: str = ""
     domain: tuple[int, int] | None = None
+    #: A chained field's ``$inc`` sent blind as the increment in clear (the server learns
+    #: each increment's amount): an explicit choice, named for what it gives away.
+    reveal_increments: bool = False
 
     @property
     def exact_order(self) -> bool:
@@ -118,7 +123,9 @@ def _field(path: object, value: object) -> FieldSpec:
     options = {"attr": value} if isinstance(value, str) else value
     if not isinstance(options, dict) or options.get("attr") not in ATTRIBUTES:
         raise SchemaError(f"field {path!r}: attribute must be one of {ATTRIBUTES}, got {value!r}")
-    unknown = set(options) - {"attr", "type", "scale", "scheme", "chain", "domain"}
+    unknown = set(options) - {
+        "attr", "type", "scale", "scheme", "chain", "domain", "reveal_increments",
+    }  # fmt: skip
     if unknown:
         raise SchemaError(f"field {path!r}: unknown schema options {sorted(unknown)}")
     attr = options["attr"]
@@ -132,6 +139,7 @@ def _field(path: object, value: object) -> FieldSpec:
         scheme=options.get("scheme", DEFAULT_SCHEMES.get(attr, "")),
         chain=options.get("chain", ""),
         domain=_domain(path, options.get("domain")),
+        reveal_increments=options.get("reveal_increments", False),
     )
     _check(spec)
     return spec
@@ -143,6 +151,8 @@ def _check(spec: FieldSpec) -> None:
         raise SchemaError(f"{where}: 'chain' and 'domain' apply to h_add fields under 'ashe'")
     if spec.chain and (not isinstance(spec.chain, str) or spec.domain is None):
         raise SchemaError(f"{where}: 'chain' names a field path and needs a 'domain'")
+    if spec.reveal_increments not in (False, True) or (spec.reveal_increments and not spec.chain):
+        raise SchemaError(f"{where}: 'reveal_increments' is true or false, on chained fields only")
     if spec.attr == "index":
         if spec.type not in INDEX_TYPES:
             raise SchemaError(

@@ -13,7 +13,11 @@ decrypting, adding and writing back conditionally. A chained ``h_add``
 field's new value, and every chained value whose grouping field an update
 changes, take a position claimed in their group's chain, one per document,
 so ``$set``/``$inc`` on them and ``$set``/``$unset``/``$inc`` on a grouping
-field are client ops too (an :class:`Assign` where not an increment).
+field are client ops too (an :class:`Assign` where not an increment). A
+chained field whose schema reveals increments takes ``$inc`` as a
+:class:`Revealed` op: blind, one server command once its drift is claimed
+(:mod:`veil.documents.drift`), read-modify-write when that cannot be proved
+exact.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ class Assign:
     """A client op that sets a path's value (``MISSING`` removes it)."""
 
     value: Any
+
+
+@dataclass(frozen=True)
+class Revealed:
+    """A client op: ``$inc`` by ``delta`` of a chained field that reveals increments."""
+
+    delta: int
 
 
 def plan_update(
@@ -91,6 +102,8 @@ def _plan_field(
         raise DocumentsError(f"field {path!r}: $inc takes a number, got {value!r}")
     elif spec.attr == "h_add" and not isinstance(value, int):
         raise DocumentsError(f"field {path!r} is h_add over integers: $inc takes an integer")
+    elif spec.chain and spec.reveal_increments:
+        client[path] = Revealed(int(value))
     elif spec.attr == "h_add" and spec.scheme == "ashe" and not spec.chain:
         halves, id_ = cipher.increment(int(value))
         server.setdefault("$inc", {}).update({name: halves["l"], f"{name}h": halves["h"]})

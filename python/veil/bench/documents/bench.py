@@ -10,7 +10,8 @@ after the other for each measurement:
   a native index). Per-operation latencies.
 * ``ycsb``: the paper's YCSB workload (Table 3.1: 50% reads by key, 50%
   updates of one field; uniform and Zipfian) over ``docs`` records of ten
-  100-byte ``static`` fields, on 1 and 8 client threads: ops/s, p50, p99.
+  100-byte ``static`` fields, on 1 and 8 client threads (and, with ``processes``,
+  client processes: :mod:`veil.bench.documents.ycsbrun`): ops/s, p50, p99.
 * ``range``: ``find`` of ``Index`` in ``[k, k + width)`` (``ope``; plain:
   a native index), and of ``Rank`` (the same values under ``ore``, in
   documents of their own, against the same plain documents), with the server commands per query counted and,
@@ -27,12 +28,10 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -43,9 +42,15 @@ import pymongo.errors
 from pymongo import monitoring
 
 import veil.documents
+from veil.bench.documents.ycsbrun import (
+    Target,
+    on_processes,
+    on_threads,
+    percentiles,
+    summary,
+)
 from veil.bench.kv.ycsb import zipfian_ranks
-from veil.crypto.keys import MasterKey
-from veil.errors import VeilError
+from veil.crypto.keys import MASTER_KEY_BYTES, MasterKey
 from veil.servers.ferretdb import FerretDBServer
 
 MOVIE_SCHEMA = {"fields": {"title": "static", "Index": "index"}}
@@ -56,12 +61,21 @@ PAILLIER_SALES_SCHEMA = {"fields": {"g": "index", "v": {"attr": "h_add", "scheme
 CHAINED_SALES_SCHEMA = {
     "fields": {"g": "index", "v": {"attr": "h_add", "chain": "g", "domain": [-100_000, 100_000]}}
 }
+#: The same, with blind ``$inc`` that shows the server each increment (veil.documents.drift).
+REVEALED_SALES_SCHEMA = {
+    "fields": {
+        "g": "index",
+        "v": {"attr": "h_add", "chain": "g", "domain": [-100_000, 100_000],
+              "reveal_increments": True},
+    }
+}  # fmt: skip
 RANKED_SCHEMA = {"fields": {"Rank": {"attr": "index", "scheme": "ore"}}}
 SCHEMAS = {
     "movies": MOVIE_SCHEMA,
     "sales": SALES_SCHEMA,
     "sales_paillier": PAILLIER_SALES_SCHEMA,
     "sales_chained": CHAINED_SALES_SCHEMA,
+    "sales_revealed": REVEALED_SALES_SCHEMA,
     "usertable": None,
     "ranked": RANKED_SCHEMA,
 }
@@ -72,9 +86,8 @@ YCSB_FIELDS = [f"field{i}" for i in range(10)]
 YCSB_SCHEMA = {"fields": dict.fromkeys(YCSB_FIELDS, "static")}
 SCHEMAS["usertable"] = YCSB_SCHEMA
 LOAD_BATCH = 1000
-#: Attempts of a YCSB operation the server refuses, and the first backoff (doubling).
-RETRIES = 8
-BACKOFF_S = 0.005
+#: Sections run only when named: parts of others, for sizes where the whole is too long.
+NAMED_ONLY = ("writes", "inc")
 
 
 class CommandCounter(monitoring.CommandListener):
@@ -112,9 +125,11 @@ class Clients:
     """The two clients of one measurement: Veil and plain pymongo, same server."""
 
     def __init__(self, url: str, run: str):
+        self.url, self.run = url, run
         self.veil_counter, self.plain_counter = CommandCounter(), CommandCounter()
+        self._secret = os.urandom(MASTER_KEY_BYTES)  # for client processes of the same key
         self.veil = veil.documents.connect(
-            url, MasterKey.generate(), SCHEMAS, database=f"bench_veil_{run}",
+            url, MasterKey(self._secret), SCHEMAS, database=f"bench_veil_{run}",
             client_options={"event_listeners": [self.veil_counter]},
         )  # fmt: skip
         self._plain_client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
@@ -122,18 +137,16 @@ class Clients:
         )
         self.plain = self._plain_client[f"bench_plain_{run}"]
 
+    def targets(self) -> tuple[Target, Target]:
+        """Where client processes connect: the plain database, the Veil one."""
+        return (
+            Target(self.url, f"bench_plain_{self.run}", None, SCHEMAS),
+            Target(self.url, f"bench_veil_{self.run}", self._secret, SCHEMAS),
+        )
+
     def close(self) -> None:
         self.veil.close()
         self._plain_client.close()
-
-
-def percentiles(latencies: list[float]) -> dict[str, float]:
-    ordered = sorted(latencies)
-    return {
-        "p50_us": 1e6 * ordered[len(ordered) // 2],
-        "p99_us": 1e6 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-        "mean_us": 1e6 * statistics.fmean(ordered),
-    }
 
 
 def timed(operation: Callable[[], Any]) -> float:
@@ -162,13 +175,7 @@ def benchmarkdb(
     ones before are bulk-loaded first (an insert's cost does not grow with the
     collection on FerretDB, and a 100k run stays within the machine's time).
     """
-    rows = movies(docs)
-    bulk = max(0, docs - timed_inserts)
-    load_movies(clients, rows[:bulk])
-    writes: dict[str, list[float]] = {"veil": [], "plain": []}
-    for document in rows[bulk:]:  # side by side, one document each in turn
-        writes["plain"].append(timed(partial(clients.plain.movies.insert_one, dict(document))))
-        writes["veil"].append(timed(partial(clients.veil.movies.insert_one, dict(document))))
+    writes = sequential_inserts(clients, docs, timed_inserts)["write"]
     keys = random.Random(seed).choices(range(docs), k=ops)
     reads: dict[str, list[float]] = {"veil": [], "plain": []}
     for key in keys:
@@ -177,10 +184,21 @@ def benchmarkdb(
         found = clients.veil.movies.find_one({"Index": key})
         reads["veil"].append(time.perf_counter() - start)
         assert found is not None and found["title"] == f"Movie title {key}"
-    return {
-        "write": {name: percentiles(values) for name, values in writes.items()},
-        "read": {name: percentiles(values) for name, values in reads.items()},
-    }
+    return {"write": writes, "read": {name: percentiles(v) for name, v in reads.items()}}
+
+
+def sequential_inserts(clients: Clients, docs: int, timed_inserts: int) -> dict[str, Any]:
+    """BenchmarkDB's writes alone (the ``writes`` section: no reads, whose full scans
+    make a 1M run hours long): ``docs - timed_inserts`` movies bulk-loaded, the rest
+    inserted one by one and timed."""
+    rows = movies(docs)
+    bulk = max(0, docs - timed_inserts)
+    load_movies(clients, rows[:bulk])
+    writes: dict[str, list[float]] = {"veil": [], "plain": []}
+    for document in rows[bulk:]:  # side by side, one document each in turn
+        writes["plain"].append(timed(partial(clients.plain.movies.insert_one, dict(document))))
+        writes["veil"].append(timed(partial(clients.veil.movies.insert_one, dict(document))))
+    return {"write": {name: percentiles(values) for name, values in writes.items()}}
 
 
 def load_movies(clients: Clients, rows: list[dict[str, Any]]) -> None:
@@ -253,6 +271,7 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
         ("plain", clients.plain.sales), ("veil", clients.veil.sales),
         ("veil_paillier", clients.veil.sales_paillier),
         ("veil_chain", clients.veil.sales_chained),
+        ("veil_chain_revealed", clients.veil.sales_revealed),
     ):  # fmt: skip
         start = time.perf_counter()
         for at in range(0, docs, LOAD_BATCH):
@@ -266,6 +285,7 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
         ("veil_fetch", clients.veil.sales, clients.veil_counter, "fetch"),
         ("veil_paillier", clients.veil.sales_paillier, clients.veil_counter, None),
         ("veil_chain", clients.veil.sales_chained, clients.veil_counter, None),
+        ("veil_chain_revealed", clients.veil.sales_revealed, clients.veil_counter, None),
     )
     latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
     trips: dict[str, int] = dict.fromkeys(latencies, 0)
@@ -284,27 +304,67 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
     }
     out["load_docs_per_s"] = load
     out["inc"] = increments(clients, docs, incs, seed)
+    out["after_inc"] = sums_after_increments(clients, runs)
     return out
 
 
-def increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, Any]:
+def sums_after_increments(clients: Clients, runs: int) -> dict[str, Any]:
+    """The grouped sum again once the ``$inc`` runs moved values: plain against the chained
+    field that took them blind (its chains have no holes, so one ``$group`` still)."""
+    pipeline = [{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}]
+    systems = (
+        ("plain", clients.plain.sales, clients.plain_counter),
+        ("veil_chain_revealed", clients.veil.sales_revealed, clients.veil_counter),
+    )
+    latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
+    trips: dict[str, int] = dict.fromkeys(latencies, 0)
+    for _ in range(runs):
+        answers = []
+        for name, collection, counter in systems:
+            before, t0 = counter.count, time.perf_counter()
+            answers.append({row["_id"]: row["s"] for row in collection.aggregate(pipeline)})
+            latencies[name].append(time.perf_counter() - t0)
+            trips[name] += counter.count - before
+        assert answers[0] == answers[1]
+    return {
+        name: percentiles(values) | {"round_trips": trips[name] / runs}
+        for name, values in latencies.items()
+    }
+
+
+def blind_increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, Any]:
+    """The ``inc`` section: only the blind ``$inc`` paths (plain, unchained ASHE, chained
+    with revealed increments) over ``docs`` sales, without the sums."""
+    names = ("plain", "veil", "veil_chain_revealed")
+    collections = (clients.plain.sales, clients.veil.sales, clients.veil.sales_revealed)
+    rows = sales(docs)
+    for collection in collections:
+        for at in range(0, docs, LOAD_BATCH):
+            collection.insert_many([dict(r) for r in rows[at : at + LOAD_BATCH]])
+    return increments(clients, docs, count, seed, dict(zip(names, collections, strict=True)))
+
+
+def increments(
+    clients: Clients, docs: int, count: int, seed: int, systems: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``$inc`` of ``v`` by ``_id``, one of each system in turn; the values checked after."""
     rng = random.Random(seed)
     targets = [(rng.randrange(docs), rng.randrange(-1000, 1000)) for _ in range(count)]
-    systems: dict[str, Any] = {
+    systems = systems or {
         "plain": clients.plain.sales, "veil": clients.veil.sales,
         "veil_paillier": clients.veil.sales_paillier, "veil_chain": clients.veil.sales_chained,
+        "veil_chain_revealed": clients.veil.sales_revealed,
     }  # fmt: skip
     latencies: dict[str, list[float]] = {name: [] for name in systems}
     for id_, delta in targets:
         for name, collection in systems.items():
             update = partial(collection.update_one, {"_id": id_}, {"$inc": {"v": delta}})
             latencies[name].append(timed(update))
-    for id_ in {id_ for id_, _ in targets[:20]}:
+    checked = 20 if docs <= 100_000 else 1  # each a full scan per system on FerretDB
+    for id_ in {id_ for id_, _ in targets[:checked]}:
         want = (clients.plain.sales.find_one({"_id": id_}) or {})["v"]
-        assert (clients.veil.sales.find_one({"_id": id_}) or {})["v"] == want
-        assert (clients.veil.sales_paillier.find_one({"_id": id_}) or {})["v"] == want
-        assert (clients.veil.sales_chained.find_one({"_id": id_}) or {})["v"] == want
+        for name, collection in systems.items():
+            assert (collection.find_one({"_id": id_}) or {})["v"] == want, name
     return {name: percentiles(values) for name, values in latencies.items()}
 
 
@@ -332,57 +392,12 @@ def load_ycsb(clients: Clients, records: list[dict[str, Any]]) -> dict[str, floa
     return out
 
 
-def ycsb_run(
-    collection: Any, keys: np.ndarray, updates: np.ndarray, threads: int, check: bool
-) -> dict[str, Any]:
-    """50/50 reads and updates of the given keys on ``threads`` threads.
-
-    An operation the server refuses (FerretDB's SQLite answers "database is locked" to
-    some concurrent writes) is retried after a random, doubling backoff, as an
-    application would; its latency includes the retries. ``retries`` counts them,
-    ``errors`` the operations still refused after ``RETRIES`` attempts (dropped).
-    """
-    latencies: list[list[float]] = [[] for _ in range(threads)]
-    errors: list[str] = []
-    retries = [0] * threads
-
-    def operation(j: int) -> None:
-        key = f"user{int(keys[j]):012d}"
-        if updates[j]:
-            collection.update_one({"_id": key}, {"$set": {"field3": f"u{j:099d}"}})
-        else:
-            document = collection.find_one({"_id": key})
-            if check:
-                assert document is not None and len(document["field0"]) == 100
-
-    def worker(slot: int) -> None:
-        rng = random.Random(slot)
-        for j in range(slot, len(keys), threads):
-            start = time.perf_counter()
-            for attempt in range(RETRIES):
-                try:
-                    operation(j)
-                    break
-                except (VeilError, pymongo.errors.PyMongoError) as exc:
-                    if attempt == RETRIES - 1:
-                        errors.append(str(exc)[:200])
-                    else:
-                        retries[slot] += 1
-                        time.sleep(rng.uniform(0, BACKOFF_S * 2**attempt))
-            else:
-                continue
-            latencies[slot].append(time.perf_counter() - start)
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(worker, range(threads)))
-    elapsed = time.perf_counter() - start
-    flat = [x for slot in latencies for x in slot]
-    failed = {"errors": len(errors), "first_error": errors[0] if errors else None}
-    return {"ops_per_s": len(flat) / elapsed, "retries": sum(retries)} | percentiles(flat) | failed
-
-
-def ycsb(clients: Clients, docs: int, ops: int, threads: list[int], seed: int) -> dict[str, Any]:
+def ycsb(
+    clients: Clients, docs: int, ops: int, threads: list[int], seed: int,
+    processes: list[int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Each distribution on ``threads`` client threads of this process (labels ``_Nt``)
+    and on ``processes`` client processes of one thread each (labels ``_Np``)."""
     records = ycsb_records(docs, seed)
     out: dict[str, Any] = {"load_docs_per_s": load_ycsb(clients, records)}
     rng = np.random.default_rng(seed)
@@ -394,10 +409,15 @@ def ycsb(clients: Clients, docs: int, ops: int, threads: list[int], seed: int) -
     updates = rng.random(ops) < 0.5
     for distribution, keys in distributions.items():
         for count in threads:
-            label = f"{distribution}_{count}t"
-            out[label] = {
-                "plain": ycsb_run(clients.plain.usertable, keys, updates, count, False),
-                "veil": ycsb_run(clients.veil.usertable, keys, updates, count, True),
+            out[f"{distribution}_{count}t"] = {
+                "plain": summary(on_threads(clients.plain.usertable, keys, updates, count, False)),
+                "veil": summary(on_threads(clients.veil.usertable, keys, updates, count, True)),
+            }
+        for count in processes or []:
+            plain, encrypted = clients.targets()
+            out[f"{distribution}_{count}p"] = {
+                "plain": summary(on_processes(plain, keys, updates, count, False)),
+                "veil": summary(on_processes(encrypted, keys, updates, count, True)),
             }
     return out
 
@@ -406,6 +426,7 @@ def run(
     url: str | None, docs: int, ops: int, threads: list[int], range_width: int, seed: int,
     note: str, timed_inserts: int | None = None, scan_budget: int = SCAN_BUDGET,
     progress: Callable[[dict[str, Any]], None] | None = None, only: list[str] | None = None,
+    processes: list[int] | None = None, incs: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     with server_url(url) as address:
         clients = Clients(address, f"{docs}_{os.getpid()}")
@@ -422,10 +443,12 @@ def run(
                 "benchmarkdb": partial(benchmarkdb, clients, docs, reads, seed, timed),
                 "range": partial(ranges, clients, docs, range_width, queries, seed),
                 "sum": partial(sums, clients, docs, 5, scans(docs, 100, scan_budget), seed),
-                "ycsb": partial(ycsb, clients, docs, ops, threads, seed),
+                "ycsb": partial(ycsb, clients, docs, ops, threads, seed, processes),
+                "writes": partial(sequential_inserts, clients, docs, timed),
+                "inc": partial(blind_increments, clients, docs, incs or 10, seed),
             }
             for name, section in sections.items():
-                if only and name not in only:
+                if (only and name not in only) or (not only and name in NAMED_ONLY):
                     continue
                 result[name] = section()
                 if progress is not None:

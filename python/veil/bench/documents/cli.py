@@ -25,6 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--docs", type=int, default=10_000, help="documents loaded (default 10k)")
     bench.add_argument("--ops", type=int, default=2_000, help="operations per workload")
     bench.add_argument("--threads", default="1,8", help="YCSB client threads (default 1,8)")
+    bench.add_argument(
+        "--processes", default="",
+        help="YCSB also on this many client processes, one thread each (e.g. 8)",
+    )  # fmt: skip
+    bench.add_argument("--incs", type=int, default=None, help="$inc per system (inc section)")
     bench.add_argument("--range-width", type=int, default=100, help="documents per range query")
     bench.add_argument("--seed", type=int, default=1)
     bench.add_argument(
@@ -37,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     bench.add_argument(
         "--sections", default="",
-        help="run only these sections (comma-separated: benchmarkdb, range, sum, ycsb)",
+        help="run only these sections (comma-separated: benchmarkdb, range, sum, ycsb; "
+        "named only: writes (BenchmarkDB's inserts alone), inc (the blind $inc alone))",
     )  # fmt: skip
     bench.add_argument("--note", default="", help="what else ran on the machine")
     bench.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -89,6 +95,7 @@ def _bench(args: argparse.Namespace) -> int:
         args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note,
         args.timed_inserts, args.scan_budget, progress,
         [name for name in args.sections.split(",") if name],
+        [int(p) for p in args.processes.split(",") if p], args.incs,
     )  # fmt: skip
     result["overheads"] = overheads(result)
     print(table(result))

@@ -19,7 +19,7 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
     """Veil's median latency (or 1 / throughput) over plain's, per figure."""
     out: dict[str, float] = {}
     for kind in ("read", "write"):
-        pair = result.get("benchmarkdb", {}).get(kind)
+        pair = result.get("benchmarkdb", result.get("writes", {})).get(kind)
         if pair and pair["veil"]:
             out[f"benchmarkdb {kind}"] = pair["veil"]["p50_us"] / pair["plain"]["p50_us"]
     if "range" in result:
@@ -29,13 +29,19 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
             ranked = result["range"].get("plain_ranked", result["range"]["plain"])["p50_us"]
             out["range ore"] = result["range"]["veil_ore"]["p50_us"] / ranked
     sums = result.get("sum", {})
-    for strategy in ("server", "fetch", "paillier", "chain"):
+    for strategy in ("server", "fetch", "paillier", "chain", "chain_revealed"):
         if f"veil_{strategy}" in sums:
             veil_sum = sums[f"veil_{strategy}"]["p50_us"]
             out[f"sum ({strategy})"] = veil_sum / sums["plain"]["p50_us"]
-    for name, figure in sums.get("inc", {}).items():
+    after = sums.get("after_inc", {})
+    if after:
+        out["sum after $inc (chain_revealed)"] = (
+            after["veil_chain_revealed"]["p50_us"] / after["plain"]["p50_us"]
+        )
+    incs = sums.get("inc", result.get("inc", {}))
+    for name, figure in incs.items():
         if name != "plain":
-            out[f"$inc ({name})"] = figure["p50_us"] / sums["inc"]["plain"]["p50_us"]
+            out[f"$inc ({name})"] = figure["p50_us"] / incs["plain"]["p50_us"]
     if "ycsb" not in result:  # not run, or a run stopped before its last section
         return out
     ycsb = result["ycsb"]
@@ -44,6 +50,10 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
     for label, pair in ycsb.items():
         if label != "load_docs_per_s" and pair["veil"]["ops_per_s"]:
             out[f"ycsb {label}"] = pair["plain"]["ops_per_s"] / pair["veil"]["ops_per_s"]
+        for kind in ("read", "update"):  # per kind: the goals differ (reads 2x, writes 3x)
+            if label != "load_docs_per_s" and pair["veil"].get(f"{kind}_p50_us"):
+                ratio = pair["veil"][f"{kind}_p50_us"] / pair["plain"][f"{kind}_p50_us"]
+                out[f"ycsb {label} {kind} p50"] = ratio
     return out
 
 
