@@ -122,3 +122,9 @@ def test_a_profiled_plans_time_is_split_by_kind() -> None:
     assert spent["join"] == (pytest.approx(110), pytest.approx(0.003))
     assert spent["group"] == (pytest.approx(100), pytest.approx(0.004))
     assert spent["groups"][0] == pytest.approx(5)
+
+
+def test_a_group_costs_per_key() -> None:
+    scan = _scan("t", 1000, 1000, expressions=0)
+    group = Operator("group", 100, 1, (scan,), columns=3)
+    assert plan_work(group).group == 300

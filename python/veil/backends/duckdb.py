@@ -17,6 +17,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -177,13 +178,16 @@ class DuckDBBackend(StagedBackend):
     def estimate(self, sql: str, params: Params = None) -> Estimate:
         """The top node's rows; as cost, the rows all nodes handle (DuckDB reports no cost):
         a table scan's are the table's, whatever its filters keep (it reads them all)."""
+        started = time.perf_counter()
         plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        planning = time.perf_counter() - started
         nodes = json.loads(plan.column(1)[0].as_py())
         scanned: dict[str, float] = {}
         sizes: dict[str, float] = {}  # each table's rows, asked once per statement
         cost = self._handled(nodes, scanned, sizes)
         operators = self._operator(nodes[0], False, sizes) if len(nodes) == 1 else None
-        return Estimate(_top_cardinality(nodes), cost, scanned, ROW_GROUP_ROWS, operators)
+        top = _top_cardinality(nodes)
+        return Estimate(top, cost, scanned, ROW_GROUP_ROWS, operators, planning)
 
     def profile(self, sql: str, params: Params = None) -> Operator:
         """Run ``sql`` under DuckDB's profiler: its operators with the rows they returned
@@ -221,8 +225,8 @@ class DuckDBBackend(StagedBackend):
                 "join", rows, keys, children, bounded=bounded, marks=marks, seconds=spent
             )
         if name in ("HASH_GROUP_BY", "PERFECT_HASH_GROUP_BY"):
-            aggregates = _items(info.get("Aggregates"))
-            return Operator("group", rows, aggregates, children, seconds=spent)
+            aggregates, keys = _items(info.get("Aggregates")), _items(info.get("Groups"))
+            return Operator("group", rows, aggregates, children, columns=keys, seconds=spent)
         if name in ("ORDER_BY", "TOP_N", "WINDOW"):
             return Operator("sort", rows, 1, children, seconds=spent)
         computed = sum(_computed(info.get(key)) for key in _WORK_KEYS)

@@ -165,7 +165,9 @@ def _step_cost(
             joined = step.joined_rows if isinstance(step, JoinedFetch) else None
             shares = _read_shares(estimate, scans)
             work = plan_work(estimate.operators, filtered, shares, joined, _groups(step))
-            server = work.seconds(operators)
+            # and planning it again: the EXPLAIN's own time, less a statement's round trip
+            planning = max(0.0, estimate.planning - calibration.statement_seconds)
+            server = work.seconds(operators) + planning
         else:
             cost = (estimate.cost or estimate.rows) - _skipped(estimate, scans)
             server = cost * calibration.server_seconds_per_cost
