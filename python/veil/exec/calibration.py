@@ -327,9 +327,8 @@ def _operator_ns(session: Session, statement: float) -> dict[str, float]:
     made = kinds["many groups"]["groups"][0]
     group = max((seconds * parallel - units * group_input) / max(made, 1.0), 1e-12)
     fetched = f"SELECT {row_id} FROM {name}"
-    backend.execute(fetched)
+    size = float(backend.execute(fetched).nbytes)  # the warm-up run, measured
     seconds = max(_fastest(lambda: backend.execute(fetched)) - statement, 1e-6)
-    size = float(backend.execute(fetched).nbytes)
     byte = max(seconds - rows * expression, seconds * 0.1) / max(size, 1.0)
     costs = {
         "expression": expression,

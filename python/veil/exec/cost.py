@@ -3,9 +3,12 @@
 A plan's cost is the sum over its steps (a scan, or a server join: one
 statement each, plus the blocks a BLOCKS column reads) of
 
-- server time: the backend optimizer's own estimate of the statement
-  (``Backend.estimate``: PostgreSQL's cost units, DuckDB's rows handled) times
-  the calibrated seconds per unit, plus one statement's round trip;
+- server time: from the backend optimizer's own plan of the statement
+  (``Backend.estimate``). Where it lists its operators and the calibration
+  priced each kind of work (DuckDB), their work with the planner's rows
+  (``veil.exec.server_time``) plus the time planning it takes; else its cost
+  units (PostgreSQL's) times the calibrated seconds per unit. Plus one
+  statement's round trip;
 - transfer: the result's bytes (estimated rows times each fetched column's
   width, ``veil.sql.widths``) at the calibrated fetch speed of this link, plus
   the time on a slower network link if one is given (``--bandwidth``);

@@ -114,8 +114,8 @@ def plan_work(
             else:  # a table the planner has no figure for
                 rows = max(op.rows, op.table_rows * _UNKNOWN_SHARE) if op.table_rows else op.rows
             # every row read through the filters (at least one pass), the kept ones out
-            read = op.table_rows * shares.get(table, 1.0)
-            work.expression += read * max(1, op.expressions) + rows * op.columns
+            scanned = op.table_rows * shares.get(table, 1.0)
+            work.expression += scanned * max(1, op.expressions) + rows * op.columns
             return rows, _factor(rows, op.rows), frozenset([table])
         inputs = [walk(child) for child in op.children]
         factor = 1.0
@@ -138,8 +138,8 @@ def plan_work(
                 work.probe += matched + _MISSED_SHARE * (first - matched)
             if filters and op.children:  # ... tests every row it reads against those keys,
                 # and returns its columns for the rows that match only
-                columns, read = _probed_scan(op.children[0], shares)
-                work.expression += read - (first - matched) * columns
+                columns, scanned = _probed_scan(op.children[0], shares)
+                work.expression += scanned - (first - matched) * columns
             work.build += sum(r for r, _, _ in inputs[1:])
         elif op.kind == "group":
             # each aggregate adds a fifth of a row's cost (measured with one: a count);

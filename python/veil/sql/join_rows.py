@@ -74,20 +74,19 @@ def kept_share_of(scan: Scan, state: PlanState) -> float:
     server applies on either path (TPC-H Q19, every filter inside one OR: priced
     as keeping all of both tables, the join lost to two statements that each
     scanned lineitem)."""
-    nodes = [p.node for p in scan.predicates if p.exact and p.node is not None]
-    return kept_share(nodes, scan, state.resolved, state.ctx)
+    return kept_share(_exact_filters(scan), scan, state.resolved, state.ctx)
 
 
 def scanned_share_of(scan: Scan, state: PlanState) -> float:
     """The share of the scan's rows its table's scan on the server returns: its exact
     filters but those with a subquery, which the server runs as a join over the scan's
     rows (TPC-H Q4's EXISTS: a semi-join fed all 57K orders of the quarter)."""
-    nodes = [
-        p.node
-        for p in scan.predicates
-        if p.exact and p.node is not None and p.node.find(exp.Subquery, exp.Exists) is None
-    ]
+    nodes = [n for n in _exact_filters(scan) if n.find(exp.Subquery, exp.Exists) is None]
     return kept_share(nodes, scan, state.resolved, state.ctx)
+
+
+def _exact_filters(scan: Scan) -> list[exp.Expr]:
+    return [p.node for p in scan.predicates if p.exact and p.node is not None]
 
 
 _RANGES = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)

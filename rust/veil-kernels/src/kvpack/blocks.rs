@@ -411,32 +411,6 @@ impl<'a> BlockedPack<'a> {
         parse_records(decompress_zstd_with(&compressed, dictionary)?)
     }
 
-    /// Blocks `numbers`, each decrypted, inflated and parsed, the
-    /// ciphertexts decrypted through one buffer: a range opens most blocks
-    /// of its packs (17 a pack of 85 rows in 5-row blocks).
-    pub fn blocks(
-        &self,
-        numbers: Range<usize>,
-        dictionary: Option<&PackDictionary>,
-    ) -> Result<Vec<RecordList>, KernelError> {
-        let mut compressed = Vec::new();
-        let mut lists = Vec::with_capacity(numbers.len());
-        for number in numbers {
-            let span = self.index.spans[number].clone();
-            self.cipher.open_into(
-                number + 1,
-                &self.index.aad,
-                &self.body[span],
-                &mut compressed,
-            )?;
-            lists.push(parse_records(decompress_zstd_with(
-                &compressed,
-                dictionary,
-            )?)?);
-        }
-        Ok(lists)
-    }
-
     /// Blocks `numbers` as one record list (in pack order): each block
     /// decrypted through one buffer and inflated onto the end of the list's
     /// data, so a range's ~200 blocks cost no buffers of their own.

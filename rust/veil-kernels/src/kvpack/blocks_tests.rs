@@ -53,26 +53,6 @@ fn blocked_pack_round_trips() {
 }
 
 #[test]
-fn blocks_read_together_match_blocks_read_one_by_one() {
-    let (body, _, _) = sealed(100, 8);
-    let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
-    let together = pack.blocks(2..9, None).unwrap();
-    assert_eq!(together.len(), 7);
-    for (list, number) in together.iter().zip(2..9) {
-        let alone = pack.block(number, None).unwrap();
-        assert_eq!(list.keys.len(), alone.keys.len());
-        for index in 0..alone.keys.len() {
-            assert_eq!(list.key(index), alone.key(index));
-            assert_eq!(
-                list.value_of(list.key(index)),
-                alone.value_of(alone.key(index))
-            );
-        }
-    }
-    assert!(pack.blocks(3..3, None).unwrap().is_empty());
-}
-
-#[test]
 fn blocks_read_into_one_list_match_blocks_read_one_by_one() {
     let (body, _, _) = sealed(100, 8);
     let pack = BlockedPack::open(&KEY, &NONCE, AAD, &body).unwrap();
