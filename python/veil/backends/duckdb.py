@@ -82,6 +82,7 @@ class DuckDBBackend(StagedBackend):
         self._con = _DATABASES.open(self._path)
         self._closed = False
         self._wrapping_sum: bool | None = None
+        self._planning: dict[str, float] = {}  # EXPLAIN's seconds, by statement text
 
     # -- statements ---------------------------------------------------------
 
@@ -180,7 +181,11 @@ class DuckDBBackend(StagedBackend):
         a table scan's are the table's, whatever its filters keep (it reads them all)."""
         started = time.perf_counter()
         plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        planning = time.perf_counter() - started
+        # the first time measured for this text stands: an estimate must not change from
+        # one call to the next (a slower link priced a plan cheaper by a faster EXPLAIN)
+        planning = self._planning.setdefault(sql, time.perf_counter() - started)
+        if len(self._planning) > _PLANNING_KEPT:
+            self._planning.clear()
         nodes = json.loads(plan.column(1)[0].as_py())
         scanned: dict[str, float] = {}
         sizes: dict[str, float] = {}  # each table's rows, asked once per statement
@@ -371,6 +376,8 @@ def _checked_batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
 
 
 _WORK_KEYS = ("Projections", "Aggregates", "Filters", "Groups", "Conditions")
+# statements whose planning time an estimate keeps (``estimate``), at the most
+_PLANNING_KEPT = 4096
 # a projection's item that only passes a column on: ``#3`` or a column's name
 _PASSED_ON = re.compile(r"(#\d+|[A-Za-z_][A-Za-z0-9_.]*)\Z")
 # the nodes the profiler puts above a statement's own plan
