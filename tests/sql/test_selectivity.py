@@ -9,7 +9,7 @@ from tests.sql.test_passes import state_before
 
 from veil.exec.session import Session
 from veil.sql.passes.reduce_joins import reduce_joins
-from veil.sql.selectivity import group_count, kept_share, quantile_rank
+from veil.sql.selectivity import ashe_pairs, ashe_runs, group_count, kept_share, quantile_rank
 
 TPCH = dict(tpch_queries())
 FILTERS = [
@@ -125,3 +125,13 @@ def _estimated_and_real(
         f"SELECT AVG(CASE WHEN {where} THEN 1.0 ELSE 0 END) FROM {table}"
     ).fetchone()  # type: ignore[misc]
     return estimate, float(real)
+
+
+def test_an_ashe_sums_pads_cost_per_run_of_summed_ids() -> None:
+    # every id summed: one run a block; half at random: about 16 (a run starts at an id
+    # with chance q, or 1/4 past the first); one group of many: runs of single ids
+    assert ashe_runs(64_000, 64_000, 1) == pytest.approx(1_000)
+    assert ashe_runs(64_000, 32_000, 1) == pytest.approx(1_000 * (0.5 + 63 / 4))
+    assert ashe_runs(64_000, 64_000, 1_000) == pytest.approx(64_000 * (1 - 63 / 64_000))
+    assert ashe_runs(64_000, 640, 1) <= 640  # never more runs than kept rows
+    assert ashe_pairs(64_000, 64_000, 1) == pytest.approx(1_000)

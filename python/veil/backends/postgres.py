@@ -35,10 +35,12 @@ from veil.backends.base import (
     ArrowData,
     BackendError,
     Estimate,
+    Operator,
     Params,
     ServerUnavailableError,
     quote,
 )
+from veil.backends.pg_plan import plan_operators, relations
 from veil.backends.staged import StagedBackend, index_pairs
 
 HOM_SUM = "veil_hom_sum"
@@ -263,9 +265,34 @@ class PostgresBackend(StagedBackend):
     # -- planning help --------------------------------------------------------
 
     def estimate(self, sql: str, params: Params = None) -> Estimate:
-        plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).column(0)[0].as_py()
+        """The top node's rows and cost, and each node's own cost (``pg_plan``)."""
+        plan = self.execute(f"EXPLAIN (VERBOSE, FORMAT JSON) {sql}", params).column(0)[0].as_py()
         top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
-        return Estimate(rows=float(top["Plan Rows"]), cost=float(top["Total Cost"]))
+        operators = plan_operators(top, self._table_rows(relations(top)))
+        return Estimate(
+            rows=float(top["Plan Rows"]), cost=float(top["Total Cost"]), operators=operators
+        )
+
+    def profile(self, sql: str, params: Params = None) -> Operator:
+        """Run ``sql`` under ``EXPLAIN ANALYZE``: its operators with the rows each returned
+        and the time each took (``veil.exec.calibration`` prices each kind of cost from such
+        runs)."""
+        found = self.execute(f"EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) {sql}", params)
+        plan = found.column(0)[0].as_py()
+        top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        return plan_operators(top, self._table_rows(relations(top)), counted=True)
+
+    def _table_rows(self, tables: set[str]) -> dict[str, float]:
+        """Each table's rows as its statistics have them (``pg_class.reltuples``)."""
+        if not tables:
+            return {}
+        found = self.execute(
+            "SELECT n, (SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = to_regclass(n)) "
+            "FROM unnest($1::text[]) AS n",
+            [sorted(tables)],
+        )
+        names, rows = found.column(0).to_pylist(), found.column(1).to_pylist()
+        return {name: float(count or 0.0) for name, count in zip(names, rows, strict=True)}
 
     def inline_parameters(
         self, statement: exp.Expression, params: list[object]

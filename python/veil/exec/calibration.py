@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from veil.exec.session import Session
 
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_VERSION = 3  # 2: small tables' samples repeated; 3: per-operator server costs
+CALIBRATION_VERSION = 4  # 2: small tables' samples repeated; 3: per-operator server costs;
+# 4: ASHE priced per run of summed ids
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
@@ -80,7 +81,7 @@ class Calibration:
     server_seconds_per_cost: float  # per unit of ``Backend.estimate``'s cost
     local_ns_per_row: float  # the local DuckDB plan, per input row
     local_statement_seconds: float  # ... and once per query (parse, bind, small plan)
-    ashe_ns_per_block: float  # removing the pads of one ASHE word's sum of 64 row ids
+    ashe_ns_per_run: float  # removing the two pads of one run of ids an ASHE word summed
     measured: str = ""  # ISO time
     version: int = CALIBRATION_VERSION
     sampled: dict[str, int] = field(default_factory=dict)  # values decrypted per column
@@ -193,7 +194,7 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
         server_seconds_per_cost=per_cost,
         local_ns_per_row=round(per_row, 2),
         local_statement_seconds=per_statement,
-        ashe_ns_per_block=round(_ashe_ns_per_block(session), 2),
+        ashe_ns_per_run=round(_ashe_ns_per_run(session), 2),
         measured=datetime.now(UTC).isoformat(timespec="seconds"),
         sampled=sampled,
         operator_ns=operators,
@@ -364,13 +365,15 @@ def _local_costs() -> tuple[float, float]:
         con.close()
 
 
-def _ashe_ns_per_block(session: Session) -> float:
-    """Unpadding one word's sums of 64-id blocks, half their ids summed at random (a run of
-    summed ids costs its two ends' pads: full blocks would be cheap); a throwaway key."""
+def _ashe_ns_per_run(session: Session) -> float:
+    """Unpadding one word's sums of 64-id blocks, half their ids summed at random, per run of
+    summed ids (a run costs its two ends' pads, whatever its length); a throwaway key."""
     blocks = np.arange(_ASHE_BLOCKS, dtype=np.int64)
     masks = np.random.default_rng(0).integers(0, 2**64, _ASHE_BLOCKS, dtype=np.uint64)
+    starts = masks & ~(masks << np.uint64(1))  # a run starts where its lower bit is clear
+    runs = int(np.unpackbits(starts.view(np.uint8)).sum())
     ashe = Ashe.from_master(session.master, "calibration", column="calibration")
-    return _fastest(lambda: ashe.pad_sums_blocks(blocks, masks)) / _ASHE_BLOCKS * 1e9
+    return _fastest(lambda: ashe.pad_sums_blocks(blocks, masks)) / runs * 1e9
 
 
 def _fastest(work: Callable[[], object]) -> float:

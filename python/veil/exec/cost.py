@@ -35,7 +35,7 @@ from veil.exec.calibration import Calibration
 from veil.exec.server_time import OperatorCosts, plan_work
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
-from veil.sql.selectivity import ashe_pairs, distinct_rows
+from veil.sql.selectivity import ashe_pairs, ashe_runs, distinct_rows
 from veil.sql.widths import encryption_width
 
 if TYPE_CHECKING:
@@ -171,6 +171,12 @@ def _step_cost(
             # and planning it again: the EXPLAIN's own time, less a statement's round trip
             planning = max(0.0, estimate.planning - calibration.statement_seconds)
             server = work.seconds(operators) + planning
+        elif estimate.operators is not None and estimate.cost:
+            # the optimizer's own cost of each node, scaled by the planner's rows
+            filtered = everywhere | _filtered(scans)
+            joined = step.joined_rows if isinstance(step, JoinedFetch) else None
+            work = plan_work(estimate.operators, filtered, {}, joined, _groups(step))
+            server = work.cost * calibration.server_seconds_per_cost
         else:
             cost = (estimate.cost or estimate.rows) - _skipped(estimate, scans)
             server = cost * calibration.server_seconds_per_cost
@@ -197,19 +203,20 @@ def _step_cost(
     size = rows * width
     aggregation = step.aggregation if isinstance(step, Scan) else None
     groups = step.groups if isinstance(step, JoinedFetch) else None
-    words = 0
+    words, runs = 0, 0.0
     if isinstance(step, Scan) and aggregation is not None and aggregation.id_bit is not None:
         # ASHE: a row per group and block of 64 row ids (DuckDB estimates a row per group)
-        rows = _ashe_rows(step, aggregation.keys)
+        rows, runs = _ashe_rows(step, aggregation.keys)
         layout = [name for name, _ in aggregation.fetched(step.table)]
         words = len(layout) - layout.index(ASHE_MASK) - 1
     elif groups is not None and groups.summed is not None:  # the same over a server join
         rows = groups.estimated_rows if groups.estimated_rows is not None else rows
+        runs = groups.estimated_runs if groups.estimated_runs is not None else rows
         words = len(groups.ashe_words())
     ashe = 0.0
-    if words:  # each row's word sums lose the pads of up to 64 ids
+    if words:  # each word's sums lose two pads per run of summed ids
         size = rows * width
-        ashe = rows * words * calibration.ashe_ns_per_block * 1e-9
+        ashe = runs * words * calibration.ashe_ns_per_run * 1e-9
         ashe += calibration.local_statement_seconds  # the groups re-aggregated locally
     link = size * 8 / bandwidth if bandwidth else 0.0
     decrypt = ashe + sum(calibration.decrypt_seconds(enc, rows) for enc in decrypted)
@@ -231,7 +238,7 @@ def _groups(step: Scan | JoinedFetch) -> float | None:
     if isinstance(step, JoinedFetch):
         return step.estimated_rows if step.groups is not None else None
     if step.aggregation is not None and step.aggregation.id_bit is not None:
-        return _ashe_rows(step, step.aggregation.keys)
+        return _ashe_rows(step, step.aggregation.keys)[0]
     return None
 
 
@@ -296,8 +303,9 @@ def _clusters(scan: Scan) -> float:
     return distinct_rows([scan.table.find(key, DET) for key in scan.table.cluster_by]) or 1.0
 
 
-def _ashe_rows(scan: Scan, keys: list[str]) -> float:
-    """(group, block) rows: the pairs of a block of 64 row ids and a group with a kept row.
+def _ashe_rows(scan: Scan, keys: list[str]) -> tuple[float, float]:
+    """(group, block) rows, the pairs of a block of 64 row ids and a group with a kept row,
+    and their runs of summed ids (``ashe_runs``).
 
     The groups are the keys' distinct counts multiplied, as recorded at load;
     kept rows fall in blocks at random, so a pair is non-empty with probability
@@ -317,4 +325,4 @@ def _ashe_rows(scan: Scan, keys: list[str]) -> float:
     kept = scan.kept_rows if scan.kept_rows is not None else rows
     if scan.read_share is not None:  # rows ordered by a filtered column: kept ones lie in
         rows = max(rows * scan.read_share, 1.0)  # its range's stretch of ids (per cluster)
-    return ashe_pairs(rows, kept, groups)
+    return ashe_pairs(rows, kept, groups), ashe_runs(rows, kept, groups)

@@ -73,9 +73,12 @@ class Work:
     build: float = 0.0
     group_input: float = 0.0
     group: float = 0.0
+    # the optimizer's own cost units, each node's scaled as its inputs' rows were
+    # corrected (PostgreSQL; priced by ``Calibration.server_seconds_per_cost``)
+    cost: float = 0.0
 
     def seconds(self, costs: OperatorCosts) -> float:
-        return sum(getattr(self, f.name) * getattr(costs, f.name) for f in fields(Work))
+        return sum(getattr(self, f.name) * getattr(costs, f.name) for f in fields(OperatorCosts))
 
 
 def plan_work(
@@ -109,7 +112,10 @@ def plan_work(
         """(the rows ``op`` returns, the factor over the optimizer's, the tables it reads)"""
         if op.kind == "scan":
             table = op.table or ""
-            if counted or table in known:
+            work.cost += op.cost  # reading the table: whatever its filters keep
+            if op.per_loop:  # one run's rows of many: as the optimizer has them
+                rows = op.rows
+            elif counted or table in known:
                 rows = known.get(table, op.rows)
             else:  # a table the planner has no figure for
                 rows = max(op.rows, op.table_rows * _UNKNOWN_SHARE) if op.table_rows else op.rows
@@ -125,9 +131,13 @@ def plan_work(
             tables |= child_tables
         first = inputs[0][0] if inputs else 0.0
         rows = op.rows * factor
+        estimated = sum(child.rows for child in op.children)
+        work.cost += op.cost * (_factor(sum(r for r, _, _ in inputs), estimated) if inputs else 1)
         if op.kind == "join":
             if op.bounded:
                 rows = min(rows, first)
+            if op.composite and not counted:  # a key on several columns: a row per outer row
+                rows = max(rows, first)
             # the build's keys filter the probe's scan: only its rows that match probe
             # (counted rows are those the scan returned, after that filter)
             filters = not counted and op.expressions == 1 and not op.marks

@@ -277,7 +277,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         f"  local plan: {found.local_statement_seconds * 1e3:.2f} ms per query, "
         f"{found.local_ns_per_row:.1f} ns per row"
     )
-    print(f"  ASHE: {found.ashe_ns_per_block:,.1f} ns per word sum of 64 row ids")
+    print(f"  ASHE: {found.ashe_ns_per_run:,.1f} ns per run of summed row ids in a word's sum")
     print(f"  decrypt ({len(found.sampled)} columns sampled; the median column of each kind):")
     for kind, nanos in sorted(found.classes().items()):
         print(f"    {kind}: {nanos:,.1f} ns per value")

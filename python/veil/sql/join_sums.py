@@ -32,7 +32,7 @@ from veil.sql.columns import row_expression
 from veil.sql.join_rows import edge_encryption, joined_rows, read_share
 from veil.sql.plan import ASHE_WORD, AggregateItem, JoinEdge, JoinGroup, Scan
 from veil.sql.remote import id_bit_position, joined_alias, qualified
-from veil.sql.selectivity import ashe_pairs, distinct_rows
+from veil.sql.selectivity import ashe_pairs, ashe_runs, distinct_rows
 from veil.sql.state import PlanState
 from veil.sql.sums import ASHE_ROW_COST, count_present
 
@@ -143,6 +143,7 @@ def _pays(
     share = read_share(summed, state)
     rows = summed.table.row_count * (share if share is not None else 1.0)
     group.estimated_rows = ashe_pairs(rows, joined, groups)
+    group.estimated_runs = ashe_runs(rows, joined, groups)
     policy = state.ctx.hom_pushdown
     if policy in ("always", "never"):
         return policy == "always"

@@ -279,6 +279,7 @@ class JoinGroup:
     id_bit: exp.Expr | None = None  # ASHE: ``1 << (row id % 64)`` of ``summed``, unqualified
     word_sum: exp.Expr | None = None  # ASHE: the server's wrapping sum of ``ASHE_WORD``
     estimated_rows: float | None = None  # ASHE: the (group, block) rows, from the statistics
+    estimated_runs: float | None = None  # ASHE: their runs of summed ids (``ashe_runs``)
 
     def fetched(self, scan: Scan) -> list[tuple[str, Encryption | None]]:
         keys: list[tuple[str, Encryption | None]] = [(c, e) for s, c, e in self.keys if s is scan]
