@@ -27,12 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlglot import exp
-
 from veil.backends.base import BackendError, Estimate
 from veil.design.model import DET
 from veil.exec.calibration import Calibration
-from veil.exec.server_time import OperatorCosts, plan_work
+from veil.exec.local_time import local_work
+from veil.exec.server_time import OperatorCosts, Work, plan_work
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
 from veil.sql.selectivity import ashe_pairs, ashe_runs, distinct_rows
@@ -120,23 +119,49 @@ def estimate_plan(
         _step_cost(session, key, label, step, calibration, bandwidth, everywhere)
         for key, label, step in plan_steps(plan)
     ]
-    # a scan read only by its late subquery (``decrypt_late``) is handled once, there
-    late = {id(s) for s in plan.scans if s.late}
-    once = sum(s.rows for s in steps if s.key in late)
-    fetched = sum(s.rows if s.local_rows is None else s.local_rows for s in steps) - once
-    per_row = calibration.local_ns_per_row * 1e-9
-    local = fetched * per_row * _local_passes(plan.local) + once * per_row
-    return PlanCost(steps, calibration.local_statement_seconds + local)
+    return PlanCost(steps, _local_seconds(plan, steps, calibration))
 
 
-def _local_passes(local: exp.Expr) -> int:
-    """How many times the local plan handles its rows, roughly: once, plus once per join
-    (rows paired by position aside), subquery and DISTINCT aggregate. The calibration
-    times one grouped aggregate; Q16's join, NOT IN and COUNT(DISTINCT) cost four."""
-    joins = sum(1 for j in local.find_all(exp.Join) if j.args.get("method") != "POSITIONAL")
-    subqueries = sum(1 for _ in local.find_all(exp.Subquery))
-    distinct = sum(1 for d in local.find_all(exp.Distinct) if isinstance(d.parent, exp.AggFunc))
-    return 1 + joins + subqueries + distinct
+def _local_seconds(plan: SplitPlan, steps: list[StepCost], calibration: Calibration) -> float:
+    """The local plan's time (``veil.exec.local_time``): its late subqueries over their
+    scans' rows, then the plan over every fetched table, plus planning it."""
+    costs = OperatorCosts.from_ns(calibration.local_operator_ns)
+    if costs is None:  # a calibration without local operator costs: a pass per row
+        fetched = sum(s.rows if s.local_rows is None else s.local_rows for s in steps)
+        return calibration.local_statement_seconds + fetched * calibration.local_ns_per_row * 1e-9
+    by_key = {s.key: s for s in steps}
+    rows: dict[str, float] = {}
+    for key, _, step in plan_steps(plan):
+        cost = by_key[key]
+        count = cost.rows if cost.local_rows is None else cost.local_rows
+        for scan in step.scans if isinstance(step, JoinedFetch) else [step]:
+            rows[scan.local_name] = count
+    for scan in plan.scans:
+        if scan.same_rows is not None:
+            rows[scan.local_name] = rows.get(scan.same_rows.local_name, 0.0)
+    owners = {scan.local_name: scan for scan in plan.scans}
+    work = Work()
+    for scan in plan.scans:
+        for late in scan.late:
+            late_work, rows[late.local_name] = local_work(late.query, rows)
+            work.add(late_work)
+    distinct = lambda name, column: _distinct(owners, name, column)  # noqa: E731
+    work.add(local_work(plan.local, rows, distinct)[0])
+    nodes = sum(1 for _ in plan.local.walk())
+    planning = calibration.local_statement_seconds + nodes * calibration.local_ns_per_node * 1e-9
+    return planning + work.seconds(costs)
+
+
+def _distinct(owners: dict[str, Scan], name: str, column: str) -> float | None:
+    """The distinct values the load recorded for a fetched table's column, if any."""
+    scan = owners.get(name)
+    if scan is None:
+        return None
+    for enc in scan.table.encryptions:
+        distinct = enc.params.get("distinct")
+        if enc.source == column and isinstance(distinct, int) and distinct > 0:
+            return float(distinct)
+    return None
 
 
 def _step_cost(

@@ -42,7 +42,7 @@ _UNKNOWN_SHARE = 1 / 3
 # 14K matches in 52 ms of threads, 13 ns a row; the calibration's, all matching, ~60 ns)
 _MISSED_SHARE = 0.2
 # a row into a hash aggregate costs this many times what each of its aggregates adds
-_AGGREGATE_SHARE = 4.0
+AGGREGATE_SHARE = 4.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,10 @@ class Work:
     # the optimizer's own cost units, each node's scaled as its inputs' rows were
     # corrected (PostgreSQL; priced by ``Calibration.server_seconds_per_cost``)
     cost: float = 0.0
+
+    def add(self, other: Work) -> None:
+        for f in fields(Work):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def seconds(self, costs: OperatorCosts) -> float:
         return sum(getattr(self, f.name) * getattr(costs, f.name) for f in fields(OperatorCosts))
@@ -155,7 +159,7 @@ def plan_work(
             # each aggregate adds a fifth of a row's cost (measured with one: a count);
             # Q1's eleven: 15 ns a row, where a count of 16 groups takes 5 (summed threads)
             work.group_input += (
-                first * (_AGGREGATE_SHARE + max(op.expressions, 1)) / (_AGGREGATE_SHARE + 1)
+                first * (AGGREGATE_SHARE + max(op.expressions, 1)) / (AGGREGATE_SHARE + 1)
             )
             rows = min(rows, first) if inputs else rows
             if id(op) == outermost and groups is not None and not counted:
