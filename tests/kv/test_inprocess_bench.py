@@ -50,6 +50,17 @@ def test_stores_and_the_per_row_client_answer_the_same(tmp_path: Path) -> None:
     assert all(f["stored_bytes"] for f in facts.values())
 
 
+@pytest.mark.cassandra
+def test_on_cassandra_every_client_is_a_table_of_the_keyspace(cassandra_url: str) -> None:
+    values = [b"line %d of a small log\n" % i for i in range(300)]
+    timings, facts = run(
+        values, [0], Path("/nonexistent"), rounds=2, gets=20, ranges=1, server=cassandra_url
+    )
+    assert set(timings.points) == {"veil_chosen", "per_row"}
+    assert facts["veil_chosen"]["stored_bytes"]
+    assert all(t > 0 for t in timings.ranges["per_row"])
+
+
 def test_the_command_line_prints_one_line_a_store(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,12 +16,13 @@ rounds report point reads as Veil ÷ per-row and ranges as per-row ÷ Veil.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -38,7 +39,7 @@ class Reader(Protocol):
 
 @dataclass
 class Timings:
-    """CPU µs per get and ms per range, one entry per round, by client name."""
+    """µs per get and ms per range (CPU or wall), one entry per round, by client name."""
 
     points: dict[str, list[float]] = field(default_factory=dict)
     ranges: dict[str, list[float]] = field(default_factory=dict)
@@ -64,6 +65,7 @@ def alternate(
     gets: int = 3000,
     ranges: int = 0,
     seed: int = 1,
+    clock: Callable[[], float] = time.process_time,
 ) -> Timings:
     """Time ``readers`` on the same random keys of ``0..count``, rotating their order."""
     import numpy as np
@@ -76,16 +78,16 @@ def alternate(
         turn = number % len(readers)
         order = [*readers[turn:], *readers[:turn]]
         for reader in order:
-            began = time.process_time()
+            began = clock()
             for key in keys:
                 reader.get(key)
-            timings.points[reader.name].append((time.process_time() - began) / gets * 1e6)
+            timings.points[reader.name].append((clock() - began) / gets * 1e6)
         for reader in order if ranges else ():
-            began = time.process_time()
+            began = clock()
             for low in lows:
                 for _ in reader.range(low, low + RANGE_KEYS - 1):
                     pass
-            timings.ranges[reader.name].append((time.process_time() - began) / ranges * 1e3)
+            timings.ranges[reader.name].append((clock() - began) / ranges * 1e3)
     return timings
 
 
@@ -97,9 +99,15 @@ def run(
     rounds: int = 9,
     gets: int = 3000,
     ranges: int = 0,
+    server: str | None = None,
 ) -> tuple[Timings, dict[str, dict[str, int | None]]]:
     """Load ``values`` under keys 0.. into one Veil store per ``block_rows`` (0:
-    the store's choice) and the per-row client, then :func:`alternate`."""
+    the store's choice) and the per-row client, then :func:`alternate`.
+
+    Each client has its own SQLite file in ``work``, or with ``server`` (a
+    store URL such as ``cassandra://host:port/keyspace``) its own table there,
+    timed by the wall clock.
+    """
     import veil.kv
     from veil.bench.kv.clients import PackClient, RowClient
     from veil.crypto.keys import KeyLabel, MasterKey
@@ -114,7 +122,7 @@ def run(
     for rows in block_rows:
         name = f"veil_{rows or 'chosen'}"
         store = veil.kv.open(
-            f"sqlite:///{work / name}.db",
+            server or f"sqlite:///{work / name}.db",
             master,
             block_rows=rows or None,
             compression="zstd-dict",
@@ -131,13 +139,15 @@ def run(
         readers.append(client)
         partitions = store.config.partitions
     envelope = Envelope(master.derive(KeyLabel("bench-row", "row")), "row", "zstd-dict", ())
-    row = RowClient(
-        "per_row", open_backend(f"sqlite:///{work}/row.db"), "row", partitions, envelope
-    )
+    row_backend = open_backend(server or f"sqlite:///{work}/row.db")
+    row = RowClient("per_row", row_backend, "row", partitions, envelope)
     row.put_many(items)
     readers.append(row)
+    clock = time.process_time if server is None else time.perf_counter
     try:
-        timings = alternate(readers, len(values), rounds=rounds, gets=gets, ranges=ranges)
+        timings = alternate(
+            readers, len(values), rounds=rounds, gets=gets, ranges=ranges, clock=clock
+        )
     finally:
         for reader in readers:
             reader.close()
@@ -153,11 +163,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gets", type=int, default=3000)
     parser.add_argument("--ranges", type=int, default=0, help="1,000-key ranges a round")
     parser.add_argument("--json", type=Path, help="append this run's figures to a JSON list")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "cassandra"),
+        default="sqlite",
+        help="cassandra: a private node for the run, rounds timed by the wall clock",
+    )
     args = parser.parse_args(argv)
     from veil.bench.kv.datasets import load_records
 
     values = load_records(args.dataset, args.records)
-    with tempfile.TemporaryDirectory(prefix="veil-kv-ab-") as work:
+    with (
+        tempfile.TemporaryDirectory(prefix="veil-kv-ab-") as work,
+        _server(args.backend) as server,
+    ):
         timings, facts = run(
             values,
             args.blocks,
@@ -165,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rounds=args.rounds,
             gets=args.gets,
             ranges=args.ranges,
+            server=server,
         )
     baseline = statistics.median(timings.points["per_row"])
     for name, fact in facts.items():
@@ -178,8 +198,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load}")
     if args.json is not None:
-        _append_json(args.json, args.dataset, len(values), timings, facts, load)
+        _append_json(args.json, args.dataset, len(values), timings, facts, load, args.backend)
     return 0
+
+
+@contextlib.contextmanager
+def _server(backend: str) -> Iterator[str | None]:
+    """None for SQLite (a file per client), else a private Cassandra's store URL."""
+    if backend == "sqlite":
+        yield None
+        return
+    from veil.bench.kv.ycsb import BenchConfig, store_url
+
+    with store_url(BenchConfig(backend=backend)) as (url, _facts):
+        yield url
 
 
 def _append_json(
@@ -189,6 +221,7 @@ def _append_json(
     timings: Timings,
     facts: dict[str, dict[str, int | None]],
     load: str,
+    backend: str = "sqlite",
 ) -> None:
     """Add one process's figures to the JSON list in ``path`` (created if absent)."""
     runs = json.loads(path.read_text()) if path.exists() else []
@@ -196,6 +229,8 @@ def _append_json(
         {
             "dataset": dataset,
             "records": records,
+            "backend": backend,
+            "clock": "process CPU" if backend == "sqlite" else "wall",
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load": load,
             "stores": facts,
