@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from veil.exec.session import Session
 
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_VERSION = 4  # 2: small tables' samples repeated; 3: per-operator server costs;
-# 4: ASHE priced per run of summed ids
+CALIBRATION_VERSION = 5  # 2: small tables' samples repeated; 3: per-operator server costs;
+# 4: ASHE priced per run of summed ids, the local plan per operator; 5: scans' filters apart
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
@@ -324,6 +324,12 @@ def _operator_costs(
         "few groups": grouped(16),
         "many groups": grouped(max(rows // 4, 17)),
         "join": f"SELECT count(*) FROM {name} AS a JOIN ({built}) AS b ON a.{row_id} = b.r",
+        # every row probes a table of 1,024 keys (no filter of the scan by them: the key
+        # is computed), where the self-join builds as many as it probes
+        "probes": (
+            f"SELECT count(*) FROM {name} AS a JOIN range(1024) AS b(r) "
+            f"ON a.{row_id} % 1024 = b.r"
+        ),
     }
     walls, spent = 0.0, 0.0
     kinds: dict[str, dict[str, tuple[float, float]]] = {}
@@ -342,8 +348,10 @@ def _operator_costs(
         seconds = sum(kinds[label][kind][1] for label in labels)
         return seconds / max(units, 1.0)
 
-    expression = per_unit("expression", list(statements)) * parallel
-    probe = build = max(per_unit("join", ["join"]) * parallel, 1e-12)
+    expression, filtering = (
+        x * parallel for x in _fit(kinds, list(kinds), "expression", "expression", "filter")
+    )
+    probe, build = (x * parallel for x in _fit(kinds, ["join", "probes"], "join", "probe", "build"))
     group_input = max(per_unit("group", ["few groups"]) * parallel, 1e-12)
     units, seconds = kinds["many groups"]["group"]
     made = kinds["many groups"]["groups"][0]
@@ -354,6 +362,7 @@ def _operator_costs(
     byte = max(seconds - rows * expression, seconds * 0.1) / max(size, 1.0)
     costs = {
         "expression": expression,
+        "filter": filtering,
         "probe": probe,
         "build": build,
         "group_input": group_input,
@@ -384,6 +393,24 @@ def _local_costs() -> tuple[float, float]:
         return max(whole - statement, 0.0) / _LOCAL_ROWS * 1e9, statement
     finally:
         con.close()
+
+
+def _fit(
+    kinds: dict[str, dict[str, tuple[float, float]]],
+    labels: list[str],
+    spent: str,
+    first: str,
+    second: str,
+) -> tuple[float, float]:
+    """Seconds per unit of two kinds of work that share their operators' time (``spent``'s):
+    the least squares fit over the ``labels``' statements (a scan's columns and filters, a
+    join's probes and builds), neither below a tenth of their blended rate."""
+    units = np.array([[kinds[k][first][0], kinds[k][second][0]] for k in labels])
+    seconds = np.array([kinds[k][spent][1] for k in labels])
+    blended = seconds.sum() / max(units.sum(), 1.0)
+    fit = np.linalg.lstsq(units, seconds, rcond=None)[0]
+    floor = blended * 0.1
+    return max(float(fit[0]), floor), max(float(fit[1]), floor)
 
 
 def _local_operator_ns() -> dict[str, float]:

@@ -124,7 +124,7 @@ class _Walk:
 
     def predicates(self, condition: exp.Expr, rows: float) -> None:
         """Each predicate on every row; a subquery run once, each row probing its result."""
-        self.work.expression += rows * max(1, sum(1 for _ in _own(condition, exp.Predicate)))
+        self.work.filter += rows * max(1, sum(1 for _ in _own(condition, exp.Predicate)))
         for sub in _own(condition, exp.Select):
             self.work.build += self.query(sub)
             self.work.probe += rows

@@ -49,7 +49,8 @@ AGGREGATE_SHARE = 4.0
 class OperatorCosts:
     """Seconds per unit of each kind of server work (``Calibration.operator_ns`` / 1e9)."""
 
-    expression: float  # a row through one expression (a scanned column, a filter)
+    expression: float  # a row through one expression (a scanned or computed column)
+    filter: float  # a row a scan reads through one of its filters (or the built keys')
     probe: float  # a row probing a hash table
     build: float  # a row inserted into a hash table
     group_input: float  # a row into a hash aggregate (or a sort)
@@ -69,6 +70,7 @@ class Work:
     """How much of each kind of work a plan's operators do (the units of ``OperatorCosts``)."""
 
     expression: float = 0.0
+    filter: float = 0.0
     probe: float = 0.0
     build: float = 0.0
     group_input: float = 0.0
@@ -125,7 +127,11 @@ def plan_work(
                 rows = max(op.rows, op.table_rows * _UNKNOWN_SHARE) if op.table_rows else op.rows
             # every row read through the filters (at least one pass), the kept ones out
             scanned = op.table_rows * shares.get(table, 1.0)
-            work.expression += scanned * max(1, op.expressions) + rows * op.columns
+            if op.expressions:
+                work.filter += scanned * op.expressions
+            else:  # a pass over the rows it reads
+                work.expression += scanned
+            work.expression += rows * op.columns
             return rows, _factor(rows, op.rows), frozenset([table])
         inputs = [walk(child) for child in op.children]
         factor = 1.0
@@ -153,7 +159,8 @@ def plan_work(
             if filters and op.children:  # ... tests every row it reads against those keys,
                 # and returns its columns for the rows that match only
                 columns, scanned = _probed_scan(op.children[0], shares)
-                work.expression += scanned - (first - matched) * columns
+                work.filter += scanned
+                work.expression -= (first - matched) * columns
             work.build += sum(r for r, _, _ in inputs[1:])
         elif op.kind == "group":
             # each aggregate adds a fifth of a row's cost (measured with one: a count);
@@ -195,19 +202,25 @@ def spent_by_kind(root: Operator) -> dict[str, tuple[float, float]]:
     groups apart, in ``groups``), each operator's own share (``Operator.seconds``)."""
     found: dict[str, list[float]] = {k: [0.0, 0.0] for k in ("expression", "join", "group")}
     found["groups"] = [0.0, 0.0]
+    # units only: their seconds are in ``expression``'s and ``join``'s
+    for part in ("filter", "probe", "build"):
+        found[part] = [0.0, 0.0]
 
     def visit(op: Operator) -> None:
         own = _own_work(op)
-        if op.kind == "join":
+        if op.kind == "join":  # its probes and builds apart too (calibration fits them)
             found["join"][0] += own.probe + own.build
             found["join"][1] += op.seconds
+            found["probe"][0] += own.probe
+            found["build"][0] += own.build
         elif op.kind in ("group", "sort"):
             found["group"][0] += own.group_input
             found["group"][1] += op.seconds
             found["groups"][0] += own.group  # groups times their keys
-        else:
+        else:  # a scan's time is its filters' and its columns' (calibration splits it)
             found["expression"][0] += own.expression
             found["expression"][1] += op.seconds
+            found["filter"][0] += own.filter
         for child in op.children:
             visit(child)
 
