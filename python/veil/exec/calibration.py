@@ -327,8 +327,7 @@ def _operator_costs(
         # every row probes a table of 1,024 keys (no filter of the scan by them: the key
         # is computed), where the self-join builds as many as it probes
         "probes": (
-            f"SELECT count(*) FROM {name} AS a JOIN range(1024) AS b(r) "
-            f"ON a.{row_id} % 1024 = b.r"
+            f"SELECT count(*) FROM {name} AS a JOIN range(1024) AS b(r) ON a.{row_id} % 1024 = b.r"
         ),
     }
     walls, spent = 0.0, 0.0
