@@ -8,7 +8,7 @@ import pytest
 
 from veil.backends.base import Operator
 from veil.backends.duckdb import DuckDBBackend
-from veil.exec.server_time import OperatorCosts, Work, plan_work, spent_by_kind
+from veil.exec.server_time import OperatorCosts, Work, plan_work, spent_by_kind, spilled_share
 
 
 def _scan(table: str, rows: float, table_rows: float, expressions: int = 2) -> Operator:
@@ -81,10 +81,11 @@ def test_a_table_the_planner_does_not_know_is_at_least_a_third() -> None:
 def test_costs_need_every_kind_measured() -> None:
     ns = {"expression": 1.0, "filter": 3.0, "probe": 20.0, "build": 20.0, "group_input": 2.0}
     ns["group"] = 150.0
+    ns["group_spill"] = 100.0
     costs = OperatorCosts.from_ns(ns)
     assert costs is not None
-    work = Work(expression=1e9, filter=1e8, group=1e6)
-    assert work.seconds(costs) == pytest.approx(1.0 + 0.3 + 0.15)
+    work = Work(expression=1e9, filter=1e8, group=1e6, group_spill=1e6)
+    assert work.seconds(costs) == pytest.approx(1.0 + 0.3 + 0.15 + 0.1)
     del ns["group"]
     assert OperatorCosts.from_ns(ns) is None
 
@@ -134,3 +135,13 @@ def test_a_group_costs_per_key() -> None:
     scan = _scan("t", 1000, 1000, expressions=0)
     group = Operator("group", 100, 1, (scan,), columns=3)
     assert plan_work(group).group == 300
+    assert plan_work(group).group_spill == 0  # a small table stays in the caches
+
+
+def test_a_large_hash_table_spills_out_of_the_caches_on_a_log_scale() -> None:
+    assert spilled_share(16_384) == 0
+    assert spilled_share(131_072) == pytest.approx(0.5)
+    assert spilled_share(10_000_000) == 1
+    scan = _scan("t", 4_000_000, 4_000_000, expressions=0)
+    group = Operator("group", 1_048_576, 1, (scan,), columns=2)
+    assert plan_work(group).group_spill == pytest.approx(2 * 1_048_576)

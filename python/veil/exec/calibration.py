@@ -45,7 +45,7 @@ from veil.backends.duckdb import DuckDBBackend
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
 from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
-from veil.exec.server_time import spent_by_kind
+from veil.exec.server_time import spent_by_kind, spilled_share
 from veil.sql.errors import ClientDirectoryError
 from veil.sql.plan import RND_ROW_ID
 from veil.sql.remote import render
@@ -54,8 +54,9 @@ if TYPE_CHECKING:
     from veil.exec.session import Session
 
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_VERSION = 5  # 2: small tables' samples repeated; 3: per-operator server costs;
-# 4: ASHE priced per run of summed ids, the local plan per operator; 5: scans' filters apart
+CALIBRATION_VERSION = 6  # 2: small tables' samples repeated; 3: per-operator server costs;
+# 4: ASHE priced per run of summed ids, the local plan per operator; 5: scans' filters apart;
+# 6: groups out of the caches apart
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
@@ -66,6 +67,7 @@ _ASHE_BLOCKS = 4096
 _LOCAL_OPERATOR_ROWS = 1_000_000  # the local table the local plan's work is timed on
 # the rows a table needs for its statements to time the server's operators
 _OPERATOR_ROWS = 10_000
+_CACHED_GROUPS = 16_384  # groups of an aggregate whose hash table stays in the caches
 # decrypting a kind of column the design does not hold yet (a later DDL): a DET
 # text column's cost on a 2-core 2026 server, so that an estimate stays an estimate
 _DEFAULT_DECRYPT_NS = 300.0
@@ -322,6 +324,7 @@ def _operator_costs(
     statements = {
         "scan": f"SELECT count(*), max({row_id}) FROM {name} WHERE {row_id} % 3 = 1",
         "few groups": grouped(16),
+        "cached groups": grouped(min(_CACHED_GROUPS, max(rows // 4, 17))),
         "many groups": grouped(max(rows // 4, 17)),
         "join": f"SELECT count(*) FROM {name} AS a JOIN ({built}) AS b ON a.{row_id} = b.r",
         # every row probes a table of 1,024 keys (no filter of the scan by them: the key
@@ -352,9 +355,17 @@ def _operator_costs(
     )
     probe, build = (x * parallel for x in _fit(kinds, ["join", "probes"], "join", "probe", "build"))
     group_input = max(per_unit("group", ["few groups"]) * parallel, 1e-12)
-    units, seconds = kinds["many groups"]["group"]
-    made = kinds["many groups"]["groups"][0]
-    group = max((seconds * parallel - units * group_input) / max(made, 1.0), 1e-12)
+
+    def per_group(label: str) -> tuple[float, float]:
+        """Seconds per group made (per key column) by a statement, and the groups."""
+        units, seconds = kinds[label]["group"]
+        made = kinds[label]["groups"][0]
+        return max((seconds * parallel - units * group_input) / max(made, 1.0), 1e-12), made
+
+    group, _ = per_group("cached groups")
+    many, made = per_group("many groups")
+    share = spilled_share(made)
+    group_spill = max(many - group, 0.0) / share if share > 0 else 0.0
     fetched = f"SELECT {row_id} FROM {name}"
     size = float(backend.execute(fetched).nbytes)  # the warm-up run, measured
     seconds = max(_fastest(lambda: backend.execute(fetched)) - statement, 1e-6)
@@ -366,6 +377,7 @@ def _operator_costs(
         "build": build,
         "group_input": group_input,
         "group": group,
+        "group_spill": group_spill,
         "byte": byte,
     }
     return {kind: round(value * 1e9, 4) for kind, value in costs.items()}

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from sqlglot import exp
 
-from veil.exec.server_time import AGGREGATE_SHARE, Work
+from veil.exec.server_time import AGGREGATE_SHARE, Work, spilled_share
 
 # a GROUP BY key the load has no distinct count for (a derived table's column)
 _UNKNOWN_DISTINCT = 100.0
@@ -143,6 +143,7 @@ class _Walk:
         weight = (AGGREGATE_SHARE + max(aggregates, 1)) / (AGGREGATE_SHARE + 1)
         self.work.group_input += rows * weight
         self.work.group += groups * max(1, keys)
+        self.work.group_spill += groups * max(1, keys) * spilled_share(groups)
 
 
 def _own(node: exp.Expr, kind: type[exp.Expr]) -> Iterator[exp.Expr]:
