@@ -54,9 +54,9 @@ if TYPE_CHECKING:
     from veil.exec.session import Session
 
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_VERSION = 6  # 2: small tables' samples repeated; 3: per-operator server costs;
+CALIBRATION_VERSION = 8  # 2: small tables' samples repeated; 3: per-operator server costs;
 # 4: ASHE priced per run of summed ids, the local plan per operator; 5: scans' filters apart;
-# 6: groups out of the caches apart
+# 6: groups out of the caches apart; 7: probes too; 8: filters compare a stored column
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
@@ -68,6 +68,7 @@ _LOCAL_OPERATOR_ROWS = 1_000_000  # the local table the local plan's work is tim
 # the rows a table needs for its statements to time the server's operators
 _OPERATOR_ROWS = 10_000
 _CACHED_GROUPS = 16_384  # groups of an aggregate whose hash table stays in the caches
+_SCATTER = 2_654_435_761  # Knuth's multiplicative hash: row ids to scattered keys
 # decrypting a kind of column the design does not hold yet (a later DDL): a DET
 # text column's cost on a 2-core 2026 server, so that an estimate stays an estimate
 _DEFAULT_DECRYPT_NS = 300.0
@@ -302,31 +303,56 @@ def _operator_ns(session: Session, statement: float) -> dict[str, float]:
         return {}
     table = max(tables, key=lambda t: t.row_count)
     name, row_id = quote(table.server_name), quote(table.row_id)
-    return _operator_costs(backend, name, row_id, table.row_count, statement)
+    # a filter as queries have them, a stored column against a constant: a DET integer
+    # column's ciphertexts (their order is no column's, so no row group is skipped)
+    keys = [
+        e for e in table.encryptions if e.scheme == DET and e.sql_type.is_integral and not e.outer
+    ]
+    compared = quote(max(keys, key=_distinct).name) if keys else row_id
+    return _operator_costs(backend, name, row_id, compared, table.row_count, statement)
+
+
+def _distinct(enc: Encryption) -> int:
+    distinct = enc.params.get("distinct")
+    return distinct if isinstance(distinct, int) else 0
 
 
 def _operator_costs(
-    backend: Backend, name: str, row_id: str, rows: int, statement: float
+    backend: Backend, name: str, row_id: str, compared: str, rows: int, statement: float
 ) -> dict[str, float]:
-    """``_operator_ns`` on table ``name`` of ``rows`` rows numbered by ``row_id``."""
+    """``_operator_ns`` on table ``name`` of ``rows`` rows numbered by ``row_id``, its
+    filters comparing column ``compared`` with its median."""
     profile = getattr(backend, "profile", None)
     if profile is None:  # a backend that cannot profile a statement
         return {}
+    found = backend.execute(f"SELECT quantile_disc({compared}, 0.5) FROM {name}").column(0)
+    median = found[0].as_py() if len(found) else None
+    test = f"{compared} < {median}" if isinstance(median, int) else f"{row_id} % 3 = 1"
 
-    def grouped(groups: int) -> str:
-        inner = f"SELECT {row_id} % {groups} AS g, count(*) AS c FROM {name} GROUP BY g"
+    # keys scattered over the groups (a row and the next hash far apart), as a query's
+    # keys are: consecutive ids into consecutive groups stayed in the caches at any size
+    def scattered(modulo: int) -> str:
+        return f"({row_id} * {_SCATTER}) % {modulo}"
+
+    def grouped(groups: int, where: str = "") -> str:
+        inner = f"SELECT {scattered(groups)} AS g, count(*) AS c FROM {name}{where} GROUP BY g"
         return f"SELECT count(*), max(c) FROM ({inner}) AS s"
 
     # a self-join of a 64th of the rows (``a.r = b.r`` carries ``b``'s filter over to
-    # ``a``): the tables built are mostly a join's smaller side, and an eighth (750K rows
-    # of lineitem, out of the caches) priced TPC-H Q21's probes at three times their time
+    # ``a``): as many rows built as probe
     built = f"SELECT {row_id} AS r FROM {name} WHERE {row_id} % 64 = 0"
+    # every row probing a quarter of them, scattered: a table out of the caches
+    large = f"SELECT {scattered(rows)} AS r FROM {name} WHERE {row_id} % 4 = 0"
+
+    # 16,384 groups of about four rows each: a group's cost in a table in the caches
+    cached = max(rows // (4 * _CACHED_GROUPS), 1)
     statements = {
-        "scan": f"SELECT count(*), max({row_id}) FROM {name} WHERE {row_id} % 3 = 1",
+        "scan": f"SELECT count(*), max({row_id}) FROM {name} WHERE {test}",
         "few groups": grouped(16),
-        "cached groups": grouped(min(_CACHED_GROUPS, max(rows // 4, 17))),
+        "cached groups": grouped(_CACHED_GROUPS, f" WHERE {row_id} % {cached} = 0"),
         "many groups": grouped(max(rows // 4, 17)),
         "join": f"SELECT count(*) FROM {name} AS a JOIN ({built}) AS b ON a.{row_id} = b.r",
+        "large join": f"SELECT count(*) FROM {name} AS a JOIN ({large}) AS b ON a.{row_id} = b.r",
         # every row probes a table of 1,024 keys (no filter of the scan by them: the key
         # is computed), where the self-join builds as many as it probes
         "probes": (
@@ -353,7 +379,10 @@ def _operator_costs(
     expression, filtering = (
         x * parallel for x in _fit(kinds, list(kinds), "expression", "expression", "filter")
     )
-    probe, build = (x * parallel for x in _fit(kinds, ["join", "probes"], "join", "probe", "build"))
+    joins = ["join", "large join", "probes"]
+    probe, probe_spill, build = (
+        x * parallel for x in _fit(kinds, joins, "join", "probe", "probe_spill", "build")
+    )
     group_input = max(per_unit("group", ["few groups"]) * parallel, 1e-12)
 
     def per_group(label: str) -> tuple[float, float]:
@@ -374,6 +403,7 @@ def _operator_costs(
         "expression": expression,
         "filter": filtering,
         "probe": probe,
+        "probe_spill": probe_spill,
         "build": build,
         "group_input": group_input,
         "group": group,
@@ -407,29 +437,28 @@ def _local_costs() -> tuple[float, float]:
 
 
 def _fit(
-    kinds: dict[str, dict[str, tuple[float, float]]],
-    labels: list[str],
-    spent: str,
-    first: str,
-    second: str,
-) -> tuple[float, float]:
-    """Seconds per unit of two kinds of work that share their operators' time (``spent``'s):
-    the least squares fit over the ``labels``' statements (a scan's columns and filters, a
-    join's probes and builds), neither below a tenth of their blended rate."""
-    units = np.array([[kinds[k][first][0], kinds[k][second][0]] for k in labels])
+    kinds: dict[str, dict[str, tuple[float, float]]], labels: list[str], spent: str, *parts: str
+) -> tuple[float, ...]:
+    """Seconds per unit of kinds of work that share their operators' time (``spent``'s): the
+    least squares fit over the ``labels``' statements (a scan's columns and filters, a
+    join's probes, probes out of the caches and builds), none below a tenth of their
+    blended rate."""
+    units = np.array([[kinds[k][part][0] for part in parts] for k in labels])
     seconds = np.array([kinds[k][spent][1] for k in labels])
     blended = seconds.sum() / max(units.sum(), 1.0)
     fit = np.linalg.lstsq(units, seconds, rcond=None)[0]
-    floor = blended * 0.1
-    return max(float(fit[0]), floor), max(float(fit[1]), floor)
+    return tuple(max(float(x), blended * 0.1) for x in fit)
 
 
 def _local_operator_ns() -> dict[str, float]:
     """``_operator_ns`` on a local in-memory DuckDB: the costs of the local plan's work."""
     backend = DuckDBBackend("duckdb://:memory:")
     try:
-        backend.execute(f"CREATE TABLE t AS SELECT range AS r FROM range({_LOCAL_OPERATOR_ROWS})")
-        costs = _operator_costs(backend, "t", "r", _LOCAL_OPERATOR_ROWS, statement=0.0)
+        backend.execute(
+            f"CREATE TABLE t AS SELECT range AS r, (range * {_SCATTER}) % 1000003 AS v "
+            f"FROM range({_LOCAL_OPERATOR_ROWS})"
+        )
+        costs = _operator_costs(backend, "t", "r", "v", _LOCAL_OPERATOR_ROWS, statement=0.0)
         costs.pop("byte", None)  # nothing crosses a link
         return costs
     finally:

@@ -59,8 +59,7 @@ class _Walk:
                 if node.args.get("distinct"):
                     self._group(left + right, left + right, 1, 0)
                 return left + right
-            self.work.build += right  # INTERSECT / EXCEPT: a hash join
-            self.work.probe += left
+            self._join(left, right)  # INTERSECT / EXCEPT: a hash join
             return left
         if isinstance(node, exp.Select):
             return self.select(node)
@@ -85,8 +84,8 @@ class _Walk:
         rows = max(inputs) if inputs else 1.0
         joins = len(inputs) - 1 - positional
         if joins > 0:  # key joins: the largest input probes the others' hash tables
-            self.work.probe += rows * joins
-            self.work.build += sum(inputs) - rows
+            for built in sorted(inputs)[:-1]:
+                self._join(rows, built)
         where = select.args.get("where")
         if isinstance(where, exp.Where):
             self.predicates(where.this, rows)
@@ -126,8 +125,7 @@ class _Walk:
         """Each predicate on every row; a subquery run once, each row probing its result."""
         self.work.filter += rows * max(1, sum(1 for _ in _own(condition, exp.Predicate)))
         for sub in _own(condition, exp.Select):
-            self.work.build += self.query(sub)
-            self.work.probe += rows
+            self._join(rows, self.query(sub))
 
     def groups(self, keys: list[exp.Expr], aliases: Mapping[str, str], rows: float) -> float:
         counts = []
@@ -137,6 +135,11 @@ class _Walk:
                 found = self.distinct(aliases[key.table], key.name)
             counts.append(found if found is not None else _UNKNOWN_DISTINCT)
         return min(rows, max(math.prod(counts), 1.0))
+
+    def _join(self, probed: float, built: float) -> None:
+        self.work.probe += probed
+        self.work.probe_spill += probed * spilled_share(built)
+        self.work.build += built
 
     def _group(self, rows: float, groups: float, keys: int, aggregates: int) -> None:
         # as ``server_time.plan_work`` prices a hash aggregate
