@@ -39,9 +39,6 @@ from veil.backends.base import Operator
 # estimate, but no less than a third of the table (PostgreSQL's DEFAULT_INEQ_SEL) —
 # DuckDB took TPC-H Q22's ``o_custkey = o_custkey`` (IS NOT NULL) for 11 rows of 1.5M
 _UNKNOWN_SHARE = 1 / 3
-# a probe that finds no partner, against one that does (TPC-H Q21: 3.8M rows probe for
-# 14K matches in 52 ms of threads, 13 ns a row; the calibration's, all matching, ~60 ns)
-_MISSED_SHARE = 0.2
 # a row into a hash aggregate costs this many times what each of its aggregates adds
 AGGREGATE_SHARE = 4.0
 # a hash aggregate's table of up to this many groups stays in the caches; from the
@@ -162,10 +159,10 @@ def plan_work(
             # (counted rows are those the scan returned, after that filter)
             filters = not counted and op.expressions == 1 and not op.marks
             matched = min(first, rows)
-            if filters or op.marks:
-                probed = matched if filters else first
-            else:  # a probe that finds no partner costs a fraction of one that does
-                probed = matched + _MISSED_SHARE * (first - matched)
+            # a probe that finds no partner costs what one that does costs, hashing its keys
+            # and one lookup (TPC-H Q21's 3.8M for 14K matches, 13.7 ns of threads a row,
+            # Q9's 6M for 319K 10.7 ns; the calibration's, all matching, 7.4)
+            probed = matched if filters else first
             built = sum(r for r, _, _ in inputs[1:])
             work.probe += probed  # each a cache miss once the built table outgrows them
             work.probe_spill += probed * spilled_share(built)
