@@ -157,6 +157,32 @@ def test_sizes_come_from_rows_and_widths() -> None:
     assert found.plain_bytes == 100 * (8 + 8 + 10) + 50 * 8
 
 
+def test_sizes_on_disk_where_the_server_measured_them() -> None:
+    design = _design()
+    design.tables["a"].plain_bytes, design.tables["b"].plain_bytes = 300.0, 60.0
+    # the server's columns on disk: a bit-packed DET of k, the row ids nearly free
+    stored = {("c_DET_k", DET): 25.0, ("c_id", "row id"): 10.0, ("c_id2", "row id"): 5.0}
+    found = collect_candidates(design, design, Policy(), stored)
+    assert found.on_disk
+    assert found.plain_bytes == 360.0  # the plaintext as measured at load
+    assert found.candidates["DET a.k"].bytes == 25.0
+    assert found.candidates["RND a.k"].bytes == 100 * 8  # not stored: its values' widths
+    assert found.fixed_bytes == 15.0
+    # without the plaintext measured for every table, values' widths throughout
+    design.tables["b"].plain_bytes = 0.0
+    assert not collect_candidates(design, design, Policy(), stored).on_disk
+
+
+def test_a_fetch_form_is_the_one_the_solver_stored() -> None:
+    # DET a (bit-packed) is smaller than RND a: no plan gains by it, but it is the cheaper
+    # fetch form, and the design keeps it rather than the RND the budget has no room for
+    plans = [[plan(5.0)], [plan(8.0), plan(2.0, "OPE b")]]
+    sizes = {"DET a": 2.0, "RND a": 4.0, "OPE b": 30.0}
+    solution = solve(problem(sizes=sizes, plans=plans), 1.25)
+    assert solution.enabled == {"DET a"}
+    assert solution.space_bytes == pytest.approx(12.0)
+
+
 def _design() -> PhysicalDesign:
     """a(k BIGINT, v BIGINT, s VARCHAR) joined to b(k BIGINT) on k; v ranged; 100 and 50 rows."""
 

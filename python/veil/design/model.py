@@ -287,6 +287,10 @@ class TableDesign:
     # the rest by their min/max. Client-side only; "": source order.
     sort_by: str = ""
     sort_candidates: list[str] = field(default_factory=list)
+    # The plaintext table's bytes as a DuckDB server would store it, measured on a sample
+    # at load (``veil.load.plain_size``): the unit of the designer's space budget on
+    # DuckDB. Client-side only; 0: not measured (another backend, an older load).
+    plain_bytes: float = 0.0
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -418,4 +422,5 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         ],
         sort_by=str(data.get("sort_by", "")),
         sort_candidates=[str(c) for c in data.get("sort_candidates", [])],  # type: ignore[attr-defined]
+        plain_bytes=float(str(data.get("plain_bytes", 0.0))),
     )

@@ -52,6 +52,7 @@ _CIPHERTEXT_BYTES = 17  # version byte, SIV or nonce, tag: a text's DET / RND ex
 _SEARCH_WORD_BYTES = 16
 _MEAN_WORD_BYTES = 6.0  # a word and its separator, in English text
 _ROW_ID_BYTES = 8
+_ROW_ID = "row id"  # ``StoredBytes``' scheme for a table's row id column
 # plaintext bytes per value by type (DuckDB's storage widths); text: its mean length
 _PLAIN_BYTES = {
     "TINYINT": 1,
@@ -84,6 +85,7 @@ class CandidateSet:
     candidates: dict[str, Candidate]
     fixed_bytes: float  # what every design stores: row ids, fixed fetch forms, BLOCKS
     plain_bytes: float  # the plaintext database, the unit of the space budget
+    on_disk: bool = False  # sizes measured on the server's disk, not values' widths
     fetch_pairs: dict[str, str] = field(default_factory=dict)  # DET key -> its RND key
     by_name: dict[str, str] = field(default_factory=dict)  # server column -> candidate key
     table_bytes: dict[str, float] = field(default_factory=dict)  # a table with every candidate
@@ -137,21 +139,61 @@ def _ashe_key(table: str, source: str) -> str:
     return candidate_key(table, source, ASHE)
 
 
+StoredBytes = dict[tuple[str, str], float]  # (server column, scheme) -> its bytes on disk
+
+
 def collect_candidates(
-    greedy: PhysicalDesign, loaded: PhysicalDesign | None, policy: Policy
+    greedy: PhysicalDesign,
+    loaded: PhysicalDesign | None,
+    policy: Policy,
+    stored_bytes: StoredBytes | None = None,
 ) -> CandidateSet:
     """ℰ from the workload's greedy design, named and measured as ``loaded`` stores it.
 
     Candidates ``policy`` forbids are dropped (a stricter policy than the load's
     wins); ``loaded`` may be None (no statistics: sizes from types alone).
+    ``stored_bytes``: what the server's columns take on disk (``stored_column_bytes``,
+    DuckDB); with it, and the plaintext measured at load for every table
+    (``TableDesign.plain_bytes``), sizes and the budget are bytes on disk: a stored
+    candidate's its column's, another's its values' widths (a new column's
+    ciphertexts, random, compress little).
     """
     design = PhysicalDesign(greedy.key_fingerprint)
     found = CandidateSet(design, {}, 0.0, 0.0)
+    tables = list(loaded.tables.values()) if loaded is not None else []
+    measured = (
+        stored_bytes if stored_bytes and tables and all(t.plain_bytes > 0 for t in tables) else None
+    )
+    found.on_disk = measured is not None
     for name, table in greedy.tables.items():
         stored = loaded.tables.get(name) if loaded is not None else None
         merged = _merged_table(table, stored, policy)
         design.tables[name] = merged
-        _measure(found, merged)
+        _measure(found, merged, measured)
+    return found
+
+
+def stored_column_bytes(design: PhysicalDesign, backend: object) -> StoredBytes | None:
+    """Each stored encryption's, row id's and blocks table's bytes on the server, where the
+    backend can tell (``DuckDBBackend.column_bytes``); None elsewhere."""
+    column_bytes = getattr(backend, "column_bytes", None)
+    table_bytes = getattr(backend, "table_bytes", None)
+    if column_bytes is None or table_bytes is None:
+        return None
+    found: StoredBytes = {}
+    for table in design.tables.values():
+        columns = column_bytes(table.server_name)
+        for enc in table.encryptions:
+            if enc.name in columns:
+                found[(enc.name, enc.scheme)] = columns[enc.name]
+        if table.row_id in columns:
+            found[(table.row_id, _ROW_ID)] = columns[table.row_id]
+        for words in table.sums.columns if table.sums is not None else []:
+            for word in words:
+                if word in columns:
+                    found[(word, ASHE)] = columns[word]
+        if table.blocks_table:
+            found[(table.blocks_table, BLOCKS)] = float(table_bytes(table.blocks_table))
     return found
 
 
@@ -168,6 +210,7 @@ def _merged_table(table: TableDesign, stored: TableDesign | None, policy: Policy
     merged.encryptions = encryptions
     if stored is not None:
         merged.row_count = stored.row_count
+        merged.plain_bytes = stored.plain_bytes
         merged.server_name, merged.row_id = stored.server_name, stored.row_id
         merged.blocks_table = stored.blocks_table or table.blocks_table
         merged.sums = _stored_sums(table.sums, stored.sums)
@@ -240,16 +283,30 @@ def _stored_sums(wanted: AsheSums | None, stored: AsheSums | None) -> AsheSums |
     return merged
 
 
-def _measure(found: CandidateSet, table: TableDesign) -> None:
+def _measure(found: CandidateSet, table: TableDesign, measured: StoredBytes | None) -> None:
     rows = float(max(table.row_count, 1))
-    found.plain_bytes += sum(rows * plain_width(c, table) for c in table.columns)
-    found.fixed_bytes += rows * _ROW_ID_BYTES
-    found.table_bytes[table.name] = rows * (
-        _ROW_ID_BYTES + sum(stored_width(e) for e in table.encryptions)
+    known = measured or {}
+
+    def size_of(name: str, scheme: str, width: float) -> float:
+        return known.get((name, scheme), rows * width)
+
+    if measured is not None:
+        found.plain_bytes += table.plain_bytes
+    else:
+        found.plain_bytes += sum(rows * plain_width(c, table) for c in table.columns)
+    row_ids = size_of(table.row_id, _ROW_ID, _ROW_ID_BYTES)
+    found.fixed_bytes += row_ids
+    blocks = [e for e in table.encryptions if e.scheme == BLOCKS]
+    sealed = known.get((table.blocks_table, BLOCKS))  # the blocks table, shared by width
+    widths = sum(stored_width(e) for e in blocks)
+    found.table_bytes[table.name] = row_ids + sum(
+        size_of(e.name, e.scheme, stored_width(e)) for e in table.encryptions
     )
     dets = {e.source for e in table.encryptions if e.scheme == DET and not e.is_expression}
     for enc in table.encryptions:
-        size = rows * stored_width(enc)
+        size = size_of(enc.name, enc.scheme, stored_width(enc))
+        if enc.scheme == BLOCKS and sealed is not None and widths > 0:
+            size = sealed * stored_width(enc) / widths
         if enc.scheme in _OPTIONAL:
             _add(
                 found,
@@ -277,9 +334,11 @@ def _measure(found: CandidateSet, table: TableDesign) -> None:
     for i, source in enumerate(_sources(table.sums)):
         assert table.sums is not None
         bits = (table.sums.word_bits or [[64] * len(c) for c in table.sums.columns])[i]
-        ashe = Candidate(
-            _ashe_key(table.name, source), table.name, source, ASHE, rows * sum(bits) / 8
-        )
+        words = table.sums.columns[i]
+        size = rows * sum(bits) / 8
+        if all((w, ASHE) in known for w in words):
+            size = sum(known[(w, ASHE)] for w in words)
+        ashe = Candidate(_ashe_key(table.name, source), table.name, source, ASHE, size)
         for name in table.sums.columns[i]:
             _add(found, ashe, name)
 

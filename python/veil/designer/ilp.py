@@ -201,9 +201,14 @@ def _solution(
     chosen = [max(range(len(x)), key=lambda j: values[x[j].index]) for x in runs]
     plans = [problem.plans[i][j] for i, j in enumerate(chosen)]
     # what the chosen plans need, and a fetch form for the columns whose DET they do not:
-    # the solver's answer within its gap may store more, never less
+    # the one the solver stored (a DET that DuckDB bit-packs can take less room than the
+    # RND of the same values), the solver's answer within its gap storing more, never less
     enabled: set[str] = set().union(*(p.needs for p in plans))
-    enabled |= {rnd for det, rnd in problem.fetch_pairs.items() if det not in enabled}
+    enabled |= {
+        det if values[stored[det].index] > 0.5 else rnd
+        for det, rnd in problem.fetch_pairs.items()
+        if det not in enabled
+    }
     seconds = sum(w * p.seconds for w, p in zip(problem.weights, plans, strict=True))
     space = problem.fixed_bytes + sum(problem.sizes[k] for k in enabled)
     variables = len(keys) + sum(len(x) for x in runs)

@@ -33,7 +33,13 @@ from veil.backends.base import BackendError, Estimate
 from veil.design.fresh import fresh_design
 from veil.design.model import RND, Encryption, PhysicalDesign, TableDesign
 from veil.design.policy import Policy
-from veil.designer.candidates import ASHE, CandidateSet, candidate_key, collect_candidates
+from veil.designer.candidates import (
+    ASHE,
+    CandidateSet,
+    candidate_key,
+    collect_candidates,
+    stored_column_bytes,
+)
 from veil.designer.enumerate import FETCH_ALL, Alternative, Evaluated, alternatives
 from veil.designer.greedy import greedy_design
 from veil.designer.ilp import Change, Problem, Solution, solve
@@ -68,6 +74,9 @@ class DesignReport:
     problem: Problem
     budget: float | None
     seconds: dict[str, float]  # the designer's own time: candidates, plans, ILP
+    # sizes and the budget in bytes on the server's disk (DuckDB, plaintext measured at
+    # load), not the values' widths (``collect_candidates``)
+    on_disk: bool = False
 
     @property
     def space_factor(self) -> float:
@@ -136,7 +145,7 @@ def design_workload(
         tree = parse_statement(choice.sql)
         choice.run_time_seconds = planner.evaluate(solution.enabled, tree).seconds
     design = fresh_design(candidates.restrict(solution.enabled), session.design.key_fingerprint)
-    return DesignReport(design, chosen, solution, problem, budget, times)
+    return DesignReport(design, chosen, solution, problem, budget, times, candidates.on_disk)
 
 
 def _candidates(session: Session, queries: list[str], policy: Policy) -> CandidateSet:
@@ -146,7 +155,8 @@ def _candidates(session: Session, queries: list[str], policy: Policy) -> Candida
     greedy = greedy_design(
         schema, queries, available_schemes(), session.design.key_fingerprint, policy=policy
     )
-    return collect_candidates(greedy, session.design, policy)
+    stored = stored_column_bytes(session.design, session.backend)
+    return collect_candidates(greedy, session.design, policy, stored)
 
 
 def _change(current: PhysicalDesign, candidates: CandidateSet, seconds_per_byte: float) -> Change:

@@ -20,7 +20,8 @@ def format_report(report: DesignReport, *, verbose: bool = False) -> str:
     lines = [
         f"design for {len(report.queries)} queries, budget {budget}: "
         f"{report.space_factor:.3f} x the plaintext "
-        f"({solution.space_bytes / 1e6:,.1f} MB of {problem.plain_bytes / 1e6:,.1f} MB; "
+        f"({solution.space_bytes / 1e6:,.1f} MB of {problem.plain_bytes / 1e6:,.1f} MB"
+        f"{' on disk' if report.on_disk else ' of values (no sizes on disk measured)'}; "
         f"the greedy design: {report.greedy_factor:.3f} x)",
         f"optional encryptions stored: {kinds} (of {len(problem.sizes)} candidates; "
         f"{ASHE}: summed expressions)",

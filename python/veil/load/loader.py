@@ -50,7 +50,7 @@ from veil.exec.encrypt import TableEncryptor
 from veil.exec.hom_group import HomGroupCipher, side_schema
 from veil.exec.onions import layers_rows
 from veil.exec.row_ids import counter_table
-from veil.load import ashe_widths, clusters, narrow_det
+from veil.load import ashe_widths, clusters, narrow_det, plain_size
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 from veil.load.zones import ZoneRecorder
@@ -182,6 +182,8 @@ def load_into(
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design, counts)
         narrow_det.choose(fresh, design, ranges)
+        for table in tables:  # the space budget's unit: the plaintext as this server stores it
+            plain_size.measure(table, con, fresh.tables[table.name], counts[table.name])
     return [
         _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
         for t in tables
