@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+from typing import Any
 
 from veil.bench.documents.bench import run
 from veil.bench.documents.report import overheads, table
@@ -81,7 +82,7 @@ def test_named_only_sections(ferretdb):
 
 def test_ope_ranges_reported_before_the_ore_load(ferretdb):
     """At 1M the `ore` load takes half an hour: the `ope` figures are written before it."""
-    reports: list[dict[str, object]] = []
+    reports: list[dict[str, Any]] = []
     result = run(
         ferretdb.url, 30, 10, [1], 5, 1, "test", only=["range"],
         progress=lambda partial: reports.append(json.loads(json.dumps(partial))),
