@@ -227,7 +227,7 @@ def ranges(
     against ``ore`` (``Rank`` of documents holding nothing else).
 
     The ``ope`` figures come first and go to ``measured`` before the ``ore`` documents are
-    loaded: at 1M that load (the tree's inserts) takes about half an hour.
+    loaded: at 1M that load (the tree's inserts) takes over an hour.
     """
     if clients.plain.movies.estimated_document_count() == 0:  # run without benchmarkdb
         load_movies(clients, movies(docs))
