@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+from typing import Any
 
 from veil.bench.documents.bench import run
 from veil.bench.documents.report import overheads, table
@@ -77,3 +78,16 @@ def test_named_only_sections(ferretdb):
     assert len(result["writes"]["write"]) == 2 and "benchmarkdb" not in result
     overheads(result)
     assert "writes" not in run(ferretdb.url, 20, 5, [1], 5, 1, "test", only=["range"])
+
+
+def test_ope_ranges_reported_before_the_ore_load(ferretdb):
+    """At 1M the `ore` load takes half an hour: the `ope` figures are written before it."""
+    reports: list[dict[str, Any]] = []
+    result = run(
+        ferretdb.url, 30, 10, [1], 5, 1, "test", only=["range"],
+        progress=lambda partial: reports.append(json.loads(json.dumps(partial))),
+    )  # fmt: skip
+    first = reports[0]["range"]
+    assert set(first) == {"plain", "veil"} and first["veil"]["round_trips"] == 1.0
+    assert {"plain_ranked", "veil_ore", "ore_load_docs_per_s"} <= set(result["range"])
+    assert set(overheads(result)) == {"range ope", "range ore"}

@@ -219,38 +219,59 @@ def scans(docs: int, wanted: int, budget: int = SCAN_BUDGET) -> int:
     return max(10, min(wanted, budget // docs))
 
 
-def ranges(clients: Clients, docs: int, width: int, queries: int, seed: int) -> dict[str, Any]:
-    """Plain (native index) against ``ope`` (``Index`` of the movies) and plain ``Rank``
-    against ``ore`` (``Rank`` of documents holding nothing else)."""
+def ranges(
+    clients: Clients, docs: int, width: int, queries: int, seed: int,
+    measured: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Plain (native index) against ``ope`` (``Index`` of the movies), then plain ``Rank``
+    against ``ore`` (``Rank`` of documents holding nothing else).
+
+    The ``ope`` figures come first and go to ``measured`` before the ``ore`` documents are
+    loaded: at 1M that load (the tree's inserts) takes over an hour.
+    """
     if clients.plain.movies.estimated_document_count() == 0:  # run without benchmarkdb
         load_movies(clients, movies(docs))
+    rng = random.Random(seed)
+    starts = [rng.randrange(0, max(1, docs - width)) for _ in range(queries)]
+    out: dict[str, Any] = {}
+    for name, collection, counter in (
+        ("plain", clients.plain.movies, clients.plain_counter),
+        ("veil", clients.veil.movies, clients.veil_counter),
+    ):
+        out[name] = range_queries(collection, counter, "Index", starts, width, docs)
+    if measured is not None:
+        measured(dict(out))
     clients.plain.ranked.create_index("Rank")
     load_ranked(clients.plain.ranked, docs)
     load = timed(partial(load_ranked, clients.veil.ranked, docs))
-    rng = random.Random(seed)
-    starts = [rng.randrange(0, max(1, docs - width)) for _ in range(queries)]
     ore = clients.veil.ranked.codec.ciphers["Rank"].ore
     assert ore is not None and ore.tree is not None
     tree = ore.tree
-    out: dict[str, Any] = {"ore_load_docs_per_s": docs / load}
-    for name, collection, counter, path in (
-        ("plain", clients.plain.movies, clients.plain_counter, "Index"),
-        ("veil", clients.veil.movies, clients.veil_counter, "Index"),
-        ("plain_ranked", clients.plain.ranked, clients.plain_counter, "Rank"),
-        ("veil_ore", clients.veil.ranked, clients.veil_counter, "Rank"),
-    ):
-        latencies, before, waves = [], counter.count, tree.round_trips
-        for start in starts:
-            query = {path: {"$gte": start, "$lt": start + width}}
-            t0 = time.perf_counter()
-            found = list(collection.find(query))
-            latencies.append(time.perf_counter() - t0)
-            assert len(found) == min(width, docs - start)
-        commands = (counter.count - before) / queries
-        out[name] = percentiles(latencies) | {"round_trips": commands}
-        if name == "veil_ore":  # tree levels (parallel reads in each) and the documents query
-            out[name]["sequential_round_trips"] = (tree.round_trips - waves) / queries + 1
+    out["ore_load_docs_per_s"] = docs / load
+    out["plain_ranked"] = range_queries(
+        clients.plain.ranked, clients.plain_counter, "Rank", starts, width, docs
+    )
+    waves = tree.round_trips
+    out["veil_ore"] = range_queries(
+        clients.veil.ranked, clients.veil_counter, "Rank", starts, width, docs
+    )
+    # tree levels (parallel reads in each), then the documents query
+    out["veil_ore"]["sequential_round_trips"] = (tree.round_trips - waves) / queries + 1
     return out
+
+
+def range_queries(
+    collection: Any, counter: CommandCounter, path: str, starts: list[int], width: int, docs: int
+) -> dict[str, Any]:
+    """``find`` of ``path`` in ``[start, start + width)`` for each start: latencies, commands."""
+    latencies, before = [], counter.count
+    for start in starts:
+        query = {path: {"$gte": start, "$lt": start + width}}
+        t0 = time.perf_counter()
+        found = list(collection.find(query))
+        latencies.append(time.perf_counter() - t0)
+        assert len(found) == min(width, docs - start)
+    return percentiles(latencies) | {"round_trips": (counter.count - before) / len(starts)}
 
 
 def load_ranked(collection: Any, docs: int) -> None:
@@ -437,11 +458,19 @@ def run(
                 "server": "FerretDB 1.24.2 (SQLite), same machine, loopback",
                 "timed_inserts": timed, "scan_budget": scan_budget,
             }  # fmt: skip
+
+            def measured(name: str, part: dict[str, Any]) -> None:  # a section's first figures
+                result[name] = part
+                if progress is not None:
+                    progress(result)
+
             reads = scans(docs, ops, scan_budget)
             queries = scans(docs, ops // 10, scan_budget)
             sections: dict[str, Callable[[], dict[str, Any]]] = {
                 "benchmarkdb": partial(benchmarkdb, clients, docs, reads, seed, timed),
-                "range": partial(ranges, clients, docs, range_width, queries, seed),
+                "range": partial(
+                    ranges, clients, docs, range_width, queries, seed, partial(measured, "range")
+                ),
                 "sum": partial(sums, clients, docs, 5, scans(docs, 100, scan_budget), seed),
                 "ycsb": partial(ycsb, clients, docs, ops, threads, seed, processes),
                 "writes": partial(sequential_inserts, clients, docs, timed),
