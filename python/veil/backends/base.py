@@ -111,6 +111,9 @@ class Estimate:
     # the seconds the EXPLAIN itself took: parsing, binding and optimizing the statement,
     # which running it pays again (DuckDB: ~1 ms a join, TPC-H Q2's two statements 15 ms)
     planning: float = 0.0
+    # each operator carries its own part of the optimizer's cost (``Operator.cost``:
+    # PostgreSQL), which the planner's rows then scale
+    costed_operators: bool = False
 
 
 @runtime_checkable

@@ -270,7 +270,10 @@ class PostgresBackend(StagedBackend):
         top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
         operators = plan_operators(top, self._table_rows(relations(top)))
         return Estimate(
-            rows=float(top["Plan Rows"]), cost=float(top["Total Cost"]), operators=operators
+            rows=float(top["Plan Rows"]),
+            cost=float(top["Total Cost"]),
+            operators=operators,
+            costed_operators=True,
         )
 
     def profile(self, sql: str, params: Params = None) -> Operator:

@@ -188,20 +188,18 @@ def _step_cost(
     try:
         estimate = backend.estimate(sql, params or None)
         rows = estimate.rows
-        if operators is not None and estimate.operators is not None:
+        if estimate.operators is not None and (operators is not None or estimate.costed_operators):
             filtered = everywhere | _filtered(scans)
             joined = step.joined_rows if isinstance(step, JoinedFetch) else None
-            shares = _read_shares(estimate, scans)
-            work = plan_work(estimate.operators, filtered, shares, joined, _groups(step))
-            # and planning it again: the EXPLAIN's own time, less a statement's round trip
-            planning = max(0.0, estimate.planning - calibration.statement_seconds)
-            server = work.seconds(operators) + planning
-        elif estimate.operators is not None and estimate.cost:
-            # the optimizer's own cost of each node, scaled by the planner's rows
-            filtered = everywhere | _filtered(scans)
-            joined = step.joined_rows if isinstance(step, JoinedFetch) else None
-            work = plan_work(estimate.operators, filtered, {}, joined, _groups(step))
-            server = work.cost * calibration.server_seconds_per_cost
+            if operators is not None:  # each kind of work at its calibrated cost
+                shares = _read_shares(estimate, scans)
+                work = plan_work(estimate.operators, filtered, shares, joined, _groups(step))
+                # and planning it again: the EXPLAIN's own time, less a statement's round trip
+                planning = max(0.0, estimate.planning - calibration.statement_seconds)
+                server = work.seconds(operators) + planning
+            else:  # the optimizer's own cost of each node, scaled by the planner's rows
+                work = plan_work(estimate.operators, filtered, {}, joined, _groups(step))
+                server = work.cost * calibration.server_seconds_per_cost
         else:
             cost = (estimate.cost or estimate.rows) - _skipped(estimate, scans)
             server = cost * calibration.server_seconds_per_cost

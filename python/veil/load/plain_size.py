@@ -17,6 +17,7 @@ from pathlib import Path
 
 import duckdb
 
+from veil.backends.duckdb import DuckDBBackend
 from veil.design.model import TableDesign
 from veil.load.sources import SourceTable
 
@@ -33,19 +34,18 @@ def measure(
         table.plain_bytes = 0.0
         return
     with tempfile.TemporaryDirectory(prefix="veil-plain-") as scratch:
-        sized = duckdb.connect(str(Path(scratch) / "plain.duckdb"))
+        path = Path(scratch) / "plain.duckdb"
+        written = duckdb.connect(str(path))
         try:
-            sized.register("sample", sample)
-            sized.execute("CREATE TABLE t AS SELECT * FROM sample").fetchall()
-            sized.execute("CHECKPOINT").fetchall()
-            block_size = sized.execute("SELECT block_size FROM pragma_database_size()").fetchall()
-            blocks = sized.execute(
-                "SELECT count(DISTINCT b) FROM (SELECT unnest(list_append(additional_block_ids, "
-                "block_id)) AS b FROM pragma_storage_info('t') WHERE persistent) WHERE b >= 0"
-            ).fetchall()
+            written.register("sample", sample)
+            written.execute("CREATE TABLE t AS SELECT * FROM sample").fetchall()
+        finally:
+            written.close()
+        sized = DuckDBBackend(f"duckdb://{path}")
+        try:
+            stored = float(sized.table_bytes("t"))  # counted as the server's tables are
         finally:
             sized.close()
-    stored = float(blocks[0][0] or 0) * float(block_size[0][0])
     if rows is None:
         rows = int(con.sql(f"SELECT count(*) FROM {source.relation_sql}").fetchall()[0][0])
     table.plain_bytes = round(stored / sample.num_rows * rows, 1)
