@@ -8,7 +8,14 @@ import pytest
 
 from veil.backends.base import Operator
 from veil.backends.duckdb import DuckDBBackend
-from veil.exec.server_time import OperatorCosts, Work, plan_work, spent_by_kind, spilled_share
+from veil.exec.server_time import (
+    OperatorCosts,
+    Work,
+    column_rows,
+    plan_work,
+    spent_by_kind,
+    spilled_share,
+)
 
 
 def _scan(table: str, rows: float, table_rows: float, expressions: int = 2) -> Operator:
@@ -19,10 +26,25 @@ def test_a_scan_filters_every_row_it_reads_and_returns_the_kept_ones() -> None:
     scan = Operator("scan", 100, 3, table="t", table_rows=1000, columns=2)
     work = plan_work(scan, filtered={"t": 50}, read={"t": 0.25})
     # each row read through its first filter, the fifth it keeps through all three (each
-    # keeping 0.2 ** (1/3) of what reaches it); the kept ones' two columns out
+    # keeping 0.2 ** (1/3) of what reaches it); two columns read for every row of a
+    # vector that keeps one: each of these (2,048 rows, a fifth kept) keeps some
     each = 0.2 ** (1 / 3)
     assert work.filter == pytest.approx(250 * (1 + each + each**2))
-    assert work.expression == 50 * 2
+    assert work.expression == 250 * 2
+
+
+def test_a_scan_reads_its_columns_in_the_vectors_where_some_row_is_kept() -> None:
+    assert column_rows(50, 250) == 250
+    # 300 rows of 6M scattered: a vector keeps one with chance 1 - (1 - 1/20,000) ** 2048
+    assert column_rows(300, 6_000_000) == pytest.approx(6e6 * (1 - (1 - 5e-5) ** 2048))
+    assert column_rows(300, 6_000_000) < 0.1 * 6e6
+    assert column_rows(10, 0) == 10
+
+
+def test_filters_on_bytes_are_their_own_kind() -> None:
+    scan = Operator("scan", 1000, 2, table="t", table_rows=1000, columns=1, byte_filters=1)
+    work = plan_work(scan)
+    assert work.filter == work.filter_bytes == 1000  # each of the two, on every row
 
 
 def test_the_planners_rows_replace_the_optimizers_and_carry_up_the_joins() -> None:
@@ -42,10 +64,20 @@ def test_a_probe_scan_tests_its_rows_and_returns_the_matching_ones() -> None:
     fact = Operator("scan", 1000, 0, table="fact", table_rows=1000, columns=3)
     join = Operator("join", 40, 1, (fact, _scan("dim", 10, 10, expressions=0)))
     work = plan_work(join)
-    # every row read, and tested against the built keys; 40 returned; dim's read
-    assert work.expression == 1000 + 40 * 3 + 10
+    # every row read, and tested against the built keys; the three columns read in the
+    # vectors that keep one of the 40 (of 1,000: all); dim's read
+    assert work.expression == 1000 + 1000 * 3 + 10
     assert work.filter == 1000
     assert work.probe == 40
+
+
+def test_the_built_keys_test_the_rows_the_scans_own_filters_kept() -> None:
+    fact = Operator("scan", 500_000, 1, table="fact", table_rows=6_000_000, columns=2)
+    join = Operator("join", 100, 1, (fact, _scan("dim", 10, 10, expressions=0)))
+    work = plan_work(join, filtered={"fact": 500_000})
+    assert work.filter == 6_000_000 + 500_000  # its own filter on every row, keys on half
+    # the two columns in the vectors where one of 100 scattered rows is kept, not all
+    assert work.expression == pytest.approx(column_rows(100, 6e6) * 2 + 10)  # and dim's
 
 
 def test_a_join_on_two_keys_probes_every_row_matched_or_not() -> None:
@@ -86,6 +118,7 @@ def test_costs_need_every_kind_measured() -> None:
     ns["group"] = 150.0
     ns["group_spill"] = 100.0
     ns["probe_spill"] = 30.0
+    ns["filter_bytes"] = 5.0
     costs = OperatorCosts.from_ns(ns)
     assert costs is not None
     work = Work(expression=1e9, filter=1e8, group=1e6, group_spill=1e6)
@@ -127,8 +160,9 @@ def test_a_profiled_plans_time_is_split_by_kind() -> None:
     join = Operator("join", 100, 1, (scan, build), seconds=0.003)
     group = Operator("group", 5, 1, (join,), seconds=0.004)
     spent = spent_by_kind(group)
-    # the scans' filters and columns share their time (the calibration fits them apart)
-    assert spent["expression"] == (pytest.approx(100 + 10), pytest.approx(0.003))
+    # the scans' filters and columns share their time (the calibration fits them apart);
+    # t's column read in every vector that keeps one of its 100 rows (all 1,000)
+    assert spent["expression"] == (pytest.approx(1000 + 10), pytest.approx(0.003))
     assert spent["filter"][0] == pytest.approx(1000)
     assert spent["join"] == (pytest.approx(110), pytest.approx(0.003))
     assert spent["group"] == (pytest.approx(100), pytest.approx(0.004))

@@ -250,7 +250,18 @@ class DuckDBBackend(StagedBackend):
             server = table.rsplit(".", 1)[-1]
             filters, columns = _items(info.get("Filters")), _items(info.get("Projections"))
             size = self._table_rows(server, sizes)
-            return Operator("scan", rows, filters, (), server, size, columns=columns, seconds=spent)
+            on_bytes = _items_with(info.get("Filters"), "::BLOB")
+            return Operator(
+                "scan",
+                rows,
+                filters,
+                (),
+                server,
+                size,
+                columns=columns,
+                seconds=spent,
+                byte_filters=min(on_bytes, filters),
+            )
         if "JOIN" in name:
             joined = str(info.get("Join Type", "INNER")).upper()
             bounded = joined in ("SEMI", "ANTI", "MARK", "RIGHT_SEMI", "RIGHT_ANTI")
@@ -423,6 +434,12 @@ def _items(value: object) -> int:
     return (
         len([line for line in value.splitlines() if line.strip()]) if isinstance(value, str) else 0
     )
+
+
+def _items_with(value: object, text: str) -> int:
+    """How many of an EXPLAIN field's expressions mention ``text``."""
+    items = value if isinstance(value, list) else str(value or "").splitlines()
+    return sum(1 for item in items if text in str(item))
 
 
 def _computed(value: object) -> int:

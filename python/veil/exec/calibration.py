@@ -54,9 +54,10 @@ if TYPE_CHECKING:
     from veil.exec.session import Session
 
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_VERSION = 8  # 2: small tables' samples repeated; 3: per-operator server costs;
+CALIBRATION_VERSION = 9  # 2: small tables' samples repeated; 3: per-operator server costs;
 # 4: ASHE priced per run of summed ids, the local plan per operator; 5: scans' filters apart;
-# 6: groups out of the caches apart; 7: probes too; 8: filters compare a stored column
+# 6: groups out of the caches apart; 7: probes too; 8: filters compare a stored column;
+# 9: every filter a comparison, those on bytes apart; the client's seconds per statement
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
@@ -97,6 +98,10 @@ class Calibration:
     # per node of its SQL (``local_statement_seconds`` the rest)
     local_operator_ns: dict[str, float] = field(default_factory=dict)
     local_ns_per_node: float = 0.0
+    # the client's own seconds per statement of a query (rendering it, binding, handing its
+    # rows on), beyond the server's, decrypting and the local plan: TPC-H Q20's four steps
+    # took 17 ms of it, ~8% of every small query's time
+    step_seconds: float = 0.0
 
     def decrypt_seconds(self, enc: Encryption | None, rows: float) -> float:
         if enc is None:
@@ -192,6 +197,8 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     operators = _operator_ns(session, statement)
     if operators:
         per_byte = operators.pop("byte") * 1e-9
+    say("timing a query's own work on the client")
+    step = _step_seconds(session)
     say("timing the local DuckDB plan and ASHE unpadding")
     per_row, _ = _local_costs()
     per_statement, per_node = _local_planning()
@@ -211,7 +218,32 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
         operator_ns=operators,
         local_operator_ns=local_operators,
         local_ns_per_node=round(per_node * 1e9, 2),
+        step_seconds=step,
     )
+
+
+def _step_seconds(session: Session) -> float:
+    """The client's seconds around one statement of a query: a one-row fetch from the
+    smallest table run as a query, less the time its stats give the server, decrypting
+    and the local plan (the median of a few runs)."""
+    table = min(session.design.tables.values(), key=lambda t: t.row_count)
+    if not table.columns:
+        return 0.0
+    query = exp.select(exp.column(table.columns[0].name)).from_(exp.to_table(table.name)).limit(1)
+    try:
+        plan = session.plan(query)
+        session.execute_plan(plan, FetchStats())  # warm: ciphers made, statements cached
+    except Exception:  # a calibration measures: a table the planner refuses is not priced
+        return 0.0
+    left = []
+    for _ in range(_RUNS * 2):
+        stats = FetchStats()
+        started = time.perf_counter()
+        session.execute_plan(plan, stats)
+        spent = time.perf_counter() - started
+        accounted = stats.server_seconds + stats.decrypt_seconds + stats.local_seconds
+        left.append(max(spent - accounted, 0.0) / max(stats.statements, 1))
+    return statistics.median(left)
 
 
 def _per_byte(fetches: list[tuple[int, float]]) -> float:
@@ -309,7 +341,14 @@ def _operator_ns(session: Session, statement: float) -> dict[str, float]:
         e for e in table.encryptions if e.scheme == DET and e.sql_type.is_integral and not e.outer
     ]
     compared = quote(max(keys, key=_distinct).name) if keys else row_id
-    return _operator_costs(backend, name, row_id, compared, table.row_count, statement)
+    # a filter on text, as queries have them: a DET text column's ciphertexts (bytes)
+    texts = [
+        e
+        for e in table.encryptions
+        if e.scheme == DET and not e.sql_type.is_integral and not e.outer and _distinct(e) > 1
+    ]
+    text = quote(max(texts, key=_distinct).name) if texts else None
+    return _operator_costs(backend, name, row_id, compared, table.row_count, statement, text)
 
 
 def _distinct(enc: Encryption) -> int:
@@ -318,16 +357,31 @@ def _distinct(enc: Encryption) -> int:
 
 
 def _operator_costs(
-    backend: Backend, name: str, row_id: str, compared: str, rows: int, statement: float
+    backend: Backend,
+    name: str,
+    row_id: str,
+    compared: str,
+    rows: int,
+    statement: float,
+    text: str | None = None,
 ) -> dict[str, float]:
     """``_operator_ns`` on table ``name`` of ``rows`` rows numbered by ``row_id``, its
-    filters comparing column ``compared`` with its median."""
+    filters comparing integer column ``compared`` with its quantiles (and bytes column
+    ``text``, if given, with its most common value)."""
     profile = getattr(backend, "profile", None)
     if profile is None:  # a backend that cannot profile a statement
         return {}
-    found = backend.execute(f"SELECT quantile_disc({compared}, 0.5) FROM {name}").column(0)
-    median = found[0].as_py() if len(found) else None
-    test = f"{compared} < {median}" if isinstance(median, int) else f"{row_id} % 3 = 1"
+    cached = max(rows // (4 * _CACHED_GROUPS), 1)
+    # the rows each statement keeps: a half, a quarter, a 64th, a ``cached``-th; compared
+    # with a constant as queries filter (a computed test costs more than a comparison)
+    shares = [0.5, 0.25, 1 / 64, 1 / cached]
+    listed = ", ".join(str(share) for share in shares)
+    found = backend.execute(f"SELECT quantile_disc({compared}, [{listed}]) FROM {name}").column(0)
+    bounds = found[0].as_py() if len(found) else None
+    if isinstance(bounds, list) and all(isinstance(b, int) for b in bounds):
+        half, quarter, built_share, few = (f"{compared} < {b}" for b in bounds)
+    else:  # no integer column: every k-th row
+        half, quarter, built_share, few = (f"{row_id} % {k} = 0" for k in (2, 4, 64, cached))
 
     # keys scattered over the groups (a row and the next hash far apart), as a query's
     # keys are: consecutive ids into consecutive groups stayed in the caches at any size
@@ -340,16 +394,15 @@ def _operator_costs(
 
     # a self-join of a 64th of the rows (``a.r = b.r`` carries ``b``'s filter over to
     # ``a``): as many rows built as probe
-    built = f"SELECT {row_id} AS r FROM {name} WHERE {row_id} % 64 = 0"
+    built = f"SELECT {row_id} AS r FROM {name} WHERE {built_share}"
     # every row probing a quarter of them, scattered: a table out of the caches
-    large = f"SELECT {scattered(rows)} AS r FROM {name} WHERE {row_id} % 4 = 0"
+    large = f"SELECT {scattered(rows)} AS r FROM {name} WHERE {quarter}"
 
-    # 16,384 groups of about four rows each: a group's cost in a table in the caches
-    cached = max(rows // (4 * _CACHED_GROUPS), 1)
     statements = {
-        "scan": f"SELECT count(*), max({row_id}) FROM {name} WHERE {test}",
+        "scan": f"SELECT count(*), max({row_id}) FROM {name} WHERE {half}",
         "few groups": grouped(16),
-        "cached groups": grouped(_CACHED_GROUPS, f" WHERE {row_id} % {cached} = 0"),
+        # 16,384 groups of about four rows each: a group's cost in a table in the caches
+        "cached groups": grouped(_CACHED_GROUPS, f" WHERE {few}"),
         "many groups": grouped(max(rows // 4, 17)),
         "join": f"SELECT count(*) FROM {name} AS a JOIN ({built}) AS b ON a.{row_id} = b.r",
         "large join": f"SELECT count(*) FROM {name} AS a JOIN ({large}) AS b ON a.{row_id} = b.r",
@@ -359,6 +412,13 @@ def _operator_costs(
             f"SELECT count(*) FROM {name} AS a JOIN range(1024) AS b(r) ON a.{row_id} % 1024 = b.r"
         ),
     }
+    found = backend.execute(f"SELECT mode({text}) FROM {name}").column(0) if text else None
+    common = found[0].as_py() if found is not None and len(found) else None
+    if isinstance(common, bytes):  # a text filter, as TPC-H Q19's on lineitem's ship mode
+        literal = "".join(f"\\x{byte:02X}" for byte in common)
+        statements["text scan"] = (
+            f"SELECT count(*), max({row_id}) FROM {name} WHERE {text} = '{literal}'::BLOB"
+        )
     walls, spent = 0.0, 0.0
     kinds: dict[str, dict[str, tuple[float, float]]] = {}
     for label, sql in statements.items():
@@ -376,9 +436,12 @@ def _operator_costs(
         seconds = sum(kinds[label][kind][1] for label in labels)
         return seconds / max(units, 1.0)
 
-    expression, filtering = (
-        x * parallel for x in _fit(kinds, list(kinds), "expression", "expression", "filter")
+    expression, filtering, on_bytes = (
+        x * parallel
+        for x in _fit(kinds, list(kinds), "expression", "expression", "filter", "filter_bytes")
     )
+    if "text scan" not in statements:  # nothing measured it
+        on_bytes = filtering
     joins = ["join", "large join", "probes"]
     probe, probe_spill, build = (
         x * parallel for x in _fit(kinds, joins, "join", "probe", "probe_spill", "build")
@@ -402,6 +465,7 @@ def _operator_costs(
     costs = {
         "expression": expression,
         "filter": filtering,
+        "filter_bytes": on_bytes,
         "probe": probe,
         "probe_spill": probe_spill,
         "build": build,

@@ -63,10 +63,15 @@ class StepCost:
     decrypt_seconds: float
     # the rows the local plan reads, when the client repeats fetched ones (``count_repeats``)
     local_rows: float | None = None
+    # the client's own work around the statement: rendering it, binding its parameters,
+    # handing its result to the local plan (``Calibration.step_seconds``)
+    client_seconds: float = 0.0
 
     @property
     def seconds(self) -> float:
-        return self.server_seconds + self.transfer_seconds + self.decrypt_seconds
+        return (
+            self.server_seconds + self.transfer_seconds + self.decrypt_seconds + self.client_seconds
+        )
 
 
 @dataclass
@@ -252,6 +257,7 @@ def _step_cost(
         transfer_seconds=size * calibration.fetch_ns_per_byte * 1e-9 + link,
         decrypt_seconds=decrypt,
         local_rows=local_rows,
+        client_seconds=calibration.step_seconds,
     )
 
 
