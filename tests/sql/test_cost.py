@@ -76,6 +76,14 @@ def test_calibration_is_measured_once_and_kept(client: Path) -> None:
         assert all(e.name in first.decrypt_ns for e in fetchable)
         assert first.classes() and all(v > 0 for v in first.classes().values())
         assert first.server_seconds_per_cost > 0 and first.fetch_ns_per_byte > 0
+        assert first.step_seconds > 0  # the client's own work around a statement
+        if first.server == "postgres":  # a row's own fetch cost, apart from its bytes
+            assert first.fetch_ns_per_row > 0
+        else:  # DuckDB's whole-column fetch counts it in the bytes
+            assert first.fetch_ns_per_row == 0 and "filter_bytes" in first.operator_ns
+        # PostgreSQL's JIT priced per function where it compiles (both levels), else nowhere
+        assert set(first.jit_seconds) in (set(), {"plain", "optimized"})
+        assert first.server == "postgres" or not first.jit_seconds
         assert calibration_of(session).measured == first.measured  # read back, not re-measured
         stale = json.loads(path.read_text())
         path.write_text(json.dumps({**stale, "version": 0}))
@@ -159,6 +167,40 @@ def test_the_cli_calibrates_and_refuses_a_bad_bandwidth(client: Path) -> None:
         text=True,
     )
     assert done.returncode == 2 and "bandwidth 'fast'" in done.stderr
+
+
+@pytest.mark.postgres
+def test_a_statement_past_the_jit_threshold_is_priced_for_compiling(postgres_url: str) -> None:
+    from veil.backends.postgres import PostgresBackend
+
+    backend = PostgresBackend(postgres_url)
+    try:
+        sql = "SELECT count(*), sum(g) FROM generate_series(1, 1000) AS g WHERE g % 7 <> 3"
+        assert backend.estimate(sql).jit_functions == 0  # far under jit_above_cost
+        backend.execute("SET jit_above_cost = 0")
+        try:
+            compiled = backend.estimate(sql)
+        finally:
+            backend.execute("RESET jit_above_cost")
+        jit = backend.execute("SHOW jit").column(0)[0].as_py()
+        if jit == "on" and compiled.jit_functions == 0:
+            pytest.skip("this PostgreSQL has no LLVM to compile with")
+        assert compiled.jit_functions > 0 and not compiled.jit_optimized
+    finally:
+        backend.close()
+    seconds = Calibration(
+        server="postgres",
+        decrypt_ns={},
+        fetch_ns_per_byte=1.0,
+        statement_seconds=0.0,
+        server_seconds_per_cost=1e-6,
+        local_ns_per_row=1.0,
+        local_statement_seconds=0.0,
+        ashe_ns_per_run=1.0,
+        jit_seconds={"plain": 0.001, "optimized": 0.006},
+    )
+    assert seconds.compile_seconds(10, optimized=False) == pytest.approx(0.01)
+    assert seconds.compile_seconds(10, optimized=True) == pytest.approx(0.06)
 
 
 def test_bandwidths() -> None:

@@ -117,6 +117,10 @@ class Estimate:
     # each operator carries its own part of the optimizer's cost (``Operator.cost``:
     # PostgreSQL), which the planner's rows then scale
     costed_operators: bool = False
+    # the functions the server compiles before running it (PostgreSQL's JIT, past its
+    # ``jit_above_cost``), and whether it optimizes them (past ``jit_optimize_above_cost``)
+    jit_functions: int = 0
+    jit_optimized: bool = False
 
 
 @runtime_checkable

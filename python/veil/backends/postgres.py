@@ -267,13 +267,17 @@ class PostgresBackend(StagedBackend):
     def estimate(self, sql: str, params: Params = None) -> Estimate:
         """The top node's rows and cost, and each node's own cost (``pg_plan``)."""
         plan = self.execute(f"EXPLAIN (VERBOSE, FORMAT JSON) {sql}", params).column(0)[0].as_py()
-        top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        explained = (json.loads(plan) if isinstance(plan, str) else plan)[0]
+        top = explained["Plan"]
         operators = plan_operators(top, self._table_rows(relations(top)))
+        jit = explained.get("JIT") or {}
         return Estimate(
             rows=float(top["Plan Rows"]),
             cost=float(top["Total Cost"]),
             operators=operators,
             costed_operators=True,
+            jit_functions=int(jit.get("Functions") or 0),
+            jit_optimized=bool((jit.get("Options") or {}).get("Optimization")),
         )
 
     def profile(self, sql: str, params: Params = None) -> Operator:

@@ -44,8 +44,10 @@ from veil.backends.base import Backend, quote
 from veil.backends.duckdb import DuckDBBackend
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
+from veil.exec.compile_time import jit_seconds
 from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
 from veil.exec.server_time import spent_by_kind, spilled_share
+from veil.exec.timing import fastest
 from veil.sql.errors import ClientDirectoryError
 from veil.sql.plan import RND_ROW_ID
 from veil.sql.remote import render
@@ -57,7 +59,8 @@ CALIBRATION_FILE = "calibration.json"
 CALIBRATION_VERSION = 9  # 2: small tables' samples repeated; 3: per-operator server costs;
 # 4: ASHE priced per run of summed ids, the local plan per operator; 5: scans' filters apart;
 # 6: groups out of the caches apart; 7: probes too; 8: filters compare a stored column;
-# 9: every filter a comparison, those on bytes apart; the client's seconds per statement
+# 9: every filter a comparison, those on bytes apart; the client's seconds per statement;
+# a result row's fetch; PostgreSQL's JIT
 SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
@@ -102,6 +105,12 @@ class Calibration:
     # rows on), beyond the server's, decrypting and the local plan: TPC-H Q20's four steps
     # took 17 ms of it, ~8% of every small query's time
     step_seconds: float = 0.0
+    # a result row's own fetch cost beyond its bytes (PostgreSQL's wire protocol: a
+    # message per row, ~95 ns; TPC-H Q18's 6M lineitem rows spent 0.57 s in them)
+    fetch_ns_per_row: float = 0.0
+    # seconds per function the server's JIT compiles before running a statement, ``plain``
+    # and ``optimized`` (``cost_units.jit_seconds``); empty: it compiles none
+    jit_seconds: dict[str, float] = field(default_factory=dict)
 
     def decrypt_seconds(self, enc: Encryption | None, rows: float) -> float:
         if enc is None:
@@ -110,6 +119,11 @@ class Calibration:
             CLASS_PREFIX + cost_class(enc), _DEFAULT_DECRYPT_NS
         )
         return rows * per_value * 1e-9
+
+    def compile_seconds(self, functions: int, optimized: bool) -> float:
+        """The seconds a server's JIT takes to compile ``functions`` functions."""
+        rate = self.jit_seconds.get("optimized" if optimized else "plain", 0.0)
+        return functions * rate
 
     def classes(self) -> dict[str, float]:
         """The median cost per value of each kind of column (``cost_class``)."""
@@ -164,7 +178,7 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     """Measure every figure of a ``Calibration`` on ``session``'s client and server."""
     say = progress or (lambda _: None)
     backend = session.backend
-    statement = _fastest(lambda: backend.execute("SELECT 1"))
+    statement = fastest(lambda: backend.execute("SELECT 1"))
     decrypt_ns: dict[str, float] = {}
     sampled: dict[str, int] = {}
     by_class: dict[str, list[float]] = {}
@@ -181,7 +195,7 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
         if enc.row_bound:
             wanted.append((RND_ROW_ID, None))
         blocks = BlockReader(backend, FetchStats())  # a calibration is no query: not counted
-        decrypting = _fastest(
+        decrypting = fastest(
             lambda: decrypt_columns(sample, table, wanted, session.ciphers, blocks)  # noqa: B023
         )
         nanos = decrypting / sample.num_rows * 1e9
@@ -197,8 +211,13 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     operators = _operator_ns(session, statement)
     if operators:
         per_byte = operators.pop("byte") * 1e-9
+    say("timing the server's JIT")
+    jit = jit_seconds(session) if backend.dialect == "postgres" else {}
     say("timing a query's own work on the client")
     step = _step_seconds(session)
+    # a whole column's fetch (``operators``' byte) counts its rows' own cost in its bytes;
+    # the samples' slope leaves it out
+    row_fetch = 0.0 if operators else _per_row(session, per_byte)
     say("timing the local DuckDB plan and ASHE unpadding")
     per_row, _ = _local_costs()
     per_statement, per_node = _local_planning()
@@ -219,7 +238,29 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
         local_operator_ns=local_operators,
         local_ns_per_node=round(per_node * 1e9, 2),
         step_seconds=step,
+        fetch_ns_per_row=round(row_fetch * 1e9, 4),
+        jit_seconds=jit,
     )
+
+
+def _per_row(session: Session, per_byte: float) -> float:
+    """Seconds per result row beyond its bytes: the largest table's row ids fetched at two
+    lengths (the difference in rows, less its bytes' cost, over the rows)."""
+    tables = [t for t in session.design.tables.values() if t.row_count >= 2 * SAMPLE_ROWS]
+    if not tables:
+        return 0.0
+    table = max(tables, key=lambda t: t.row_count)
+    backend = session.backend
+    fetched: list[tuple[int, int, float]] = []
+    for rows in (SAMPLE_ROWS, min(table.row_count, 20 * SAMPLE_ROWS)):
+        select = exp.select(exp.column(table.row_id)).from_(exp.to_table(table.server_name))
+        sql, params = render(select.limit(rows), backend)
+        size = backend.execute(sql, params or None).nbytes  # the warm-up run, measured
+        seconds = fastest(lambda: backend.execute(sql, params or None))  # noqa: B023
+        fetched.append((rows, size, seconds))
+    (rows1, bytes1, seconds1), (rows2, bytes2, seconds2) = fetched
+    extra = seconds2 - seconds1 - (bytes2 - bytes1) * per_byte
+    return max(extra / (rows2 - rows1), 0.0)
 
 
 def _step_seconds(session: Session) -> float:
@@ -310,7 +351,7 @@ def _server_seconds_per_cost(session: Session, statement: float) -> float:
     sql, params = render(select, session.backend)
     backend = session.backend
     cost = backend.estimate(sql, params or None).cost or float(table.row_count)
-    seconds = _fastest(lambda: backend.execute(sql, params or None))
+    seconds = fastest(lambda: backend.execute(sql, params or None))
     return max(seconds - statement, 1e-6) / max(cost, 1.0)
 
 
@@ -423,7 +464,7 @@ def _operator_costs(
     kinds: dict[str, dict[str, tuple[float, float]]] = {}
     for label, sql in statements.items():
         backend.execute(sql)  # warm: the columns' blocks in memory, as a query finds them
-        walls += max(_fastest(lambda: backend.execute(sql)) - statement, 1e-6)  # noqa: B023
+        walls += max(fastest(lambda: backend.execute(sql)) - statement, 1e-6)  # noqa: B023
         # the least busy of a few profiles, as for the wall times (``_fastest``)
         runs = [spent_by_kind(profile(sql)) for _ in range(_RUNS)]
         kinds[label] = min(runs, key=lambda run: sum(seconds for _, seconds in run.values()))
@@ -460,7 +501,7 @@ def _operator_costs(
     group_spill = max(many - group, 0.0) / share if share > 0 else 0.0
     fetched = f"SELECT {row_id} FROM {name}"
     size = float(backend.execute(fetched).nbytes)  # the warm-up run, measured
-    seconds = max(_fastest(lambda: backend.execute(fetched)) - statement, 1e-6)
+    seconds = max(fastest(lambda: backend.execute(fetched)) - statement, 1e-6)
     byte = max(seconds - rows * expression, seconds * 0.1) / max(size, 1.0)
     costs = {
         "expression": expression,
@@ -492,9 +533,9 @@ def _local_costs() -> tuple[float, float]:
     try:
         sql = "SELECT k, count(*), sum(v), max(s) FROM t GROUP BY k ORDER BY 2 DESC LIMIT 10"
         con.register("t", data.slice(0, 100))
-        statement = _fastest(lambda: con.sql(sql).to_arrow_table())
+        statement = fastest(lambda: con.sql(sql).to_arrow_table())
         con.register("t", data)
-        whole = _fastest(lambda: con.sql(sql).to_arrow_table())
+        whole = fastest(lambda: con.sql(sql).to_arrow_table())
         return max(whole - statement, 0.0) / _LOCAL_ROWS * 1e9, statement
     finally:
         con.close()
@@ -541,7 +582,7 @@ def _local_planning() -> tuple[float, float]:
             test = " OR ".join(f"v = {i}" for i in range(terms))
             sql = f"SELECT k, count(*), sum(v) FROM t WHERE {test} GROUP BY k ORDER BY k"
             sizes.append(sum(1 for _ in exp.maybe_parse(sql, dialect="duckdb").walk()))
-            times.append(_fastest(lambda: con.sql(sql).to_arrow_table()))  # noqa: B023
+            times.append(fastest(lambda: con.sql(sql).to_arrow_table()))  # noqa: B023
         per_node = max(times[1] - times[0], 0.0) / (sizes[1] - sizes[0])
         return max(times[0] - sizes[0] * per_node, 0.0), per_node
     finally:
@@ -556,15 +597,4 @@ def _ashe_ns_per_run(session: Session) -> float:
     starts = masks & ~(masks << np.uint64(1))  # a run starts where its lower bit is clear
     runs = int(np.unpackbits(starts.view(np.uint8)).sum())
     ashe = Ashe.from_master(session.master, "calibration", column="calibration")
-    return _fastest(lambda: ashe.pad_sums_blocks(blocks, masks)) / runs * 1e9
-
-
-def _fastest(work: Callable[[], object]) -> float:
-    """The least of a few runs' seconds: the work's own time, as free as it gets of other
-    processes (a machine shared under load doubled medians, and skewed kinds apart)."""
-    times = []
-    for _ in range(_RUNS):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return min(times)
+    return fastest(lambda: ashe.pad_sums_blocks(blocks, masks)) / runs * 1e9

@@ -205,6 +205,8 @@ def _step_cost(
             else:  # the optimizer's own cost of each node, scaled by the planner's rows
                 work = plan_work(estimate.operators, filtered, {}, joined, _groups(step))
                 server = work.cost * calibration.server_seconds_per_cost
+            # compiling it first, where the server's JIT does (PostgreSQL past a cost)
+            server += calibration.compile_seconds(estimate.jit_functions, estimate.jit_optimized)
         else:
             cost = (estimate.cost or estimate.rows) - _skipped(estimate, scans)
             server = cost * calibration.server_seconds_per_cost
@@ -254,7 +256,11 @@ def _step_cost(
         rows=rows,
         bytes=size,
         server_seconds=calibration.statement_seconds + server,
-        transfer_seconds=size * calibration.fetch_ns_per_byte * 1e-9 + link,
+        transfer_seconds=(
+            size * calibration.fetch_ns_per_byte + rows * calibration.fetch_ns_per_row
+        )
+        * 1e-9
+        + link,
         decrypt_seconds=decrypt,
         local_rows=local_rows,
         client_seconds=calibration.step_seconds,

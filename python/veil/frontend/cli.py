@@ -272,11 +272,22 @@ def run_calibrate(args: argparse.Namespace) -> int:
     print(f"calibrated {args.client_dir} on its {found.server} server ({found.measured}):")
     print(f"  a statement's round trip: {found.statement_seconds * 1e3:.2f} ms")
     print(f"  server: {found.server_seconds_per_cost * 1e9:.2f} ns per unit of its estimate")
-    print(f"  fetch: {found.fetch_ns_per_byte:.2f} ns per result byte")
+    print(
+        f"  fetch: {found.fetch_ns_per_byte:.2f} ns per result byte, "
+        f"{found.fetch_ns_per_row:.1f} ns per row"
+    )
     print(
         f"  local plan: {found.local_statement_seconds * 1e3:.2f} ms per query, "
         f"{found.local_ns_per_row:.1f} ns per row"
     )
+    print(f"  client: {found.step_seconds * 1e3:.2f} ms of its own per statement of a query")
+    if found.jit_seconds:
+        print(
+            "  JIT: "
+            + ", ".join(
+                f"{ms * 1e3:.2f} ms per {k} function" for k, ms in found.jit_seconds.items()
+            )
+        )
     print(f"  ASHE: {found.ashe_ns_per_run:,.1f} ns per run of summed row ids in a word's sum")
     print(f"  decrypt ({len(found.sampled)} columns sampled; the median column of each kind):")
     for kind, nanos in sorted(found.classes().items()):
