@@ -80,6 +80,28 @@ def test_a_semi_join_reduction_thins_the_scan(session: Session) -> None:
     assert rows > 0 and rows / 3 <= estimate <= rows * 3, (estimate, rows)
 
 
+def test_a_server_join_reduced_from_outside_keeps_what_the_reduction_keeps(
+    session: Session,
+) -> None:
+    """Q2's region, nation, supplier and partsupp, reduced by the subquery's parts of one
+    size and type: priced at every partsupp row of Europe's suppliers without it (250x)."""
+    result = session.run(TPCH["q2"])
+    assert result.plan is not None
+    reduced = [
+        s.joined
+        for s in result.plan.scans
+        if s.joined is not None and s.reduction is not None and s.joined.estimated_rows
+    ]
+    assert reduced, "Q2's server join is reduced by the subquery's parts"
+    for fetch in reduced:
+        rows = result.stats.steps[id(fetch)].rows
+        assert fetch.estimated_rows is not None
+        assert rows > 0 and rows / 3 <= fetch.estimated_rows <= rows * 3, (
+            fetch.estimated_rows,
+            rows,
+        )
+
+
 def test_a_grouped_server_join_counts_its_groups(session: Session) -> None:
     """Q16's joined GROUP BY: its groups from the keys' distinct counts (p_size narrowed to
     the IN list's 8) and the joined rows; DuckDB's own guess was 40 times too few."""

@@ -183,3 +183,15 @@ def test_a_large_hash_table_spills_out_of_the_caches_on_a_log_scale() -> None:
     scan = _scan("t", 4_000_000, 4_000_000, expressions=0)
     group = Operator("group", 1_048_576, 1, (scan,), columns=2)
     assert plan_work(group).group_spill == pytest.approx(2 * 1_048_576)
+
+
+def test_a_hash_table_past_the_caches_and_a_nested_loops_lookups_are_counted() -> None:
+    big = _scan("big", 2_000_000, 2_000_000, expressions=0)
+    hashed = Operator("join", 2_000_000, 1, (_scan("f", 4e6, 4e6, expressions=0), big))
+    work = plan_work(hashed)
+    assert work.built_spill == 2_000_000  # all of it out of the caches past a million
+    assert work.lookups == 0
+    inner = Operator("scan", 1, 1, table="i", table_rows=1e6, per_loop=True)
+    looped = Operator("join", 500, 1, (_scan("o", 500, 500, expressions=0), inner), hashed=False)
+    work = plan_work(looped)
+    assert work.lookups == 500 and work.built_spill == 0  # an index lookup per outer row

@@ -81,6 +81,9 @@ class Operator:
     # of a scan's filters (``expressions``), those comparing bytes: a ciphertext of text
     # tested byte by byte costs about twice a 64-bit integer's comparison (DuckDB)
     byte_filters: int = 0
+    # a join that builds a hash table of its inner input (every DuckDB join; PostgreSQL's
+    # Hash Join, not its nested loops or merge joins)
+    hashed: bool = True
     seconds: float = 0.0  # profiled: the time spent in it, summed over the server's threads
     # its own part of the optimizer's cost (its total less its inputs'), where the
     # optimizer prices its plan (PostgreSQL)

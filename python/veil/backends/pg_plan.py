@@ -87,6 +87,7 @@ def _node(
             bounded=bounded,
             marks=marks,
             composite=composite,
+            hashed=kind == "Hash Join",
             **common,
         )
         return join, partial

@@ -44,6 +44,7 @@ from veil.backends.base import Backend, quote
 from veil.backends.duckdb import DuckDBBackend
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
+from veil.exec.build_rate import build_ns
 from veil.exec.compile_time import jit_seconds
 from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
 from veil.exec.server_time import spent_by_kind, spilled_share
@@ -111,6 +112,11 @@ class Calibration:
     # seconds per function the server's JIT compiles before running a statement, ``plain``
     # and ``optimized`` (``cost_units.jit_seconds``); empty: it compiles none
     jit_seconds: dict[str, float] = field(default_factory=dict)
+    # nanoseconds per row built into a hash table out of the caches, beyond the cost units
+    # (``build_rate``; PostgreSQL)
+    build_ns: float = 0.0
+    # ... and per index lookup a nested loop makes (its inner runs)
+    lookup_ns: float = 0.0
 
     def decrypt_seconds(self, enc: Encryption | None, rows: float) -> float:
         if enc is None:
@@ -211,8 +217,9 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     operators = _operator_ns(session, statement)
     if operators:
         per_byte = operators.pop("byte") * 1e-9
-    say("timing the server's JIT")
+    say("timing the server's JIT and hash tables")
     jit = jit_seconds(session) if backend.dialect == "postgres" else {}
+    built = build_ns(session, statement, per_cost) if not operators else {}
     say("timing a query's own work on the client")
     step = _step_seconds(session)
     # a whole column's fetch (``operators``' byte) counts its rows' own cost in its bytes;
@@ -240,6 +247,8 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
         step_seconds=step,
         fetch_ns_per_row=round(row_fetch * 1e9, 4),
         jit_seconds=jit,
+        build_ns=round(built.get("build", 0.0), 4),
+        lookup_ns=round(built.get("lookup", 0.0), 4),
     )
 
 

@@ -205,6 +205,8 @@ def _step_cost(
             else:  # the optimizer's own cost of each node, scaled by the planner's rows
                 work = plan_work(estimate.operators, filtered, {}, joined, _groups(step))
                 server = work.cost * calibration.server_seconds_per_cost
+                server += work.built_spill * calibration.build_ns * 1e-9
+                server += work.lookups * calibration.lookup_ns * 1e-9
             # compiling it first, where the server's JIT does (PostgreSQL past a cost)
             server += calibration.compile_seconds(estimate.jit_functions, estimate.jit_optimized)
         else:

@@ -89,6 +89,13 @@ class Work:
     # the optimizer's own cost units, each node's scaled as its inputs' rows were
     # corrected (PostgreSQL; priced by ``Calibration.server_seconds_per_cost``)
     cost: float = 0.0
+    # rows built into hash tables, each counted for how far its table is out of the caches
+    # (``spilled_share``): PostgreSQL's own cost leaves that out (priced by
+    # ``Calibration.build_ns``)
+    built_spill: float = 0.0
+    # a nested loop's runs of its inner side (its outer rows), each an index lookup that
+    # PostgreSQL prices as cached pages (priced by ``Calibration.lookup_ns``)
+    lookups: float = 0.0
 
     def add(self, other: Work) -> None:
         for f in fields(Work):
@@ -186,6 +193,10 @@ def plan_work(
                     column_rows(kept, scanned) - column_rows(found, scanned)
                 ) * columns
             work.build += built
+            if op.hashed:  # the rows a hash table takes past the caches (PostgreSQL's cost
+                work.built_spill += built * spilled_share(built)  # prices none of it)
+            elif len(op.children) > 1 and op.children[1].per_loop:
+                work.lookups += first  # a nested loop: an inner run per outer row
         elif op.kind == "group":
             # each aggregate adds a fifth of a row's cost (measured with one: a count);
             # Q1's eleven: 15 ns a row, where a count of 16 groups takes 5 (summed threads)
