@@ -41,7 +41,10 @@ def test_budgets_are_kept_and_cost_buys_space(
     tight, free = designs[1.5], designs[None]
     assert tight.space_factor <= 1.5
     assert free.solution.seconds <= tight.solution.seconds
-    assert free.space_factor >= tight.space_factor
+    # cost buys space: an unbounded design smaller than the tight one fits its budget too,
+    # so it can only be another of equal cost, within the solver's gap (seen in CI)
+    if free.space_factor < tight.space_factor:
+        assert free.solution.seconds == pytest.approx(tight.solution.seconds, rel=1e-5)
     assert tight.seconds["ilp"] < 5  # the solver itself; planning dominates the rest
 
 
