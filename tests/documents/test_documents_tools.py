@@ -91,3 +91,20 @@ def test_ope_ranges_reported_before_the_ore_load(ferretdb):
     assert set(first) == {"plain", "veil"} and first["veil"]["round_trips"] == 1.0
     assert {"plain_ranked", "veil_ore", "ore_load_docs_per_s"} <= set(result["range"])
     assert set(overheads(result)) == {"range ope", "range ore"}
+
+
+def test_ore_section_alone_and_ycsb_workloads_reported_as_they_end(ferretdb):
+    """`ore` (named only) loads the ranked documents in one insert_many each, so the
+    tree is bulk-built; each YCSB workload's figures are written as soon as it ends."""
+    reports: list[dict[str, Any]] = []
+    result = run(
+        ferretdb.url, 300, 10, [1, 2], 5, 1, "test", only=["ore", "ycsb"],
+        progress=lambda partial: reports.append(json.loads(json.dumps(partial))),
+    )  # fmt: skip
+    ore = result["ore"]
+    assert ore["ore_tree"] == {"levels": 2, "nodes": 5}  # 300 keys: a root over 4 leaves
+    assert ore["veil_ore"]["sequential_round_trips"] <= 3
+    assert set(ore["load_docs_per_s"]) == {"plain", "veil"}
+    workloads = [set(r.get("ycsb", {})) - {"load_docs_per_s"} for r in reports]
+    assert {"uniform_1t"} in workloads and {"uniform_1t", "uniform_2t"} in workloads
+    assert {"range ore", "ore load", "ycsb uniform_1t"} <= set(overheads(result))
