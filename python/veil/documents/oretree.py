@@ -1,7 +1,8 @@
 """A B+-tree of ORE right ciphertexts, kept by the client in the server (``ore`` index fields).
 
 Each ``ore`` field has its own tree: one server document per node, under a
-string ``_id`` (the one lookup FerretDB answers without a scan). A node holds
+string ``_id`` (an index lookup on MongoDB; FerretDB 1.24 scans in SQL for it,
+stopping at the match: docs/documents.md). A node holds
 sorted Lewi–Wu *right* ciphertexts of order keys (``k``) and, in leaves, the
 sealed tag of the document value each key stands for (``i``), or, in inner
 nodes, its children's ids (``i``, one more than keys). The client compares its
@@ -22,7 +23,8 @@ over (its claim), then adds the separators to the parent; a reader that meets
 a node whose fence is below its bound follows ``n``, so nothing is missed in
 between. Entries are never removed: a document's write draws a fresh tag, so
 the entries of old values match no document (docs/security.md says what the
-tree keeps).
+tree keeps). A large batch meeting a root that is one leaf is built bottom up
+instead (:mod:`veil.documents.orebulk`) and switched in by one claim of the root.
 """
 
 from __future__ import annotations
