@@ -16,8 +16,9 @@ from test_documents_ore import ORE_INT, SMALL_NODES, _write_documents
 
 import veil.documents
 from veil.crypto.keys import MasterKey
+from veil.documents import ore as ore_module
 from veil.documents import oretree
-from veil.documents.ore import OreKeys
+from veil.documents.ore import OreKeys, rank
 from veil.documents.orebulk import Built, merge, merge_positions
 
 SCHEMA = {"c": {"fields": {"x": ORE_INT}}}
@@ -79,6 +80,16 @@ def test_merge_puts_new_entries_after_equal_old_keys():
                      [f"n{v}" for v in new])  # fmt: skip
     assert items == ["n1", "o5", "o10", "o10", "n10", "n10", "n15", "o20", "n30"]
     assert len(asked) <= len(old) * 3  # a binary search per old key, not every entry
+
+
+def test_ore_encryption_in_chunks_still_compares(monkeypatch):
+    ore = OreKeys(MasterKey(os.urandom(32)), "db/c", "x", signed=True)
+    keys = list(range(-5, 6))
+    monkeypatch.setattr(ore_module, "CHUNK", 3)  # four native calls each
+    lefts, rights = ore.left(keys), ore.right(keys)
+    assert len(lefts) == len(rights) == len(keys)
+    assert [rank(left, rights, inclusive=False) for left in lefts] == list(range(len(keys)))
+    assert [rank(left, rights, inclusive=True) for left in lefts] == list(range(1, 12))
 
 
 def _tree(collection: Any) -> oretree.OreTree:
