@@ -29,6 +29,7 @@ instead (:mod:`veil.documents.orebulk`) and switched in by one claim of the root
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 import random
@@ -293,17 +294,12 @@ class OreTree:
         growing list, which is quadratic for a batch far larger than a node."""
         leaf = group.node
         entries = sorted(group.entries, key=lambda e: order[id(e)])
-        positions = [rank(e.left, leaf.keys, inclusive=True) for e in entries]
-        keys: list[bytes] = []
-        items: list[Any] = []
-        taken = 0
-        for e, position in zip(entries, positions, strict=True):
-            keys += leaf.keys[taken:position]
-            items += leaf.items[taken:position]
-            taken = position
-            keys.append(e.right)
-            items.append(e.tag)
-        leaf.keys, leaf.items = keys + leaf.keys[taken:], items + leaf.items[taken:]
+        ranks = [rank(e.left, leaf.keys, inclusive=True) for e in entries]  # nondecreasing
+        # old key j goes after the entries ranked at or below j
+        positions = [bisect.bisect_right(ranks, j) for j in range(len(leaf.keys))]
+        leaf.keys, leaf.items = merge(
+            leaf.keys, leaf.items, positions, [e.right for e in entries], [e.tag for e in entries]
+        )
         if self._store(leaf, group.entries[0].left):
             return []
         return group.entries
