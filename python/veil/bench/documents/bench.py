@@ -27,6 +27,7 @@ other load (``--note``).
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import tempfile
@@ -450,9 +451,13 @@ def ycsb(
         "uniform": rng.integers(0, docs, size=ops),
         "zipfian": scramble[zipfian_ranks(docs, ops, rng)],
     }
-    updates = rng.random(ops) < 0.5
+    chosen = rng.random(ops) < 0.5
+    # each workload updates with values of its own (nonzero: an update, and its value's
+    # seed), or the second workload over the same keys would rewrite what the first wrote
+    workloads = itertools.count(1)
     for distribution, keys in distributions.items():
         for count in threads:
+            updates = chosen * next(workloads)
             out[f"{distribution}_{count}t"] = {
                 "plain": summary(on_threads(clients.plain.usertable, keys, updates, count, False)),
                 "veil": summary(on_threads(clients.veil.usertable, keys, updates, count, True)),
@@ -460,6 +465,7 @@ def ycsb(
             if measured is not None:
                 measured(dict(out))
         for count in processes or []:
+            updates = chosen * next(workloads)
             plain, encrypted = clients.targets()
             out[f"{distribution}_{count}p"] = {
                 "plain": summary(on_processes(plain, keys, updates, count, False)),
