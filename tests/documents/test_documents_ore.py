@@ -257,11 +257,14 @@ def test_schema_file_with_ore(tmp_path: Path, url, key_file):
 
 
 def test_a_large_batch_splits_into_full_nodes(url, key_file, small_nodes):
-    """A batch many times a node's size lands in one leaf, which splits into many pieces."""
+    """A batch many times a node's size into a tree already built (its root no longer a
+    leaf, so no bulk load): leaves take many entries each and split into many pieces."""
     with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
-        values = random.Random(2).sample(range(-1000, 1000), 150)
-        database.c.insert_many([{"x": v} for v in values])
+        values = random.Random(2).sample(range(-1000, 1000), 300)
+        database.c.insert_many([{"x": v} for v in values[:30]])  # bulk-built: a root over leaves
         tree = database.c.codec.ciphers["x"].ore.tree
+        assert tree._fetch([oretree.ROOT])[0].level >= 1
+        database.c.insert_many([{"x": v} for v in values[30:]])
         nodes = list(tree._nodes.find())
         assert max(len(n["k"]) for n in nodes) <= SMALL_NODES
         assert sum(len(n["k"]) for n in nodes if n["h"] == 0) == len(values)

@@ -91,3 +91,38 @@ def test_ope_ranges_reported_before_the_ore_load(ferretdb):
     assert set(first) == {"plain", "veil"} and first["veil"]["round_trips"] == 1.0
     assert {"plain_ranked", "veil_ore", "ore_load_docs_per_s"} <= set(result["range"])
     assert set(overheads(result)) == {"range ope", "range ore"}
+
+
+def test_ore_section_alone_and_ycsb_workloads_reported_as_they_end(ferretdb):
+    """`ore` (named only) loads the ranked documents in one insert_many each, so the
+    tree is bulk-built; each YCSB workload's figures are written as soon as it ends."""
+    reports: list[dict[str, Any]] = []
+    result = run(
+        ferretdb.url, 300, 10, [1, 2], 5, 1, "test", only=["ore", "ycsb"],
+        progress=lambda partial: reports.append(json.loads(json.dumps(partial))),
+    )  # fmt: skip
+    ore = result["ore"]
+    assert ore["ore_tree"] == {"levels": 2, "nodes": 5}  # 300 keys: a root over 4 leaves
+    assert ore["veil_ore"]["sequential_round_trips"] <= 3
+    assert set(ore["load_docs_per_s"]) == {"plain", "veil"}
+    workloads = [set(r.get("ycsb", {})) - {"load_docs_per_s"} for r in reports]
+    assert {"uniform_1t"} in workloads and {"uniform_1t", "uniform_2t"} in workloads
+    assert {"range ore", "ore load", "ycsb uniform_1t"} <= set(overheads(result))
+
+
+def test_each_ycsb_workload_writes_values_of_its_own(ferretdb):
+    """The second workload over the same keys must not rewrite the first one's values:
+    FerretDB skips an update that changes nothing (plain's would cost no write), while
+    Veil's fresh ciphertext is always written."""
+    import os
+
+    import pymongo
+
+    run(ferretdb.url, 31, 12, [1, 2], 5, 1, "test", only=["ycsb"])  # a database of its own
+    with pymongo.MongoClient(ferretdb.url) as client:
+        values = [d["field3"] for d in client[f"bench_plain_31_{os.getpid()}"].usertable.find()]
+    written = {v[:4] for v in values if v.startswith("u")}
+    # each distribution's second workload updates the first one's records with values
+    # of its own (workloads 1-2 uniform, 3-4 Zipfian), so only those are left
+    assert written == {"u002", "u004"}
+    assert all(len(v) == 100 for v in values)

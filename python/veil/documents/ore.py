@@ -18,6 +18,7 @@ returns it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -27,6 +28,8 @@ from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.rnd import Rnd
 
 TAG_BYTES = 8
+#: Keys per native ORE encryption call (a few seconds' work).
+CHUNK = 8192
 _SIGN = 1 << 63
 
 
@@ -46,12 +49,20 @@ class OreKeys:
         return [k + _SIGN for k in keys] if self.signed else keys
 
     def left(self, keys: list[int]) -> list[bytes]:
-        with native_errors(self.path, "uint64"):
-            return self._cipher.encrypt_left(self._unsigned(keys))
+        return self._encrypt(self._cipher.encrypt_left, keys)
 
     def right(self, keys: list[int]) -> list[bytes]:
+        return self._encrypt(self._cipher.encrypt_right, keys)
+
+    def _encrypt(self, encrypt: Callable[[list[int]], list[bytes]], keys: list[int]) -> list[bytes]:
+        """``keys`` encrypted ``CHUNK`` at a time: the native call holds the GIL (about
+        3,000 keys a second), and a bulk load's million would starve the driver's
+        background threads for minutes in one call."""
+        out: list[bytes] = []
         with native_errors(self.path, "uint64"):
-            return self._cipher.encrypt_right(self._unsigned(keys))
+            for at in range(0, len(keys), CHUNK):
+                out += encrypt(self._unsigned(keys[at : at + CHUNK]))
+        return out
 
     def seal_tags(self, tags: list[bytes]) -> list[bytes]:
         return list(self._tags.encrypt(pa.array(tags, pa.binary())).to_pylist())

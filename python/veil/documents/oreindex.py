@@ -24,7 +24,7 @@ from typing import Any
 
 from veil.documents.errors import FieldTypeError
 from veil.documents.ore import OreKeys, fresh_tags
-from veil.documents.oretree import Bound, Entry, OreTree
+from veil.documents.oretree import Bound, OreTree
 from veil.documents.schema import FieldSpec
 from veil.documents.values import order_key
 
@@ -65,10 +65,13 @@ class OreIndex:
         keys = [order_key(self.spec, v) for v in present]
         tags = fresh_tags(len(keys))
         if keys:
-            sealed = self.keys.seal_tags(tags)
-            lefts, rights = self.keys.left(keys), self.keys.right(keys)
             order = sorted(range(len(keys)), key=keys.__getitem__)
-            self._tree().insert(Entry(lefts[j], rights[j], sealed[j]) for j in order)
+            ordered = [keys[j] for j in order]
+            self._tree().insert_sorted(
+                self.keys.right(ordered),
+                self.keys.seal_tags([tags[j] for j in order]),
+                lambda positions: self.keys.left([ordered[i] for i in positions]),
+            )
         found = iter(tags)
         return [None if v is None else next(found) for v in values]
 

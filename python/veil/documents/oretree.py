@@ -1,7 +1,8 @@
 """A B+-tree of ORE right ciphertexts, kept by the client in the server (``ore`` index fields).
 
 Each ``ore`` field has its own tree: one server document per node, under a
-string ``_id`` (the one lookup FerretDB answers without a scan). A node holds
+string ``_id`` (an index lookup on MongoDB; FerretDB 1.24 scans in SQL for it,
+stopping at the match: docs/documents.md). A node holds
 sorted Lewi–Wu *right* ciphertexts of order keys (``k``) and, in leaves, the
 sealed tag of the document value each key stands for (``i``), or, in inner
 nodes, its children's ids (``i``, one more than keys). The client compares its
@@ -22,11 +23,13 @@ over (its claim), then adds the separators to the parent; a reader that meets
 a node whose fence is below its bound follows ``n``, so nothing is missed in
 between. Entries are never removed: a document's write draws a fresh tag, so
 the entries of old values match no document (docs/security.md says what the
-tree keeps).
+tree keeps). A large batch meeting a root that is one leaf is built bottom up
+instead (:mod:`veil.documents.orebulk`) and switched in by one claim of the root.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 import random
@@ -42,6 +45,7 @@ from pymongo.collection import Collection as ServerCollection
 
 from veil.documents.errors import ServerError
 from veil.documents.ore import rank
+from veil.documents.orebulk import Built, merge, merge_positions
 
 #: Keys per node (the fan-out); a fuller node splits into pieces of at most this many.
 CAPACITY = 128
@@ -190,12 +194,62 @@ class OreTree:
 
     # -- writes ------------------------------------------------------------------
 
+    def insert_sorted(
+        self, rights: Sequence[bytes], tags: Sequence[bytes],
+        lefts: Callable[[list[int]], list[bytes]],
+    ) -> None:  # fmt: skip
+        """Add a batch sorted by key: right ciphertexts, sealed tags, and ``lefts``, which
+        makes the left ciphertexts of the entries at given positions (as costly as the
+        right ones, so made only for what a walk needs).
+
+        A batch larger than a node meeting a root that is still one leaf is built bottom
+        up with that leaf's keys (:mod:`veil.documents.orebulk`); otherwise, or if another
+        writer changed the root meanwhile, each entry is walked to its leaf."""
+        if len(rights) > CAPACITY:
+            root = self._fetch([ROOT])[0]
+            if root.leaf and self._bulk_load(root, rights, tags, lefts):
+                return
+        made = lefts(list(range(len(rights))))
+        self.insert(Entry(*entry) for entry in zip(made, rights, tags, strict=True))
+
+    def _bulk_load(
+        self, root: Node, rights: Sequence[bytes], tags: Sequence[bytes],
+        lefts: Callable[[list[int]], list[bytes]],
+    ) -> bool:  # fmt: skip
+        """Build the root leaf's keys and the batch into a new tree under the root; False
+        (nothing changed) if another writer claimed the root's next version first."""
+        made: dict[int, bytes] = {}
+
+        def left_of(position: int) -> bytes:
+            if position not in made:
+                made[position] = lefts([position])[0]
+            return made[position]
+
+        positions = merge_positions(root.keys, len(rights), left_of)
+        keys, items = merge(root.keys, root.items, positions, rights, tags)
+        built = Built(keys, items, CAPACITY, max(2, CAPACITY * 3 // 4))
+        nodes = [
+            Node(p.id, 0, p.level, p.keys, p.items, p.next, p.fence)
+            for level in built.levels
+            for p in level
+        ]
+        # the root's children first: a server that finds a document by scanning (FerretDB
+        # 1.24 does, even by _id) then finds the nodes every walk reads soonest
+        self._insert_nodes(nodes)
+        new_root = Node(ROOT, root.version, built.root_level, built.root_keys, built.root_items)
+        if self._claim_and_write(new_root):
+            return True
+        self._delete(node.id for node in nodes)
+        return False
+
     def insert(self, entries: Iterable[Entry]) -> None:
-        """Add ``entries``; each lands exactly once whatever other writers do."""
+        """Add ``entries``, given in key order; each lands exactly once whatever other
+        writers do."""
         pending = list(entries)
+        order = {id(e): i for i, e in enumerate(pending)}
         patience = _Patience()
         while pending:
-            pending = [e for g in self._locate(pending) for e in self._insert_into(g)]
+            pending = [e for g in self._locate(pending) for e in self._insert_into(g, order)]
             if pending and not patience.wait():
                 raise ServerError("the ORE tree kept changing under this insert; retry later")
 
@@ -231,13 +285,21 @@ class OreTree:
             merged.setdefault(node.id, _Group(node)).entries.extend(targets[node.id])
         return list(merged.values())
 
-    def _insert_into(self, group: _Group) -> list[Entry]:
-        """Put a group's entries into its leaf; the entries to retry if it changed meanwhile."""
+    def _insert_into(self, group: _Group, order: dict[int, int]) -> list[Entry]:
+        """Put a group's entries into its leaf; the entries to retry if it changed meanwhile.
+
+        Each entry goes after the keys equal to it. The entries (a sibling's may have
+        joined the group out of order: put back in key order) are ranked among the
+        leaf's keys as read and merged in one pass, not inserted one by one into a
+        growing list, which is quadratic for a batch far larger than a node."""
         leaf = group.node
-        for e in group.entries:  # each after the equal keys already there
-            position = rank(e.left, leaf.keys, inclusive=True)
-            leaf.keys.insert(position, e.right)
-            leaf.items.insert(position, e.tag)
+        entries = sorted(group.entries, key=lambda e: order[id(e)])
+        ranks = [rank(e.left, leaf.keys, inclusive=True) for e in entries]  # nondecreasing
+        # old key j goes after the entries ranked at or below j
+        positions = [bisect.bisect_right(ranks, j) for j in range(len(leaf.keys))]
+        leaf.keys, leaf.items = merge(
+            leaf.keys, leaf.items, positions, [e.right for e in entries], [e.tag for e in entries]
+        )
         if self._store(leaf, group.entries[0].left):
             return []
         return group.entries
@@ -249,8 +311,7 @@ class OreTree:
         if node.id == ROOT:
             return self._split_root(node)
         pieces, separators = _pieces(node)
-        for piece in pieces[1:]:
-            self._insert_new(piece)
+        self._insert_nodes(pieces[1:])
         left = pieces[0]
         if not self._claim_and_write(left):
             self._delete(piece.id for piece in pieces[1:])
@@ -261,8 +322,7 @@ class OreTree:
     def _split_root(self, root: Node) -> bool:
         pieces, separators = _pieces(root)
         pieces[0].id = _fresh_id()
-        for piece in pieces:
-            self._insert_new(piece)
+        self._insert_nodes(pieces)
         new_root = Node(ROOT, root.version, root.level + 1, separators, [p.id for p in pieces])
         if self._store(new_root, b""):  # a root with too many pieces splits again
             return True
@@ -334,13 +394,17 @@ class OreTree:
         self._write(lambda: self._nodes.replace_one({"_id": node.id}, node.document()))
         return True
 
-    def _insert_new(self, node: Node) -> None:
-        self._write(lambda: self._nodes.insert_one(node.document()))
+    def _insert_nodes(self, nodes: list[Node]) -> None:
+        """New nodes, in one command (the driver splits it at the server's message size)."""
+        if nodes:
+            documents = [node.document() for node in nodes]
+            self._write(lambda: self._nodes.insert_many(documents, ordered=True))
 
     def _delete(self, ids: Iterable[str]) -> None:
-        """Drop new nodes of a split that lost its claim (nothing points to them)."""
-        for node_id in ids:
-            self._write(partial(self._nodes.delete_one, {"_id": node_id}))
+        """Drop new nodes of a split or bulk load that lost its claim (nothing points to
+        them), in one command."""
+        if wanted := list(ids):
+            self._write(partial(self._nodes.delete_many, {"_id": {"$in": wanted}}))
 
     def _write(self, command: Callable[[], object]) -> None:
         try:

@@ -16,6 +16,7 @@ after the other for each measurement:
   a native index), and of ``Rank`` (the same values under ``ore``, in
   documents of their own, against the same plain documents), with the server commands per query counted and,
   for ``ore``, the sequential round trips (tree levels, then the documents).
+  The ``ore`` section (run only when named) is the ``ore`` half alone.
 * ``sum``: ``$group`` by a 10-value ``index`` key with ``$sum`` of an
   ``h_add`` field (plain: ``$sum`` of the plain field), over all documents.
 
@@ -26,6 +27,7 @@ other load (``--note``).
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import tempfile
@@ -87,7 +89,7 @@ YCSB_SCHEMA = {"fields": dict.fromkeys(YCSB_FIELDS, "static")}
 SCHEMAS["usertable"] = YCSB_SCHEMA
 LOAD_BATCH = 1000
 #: Sections run only when named: parts of others, for sizes where the whole is too long.
-NAMED_ONLY = ("writes", "inc")
+NAMED_ONLY = ("writes", "inc", "ore")
 
 
 class CommandCounter(monitoring.CommandListener):
@@ -227,12 +229,12 @@ def ranges(
     against ``ore`` (``Rank`` of documents holding nothing else).
 
     The ``ope`` figures come first and go to ``measured`` before the ``ore`` documents are
-    loaded: at 1M that load (the tree's inserts) takes over an hour.
+    loaded (at 1M that load, the ORE encryption of every value on the client above all,
+    takes minutes; value by value it took over an hour before the tree was bulk-built).
     """
     if clients.plain.movies.estimated_document_count() == 0:  # run without benchmarkdb
         load_movies(clients, movies(docs))
-    rng = random.Random(seed)
-    starts = [rng.randrange(0, max(1, docs - width)) for _ in range(queries)]
+    starts = range_starts(docs, width, queries, seed)
     out: dict[str, Any] = {}
     for name, collection, counter in (
         ("plain", clients.plain.movies, clients.plain_counter),
@@ -241,13 +243,24 @@ def ranges(
         out[name] = range_queries(collection, counter, "Index", starts, width, docs)
     if measured is not None:
         measured(dict(out))
+    ore = ore_ranges(clients, docs, width, starts)
+    out["ore_load_docs_per_s"] = ore["load_docs_per_s"]["veil"]
+    return out | {name: ore[name] for name in ("plain_ranked", "veil_ore", "ore_tree")}
+
+
+def ore_ranges(clients: Clients, docs: int, width: int, starts: list[int]) -> dict[str, Any]:
+    """Plain ``Rank`` (a native index) against ``ore`` ``Rank``, in documents holding
+    nothing else, each loaded by one ``insert_many`` (so the ``ore`` field's tree is
+    bulk-built, :mod:`veil.documents.orebulk`); the ``ore`` section runs this alone."""
     clients.plain.ranked.create_index("Rank")
-    load_ranked(clients.plain.ranked, docs)
-    load = timed(partial(load_ranked, clients.veil.ranked, docs))
+    load = {
+        "plain": docs / timed(partial(load_ranked, clients.plain.ranked, docs)),
+        "veil": docs / timed(partial(load_ranked, clients.veil.ranked, docs)),
+    }
     ore = clients.veil.ranked.codec.ciphers["Rank"].ore
     assert ore is not None and ore.tree is not None
     tree = ore.tree
-    out["ore_load_docs_per_s"] = docs / load
+    out: dict[str, Any] = {"load_docs_per_s": load, "ore_tree": tree_shape(tree)}
     out["plain_ranked"] = range_queries(
         clients.plain.ranked, clients.plain_counter, "Rank", starts, width, docs
     )
@@ -256,8 +269,19 @@ def ranges(
         clients.veil.ranked, clients.veil_counter, "Rank", starts, width, docs
     )
     # tree levels (parallel reads in each), then the documents query
-    out["veil_ore"]["sequential_round_trips"] = (tree.round_trips - waves) / queries + 1
+    out["veil_ore"]["sequential_round_trips"] = (tree.round_trips - waves) / len(starts) + 1
     return out
+
+
+def tree_shape(tree: Any) -> dict[str, int]:
+    """An ORE tree's levels (the root's height + 1) and stored nodes."""
+    root = tree._fetch(["root"])[0]
+    return {"levels": root.level + 1, "nodes": tree._nodes.estimated_document_count()}
+
+
+def range_starts(docs: int, width: int, queries: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(0, max(1, docs - width)) for _ in range(queries)]
 
 
 def range_queries(
@@ -275,10 +299,8 @@ def range_queries(
 
 
 def load_ranked(collection: Any, docs: int) -> None:
-    for at in range(0, docs, LOAD_BATCH):
-        collection.insert_many(
-            [{"_id": i, "Rank": i} for i in range(at, min(docs, at + LOAD_BATCH))]
-        )
+    """One ``insert_many`` of every ranked document (the driver splits it into commands)."""
+    collection.insert_many([{"_id": i, "Rank": i} for i in range(docs)])
 
 
 def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[str, Any]:
@@ -416,9 +438,11 @@ def load_ycsb(clients: Clients, records: list[dict[str, Any]]) -> dict[str, floa
 def ycsb(
     clients: Clients, docs: int, ops: int, threads: list[int], seed: int,
     processes: list[int] | None = None,
+    measured: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Each distribution on ``threads`` client threads of this process (labels ``_Nt``)
-    and on ``processes`` client processes of one thread each (labels ``_Np``)."""
+    and on ``processes`` client processes of one thread each (labels ``_Np``); each
+    workload's figures go to ``measured`` as soon as it ends (a 1M run takes an hour)."""
     records = ycsb_records(docs, seed)
     out: dict[str, Any] = {"load_docs_per_s": load_ycsb(clients, records)}
     rng = np.random.default_rng(seed)
@@ -427,19 +451,28 @@ def ycsb(
         "uniform": rng.integers(0, docs, size=ops),
         "zipfian": scramble[zipfian_ranks(docs, ops, rng)],
     }
-    updates = rng.random(ops) < 0.5
+    chosen = rng.random(ops) < 0.5
+    # each workload updates with values of its own (nonzero: an update, and its value's
+    # seed), or the second workload over the same keys would rewrite what the first wrote
+    workloads = itertools.count(1)
     for distribution, keys in distributions.items():
         for count in threads:
+            updates = chosen * next(workloads)
             out[f"{distribution}_{count}t"] = {
                 "plain": summary(on_threads(clients.plain.usertable, keys, updates, count, False)),
                 "veil": summary(on_threads(clients.veil.usertable, keys, updates, count, True)),
             }
+            if measured is not None:
+                measured(dict(out))
         for count in processes or []:
+            updates = chosen * next(workloads)
             plain, encrypted = clients.targets()
             out[f"{distribution}_{count}p"] = {
                 "plain": summary(on_processes(plain, keys, updates, count, False)),
                 "veil": summary(on_processes(encrypted, keys, updates, count, True)),
             }
+            if measured is not None:
+                measured(dict(out))
     return out
 
 
@@ -472,7 +505,16 @@ def run(
                     ranges, clients, docs, range_width, queries, seed, partial(measured, "range")
                 ),
                 "sum": partial(sums, clients, docs, 5, scans(docs, 100, scan_budget), seed),
-                "ycsb": partial(ycsb, clients, docs, ops, threads, seed, processes),
+                "ycsb": partial(
+                    ycsb, clients, docs, ops, threads, seed, processes, partial(measured, "ycsb")
+                ),
+                "ore": partial(
+                    ore_ranges,
+                    clients,
+                    docs,
+                    range_width,
+                    range_starts(docs, range_width, queries, seed),
+                ),
                 "writes": partial(sequential_inserts, clients, docs, timed),
                 "inc": partial(blind_increments, clients, docs, incs or 10, seed),
             }

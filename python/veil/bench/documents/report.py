@@ -28,6 +28,10 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
         if "veil_ore" in result["range"]:
             ranked = result["range"].get("plain_ranked", result["range"]["plain"])["p50_us"]
             out["range ore"] = result["range"]["veil_ore"]["p50_us"] / ranked
+    if "ore" in result:  # the ore half of the ranges alone
+        ore = result["ore"]
+        out["range ore"] = ore["veil_ore"]["p50_us"] / ore["plain_ranked"]["p50_us"]
+        out["ore load"] = ore["load_docs_per_s"]["plain"] / ore["load_docs_per_s"]["veil"]
     sums = result.get("sum", {})
     for strategy in ("server", "fetch", "paillier", "chain", "chain_revealed"):
         if f"veil_{strategy}" in sums:

@@ -72,9 +72,13 @@ def run_slot(
 
 
 def _operation(collection: Any, keys: np.ndarray, updates: np.ndarray, j: int, check: bool) -> None:
+    """Operation ``j``: a read, or (``updates[j]`` nonzero) an update whose 100-byte value
+    ``updates[j]`` and ``j`` make new to the record: an update that writes what the
+    record already holds is no write at all to FerretDB (it skips unchanged documents),
+    while Veil's fresh ciphertext always is one."""
     key = f"user{int(keys[j]):012d}"
     if updates[j]:
-        collection.update_one({"_id": key}, {"$set": {"field3": f"u{j:099d}"}})
+        collection.update_one({"_id": key}, {"$set": {"field3": f"u{int(updates[j]):03d}{j:096d}"}})
     else:
         document = collection.find_one({"_id": key})
         if check:
