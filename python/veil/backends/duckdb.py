@@ -147,13 +147,15 @@ class DuckDBBackend(StagedBackend):
         sit in it (``additional_block_ids``: a blocks table's sealed blocks).
         """
         self._run_quiet("CHECKPOINT")
-        block_size = self.execute("SELECT block_size FROM pragma_database_size()").column(0)[0]
         blocks = self.execute(
             "SELECT count(DISTINCT b) FROM (SELECT unnest(list_append(additional_block_ids, "
             "block_id)) AS b FROM pragma_storage_info($1) WHERE persistent) WHERE b >= 0",
             [table],
         ).column(0)[0]
-        return int(blocks.as_py() or 0) * int(block_size.as_py())
+        return int(blocks.as_py() or 0) * self._block_size()
+
+    def _block_size(self) -> int:
+        return int(self.execute("SELECT block_size FROM pragma_database_size()")[0][0].as_py())
 
     def column_bytes(self, table: str) -> dict[str, float]:
         """Each column's share of ``table_bytes``: its segments' extents within their blocks
@@ -165,9 +167,7 @@ class DuckDBBackend(StagedBackend):
         bytes a ciphertext would be 1.4 GB.
         """
         total = self.table_bytes(table)
-        block_size = int(
-            self.execute("SELECT block_size FROM pragma_database_size()")[0][0].as_py()
-        )
+        block_size = self._block_size()
         found = self.execute(
             "SELECT column_name, block_id, block_offset, len(additional_block_ids) "
             "FROM pragma_storage_info($1) WHERE persistent AND block_id >= 0",

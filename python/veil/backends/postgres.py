@@ -20,7 +20,7 @@ import contextlib
 import gc
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -337,13 +337,22 @@ class PostgresBackend(StagedBackend):
         one = exp.cast(exp.Literal.number(1), "BIGINT")
         return exp.BitwiseLeftShift(this=one, expression=exp.cast(position, "INT"))
 
+    def hash_aggregation(self) -> contextlib.AbstractContextManager[None]:
+        return self.settings({"enable_sort": "off"})  # a penalty, not a ban: ORDER BY sorts
+
     @contextlib.contextmanager
-    def hash_aggregation(self) -> Iterator[None]:
-        self.execute("SET enable_sort = off")  # a penalty, not a ban: ORDER BY still sorts
+    def settings(self, values: Mapping[str, str]) -> Iterator[None]:
+        """This session's settings ``values`` (name: value) for the block, reset after it
+        (those set, when one fails)."""
+        applied = []
         try:
+            for name, value in values.items():
+                self.execute(f"SET {name} = {value}")
+                applied.append(name)
             yield
         finally:
-            self.execute("RESET enable_sort")
+            for name in applied:
+                self.execute(f"RESET {name}")
 
     def extreme(self, kind: str, value: exp.Expression, binary: bool) -> exp.Expression:
         if not binary:

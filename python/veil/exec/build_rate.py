@@ -28,11 +28,14 @@ if TYPE_CHECKING:
 _MIN_ROWS = 100_000  # smaller tables' hash tables stay in the caches: nothing to measure
 
 
-def build_ns(session: Session, statement: float, per_cost: float) -> dict[str, float]:
+def hash_and_lookup_ns(session: Session, statement: float, per_cost: float) -> dict[str, float]:
     """Nanoseconds per built row past the caches (``build``) and per index lookup of a
     nested loop (``lookup``: the same join with hash joins off), beyond the cost units;
     empty where the server prices no plan's nodes, or no table has a near-unique DET key
     of enough rows."""
+    settings = getattr(session.backend, "settings", None)  # PostgreSQL's
+    if settings is None:
+        return {}
     best = None
     for table in session.design.tables.values():
         if table.row_count < _MIN_ROWS:
@@ -55,14 +58,10 @@ def build_ns(session: Session, statement: float, per_cost: float) -> dict[str, f
         f"WHERE {row_id} < {quarter}) AS b ON a.{key} = b.k"
     )
     found: dict[str, float] = {}
-    for kind, settings in (("build", []), ("lookup", ["enable_hashjoin", "enable_mergejoin"])):
-        try:
-            for setting in settings:
-                session.backend.execute(f"SET {setting} = off")
+    off = {"enable_hashjoin": "off", "enable_mergejoin": "off"}
+    for kind, values in (("build", {}), ("lookup", off)):
+        with settings(values):
             rate = _rate(session, sql, statement, per_cost, kind)
-        finally:
-            for setting in settings:
-                session.backend.execute(f"RESET {setting}")
         if rate is None:
             return {}
         found[kind] = rate

@@ -16,9 +16,12 @@ It measures, reading only (nothing is written to the server):
   PostgreSQL's cost, DuckDB's rows handled) on a scan of the largest table;
 - where the server lists its plan's operators and can profile a statement
   (DuckDB), the seconds of each kind of work (``server_time.OperatorCosts``)
-  from four profiled statements over the largest table (a filtered scan, two
-  aggregates of few and many groups, a hash join),
-  and a result byte's transfer from a whole-column fetch of it;
+  from profiled statements over the largest table (filtered scans, aggregates
+  of few and many groups, hash joins), and a result byte's transfer from a
+  whole-column fetch of it; elsewhere (PostgreSQL) a result row's own fetch
+  cost, its JIT per function compiled (``compile_time``), and rows built into
+  hash tables past the caches and index lookups (``build_rate``);
+- the client's own time per statement of a query (a one-row query run);
 - the local DuckDB plan's time per input row, on a grouped aggregate.
 
 Each figure is the fastest of a few runs; the file says when it was measured.
@@ -44,7 +47,7 @@ from veil.backends.base import Backend, quote
 from veil.backends.duckdb import DuckDBBackend
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
-from veil.exec.build_rate import build_ns
+from veil.exec.build_rate import hash_and_lookup_ns
 from veil.exec.compile_time import jit_seconds
 from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
 from veil.exec.server_time import spent_by_kind, spilled_share
@@ -107,10 +110,10 @@ class Calibration:
     # took 17 ms of it, ~8% of every small query's time
     step_seconds: float = 0.0
     # a result row's own fetch cost beyond its bytes (PostgreSQL's wire protocol: a
-    # message per row, ~95 ns; TPC-H Q18's 6M lineitem rows spent 0.57 s in them)
+    # message per row, ~60 ns; TPC-H Q18's 6M lineitem rows spent 0.57 s in them)
     fetch_ns_per_row: float = 0.0
     # seconds per function the server's JIT compiles before running a statement, ``plain``
-    # and ``optimized`` (``cost_units.jit_seconds``); empty: it compiles none
+    # and ``optimized`` (``compile_time.jit_seconds``); empty: it compiles none
     jit_seconds: dict[str, float] = field(default_factory=dict)
     # nanoseconds per row built into a hash table out of the caches, beyond the cost units
     # (``build_rate``; PostgreSQL)
@@ -218,8 +221,8 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     if operators:
         per_byte = operators.pop("byte") * 1e-9
     say("timing the server's JIT and hash tables")
-    jit = jit_seconds(session) if backend.dialect == "postgres" else {}
-    built = build_ns(session, statement, per_cost) if not operators else {}
+    jit = jit_seconds(session)
+    built = hash_and_lookup_ns(session, statement, per_cost) if not operators else {}
     say("timing a query's own work on the client")
     step = _step_seconds(session)
     # a whole column's fetch (``operators``' byte) counts its rows' own cost in its bytes;
@@ -474,7 +477,7 @@ def _operator_costs(
     for label, sql in statements.items():
         backend.execute(sql)  # warm: the columns' blocks in memory, as a query finds them
         walls += max(fastest(lambda: backend.execute(sql)) - statement, 1e-6)  # noqa: B023
-        # the least busy of a few profiles, as for the wall times (``_fastest``)
+        # the least busy of a few profiles, as for the wall times (``fastest``)
         runs = [spent_by_kind(profile(sql)) for _ in range(_RUNS)]
         kinds[label] = min(runs, key=lambda run: sum(seconds for _, seconds in run.values()))
         spent += sum(seconds for _, seconds in kinds[label].values())

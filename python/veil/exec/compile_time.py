@@ -22,8 +22,12 @@ if TYPE_CHECKING:
 _RUNS = 5
 # the settings that make a small statement compile as a large one would (``jit_seconds``)
 _JIT_SETTINGS = {
-    "plain": ("jit_above_cost",),
-    "optimized": ("jit_above_cost", "jit_optimize_above_cost", "jit_inline_above_cost"),
+    "plain": {"jit_above_cost": "0"},
+    "optimized": {
+        "jit_above_cost": "0",
+        "jit_optimize_above_cost": "0",
+        "jit_inline_above_cost": "0",
+    },
 }
 
 
@@ -31,10 +35,12 @@ def jit_seconds(session: Session) -> dict[str, float]:
     """Seconds per function the server's JIT compiles, ``plain`` and ``optimized``: a small
     aggregate run under ``EXPLAIN ANALYZE`` with the thresholds set to compile it, its
     compile time over its functions (the least of a few runs). Empty where the server
-    compiles nothing (JIT off, or no LLVM)."""
+    compiles nothing (JIT off, or no LLVM), or has no session settings to lower its
+    thresholds by (a server other than PostgreSQL)."""
     backend = session.backend
+    settings = getattr(backend, "settings", None)  # PostgreSQL's (``PostgresBackend``)
     tables = [t for t in session.design.tables.values() if t.row_count > 0]
-    if not tables:
+    if settings is None or not tables:
         return {}
     table = min(tables, key=lambda t: t.row_count)
     row_id = quote(table.row_id)
@@ -43,20 +49,12 @@ def jit_seconds(session: Session) -> dict[str, float]:
         f"FROM {quote(table.server_name)} WHERE {row_id} % 7 <> 3"
     )
     found: dict[str, float] = {}
-    for level, settings in _JIT_SETTINGS.items():
-        times = []
-        try:
-            for setting in settings:
-                backend.execute(f"SET {setting} = 0")
-            for _ in range(_RUNS):
-                compiled = _compiled(backend.execute(sql).column(0)[0].as_py())
-                if compiled is None:
-                    return {}
-                times.append(compiled)
-        finally:
-            for setting in settings:
-                backend.execute(f"RESET {setting}")
-        found[level] = min(times)
+    for level, values in _JIT_SETTINGS.items():
+        with settings(values):
+            times = [_compiled(backend.execute(sql).column(0)[0].as_py()) for _ in range(_RUNS)]
+        if None in times:
+            return {}
+        found[level] = min(t for t in times if t is not None)
     return found
 
 
