@@ -21,7 +21,7 @@ from pymongo.results import DeleteResult, InsertManyResult, InsertOneResult, Upd
 
 from veil.documents.chains import ChainClaims
 from veil.documents.codec import DocumentCodec
-from veil.documents.cursor import Cursor
+from veil.documents.cursor import Cursor, batches
 from veil.documents.drift import DRIFT_CHAIN, increment
 from veil.documents.errors import (
     DocumentsError,
@@ -360,13 +360,18 @@ class Collection:
     def _matching(self, query: dict[str, Any], many: bool) -> Iterator[tuple[Any, Any]]:
         """(stored, decrypted) pairs of the matching documents, in the server's order."""
         server_filter = translate_filter(self.codec, query)
-        stored_documents = list(self._find_stored(server_filter.document(), None, 0, 0))
-        decoded = self.codec.decode_many(stored_documents)
-        for stored, document in zip(stored_documents, decoded, strict=True):
-            if matches(document, query):
-                yield stored, document
-                if not many:
-                    return
+        # One document wanted and the server filter exact: the server stops at the first
+        # match (FerretDB scans for all but a string _id, so a limit halves a random
+        # document's read); otherwise batches are decoded as they come, up to the first match.
+        limit = 1 if server_filter.exact and not many else 0
+        stored_documents = self._find_stored(server_filter.document(), None, 0, limit)
+        for batch in batches(stored_documents):
+            decoded = self.codec.decode_many(batch)
+            for stored, document in zip(batch, decoded, strict=True):
+                if matches(document, query):
+                    yield stored, document
+                    if not many:
+                        return
 
     # -- reads -----------------------------------------------------------------
 

@@ -101,10 +101,10 @@ class Cursor:
             server["filter"], server["sort"], server["skip"], server["limit"], server["projection"]
         )
         if client["sort"] is None and not client["skip"] and not client["limit"]:
-            for batch in _batches(documents):
+            for batch in batches(documents):
                 yield from self._finish(batch, client)
             return
-        decoded = [d for batch in _batches(documents) for d in self._filter(batch, client)]
+        decoded = [d for batch in batches(documents) for d in self._filter(batch, client)]
         if client["sort"]:
             sort_documents(decoded, client["sort"])
         end = client["skip"] + client["limit"] if client["limit"] else None
@@ -150,7 +150,9 @@ def server_projection(codec: DocumentCodec, projection: dict[str, Any] | None) -
     return fields
 
 
-def _batches(documents: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+def batches(documents: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """Stored documents in lists of ``BATCH``, decoded a list at a time (one native call
+    per field), as the server streams them."""
     batch: list[dict[str, Any]] = []
     for document in documents:
         batch.append(document)
