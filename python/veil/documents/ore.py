@@ -28,7 +28,7 @@ from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.rnd import Rnd
 
 TAG_BYTES = 8
-#: Keys per native ORE encryption call (a few seconds' work).
+#: Keys per native ORE encryption call (seconds of work, the GIL released, the cores shared).
 CHUNK = 8192
 _SIGN = 1 << 63
 
@@ -55,9 +55,9 @@ class OreKeys:
         return self._encrypt(self._cipher.encrypt_right, keys)
 
     def _encrypt(self, encrypt: Callable[[list[int]], list[bytes]], keys: list[int]) -> list[bytes]:
-        """``keys`` encrypted ``CHUNK`` at a time: the native call holds the GIL (about
-        3,000 keys a second), and a bulk load's million would starve the driver's
-        background threads for minutes in one call."""
+        """``keys`` encrypted ``CHUNK`` at a time (about 3,000 keys a second a core): a
+        bulk load's million in one call would hold minutes of output in memory and give
+        no progress between calls."""
         out: list[bytes] = []
         with native_errors(self.path, "uint64"):
             for at in range(0, len(keys), CHUNK):

@@ -20,6 +20,8 @@ use std::cmp::Ordering;
 use cretrit::aes128v1::ore::{Cipher, CipherText};
 use cretrit::SerializableCipherText;
 
+use zeroize::Zeroizing;
+
 use crate::KernelError;
 
 /// Blocks per key and values per block: 8 × 8 bits cover a u64.
@@ -32,9 +34,15 @@ pub const KEY_BYTES: usize = 32;
 type OreCipher = Cipher<BLOCKS, WIDTH>;
 type OreCipherText = CipherText<BLOCKS, WIDTH>;
 
-/// One ORE key (the cipher's rng is per instance, so an `Ore` is not `Sync`).
+/// Keys per worker below which one thread encrypts: a cipher per thread costs
+/// its key schedule, and each key is ~0.3 ms of work.
+const PARALLEL_MIN_KEYS: usize = 64;
+
+/// One ORE key (the cipher's rng is per instance, so an `Ore` is not `Sync`;
+/// a batch's worker threads build ciphers of their own from the key).
 pub struct Ore {
     cipher: OreCipher,
+    key: Zeroizing<[u8; KEY_BYTES]>,
 }
 
 impl Ore {
@@ -43,8 +51,10 @@ impl Ore {
             expected: KEY_BYTES,
             got: key.len(),
         })?;
-        let cipher = OreCipher::new(key).map_err(|e| KernelError::Parameter(e.to_string()))?;
-        Ok(Self { cipher })
+        Ok(Self {
+            cipher: cipher_of(key)?,
+            key: Zeroizing::new(*key),
+        })
     }
 
     /// Left (comparison-capable) ciphertexts of `values`: the client's, never stored.
@@ -57,28 +67,71 @@ impl Ore {
         self.encrypt(values, |c, p| c.right_encrypt(p))
     }
 
+    /// `values` encrypted by `how`, split over the machine's cores when there are
+    /// enough of them (each key costs thousands of AES calls; the order is kept).
     fn encrypt(
         &self,
         values: &[u64],
-        how: impl Fn(&OreCipher, &cretrit::PlainText<BLOCKS, WIDTH>) -> CretritResult,
+        how: impl Fn(&OreCipher, &cretrit::PlainText<BLOCKS, WIDTH>) -> CretritResult + Sync,
     ) -> Result<Vec<Vec<u8>>, KernelError> {
-        values
-            .iter()
-            .enumerate()
-            .map(|(row, &value)| {
-                let plain = value.try_into().map_err(|_| KernelError::Domain {
-                    row,
-                    domain: "u64".into(),
-                })?;
-                let ciphertext = how(&self.cipher, &plain).and_then(|c| c.to_vec());
-                let bytes = ciphertext.map_err(|e| KernelError::Parameter(e.to_string()))?;
-                let mut out = Vec::with_capacity(bytes.len() + 1);
-                out.push(VERSION);
-                out.extend_from_slice(&bytes);
-                Ok(out)
-            })
-            .collect()
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(values.len() / PARALLEL_MIN_KEYS);
+        if threads < 2 {
+            return encrypt_with(&self.cipher, values, 0, &how);
+        }
+        let piece = values.len().div_ceil(threads);
+        let how = &how;
+        let key = &self.key;
+        let pieces: Vec<Result<Vec<Vec<u8>>, KernelError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = values
+                .chunks(piece)
+                .enumerate()
+                .map(|(i, chunk)| {
+                    scope.spawn(move || encrypt_with(&cipher_of(key)?, chunk, i * piece, how))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("an ORE worker thread panicked"))
+                .collect()
+        });
+        let mut out = Vec::with_capacity(values.len());
+        for piece in pieces {
+            out.extend(piece?);
+        }
+        Ok(out)
     }
+}
+
+fn cipher_of(key: &[u8; KEY_BYTES]) -> Result<OreCipher, KernelError> {
+    OreCipher::new(key).map_err(|e| KernelError::Parameter(e.to_string()))
+}
+
+/// `values` (rows `first..` of the caller's batch) encrypted by `how` under `cipher`.
+fn encrypt_with(
+    cipher: &OreCipher,
+    values: &[u64],
+    first: usize,
+    how: &impl Fn(&OreCipher, &cretrit::PlainText<BLOCKS, WIDTH>) -> CretritResult,
+) -> Result<Vec<Vec<u8>>, KernelError> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(at, &value)| {
+            let row = first + at;
+            let plain = value.try_into().map_err(|_| KernelError::Domain {
+                row,
+                domain: "u64".into(),
+            })?;
+            let ciphertext = how(cipher, &plain).and_then(|c| c.to_vec());
+            let bytes = ciphertext.map_err(|e| KernelError::Parameter(e.to_string()))?;
+            let mut out = Vec::with_capacity(bytes.len() + 1);
+            out.push(VERSION);
+            out.extend_from_slice(&bytes);
+            Ok(out)
+        })
+        .collect()
 }
 
 type CretritResult = Result<OreCipherText, cretrit::Error>;
@@ -188,6 +241,22 @@ mod tests {
             rank(&ore.encrypt_left(&[5]).unwrap()[0], &[], true).unwrap(),
             0
         );
+    }
+
+    #[test]
+    fn a_batch_split_over_threads_keeps_its_order() {
+        let ore = ore();
+        let values: Vec<u64> = (0..4 * PARALLEL_MIN_KEYS as u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        let rights = ore.encrypt_right(&values).unwrap();
+        let refs: Vec<&[u8]> = rights.iter().map(Vec::as_slice).collect();
+        let lefts = ore.encrypt_left(&values).unwrap();
+        for i in [0, 1, PARALLEL_MIN_KEYS, values.len() - 1] {
+            let got = compare(&lefts[i], &refs).unwrap();
+            let want: Vec<i8> = values.iter().map(|v| values[i].cmp(v) as i8).collect();
+            assert_eq!(got, want, "row {i}");
+        }
     }
 
     #[test]

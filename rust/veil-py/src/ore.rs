@@ -11,7 +11,8 @@ use veil_kernels::ore::{self, Ore};
 use crate::errors::to_py;
 
 /// One Lewi–Wu ORE key; see `veil.documents.ore` for the public face. The
-/// kernel's cipher keeps an rng, so calls take turns on it.
+/// kernel's cipher keeps an rng, so calls take turns on it; each releases the
+/// GIL (a batch is seconds of work, spread by the kernel over the cores).
 #[pyclass(frozen, module = "veil._native")]
 pub struct OreCipher {
     inner: Mutex<Ore>,
@@ -47,7 +48,9 @@ impl OreCipher {
         py: Python<'py>,
         keys: Vec<u64>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let out = self.with(|o| o.encrypt_left(&keys)).map_err(to_py)?;
+        let out = py
+            .allow_threads(|| self.with(|o| o.encrypt_left(&keys)))
+            .map_err(to_py)?;
         Ok(to_bytes(py, out))
     }
 
@@ -57,7 +60,9 @@ impl OreCipher {
         py: Python<'py>,
         keys: Vec<u64>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let out = self.with(|o| o.encrypt_right(&keys)).map_err(to_py)?;
+        let out = py
+            .allow_threads(|| self.with(|o| o.encrypt_right(&keys)))
+            .map_err(to_py)?;
         Ok(to_bytes(py, out))
     }
 }
