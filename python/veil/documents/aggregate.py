@@ -198,10 +198,13 @@ class Pipeline:
 
     def _chains_apply(self, outputs: list[tuple[str, str, Any]]) -> bool:
         """Whether every sum is of a field chained by this pipeline's one group key, over
-        the whole collection (a filter leaves holes in every chain)."""
-        if self.server_filter.document() or not self._single_key:
+        whole groups: a filter on other fields leaves holes in the chains, a filter on
+        the key alone keeps or drops each group whole (the count check proves it)."""
+        if not self._single_key:
             return False
         (key_path,) = self._key_paths
+        if not _filter_paths(self.query) <= {key_path}:
+            return False
         kinds = [(kind, cipher) for _, kind, cipher in outputs if kind != "count"]
         return bool(kinds) and all(
             kind.startswith("chain_") and cipher.spec.chain == key_path for kind, cipher in kinds
@@ -349,6 +352,18 @@ class Pipeline:
             for name, (_, cipher) in self._key_ciphers.items()
             if name in present
         }
+
+
+def _filter_paths(query: Any) -> set[str]:
+    """The field paths a filter reads (its logical operators' parts included)."""
+    paths: set[str] = set()
+    for key, condition in query.items():
+        if key in ("$and", "$or", "$nor"):
+            for part in condition:
+                paths |= _filter_paths(part)
+        else:  # translate_filter refused any other operator at the top
+            paths.add(key)
+    return paths
 
 
 def _paillier_total(kind: str, cipher: Any, ciphertexts: list[bytes] | None) -> Any:
