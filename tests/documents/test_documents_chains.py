@@ -239,17 +239,69 @@ def test_layouts_keep_the_words_sum_below_2_63():
         assert layout.capacity * (hi - lo) < 2**layout.sum_bits
 
 
-def test_a_chain_longer_than_its_capacity_is_fetched(url, key_file, plain, monkeypatch):
+def _tiny_chains(collection, monkeypatch):
+    """Chains of ``v`` summing 3 values each (2 count bits), so sub-chains show at once."""
     tiny = ChainLayout.for_domain("v", *DOMAIN)
+    cipher = collection.codec.ciphers["v"]
+    monkeypatch.setattr(cipher.chained, "layout", ChainLayout(tiny.lo, tiny.hi, 2, tiny.sum_bits))
+    return cipher
+
+
+def _long_chains(count: int = 40) -> list[dict]:
+    """Chains of 10+ values in groups 0, 1 and null (missing and null ``g`` apart)."""
+    documents = [{"_id": i, "g": i % 3 or None, "v": i * 7 % 50 - 20} for i in range(count)]
+    for d in documents[::6]:
+        del d["g"]
+    return documents
+
+
+def test_chains_longer_than_their_capacity_sum_in_sub_chains(url, key_file, plain, monkeypatch):
     with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
-        cipher = database.c.codec.ciphers["v"]
-        monkeypatch.setattr(
-            cipher.chained, "layout", ChainLayout(tiny.lo, tiny.hi, 2, tiny.sum_bits)
-        )
-        documents = [{"_id": i, "g": i % 2, "v": i} for i in range(7)]  # chains of 4 and 3
+        cipher = _tiny_chains(database.c, monkeypatch)
+        documents = _long_chains()
+        for at in range(0, len(documents), 7):
+            database.c.insert_many([dict(d) for d in documents[at : at + 7]])
+        plain.c.insert_many(documents)
+        stored = database.c.find_projected({}, {cipher.name + "p": 1, cipher.name + "s": 1})
+        assert {(d[cipher.name + "p"] - 1) // 3 for d in stored} == {
+            d.get(cipher.name + "s", 0) for d in stored
+        }
+        calls = count_aggregations(database.c)
+        assert grouped(database.c, SUM_BY_G) == expected(plain.c, SUM_BY_G)
+        assert calls == {"aggregate": 1, "find": 0}  # its writer knows the chains are long
+        avg = [{"$group": {"_id": "$g", "a": {"$avg": "$v"}, "n": {"$sum": 1}}}]
+        assert grouped(database.c, avg) == expected(plain.c, avg)
+    with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
+        _tiny_chains(database.c, monkeypatch)
+        calls = count_aggregations(database.c)
+        assert grouped(database.c, SUM_BY_G) == expected(plain.c, SUM_BY_G)
+        assert calls == {"aggregate": 2, "find": 0}  # a new client learns it from the lengths
+        for c in (database.c, plain.c):  # a hole in one sub-chain: that query is fetched
+            c.delete_one({"_id": 13})
+        calls = count_aggregations(database.c)
+        assert grouped(database.c, SUM_BY_G) == expected(plain.c, SUM_BY_G)
+        assert calls == {"aggregate": 1, "find": 1}
+
+
+def test_chains_begun_before_sub_chains_are_fetched_past_their_capacity(
+    url, key_file, plain, monkeypatch
+):
+    """Their words past the capacity carry no sub-chain: their sums must not be trusted."""
+    with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
+        cipher = _tiny_chains(database.c, monkeypatch)
+        claims = database.c._chains[cipher.name]
+        claims.epoch()
+        claims.collection.update_one({"_id": "epoch"}, {"$unset": {"v": ""}})
+    with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
+        cipher = _tiny_chains(database.c, monkeypatch)
+        documents = _long_chains()
         database.c.insert_many([dict(d) for d in documents])
         plain.c.insert_many(documents)
+        stored = database.c.find_projected({}, {cipher.name + "s": 1, "_id": 0})
+        assert not any(stored)  # no sub-chain stored
+        calls = count_aggregations(database.c)
         assert grouped(database.c, SUM_BY_G) == expected(plain.c, SUM_BY_G)
+        assert calls == {"aggregate": 1, "find": 1}
 
 
 def _write(url: str, key_file: str, worker: int, count: int, report: str) -> None:

@@ -211,16 +211,30 @@ class Pipeline:
         )
 
     def _chained_documents(
-        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]], split: bool = False
     ) -> list[dict[str, Any]] | None:
         """The groups from one ``$group`` per chained field (and per count), or None when
         a chain has holes, moved values or more values than it sums exactly: the caller
-        then fetches. The chain lengths are read after the aggregation (see chains.py)."""
-        rows = self._server_rows(group)
+        then fetches. The chain lengths are read after the aggregation (see chains.py).
+        Fields whose chains are known to be past their capacity are grouped by sub-chain
+        too; a chain found past it afterwards makes one more aggregation of that kind."""
+        chained = {c.name: c for _, kind, c in outputs if kind != "count"}.values()
+        by_sub = {
+            output: f"${cipher.name}s"
+            for output, kind, cipher in outputs
+            if kind != "count" and (split or self.collection.chains_known_longer(cipher))
+        }
+        rows = self._server_rows(group, by_sub)
         plain = [self._plain_key(row.get("_id")) for row in rows.values()]
         lengths, drifts = {}, {}
-        for cipher in {c.name: c for _, kind, c in outputs if kind != "count"}.values():
+        for cipher in chained:
             lengths[cipher.name], drifts[cipher.name] = self.collection.chain_lengths(cipher, plain)
+        if not split and any(
+            length > cipher.chained.layout.capacity and self.collection.chains_split(cipher)
+            for cipher in chained
+            for _, length in lengths[cipher.name]
+        ) and len(by_sub) < len(chained):  # fmt: skip
+            return self._chained_documents(group, outputs, split=True)
         results = []
         for j, (key, row) in enumerate(zip(plain, rows.values(), strict=True)):
             document: dict[str, Any] = {"_id": key}
@@ -231,28 +245,40 @@ class Pipeline:
                     document[output] = row[output]
                     continue
                 chain, length = lengths[cipher.name][j]
-                total = cipher.chained.group_sum(row[output], chain, length, drifts[cipher.name])
+                total = cipher.chained.chain_sum(row[output], chain, length, drifts[cipher.name])
                 if total is None:
                     return None
                 document[output] = _opened_total(kind, [total, length])
             results.append(document)
         return results
 
-    def _server_rows(self, group: dict[str, Any]) -> dict[bytes, dict[str, Any]]:
+    def _server_rows(
+        self, group: dict[str, Any], by_sub: dict[str, str] | None = None
+    ) -> dict[bytes, dict[str, Any]]:
         """Each group's server accumulators, one aggregation per accumulator: FerretDB
-        1.24 computes only the first accumulator of a $group (later ones come back 0)."""
+        1.24 computes only the first accumulator of a $group (later ones come back 0).
+        An output named in ``by_sub`` is grouped by the key and that sub-chain field
+        too: its row holds ``{sub-chain: total}`` (an absent sub-chain field is 0)."""
         rows: dict[bytes, dict[str, Any]] = {}
         server_filter = self.server_filter.document()
         match = [{"$match": server_filter}] if server_filter else []
         accumulators = [(k, v) for k, v in group.items() if k != "_id"] or [("_n", {"$sum": 1})]
         for output, accumulator in accumulators:
-            stage = {"$group": {"_id": group["_id"], output: accumulator}}
+            sub_field = (by_sub or {}).get(output)
+            key = {"k": group["_id"], "s": sub_field} if sub_field else group["_id"]
+            stage = {"$group": {"_id": key, output: accumulator}}
             for row in self.collection.server_aggregate([*match, stage]):
-                server_key = row.get("_id")
-                if self._single_key:
-                    server_key = {"k": server_key}
-                entry = rows.setdefault(self._key_bytes(server_key), row)
-                entry[output] = row[output]
+                raw_key, sub = row.get("_id"), None
+                if sub_field:  # {k, s}; a missing key and a null one are apart here
+                    parts = raw_key if isinstance(raw_key, dict) else {}
+                    raw_key, sub = parts.get("k"), int(parts.get("s") or 0)
+                server_key = {"k": raw_key} if self._single_key else raw_key
+                entry = rows.setdefault(self._key_bytes(server_key), {"_id": raw_key})
+                if sub is None:
+                    entry[output] = row[output]
+                else:  # both halves of the null group add up (a double stays a double)
+                    totals = entry.setdefault(output, {})
+                    totals[sub] = totals.get(sub, 0) + row[output]
         return rows
 
     def _fetched_rows(

@@ -22,8 +22,13 @@ another group) sends the query to the fetched path: never a wrong answer.
 ``M`` and ``k`` come from the declared domain: ``M`` bits hold the sum of up
 to ``capacity`` shifted values, ``k`` bits their count, and ``capacity``
 words sum below ``2**63`` (FerretDB and MongoDB turn a larger int64 sum into
-an inexact double). A group whose chain grows past ``capacity`` is summed by
-the fetched path.
+an inexact double). A chain longer than ``capacity`` is summed in *sub-chains*
+of ``capacity`` positions: a value at position ``p`` also stores its sub-chain
+``(p − 1) // capacity`` (from the second on), the server groups by the key and
+the sub-chain, and each sub-chain's sum is checked and opened as a chain of its
+own (its pads telescope over its positions). Collections whose claims were
+started before sub-chains (their epoch has no version) sum such chains by the
+fetched path, since their words past ``capacity`` carry no sub-chain.
 
 Positions are claimed with the one atomic test-and-set a MongoDB-wire server
 gives (FerretDB's conditional updates are not atomic, see
@@ -66,6 +71,8 @@ from veil.errors import MalformedCiphertextError
 #: The epoch document of a claims collection: a random salt of every chain's key,
 #: drawn once per collection, so a dropped and re-created collection never reuses a pad.
 EPOCH = "epoch"
+#: The epoch's version from which words past a chain's capacity store their sub-chain.
+SUB_CHAINS = 2
 _MOD64 = 2**64
 _READERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="veil-chains")
 
@@ -97,6 +104,10 @@ class ChainLayout:
     def capacity(self) -> int:
         """Documents a chain sums exactly; a longer chain's sums are fetched."""
         return (1 << self.count_bits) - 1
+
+    def sub_chain(self, position: int) -> int:
+        """The sub-chain of a position (1-based): each sums ``capacity`` positions."""
+        return (position - 1) // self.capacity
 
     def check(self, path: str, value: int) -> None:
         if not self.lo <= value <= self.hi:
@@ -153,16 +164,21 @@ class ChainKeys:
     def pad(self, chain: int, position: int) -> int:
         return self.ashe(chain).pad(position)
 
-    def span_pads(self, chain: int, length: int) -> int:
-        """The pads of positions 1..length together: ``F(length) - F(0)``."""
-        return self.ashe(chain).pad_sum(runs=[(1, length)]) if length else 0
+    def span_pads(self, chain: int, first: int, last: int) -> int:
+        """The pads of positions first..last together: ``F(last) - F(first - 1)``."""
+        return self.ashe(chain).pad_sum(runs=[(first, last)]) if last >= first else 0
+
+
+#: Where a chained value is written: (chain, position, sub-chain); sub-chain 0 is not stored.
+Slot = tuple[int, int, int]
 
 
 class ChainedField:
-    """A chained ``h_add`` field's stored forms: ``{"w": word, "c": chain, "p": position}``,
-    kept flat at the field's name, name + ``c`` and name + ``p``."""
+    """A chained ``h_add`` field's stored forms: ``{"w": word, "c": chain, "p": position}``
+    and ``"s": sub-chain`` from the second sub-chain on, kept flat at the field's name,
+    name + ``c``, name + ``p`` and name + ``s``."""
 
-    PARTS = ("c", "p")
+    PARTS = ("c", "p", "s")
 
     def __init__(self, master: MasterKey, where: str, spec: Any, group_spec: Any):
         assert spec.domain is not None
@@ -174,33 +190,34 @@ class ChainedField:
         #: so a schema that stops revealing still reads values written while it did.
         self.drift_budget = _drift.budget(self.layout)
 
-    def encrypt(
-        self, values: list[Any], positions: list[tuple[int, int]] | None = None
-    ) -> list[Any]:
-        """Forms of ``values`` at ``positions`` (chain, position) of their non-null values,
-        claimed in the server: a value never written at a claimed position could sit in
-        a group's row uncounted by its chain, so there is no unclaimed form."""
+    def encrypt(self, values: list[Any], slots: list[Slot] | None = None) -> list[Any]:
+        """Forms of ``values`` at ``slots`` of their non-null values, claimed in the
+        server: a value never written at a claimed position could sit in a group's row
+        uncounted by its chain, so there is no unclaimed form."""
         present = self.check(values)
-        if present and positions is None:
+        if present and slots is None:
             raise DocumentsError(f"field {self.path!r}: a chained value needs a claimed position")
-        words = iter(self._words(present, positions or []))
-        at = iter(positions or [])
+        words = iter(self._words(present, slots or []))
+        at = iter(slots or [])
         out: list[Any] = []
         for value in values:
             if value is None:
                 out.append(None)
                 continue
-            chain, position = next(at)
-            out.append({"w": Int64(next(words)), "c": Int64(chain), "p": Int64(position)})
+            chain, position, sub = next(at)
+            form = {"w": Int64(next(words)), "c": Int64(chain), "p": Int64(position)}
+            if sub:
+                form["s"] = Int64(sub)
+            out.append(form)
         return out
 
-    def _words(self, present: list[int], positions: list[tuple[int, int]]) -> list[int]:
+    def _words(self, present: list[int], positions: list[Slot]) -> list[int]:
         """``layout.word`` of each value at its position, one native call per chain: the
         shifted value's ASHE ciphertext mod ``2**64``, reduced mod ``2**M`` (which
         divides it), is ``(value - lo + pad) mod 2**M``."""
         layout = self.layout
-        chains = np.array([c for c, _ in positions], dtype=np.int64)
-        at = np.array([p for _, p in positions], dtype=np.int64)
+        chains = np.array([c for c, _, _ in positions], dtype=np.int64)
+        at = np.array([p for _, p, _ in positions], dtype=np.int64)
         shifted = np.array([v - layout.lo for v in present], dtype=np.int64)  # < 2**63
         words = np.empty(len(present), dtype=np.uint64)
         for chain in np.unique(chains):
@@ -227,31 +244,56 @@ class ChainedField:
             raise MalformedCiphertextError(f"field {self.path!r}: malformed chained h_add word")
         return self.layout.open(word, self.keys.pad(chain, position), 1, self.drift_budget)
 
-    def group_sum(self, total: Any, chain: int, length: int, drift: int = 0) -> int | None:
-        """A group's plaintext sum from its server ``$sum`` of words, or None unless the
-        sum covers exactly positions 1..length of ``chain`` and, with ``drift`` (the field's
-        drift counter, read after the aggregation), is provably exact (then the caller
-        fetches)."""
+    def group_sum(
+        self, total: Any, chain: int, first: int, last: int, drift: int = 0
+    ) -> int | None:
+        """The plaintext sum of a group's (or sub-chain's) server ``$sum`` of words, or
+        None unless the sum covers exactly positions first..last of ``chain`` and, with
+        ``drift`` (the field's drift counter, read after the aggregation), is provably
+        exact (then the caller fetches)."""
         if isinstance(total, bool) or not isinstance(total, int) or (total < 0 and not drift):
             return None  # an int64 overflow comes back as a double
+        length = last - first + 1
         drift = min(drift, self.drift_budget)  # increments past the budget were not sent
         if drift and not _drift.sum_is_exact(self.layout, length, drift):
             return None
-        if length == 0:  # no value claimed: an empty sum, unless values moved in
+        if length <= 0:  # no value claimed: an empty sum, unless values moved in
             return 0 if total == 0 else None
         count = self.layout.count(total)
         if count != length or length > self.layout.capacity:
             return None
-        return self.layout.open(total, self.keys.span_pads(chain, length), count, drift)
+        return self.layout.open(total, self.keys.span_pads(chain, first, last), count, drift)
+
+    def chain_sum(self, totals: Any, chain: int, length: int, drift: int = 0) -> int | None:
+        """A group's plaintext sum from its server sums: one total for the whole chain,
+        or ``{sub-chain: total}`` when the server grouped by sub-chain too; None unless
+        every sub-chain of positions 1..length is there, complete and exact."""
+        if not isinstance(totals, dict):
+            return self.group_sum(totals, chain, 1, length, drift)
+        capacity = self.layout.capacity
+        subs = -(-length // capacity)
+        if set(totals) - set(range(subs)):
+            return None  # a sub-chain past the chain's end: values moved in
+        out = 0
+        for sub in range(subs):
+            first, last = sub * capacity + 1, min(length, (sub + 1) * capacity)
+            opened = self.group_sum(totals.get(sub, 0), chain, first, last, drift)
+            if opened is None:
+                return None
+            out += opened
+        return out
 
     def stored_fields(self, name: str, form: dict[str, Any]) -> dict[str, Any]:
-        return {name: form["w"], name + "c": form["c"], name + "p": form["p"]}
+        return {name: form["w"]} | {name + part: form[part] for part in self.PARTS if part in form}
 
     def gathered(self, name: str, stored: dict[str, Any]) -> Any:
         word = stored[name]
         if word is None:
             return None
-        return {"w": word, "c": stored.get(name + "c"), "p": stored.get(name + "p")}
+        form = {"w": word, "c": stored.get(name + "c"), "p": stored.get(name + "p")}
+        if name + "s" in stored:
+            form["s"] = stored[name + "s"]
+        return form
 
 
 class ChainClaims:
@@ -260,6 +302,8 @@ class ChainClaims:
     def __init__(self, claims: ServerCollection[Any]):
         self.collection = self._claims = claims
         self._epoch: bytes | None = None
+        #: Whether words past a chain's capacity store their sub-chain (see the module).
+        self.sub_chains = False
         #: The end of each chain's last claim this client saw: a claim boundary, where
         #: claims and readers start instead of reading the hint (one command less).
         self._ends: dict[int, int] = {}
@@ -267,12 +311,17 @@ class ChainClaims:
     def epoch(self) -> bytes:
         if self._epoch is None:
             with contextlib.suppress(pymongo.errors.DuplicateKeyError):  # drawn already
-                self._claims.insert_one({"_id": EPOCH, "e": os.urandom(16)})
+                self._claims.insert_one({"_id": EPOCH, "e": os.urandom(16), "v": SUB_CHAINS})
             found = self._claims.find_one({"_id": EPOCH})
             if found is None:
                 raise ServerError("the chains' epoch document vanished; retry")
+            self.sub_chains = int(found.get("v", 1)) >= SUB_CHAINS
             self._epoch = bytes(found["e"])
         return self._epoch
+
+    def known_longer(self, capacity: int) -> bool:
+        """Whether a chain this client saw (not the drift counter) is past ``capacity``."""
+        return any(end > capacity for chain, end in self._ends.items() if chain >= 0)
 
     def claim(self, chain: int, count: int) -> int:
         """Claim ``count`` positions at the end of ``chain``; the first one claimed."""

@@ -18,14 +18,15 @@ from typing import Any
 from bson import ObjectId
 
 from veil.crypto.keys import MasterKey
+from veil.documents.chains import Slot
 from veil.documents.errors import SchemaError
 from veil.documents.fields import FieldCipher
 from veil.documents.match import MISSING, get_path
 from veil.documents.schema import FieldSpec, Schema
 
-#: ``claim(cipher, group values) -> [(chain, position)]``: positions for a batch's
-#: non-null chained values, given their group values (claimed in the server).
-Claim = Callable[[FieldCipher, list[Any]], list[tuple[int, int]]]
+#: ``claim(cipher, group values) -> [(chain, position, sub-chain)]``: slots for a
+#: batch's non-null chained values, given their group values (claimed in the server).
+Claim = Callable[[FieldCipher, list[Any]], list[Slot]]
 EXTRA_PATH = "\x00extra"  # the sealed field of unnamed paths; no user path looks like it
 
 

@@ -19,7 +19,7 @@ import pymongo.errors
 from bson.int64 import Int64
 from pymongo.results import DeleteResult, InsertManyResult, InsertOneResult, UpdateResult
 
-from veil.documents.chains import ChainClaims
+from veil.documents.chains import ChainClaims, Slot
 from veil.documents.codec import DocumentCodec
 from veil.documents.cursor import Cursor, batches
 from veil.documents.drift import DRIFT_CHAIN, increment
@@ -115,16 +115,32 @@ class Collection:
             ) from None
         return InsertManyResult(ids, acknowledged=True)
 
-    def _claim(self, cipher: FieldCipher, groups: list[Any]) -> list[tuple[int, int]]:
-        """Positions for a batch's values of a chained field: one claim per chain."""
+    def _claim(self, cipher: FieldCipher, groups: list[Any]) -> list[Slot]:
+        """Slots for a batch's values of a chained field: one claim per chain."""
+        assert cipher.chained is not None
         with server_errors("claiming chain positions"):
             claims, chains = self._chains_of(cipher, groups)
             first = {c: claims.claim(c, n) for c, n in collections.Counter(chains).items()}
+        sub = cipher.chained.layout.sub_chain if claims.sub_chains else lambda _: 0
         out = []
         for chain in chains:
-            out.append((chain, first[chain]))
+            out.append((chain, first[chain], sub(first[chain])))
             first[chain] += 1
         return out
+
+    def chains_known_longer(self, cipher: FieldCipher) -> bool:
+        """Whether a chain of this field is known to need sub-chains (a claim or a length
+        read by this client went past its capacity) and its words store them."""
+        assert cipher.chained is not None
+        claims = self._chains[cipher.name]
+        claims.epoch()
+        return claims.sub_chains and claims.known_longer(cipher.chained.layout.capacity)
+
+    def chains_split(self, cipher: FieldCipher) -> bool:
+        """Whether this field's words past a chain's capacity store their sub-chain."""
+        claims = self._chains[cipher.name]
+        claims.epoch()
+        return claims.sub_chains
 
     def _chains_of(self, cipher: FieldCipher, groups: list[Any]) -> tuple[ChainClaims, list[int]]:
         """A chained field's claims and the chain number of each group value."""

@@ -89,7 +89,7 @@ YCSB_SCHEMA = {"fields": dict.fromkeys(YCSB_FIELDS, "static")}
 SCHEMAS["usertable"] = YCSB_SCHEMA
 LOAD_BATCH = 1000
 #: Sections run only when named: parts of others, for sizes where the whole is too long.
-NAMED_ONLY = ("writes", "inc", "ore")
+NAMED_ONLY = ("writes", "inc", "ore", "chains")
 
 
 class CommandCounter(monitoring.CommandListener):
@@ -309,19 +309,11 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
     chained by ``g`` (one ``$group``, chain lengths read after it); then ``incs``
     ``$inc`` of ``v`` by ``_id``, plain against Veil's blind ASHE and Paillier ``$inc``."""
     rows = sales(docs)
-    load: dict[str, float] = {}
-    for name, collection in (
-        ("plain", clients.plain.sales), ("veil", clients.veil.sales),
-        ("veil_paillier", clients.veil.sales_paillier),
-        ("veil_chain", clients.veil.sales_chained),
-        ("veil_chain_revealed", clients.veil.sales_revealed),
-    ):  # fmt: skip
-        start = time.perf_counter()
-        for at in range(0, docs, LOAD_BATCH):
-            collection.insert_many([dict(r) for r in rows[at : at + LOAD_BATCH]])
-        load[name] = docs / (time.perf_counter() - start)
-    pipeline = [{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}]
-    expected = {g: sum(r["v"] for r in rows if r["g"] == g) for g in range(10)}
+    load = load_sales(rows, {
+        "plain": clients.plain.sales, "veil": clients.veil.sales,
+        "veil_paillier": clients.veil.sales_paillier, "veil_chain": clients.veil.sales_chained,
+        "veil_chain_revealed": clients.veil.sales_revealed,
+    })  # fmt: skip
     systems = (
         ("plain", clients.plain.sales, clients.plain_counter, None),
         ("veil_server", clients.veil.sales, clients.veil_counter, "server"),
@@ -330,9 +322,37 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
         ("veil_chain", clients.veil.sales_chained, clients.veil_counter, None),
         ("veil_chain_revealed", clients.veil.sales_revealed, clients.veil_counter, None),
     )
+    out = grouped_sums(clients, systems, runs, rows)
+    out["load_docs_per_s"] = load
+    out["inc"] = increments(clients, docs, incs, seed)
+    out["after_inc"] = sums_after_increments(clients, runs)
+    return out
+
+
+def load_sales(rows: list[dict[str, Any]], collections: dict[str, Any]) -> dict[str, float]:
+    """``rows`` into each collection by ``insert_many`` of ``LOAD_BATCH``; docs/s each."""
+    load: dict[str, float] = {}
+    for name, collection in collections.items():
+        start = time.perf_counter()
+        for at in range(0, len(rows), LOAD_BATCH):
+            collection.insert_many([dict(r) for r in rows[at : at + LOAD_BATCH]])
+        load[name] = len(rows) / (time.perf_counter() - start)
+    return load
+
+
+def grouped_sums(
+    clients: Clients, systems: tuple[tuple[str, Any, CommandCounter, str | None], ...],
+    runs: int, rows: list[dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    """``$group`` by ``g`` with ``$sum`` of ``v`` on each system, ``runs`` times side by
+    side (one of each in turn), each answer checked against ``rows``; commands counted."""
+    pipeline = [{"$group": {"_id": "$g", "s": {"$sum": "$v"}}}]
+    expected: dict[int, int] = {}
+    for r in rows:
+        expected[r["g"]] = expected.get(r["g"], 0) + r["v"]
     latencies: dict[str, list[float]] = {name: [] for name, *_ in systems}
     trips: dict[str, int] = dict.fromkeys(latencies, 0)
-    for _ in range(runs):  # side by side: one run of each in turn
+    for _ in range(runs):
         for name, collection, counter, strategy in systems:
             if strategy:
                 clients.veil.sums = strategy
@@ -341,13 +361,31 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
             latencies[name].append(time.perf_counter() - t0)
             trips[name] += counter.count - before
             assert got == expected, name
-    out: dict[str, Any] = {
+    return {
         name: percentiles(values) | {"round_trips": trips[name] / runs}
         for name, values in latencies.items()
     }
+
+
+def chain_sums(clients: Clients, docs: int, runs: int, count: int, seed: int) -> dict[str, Any]:
+    """The ``chains`` section: plain against the chained field alone (no ASHE, Paillier or
+    revealing collections to load, for sizes where the ``sum`` section is too long): the
+    grouped sum (sub-chains past a chain's capacity), then ``count`` default (read,
+    claim, conditional write) ``$inc`` by ``_id``."""
+    rows = sales(docs)
+    load = load_sales(
+        rows, {"plain": clients.plain.sales, "veil_chain": clients.veil.sales_chained}
+    )
+    systems = (
+        ("plain", clients.plain.sales, clients.plain_counter, None),
+        ("veil_chain", clients.veil.sales_chained, clients.veil_counter, None),
+    )
+    out = grouped_sums(clients, systems, runs, rows)
     out["load_docs_per_s"] = load
-    out["inc"] = increments(clients, docs, incs, seed)
-    out["after_inc"] = sums_after_increments(clients, runs)
+    out["inc"] = increments(
+        clients, docs, count, seed,
+        {"plain": clients.plain.sales, "veil_chain": clients.veil.sales_chained},
+    )  # fmt: skip
     return out
 
 
@@ -517,6 +555,7 @@ def run(
                 ),
                 "writes": partial(sequential_inserts, clients, docs, timed),
                 "inc": partial(blind_increments, clients, docs, incs or 10, seed),
+                "chains": partial(chain_sums, clients, docs, 5, incs or 10, seed),
             }
             for name, section in sections.items():
                 if (only and name not in only) or (not only and name in NAMED_ONLY):

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sections", default="",
         help="run only these sections (comma-separated: benchmarkdb, range, sum, ycsb; "
         "named only: writes (BenchmarkDB's inserts alone), inc (the blind $inc alone), "
-        "ore (the ore ranges alone))",
+        "ore (the ore ranges alone), chains (plain and the chained field alone: sums, $inc))",
     )  # fmt: skip
     bench.add_argument("--note", default="", help="what else ran on the machine")
     bench.add_argument("--json", type=Path, default=None, help="write the figures here")

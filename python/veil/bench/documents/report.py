@@ -32,7 +32,7 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
         ore = result["ore"]
         out["range ore"] = ore["veil_ore"]["p50_us"] / ore["plain_ranked"]["p50_us"]
         out["ore load"] = ore["load_docs_per_s"]["plain"] / ore["load_docs_per_s"]["veil"]
-    sums = result.get("sum", {})
+    sums = result.get("sum", result.get("chains", {}))
     for strategy in ("server", "fetch", "paillier", "chain", "chain_revealed"):
         if f"veil_{strategy}" in sums:
             veil_sum = sums[f"veil_{strategy}"]["p50_us"]
