@@ -19,9 +19,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import bson
+from bson.int64 import Int64
 
 from veil.documents.elgamal import Product
 from veil.documents.errors import DocumentsError
+from veil.documents.fetchsums import fetched_groups
 from veil.documents.fields import additive_ids
 from veil.documents.match import MISSING, get_path, matches
 from veil.documents.query import translate_filter
@@ -189,7 +191,7 @@ class Pipeline:
                 total += ids.get(key, {}).get(cipher.name + "+", 0)
                 group_ids = ids.get(key, {}).get(cipher.name, [])
                 count = ids.get(key, {}).get(cipher.name + "#", 0)
-                value = cipher.additive_sum(total, group_ids) if group_ids else 0
+                value = cipher.additive_sum(total, group_ids) if len(group_ids) else 0
                 document[output] = value if kind == "sum" else (value / count if count else None)
             results.append(document)
         return results
@@ -291,6 +293,9 @@ class Pipeline:
         names = [n for cipher in additive.values() for n in cipher.stored_names]
         projection = _only({e[1:]: 1 for e in keys.values()} | dict.fromkeys(names, 1))
         stored = self.collection.find_projected(self.server_filter.document(), projection)
+        columns = self._fetched_columns(stored, group, outputs)
+        if columns is not None:
+            return columns
         rows: dict[bytes, dict[str, Any]] = {}
         ids: dict[bytes, dict[str, Any]] = {}
         for document in stored:
@@ -331,6 +336,25 @@ class Pipeline:
                         entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
         return rows, ids
 
+    def _fetched_columns(
+        self, stored: list[Any], group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+    ) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]] | None:
+        """The fetched groups read column by column (veil.documents.fetchsums) when the
+        pipeline has the common shape: one key or none, sums of constants and
+        ``$sum``/``$avg`` of flat ASHE fields; None otherwise."""
+        if len(self._key_ciphers) > 1 or (self._key_ciphers and not self._single_key):
+            return None
+        additive: dict[str, str] = {}
+        for output, kind, cipher in outputs:
+            if cipher is None:
+                continue
+            if kind not in ("sum", "avg") or cipher.chained is not None:
+                return None
+            additive[output] = cipher.name
+        constants = {o: group[o]["$sum"] for o, _, c in outputs if c is None}
+        key_path = next(iter(self._key_ciphers.values()))[0][1:] if self._key_ciphers else None
+        return fetched_groups(stored, key_path, constants, additive)
+
     def _summed_ids(self, keys: dict[str, str], ciphers: list[Any]) -> dict[bytes, dict[str, Any]]:
         """Per group key: the ASHE ids of each summed field, how many values it has, and
         the ciphertexts of earlier nested forms, which the server's ``$sum`` skipped."""
@@ -362,6 +386,7 @@ class Pipeline:
             return b""
         present = server_key if isinstance(server_key, dict) else {}
         values = [present.get(k) if k in present else {"$absent": 1} for k in self._key_ciphers]
+        values = [int(v) if isinstance(v, Int64) else v for v in values]  # ints group as one
         if self._single_key:
             values = [None if isinstance(v, dict) else v for v in values]
         return bson.encode({"k": values})
