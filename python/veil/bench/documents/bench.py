@@ -477,10 +477,12 @@ def ycsb(
     clients: Clients, docs: int, ops: int, threads: list[int], seed: int,
     processes: list[int] | None = None,
     measured: Callable[[dict[str, Any]], None] | None = None,
+    workloads: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Each distribution on ``threads`` client threads of this process (labels ``_Nt``)
-    and on ``processes`` client processes of one thread each (labels ``_Np``); each
-    workload's figures go to ``measured`` as soon as it ends (a 1M run takes an hour)."""
+    """Each distribution (of ``workloads``; default both) on ``threads`` client threads of
+    this process (labels ``_Nt``) and on ``processes`` client processes of one thread each
+    (labels ``_Np``); each workload's figures go to ``measured`` as soon as it ends (a 1M
+    run takes an hour)."""
     records = ycsb_records(docs, seed)
     out: dict[str, Any] = {"load_docs_per_s": load_ycsb(clients, records)}
     rng = np.random.default_rng(seed)
@@ -492,10 +494,14 @@ def ycsb(
     chosen = rng.random(ops) < 0.5
     # each workload updates with values of its own (nonzero: an update, and its value's
     # seed), or the second workload over the same keys would rewrite what the first wrote
-    workloads = itertools.count(1)
+    if unknown := set(workloads or ()) - set(distributions):
+        raise ValueError(f"unknown YCSB workloads {sorted(unknown)}: {sorted(distributions)}")
+    numbers = itertools.count(1)
     for distribution, keys in distributions.items():
+        if workloads and distribution not in workloads:
+            continue
         for count in threads:
-            updates = chosen * next(workloads)
+            updates = chosen * next(numbers)
             out[f"{distribution}_{count}t"] = {
                 "plain": summary(on_threads(clients.plain.usertable, keys, updates, count, False)),
                 "veil": summary(on_threads(clients.veil.usertable, keys, updates, count, True)),
@@ -503,7 +509,7 @@ def ycsb(
             if measured is not None:
                 measured(dict(out))
         for count in processes or []:
-            updates = chosen * next(workloads)
+            updates = chosen * next(numbers)
             plain, encrypted = clients.targets()
             out[f"{distribution}_{count}p"] = {
                 "plain": summary(on_processes(plain, keys, updates, count, False)),
@@ -519,6 +525,7 @@ def run(
     note: str, timed_inserts: int | None = None, scan_budget: int = SCAN_BUDGET,
     progress: Callable[[dict[str, Any]], None] | None = None, only: list[str] | None = None,
     processes: list[int] | None = None, incs: int | None = None,
+    workloads: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     with server_url(url) as address:
         clients = Clients(address, f"{docs}_{os.getpid()}")
@@ -544,7 +551,15 @@ def run(
                 ),
                 "sum": partial(sums, clients, docs, 5, scans(docs, 100, scan_budget), seed),
                 "ycsb": partial(
-                    ycsb, clients, docs, ops, threads, seed, processes, partial(measured, "ycsb")
+                    ycsb,
+                    clients,
+                    docs,
+                    ops,
+                    threads,
+                    seed,
+                    processes,
+                    partial(measured, "ycsb"),
+                    workloads,
                 ),
                 "ore": partial(
                     ore_ranges,

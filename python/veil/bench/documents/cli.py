@@ -26,6 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--ops", type=int, default=2_000, help="operations per workload")
     bench.add_argument("--threads", default="1,8", help="YCSB client threads (default 1,8)")
     bench.add_argument(
+        "--workloads", default="uniform,zipfian",
+        help="YCSB key distributions run (default uniform,zipfian)",
+    )  # fmt: skip
+    bench.add_argument(
         "--processes", default="",
         help="YCSB also on this many client processes, one thread each (e.g. 8)",
     )  # fmt: skip
@@ -80,8 +84,10 @@ def _bench(args: argparse.Namespace) -> int:
     import sys
 
     from veil.bench.documents.bench import run
+    from veil.bench.documents.ycsbrun import Stopped
 
-    # SIGTERM unwinds like Ctrl-C, so the FerretDB started for the run is stopped.
+    # SIGTERM unwinds like Ctrl-C, so the FerretDB started for the run is stopped (during a
+    # YCSB run, ycsbrun's handlers stop its client threads first, then raise Stopped).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from veil.bench.documents.report import overheads, plot, table
     from veil.bench.report import write_json
@@ -92,12 +98,18 @@ def _bench(args: argparse.Namespace) -> int:
         if args.json:
             write_json(args.json, partial)
 
-    result = run(
-        args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note,
-        args.timed_inserts, args.scan_budget, progress,
-        [name for name in args.sections.split(",") if name],
-        [int(p) for p in args.processes.split(",") if p], args.incs,
-    )  # fmt: skip
+    try:
+        result = run(
+            args.url, args.docs, args.ops, threads, args.range_width, args.seed, args.note,
+            args.timed_inserts, args.scan_budget, progress,
+            [name for name in args.sections.split(",") if name],
+            [int(p) for p in args.processes.split(",") if p], args.incs,
+            [name for name in args.workloads.split(",") if name],
+        )  # fmt: skip
+    except Stopped as stopped:
+        saved = f"; the workloads that ended are in {args.json}" if args.json else ""
+        print(f"veil documents bench: {stopped}: the YCSB clients stopped{saved}", file=sys.stderr)
+        return 128 + stopped.signum
     result["overheads"] = overheads(result)
     print(table(result))
     if args.json:

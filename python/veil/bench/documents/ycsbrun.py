@@ -8,17 +8,28 @@ deployment runs several application processes, each with its own client.
 clock starts: the slots wait at a barrier, and the run's time is from the
 earliest start to the latest end (``time.monotonic`` is one clock for every
 process on Linux). Both systems get the same treatment.
+
+SIGTERM or SIGINT during a run sets a stop event that every slot checks between
+operations (:func:`stop_on_signals`), so its threads or processes end after their
+current operation and the run raises :class:`Stopped`; a thread cannot be killed, and
+without the event a stopped run's threads went on with their remaining operations
+(seconds each at 1M).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import random
+import signal
 import statistics
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pymongo
@@ -31,6 +42,52 @@ RETRIES = 8
 BACKOFF_S = 0.005
 #: Seconds a child process may take to import, connect and reach the barrier.
 START_TIMEOUT_S = 300
+#: The signals that stop a run.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopEvent(Protocol):
+    """``threading.Event`` or a multiprocessing one: what a slot checks between operations."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Stopped(BaseException):
+    """A run stopped by a signal, raised once its slots have ended (a BaseException, as
+    KeyboardInterrupt is, so that no ``except Exception`` on the way up swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextmanager
+def stop_on_signals(stop: StopEvent) -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT set ``stop`` instead of their usual action;
+    after it (its slots ended), raise :class:`Stopped` if one came. The handlers are
+    installed only in the main thread (Python runs handlers there and allows installing
+    them nowhere else) and the previous ones restored on the way out."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():  # None: a handler not installed from Python
+            signal.signal(signum, signal.SIG_DFL if old is None else old)
+    if received:
+        raise Stopped(received[0])
 
 
 @dataclass
@@ -46,13 +103,17 @@ class Slot:
 
 
 def run_slot(
-    collection: Any, keys: np.ndarray, updates: np.ndarray, slot: int, stride: int, check: bool
-) -> Slot:
-    """Operations ``slot, slot + stride, ...``; a refused one (FerretDB's SQLite answers
-    "database is locked" to some concurrent writes) is retried after a random, doubling
-    backoff, as an application would, and its latency includes the retries."""
+    collection: Any, keys: np.ndarray, updates: np.ndarray, slot: int, stride: int, check: bool,
+    stop: StopEvent,
+) -> Slot:  # fmt: skip
+    """Operations ``slot, slot + stride, ...`` until ``stop`` is set; a refused one
+    (FerretDB's SQLite answers "database is locked" to some concurrent writes) is retried
+    after a random, doubling backoff, as an application would, and its latency includes
+    the retries."""
     out, rng = Slot(start=time.monotonic()), random.Random(slot)
     for j in range(slot, len(keys), stride):
+        if stop.is_set():
+            break
         start = time.perf_counter()
         for attempt in range(RETRIES):
             try:
@@ -63,7 +124,7 @@ def run_slot(
                     out.errors.append(str(exc)[:200])
                 else:
                     out.retries += 1
-                    time.sleep(rng.uniform(0, BACKOFF_S * 2**attempt))
+                    stop.wait(rng.uniform(0, BACKOFF_S * 2**attempt))
         else:
             continue
         (out.updates if updates[j] else out.reads).append(time.perf_counter() - start)
@@ -88,9 +149,14 @@ def _operation(collection: Any, keys: np.ndarray, updates: np.ndarray, j: int, c
 def on_threads(
     collection: Any, keys: np.ndarray, updates: np.ndarray, threads: int, check: bool
 ) -> list[Slot]:
-    with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(lambda s: run_slot(collection, keys, updates, s, threads, check),
-                             range(threads)))  # fmt: skip
+    stop = threading.Event()
+    # the pool's exit joins the slots, then the signals' exit raises Stopped if one came
+    with stop_on_signals(stop), ThreadPoolExecutor(threads) as pool:
+        slots = pool.map(
+            lambda s: run_slot(collection, keys, updates, s, threads, check, stop),
+            range(threads),
+        )
+        return list(slots)
 
 
 @dataclass(frozen=True)
@@ -107,19 +173,21 @@ def on_processes(
     target: Target, keys: np.ndarray, updates: np.ndarray, processes: int, check: bool
 ) -> list[Slot]:
     context = multiprocessing.get_context("spawn")  # no driver state forked mid-use
-    barrier, results = context.Barrier(processes + 1), context.Queue()
+    barrier, results, stop = context.Barrier(processes + 1), context.Queue(), context.Event()
     children = [
         context.Process(
-            target=_child, args=(target, keys, updates, s, processes, check, barrier, results)
+            target=_child,
+            args=(target, keys, updates, s, processes, check, barrier, results, stop),
         )
         for s in range(processes)
     ]
-    for child in children:
-        child.start()
-    barrier.wait(START_TIMEOUT_S)
-    slots = [results.get(timeout=24 * 3600) for _ in children]
-    for child in children:
-        child.join()
+    with stop_on_signals(stop):
+        for child in children:
+            child.start()
+        barrier.wait(START_TIMEOUT_S)
+        slots = _collect(results, children)
+        for child in children:
+            child.join()
     if any(isinstance(s, str) for s in slots):
         raise RuntimeError(
             f"a YCSB client process failed: {next(s for s in slots if isinstance(s, str))}"
@@ -127,10 +195,28 @@ def on_processes(
     return slots
 
 
+def _collect(results: Any, children: list[Any]) -> list[Any]:
+    """Each child's figures (or failure); a child that died without either fails the run
+    instead of leaving the parent waiting."""
+    slots: list[Any] = []
+    while len(slots) < len(children):
+        try:
+            slots.append(results.get(timeout=1))
+        except queue.Empty:
+            if all(not child.is_alive() for child in children):
+                try:  # a last report may still be in the pipe
+                    slots.append(results.get(timeout=5))
+                except queue.Empty:
+                    raise RuntimeError("a YCSB client process died without its figures") from None
+    return slots
+
+
 def _child(
     target: Target, keys: np.ndarray, updates: np.ndarray, slot: int, stride: int, check: bool,
-    barrier: Any, results: Any,
+    barrier: Any, results: Any, stop: StopEvent,
 ) -> None:  # fmt: skip
+    # Ctrl-C reaches the whole process group: the parent sets ``stop`` for its children
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         client, collection = _connect(target)
     except Exception as exc:  # reported to the parent, which raises it
@@ -139,7 +225,7 @@ def _child(
         return
     try:
         barrier.wait(START_TIMEOUT_S)
-        results.put(run_slot(collection, keys, updates, slot, stride, check))
+        results.put(run_slot(collection, keys, updates, slot, stride, check, stop))
     except Exception as exc:
         results.put(f"{type(exc).__name__}: {exc}")
     finally:
