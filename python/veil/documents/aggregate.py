@@ -231,11 +231,12 @@ class Pipeline:
         lengths, drifts = {}, {}
         for cipher in chained:
             lengths[cipher.name], drifts[cipher.name] = self.collection.chain_lengths(cipher, plain)
-        if not split and any(
+        unsplit = [c for o, kind, c in outputs if kind != "count" and o not in by_sub]
+        if any(
             length > cipher.chained.layout.capacity and self.collection.chains_split(cipher)
-            for cipher in chained
+            for cipher in unsplit
             for _, length in lengths[cipher.name]
-        ) and len(by_sub) < len(chained):  # fmt: skip
+        ):  # a field's chain found past its capacity: its sums again, by sub-chain
             return self._chained_documents(group, outputs, split=True)
         results = []
         for j, (key, row) in enumerate(zip(plain, rows.values(), strict=True)):

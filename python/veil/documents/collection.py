@@ -132,9 +132,8 @@ class Collection:
         """Whether a chain of this field is known to need sub-chains (a claim or a length
         read by this client went past its capacity) and its words store them."""
         assert cipher.chained is not None
-        claims = self._chains[cipher.name]
-        claims.epoch()
-        return claims.sub_chains and claims.known_longer(cipher.chained.layout.capacity)
+        capacity = cipher.chained.layout.capacity
+        return self.chains_split(cipher) and self._chains[cipher.name].known_longer(capacity)
 
     def chains_split(self, cipher: FieldCipher) -> bool:
         """Whether this field's words past a chain's capacity store their sub-chain."""
@@ -376,12 +375,14 @@ class Collection:
     def _matching(self, query: dict[str, Any], many: bool) -> Iterator[tuple[Any, Any]]:
         """(stored, decrypted) pairs of the matching documents, in the server's order."""
         server_filter = translate_filter(self.codec, query)
-        # One document wanted and the server filter exact: the server stops at the first
+        # One document wanted: with an exact server filter the server stops at the first
         # match (FerretDB scans for all but a string _id, so a limit halves a random
-        # document's read); otherwise batches are decoded as they come, up to the first match.
+        # document's read), otherwise batches are decoded as they come up to the first
+        # match. Many: all are read before the caller writes any (its writes must not
+        # move documents under an open cursor).
         limit = 1 if server_filter.exact and not many else 0
         stored_documents = self._find_stored(server_filter.document(), None, 0, limit)
-        for batch in batches(stored_documents):
+        for batch in [list(stored_documents)] if many else batches(stored_documents):
             decoded = self.codec.decode_many(batch)
             for stored, document in zip(batch, decoded, strict=True):
                 if matches(document, query):

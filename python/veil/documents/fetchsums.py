@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from bson.int64 import Int64
 
+from veil.documents.match import MISSING, get_path
+
 #: The kind of a scalar group key, by class: integers of either BSON width group
 #: together, as MongoDB groups them; a bool is not one (True == 1 in a dict), and floats
 #: (NaN is not equal to itself) take the general walk.
@@ -44,8 +46,8 @@ def fetched_groups(
     document is not of the common shape (the caller walks them one by one)."""
     if key_path is None:
         keys = [None] * len(documents)
-    elif "." in key_path:
-        keys = [_key(d, key_path) for d in documents]
+    elif "." in key_path:  # an absent key groups as null
+        keys = [None if (k := get_path(d, key_path)) is MISSING else k for d in documents]
     else:
         keys = [d.get(key_path) for d in documents]
     tokens: dict[Any, int] = {}
@@ -75,13 +77,6 @@ def fetched_groups(
                 if field == name:
                     rows[token][f"{output}_l"], rows[token][f"{output}_h"] = totals[g], 0
     return rows, ids
-
-
-def _key(document: dict[str, Any], path: str) -> Any:
-    value: Any = document
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
 
 def _field(

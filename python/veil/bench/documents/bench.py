@@ -309,7 +309,7 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
     chained by ``g`` (one ``$group``, chain lengths read after it); then ``incs``
     ``$inc`` of ``v`` by ``_id``, plain against Veil's blind ASHE and Paillier ``$inc``."""
     rows = sales(docs)
-    load = load_sales(rows, {
+    load = load_batches(rows, {
         "plain": clients.plain.sales, "veil": clients.veil.sales,
         "veil_paillier": clients.veil.sales_paillier, "veil_chain": clients.veil.sales_chained,
         "veil_chain_revealed": clients.veil.sales_revealed,
@@ -329,8 +329,9 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
     return out
 
 
-def load_sales(rows: list[dict[str, Any]], collections: dict[str, Any]) -> dict[str, float]:
-    """``rows`` into each collection by ``insert_many`` of ``LOAD_BATCH``; docs/s each."""
+def load_batches(rows: list[dict[str, Any]], collections: dict[str, Any]) -> dict[str, float]:
+    """``rows`` into each collection by ``insert_many`` of ``LOAD_BATCH`` (the caller's
+    documents stay as they are); docs/s each."""
     load: dict[str, float] = {}
     for name, collection in collections.items():
         start = time.perf_counter()
@@ -373,7 +374,7 @@ def chain_sums(clients: Clients, docs: int, runs: int, count: int, seed: int) ->
     grouped sum (sub-chains past a chain's capacity), then ``count`` default (read,
     claim, conditional write) ``$inc`` by ``_id``."""
     rows = sales(docs)
-    load = load_sales(
+    load = load_batches(
         rows, {"plain": clients.plain.sales, "veil_chain": clients.veil.sales_chained}
     )
     systems = (
@@ -416,13 +417,12 @@ def sums_after_increments(clients: Clients, runs: int) -> dict[str, Any]:
 def blind_increments(clients: Clients, docs: int, count: int, seed: int) -> dict[str, Any]:
     """The ``inc`` section: only the blind ``$inc`` paths (plain, unchained ASHE, chained
     with revealed increments) over ``docs`` sales, without the sums."""
-    names = ("plain", "veil", "veil_chain_revealed")
-    collections = (clients.plain.sales, clients.veil.sales, clients.veil.sales_revealed)
-    rows = sales(docs)
-    for collection in collections:
-        for at in range(0, docs, LOAD_BATCH):
-            collection.insert_many([dict(r) for r in rows[at : at + LOAD_BATCH]])
-    return increments(clients, docs, count, seed, dict(zip(names, collections, strict=True)))
+    collections = {
+        "plain": clients.plain.sales, "veil": clients.veil.sales,
+        "veil_chain_revealed": clients.veil.sales_revealed,
+    }  # fmt: skip
+    load_batches(sales(docs), collections)
+    return increments(clients, docs, count, seed, collections)
 
 
 def increments(
@@ -464,13 +464,7 @@ def ycsb_records(count: int, seed: int) -> list[dict[str, Any]]:
 
 
 def load_ycsb(clients: Clients, records: list[dict[str, Any]]) -> dict[str, float]:
-    out = {}
-    for name, collection in (("plain", clients.plain.usertable), ("veil", clients.veil.usertable)):
-        start = time.perf_counter()
-        for at in range(0, len(records), LOAD_BATCH):
-            collection.insert_many([dict(r) for r in records[at : at + LOAD_BATCH]])
-        out[name] = len(records) / (time.perf_counter() - start)
-    return out
+    return load_batches(records, {"plain": clients.plain.usertable, "veil": clients.veil.usertable})
 
 
 def ycsb(
