@@ -16,13 +16,15 @@ decrypted documents (or over the groups), with MongoDB's semantics.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import bson
+import numpy as np
 from bson.int64 import Int64
 
 from veil.documents.elgamal import Product
-from veil.documents.errors import DocumentsError
+from veil.documents.errors import DocumentsError, ServerRefusedError
 from veil.documents.fetchsums import fetched_groups
 from veil.documents.fields import additive_ids
 from veil.documents.match import MISSING, get_path, matches
@@ -157,19 +159,21 @@ class Pipeline:
     def _grouped_on_server(
         self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
     ) -> list[dict[str, Any]]:
-        additive = [cipher for _, kind, cipher in outputs if cipher is not None]
         # products, Paillier and chained values (whose words the id path cannot open)
         fetched = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
-        if self._chains_apply(outputs):
-            chained = self._chained_documents(group, outputs)
+        if self._all_chained(outputs):
+            if self.collection.database.groups_push(self.collection.server_collection):
+                chained = self._chained_runs(group, outputs)
+            elif _filter_paths(self.query) <= set(self._key_paths):
+                chained = self._chained_documents(group, outputs)
+            else:
+                chained = None
             if chained is not None:
                 return chained
         if self.collection.database.sums == "fetch" or fetched:
             rows, ids = self._fetched_rows(group, outputs)
         else:
-            rows = self._server_rows(group)
-            keys = {k: server for k, (server, _) in self._key_ciphers.items()}
-            ids = self._summed_ids(keys, additive) if additive else {}
+            rows, ids = self._server_sums(group, outputs)
         results = []
         for key, row in rows.items():
             document = {"_id": self._plain_key(row.get("_id"))}
@@ -198,15 +202,15 @@ class Pipeline:
 
     # -- chained fields: one $group, the chain lengths --------------------------------
 
-    def _chains_apply(self, outputs: list[tuple[str, str, Any]]) -> bool:
-        """Whether every sum is of a field chained by this pipeline's one group key, over
-        whole groups: a filter on other fields leaves holes in the chains, a filter on
-        the key alone keeps or drops each group whole (the count check proves it)."""
+    def _all_chained(self, outputs: list[tuple[str, str, Any]]) -> bool:
+        """Whether every sum is of a field chained by this pipeline's one group key. Over
+        whole groups (a filter on the key alone keeps or drops each group whole, the
+        count check proves it) they are summed by :meth:`_chained_documents`, one
+        aggregation per accumulator; where the server computes several in one, by
+        :meth:`_chained_runs`, filtered on any field."""
         if not self._single_key:
             return False
         (key_path,) = self._key_paths
-        if not _filter_paths(self.query) <= {key_path}:
-            return False
         kinds = [(kind, cipher) for _, kind, cipher in outputs if kind != "count"]
         return bool(kinds) and all(
             kind.startswith("chain_") and cipher.spec.chain == key_path for kind, cipher in kinds
@@ -255,6 +259,143 @@ class Pipeline:
             results.append(document)
         return results
 
+    def _server_sums(
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+    ) -> tuple[dict[bytes, dict[str, Any]], dict[bytes, dict[str, Any]]]:
+        """The groups summed by the server (``sums="server"``): one aggregation where the
+        server's ``$group`` computes several accumulators and ``$push`` (MongoDB), else
+        one per accumulator and a find of the summed ids (FerretDB 1.24)."""
+        ciphers = [cipher for _, _, cipher in outputs if cipher is not None]
+        if ciphers and self.collection.database.groups_push(self.collection.server_collection):
+            pushed = self._pushed_rows(group, outputs)
+            if pushed is not None:
+                return pushed
+        keys = {k: server for k, (server, _) in self._key_ciphers.items()}
+        return self._server_rows(group), self._summed_ids(keys, ciphers) if ciphers else {}
+
+    def _pushed_rows(
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+    ) -> tuple[dict[bytes, dict[str, Any]], dict[bytes, dict[str, Any]]] | None:
+        """Each group's accumulators and summed ids from one aggregation: the halves'
+        sums, the values' ids (``$push`` skips a missing field, so a document without a
+        value adds none) and the ids of their ``$inc``, and for ``$avg`` how many values.
+        None, and the caller takes the other server path, when the server refuses it (a
+        group's ids past its 16 MB document limit, say) or a value of an earlier nested
+        form is summed (the server's ``$sum`` skipped it; ``_summed_ids`` adds it)."""
+        stage = dict(group)
+        pushes: dict[str, tuple[Any, dict[str, str]]] = {}
+        averaged = {cipher.name for _, kind, cipher in outputs if kind == "avg"}
+        for cipher in {c.name: c for _, _, c in outputs if c is not None}.values():
+            name = cipher.name
+            parts: dict[str, Any] = {"i": {"$push": f"${name}i"}, "j": {"$push": f"${name}j"},
+                     "nested": {"$push": f"${name}.h"}}  # fmt: skip
+            if name in averaged:  # a value always has its high half, an absent one not
+                parts["count"] = {"$sum": {"$cond": [{"$gt": [f"${name}h", None]}, 1, 0]}}
+            names: dict[str, str] = {}
+            for part, accumulator in parts.items():
+                names[part] = _fresh(stage, f"_{name}_{part}")
+                stage[names[part]] = accumulator
+            pushes[name] = cipher, names
+        server_filter = self.server_filter.document()
+        pipeline = [{"$match": server_filter}] if server_filter else []
+        try:
+            found = self.collection.server_aggregate([*pipeline, {"$group": stage}])
+        except ServerRefusedError:
+            return None
+        rows: dict[bytes, dict[str, Any]] = {}
+        ids: dict[bytes, dict[str, Any]] = {}
+        for row in found:
+            key = self._row_key(row.get("_id"))
+            entry = ids.setdefault(key, {})
+            for name, (_, names) in pushes.items():
+                got = {part: row.pop(output, None) for part, output in names.items()}
+                if got["nested"] or not isinstance(got["i"], list):
+                    return None
+                try:
+                    first = np.array(got["i"], dtype=np.int64)
+                    added = np.array(list(chain.from_iterable(got["j"] or ())), dtype=np.int64)
+                except (TypeError, ValueError):  # not the flat form's int64 ids
+                    return None
+                entry[name] = np.concatenate([first, added])
+                entry[name + "#"] = got.get("count") or 0
+            rows[key] = row
+        return rows, ids
+
+    def _row_key(self, raw_key: Any) -> bytes:
+        """The identity of a group the server returned under ``raw_key``."""
+        return self._key_bytes({"k": raw_key} if self._single_key else raw_key)
+
+    def _chained_runs(
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]], split: bool = False
+    ) -> list[dict[str, Any]] | None:
+        """Chained sums over a filtered set, on a server whose ``$group`` computes several
+        accumulators: one aggregation of each group's words and least and greatest
+        position summed. A chain's positions are distinct, so a count (the words' low
+        bits) equal to ``max - min + 1`` proves the documents summed hold exactly
+        positions min..max, whose pads telescope. A filter that follows the order the
+        values were written in (a range of dates written in date order, say) leaves
+        such runs; any other leaves holes, and None sends the query to the fetched
+        path. A field whose chains need sub-chains is grouped by them too (one chained
+        field only: one sub-chain field in the key)."""
+        chained = {c.name: c for _, kind, c in outputs if kind != "count"}
+        sub_field = None
+        if len(chained) == 1:
+            (only,) = chained.values()
+            if split or self.collection.chains_known_longer(only):
+                sub_field = f"${only.name}s"
+        stage = dict(group)
+        if sub_field:
+            stage["_id"] = {"k": group["_id"], "s": sub_field}
+        bounds: dict[str, tuple[str, str]] = {}
+        for name in chained:
+            low, high = _fresh(stage, f"_{name}_first"), _fresh(stage, f"_{name}_last")
+            stage[low], stage[high] = {"$min": f"${name}p"}, {"$max": f"${name}p"}
+            bounds[name] = low, high
+        server_filter = self.server_filter.document()
+        pipeline = [{"$match": server_filter}] if server_filter else []
+        try:
+            found = self.collection.server_aggregate([*pipeline, {"$group": stage}])
+        except ServerRefusedError:
+            return None
+        groups: dict[bytes, tuple[Any, list[dict[str, Any]]]] = {}
+        for row in found:  # with sub-chains: {k, s}; a missing key joins the null one
+            raw_key = row.get("_id")
+            if sub_field:
+                raw_key = raw_key.get("k") if isinstance(raw_key, dict) else None
+            groups.setdefault(self._row_key(raw_key), (raw_key, []))[1].append(row)
+        plain = [self._plain_key(raw_key) for raw_key, _ in groups.values()]
+        numbers, drifts = {}, {}
+        for name, cipher in chained.items():
+            lengths, drifts[name] = self.collection.chain_lengths(cipher, plain)
+            numbers[name] = [number for number, _ in lengths]
+        results = []
+        for j, (key, (_, parts)) in enumerate(zip(plain, groups.values(), strict=True)):
+            document: dict[str, Any] = {"_id": key}
+            for output, kind, cipher in outputs:
+                if cipher is None:
+                    document[output] = sum(part[output] for part in parts)
+                    continue
+                layout, (low, high) = cipher.chained.layout, bounds[cipher.name]
+                total = count = 0
+                for part in parts:
+                    first, last = part.get(low), part.get(high)
+                    if first is None and last is None and part[output] == 0:
+                        continue  # no value summed here
+                    if not isinstance(first, int) or not isinstance(last, int):
+                        return None
+                    longer = last - first + 1 > layout.capacity and not sub_field
+                    if longer and len(chained) == 1 and self.collection.chains_split(cipher):
+                        return self._chained_runs(group, outputs, split=True)
+                    opened = cipher.chained.group_sum(
+                        part[output], numbers[cipher.name][j], first, last, drifts[cipher.name]
+                    )
+                    if opened is None:
+                        return None
+                    total, count = total + opened, count + last - first + 1
+                document[output] = _opened_total(kind, [total, count])
+            results.append(document)
+        return results
+
     def _server_rows(
         self, group: dict[str, Any], by_sub: dict[str, str] | None = None
     ) -> dict[bytes, dict[str, Any]]:
@@ -275,8 +416,7 @@ class Pipeline:
                 if sub_field:  # {k, s}; a missing key and a null one are apart here
                     parts = raw_key if isinstance(raw_key, dict) else {}
                     raw_key, sub = parts.get("k"), int(parts.get("s") or 0)
-                server_key = {"k": raw_key} if self._single_key else raw_key
-                entry = rows.setdefault(self._key_bytes(server_key), {"_id": raw_key})
+                entry = rows.setdefault(self._row_key(raw_key), {"_id": raw_key})
                 if sub is None:
                     entry[output] = row[output]
                 else:  # both halves of the null group add up (a double stays a double)
@@ -433,6 +573,15 @@ def _opened_total(kind: str, opened: list[int] | None) -> Any:
     if kind == "chain_sum":
         return total
     return total / count if count else None
+
+
+def _fresh(names: dict[str, Any], base: str) -> str:
+    """``base``, suffixed if need be to differ from every name already in ``names``."""
+    name, n = base, 0
+    while name in names:
+        n += 1
+        name = f"{base}{n}"
+    return name
 
 
 def _flat_ids(document: dict[str, Any], name: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pymongo.uri_parser import parse_uri
 
 from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
 from veil.documents.collection import CATALOG, Collection, server_errors
-from veil.documents.errors import DocumentsError
+from veil.documents.errors import DocumentsError, ServerRefusedError
 from veil.documents.schema import Schema, load_schema
 from veil.errors import WrongKeyError
 
@@ -110,6 +110,7 @@ class Database:
         self.server_database = client[name]
         self._schemas = schemas
         self.sums = "server"
+        self._pushes: bool | None = None
         self._collections: dict[str, Collection] = {}
         self._name_key = master.derive(KeyLabel("documents-collection", name))
         self._check_key()
@@ -129,6 +130,23 @@ class Database:
                 f"database {self.name!r} was encrypted with key {found.get('fingerprint')}, "
                 f"not with this key file's {fingerprint}"
             )
+
+    def groups_push(self, collection: pymongo.collection.Collection[Any]) -> bool:
+        """Whether the server's ``$group`` computes several accumulators and ``$push``
+        (MongoDB does; FerretDB 1.24 computes the first alone and has no ``$push``), so
+        a grouped sum's ids come back in its one aggregation. Asked once, of a
+        collection with a document: an empty one cannot tell and is asked next time."""
+        if self._pushes is None:
+            group = {"_id": None, "n": {"$sum": 1}, "p": {"$push": 1}}
+            try:
+                with server_errors("asking the server what its $group computes"):
+                    rows = list(collection.aggregate([{"$limit": 1}, {"$group": group}]))
+            except ServerRefusedError:
+                rows = [{}]  # an unknown accumulator
+            if not rows:
+                return False
+            self._pushes = rows == [{"_id": None, "n": 1, "p": [1]}]
+        return self._pushes
 
     def opaque_collection_name(self, name: str) -> str:
         return "c" + hmac.digest(self._name_key, name.encode(), "sha256")[:8].hex()

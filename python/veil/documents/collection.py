@@ -27,6 +27,7 @@ from veil.documents.errors import (
     DocumentsError,
     PartialWriteError,
     ServerError,
+    ServerRefusedError,
     UnsupportedQueryError,
 )
 from veil.documents.fields import FieldCipher
@@ -58,7 +59,7 @@ def server_errors(what: str) -> Iterator[None]:
     except pymongo.errors.BulkWriteError:
         raise
     except pymongo.errors.PyMongoError as exc:
-        raise ServerError(f"{what}: the server refused it: {exc}") from None
+        raise ServerRefusedError(f"{what}: the server refused it: {exc}") from None
 
 
 class Collection:
@@ -454,6 +455,11 @@ class Collection:
     def find_projected(self, query: dict[str, Any], projection: dict[str, Any]) -> list[Any]:
         with server_errors("find"):
             return list(self._server.find(query, projection, batch_size=FETCH_BATCH))
+
+    @property
+    def server_collection(self) -> pymongo.collection.Collection[Any]:
+        """The server's collection under its opaque name (the driver's own object)."""
+        return self._server
 
     def server_aggregate(self, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
         with server_errors("aggregate"):

@@ -45,6 +45,10 @@ class ServerError(DocumentsError):
     anchor = "server"
 
 
+class ServerRefusedError(ServerError):
+    """The server answered but refused a command (an operator it lacks, a limit)."""
+
+
 class PartialWriteError(DocumentsError):
     """A bulk write stopped part way; ``written_ids`` says exactly which documents were written."""
 

@@ -37,6 +37,11 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
         if f"veil_{strategy}" in sums:
             veil_sum = sums[f"veil_{strategy}"]["p50_us"]
             out[f"sum ({strategy})"] = veil_sum / sums["plain"]["p50_us"]
+    for strategy in ("server", "fetch"):
+        filtered = sums.get("filtered", {})
+        if f"veil_{strategy}" in filtered:
+            veil_sum = filtered[f"veil_{strategy}"]["p50_us"]
+            out[f"filtered sum ({strategy})"] = veil_sum / filtered["plain"]["p50_us"]
     after = sums.get("after_inc", {})
     if after:
         out["sum after $inc (chain_revealed)"] = (
