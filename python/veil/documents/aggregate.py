@@ -296,11 +296,8 @@ class Pipeline:
                 names[part] = _fresh(stage, f"_{name}_{part}")
                 stage[names[part]] = accumulator
             pushes[name] = cipher, names
-        server_filter = self.server_filter.document()
-        pipeline = [{"$match": server_filter}] if server_filter else []
-        try:
-            found = self.collection.server_aggregate([*pipeline, {"$group": stage}])
-        except ServerRefusedError:
+        found = self._one_group(stage)
+        if found is None:
             return None
         rows: dict[bytes, dict[str, Any]] = {}
         ids: dict[bytes, dict[str, Any]] = {}
@@ -320,6 +317,16 @@ class Pipeline:
                 entry[name + "#"] = got.get("count") or 0
             rows[key] = row
         return rows, ids
+
+    def _one_group(self, stage: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The rows of one ``$group`` after the server filter; None if the server refuses
+        it (an accumulator it lacks, a row past its 16 MB document limit)."""
+        server_filter = self.server_filter.document()
+        pipeline = [{"$match": server_filter}] if server_filter else []
+        try:
+            return self.collection.server_aggregate([*pipeline, {"$group": stage}])
+        except ServerRefusedError:
+            return None
 
     def _row_key(self, raw_key: Any) -> bytes:
         """The identity of a group the server returned under ``raw_key``."""
@@ -351,11 +358,8 @@ class Pipeline:
             low, high = _fresh(stage, f"_{name}_first"), _fresh(stage, f"_{name}_last")
             stage[low], stage[high] = {"$min": f"${name}p"}, {"$max": f"${name}p"}
             bounds[name] = low, high
-        server_filter = self.server_filter.document()
-        pipeline = [{"$match": server_filter}] if server_filter else []
-        try:
-            found = self.collection.server_aggregate([*pipeline, {"$group": stage}])
-        except ServerRefusedError:
+        found = self._one_group(stage)
+        if found is None:
             return None
         groups: dict[bytes, tuple[Any, list[dict[str, Any]]]] = {}
         for row in found:  # with sub-chains: {k, s}; a missing key joins the null one
