@@ -162,10 +162,10 @@ class Pipeline:
         # products, Paillier and chained values (whose words the id path cannot open)
         fetched = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
         if self._all_chained(outputs):
-            if self.collection.database.groups_push(self.collection.server_collection):
-                chained = self._chained_runs(group, outputs)
-            elif _filter_paths(self.query) <= set(self._key_paths):
+            if _filter_paths(self.query) <= set(self._key_paths):
                 chained = self._chained_documents(group, outputs)
+            elif self.collection.database.groups_push(self.collection.server_collection):
+                chained = self._chained_runs(group, outputs)
             else:
                 chained = None
             if chained is not None:
@@ -205,9 +205,9 @@ class Pipeline:
     def _all_chained(self, outputs: list[tuple[str, str, Any]]) -> bool:
         """Whether every sum is of a field chained by this pipeline's one group key. Over
         whole groups (a filter on the key alone keeps or drops each group whole, the
-        count check proves it) they are summed by :meth:`_chained_documents`, one
-        aggregation per accumulator; where the server computes several in one, by
-        :meth:`_chained_runs`, filtered on any field."""
+        count check proves it) they are summed by :meth:`_chained_documents`; filtered
+        on other fields, by :meth:`_chained_runs` where the server computes several
+        accumulators in one ``$group``."""
         if not self._single_key:
             return False
         (key_path,) = self._key_paths
@@ -403,29 +403,39 @@ class Pipeline:
     def _server_rows(
         self, group: dict[str, Any], by_sub: dict[str, str] | None = None
     ) -> dict[bytes, dict[str, Any]]:
-        """Each group's server accumulators, one aggregation per accumulator: FerretDB
-        1.24 computes only the first accumulator of a $group (later ones come back 0).
-        An output named in ``by_sub`` is grouped by the key and that sub-chain field
-        too: its row holds ``{sub-chain: total}`` (an absent sub-chain field is 0)."""
+        """Each group's server accumulators: one aggregation per accumulator, as FerretDB
+        1.24 computes only the first accumulator of a $group (later ones come back 0),
+        or one per grouping where the server computes several. An output named in
+        ``by_sub`` is grouped by the key and that sub-chain field too: its row holds
+        ``{sub-chain: total}`` (an absent sub-chain field is 0)."""
         rows: dict[bytes, dict[str, Any]] = {}
         server_filter = self.server_filter.document()
         match = [{"$match": server_filter}] if server_filter else []
         accumulators = [(k, v) for k, v in group.items() if k != "_id"] or [("_n", {"$sum": 1})]
+        stages: list[tuple[str | None, dict[str, Any]]] = []
+        together = self.collection.database.groups_push(self.collection.server_collection)
         for output, accumulator in accumulators:
             sub_field = (by_sub or {}).get(output)
+            joined = [s for f, s in stages if f == sub_field] if together else []
+            if joined:
+                joined[0][output] = accumulator
+                continue
             key = {"k": group["_id"], "s": sub_field} if sub_field else group["_id"]
-            stage = {"$group": {"_id": key, output: accumulator}}
-            for row in self.collection.server_aggregate([*match, stage]):
+            stages.append((sub_field, {"_id": key, output: accumulator}))
+        for sub_field, stage in stages:
+            outputs = [output for output in stage if output != "_id"]
+            for row in self.collection.server_aggregate([*match, {"$group": stage}]):
                 raw_key, sub = row.get("_id"), None
                 if sub_field:  # {k, s}; a missing key and a null one are apart here
                     parts = raw_key if isinstance(raw_key, dict) else {}
                     raw_key, sub = parts.get("k"), int(parts.get("s") or 0)
                 entry = rows.setdefault(self._row_key(raw_key), {"_id": raw_key})
-                if sub is None:
-                    entry[output] = row[output]
-                else:  # both halves of the null group add up (a double stays a double)
-                    totals = entry.setdefault(output, {})
-                    totals[sub] = totals.get(sub, 0) + row[output]
+                for output in outputs:
+                    if sub is None:
+                        entry[output] = row[output]
+                    else:  # both halves of the null group add up (a double stays a double)
+                        totals = entry.setdefault(output, {})
+                        totals[sub] = totals.get(sub, 0) + row[output]
         return rows
 
     def _fetched_rows(

@@ -37,7 +37,7 @@ def overheads(result: dict[str, Any]) -> dict[str, float]:
         if f"veil_{strategy}" in sums:
             veil_sum = sums[f"veil_{strategy}"]["p50_us"]
             out[f"sum ({strategy})"] = veil_sum / sums["plain"]["p50_us"]
-    for strategy in ("server", "fetch"):
+    for strategy in ("server", "fetch", "chain"):
         filtered = sums.get("filtered", {})
         if f"veil_{strategy}" in filtered:
             veil_sum = filtered[f"veil_{strategy}"]["p50_us"]
