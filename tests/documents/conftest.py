@@ -1,4 +1,5 @@
-"""A FerretDB server for the session (built once, cached under target/ferretdb)."""
+"""The session's MongoDB-wire servers: FerretDB (built once, cached under target/ferretdb)
+and, for the tests that ask for it, mongo-java-server (under target/mongo-java-server)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pymongo
 import pytest
 
 from veil.servers.ferretdb import FerretDBServer
+from veil.servers.mongojava import MongoJavaServer
 
 _databases = itertools.count(1)
 
@@ -38,6 +40,34 @@ def url(ferretdb: FerretDBServer, database_name: str) -> str:
 def plain(ferretdb: FerretDBServer, database_name: str) -> Iterator[pymongo.database.Database]:
     """The same server through plain pymongo, in a database of its own (the oracle)."""
     client: pymongo.MongoClient = pymongo.MongoClient(ferretdb.url)
+    try:
+        yield client[f"{database_name}_plain"]
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def mongo_java(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoJavaServer]:
+    """One mongo-java-server for the session, started by the first test that asks for it."""
+    server = MongoJavaServer(tmp_path_factory.mktemp("mongo_java")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def mongo_java_url(mongo_java: MongoJavaServer, database_name: str) -> str:
+    """A URL naming a fresh database on the session's mongo-java-server."""
+    return f"{mongo_java.url}{database_name}"
+
+
+@pytest.fixture
+def mongo_java_plain(
+    mongo_java: MongoJavaServer, database_name: str
+) -> Iterator[pymongo.database.Database]:
+    """The session's mongo-java-server through plain pymongo, in a database of its own."""
+    client: pymongo.MongoClient = pymongo.MongoClient(mongo_java.url)
     try:
         yield client[f"{database_name}_plain"]
     finally:
