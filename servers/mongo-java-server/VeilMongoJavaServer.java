@@ -11,9 +11,9 @@ import java.util.List;
 public final class VeilMongoJavaServer {
     private VeilMongoJavaServer() {}
 
-    // mongo-java-server 1.47 reports wire version 8 (MongoDB 4.2), and pymongo 4.x refuses
-    // servers below wire version 9; the commands Veil sends are those of MongoDB 4.4, so the
-    // server announces 4.4 (wire 9).
+    // mongo-java-server 1.47 announces MongoDB 5.0.0 but wire version 8 (MongoDB 4.2's; 5.0's
+    // is 13), and pymongo 4 refuses servers below wire version 9. The commands Veil sends are
+    // MongoDB 4.4's, so the server announces 4.4.0 with 4.4's wire version, 9.
     private static final MongoVersion REPORTED_VERSION = new MongoVersion() {
         @Override
         public List<Integer> getVersionArray() {

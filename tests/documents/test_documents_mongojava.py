@@ -10,6 +10,7 @@ import sys
 import pymongo
 import pytest
 
+import veil.documents
 from veil.cli import main
 from veil.servers.ferretdb import FerretDBServer
 from veil.servers.mongojava import MongoJavaServer, MongoJavaServerError
@@ -39,6 +40,21 @@ def test_group_computes_every_accumulator_and_push(mongo_java_plain):
         {"_id": 0, "total": 6, "count": 3, "top": 4, "values": [0, 2, 4]},
         {"_id": 1, "total": 9, "count": 3, "top": 5, "values": [1, 3, 5]},
     ]
+
+
+@pytest.mark.parametrize("sums", ["server", "fetch"])
+def test_veil_groups_match_plain(mongo_java_url, mongo_java_plain, key_file, sums):
+    """Veil's encrypted documents on this server give plain pymongo's answers."""
+    documents = [{"_id": i, "g": i % 3, "v": (i * 7919) % 1000 - 500} for i in range(30)]
+    mongo_java_plain.t.insert_many(documents)
+    pipeline = [
+        {"$group": {"_id": "$g", "s": {"$sum": "$v"}, "n": {"$sum": 1}, "top": {"$max": "$v"}}},
+        {"$sort": {"_id": 1}},
+    ]
+    schema = {"t": {"g": "index", "v": "h_add"}}
+    with veil.documents.connect(mongo_java_url, key_file, schema, sums=sums) as database:
+        database.t.insert_many(documents)
+        assert list(database.t.aggregate(pipeline)) == list(mongo_java_plain.t.aggregate(pipeline))
 
 
 def test_data_survives_a_stop_and_start(tmp_path):
