@@ -15,6 +15,9 @@ command -v psql >/dev/null || need_apt+=(postgresql-client)
 # Java: the Spark backend's JVM (PySpark 4 needs Java 17 or later); javac builds Veil's
 # JVM server functions for Spark (veil.backends.spark_jvm; without it, Python UDFs)
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
+# Maven: fetches from Maven Central the jars of the JVM servers the tests start
+# (veil.servers.cassandra; veil.servers.mongojava, whose launcher javac compiles)
+command -v mvn >/dev/null || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_apt[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -1,26 +1,43 @@
-"""A FerretDB server for the session (built once, cached under target/ferretdb)."""
+"""The session's MongoDB-wire servers: FerretDB (built once, cached under target/ferretdb)
+and, for the tests that ask for it, mongo-java-server (under target/mongo-java-server)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pymongo
 import pytest
 
 from veil.servers.ferretdb import FerretDBServer
+from veil.servers.mongojava import MongoJavaServer
+from veil.servers.process import ServerProcess
 
 _databases = itertools.count(1)
+Server = TypeVar("Server", bound=ServerProcess)
+
+
+def _serve(server: Server) -> Iterator[Server]:
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _plain_database(server: ServerProcess, name: str) -> Iterator[pymongo.database.Database]:
+    client: pymongo.MongoClient = pymongo.MongoClient(server.url)
+    try:
+        yield client[f"{name}_plain"]
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
 def ferretdb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FerretDBServer]:
     """One FerretDB for the whole session; a build failure fails loudly, never skips."""
-    server = FerretDBServer(tmp_path_factory.mktemp("ferretdb")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve(FerretDBServer(tmp_path_factory.mktemp("ferretdb")))
 
 
 @pytest.fixture
@@ -37,8 +54,24 @@ def url(ferretdb: FerretDBServer, database_name: str) -> str:
 @pytest.fixture
 def plain(ferretdb: FerretDBServer, database_name: str) -> Iterator[pymongo.database.Database]:
     """The same server through plain pymongo, in a database of its own (the oracle)."""
-    client: pymongo.MongoClient = pymongo.MongoClient(ferretdb.url)
-    try:
-        yield client[f"{database_name}_plain"]
-    finally:
-        client.close()
+    yield from _plain_database(ferretdb, database_name)
+
+
+@pytest.fixture(scope="session")
+def mongo_java(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoJavaServer]:
+    """One mongo-java-server for the session, started by the first test that asks for it."""
+    yield from _serve(MongoJavaServer(tmp_path_factory.mktemp("mongo_java")))
+
+
+@pytest.fixture
+def mongo_java_url(mongo_java: MongoJavaServer, database_name: str) -> str:
+    """A URL naming a fresh database on the session's mongo-java-server."""
+    return f"{mongo_java.url}{database_name}"
+
+
+@pytest.fixture
+def mongo_java_plain(
+    mongo_java: MongoJavaServer, database_name: str
+) -> Iterator[pymongo.database.Database]:
+    """The session's mongo-java-server through plain pymongo, in a database of its own."""
+    yield from _plain_database(mongo_java, database_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def test_yaml_binds_to_loopback_on_the_given_ports(tmp_path: Path) -> None:
 def test_java_command_carries_the_jvm17_module_flags(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cassandra_server.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
     command = cassandra_server.java_command(tmp_path, tmp_path / "lib", 512)
     assert command[-1] == "org.apache.cassandra.service.CassandraDaemon"
     assert "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED" in command
@@ -32,7 +33,7 @@ def test_java_command_carries_the_jvm17_module_flags(
 def test_missing_java_or_mvn_is_reported_clearly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cassandra_server.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(CassandraServerError, match="'java' was not found on PATH"):
         cassandra_server.java_command(tmp_path, tmp_path, 512)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing cached there
@@ -55,7 +56,7 @@ def test_lean_configuration_shrinks_caches_and_pretouches_the_heap(
     lean = cassandra_server.cassandra_yaml(tmp_path, "127.0.0.1", 1, 2, lean=True)
     assert "file_cache_size: 16MiB" in lean
     assert "file_cache_size" not in cassandra_server.cassandra_yaml(tmp_path, "127.0.0.1", 1, 2)
-    monkeypatch.setattr(cassandra_server.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
     command = cassandra_server.java_command(tmp_path, tmp_path, 512, lean=True)
     assert "-XX:+AlwaysPreTouch" in command
 

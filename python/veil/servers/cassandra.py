@@ -19,19 +19,18 @@ On Java 17 the daemon needs the module flags of Cassandra's
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from veil.errors import VeilError
+from veil.servers.builds import locked
+from veil.servers.maven import copy_dependencies, require_tool
 from veil.servers.ports import free_port, port_open
 
 CASSANDRA_VERSION = "5.0.9"
@@ -141,16 +140,6 @@ def default_server_dir() -> Path:
     return cache_dir() / "server"
 
 
-def require_tool(name: str, purpose: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise CassandraServerError(
-            f"{name!r} was not found on PATH; it is needed to {purpose}. Install it "
-            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless maven) and retry."
-        )
-    return path
-
-
 def fetch_jars(version: str = CASSANDRA_VERSION) -> Path:
     """Return the directory of Cassandra's jars, downloading them with mvn on first use."""
     lib = cache_dir() / version / "lib"
@@ -159,27 +148,12 @@ def fetch_jars(version: str = CASSANDRA_VERSION) -> Path:
         return lib
     lib.parent.mkdir(parents=True, exist_ok=True)
     # Several test processes may start at once; one downloads, the others wait.
-    with open(lib.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(lib.parent / ".lock"):
         if not stamp.exists():
-            _run_maven(version, lib)
+            pom = POM_TEMPLATE.format(version=version)
+            copy_dependencies(pom, lib, f"cassandra-all {version}", CassandraServerError)
             stamp.write_text(version)
     return lib
-
-
-def _run_maven(version: str, lib: Path) -> None:
-    mvn = require_tool("mvn", "download Cassandra from Maven Central")
-    with tempfile.TemporaryDirectory(prefix="veil-mvn-") as work:
-        Path(work, "pom.xml").write_text(POM_TEMPLATE.format(version=version))
-        command = [mvn, "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime"]
-        command.append(f"-DoutputDirectory={lib}")
-        done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr)[-2000:]
-        raise CassandraServerError(
-            f"mvn could not fetch cassandra-all {version} (exit {done.returncode}); check network "
-            f"access to Maven Central and ~/.m2/settings.xml. Output:\n{tail}"
-        )
 
 
 # Under a memory budget, keep Cassandra's own memory small and fixed so the
@@ -243,7 +217,7 @@ def cassandra_yaml(
 
 
 def java_command(directory: Path, lib: Path, heap_mb: int, *, lean: bool = False) -> list[str]:
-    java = require_tool("java", "run Cassandra (Java 17 is expected)")
+    java = require_tool("java", "run Cassandra (Java 17 is expected)", CassandraServerError)
     jamm = sorted(lib.glob("jamm-*.jar"))
     agent = [f"-javaagent:{jamm[0]}"] if jamm else []
     return [

@@ -1,4 +1,4 @@
-"""``veil documents ...``: a private FerretDB server and the benchmark against plain pymongo.
+"""``veil documents ...``: a private MongoDB-wire server and the benchmark against plain pymongo.
 
 Tooling around the shipping :mod:`veil.documents` package, which imports
 none of it.
@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from veil.servers.process import ServerProcess
+
+SERVER_KINDS = ("ferretdb", "mongo-java-server")  # the kinds of veil.servers' classes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     documents = subparsers.add_parser(
-        "documents", help="encrypted documents: a private FerretDB server, benchmark"
+        "documents", help="encrypted documents: a private MongoDB-wire server, benchmark"
     )
     commands = documents.add_subparsers(dest="documents_command", required=True, metavar="CMD")
-    server = commands.add_parser("server", help="start, stop or inspect a private FerretDB")
+    server = commands.add_parser(
+        "server", help="start, stop or inspect a private FerretDB or mongo-java-server"
+    )
     server.add_argument("action", choices=("start", "stop", "status"))
     server.add_argument("dir", type=Path, help="server directory (data, log, server.json)")
     server.add_argument("--port", type=int, default=0, help="TCP port (default: a free one)")
+    server.add_argument(
+        "--kind", choices=SERVER_KINDS, default="ferretdb",
+        help="which server start runs (default ferretdb; mongo-java-server has $push and "
+        "several accumulators per $group); stop and status find the kind DIR records",
+    )  # fmt: skip
     server.set_defaults(handler=_server)
     bench = commands.add_parser("bench", help="Veil against plain pymongo on one FerretDB")
     bench.add_argument("--url", default=None, help="a MongoDB-wire server (default: start one)")
@@ -57,26 +70,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _server(args: argparse.Namespace) -> int:
-    from veil.servers.ferretdb import FerretDBServer
-
-    running = FerretDBServer.running(args.dir)
+    running = _running(args.dir)
     if args.action == "start":
         if running is not None:
-            print(f"ferretdb already running: pid {running.pid}, url {running.url}")
+            print(f"{running.kind} already running: pid {running.pid}, url {running.url}")
             return 0
-        server = FerretDBServer(args.dir).start(args.port, stop_at_exit=False)
-        print(f"ferretdb running: pid {server.pid}, url {server.url}")
+        server = _server_classes()[args.kind](args.dir).start(args.port, stop_at_exit=False)
+        print(f"{server.kind} running: pid {server.pid}, url {server.url}")
         return 0
     if args.action == "stop":
         if running is not None:
             running.stop()
-        print("ferretdb stopped" if running else "no ferretdb was running there")
+        print(f"{running.kind} stopped" if running else "no server was running there")
         return 0
     if running is None:
-        print("ferretdb: not running")
+        print("server: not running")
         return 1
-    print(f"ferretdb running: pid {running.pid}, url {running.url}")
+    print(f"{running.kind} running: pid {running.pid}, url {running.url}")
     return 0
+
+
+def _server_classes() -> dict[str, type[ServerProcess]]:
+    from veil.servers.ferretdb import FerretDBServer
+    from veil.servers.mongojava import MongoJavaServer
+
+    return {cls.kind: cls for cls in (FerretDBServer, MongoJavaServer)}
+
+
+def _running(directory: Path) -> ServerProcess | None:
+    """The live server recorded in ``directory``, whichever kind it is."""
+    from veil.servers.process import recorded
+
+    state = recorded(directory)
+    server_class = _server_classes().get(state["kind"]) if state else None
+    return server_class.running(directory) if server_class else None
 
 
 def _bench(args: argparse.Namespace) -> int:
