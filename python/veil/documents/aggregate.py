@@ -16,6 +16,7 @@ decrypted documents (or over the groups), with MongoDB's semantics.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -162,10 +163,10 @@ class Pipeline:
         # products, Paillier and chained values (whose words the id path cannot open)
         fetched = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
         if self._all_chained(outputs):
-            if _filter_paths(self.query) <= set(self._key_paths):
-                chained = self._chained_documents(group, outputs)
-            elif self.collection.database.groups_push(self.collection.server_collection):
+            if self.collection.database.groups_push(self.collection.server_collection):
                 chained = self._chained_runs(group, outputs)
+            elif _filter_paths(self.query) <= set(self._key_paths):
+                chained = self._chained_documents(group, outputs)
             else:
                 chained = None
             if chained is not None:
@@ -205,9 +206,9 @@ class Pipeline:
     def _all_chained(self, outputs: list[tuple[str, str, Any]]) -> bool:
         """Whether every sum is of a field chained by this pipeline's one group key. Over
         whole groups (a filter on the key alone keeps or drops each group whole, the
-        count check proves it) they are summed by :meth:`_chained_documents`; filtered
-        on other fields, by :meth:`_chained_runs` where the server computes several
-        accumulators in one ``$group``."""
+        count check proves it) they are summed by :meth:`_chained_documents`. Where the
+        server computes several accumulators in one ``$group``, by :meth:`_chained_runs`,
+        filtered on any field, without reading the chains' lengths."""
         if not self._single_key:
             return False
         (key_path,) = self._key_paths
@@ -361,19 +362,24 @@ class Pipeline:
         found = self._one_group(stage)
         if found is None:
             return None
-        groups: dict[bytes, tuple[Any, list[dict[str, Any]]]] = {}
+        groups: dict[bytes, tuple[Any, dict[int, dict[str, Any]]]] = {}
         for row in found:  # with sub-chains: {k, s}; a missing key joins the null one
-            raw_key = row.get("_id")
+            raw_key, sub = row.pop("_id", None), 0
             if sub_field:
-                raw_key = raw_key.get("k") if isinstance(raw_key, dict) else None
-            groups.setdefault(self._row_key(raw_key), (raw_key, []))[1].append(row)
+                pair = raw_key if isinstance(raw_key, dict) else {}
+                raw_key, sub = pair.get("k"), int(pair.get("s") or 0)
+            subs = groups.setdefault(self._row_key(raw_key), (raw_key, {}))[1]
+            if sub in subs:  # the null group's other half: positions of the same chain
+                subs[sub] = _joined(subs[sub], row, bounds.values())
+            else:
+                subs[sub] = row
         plain = [self._plain_key(raw_key) for raw_key, _ in groups.values()]
-        numbers, drifts = {}, {}
+        numbers, drifts = {}, {}  # runs need no chain length: the drift counter alone
         for name, cipher in chained.items():
-            lengths, drifts[name] = self.collection.chain_lengths(cipher, plain)
-            numbers[name] = [number for number, _ in lengths]
+            numbers[name], drifts[name] = self.collection.chain_numbers(cipher, plain)
         results = []
-        for j, (key, (_, parts)) in enumerate(zip(plain, groups.values(), strict=True)):
+        for j, (key, (_, subs)) in enumerate(zip(plain, groups.values(), strict=True)):
+            parts = list(subs.values())
             document: dict[str, Any] = {"_id": key}
             for output, kind, cipher in outputs:
                 if cipher is None:
@@ -389,6 +395,7 @@ class Pipeline:
                         return None
                     longer = last - first + 1 > layout.capacity and not sub_field
                     if longer and len(chained) == 1 and self.collection.chains_split(cipher):
+                        self.collection.chains_summed_longer(cipher)
                         return self._chained_runs(group, outputs, split=True)
                     opened = cipher.chained.group_sum(
                         part[output], numbers[cipher.name][j], first, last, drifts[cipher.name]
@@ -587,6 +594,19 @@ def _opened_total(kind: str, opened: list[int] | None) -> Any:
     if kind == "chain_sum":
         return total
     return total / count if count else None
+
+
+def _joined(
+    one: dict[str, Any], other: dict[str, Any], bounds: Iterable[tuple[str, str]]
+) -> dict[str, Any]:
+    """Two rows of one group's positions as one: sums added, the least and the greatest
+    position of both (a missing bound, no value there, left out)."""
+    out = {name: value + other[name] for name, value in one.items()}
+    for low, high in bounds:
+        lows = [row[low] for row in (one, other) if row.get(low) is not None]
+        highs = [row[high] for row in (one, other) if row.get(high) is not None]
+        out[low], out[high] = min(lows, default=None), max(highs, default=None)
+    return out
 
 
 def _fresh(names: dict[str, Any], base: str) -> str:

@@ -307,6 +307,8 @@ class ChainClaims:
         #: The end of each chain's last claim this client saw: a claim boundary, where
         #: claims and readers start instead of reading the hint (one command less).
         self._ends: dict[int, int] = {}
+        #: Whether a sum this client ran found a run of positions past a chain's capacity.
+        self.summed_longer = False
 
     def epoch(self) -> bytes:
         if self._epoch is None:
@@ -321,6 +323,8 @@ class ChainClaims:
 
     def known_longer(self, capacity: int) -> bool:
         """Whether a chain this client saw (not the drift counter) is past ``capacity``."""
+        if self.summed_longer:
+            return True
         return any(end > capacity for chain, end in self._ends.items() if chain >= 0)
 
     def claim(self, chain: int, count: int) -> int:

@@ -136,6 +136,11 @@ class Collection:
         capacity = cipher.chained.layout.capacity
         return self.chains_split(cipher) and self._chains[cipher.name].known_longer(capacity)
 
+    def chains_summed_longer(self, cipher: FieldCipher) -> None:
+        """Note that a sum found a run of this field's positions past a chain's capacity:
+        this client groups its sums by sub-chain from now on."""
+        self._chains[cipher.name].summed_longer = True
+
     def chains_split(self, cipher: FieldCipher) -> bool:
         """Whether this field's words past a chain's capacity store their sub-chain."""
         claims = self._chains[cipher.name]
@@ -148,6 +153,13 @@ class Collection:
         claims = self._chains[cipher.name]
         epoch = claims.epoch()
         return claims, [cipher.chained.keys.chain_of(epoch, group) for group in groups]
+
+    def chain_numbers(self, cipher: FieldCipher, groups: list[Any]) -> tuple[list[int], int]:
+        """The chain number of each group value of a chained field (a keyed hash: no
+        read) and the field's drift counter, read now."""
+        with server_errors("reading the drift counter"):
+            claims, chains = self._chains_of(cipher, groups)
+            return chains, claims.lengths([DRIFT_CHAIN])[DRIFT_CHAIN]
 
     def chain_lengths(
         self, cipher: FieldCipher, groups: list[Any]
