@@ -334,6 +334,12 @@ def sums(clients: Clients, docs: int, runs: int, incs: int, seed: int) -> dict[s
     return out
 
 
+def sum_runs(docs: int) -> int:
+    """Timed runs of each grouped sum: more where a sum takes milliseconds (a median of
+    five is at the mercy of one slow run there), five from 40,000 documents."""
+    return max(5, min(25, 200_000 // max(docs, 1)))
+
+
 def load_batches(rows: list[dict[str, Any]], collections: dict[str, Any]) -> dict[str, float]:
     """``rows`` into each collection by ``insert_many`` of ``LOAD_BATCH`` (the caller's
     documents stay as they are); docs/s each."""
@@ -553,7 +559,9 @@ def run(
                 "range": partial(
                     ranges, clients, docs, range_width, queries, seed, partial(measured, "range")
                 ),
-                "sum": partial(sums, clients, docs, 5, scans(docs, 100, scan_budget), seed),
+                "sum": partial(
+                    sums, clients, docs, sum_runs(docs), scans(docs, 100, scan_budget), seed
+                ),
                 "ycsb": partial(
                     ycsb,
                     clients,
