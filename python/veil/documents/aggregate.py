@@ -281,15 +281,16 @@ class Pipeline:
         sums, the values' ids (``$push`` skips a missing field, so a document without a
         value adds none) and the ids of their ``$inc``, and for ``$avg`` how many values.
         None, and the caller takes the other server path, when the server refuses it (a
-        group's ids past its 16 MB document limit, say) or a value of an earlier nested
-        form is summed (the server's ``$sum`` skipped it; ``_summed_ids`` adds it)."""
+        group's ids past its 16 MB document limit, say) or the field holds values of an
+        earlier nested form (the server's ``$sum`` skips them; ``_summed_ids`` adds them)."""
         stage = dict(group)
         pushes: dict[str, tuple[Any, dict[str, str]]] = {}
         averaged = {cipher.name for _, kind, cipher in outputs if kind == "avg"}
         for cipher in {c.name: c for _, _, c in outputs if c is not None}.values():
             name = cipher.name
-            parts: dict[str, Any] = {"i": {"$push": f"${name}i"}, "j": {"$push": f"${name}j"},
-                     "nested": {"$push": f"${name}.h"}}  # fmt: skip
+            if self.collection.holds_nested_forms(cipher):
+                return None
+            parts: dict[str, Any] = {"i": {"$push": f"${name}i"}, "j": {"$push": f"${name}j"}}
             if name in averaged:  # a value always has its high half, an absent one not
                 parts["count"] = {"$sum": {"$cond": [{"$gt": [f"${name}h", None]}, 1, 0]}}
             names: dict[str, str] = {}
@@ -307,7 +308,7 @@ class Pipeline:
             entry = ids.setdefault(key, {})
             for name, (_, names) in pushes.items():
                 got = {part: row.pop(output, None) for part, output in names.items()}
-                if got["nested"] or not isinstance(got["i"], list):
+                if not isinstance(got["i"], list):
                     return None
                 try:
                     first = np.array(got["i"], dtype=np.int64)

@@ -74,6 +74,7 @@ class Collection:
         self._server = database.server_database[self.server_name]
         self._trees: list[Any] = []
         self._chains: dict[str, ChainClaims] = {}
+        self._nested: dict[str, bool] = {}  # holds_nested_forms, per stored name
         for cipher in self.codec.ciphers.values():
             if cipher.ore is not None:  # each ore field's B+-tree: nodes and claims
                 base = f"{self.server_name}{cipher.name}"
@@ -153,6 +154,16 @@ class Collection:
         claims = self._chains[cipher.name]
         epoch = claims.epoch()
         return claims, [cipher.chained.keys.chain_of(epoch, group) for group in groups]
+
+    def holds_nested_forms(self, cipher: FieldCipher) -> bool:
+        """Whether an ASHE ``h_add`` field holds values of the earlier nested forms, asked
+        of the server once per client: no version of Veil writes them any more, so a
+        field without them now never has them."""
+        if cipher.name not in self._nested:
+            with server_errors("looking for earlier h_add forms"):
+                found = self._server.find_one({cipher.name: {"$type": "object"}}, {"_id": 1})
+            self._nested[cipher.name] = found is not None
+        return self._nested[cipher.name]
 
     def chain_numbers(self, cipher: FieldCipher, groups: list[Any]) -> tuple[list[int], int]:
         """The chain number of each group value of a chained field (a keyed hash: no
