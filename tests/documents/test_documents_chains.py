@@ -89,7 +89,11 @@ def expected(plain_collection, pipeline):
 def count_aggregations(collection):
     """How many server aggregations and finds the next query sends (wraps the collection)."""
     calls = {"aggregate": 0, "find": 0}
-    aggregate, find = collection.server_aggregate, collection.find_projected
+    aggregate, find, raw = (
+        collection.server_aggregate,
+        collection.find_projected,
+        collection.find_raw,
+    )
 
     def counted_aggregate(pipeline):
         calls["aggregate"] += 1
@@ -99,7 +103,12 @@ def count_aggregations(collection):
         calls["find"] += 1
         return find(query, projection)
 
+    def counted_raw(query, projection):
+        calls["find"] += 1
+        return raw(query, projection)
+
     collection.server_aggregate, collection.find_projected = counted_aggregate, counted_find
+    collection.find_raw = counted_raw
     return calls
 
 

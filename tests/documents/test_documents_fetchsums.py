@@ -76,26 +76,39 @@ def loaded(url, key_file):
 
 
 def test_column_reads_equal_the_general_walk_and_plain(loaded, monkeypatch):
+    """The native read of the raw batches, the column reads of decoded documents and the
+    walk give one answer, the plain one."""
     collection, rows = loaded
     for pipeline in PIPELINES:
-        fast = sorted(collection.aggregate(pipeline), key=repr)
+        native = sorted(collection.aggregate(pipeline), key=repr)
         with monkeypatch.context() as patched:
+            patched.setattr(aggregate, "fetched_groups_raw", lambda *_: None)
+            decoded = sorted(collection.aggregate(pipeline), key=repr)
             patched.setattr(aggregate, "fetched_groups", lambda *_: None)
             walked = sorted(collection.aggregate(pipeline), key=repr)
-        assert fast == walked == expected(rows, pipeline), pipeline
+        assert native == decoded == walked == expected(rows, pipeline), pipeline
 
 
 def test_the_column_path_is_taken_for_the_common_shape(loaded, monkeypatch):
     collection, _ = loaded
     taken = []
-    real = aggregate.fetched_groups
+    real = aggregate.fetched_groups_raw
 
     def spied(*args):
         out = real(*args)
         taken.append(out is not None)
         return out
 
-    monkeypatch.setattr(aggregate, "fetched_groups", spied)
+    monkeypatch.setattr(aggregate, "fetched_groups_raw", spied)
     collection.aggregate(PIPELINES[2])  # OPE keys, sums and counts
     collection.aggregate(PIPELINES[0])  # keys of several types: bytes, str, ints, null
     assert taken == [True, True]
+
+
+def test_another_shape_is_decoded_and_walked(loaded):
+    """A float key is not read natively nor by columns: the decoded batches are walked."""
+    collection, rows = loaded
+    collection.insert_one({"_id": 1000, "g": 1.5, "k": 0, "v": 9, "w": 1})
+    rows.append({"_id": 1000, "g": 1.5, "k": 0, "v": 9, "w": 1})
+    for pipeline in PIPELINES[:2]:
+        assert sorted(collection.aggregate(pipeline), key=repr) == expected(rows, pipeline)

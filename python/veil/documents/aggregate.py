@@ -26,7 +26,7 @@ from bson.int64 import Int64
 
 from veil.documents.elgamal import Product
 from veil.documents.errors import DocumentsError, ServerRefusedError
-from veil.documents.fetchsums import fetched_groups
+from veil.documents.fetchsums import fetched_groups, fetched_groups_raw
 from veil.documents.fields import additive_ids
 from veil.documents.match import MISSING, get_path, matches
 from veil.documents.query import translate_filter
@@ -455,10 +455,18 @@ class Pipeline:
         additive = {cipher.name: cipher for _, _, cipher in outputs if cipher is not None}
         names = [n for cipher in additive.values() for n in cipher.stored_names]
         projection = _only({e[1:]: 1 for e in keys.values()} | dict.fromkeys(names, 1))
-        stored = self.collection.find_projected(self.server_filter.document(), projection)
-        columns = self._fetched_columns(stored, group, outputs)
-        if columns is not None:
-            return columns
+        shape = self._column_shape(group, outputs)
+        if shape is None:
+            stored = self.collection.find_projected(self.server_filter.document(), projection)
+        else:  # raw batches read by one native call; decoded only for another shape
+            batches = self.collection.find_raw(self.server_filter.document(), projection)
+            columns = fetched_groups_raw(batches, *shape)
+            if columns is not None:
+                return columns
+            stored = self.collection.decode_raw(batches)
+            columns = fetched_groups(stored, *shape)
+            if columns is not None:
+                return columns
         rows: dict[bytes, dict[str, Any]] = {}
         ids: dict[bytes, dict[str, Any]] = {}
         for document in stored:
@@ -499,12 +507,13 @@ class Pipeline:
                         entry[cipher.name + "#"] = entry.get(cipher.name + "#", 0) + 1
         return rows, ids
 
-    def _fetched_columns(
-        self, stored: list[Any], group: dict[str, Any], outputs: list[tuple[str, str, Any]]
-    ) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]] | None:
-        """The fetched groups read column by column (veil.documents.fetchsums) when the
-        pipeline has the common shape: one key or none, sums of constants and
-        ``$sum``/``$avg`` of flat ASHE fields; None otherwise."""
+    def _column_shape(
+        self, group: dict[str, Any], outputs: list[tuple[str, str, Any]]
+    ) -> tuple[str | None, dict[str, int], dict[str, str]] | None:
+        """``(key path, constants, additive)`` for reading the fetched groups column by
+        column (veil.documents.fetchsums) when the pipeline has the common shape: one
+        key or none, sums of constants and ``$sum``/``$avg`` of flat ASHE fields; None
+        otherwise."""
         if len(self._key_ciphers) > 1 or (self._key_ciphers and not self._single_key):
             return None
         additive: dict[str, str] = {}
@@ -516,7 +525,7 @@ class Pipeline:
             additive[output] = cipher.name
         constants = {o: group[o]["$sum"] for o, _, c in outputs if c is None}
         key_path = next(iter(self._key_ciphers.values()))[0][1:] if self._key_ciphers else None
-        return fetched_groups(stored, key_path, constants, additive)
+        return key_path, constants, additive
 
     def _summed_ids(self, keys: dict[str, str], ciphers: list[Any]) -> dict[bytes, dict[str, Any]]:
         """Per group key: the ASHE ids of each summed field, how many values it has, and

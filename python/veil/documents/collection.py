@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
+import bson
+import bson.errors
 import pymongo
 import pymongo.errors
 from bson.int64 import Int64
@@ -478,6 +480,20 @@ class Collection:
     def find_projected(self, query: dict[str, Any], projection: dict[str, Any]) -> list[Any]:
         with server_errors("find"):
             return list(self._server.find(query, projection, batch_size=FETCH_BATCH))
+
+    def find_raw(self, query: dict[str, Any], projection: dict[str, Any]) -> list[bytes]:
+        """The matches as the server's raw BSON batches (each a run of documents)."""
+        with server_errors("find"):
+            found = self._server.find_raw_batches(query, projection, batch_size=FETCH_BATCH)
+            return list(cast(Iterable[bytes], found))  # the driver's type says documents
+
+    def decode_raw(self, batches: list[bytes]) -> list[Any]:
+        """:meth:`find_raw`'s batches as documents, as :meth:`find_projected` gives them."""
+        options = self._server.codec_options
+        try:
+            return [d for batch in batches for d in bson.decode_all(batch, options)]
+        except bson.errors.BSONError as exc:
+            raise ServerError(f"find: the server's reply is not valid BSON ({exc})") from None
 
     @property
     def server_collection(self) -> pymongo.collection.Collection[Any]:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from bson.int64 import Int64
 
+from veil._native import fetched_columns
 from veil.documents.match import MISSING, get_path
 
 #: The kind of a scalar group key, by class: integers of either BSON width group
@@ -58,32 +59,89 @@ def fetched_groups(
         )  # fmt: skip
     except KeyError:  # an array, a subdocument or a date: the general walk
         return None
-    groups = len(tokens)
-    members = np.bincount(codes, minlength=groups)
-    order = list(tokens)
-    rows: dict[Any, dict[str, Any]] = {
-        token: {"_id": token[1]} | {o: c * int(members[g]) for o, c in constants.items()}
-        for g, token in enumerate(order)
-    }
-    ids: dict[Any, dict[str, Any]] = {token: {} for token in order}
+    columns = {}
     for name in dict.fromkeys(additive.values()):
-        summed = _field(documents, name, codes, groups)
-        if summed is None:
+        read = _columns(documents, name)
+        if read is None:
             return None
-        totals, counts, per_group = summed
-        for g, token in enumerate(order):
-            ids[token][name], ids[token][name + "#"] = per_group[g], counts[g]
-            for output, field in additive.items():
-                if field == name:
-                    rows[token][f"{output}_l"], rows[token][f"{output}_h"] = totals[g], 0
+        columns[name] = read
+    return _grouped(codes, [token[1] for token in tokens], constants, additive, columns)
+
+
+def fetched_groups_raw(
+    batches: Sequence[bytes],
+    key_path: str | None,
+    constants: dict[str, int],
+    additive: dict[str, str],
+) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]] | None:
+    """:func:`fetched_groups` over the server's raw BSON batches, read by one native
+    call (``veil._native.fetched_columns``) instead of decoded into dicts. None when a
+    document is not of the common shape, or the key is a dotted path: the caller
+    decodes the batches and takes :func:`fetched_groups` or its walk."""
+    if key_path is not None and "." in key_path:
+        return None
+    names = list(dict.fromkeys(additive.values()))
+    key = key_path.encode() if key_path is not None else None
+    read = fetched_columns(list(batches), key, [name.encode() for name in names])
+    if read is None:
+        return None
+    tokens, fields = read
+    numbering: dict[bytes, int] = {}
+    codes = np.fromiter(
+        (numbering.setdefault(t, len(numbering)) for t in tokens), dtype=np.int64,
+        count=len(tokens),
+    )  # fmt: skip
+    stored = [_stored_key(token) for token in numbering]
+    return _grouped(codes, stored, constants, additive, dict(zip(names, fields, strict=True)))
+
+
+def _stored_key(token: bytes) -> Any:
+    """The stored group key a native token stands for (see ``fetched_columns``)."""
+    kind, body = token[:1], token[1:]
+    if kind == b"n":
+        return int.from_bytes(body, "big", signed=True)
+    if kind == b"b":
+        return body
+    if kind == b"s":
+        return body.decode()
+    return None
+
+
+#: One summed field's columns, one entry per document: low and high halves, whether
+#: a value is there, its first id and whether it has one, then the (document, id)
+#: pairs of its blind ``$inc``.
+Columns = tuple[np.ndarray, ...]
+
+
+def _grouped(
+    codes: np.ndarray,
+    stored: list[Any],
+    constants: dict[str, int],
+    additive: dict[str, str],
+    columns: dict[str, Columns],
+) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]]:
+    """The rows and ids of :func:`fetched_groups` from each document's group number
+    (``codes``), each group's stored key and each field's columns."""
+    groups = len(stored)
+    members = np.bincount(codes, minlength=groups)
+    order = [(g, key) for g, key in enumerate(stored)]
+    rows: dict[Any, dict[str, Any]] = {
+        g: {"_id": key} | {o: c * int(members[g]) for o, c in constants.items()} for g, key in order
+    }
+    ids: dict[Any, dict[str, Any]] = {g: {} for g, _ in order}
+    for name, field in columns.items():
+        totals, counts, per_group = _summed(field, codes, groups)
+        for g in range(groups):
+            ids[g][name], ids[g][name + "#"] = per_group[g], counts[g]
+            for output, summed in additive.items():
+                if summed == name:
+                    rows[g][f"{output}_l"], rows[g][f"{output}_h"] = totals[g], 0
     return rows, ids
 
 
-def _field(
-    documents: Sequence[dict[str, Any]], name: str, codes: np.ndarray, groups: int
-) -> tuple[list[int], list[int], list[np.ndarray]] | None:
-    """Per group: the exact sum of the stored halves ``(high << 32) + low``, the number
-    of values, and the ASHE ids to remove; None for a form this path does not read."""
+def _columns(documents: Sequence[dict[str, Any]], name: str) -> Columns | None:
+    """A field's :data:`Columns` from decoded documents; None for a form this path
+    does not read (a nested or list-id form of an earlier version, a damaged one)."""
     lows = [d.get(name) for d in documents]
     firsts = [d.get(name + "i") for d in documents]
     extras = [d.get(name + "j") for d in documents]
@@ -94,28 +152,42 @@ def _field(
     if any(isinstance(low, dict) for low in lows) or any(
         not isinstance(lows[r], int) or isinstance(firsts[r], list) for r in rows
     ):
-        return None  # a nested or list-id form of an earlier version, or a damaged one
+        return None
+    count = len(documents)
+    low, high = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
+    valued = np.zeros(count, dtype=bool)
     try:
-        low = np.fromiter((lows[r] for r in rows), dtype=np.int64, count=len(rows))
+        low[rows] = np.fromiter((lows[r] for r in rows), dtype=np.int64, count=len(rows))
         highs = (documents[r][name + "h"] for r in rows)
-        high = np.fromiter(highs, dtype=np.int64, count=len(rows))
+        high[rows] = np.fromiter(highs, dtype=np.int64, count=len(rows))
     except (KeyError, TypeError, ValueError, OverflowError):
         return None  # a damaged form: the general walk reports it
-    group_of = codes[rows]
+    valued[rows] = True
+    has_first = np.array([i is not None for i in firsts], dtype=bool)
+    first = np.zeros(count, dtype=np.int64)
+    first[has_first] = np.fromiter(
+        (i for i in firsts if i is not None), dtype=np.int64, count=int(has_first.sum())
+    )
+    incremented = [(r, int(i)) for r in rows if extras[r] for i in extras[r] or ()]
+    pairs = np.array(incremented, dtype=np.int64).reshape(-1, 2)
+    return low, high, valued, first, has_first, pairs[:, 0], pairs[:, 1]
+
+
+def _summed(
+    field: Columns, codes: np.ndarray, groups: int
+) -> tuple[list[int], list[int], list[np.ndarray]]:
+    """Per group: the exact sum of the stored halves ``(high << 32) + low``, the number
+    of values, and the ASHE ids to remove."""
+    low, high, valued, first, has_first, inc_docs, inc_ids = field
+    group_of = codes[valued]
     # exact: halves < 2**32 each, so 2**31 values of a group sum below 2**63
     low_sums = np.zeros(groups, dtype=np.int64)
     high_sums = np.zeros(groups, dtype=np.int64)
-    np.add.at(low_sums, group_of, low)
-    np.add.at(high_sums, group_of, high)
+    np.add.at(low_sums, group_of, low[valued])
+    np.add.at(high_sums, group_of, high[valued])
     counts = np.bincount(group_of, minlength=groups)
-    with_first = [r for r in rows if firsts[r] is not None]
-    id_column = np.fromiter((firsts[r] for r in with_first), dtype=np.int64, count=len(with_first))
-    id_groups = codes[with_first]
-    incremented = [(int(codes[r]), int(i)) for r in rows if extras[r] for i in extras[r] or ()]
-    if incremented:  # the ids of blind $inc (few)
-        more = np.array(incremented, dtype=np.int64)
-        id_groups = np.concatenate([id_groups, more[:, 0]])
-        id_column = np.concatenate([id_column, more[:, 1]])
+    id_column = np.concatenate([first[has_first], inc_ids])
+    id_groups = np.concatenate([codes[has_first], codes[inc_docs]])
     order = np.argsort(id_groups, kind="stable")
     bounds = np.searchsorted(id_groups[order], np.arange(groups + 1))
     sorted_ids = id_column[order]

@@ -6,6 +6,7 @@
 
 pub mod ashe;
 pub mod binary;
+pub mod bsoncols;
 pub mod ecb;
 pub mod error;
 pub mod ff1;

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 
 mod ashe;
 mod binary;
+mod bsoncols;
 mod ecb;
 mod errors;
 mod ff1;
@@ -25,6 +26,7 @@ mod siv;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     ashe::register(m)?;
+    bsoncols::register(m)?;
     ecb::register(m)?;
     ff1::register(m)?;
     joinadj::register(m)?;
