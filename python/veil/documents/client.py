@@ -46,8 +46,9 @@ def connect(
     field ``static``. ``client_options`` go to ``pymongo.MongoClient``.
 
     ``sums`` chooses how a grouped ``$sum``/``$avg`` of ``h_add`` fields runs:
-    ``"server"`` (the server adds the ciphertexts, a second query returns the
-    ids whose pads the client removes) or ``"fetch"`` (one query returns keys
+    ``"server"`` (the server adds the ciphertexts and returns the ids whose pads
+    the client removes: in the same aggregation where its ``$group`` has
+    ``$push``, else by a second query) or ``"fetch"`` (one query returns keys
     and ciphertexts; the client adds them). ``"auto"`` (the default) asks the
     server: ``"fetch"`` on FerretDB, whose ``$group`` computes one accumulator
     per query (1.24: the server path measured 5-8x plain pymongo, fetching 2-4x;
