@@ -218,8 +218,9 @@ class OreCipher:
 def ore_rank(left: bytes, rights: list[bytes], inclusive: bool) -> int: ...
 
 # Fetched grouped sums (rust/veil-py/src/bsoncols.rs): from raw BSON batches, each
-# document's group token and per field (low, high, valued, first, has_first,
-# inc_docs, inc_ids) numpy columns; None for documents of another shape.
+# document's group number, each group's token (first met first) and per field (low,
+# high, valued, first, has_first, inc_docs, inc_ids) numpy columns; None for documents
+# of another shape.
 def fetched_columns(
     batches: list[bytes], key: bytes | None, names: list[bytes]
-) -> tuple[list[bytes], list[tuple[np.ndarray, ...]]] | None: ...
+) -> tuple[np.ndarray, list[bytes], list[tuple[np.ndarray, ...]]] | None: ...

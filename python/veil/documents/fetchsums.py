@@ -85,13 +85,8 @@ def fetched_groups_raw(
     read = fetched_columns(list(batches), key, [name.encode() for name in names])
     if read is None:
         return None
-    tokens, fields = read
-    numbering: dict[bytes, int] = {}
-    codes = np.fromiter(
-        (numbering.setdefault(t, len(numbering)) for t in tokens), dtype=np.int64,
-        count=len(tokens),
-    )  # fmt: skip
-    stored = [_stored_key(token) for token in numbering]
+    codes, tokens, fields = read  # the groups numbered natively: no loop over documents
+    stored = [_stored_key(token) for token in tokens]
     return _grouped(codes, stored, constants, additive, dict(zip(names, fields, strict=True)))
 
 
@@ -124,11 +119,11 @@ def _grouped(
     (``codes``), each group's stored key and each field's columns."""
     groups = len(stored)
     members = np.bincount(codes, minlength=groups)
-    order = [(g, key) for g, key in enumerate(stored)]
     rows: dict[Any, dict[str, Any]] = {
-        g: {"_id": key} | {o: c * int(members[g]) for o, c in constants.items()} for g, key in order
+        g: {"_id": key} | {o: c * int(members[g]) for o, c in constants.items()}
+        for g, key in enumerate(stored)
     }
-    ids: dict[Any, dict[str, Any]] = {g: {} for g, _ in order}
+    ids: dict[Any, dict[str, Any]] = {g: {} for g in range(groups)}
     for name, field in columns.items():
         totals, counts, per_group = _summed(field, codes, groups)
         for g in range(groups):

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -38,7 +39,7 @@ def recorded(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     return {"kind": FIRST_KIND, **state} if isinstance(state, dict) else None
 
 
-class ServerProcess:
+class ServerProcess(ABC):
     """A server process of one ``kind`` over one directory; ``start`` it, ``stop`` it when done."""
 
     kind: ClassVar[str]  # recorded in server.json: which class finds the server again
@@ -67,12 +68,13 @@ class ServerProcess:
     def log_path(self) -> Path:
         return self.directory / self.log_name
 
+    @abstractmethod
     def prepare(self) -> None:
         """Build or fetch what :meth:`command` runs, if need be."""
 
+    @abstractmethod
     def command(self) -> list[str]:
         """The command that serves :attr:`data_dir` on 127.0.0.1 at :attr:`port`."""
-        raise NotImplementedError
 
     def start(self, port: int = 0, *, stop_at_exit: bool = True) -> Self:
         """Build if need be, start on ``port`` (a free one by default), wait until it answers.

@@ -13,6 +13,8 @@
 //! the general way. Malformed BSON gives `None` too: the caller's decoder then
 //! reports it.
 
+use std::collections::HashMap;
+
 /// One summed field's columns, one entry per document (0 and `false` where absent).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct AsheColumns {
@@ -27,12 +29,14 @@ pub struct AsheColumns {
     pub inc_ids: Vec<i64>,
 }
 
-/// Every document's group token and each field's columns.
+/// Every document's group number, each group's token and each field's columns.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Fetched {
-    /// `z` (null or missing), `n` + the integer's 8 big-endian bytes (int32 and
-    /// int64 group as one, as MongoDB groups them), `b` + generic binary, `s` + a
-    /// string's UTF-8: equal tokens are equal keys.
+    /// Per document, its group: an index into `keys`.
+    pub codes: Vec<i64>,
+    /// Per group, in the order first met: `z` (null or missing), `n` + the integer's
+    /// 8 big-endian bytes (int32 and int64 group as one, as MongoDB groups them),
+    /// `b` + generic binary, `s` + a string's UTF-8: equal tokens are equal keys.
     pub keys: Vec<Vec<u8>>,
     pub fields: Vec<AsheColumns>,
 }
@@ -171,9 +175,10 @@ fn int_array(array: &[u8]) -> Option<Vec<i64>> {
 /// document is not of the common shape.
 pub fn fetched_columns(batches: &[&[u8]], key: Option<&[u8]>, names: &[&[u8]]) -> Option<Fetched> {
     let mut out = Fetched {
-        keys: Vec::new(),
         fields: names.iter().map(|_| AsheColumns::default()).collect(),
+        ..Fetched::default()
     };
+    let mut numbers: HashMap<Vec<u8>, i64> = HashMap::new();
     let suffixed = |name: &[u8], part: u8| [name, &[part]].concat();
     let parts: Vec<[Vec<u8>; 3]> = names
         .iter()
@@ -184,11 +189,17 @@ pub fn fetched_columns(batches: &[&[u8]], key: Option<&[u8]>, names: &[&[u8]]) -
         while reader.at < batch.len() {
             let document = elements(&mut reader)?;
             let find = |wanted: &[u8]| document.iter().find(|(n, _)| *n == wanted).map(|(_, v)| v);
-            out.keys.push(match key {
+            let token = match key {
                 Some(k) => key_token(find(k))?,
                 None => vec![b'z'],
+            };
+            let next = numbers.len() as i64;
+            let code = *numbers.entry(token).or_insert_with_key(|token| {
+                out.keys.push(token.clone());
+                next
             });
-            let row = out.keys.len() as i64 - 1;
+            out.codes.push(code);
+            let row = out.codes.len() as i64 - 1;
             for ((name, [high, first, extra]), columns) in
                 names.iter().zip(&parts).zip(&mut out.fields)
             {
@@ -264,8 +275,14 @@ mod tests {
         ]);
         let batch = [a, b, c].concat();
         let got = fetched_columns(&[&batch], Some(b"k"), &[b"f"]).unwrap();
-        assert_eq!(got.keys[0], b"babc".to_vec());
-        assert_eq!(got.keys[1], got.keys[2]); // int32 and int64 4 group as one
+        assert_eq!(got.codes, vec![0, 1, 1]); // int32 and int64 4 group as one
+        assert_eq!(
+            got.keys,
+            vec![
+                b"babc".to_vec(),
+                [&[b'n'][..], &4i64.to_be_bytes()].concat()
+            ]
+        );
         let f = &got.fields[0];
         assert_eq!(
             (f.low.clone(), f.high.clone()),

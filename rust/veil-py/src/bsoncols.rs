@@ -6,11 +6,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use veil_kernels::bsoncols::fetched_columns as read_columns;
 
-/// Each document's group token, and each field's tuple of columns.
-type Read<'py> = (Vec<Bound<'py, PyBytes>>, Vec<Bound<'py, PyTuple>>);
+/// Each document's group number, each group's token, and each field's tuple of columns.
+type Read<'py> = (
+    Bound<'py, PyArray1<i64>>,
+    Vec<Bound<'py, PyBytes>>,
+    Vec<Bound<'py, PyTuple>>,
+);
 
-/// `None`, or `(tokens, fields)`: each document's group token (bytes) and per
-/// name `(low, high, valued, first, has_first, inc_docs, inc_ids)` numpy columns.
+/// `None`, or `(codes, tokens, fields)`: each document's group number (int64), each
+/// group's token (bytes, in the order first met) and per name `(low, high, valued,
+/// first, has_first, inc_docs, inc_ids)` numpy columns.
 #[pyfunction]
 #[pyo3(signature = (batches, key, names))]
 fn fetched_columns<'py>(
@@ -24,6 +29,7 @@ fn fetched_columns<'py>(
     let Some(read) = read_columns(&slices, key, &names) else {
         return Ok(None);
     };
+    let codes = PyArray1::from_vec(py, read.codes);
     let tokens = read.keys.iter().map(|t| PyBytes::new(py, t)).collect();
     let fields = read
         .fields
@@ -43,7 +49,7 @@ fn fetched_columns<'py>(
             )
         })
         .collect::<PyResult<Vec<_>>>()?;
-    Ok(Some((tokens, fields)))
+    Ok(Some((codes, tokens, fields)))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
