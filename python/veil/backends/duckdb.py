@@ -18,6 +18,7 @@ import os
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -82,7 +83,8 @@ class DuckDBBackend(StagedBackend):
         self._con = _DATABASES.open(self._path)
         self._closed = False
         self._wrapping_sum: bool | None = None
-        self._planning: dict[str, float] = {}  # EXPLAIN's seconds, by statement text
+        # EXPLAIN's seconds, by statement text, least recently asked first
+        self._planning: OrderedDict[str, float] = OrderedDict()
 
     # -- statements ---------------------------------------------------------
 
@@ -211,11 +213,7 @@ class DuckDBBackend(StagedBackend):
         a table scan's are the table's, whatever its filters keep (it reads them all)."""
         started = time.perf_counter()
         plan = self.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        # the first time measured for this text stands: an estimate must not change from
-        # one call to the next (a slower link priced a plan cheaper by a faster EXPLAIN)
-        planning = self._planning.setdefault(sql, time.perf_counter() - started)
-        if len(self._planning) > _PLANNING_KEPT:
-            self._planning.clear()
+        planning = self._planning_of(sql, time.perf_counter() - started)
         nodes = json.loads(plan.column(1)[0].as_py())
         scanned: dict[str, float] = {}
         sizes: dict[str, float] = {}  # each table's rows, asked once per statement
@@ -223,6 +221,21 @@ class DuckDBBackend(StagedBackend):
         operators = self._operator(nodes[0], False, sizes) if len(nodes) == 1 else None
         top = _top_cardinality(nodes)
         return Estimate(top, cost, scanned, ROW_GROUP_ROWS, operators, planning)
+
+    def _planning_of(self, sql: str, measured: float) -> float:
+        """The first time measured for this text stands: an estimate must not change from
+        one call to the next (a slower link priced a plan cheaper by a faster EXPLAIN, and
+        the ILP designer's two designs of one workload priced one plan apart). The least
+        recently asked text goes first: forgetting them all at once re-timed a design's
+        statements half-way through it when earlier queries had filled the cache."""
+        kept = self._planning.get(sql)
+        if kept is not None:
+            self._planning.move_to_end(sql)
+            return kept
+        self._planning[sql] = measured
+        if len(self._planning) > _PLANNING_KEPT:
+            self._planning.popitem(last=False)
+        return measured
 
     def profile(self, sql: str, params: Params = None) -> Operator:
         """Run ``sql`` under DuckDB's profiler: its operators with the rows they returned
