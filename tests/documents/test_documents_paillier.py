@@ -13,6 +13,7 @@ import veil.documents
 from veil.documents import FieldTypeError, SchemaError
 from veil.documents import paillier as documents_paillier
 from veil.documents.collection import Collection
+from veil.documents.paillier import FOLD_AT, PENDING
 from veil.errors import DomainError, MalformedCiphertextError
 
 SCHEMA = {
@@ -179,15 +180,20 @@ def test_inc_is_blind(pair, monkeypatch):
     assert by_id(veil_collection.find().to_list()) == by_id(list(plain_collection.find()))
 
 
-def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch):
-    """Another writer changes the value between the read and the conditional write: the
-    write's condition fails, the value is read again and the increment re-added. (Threads
-    racing on FerretDB 1.24 would test the server instead: its updates are not atomic,
-    so two conditional writes can both succeed, as two plain $inc can lose one.)"""
+@pytest.mark.parametrize("pinned", [True, False], ids=["pending full", "not pinned by _id"])
+def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch, pinned):
+    """The read-modify-write (a document whose pending increments are full, or a filter
+    that does not pin it by _id): another writer changes the value between the read and the
+    conditional write, whose condition then fails; the value is read again and the
+    increment re-added. (Threads racing on FerretDB 1.24 would test the server instead: its
+    updates are not atomic, so two conditional writes can both succeed, as two plain $inc
+    can lose one.)"""
     schema = {"counters": {"fields": {"n": {"attr": "h_add", "scheme": "paillier"}}}}
     first, second = (veil.documents.connect(url, key_file, schema) for _ in range(2))
     try:
         first.counters.insert_one({"_id": "c", "n": 5})
+        for _ in range(FOLD_AT if pinned else 0):
+            first.counters.update_one({"_id": "c"}, {"$inc": {"n": 1}})
         original = Collection._paillier_update
         calls: list[str] = []
 
@@ -195,13 +201,68 @@ def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch):
             update = original(self, *args)
             calls.append("write")
             if len(calls) == 1:  # the other client's $inc lands first
-                second.counters.update_one({"_id": "c"}, {"$inc": {"n": 100}})
+                second.counters.update_one(query, {"$inc": {"n": 100}})
             return update
 
+        query = {"_id": "c"} if pinned else {"_id": {"$in": ["c"]}}
         monkeypatch.setattr(Collection, "_paillier_update", interleaved)
-        assert first.counters.update_one({"_id": "c"}, {"$inc": {"n": 7}}).modified_count == 1
+        assert first.counters.update_one(query, {"$inc": {"n": 7}}).modified_count == 1
         assert len(calls) == 3  # first try, the other client's, the retry
-        assert first.counters.find_one({"_id": "c"})["n"] == 112
+        assert first.counters.find_one({"_id": "c"})["n"] == 5 + (FOLD_AT if pinned else 0) + 107
     finally:
         first.close()
         second.close()
+
+
+def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
+    """$inc of one document pinned by _id pushes the increment's encryption (one command, no
+    read, nothing decrypted): missing and null values count as 0, an ASHE or $set part of
+    the update goes along; the FOLD_AT + 1-th folds the pending ones into the stored value;
+    reads, sums and a later $set or $unset see every increment."""
+    veil_collection, plain_collection = pair
+    name = veil_collection.codec.ciphers["gross"].name
+    numeric = [d["_id"] for d in plain_collection.find({"gross": {"$type": "number"}})]
+    absent = [d["_id"] for d in plain_collection.find({"gross": {"$exists": False}})]
+    null = [d["_id"] for d in plain_collection.find({"gross": None, "_id": {"$nin": absent}})]
+    stored = veil_collection._server
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a pinned Paillier $inc read the document")
+
+    rng = random.Random(8)
+    hot = numeric[0]
+    with monkeypatch.context() as patched:
+        patched.setattr(Collection, "_update_paillier", refuse)
+        patched.setattr(documents_paillier.PaillierField, "decrypt", refuse)
+        for target in [hot] * FOLD_AT + numeric[1:20] + absent[:3] + null[:3]:
+            delta = rng.randrange(-(10**6), 10**6)
+            veil_collection.update_one({"_id": target}, {"$inc": {"gross": delta}})
+            # plain $inc of null fails on MongoDB; Veil's counts it as 0
+            change = {"$set": {"gross": delta}} if target in null else {"$inc": {"gross": delta}}
+            plain_collection.update_one({"_id": target}, change)
+        if len(stored.find_one({"_id": hot})[name + PENDING]) != FOLD_AT:
+            raise AssertionError("the pending increments did not fill")
+    both = {"$inc": {"gross": 3}, "$set": {"meta.src": "x"}}  # the fold: a read, one write
+    assert veil_collection.update_one({"_id": hot}, both).modified_count == 1
+    plain_collection.update_one({"_id": hot}, both)
+    assert name + PENDING not in stored.find_one({"_id": hot})
+    with monkeypatch.context() as patched:
+        patched.setattr(Collection, "_update_paillier", refuse)
+        for collection in (veil_collection, plain_collection):
+            collection.update_one({"_id": hot}, {"$inc": {"gross": -4}})
+    # no document: nothing pushed, and the read-modify-write finds none either
+    assert veil_collection.update_one({"_id": 10**6}, {"$inc": {"gross": 1}}).matched_count == 0
+    assert by_id(veil_collection.find().to_list()) == by_id(list(plain_collection.find()))
+    for pipeline in PIPELINES[:3]:
+        key = lambda row: repr(row["_id"])  # noqa: E731
+        expected = sorted(plain_collection.aggregate(pipeline), key=key)
+        for row in expected:
+            if isinstance(row["s"], float):
+                row["s"] = pytest.approx(row["s"], rel=1e-12)
+        assert sorted(veil_collection.aggregate(pipeline), key=key) == expected
+    veil_collection.update_one({"_id": numeric[1]}, {"$set": {"gross": 5}})
+    veil_collection.update_one({"_id": numeric[2]}, {"$unset": {"gross": ""}})
+    assert name + PENDING not in stored.find_one({"_id": numeric[1]})
+    assert name + PENDING not in stored.find_one({"_id": numeric[2]})
+    assert veil_collection.find_one({"_id": numeric[1]})["gross"] == 5
+    assert "gross" not in veil_collection.find_one({"_id": numeric[2]})

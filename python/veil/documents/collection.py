@@ -35,6 +35,7 @@ from veil.documents.errors import (
 from veil.documents.fields import FieldCipher
 from veil.documents.match import MISSING, get_path, matches
 from veil.documents.oretree import OreTree
+from veil.documents.paillier import FOLD_AT, PENDING
 from veil.documents.query import normalise_sort, translate_filter
 from veil.documents.schema import Schema
 from veil.documents.update import KEEP, Assign, Revealed, plan_update
@@ -200,6 +201,10 @@ class Collection:
             client_ops = {p: getattr(op, "delta", op) for p, op in client_ops.items()}
         ciphers = [self.codec.cipher(p) for p in client_ops]
         if client_ops and all(c is not None and c.paillier is not None for c in ciphers):
+            if not many and _pins_one(query):
+                pushed = self._push_paillier(query, client_ops, server_update)
+                if pushed is not None:
+                    return pushed
             return self._update_paillier(query, client_ops, server_update, many)
         if client_ops:
             return self._update_on_client(query, client_ops, server_update, many)
@@ -254,25 +259,51 @@ class Collection:
 
         return self._conditional_writes(self._matching(query, many), write, reread)
 
+    def _push_paillier(
+        self, query: dict[str, Any], increments: dict[str, int], server_update: dict[str, Any]
+    ) -> UpdateResult | None:
+        """``$inc`` of Paillier ``h_add`` fields of the one document ``query`` pins, as one
+        server command: each increment's encryption pushed onto the field's pending ones
+        (veil.documents.paillier). None, with nothing written, when no document matched
+        or it holds ``FOLD_AT`` pending increments: the read-modify-write then folds them."""
+        pushed: dict[str, bytes] = {}
+        zeros: dict[str, bytes] = {}
+        room: list[dict[str, Any]] = []
+        for path, delta in increments.items():
+            cipher = self.codec.ciphers[path]
+            assert cipher.paillier is not None
+            pending = cipher.name + PENDING
+            pushed[pending] = cast(bytes, cipher.paillier.encrypt([delta])[0])
+            zeros[cipher.name] = cipher.paillier.zero
+            room.append({f"{pending}.{FOLD_AT - 1}": {"$exists": False}})
+        update = dict(server_update, **{"$max": zeros})
+        update["$push"] = {**server_update.get("$push", {}), **pushed}  # ASHE's $inc ids too
+        server_filter = {"$and": [self._exact_filter(query, many=False), *room]}
+        with server_errors("update"):
+            result = self._server.update_one(server_filter, update)
+        return result if result.matched_count else None
+
     def _update_paillier(
         self, query: dict[str, Any], increments: dict[str, int], server_update: dict[str, Any],
         many: bool,
     ) -> UpdateResult:  # fmt: skip
         """``$inc`` of Paillier ``h_add`` fields without decrypting them: the stored
-        ciphertext times the increment's encryption (the public key's addition), written
-        back only if the ciphertext is unchanged meanwhile, else read again and re-added."""
+        ciphertext and its pending increments times the increment's encryption (the public
+        key's addition), written back with no pending ones only if none of them changed
+        meanwhile, else read again and re-added."""
         server_filter = self._exact_filter(query, many)
         ciphers = {path: self.codec.ciphers[path] for path in increments}
         deltas: dict[str, bytes] = {}
         for path, cipher in ciphers.items():
             assert cipher.paillier is not None
             deltas[cipher.name] = cast(bytes, cipher.paillier.encrypt([increments[path]])[0])
-        projection = dict.fromkeys(deltas, 1)
+        read = [*deltas, *(name + PENDING for name in deltas)]
+        projection = dict.fromkeys(read, 1)
         with server_errors("update"):
             targets = list(self._server.find(server_filter, projection, limit=0 if many else 1))
 
         def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-            condition = {"$and": [server_filter, _unchanged(target[0], deltas)]}
+            condition = {"$and": [server_filter, _unchanged(target[0], read)]}
             return condition, self._paillier_update(target[0], ciphers, deltas, server_update)
 
         def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
@@ -319,13 +350,21 @@ class Collection:
         self, stored: dict[str, Any], ciphers: dict[str, Any], deltas: dict[str, bytes],
         server_update: dict[str, Any],
     ) -> dict[str, Any]:  # fmt: skip
-        """The server update adding each increment to ``stored``'s ciphertext (a missing or
-        null value counts as 0, as :meth:`_client_update` does)."""
+        """The server update adding each increment to ``stored``'s value, its pending
+        increments folded in (a missing or null value counts as 0, as
+        :meth:`_client_update` does)."""
         changed: dict[str, Any] = {}
+        dropped: dict[str, Any] = dict(server_update.get("$unset", {}))
         for cipher in ciphers.values():
-            old, delta = stored.get(cipher.name), deltas[cipher.name]
-            changed[cipher.name] = delta if old is None else cipher.paillier.add(old, delta)
-        return dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
+            old, delta = cipher.gathered(stored), deltas[cipher.name]
+            missing = old is None or old is MISSING
+            changed[cipher.name] = delta if missing else cipher.paillier.add(old, delta)
+            if cipher.name + PENDING in stored:
+                dropped[cipher.name + PENDING] = ""
+        update = dict(server_update, **{"$set": {**server_update.get("$set", {}), **changed}})
+        if dropped:
+            update["$unset"] = dropped
+        return update
 
     def _client_update(
         self, document: dict[str, Any], client_ops: dict[str, Any], server_update: dict[str, Any]
@@ -536,6 +575,14 @@ def _set(document: dict[str, Any], path: str, value: Any) -> None:
     for key in outer:
         document = document.setdefault(key, {})
     document[last] = value
+
+
+def _pins_one(query: dict[str, Any]) -> bool:
+    """Whether ``query`` is an ``_id`` equality: it matches one document at most."""
+    if set(query) != {"_id"}:
+        return False
+    value = query["_id"]
+    return not (isinstance(value, dict) and any(str(k).startswith("$") for k in value))
 
 
 def _unchanged(stored: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:

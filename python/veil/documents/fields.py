@@ -56,7 +56,7 @@ from veil.documents.errors import FieldTypeError
 from veil.documents.match import MISSING
 from veil.documents.ore import OreKeys
 from veil.documents.oreindex import OreIndex
-from veil.documents.paillier import PaillierField
+from veil.documents.paillier import PENDING, PaillierField
 from veil.documents.schema import FieldSpec
 from veil.documents.values import key_value, order_key
 from veil.errors import MalformedCiphertextError
@@ -288,6 +288,8 @@ class FieldCipher:
         """Every top-level stored name this field may occupy."""
         if self.chained is not None:
             return (self.name, *(self.name + part for part in self.chained.PARTS))
+        if self.paillier is not None:
+            return (self.name, self.name + PENDING)
         if self._ashe is None:
             return (self.name,)
         return (self.name, *(self.name + part for part in ADDITIVE_PARTS))
@@ -308,11 +310,14 @@ class FieldCipher:
 
     def gathered(self, stored: dict[str, Any]) -> Any:
         """This field's form in a stored document: for ASHE, ``{"l", "h", "i"?, "j"?}``
-        from the flat fields (an earlier nested form as it is); MISSING if absent."""
+        from the flat fields (an earlier nested form as it is), for Paillier the product
+        with its pending increments; MISSING if absent."""
         if self.name not in stored:
             return MISSING
         if self.chained is not None:
             return self.chained.gathered(self.name, stored)
+        if self.paillier is not None:
+            return self.paillier.gathered(stored[self.name], stored.get(self.name + PENDING))
         low = stored[self.name]
         if self._ashe is None or low is None or isinstance(low, dict):
             return low

@@ -10,10 +10,19 @@ stored values (:func:`public_key`, :func:`add`).
 
 A MongoDB-wire server cannot multiply big integers, so ``$sum``/``$avg`` of a
 Paillier field fetch the group keys and ciphertexts, and the client multiplies
-them per group and decrypts once per group. ``$inc`` is blind: the client
-reads the stored ciphertext, multiplies it by the increment's encryption
-(the public key's addition, no decryption) and writes it back only if the
-stored ciphertext is unchanged meanwhile.
+them per group and decrypts once per group.
+
+``$inc`` is blind, nothing is decrypted. On one document pinned by its ``_id``
+it is one server command: the increment's encryption is pushed onto the
+field's *pending* ciphertexts (``name + "j"``), and ``$max`` of the trivial
+encryption of 0 (``c = 1``, below every other ciphertext of the fixed width)
+gives a missing or null value a zero to add to. A value is its stored
+ciphertext times its pending ones (:meth:`PaillierField.gathered`). The server
+sees a fresh ciphertext per increment, not its amount. A document holding
+``FOLD_AT`` pending ones (and every other ``$inc``: ``update_many``, filters
+not pinned by ``_id``) takes the read-modify-write: read the ciphertexts,
+multiply them and the increment's (the public key's addition), write the
+product back only if nothing changed meanwhile, pending ones dropped.
 """
 
 from __future__ import annotations
@@ -26,11 +35,16 @@ import pymongo.errors
 from pymongo.database import Database as ServerDatabase
 
 from veil.crypto.paillier import PaillierKey, PaillierPublicKey
-from veil.crypto.paillier_wire import add_ciphertexts, sum_ciphertexts
+from veil.crypto.paillier_wire import add_ciphertexts, sum_ciphertexts, to_wire
 from veil.documents.errors import FieldTypeError
 from veil.errors import MalformedCiphertextError
 
 CATALOG_PREFIX = "paillier:"
+#: Suffix of a field's pending increments' name (an array of ciphertexts).
+PENDING = "j"
+#: Pending increments a document holds before the next ``$inc`` folds them: each is a
+#: 513-byte ciphertext that every scan of the collection reads.
+FOLD_AT = 8
 
 
 class PaillierField:
@@ -57,6 +71,22 @@ class PaillierField:
         present = [s for s in stored if s is not None]
         plain = iter(self.key.decrypt_ints(present, column=self.path))
         return [None if s is None else next(plain) for s in stored]
+
+    @property
+    def zero(self) -> bytes:
+        """The trivial encryption of 0 (``c = 1``): the least stored ciphertext, so a
+        server ``$max`` with it changes only a missing or null value."""
+        return to_wire(1, self.key.public.width)
+
+    def gathered(self, stored: Any, pending: Any) -> Any:
+        """A stored value with its pending increments: their product (a missing or null
+        stored value counts as 0), or the stored value as it is without any."""
+        if pending is None or pending == []:
+            return stored
+        if not isinstance(pending, list) or not all(isinstance(c, bytes) for c in pending):
+            raise MalformedCiphertextError(f"field {self.path!r}: malformed pending increments")
+        present = pending if stored is None else [stored, *pending]
+        return sum_ciphertexts(pa.array(present, pa.binary()), self.key.public.n_square)
 
     def sum(self, ciphertexts: list[bytes]) -> int:
         """The sum of the values of ``ciphertexts``: one product, one decryption."""
