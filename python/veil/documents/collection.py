@@ -36,7 +36,7 @@ from veil.documents.fields import FieldCipher
 from veil.documents.match import MISSING, get_path, matches
 from veil.documents.oretree import OreTree
 from veil.documents.paillier import FOLD_AT, PENDING
-from veil.documents.query import normalise_sort, translate_filter
+from veil.documents.query import conjunction, normalise_sort, translate_filter
 from veil.documents.schema import Schema
 from veil.documents.update import KEEP, Assign, Revealed, plan_update
 
@@ -237,7 +237,7 @@ class Collection:
                     return None
             added[cipher.name] = Int64(increment(cipher.chained.layout, op.delta))
             guards.append({cipher.name + "p": {"$exists": True}})  # a chained value, not null
-        server_filter = {"$and": [self._exact_filter(query, many=False), *guards]}
+        server_filter = conjunction([self._exact_filter(query, many=False), *guards])
         with server_errors("update"):
             result = self._server.update_one(server_filter, dict(server_update, **{"$inc": added}))
         return result if result.matched_count else None
@@ -278,7 +278,7 @@ class Collection:
             room.append({f"{pending}.{FOLD_AT - 1}": {"$exists": False}})
         update = dict(server_update, **{"$max": zeros})
         update["$push"] = {**server_update.get("$push", {}), **pushed}  # ASHE's $inc ids too
-        server_filter = {"$and": [self._exact_filter(query, many=False), *room]}
+        server_filter = conjunction([self._exact_filter(query, many=False), *room])
         with server_errors("update"):
             result = self._server.update_one(server_filter, update)
         return result if result.matched_count else None
@@ -303,13 +303,13 @@ class Collection:
             targets = list(self._server.find(server_filter, projection, limit=0 if many else 1))
 
         def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-            condition = {"$and": [server_filter, _unchanged(target[0], read)]}
+            condition = conjunction([server_filter, _unchanged(target[0], read)])
             return condition, self._paillier_update(target[0], ciphers, deltas, server_update)
 
         def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
             with server_errors("update"):
                 fresh = self._server.find_one(
-                    {"$and": [server_filter, {"_id": target[0]["_id"]}]}, projection
+                    conjunction([server_filter, {"_id": target[0]["_id"]}]), projection
                 )
             return None if fresh is None else (fresh, None)
 
@@ -587,13 +587,14 @@ def _pins_one(query: dict[str, Any]) -> bool:
 
 def _unchanged(stored: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     """A filter matching ``stored``'s document while the fields ``names`` are unchanged."""
-    conditions: list[dict[str, Any]] = [{"_id": stored["_id"]}]
+    condition: dict[str, Any] = {"_id": stored["_id"]}
     for name in names:
         value = stored.get(name, MISSING)
-        conditions.append({name: {"$exists": False}} if value is MISSING else {name: value})
-    return {"$and": conditions}
+        condition[name] = {"$exists": False} if value is MISSING else value
+    return condition
 
 
 def stored_condition(stored: dict[str, Any]) -> dict[str, Any]:
-    """A filter matching ``stored`` only while none of its fields changed."""
-    return {"$and": [{key: value} for key, value in stored.items()]}
+    """A filter matching ``stored`` only while none of its fields changed: its fields side
+    by side, each an equality (``veil.documents.query.conjunction``)."""
+    return dict(stored)
