@@ -90,6 +90,9 @@ def exercise(url: str, key_file: Path) -> None:
         chained = animals.aggregate([{"$group": {"_id": "$public", "s": {"$sum": "$dingochain"}}}])
         assert chained == [{"_id": "visible", "s": sum(CHAIN_CANARY - i for i in range(5))}]
         animals.update_one({}, {"$inc": {"dingochain": 1}})
+        pinned = animals.find_one({"title": STRING_CANARY + "0"})["_id"]
+        animals.update_one({"_id": pinned}, {"$inc": {"potoroopail": INT_CANARY}})  # one push
+        assert animals.find_one({"_id": pinned})["potoroopail"] == 2 * INT_CANARY
         assert animals.find_one({"dingochain": {"$exists": True}})["dingochain"] >= CHAIN_CANARY - 4
         assert (
             animals.find_one({"title": STRING_CANARY + "3"})["wombatfield"]["note"] == STATIC_CANARY
