@@ -216,9 +216,9 @@ def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch, 
 
 def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
     """$inc of one document pinned by _id pushes the increment's encryption (one command, no
-    read, nothing decrypted): missing and null values count as 0, an ASHE or $set part of
-    the update goes along; the FOLD_AT + 1-th folds the pending ones into the stored value;
-    reads, sums and a later $set or $unset see every increment."""
+    read, nothing decrypted): missing and null values count as 0, a $set in the update goes
+    along; the FOLD_AT + 1-th folds the pending ones into the stored value; reads, sums and
+    a later $set or $unset see every increment."""
     veil_collection, plain_collection = pair
     name = veil_collection.codec.ciphers["gross"].name
     numeric = [d["_id"] for d in plain_collection.find({"gross": {"$type": "number"}})]
@@ -240,8 +240,10 @@ def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
             # plain $inc of null fails on MongoDB; Veil's counts it as 0
             change = {"$set": {"gross": delta}} if target in null else {"$inc": {"gross": delta}}
             plain_collection.update_one({"_id": target}, change)
-        if len(stored.find_one({"_id": hot})[name + PENDING]) != FOLD_AT:
-            raise AssertionError("the pending increments did not fill")
+        assert len(stored.find_one({"_id": hot})[name + PENDING]) == FOLD_AT
+        along = {"$inc": {"gross": 9}, "$set": {"meta.src": "y"}}
+        for collection in (veil_collection, plain_collection):
+            assert collection.update_one({"_id": numeric[3]}, along).modified_count == 1
     both = {"$inc": {"gross": 3}, "$set": {"meta.src": "x"}}  # the fold: a read, one write
     assert veil_collection.update_one({"_id": hot}, both).modified_count == 1
     plain_collection.update_one({"_id": hot}, both)
