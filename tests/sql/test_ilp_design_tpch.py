@@ -16,7 +16,7 @@ from veil.cli import main
 from veil.design.model import OPE, DesignError, PhysicalDesign
 from veil.design.policy import DET, Policy
 from veil.designer.files import chosen_design
-from veil.designer.ilp import BudgetError
+from veil.designer.ilp import BudgetError, solve
 from veil.exec.session import Session
 from veil.frontend.design import DesignReport, design_workload
 from veil.load.loader import load
@@ -38,13 +38,18 @@ def designs(session: Session) -> dict[float | str | None, DesignReport]:
 def test_budgets_are_kept_and_cost_buys_space(
     designs: dict[float | str | None, DesignReport],
 ) -> None:
-    tight, free = designs[1.5], designs[None]
+    """The unbounded optimum is solved over the budgeted design's own problem: each
+    ``design_workload`` call measures the server (EXPLAIN's time, the bytes on disk), and
+    the suite's two calls priced plans apart twice in CI (by 0.9%), so the other call's
+    design answers another problem."""
+    tight = designs[1.5]
     assert tight.space_factor <= 1.5
-    assert free.solution.seconds <= tight.solution.seconds
+    free = solve(tight.problem, None)
+    assert free.seconds <= tight.solution.seconds * (1 + 1e-5)  # within the solver's gap
     # cost buys space: an unbounded design smaller than the tight one fits its budget too,
-    # so it can only be another of equal cost, within the solver's gap (seen in CI)
-    if free.space_factor < tight.space_factor:
-        assert free.solution.seconds == pytest.approx(tight.solution.seconds, rel=1e-5)
+    # so it can only be another of equal cost
+    if free.space_factor(tight.problem) < tight.space_factor:
+        assert free.seconds == pytest.approx(tight.solution.seconds, rel=1e-5)
     assert tight.seconds["ilp"] < 5  # the solver itself; planning dominates the rest
 
 
