@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -112,23 +113,27 @@ def test_estimate_reports_rows(backend: Backend) -> None:
 
 
 def test_a_statement_asked_again_keeps_its_planning_time(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An estimate's planning time is the first measured for its text, however many other
-    statements come between while it is still asked (the ILP designer priced one plan apart
-    in its two designs of one workload when the cache was forgotten whole)."""
-    if not isinstance(backend, DuckDBBackend):
-        pytest.skip("only DuckDB's estimates carry a measured planning time")
+    """DuckDB's estimate carries a measured planning time: the first measured for its text,
+    however many other statements come between while it is still asked (the ILP designer
+    priced one plan apart in its two designs of one workload when the cache was forgotten
+    whole)."""
     monkeypatch.setattr(duckdb_backend, "_PLANNING_KEPT", 3)
-    backend.bulk_load("t_p1", sample(50))
-    kept = 'SELECT * FROM "t_p1" WHERE "k" > 10'
-    first = backend.estimate(kept).planning
-    for n in range(10):
-        backend.estimate(f'SELECT * FROM "t_p1" WHERE "k" > {n + 100}')
-        assert backend.estimate(kept).planning == first
-    for n in range(3):  # asked no more: it goes, the others stay
-        backend.estimate(f'SELECT * FROM "t_p1" WHERE "k" < {n}')
-    assert kept not in backend._planning
+    backend = connect(f"duckdb:///{tmp_path / 'planning.duckdb'}")
+    try:
+        assert isinstance(backend, DuckDBBackend)
+        backend.bulk_load("t_p1", sample(50))
+        kept = 'SELECT * FROM "t_p1" WHERE "k" > 10'
+        first = backend.estimate(kept).planning
+        for n in range(10):
+            backend.estimate(f'SELECT * FROM "t_p1" WHERE "k" > {n + 100}')
+            assert backend.estimate(kept).planning == first
+        for n in range(3):  # asked no more: it goes, the others stay
+            backend.estimate(f'SELECT * FROM "t_p1" WHERE "k" < {n}')
+        assert kept not in backend._planning
+    finally:
+        backend.close()
 
 
 def test_transaction_rolls_back_on_error(backend: Backend) -> None:

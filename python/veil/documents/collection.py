@@ -201,11 +201,12 @@ class Collection:
             client_ops = {p: getattr(op, "delta", op) for p, op in client_ops.items()}
         ciphers = [self.codec.cipher(p) for p in client_ops]
         if client_ops and all(c is not None and c.paillier is not None for c in ciphers):
+            deltas = self._paillier_deltas(client_ops)  # encrypted once, pushed or folded
             if not many and _pins_one(query):
-                pushed = self._push_paillier(query, client_ops, server_update)
+                pushed = self._push_paillier(query, deltas, server_update)
                 if pushed is not None:
                     return pushed
-            return self._update_paillier(query, client_ops, server_update, many)
+            return self._update_paillier(query, deltas, server_update, many)
         if client_ops:
             return self._update_on_client(query, client_ops, server_update, many)
         server_filter = self._exact_filter(query, many)
@@ -259,9 +260,19 @@ class Collection:
 
         return self._conditional_writes(self._matching(query, many), write, reread)
 
+    def _paillier_deltas(self, increments: dict[str, int]) -> dict[str, tuple[Any, bytes]]:
+        """Per Paillier field's stored name: its cipher and the increment's encryption."""
+        deltas: dict[str, tuple[Any, bytes]] = {}
+        for path, delta in increments.items():
+            cipher = self.codec.ciphers[path]
+            assert cipher.paillier is not None
+            deltas[cipher.name] = cipher, cast(bytes, cipher.paillier.encrypt([delta])[0])
+        return deltas
+
     def _push_paillier(
-        self, query: dict[str, Any], increments: dict[str, int], server_update: dict[str, Any]
-    ) -> UpdateResult | None:
+        self, query: dict[str, Any], deltas: dict[str, tuple[Any, bytes]],
+        server_update: dict[str, Any],
+    ) -> UpdateResult | None:  # fmt: skip
         """``$inc`` of Paillier ``h_add`` fields of the one document ``query`` pins, as one
         server command: each increment's encryption pushed onto the field's pending ones
         (veil.documents.paillier). None, with nothing written, when no document matched
@@ -269,12 +280,10 @@ class Collection:
         pushed: dict[str, bytes] = {}
         zeros: dict[str, bytes] = {}
         room: list[dict[str, Any]] = []
-        for path, delta in increments.items():
-            cipher = self.codec.ciphers[path]
-            assert cipher.paillier is not None
-            pending = cipher.name + PENDING
-            pushed[pending] = cast(bytes, cipher.paillier.encrypt([delta])[0])
-            zeros[cipher.name] = cipher.paillier.zero
+        for name, (cipher, delta) in deltas.items():
+            pending = name + PENDING
+            pushed[pending] = delta
+            zeros[name] = cipher.paillier.zero
             room.append({f"{pending}.{FOLD_AT - 1}": {"$exists": False}})
         update = dict(server_update, **{"$max": zeros})
         update["$push"] = {**server_update.get("$push", {}), **pushed}  # ASHE's $inc ids too
@@ -284,19 +293,14 @@ class Collection:
         return result if result.matched_count else None
 
     def _update_paillier(
-        self, query: dict[str, Any], increments: dict[str, int], server_update: dict[str, Any],
-        many: bool,
+        self, query: dict[str, Any], deltas: dict[str, tuple[Any, bytes]],
+        server_update: dict[str, Any], many: bool,
     ) -> UpdateResult:  # fmt: skip
         """``$inc`` of Paillier ``h_add`` fields without decrypting them: the stored
         ciphertext and its pending increments times the increment's encryption (the public
         key's addition), written back with no pending ones only if none of them changed
         meanwhile, else read again and re-added."""
         server_filter = self._exact_filter(query, many)
-        ciphers = {path: self.codec.ciphers[path] for path in increments}
-        deltas: dict[str, bytes] = {}
-        for path, cipher in ciphers.items():
-            assert cipher.paillier is not None
-            deltas[cipher.name] = cast(bytes, cipher.paillier.encrypt([increments[path]])[0])
         read = [*deltas, *(name + PENDING for name in deltas)]
         projection = dict.fromkeys(read, 1)
         with server_errors("update"):
@@ -304,7 +308,7 @@ class Collection:
 
         def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             condition = conjunction([server_filter, _unchanged(target[0], read)])
-            return condition, self._paillier_update(target[0], ciphers, deltas, server_update)
+            return condition, self._paillier_update(target[0], deltas, server_update)
 
         def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
             with server_errors("update"):
@@ -347,7 +351,7 @@ class Collection:
         return UpdateResult({"n": matched, "nModified": modified, "ok": 1.0}, acknowledged=True)
 
     def _paillier_update(
-        self, stored: dict[str, Any], ciphers: dict[str, Any], deltas: dict[str, bytes],
+        self, stored: dict[str, Any], deltas: dict[str, tuple[Any, bytes]],
         server_update: dict[str, Any],
     ) -> dict[str, Any]:  # fmt: skip
         """The server update adding each increment to ``stored``'s value, its pending
@@ -355,8 +359,8 @@ class Collection:
         :meth:`_client_update` does)."""
         changed: dict[str, Any] = {}
         dropped: dict[str, Any] = dict(server_update.get("$unset", {}))
-        for cipher in ciphers.values():
-            old, delta = cipher.gathered(stored), deltas[cipher.name]
+        for cipher, delta in deltas.values():
+            old = cipher.gathered(stored)
             missing = old is None or old is MISSING
             changed[cipher.name] = delta if missing else cipher.paillier.add(old, delta)
             if cipher.name + PENDING in stored:
