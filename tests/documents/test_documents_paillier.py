@@ -7,6 +7,7 @@ import copy
 import random
 from typing import Any
 
+import pymongo.errors
 import pytest
 
 import veil.documents
@@ -216,9 +217,10 @@ def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch, 
 
 def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
     """$inc of one document pinned by _id pushes the increment's encryption (one command, no
-    read, nothing decrypted): missing and null values count as 0, a $set in the update goes
-    along; the FOLD_AT + 1-th folds the pending ones into the stored value; reads, sums and
-    a later $set or $unset see every increment."""
+    read, nothing decrypted) onto a value, a $set in the update goes along; the FOLD_AT + 1-th
+    folds the pending ones into the stored value; a missing value is created by the
+    read-modify-write and a null one refused, as MongoDB does; reads, sums and a later $set
+    or $unset see every increment."""
     veil_collection, plain_collection = pair
     name = veil_collection.codec.ciphers["gross"].name
     numeric = [d["_id"] for d in plain_collection.find({"gross": {"$type": "number"}})]
@@ -234,11 +236,9 @@ def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
     with monkeypatch.context() as patched:
         patched.setattr(Collection, "_update_paillier", refuse)
         patched.setattr(documents_paillier.PaillierField, "decrypt", refuse)
-        for target in [hot] * FOLD_AT + numeric[1:20] + absent[:3] + null[:3]:
-            delta = rng.randrange(-(10**6), 10**6)
-            veil_collection.update_one({"_id": target}, {"$inc": {"gross": delta}})
-            # plain $inc of null fails on MongoDB; Veil's counts it as 0
-            change = {"$set": {"gross": delta}} if target in null else {"$inc": {"gross": delta}}
+        for target in [hot] * FOLD_AT + numeric[1:20]:
+            change = {"$inc": {"gross": rng.randrange(-(10**6), 10**6)}}
+            veil_collection.update_one({"_id": target}, change)
             plain_collection.update_one({"_id": target}, change)
         assert len(stored.find_one({"_id": hot})[name + PENDING]) == FOLD_AT
         along = {"$inc": {"gross": 9}, "$set": {"meta.src": "y"}}
@@ -252,6 +252,16 @@ def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
         patched.setattr(Collection, "_update_paillier", refuse)
         for collection in (veil_collection, plain_collection):
             collection.update_one({"_id": hot}, {"$inc": {"gross": -4}})
+    for target in absent[:3]:
+        for collection in (veil_collection, plain_collection):
+            assert collection.update_one({"_id": target}, {"$inc": {"gross": 7}}).matched_count
+    for target in null[:3]:
+        before = stored.find_one({"_id": target})
+        with pytest.raises(FieldTypeError, match="is null"):
+            veil_collection.update_one({"_id": target}, {"$inc": {"gross": 7}})
+        assert stored.find_one({"_id": target}) == before
+        with pytest.raises(pymongo.errors.WriteError):
+            plain_collection.update_one({"_id": target}, {"$inc": {"gross": 7}})
     # no document: nothing pushed, and the read-modify-write finds none either
     assert veil_collection.update_one({"_id": 10**6}, {"$inc": {"gross": 1}}).matched_count == 0
     assert by_id(veil_collection.find().to_list()) == by_id(list(plain_collection.find()))

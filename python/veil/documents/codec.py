@@ -20,7 +20,7 @@ from bson import ObjectId
 from veil.crypto.keys import MasterKey
 from veil.documents.chains import Slot
 from veil.documents.errors import SchemaError
-from veil.documents.fields import FieldCipher
+from veil.documents.fields import FieldCipher, opaque_name
 from veil.documents.match import MISSING, get_path
 from veil.documents.schema import FieldSpec, Schema
 
@@ -43,17 +43,33 @@ class DocumentCodec:
         self.extra = FieldCipher(master, scope, FieldSpec(EXTRA_PATH, "static"))
         self._by_name = {cipher.name: cipher for cipher in self.ciphers.values()}
         self._by_name[self.extra.name] = self.extra
+        #: A stored marker per subdocument that holds schema fields (``n`` of ``n.i``),
+        #: under an opaque name: written wherever the document has that subdocument, so
+        #: that one whose fields are all missing (``{"n": {}}``, or after ``$unset`` of its
+        #: last field) is still there, as MongoDB keeps it.
+        self.parents = {
+            parent: opaque_name(master, scope, parent + ".") for parent in _parents(schema)
+        }
+        self._parent_paths = {name: parent for parent, name in self.parents.items()}
         #: Names that hold parts of another name's value (ASHE's high half, ids).
         self._companions = {
             name for cipher in self.ciphers.values() for name in cipher.stored_names[1:]
         }
-        if len(self._by_name) != len(self.ciphers) + 1:
+        names = set(self._by_name) | set(self._parent_paths) | self._companions
+        if len(names) != len(self.ciphers) + 1 + len(self.parents) + len(self._companions):
             raise SchemaError(
                 "two field paths of this collection hash to one stored name; rename one"
             )
 
     def cipher(self, path: str) -> FieldCipher | None:
         return self.ciphers.get(path)
+
+    def markers(self, path: str) -> dict[str, bool]:
+        """The markers to ``$set`` with a value written at ``path``: the subdocuments
+        holding it exist from then on, as the write creates them."""
+        parts = path.split(".")
+        prefixes = (".".join(parts[:cut]) for cut in range(1, len(parts)))
+        return {self.parents[p]: True for p in prefixes if p in self.parents}
 
     # -- documents to stored documents -------------------------------------------
 
@@ -122,6 +138,7 @@ class DocumentCodec:
             elif spec is not None:
                 columns.setdefault(path, []).append((row, value))
             elif isinstance(value, dict) and self.schema.has_children(path):
+                out[self.parents[path]] = True
                 self._split(value, path + ".", out, columns, extras, row)
             elif self.schema.default == "static":
                 extras[path] = value
@@ -140,10 +157,13 @@ class DocumentCodec:
         """Plaintext documents of stored ones (each field's values decrypted in one call)."""
         documents: list[dict[str, Any]] = []
         columns: dict[str, list[tuple[int, Any]]] = {}
+        parents: list[tuple[int, str]] = []
         for row, entry in enumerate(stored):
             document: dict[str, Any] = {}
             for name, form in entry.items():
-                if name in self._by_name:
+                if name in self._parent_paths:
+                    parents.append((row, self._parent_paths[name]))
+                elif name in self._by_name:
                     form = self._by_name[name].gathered(entry)
                     columns.setdefault(name, []).append((row, form))
                 elif name not in self._companions:
@@ -158,12 +178,32 @@ class DocumentCodec:
                         _set_path(documents[row], path, extra)
                 else:
                     _set_path(documents[row], cipher.spec.path, value)
+        for row, path in parents:
+            _ensure_document(documents[row], path)
         return documents
 
 
 def _group_of(document: dict[str, Any], path: str) -> Any:
     value = get_path(document, path)
     return None if value is MISSING else value
+
+
+def _parents(schema: Schema) -> set[str]:
+    """The subdocument paths that hold schema fields and are not fields themselves."""
+    out: set[str] = set()
+    for path in schema.fields:
+        parts = path.split(".")
+        out.update(".".join(parts[:cut]) for cut in range(1, len(parts)))
+    return out - set(schema.fields)
+
+
+def _ensure_document(document: dict[str, Any], path: str) -> None:
+    """The subdocument at ``path`` made to exist (empty when nothing else made it)."""
+    for key in path.split("."):
+        inner = document.setdefault(key, {})
+        if not isinstance(inner, dict):
+            return
+        document = inner
 
 
 def _set_path(document: dict[str, Any], path: str, value: Any) -> None:

@@ -27,6 +27,7 @@ from veil.documents.cursor import Cursor, batches
 from veil.documents.drift import DRIFT_CHAIN, increment
 from veil.documents.errors import (
     DocumentsError,
+    FieldTypeError,
     PartialWriteError,
     ServerError,
     ServerRefusedError,
@@ -258,7 +259,12 @@ class Collection:
         def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
             return self._reread(target[0]["_id"], query)
 
-        return self._conditional_writes(self._matching(query, many), write, reread)
+        targets = list(self._matching(query, many))
+        added = [path for path, op in client_ops.items() if not isinstance(op, Assign)]
+        for _, document in targets:  # refused before anything is written
+            for path in added:
+                _incremented(document, path)
+        return self._conditional_writes(targets, write, reread)
 
     def _paillier_deltas(self, increments: dict[str, int]) -> dict[str, tuple[Any, bytes]]:
         """Per Paillier field's stored name: its cipher and the increment's encryption."""
@@ -278,14 +284,14 @@ class Collection:
         (veil.documents.paillier). None, with nothing written, when no document matched
         or it holds ``FOLD_AT`` pending increments: the read-modify-write then folds them."""
         pushed: dict[str, bytes] = {}
-        zeros: dict[str, bytes] = {}
         room: list[dict[str, Any]] = []
-        for name, (cipher, delta) in deltas.items():
+        for name, (_, delta) in deltas.items():
             pending = name + PENDING
             pushed[pending] = delta
-            zeros[name] = cipher.paillier.zero
-            room.append({f"{pending}.{FOLD_AT - 1}": {"$exists": False}})
-        update = dict(server_update, **{"$max": zeros})
+            # a value to add to (a missing one is created, a null one refused, by the
+            # read-modify-write), with room for one more pending increment
+            room.append({name: {"$ne": None}, f"{pending}.{FOLD_AT - 1}": {"$exists": False}})
+        update = dict(server_update)
         update["$push"] = {**server_update.get("$push", {}), **pushed}  # ASHE's $inc ids too
         server_filter = conjunction([self._exact_filter(query, many=False), *room])
         with server_errors("update"):
@@ -305,6 +311,8 @@ class Collection:
         projection = dict.fromkeys(read, 1)
         with server_errors("update"):
             targets = list(self._server.find(server_filter, projection, limit=0 if many else 1))
+        for target in targets:  # refused before anything is written
+            _paillier_addable(target, deltas)
 
         def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             condition = conjunction([server_filter, _unchanged(target[0], read)])
@@ -355,10 +363,11 @@ class Collection:
         server_update: dict[str, Any],
     ) -> dict[str, Any]:  # fmt: skip
         """The server update adding each increment to ``stored``'s value, its pending
-        increments folded in (a missing or null value counts as 0, as
-        :meth:`_client_update` does)."""
+        increments folded in (a missing value counts as 0 and a null one is refused, as
+        MongoDB's ``$inc`` and :meth:`_client_update` do)."""
         changed: dict[str, Any] = {}
         dropped: dict[str, Any] = dict(server_update.get("$unset", {}))
+        _paillier_addable(stored, deltas)
         for cipher, delta in deltas.values():
             old = cipher.gathered(stored)
             missing = old is None or old is MISSING
@@ -377,11 +386,7 @@ class Collection:
             if isinstance(op, Assign):
                 _assign(document, path, op.value)
                 continue
-            old = _get(document, path)
-            old = 0 if old is None else old
-            if isinstance(old, bool) or not isinstance(old, (int, float)):
-                raise DocumentsError(f"field {path!r}: cannot $inc a non-numeric value")
-            _set(document, path, old + op)
+            _set(document, path, _incremented(document, path) + op)
         changed: dict[str, Any] = dict(server_update.get("$set", {}))
         dropped: dict[str, Any] = dict(server_update.get("$unset", {}))
         for path in client_ops:
@@ -551,11 +556,34 @@ class Collection:
         return f"Collection({self.database.name!r}, {self.name!r})"
 
 
-def _get(document: dict[str, Any], path: str) -> Any:
-    value: Any = document
-    for key in path.split("."):
-        value = value.get(key) if isinstance(value, dict) else None
+def _incremented(document: dict[str, Any], path: str) -> Any:
+    """The number ``$inc`` adds to at ``path`` of a decrypted document: 0 for a missing
+    value; a null or non-numeric one is refused, as MongoDB refuses it."""
+    value = get_path(document, path)
+    if value is MISSING:
+        return 0
+    if value is None:
+        raise _null_increment(path, document.get("_id"))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FieldTypeError(
+            f"field {path!r} of document {document.get('_id')!r} holds "
+            f"{type(value).__name__} {value!r}: $inc adds only to a number"
+        )
     return value
+
+
+def _paillier_addable(stored: dict[str, Any], deltas: dict[str, tuple[Any, bytes]]) -> None:
+    """Refuse ``$inc`` of a stored Paillier value that is null, as MongoDB refuses it."""
+    for name, (cipher, _) in deltas.items():
+        if name in stored and stored[name] is None:
+            raise _null_increment(cipher.spec.path, stored["_id"])
+
+
+def _null_increment(path: str, id_: Any) -> FieldTypeError:
+    return FieldTypeError(
+        f"field {path!r} of document {id_!r} is null: $inc adds to a number or creates a "
+        "missing field, and refuses null as MongoDB does; $set a number there first"
+    )
 
 
 def _assign(document: dict[str, Any], path: str, value: Any) -> None:

@@ -70,7 +70,10 @@ class Cursor:
         server_filter = translate_filter(codec, self._query)
         server_sort = translate_sort(codec, self._sort)
         window = server_filter.exact and server_sort.exact
-        fields = server_projection(codec, self._projection) if server_filter.exact else None
+        client_sort = None if server_sort.exact or not self._sort else self._sort
+        fields = None
+        if server_filter.exact:  # the client re-checks an inexact filter on whole documents
+            fields = server_projection(codec, _with_sort_keys(self._projection, client_sort))
         return {
             "server": {
                 "collection": self._collection.server_name,
@@ -82,7 +85,7 @@ class Cursor:
             },
             "client": {
                 "filter": None if server_filter.exact else self._query,
-                "sort": None if server_sort.exact or not self._sort else self._sort,
+                "sort": client_sort,
                 "skip": 0 if window else self._skip,
                 "limit": 0 if window else self._limit,
                 "projection": self._projection,
@@ -122,6 +125,17 @@ class Cursor:
 
     def to_list(self) -> list[dict[str, Any]]:
         return list(self)
+
+
+def _with_sort_keys(
+    projection: dict[str, Any] | None, sort: list[tuple[str, int]] | None
+) -> dict[str, Any] | None:
+    """The projection the server answers when the client sorts: the sort keys (and
+    ``_id``, a sort key too) are fetched even when the caller's projection leaves them
+    out, and the client projects them away after sorting."""
+    if not projection or not sort or not all(v for k, v in projection.items() if k != "_id"):
+        return projection  # none, or an exclusion: whole documents are fetched
+    return {**projection, "_id": 1, **{path: 1 for path, _ in sort}}
 
 
 def server_projection(codec: DocumentCodec, projection: dict[str, Any] | None) -> Any:

@@ -178,6 +178,11 @@ def _compare_sequences(a: list[Any], b: list[Any]) -> int:
 
 
 def _compare_pairs(x: tuple[str, Any], y: tuple[str, Any]) -> int:
+    """Two fields of documents compared: by their values' type brackets, then by
+    name, then by value (MongoDB's order of embedded documents)."""
+    kx, ky = bracket(x[1]), bracket(y[1])
+    if kx != ky:
+        return -1 if kx < ky else 1
     return compare(x[0], y[0]) or compare(x[1], y[1])
 
 

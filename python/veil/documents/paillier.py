@@ -14,15 +14,15 @@ them per group and decrypts once per group.
 
 ``$inc`` is blind, nothing is decrypted. On one document pinned by its ``_id``
 it is one server command: the increment's encryption is pushed onto the
-field's *pending* ciphertexts (``name + "j"``), and ``$max`` of the trivial
-encryption of 0 (``c = 1``, below every other ciphertext of the fixed width)
-gives a missing or null value a zero to add to. A value is its stored
-ciphertext times its pending ones (:meth:`PaillierField.gathered`). The server
-sees a fresh ciphertext per increment, not its amount. A document holding
-``FOLD_AT`` pending ones (and every other ``$inc``: ``update_many``, filters
-not pinned by ``_id``) takes the read-modify-write: read the ciphertexts,
-multiply them and the increment's (the public key's addition), write the
-product back only if nothing changed meanwhile, pending ones dropped.
+field's *pending* ciphertexts (``name + "j"``) of a document that holds a
+value. A value is its stored ciphertext times its pending ones
+(:meth:`PaillierField.gathered`). The server sees a fresh ciphertext per
+increment, not its amount. A document holding ``FOLD_AT`` pending ones or no
+value (and every other ``$inc``: ``update_many``, filters not pinned by
+``_id``) takes the read-modify-write: read the ciphertexts, multiply them and
+the increment's (the public key's addition), write the product back only if
+nothing changed meanwhile, pending ones dropped. A missing value becomes the
+increment; a null one is refused, as MongoDB refuses it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import pymongo.errors
 from pymongo.database import Database as ServerDatabase
 
 from veil.crypto.paillier import PaillierKey, PaillierPublicKey
-from veil.crypto.paillier_wire import add_ciphertexts, sum_ciphertexts, to_wire
+from veil.crypto.paillier_wire import add_ciphertexts, sum_ciphertexts
 from veil.documents.errors import FieldTypeError
 from veil.errors import MalformedCiphertextError
 
@@ -71,12 +71,6 @@ class PaillierField:
         present = [s for s in stored if s is not None]
         plain = iter(self.key.decrypt_ints(present, column=self.path))
         return [None if s is None else next(plain) for s in stored]
-
-    @property
-    def zero(self) -> bytes:
-        """The trivial encryption of 0 (``c = 1``): the least stored ciphertext, so a
-        server ``$max`` with it changes only a missing or null value."""
-        return to_wire(1, self.key.public.width)
 
     def gathered(self, stored: Any, pending: Any) -> Any:
         """A stored value with its pending increments: their product (a missing or null

@@ -77,6 +77,10 @@ def _plan_field(
     if spec is None or (spec.path != path and spec.attr != "do_nothing"):
         attr = "static (not in the schema)" if spec is None else spec.attr
         raise UnsupportedQueryError(path, op, attr)
+    if op != "$unset":  # a write creates the subdocuments holding the path
+        markers = codec.markers(path)
+        if markers:
+            server.setdefault("$set", {}).update(markers)
     chained = [s.path for s in codec.schema.fields.values() if s.chain == path]
     if chained and spec.path == path:  # a grouping field: its chained values move chain
         client[path] = Assign(MISSING if op == "$unset" else value) if op != "$inc" else value
