@@ -3,6 +3,8 @@ result columns the local plan left encrypted (``decrypt_outputs``)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
@@ -26,7 +28,8 @@ def register_late_keys(
     """
     late.sql = late.sql or late.query.sql(dialect="duckdb")
     cipher = ciphers.get(scan.table, late.enc)
-    found = local.sql(late.sql).to_arrow_table()
+    with _lossless_arrow(local):
+        found = local.sql(late.sql).to_arrow_table()
     if late.groups:  # one row per group: its key decrypted in place, the rest as computed
         at = found.schema.get_field_index(late.output)
         keys = found.column(at).combine_chunks()
@@ -37,6 +40,19 @@ def register_late_keys(
     plain = decrypt_values(distinct, cipher, late.enc, None)
     local.register(late.local_name, pa.table({late.output: plain}))
     return late.local_name
+
+
+@contextlib.contextmanager
+def _lossless_arrow(local: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Arrow results that keep every DuckDB type, for a result registered back: a SUM of
+    integers is a HUGEINT, which plain Arrow turns into DECIMAL(38,0), and a set
+    operation over it would then take a decimal's type (DuckDB's own extension types
+    read back as what they were)."""
+    local.execute("SET arrow_lossless_conversion = true")
+    try:
+        yield
+    finally:
+        local.execute("SET arrow_lossless_conversion = false")
 
 
 Rows = TypeVar("Rows", pa.Table, pa.RecordBatch)

@@ -138,7 +138,8 @@ def _allowed(
     ):
         return True
     if isinstance(parent, exp.Is) and parent.this is node:
-        return True
+        # IS [NOT] NULL only: IS TRUE / IS FALSE need the value (a ciphertext is "true")
+        return isinstance(parent.expression, exp.Null)
     if isinstance(parent, exp.Group):
         return True
     if isinstance(parent, exp.EQ):
