@@ -130,3 +130,16 @@ def test_inc_of_null_is_refused_and_writes_nothing(pair, field, many):
     assert veil_collection.update_one({"_id": 5}, {"$inc": {field: 2}}).matched_count == 1
     plain_collection.update_one({"_id": 5}, {"$inc": {field: 2}})
     assert veil_collection.find_one({"_id": 5}) == plain_collection.find_one({"_id": 5})
+
+
+@pytest.mark.parametrize(("field", "start", "delta"), [("k", 2**63 - 2, 5), ("c", 99, 5)])
+def test_inc_past_what_a_field_stores_writes_nothing(pair, field, start, delta):
+    """$inc past int64 (MongoDB refuses it) or past a chained field's declared domain is
+    refused before any matched document is written."""
+    veil_collection, _ = pair
+    veil_collection.update_one({"_id": 4}, {"$set": {field: start}})
+    server = veil_collection._server
+    before = list(server.find({}, sort=[("_id", 1)]))
+    with pytest.raises(FieldTypeError):
+        veil_collection.update_many({"_id": {"$in": [1, 4, 5]}}, {"$inc": {field: delta}})
+    assert list(server.find({}, sort=[("_id", 1)])) == before

@@ -51,6 +51,7 @@ CATALOG = "veil_documents"
 FETCH_BATCH = 20_000
 #: Attempts of a read-modify-write update on one document before giving up.
 WRITE_RETRIES = 50
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @contextlib.contextmanager
@@ -260,11 +261,17 @@ class Collection:
             return self._reread(target[0]["_id"], query)
 
         targets = list(self._matching(query, many))
-        added = [path for path, op in client_ops.items() if not isinstance(op, Assign)]
+        added = {path: op for path, op in client_ops.items() if not isinstance(op, Assign)}
         for _, document in targets:  # refused before anything is written
-            for path in added:
-                _incremented(document, path)
+            for path, delta in added.items():
+                self._check_sum(path, _incremented(document, path, delta))
         return self._conditional_writes(targets, write, reread)
+
+    def _check_sum(self, path: str, value: Any) -> None:
+        """Refuse an incremented value its field cannot store (a chained field's domain)."""
+        cipher = self.codec.cipher(path)
+        if cipher is not None and cipher.chained is not None:
+            cipher.chained.check([value])
 
     def _paillier_deltas(self, increments: dict[str, int]) -> dict[str, tuple[Any, bytes]]:
         """Per Paillier field's stored name: its cipher and the increment's encryption."""
@@ -386,7 +393,7 @@ class Collection:
             if isinstance(op, Assign):
                 _assign(document, path, op.value)
                 continue
-            _set(document, path, _incremented(document, path) + op)
+            _set(document, path, _incremented(document, path, op))
         changed: dict[str, Any] = dict(server_update.get("$set", {}))
         dropped: dict[str, Any] = dict(server_update.get("$unset", {}))
         for path in client_ops:
@@ -556,20 +563,28 @@ class Collection:
         return f"Collection({self.database.name!r}, {self.name!r})"
 
 
-def _incremented(document: dict[str, Any], path: str) -> Any:
-    """The number ``$inc`` adds to at ``path`` of a decrypted document: 0 for a missing
-    value; a null or non-numeric one is refused, as MongoDB refuses it."""
+def _incremented(document: dict[str, Any], path: str, delta: Any) -> Any:
+    """The value at ``path`` of a decrypted document after ``$inc`` by ``delta``: a missing
+    value counts as 0; a null or non-numeric one, and an integer sum past int64, are
+    refused, as MongoDB refuses them."""
     value = get_path(document, path)
+    id_ = document.get("_id")
     if value is MISSING:
-        return 0
-    if value is None:
-        raise _null_increment(path, document.get("_id"))
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = 0
+    elif value is None:
+        raise _null_increment(path, id_)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FieldTypeError(
-            f"field {path!r} of document {document.get('_id')!r} holds "
-            f"{type(value).__name__} {value!r}: $inc adds only to a number"
+            f"field {path!r} of document {id_!r} holds {type(value).__name__} {value!r}: "
+            "$inc adds only to a number"
         )
-    return value
+    total = value + delta
+    if isinstance(total, int) and not INT64_MIN <= total <= INT64_MAX:
+        raise FieldTypeError(
+            f"$inc by {delta!r} takes field {path!r} of document {id_!r} past a 64-bit "
+            f"integer ({value!r} + {delta!r}); MongoDB refuses it too"
+        )
+    return total
 
 
 def _paillier_addable(stored: dict[str, Any], deltas: dict[str, tuple[Any, bytes]]) -> None:
