@@ -46,7 +46,7 @@ EPOCH = dt.datetime(2000, 1, 1)
 ORDERED = ["k", "s", "o", "os", "d", "t", "n.i", "tags", "g", "n.s"]
 EXACT_GROUP_KEYS = ["k", "t", "n.i", "g", "n.s"]  # the server may group on these
 CLIENT_GROUP_KEYS = ["s", "o", "d"]  # grouped on the client
-SORTABLE = ["k", "s", "o", "os", "d", "t", "n.i", "g"]
+SORTABLE = ["k", "s", "o", "os", "d", "t", "n.i", "g", "tags"]
 SEALED = ["a", "c", "p", "m", "x"]  # only $exists
 SUMMABLE = ["a", "c", "p"]
 MIN_MAX = ["k", "s", "o", "d", "t", "n.i"]
@@ -186,7 +186,7 @@ def make_projection(rng: random.Random) -> dict[str, int] | None:
     return projection
 
 
-def make_group(rng: random.Random) -> dict[str, Any]:
+def make_group(rng: random.Random, ordered: bool) -> dict[str, Any]:
     roll = rng.random()
     if roll < 0.5:
         key: Any = "$" + rng.choice(EXACT_GROUP_KEYS)
@@ -197,15 +197,18 @@ def make_group(rng: random.Random) -> dict[str, Any]:
     else:
         key = {"a": "$" + rng.choice(EXACT_GROUP_KEYS), "b": "$" + rng.choice(EXACT_GROUP_KEYS)}
     group: dict[str, Any] = {"_id": key}
+    kinds = ["$sum", "$sum", "$avg", "$count", "$min", "$max", "$one", "$product"]
+    if ordered:  # the documents come in a known order: $first, $last and $push are defined
+        kinds += ["$first", "$last", "$push"]
     for i in range(rng.choice([1, 1, 2, 3])):
-        kind = rng.choice(["$sum", "$sum", "$avg", "$count", "$min", "$max", "$one", "$product"])
+        kind = rng.choice(kinds)
         if kind == "$count":
             group[f"v{i}"] = {"$count": {}}
         elif kind == "$one":
             group[f"v{i}"] = {"$sum": 1}
         elif kind == "$product":
             group[f"v{i}"] = {"$product": "$m"}
-        elif kind in ("$min", "$max"):
+        elif kind in ("$min", "$max", "$first", "$last", "$push"):
             group[f"v{i}"] = {kind: "$" + rng.choice(MIN_MAX)}
         else:
             group[f"v{i}"] = {kind: "$" + rng.choice(SUMMABLE)}
@@ -218,7 +221,10 @@ def make_pipeline(rng: random.Random) -> list[dict[str, Any]]:
         stages.append({"$match": make_filter(rng)})
     roll = rng.random()
     if roll < 0.7:
-        stages.append({"$group": make_group(rng)})
+        ordered = rng.random() < 0.3
+        if ordered:
+            stages.append({"$sort": dict(make_sort(rng))})
+        stages.append({"$group": make_group(rng, ordered)})
         if rng.random() < 0.3:
             stages.append({"$sort": {"_id": rng.choice([1, -1])}})
     elif roll < 0.85:
@@ -274,6 +280,8 @@ def make_operation(rng: random.Random, next_id: list[int]) -> Op:
         return Op("find_one", [make_filter(rng)], {"sort": make_sort(rng)})
     if roll < 0.72:
         method = rng.choice(["update_one", "update_many"])
+        if method == "update_one" and rng.random() < 0.4:  # pinned: the one-command paths
+            return Op(method, [{"_id": rng.randrange(next_id[0])}, make_update(rng)])
         return Op(method, [make_filter(rng), make_update(rng)])
     if roll < 0.78:
         return Op("replace_one", [make_filter(rng), _without_id(make_document(rng, 0))])

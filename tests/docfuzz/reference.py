@@ -85,6 +85,12 @@ def _accumulate(accumulator: dict[str, Any], documents: list[dict[str, Any]]) ->
         for value in _numbers(values):
             product *= value
         return product
+    if op == "$first":
+        return None if not values or values[0] is _MISSING else values[0]
+    if op == "$last":
+        return None if not values or values[-1] is _MISSING else values[-1]
+    if op == "$push":
+        return [v for v in values if v is not _MISSING]
     if op in ("$min", "$max"):
         present = [v for v in values if v is not _MISSING and v is not None]
         if not present:
