@@ -2,7 +2,8 @@
 
 Candidates remove a subtree (a list element: a SELECT item, a join, an ORDER
 BY key, a CTE; an optional clause: WHERE, HAVING, GROUP BY, ORDER BY, LIMIT,
-DISTINCT, QUALIFY) or replace one with a part of it (AND/OR by a side, a set
+DISTINCT, QUALIFY; an ORDER BY and its keys only once no LIMIT or OFFSET
+windows it) or replace one with a part of it (AND/OR by a side, a set
 operation by a side, a function or CASE by an argument, a predicate by TRUE).
 A candidate is kept when it still fails the same way (``still_fails``); the
 search restarts from it until no candidate is kept or the budget runs out.
@@ -80,9 +81,10 @@ def _edits(index: int, node: exp.Expr) -> Iterator[Callable[[exp.Expr], exp.Expr
     find = _at(index)
     parent = node.parent
     if isinstance(node, exp.Query | exp.Select):
+        windowed = bool(node.args.get("limit") or node.args.get("offset"))
         for arg in _OPTIONAL:
-            if node.args.get(arg):
-                yield _drop_arg(find, arg)
+            if node.args.get(arg) and not (arg == "order" and windowed):
+                yield _drop_arg(find, arg)  # a LIMIT without its ORDER BY picks any rows
         for position in range(len(node.args.get("joins") or [])):
             yield _drop_list_item(find, "joins", position)
         if len(node.expressions) > 1:
@@ -91,7 +93,8 @@ def _edits(index: int, node: exp.Expr) -> Iterator[Callable[[exp.Expr], exp.Expr
     if isinstance(node, exp.With):
         for position in range(len(node.expressions)):
             yield _drop_list_item(find, "expressions", position)
-    if isinstance(node, exp.Order | exp.Group) and len(node.expressions) > 1:
+    windowed = isinstance(node, exp.Order) and _limits(node.parent)
+    if isinstance(node, exp.Order | exp.Group) and len(node.expressions) > 1 and not windowed:
         for position in range(len(node.expressions)):
             yield _drop_list_item(find, "expressions", position)
     if isinstance(node, exp.SetOperation):
@@ -260,3 +263,9 @@ def read_regression(path: Path) -> tuple[dict[str, str], Query]:
     sql = "\n".join(body).strip().rstrip(";")
     params = decode_params(json.loads(fields.get("params", "[]")))
     return fields, Query(int(fields.get("seed", "0")), sql, params, "regression")
+
+
+def _limits(query: exp.Expr | None) -> bool:
+    """Whether ``query`` keeps a window of its ordered rows (LIMIT or OFFSET): its ORDER
+    BY keys all stay, or the window is any rows."""
+    return query is not None and bool(query.args.get("limit") or query.args.get("offset"))

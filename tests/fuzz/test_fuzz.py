@@ -16,8 +16,18 @@ from pathlib import Path
 
 import pytest
 from tests.fuzz.dml import run_dml
-from tests.fuzz.harness import FuzzEnv, build_env, check, open_session, prepare_source, run_queries
-from tests.fuzz.shrink import read_regression
+from tests.fuzz.generator import Query
+from tests.fuzz.harness import (
+    FuzzEnv,
+    build_env,
+    check,
+    open_session,
+    prepare_source,
+    run_queries,
+    values_equal,
+)
+from tests.fuzz.shrink import read_regression, shrink
+from tests.fuzz.ties import Window, tied, window
 
 from veil.exec.session import Session
 
@@ -169,3 +179,25 @@ def test_regressions(request: pytest.FixtureRequest, path: Path) -> None:
     finally:
         session.close()
     assert outcome.status == "ok", f"{path.name}: {outcome.signature} {outcome.detail}"
+
+
+def test_the_shrinker_keeps_the_order_a_limit_windows() -> None:
+    """A LIMIT without its ORDER BY picks any rows: the shrinker drops the ORDER BY and its
+    keys only once no LIMIT windows them."""
+    query = Query(0, "SELECT a, b FROM t WHERE a > 1 ORDER BY 1, 2 DESC LIMIT 3", [])
+    assert "ORDER BY 1, 2 DESC LIMIT 3" in shrink(query, lambda sql, _: "LIMIT" in sql).sql
+    assert "ORDER BY" not in shrink(query, lambda sql, _: "a > 1" in sql).sql
+
+
+def test_float_ties_at_the_limit_are_not_differences() -> None:
+    """Rows one bit apart on a float sort key may swap at a LIMIT's edge; any other
+    difference in the window stays one."""
+    whole = [(1.0, "a"), (2.0000000000000004, "b"), (2.0, "c"), (3.0, "d")]
+    expected = [(1.0, "a"), (2.0, "c")]
+    swapped = [(1.0, "a"), (2.0000000000000004, "b")]
+    assert tied(swapped, expected, whole, [0, 1], {0}, values_equal)
+    assert not tied([(1.0, "a"), (3.0, "d")], expected, whole, [0, 1], {0}, values_equal)
+    assert not tied(swapped, expected, whole, [1, 0], {0}, values_equal)  # text key first
+    assert window("SELECT a FROM t ORDER BY 1 LIMIT ? OFFSET ?", [5, 1]) == Window(
+        [0], "SELECT a FROM t ORDER BY 1", []
+    )
