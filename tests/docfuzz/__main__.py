@@ -48,8 +48,10 @@ def server_url(url: str | None, kind: str, root: Path) -> Iterator[str]:
         server.stop()
 
 
-def run_seed(url: str, key_file: Path, seed: int, sums: str) -> Failure | None:
-    case = make_case(seed)
+def run_seed(
+    url: str, key_file: Path, seed: int, sums: str, documents: int = 40, operations: int = 25
+) -> Failure | None:
+    case = make_case(seed, documents, operations)
     name = f"docfuzz_{seed}"
     plain_client: pymongo.MongoClient = pymongo.MongoClient(url)
     try:
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="a running MongoDB-wire server (default: start one)")
     parser.add_argument("--kind", choices=["ferretdb", "mongo-java-server"], default="ferretdb")
     parser.add_argument("--sums", choices=SUMS, help="how grouped sums run (default: rotate)")
+    parser.add_argument("--docs", type=int, default=40, help="starting documents a case")
+    parser.add_argument("--ops", type=int, default=25, help="operations a case")
     args = parser.parse_args(argv)
     failures: list[Failure] = []
     started = time.monotonic()
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         with server_url(args.url, args.kind, root) as url:
             for i, seed in enumerate(range(args.seed, args.seed + args.n)):
                 sums = args.sums or SUMS[seed % len(SUMS)]
-                failure = run_seed(url, key_file, seed, sums)
+                failure = run_seed(url, key_file, seed, sums, args.docs, args.ops)
                 if failure is not None:
                     failures.append(failure)
                     print(f"FAIL (sums={sums}) {failure}", flush=True)
