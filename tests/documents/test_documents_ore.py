@@ -97,6 +97,20 @@ def test_tree_is_deep_and_holds_every_value(loaded):
     )
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"year": {"$gte": 2000, "$lte": 1990}},  # low above high: found by the docfuzz
+        {"year": {"$gt": 1995, "$lt": 1995}},
+        {"title": {"$gte": "zz", "$lte": "Rain"}},
+    ],
+)
+def test_an_empty_range_over_a_deep_tree(loaded, query):
+    veil_collection, plain_collection = loaded
+    for walk in range(2):  # the root read afresh, then cached
+        assert veil_collection.find(query).to_list() == list(plain_collection.find(query)), walk
+
+
 def test_range_round_trips_are_the_tree_height(loaded):
     veil_collection, plain_collection = loaded
     tree = veil_collection.codec.ciphers["year"].ore.tree

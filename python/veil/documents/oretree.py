@@ -139,6 +139,8 @@ class OreTree:
             if level[0].leaf:
                 return [t for i, n in enumerate(level) for t in _slice(n, i, level, low, high)]
             children = [c for i, n in enumerate(level) for c in _slice(n, i, level, low, high)]
+            if not children:  # an empty range (its low above its high): no entry
+                return []
             level = self._fetch([*children, ROOT] if refresh else children)
             if refresh:
                 self._remember_root(level.pop())
