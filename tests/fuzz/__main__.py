@@ -52,6 +52,18 @@ def server(backend: str, root: Path) -> Iterator[Callable[[str], str]]:
 
         yield fresh
         return
+    if backend == "spark":
+        from veil.servers.spark import local_url, start_local
+
+        start_local()
+
+        def warehouse(name: str) -> str:
+            place = root / f"spark-{name}"
+            shutil.rmtree(place, ignore_errors=True)
+            return local_url(place)
+
+        yield warehouse
+        return
     from veil.servers.postgres import ThrowawayCluster
 
     cluster = ThrowawayCluster(Path(tempfile.mkdtemp(prefix="veil-fuzz-pg-")))
@@ -169,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("seed", type=int, nargs="?", default=0)
     parser.add_argument("n", type=int, nargs="?", default=1000)
-    parser.add_argument("--backend", choices=("duckdb", "postgres"), default="duckdb")
+    parser.add_argument("--backend", choices=("duckdb", "postgres", "spark"), default="duckdb")
     parser.add_argument(
         "--hom", default="auto,always", help="VEIL_HOM_PUSHDOWN modes, comma-separated"
     )

@@ -114,7 +114,16 @@ def postgres_fuzz(fuzz_root: Path, postgres_cluster: object) -> FuzzEnv:
     return build_env(fuzz_root, url, "postgres")
 
 
+@pytest.fixture(scope="session")
+def spark_fuzz(fuzz_root: Path, spark_local: None) -> FuzzEnv:
+    from veil.servers.spark import local_url
+
+    return build_env(fuzz_root, local_url(fuzz_root / "spark-warehouse"), "spark")
+
+
 BACKENDS = ["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+# Spark answers a query in ~0.6 s: one batch of the auto mode there.
+SPARK_SEEDS = range(0, 150)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -147,6 +156,17 @@ def test_generated_queries(
     assert report.run > len(seeds) // 2, f"too many discarded: {report.summary()}"
     config = f"{fuzz_env.backend}/{mode}/query"
     judge(config, seeds, {f.seed: f.line() for f in report.failures})
+
+
+@pytest.mark.spark
+def test_generated_queries_on_spark(spark_fuzz: FuzzEnv) -> None:
+    session = open_session(spark_fuzz.client_dir, "auto")
+    try:
+        report = run_queries(session, spark_fuzz.plain, spark_fuzz.catalog, SPARK_SEEDS)
+    finally:
+        session.close()
+    assert report.run > len(SPARK_SEEDS) // 2, f"too many discarded: {report.summary()}"
+    judge("spark/auto/query", SPARK_SEEDS, {f.seed: f.line() for f in report.failures})
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
