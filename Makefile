@@ -24,7 +24,8 @@ test: $(STAMP)
 
 # Differential SQL fuzzer: N generated queries from SEED through Veil and plaintext
 # DuckDB; failures are shrunk into tests/fuzz/regressions. FUZZ_ARGS passes options,
-# e.g. FUZZ_ARGS="--backend postgres --hom always" or FUZZ_ARGS="--mode dml".
+# e.g. FUZZ_ARGS="--backend postgres --hom always", "--backend spark" or "--mode dml".
+# The documents fuzzer: python -m tests.docfuzz SEED N (docs/documents.md, Tests).
 SEED ?= 0
 N ?= 1000
 fuzz: $(STAMP)

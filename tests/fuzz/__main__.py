@@ -2,6 +2,7 @@
 
     python -m tests.fuzz 0 2000 --backend duckdb --hom auto,always
     python -m tests.fuzz 0 50 --mode dml --backend postgres
+    python -m tests.fuzz 0 500 --backend spark      # a local Spark, started for the run
     python -m tests.fuzz --replay tests/fuzz/regressions
 
 Prints progress and a summary (generated, discarded, run, failed, distinct
