@@ -143,8 +143,10 @@ def make_filter(rng: random.Random, depth: int = 0) -> dict[str, Any]:
         return {op: [make_filter(rng, depth + 1) or {"k": 1} for _ in range(rng.randrange(1, 4))]}
     out: dict[str, Any] = {}
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        path = rng.choice(ORDERED * 3 + SEALED + ["_id"])
-        if path == "_id":
+        path = rng.choice(ORDERED * 3 + SEALED + ["_id", "n"])
+        if path == "n":  # a subdocument holding schema fields: $exists only
+            out["n"] = {"$exists": rng.random() < 0.5}
+        elif path == "_id":
             out["_id"] = rng.choice(
                 [rng.randrange(60), {"$in": [rng.randrange(60) for _ in range(3)]},
                  {"$gte": rng.randrange(60)}, {"$lt": rng.randrange(60)}]

@@ -104,6 +104,13 @@ def test_empty_subdocuments_are_kept(pair):
     for collection in (veil_collection, plain_collection):
         collection.replace_one({"_id": 5}, copy.deepcopy(replacement))
     assert everything(veil_collection) == everything(plain_collection)
+    for query in (
+        {"n": {"$exists": True}}, {"e": {"$exists": False}},
+        {"$or": [{"e": {"$exists": True}}, {"k": 1}]}, {"n": {"$exists": True}, "s": {"$gt": "a"}},
+    ):  # fmt: skip
+        assert veil_collection.find(query).to_list() == list(plain_collection.find(query)), query
+    with pytest.raises(veil.documents.UnsupportedQueryError, match="only \\$exists"):
+        veil_collection.find({"n": {}}).to_list()
 
 
 @pytest.mark.parametrize("field", ["k", "c", "p", "a", "n.i"])

@@ -90,9 +90,12 @@ def _field(codec: DocumentCodec, path: str, condition: Any, result: ServerFilter
     if path == "_id" or path.startswith("_id.") or (spec is not None and spec.attr == "do_nothing"):
         result.clauses.append({path: condition})
         return
+    operators = condition if is_operator_dict(condition) else {"$eq": condition}
+    if spec is None and path in codec.parents:
+        result.clauses.append(_subdocument_exists(codec, path, operators))
+        return
     if spec is None:
         raise UnsupportedQueryError(path, "a filter", "static (not in the schema)", "index")
-    operators = condition if is_operator_dict(condition) else {"$eq": condition}
     if spec.attr == "index" and spec.path == path and spec.scheme == "ore":
         _ore_field(codec, path, operators, result)
         return
@@ -109,6 +112,31 @@ def _field(codec: DocumentCodec, path: str, condition: Any, result: ServerFilter
         if clause is not None:
             result.clauses.append(clause)
         result.exact &= exact
+
+
+def _subdocument_exists(
+    codec: DocumentCodec, path: str, operators: dict[str, Any]
+) -> dict[str, Any]:
+    """``$exists`` of a subdocument holding schema fields (``n`` of ``n.i``): its marker,
+    or any of its fields stored (documents written before markers have none)."""
+    if set(operators) != {"$exists"}:
+        op = next(iter(set(operators) - {"$exists"}))
+        raise UnsupportedQueryError(
+            path, op, "subdocument of schema fields (only $exists; filter on its fields)"
+        )
+    inside = [
+        name
+        for field, cipher in codec.ciphers.items()
+        if field.startswith(path + ".")
+        for name in cipher.stored_names[:1]
+    ]
+    literal = any(
+        spec.attr == "do_nothing" and field.startswith(path + ".")
+        for field, spec in codec.schema.fields.items()
+    )
+    names = [codec.parents[path], *inside, *([path] if literal else [])]
+    anywhere = [{name: {"$exists": True}} for name in names]
+    return {"$or": anywhere} if operators["$exists"] else {"$nor": anywhere}
 
 
 def _ore_field(
