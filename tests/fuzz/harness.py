@@ -347,7 +347,21 @@ def values_equal(a: object, b: object) -> bool:
         if math.isnan(x) or math.isnan(y):
             return math.isnan(x) and math.isnan(y)
         return math.isclose(x, y, rel_tol=REL_TOL, abs_tol=1e-12)
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        return _float_texts_equal(a, b)
     return a == b
+
+
+def _float_texts_equal(a: str, b: str) -> bool:
+    """Two texts of floats equal to 1e-9 (a float a set operation cast to VARCHAR: the
+    last digits of an aggregate differ with the order it summed in)."""
+    if not (_FLOAT_TEXT.fullmatch(a) and _FLOAT_TEXT.fullmatch(b)):
+        return False
+    x, y = float(a), float(b)
+    return math.isclose(x, y, rel_tol=REL_TOL, abs_tol=1e-12)
+
+
+_FLOAT_TEXT = re.compile(r"-?[0-9]+\.[0-9]+(e[-+]?[0-9]+)?", re.I)
 
 
 def _sort_key(value: object) -> tuple[object, ...]:
