@@ -12,6 +12,7 @@ one native call.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,7 +28,11 @@ from veil.documents.schema import FieldSpec, Schema
 #: ``claim(cipher, group values) -> [(chain, position, sub-chain)]``: slots for a
 #: batch's non-null chained values, given their group values (claimed in the server).
 Claim = Callable[[FieldCipher, list[Any]], list[Slot]]
-EXTRA_PATH = "\x00extra"  # the sealed field of unnamed paths; no user path looks like it
+EXTRA_PATH = "\x00extra"
+#: A stored field name in a server's message (a cipher's, or a companion's with its suffix).
+_STORED_NAME = re.compile(
+    r"\bf[0-9a-f]{8}[a-z]?\b"
+)  # the sealed field of unnamed paths; no user path looks like it
 
 
 class DocumentCodec:
@@ -63,6 +68,19 @@ class DocumentCodec:
 
     def cipher(self, path: str) -> FieldCipher | None:
         return self.ciphers.get(path)
+
+    def in_user_terms(self, text: str) -> str:
+        """``text`` (a server's message) with each stored name as the field path it holds
+        (``'f0857baff'`` -> ``'a'``): for the user's eyes only, never sent."""
+
+        def path_of(match: re.Match[str]) -> str:
+            name = match.group(0)
+            cipher = self._by_name.get(name) or self._by_name.get(name[:-1])
+            if cipher is not None and cipher is not self.extra:
+                return cipher.spec.path
+            return self._parent_paths.get(name, name)
+
+        return _STORED_NAME.sub(path_of, text)
 
     def markers(self, path: str) -> dict[str, bool]:
         """The markers to ``$set`` with a value written at ``path``: the subdocuments

@@ -55,8 +55,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @contextlib.contextmanager
-def server_errors(what: str) -> Iterator[None]:
-    """The one place where the driver's errors become Veil's."""
+def server_errors(what: str, codec: DocumentCodec | None = None) -> Iterator[None]:
+    """The one place where the driver's errors become Veil's; with ``codec``, a refusal
+    names the user's fields where the server named their opaque stored names."""
     try:
         yield
     except pymongo.errors.ConnectionFailure as exc:
@@ -64,7 +65,8 @@ def server_errors(what: str) -> Iterator[None]:
     except pymongo.errors.BulkWriteError:
         raise
     except pymongo.errors.PyMongoError as exc:
-        raise ServerRefusedError(f"{what}: the server refused it: {exc}") from None
+        message = codec.in_user_terms(str(exc)) if codec is not None else str(exc)
+        raise ServerRefusedError(f"{what}: the server refused it: {message}") from None
 
 
 class Collection:
@@ -91,7 +93,7 @@ class Collection:
                 self._chains[cipher.name] = ChainClaims(claims)
                 self._trees.append(claims)
             if cipher.paillier is not None:
-                with server_errors("recording a Paillier public key"):
+                with server_errors("recording a Paillier public key", self.codec):
                     catalog = database.server_database[CATALOG]
                     cipher.paillier.record_public_key(catalog, self.server_name, cipher.name)
 
@@ -99,7 +101,7 @@ class Collection:
 
     def insert_one(self, document: dict[str, Any]) -> InsertOneResult:
         stored = self.codec.encode_many([document], self._claim)
-        with server_errors("insert_one"):
+        with server_errors("insert_one", self.codec):
             self._server.insert_one(stored[0])
         return InsertOneResult(document["_id"], acknowledged=True)
 
@@ -111,7 +113,7 @@ class Collection:
         if not stored:
             raise DocumentsError("insert_many needs at least one document")
         try:
-            with server_errors("insert_many"):
+            with server_errors("insert_many", self.codec):
                 self._server.insert_many(stored, ordered=True)
         except pymongo.errors.BulkWriteError as exc:
             written = ids[: exc.details.get("nInserted", 0)]
@@ -125,7 +127,7 @@ class Collection:
     def _claim(self, cipher: FieldCipher, groups: list[Any]) -> list[Slot]:
         """Slots for a batch's values of a chained field: one claim per chain."""
         assert cipher.chained is not None
-        with server_errors("claiming chain positions"):
+        with server_errors("claiming chain positions", self.codec):
             claims, chains = self._chains_of(cipher, groups)
             first = {c: claims.claim(c, n) for c, n in collections.Counter(chains).items()}
         sub = cipher.chained.layout.sub_chain if claims.sub_chains else lambda _: 0
@@ -165,7 +167,7 @@ class Collection:
         of the server once per client: no version of Veil writes them any more, so a
         field without them now never has them."""
         if cipher.name not in self._nested:
-            with server_errors("looking for earlier h_add forms"):
+            with server_errors("looking for earlier h_add forms", self.codec):
                 found = self._server.find_one({cipher.name: {"$type": "object"}}, {"_id": 1})
             self._nested[cipher.name] = found is not None
         return self._nested[cipher.name]
@@ -173,7 +175,7 @@ class Collection:
     def chain_numbers(self, cipher: FieldCipher, groups: list[Any]) -> tuple[list[int], int]:
         """The chain number of each group value of a chained field (a keyed hash: no
         read) and the field's drift counter, read now."""
-        with server_errors("reading the drift counter"):
+        with server_errors("reading the drift counter", self.codec):
             claims, chains = self._chains_of(cipher, groups)
             return chains, claims.lengths([DRIFT_CHAIN])[DRIFT_CHAIN]
 
@@ -182,7 +184,7 @@ class Collection:
     ) -> tuple[list[tuple[int, int]], int]:
         """(chain, claimed length) of each group value of a chained field, and the field's
         drift counter, read now in one parallel wave."""
-        with server_errors("reading chain lengths"):
+        with server_errors("reading chain lengths", self.codec):
             claims, chains = self._chains_of(cipher, groups)
             lengths = claims.lengths([*chains, DRIFT_CHAIN])
         return [(c, lengths[c]) for c in chains], lengths.get(DRIFT_CHAIN, 0)
@@ -212,7 +214,7 @@ class Collection:
         if client_ops:
             return self._update_on_client(query, client_ops, server_update, many)
         server_filter = self._exact_filter(query, many)
-        with server_errors("update"):
+        with server_errors("update", self.codec):
             if many:
                 result = self._server.update_many(server_filter, server_update)
             else:
@@ -234,14 +236,14 @@ class Collection:
             assert cipher.chained is not None
             budget, size = cipher.chained.drift_budget, abs(op.delta)
             if size:
-                with server_errors("claiming drift"):
+                with server_errors("claiming drift", self.codec):
                     first = self._chains[cipher.name].claim(DRIFT_CHAIN, size)
                 if first + size - 1 > budget:
                     return None
             added[cipher.name] = Int64(increment(cipher.chained.layout, op.delta))
             guards.append({cipher.name + "p": {"$exists": True}})  # a chained value, not null
         server_filter = conjunction([self._exact_filter(query, many=False), *guards])
-        with server_errors("update"):
+        with server_errors("update", self.codec):
             result = self._server.update_one(server_filter, dict(server_update, **{"$inc": added}))
         return result if result.matched_count else None
 
@@ -301,7 +303,7 @@ class Collection:
         update = dict(server_update)
         update["$push"] = {**server_update.get("$push", {}), **pushed}  # ASHE's $inc ids too
         server_filter = conjunction([self._exact_filter(query, many=False), *room])
-        with server_errors("update"):
+        with server_errors("update", self.codec):
             result = self._server.update_one(server_filter, update)
         return result if result.matched_count else None
 
@@ -316,7 +318,7 @@ class Collection:
         server_filter = self._exact_filter(query, many)
         read = [*deltas, *(name + PENDING for name in deltas)]
         projection = dict.fromkeys(read, 1)
-        with server_errors("update"):
+        with server_errors("update", self.codec):
             targets = list(self._server.find(server_filter, projection, limit=0 if many else 1))
         for target in targets:  # refused before anything is written
             _paillier_addable(target, deltas)
@@ -326,7 +328,7 @@ class Collection:
             return condition, self._paillier_update(target[0], deltas, server_update)
 
         def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
-            with server_errors("update"):
+            with server_errors("update", self.codec):
                 fresh = self._server.find_one(
                     conjunction([server_filter, {"_id": target[0]["_id"]}]), projection
                 )
@@ -349,7 +351,7 @@ class Collection:
             for _ in range(WRITE_RETRIES):
                 assert current is not None
                 condition, update = write(current)
-                with server_errors("update"):
+                with server_errors("update", self.codec):
                     result = self._server.update_one(condition, update)
                 if result.matched_count:
                     matched += 1
@@ -434,15 +436,15 @@ class Collection:
         stored = self.codec.encode_many([document], self._claim)[0]
         stored.pop("_id")
         server_filter = self._exact_filter(query, many=False)
-        with server_errors("replace_one"):
+        with server_errors("replace_one", self.codec):
             return self._server.replace_one(server_filter, stored)
 
     def delete_one(self, query: dict[str, Any]) -> DeleteResult:
-        with server_errors("delete_one"):
+        with server_errors("delete_one", self.codec):
             return self._server.delete_one(self._exact_filter(query, many=False))
 
     def delete_many(self, query: dict[str, Any]) -> DeleteResult:
-        with server_errors("delete_many"):
+        with server_errors("delete_many", self.codec):
             return self._server.delete_many(self._exact_filter(query, many=True))
 
     def _exact_filter(self, query: dict[str, Any], many: bool) -> dict[str, Any]:
@@ -486,7 +488,7 @@ class Collection:
     def count_documents(self, filter: dict[str, Any]) -> int:
         server_filter = translate_filter(self.codec, filter)
         if server_filter.exact:
-            with server_errors("count_documents"):
+            with server_errors("count_documents", self.codec):
                 return int(self._server.count_documents(server_filter.document()))
         return sum(1 for _ in self._matching(filter, many=True))
 
@@ -511,11 +513,11 @@ class Collection:
             else:
                 attr = "static (not in the schema)" if spec is None else spec.attr
                 raise UnsupportedQueryError(path, "create_index", attr, "index")
-        with server_errors("create_index"):
+        with server_errors("create_index", self.codec):
             return str(self._server.create_index(server_keys, unique=unique))
 
     def drop(self) -> None:
-        with server_errors("drop"):
+        with server_errors("drop", self.codec):
             self._server.drop()
             for tree_collection in self._trees:
                 tree_collection.drop()
@@ -526,19 +528,19 @@ class Collection:
         self, query: dict[str, Any], sort: list[tuple[str, int]] | None, skip: int, limit: int,
         projection: dict[str, Any] | None = None,
     ) -> Iterator[dict[str, Any]]:  # fmt: skip
-        with server_errors("find"):
+        with server_errors("find", self.codec):
             cursor = self._server.find(
                 query, projection, sort=sort, skip=skip, limit=limit, batch_size=FETCH_BATCH
             )
             yield from cursor
 
     def find_projected(self, query: dict[str, Any], projection: dict[str, Any]) -> list[Any]:
-        with server_errors("find"):
+        with server_errors("find", self.codec):
             return list(self._server.find(query, projection, batch_size=FETCH_BATCH))
 
     def find_raw(self, query: dict[str, Any], projection: dict[str, Any]) -> list[bytes]:
         """The matches as the server's raw BSON batches (each a run of documents)."""
-        with server_errors("find"):
+        with server_errors("find", self.codec):
             found = self._server.find_raw_batches(query, projection, batch_size=FETCH_BATCH)
             return list(cast(Iterable[bytes], found))  # the driver's type says documents
 
@@ -556,7 +558,7 @@ class Collection:
         return self._server
 
     def server_aggregate(self, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        with server_errors("aggregate"):
+        with server_errors("aggregate", self.codec):
             return list(self._server.aggregate(pipeline))
 
     def __repr__(self) -> str:
