@@ -169,7 +169,7 @@ def test_generated_queries_on_spark(spark_fuzz: FuzzEnv) -> None:
     judge("spark/auto/query", SPARK_SEEDS, {f.seed: f.line() for f in report.failures})
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [*BACKENDS, pytest.param("spark", marks=pytest.mark.spark)])
 def test_dml_sequences(request: pytest.FixtureRequest, fuzz_root: Path, backend: str) -> None:
     _, _, catalog = prepare_source(fuzz_root)
     if backend == "postgres":
@@ -177,6 +177,14 @@ def test_dml_sequences(request: pytest.FixtureRequest, fuzz_root: Path, backend:
 
         def url(seed: int, place: Path) -> str:
             return str(cluster.create_schema(f"veil_fuzz_dml_{seed}"))
+
+    elif backend == "spark":
+        from veil.servers.spark import local_url
+
+        request.getfixturevalue("spark_local")
+
+        def url(seed: int, place: Path) -> str:
+            return local_url(place / "warehouse")
 
     else:
 
