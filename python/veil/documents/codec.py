@@ -21,18 +21,16 @@ from bson import ObjectId
 from veil.crypto.keys import MasterKey
 from veil.documents.chains import Slot
 from veil.documents.errors import SchemaError
-from veil.documents.fields import FieldCipher, opaque_name
+from veil.documents.fields import NAME_BYTES, FieldCipher, opaque_name
 from veil.documents.match import MISSING, get_path
 from veil.documents.schema import FieldSpec, Schema
 
 #: ``claim(cipher, group values) -> [(chain, position, sub-chain)]``: slots for a
 #: batch's non-null chained values, given their group values (claimed in the server).
 Claim = Callable[[FieldCipher, list[Any]], list[Slot]]
-EXTRA_PATH = "\x00extra"
+EXTRA_PATH = "\x00extra"  # the sealed field of unnamed paths; no user path looks like it
 #: A stored field name in a server's message (a cipher's, or a companion's with its suffix).
-_STORED_NAME = re.compile(
-    r"\bf[0-9a-f]{8}[a-z]?\b"
-)  # the sealed field of unnamed paths; no user path looks like it
+_STORED_NAME = re.compile(rf"\bf[0-9a-f]{{{2 * NAME_BYTES}}}[a-z]?\b")
 
 
 class DocumentCodec:
@@ -85,9 +83,7 @@ class DocumentCodec:
     def markers(self, path: str) -> dict[str, bool]:
         """The markers to ``$set`` with a value written at ``path``: the subdocuments
         holding it exist from then on, as the write creates them."""
-        parts = path.split(".")
-        prefixes = (".".join(parts[:cut]) for cut in range(1, len(parts)))
-        return {self.parents[p]: True for p in prefixes if p in self.parents}
+        return {self.parents[p]: True for p in _prefixes(path) if p in self.parents}
 
     # -- documents to stored documents -------------------------------------------
 
@@ -208,11 +204,13 @@ def _group_of(document: dict[str, Any], path: str) -> Any:
 
 def _parents(schema: Schema) -> set[str]:
     """The subdocument paths that hold schema fields and are not fields themselves."""
-    out: set[str] = set()
-    for path in schema.fields:
-        parts = path.split(".")
-        out.update(".".join(parts[:cut]) for cut in range(1, len(parts)))
-    return out - set(schema.fields)
+    return {parent for path in schema.fields for parent in _prefixes(path)} - set(schema.fields)
+
+
+def _prefixes(path: str) -> list[str]:
+    """The subdocument paths holding ``path`` (``a``, ``a.b`` of ``a.b.c``)."""
+    parts = path.split(".")
+    return [".".join(parts[:cut]) for cut in range(1, len(parts))]
 
 
 def _ensure_document(document: dict[str, Any], path: str) -> None:

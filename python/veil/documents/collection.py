@@ -332,6 +332,8 @@ class Collection:
                 fresh = self._server.find_one(
                     conjunction([server_filter, {"_id": target[0]["_id"]}]), projection
                 )
+            if fresh is not None:
+                _paillier_addable(fresh, deltas)
             return None if fresh is None else (fresh, None)
 
         return self._conditional_writes(((t, None) for t in targets), write, reread)
@@ -372,11 +374,10 @@ class Collection:
         server_update: dict[str, Any],
     ) -> dict[str, Any]:  # fmt: skip
         """The server update adding each increment to ``stored``'s value, its pending
-        increments folded in (a missing value counts as 0 and a null one is refused, as
-        MongoDB's ``$inc`` and :meth:`_client_update` do)."""
+        increments folded in (a missing value counts as 0; the caller refused a null one,
+        as MongoDB's ``$inc`` and :meth:`_client_update` do)."""
         changed: dict[str, Any] = {}
         dropped: dict[str, Any] = dict(server_update.get("$unset", {}))
-        _paillier_addable(stored, deltas)
         for cipher, delta in deltas.values():
             old = cipher.gathered(stored)
             missing = old is None or old is MISSING

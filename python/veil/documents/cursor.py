@@ -133,7 +133,7 @@ def _with_sort_keys(
     """The projection the server answers when the client sorts: the sort keys (and
     ``_id``, a sort key too) are fetched even when the caller's projection leaves them
     out, and the client projects them away after sorting."""
-    if not projection or not sort or not all(v for k, v in projection.items() if k != "_id"):
+    if not projection or not sort or not _inclusion(projection):
         return projection  # none, or an exclusion: whole documents are fetched
     return {**projection, "_id": 1, **{path: 1 for path, _ in sort}}
 
@@ -144,7 +144,7 @@ def server_projection(codec: DocumentCodec, projection: dict[str, Any] | None) -
     Each projected path's stored field is fetched whole (a sealed subdocument is one
     field); the client then projects the decrypted document exactly.
     """
-    if not projection or not all(bool(v) for k, v in projection.items() if k != "_id"):
+    if not projection or not _inclusion(projection):
         return None
     if any("." in path for path in projection):
         return None  # whether the parent exists needs its other fields: fetch all
@@ -162,6 +162,11 @@ def server_projection(codec: DocumentCodec, projection: dict[str, Any] | None) -
         else:
             fields.update(dict.fromkeys(codec.ciphers[spec.path].stored_names, 1))
     return fields
+
+
+def _inclusion(projection: dict[str, Any]) -> bool:
+    """Whether ``projection`` names the fields to keep (``_id`` aside)."""
+    return all(bool(v) for k, v in projection.items() if k != "_id")
 
 
 def batches(documents: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
