@@ -59,6 +59,16 @@ class NotSupportedError(DatabaseError):
     anchor = "dbapi"
 
 
+class SerializationError(OperationalError):
+    """Concurrent writes to the same rows collided: this statement changed nothing.
+
+    SQLSTATE 40001 on the wire, as PostgreSQL's serialization_failure: run the
+    statement (or the transaction) again.
+    """
+
+    anchor = "serialization"
+
+
 class KeyFileError(OperationalError):
     """The key file is missing, unreadable, malformed or has unsafe permissions."""
 

@@ -35,7 +35,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.errors import OperationalError
+from veil.errors import OperationalError, SerializationError
 
 # Arrow data for a bulk load: a whole table, a reader, or any iterable of batches.
 ArrowData: TypeAlias = pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
@@ -57,6 +57,17 @@ class ServerUnavailableError(BackendError):
     """The server could not be reached (down, wrong URL, wrong credentials)."""
 
     anchor = "server-unavailable"
+
+
+class WriteConflictError(BackendError, SerializationError):
+    """The server rolled back a transaction whose writes collided with another's.
+
+    DuckDB's optimistic MVCC aborts the second of two transactions that change
+    one row ("Conflict on tuple deletion!"); PostgreSQL reports a serialization
+    failure or a deadlock. Nothing of the transaction was written.
+    """
+
+    anchor = "serialization"
 
 
 @dataclass(frozen=True)
@@ -266,6 +277,11 @@ class Backend(Protocol):
 
     def transaction(self) -> AbstractContextManager[None]:
         """Run the statements inside the ``with`` block atomically."""
+        ...
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a ``transaction()`` block is open: a statement run now commits with it."""
         ...
 
     def close(self) -> None: ...

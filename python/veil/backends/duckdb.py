@@ -35,6 +35,7 @@ from veil.backends.base import (
     Operator,
     Params,
     ServerUnavailableError,
+    WriteConflictError,
     quote,
 )
 from veil.backends.staged import StagedBackend, index_pairs
@@ -420,6 +421,10 @@ _DATABASES = _Databases()
 def _server_errors() -> Iterator[None]:
     try:
         yield
+    except duckdb.TransactionException as exc:
+        # another connection changed the same rows (or catalogue entry) first
+        kind = WriteConflictError if "onflict" in str(exc) else BackendError
+        raise kind(f"the DuckDB server rejected a statement: {exc}") from exc
     except (duckdb.Error, pa.ArrowException) as exc:  # a reader reports UDF errors as Arrow's
         raise BackendError(f"the DuckDB server rejected a statement: {exc}") from exc
 

@@ -38,6 +38,7 @@ from veil.backends.base import (
     Operator,
     Params,
     ServerUnavailableError,
+    WriteConflictError,
     quote,
 )
 from veil.backends.pg_plan import plan_operators, relations
@@ -71,6 +72,9 @@ _CONNECT_SECONDS = 10
 _JSON_OIDS = (114, 3802)
 _QUERY_WORDS = ("SELECT", "WITH")
 _SETTING_WORDS = ("SET", "RESET")
+# serialization_failure, deadlock_detected: the transaction collided with another
+# (psycopg reports both as OperationalError, which would read as a lost server)
+_CONFLICT_STATES = ("40001", "40P01")
 
 
 class PostgresBackend(StagedBackend):
@@ -476,6 +480,8 @@ def _numeric_column(values: tuple[Decimal | None, ...], declared: int | None) ->
 
 
 def _backend_error(exc: psycopg.Error) -> BackendError:
+    if exc.sqlstate in _CONFLICT_STATES:
+        return WriteConflictError(f"the PostgreSQL server rolled back a write: {str(exc).strip()}")
     if isinstance(exc, psycopg.OperationalError):
         return ServerUnavailableError(f"lost the PostgreSQL server: {str(exc).strip()}")
     return BackendError(f"the PostgreSQL server rejected a statement: {str(exc).strip()}")

@@ -263,6 +263,10 @@ class SparkBackend:
             raise
         self._warehouse.commit()
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._warehouse.in_transaction
+
     def cancel(self) -> None:
         """Cancel the Spark jobs running now (a benchmark's time limit)."""
         with _server_errors():

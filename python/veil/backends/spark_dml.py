@@ -7,6 +7,7 @@ turned into a query over the table (parsed back from Spark's dialect)::
     UPDATE t SET a = e WHERE p   ->  SELECT CASE WHEN COALESCE(p, FALSE) THEN e ELSE a END
                                             AS a, b, ... FROM t
       ... RETURNING r            ->  SELECT r FROM (SELECT e AS a, b, ... FROM t WHERE p) AS t
+    DELETE ... RETURNING r       ->  SELECT r FROM (SELECT * FROM t WHERE p) AS t
     INSERT INTO t (a) <rows>     ->  SELECT v0 AS a, CAST(NULL AS <b's type>) AS b, ...
                                        FROM (<rows>) AS v(v0)
 
@@ -66,7 +67,8 @@ def rewrite(tree: exp.Expr, columns: dict[str, str]) -> Rewrite:
     name = table.name
     if isinstance(tree, exp.Delete):
         keep = exp.Not(this=_matched(tree))
-        return Rewrite(name, _select_all(name, columns).where(keep).sql(DIALECT), False)
+        returned = _returned(tree, exp.select("*").from_(name).where(_matched(tree)), name)
+        return Rewrite(name, _select_all(name, columns).where(keep).sql(DIALECT), False, returned)
     if isinstance(tree, exp.Update):
         return _update(tree, name, columns)
     assert isinstance(tree, exp.Insert)
@@ -107,24 +109,26 @@ def _update(tree: exp.Update, table: str, columns: dict[str, str]) -> Rewrite:
             for c in columns
         ]
     ).from_(table)
-    returning = tree.args.get("returning")
-    returned = None
-    if returning is not None:
-        updated = exp.select(
-            *[
-                exp.alias_(assigned[c].copy(), c, quoted=True)
-                if c in assigned
-                else exp.column(c, quoted=True)
-                for c in columns
-            ]
-        ).from_(table)
-        updated = updated.where(matched.copy())
-        returned = (
-            exp.select(*[e.copy() for e in returning.expressions])
-            .from_(updated.subquery(table))
-            .sql(DIALECT)
-        )
+    updated = exp.select(
+        *[
+            exp.alias_(assigned[c].copy(), c, quoted=True)
+            if c in assigned
+            else exp.column(c, quoted=True)
+            for c in columns
+        ]
+    ).from_(table)
+    returned = _returned(tree, updated.where(matched.copy()), table)
     return Rewrite(table, new_rows.sql(DIALECT), False, returned)
+
+
+def _returned(tree: exp.Expr, changed: exp.Select, table: str) -> str | None:
+    """The query of what ``tree``'s RETURNING gives over ``changed`` (the rows it changes,
+    as they are afterwards), or None without a RETURNING."""
+    returning = tree.args.get("returning")
+    if returning is None:
+        return None
+    outer = exp.select(*[e.copy() for e in returning.expressions])
+    return outer.from_(changed.subquery(table)).sql(DIALECT)
 
 
 def _inserted(tree: exp.Insert, columns: dict[str, str]) -> exp.Select:

@@ -142,6 +142,10 @@ class StagedBackend:
     def transaction(self) -> AbstractContextManager[None]:
         return self._transactions.block()
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._transactions.active
+
 
 def index_pairs(found: pa.Table) -> list[tuple[str, str]]:
     """A catalogue query's ``(index name, CREATE statement)`` rows as pairs of strings."""

@@ -22,13 +22,12 @@ import time
 import pyarrow as pa
 
 from veil.backends import Backend
-from veil.backends.base import BackendError
+from veil.backends.base import BackendError, WriteConflictError
 from veil.design.model import TableDesign
 from veil.exec.fetch import FetchStats, run_remote
 from veil.sql.remote import ID_COUNTER_COLUMN, allocate_ids_statement
 
 # DuckDB reports a concurrent update of the counter row as a conflict: retry.
-_CONFLICT = "onflict"
 _ATTEMPTS = 200
 
 
@@ -51,8 +50,9 @@ def allocate(backend: Backend, table: TableDesign, count: int, *, align: int = 1
         try:
             result = run_remote(allocate_ids_statement(table, taken), backend, FetchStats())
             break
-        except BackendError as exc:
-            if _CONFLICT not in str(exc) or attempt == _ATTEMPTS - 1:
+        except WriteConflictError:
+            # inside a transaction the conflict aborted all of it: only its caller can retry
+            if attempt == _ATTEMPTS - 1 or backend.in_transaction:
                 raise
             time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
     if result.num_rows != 1:

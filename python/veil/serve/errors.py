@@ -8,6 +8,7 @@ from veil.errors import (
     InternalError,
     KeyFileError,
     ParameterError,
+    SerializationError,
     VeilError,
     WrongKeyError,
 )
@@ -22,6 +23,7 @@ from veil.sql.errors import (
 # https://www.postgresql.org/docs/current/errcodes-appendix.html
 _SQLSTATES: list[tuple[type[VeilError], str]] = [
     (QueryCancelledError, "57014"),  # query_canceled
+    (SerializationError, "40001"),  # serialization_failure
     (QuerySyntaxError, "42601"),  # syntax_error
     (UnsupportedStatementError, "0A000"),  # feature_not_supported
     (ParameterError, "22023"),  # invalid_parameter_value
