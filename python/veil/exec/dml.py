@@ -19,10 +19,24 @@ pads are one-time, so an id is never used twice. A Paillier row's slot is
 its row id: its values go into a new pack, starting on a pack boundary, so
 no pack other rows share is ever rewritten; an old slot is orphaned (no row
 selects it any more). DELETE needs nothing more.
+
+Concurrency. The matching rows are read before the write's transaction, so
+another client may rewrite or delete some of them in between. Every delete by
+row id therefore returns what it deleted: fewer rows than were read means the
+statement's view is stale, and it raises ``RowsChangedError`` before appending
+anything, which rolls the transaction back. A statement run on its own
+(autocommit) that collides so, or whose write the server aborts as a conflict
+(DuckDB's optimistic MVCC, a PostgreSQL deadlock), runs again from the start:
+read, compute, write, at most ``_ATTEMPTS`` times, after a random pause that
+grows with each attempt. Inside an explicit transaction it cannot run alone
+again, so the collision reaches the caller as ``SerializationError`` (SQLSTATE
+40001), as PostgreSQL's REPEATABLE READ reports it.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -31,7 +45,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.design.model import TableDesign
-from veil.errors import OperationalError
+from veil.errors import SerializationError
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.row_ids import allocate
@@ -44,6 +58,12 @@ if TYPE_CHECKING:
 
 _DELETE_CHUNK = 1000
 _VALUES_VIEW = "__veil_insert_rows"
+# A statement that collides with other writers runs again after a random pause of up
+# to _BACKOFF_SECONDS * 2**attempt (at most _BACKOFF_CAP_SECONDS), _ATTEMPTS times in
+# all: enough for a few dozen clients updating one row at once.
+_ATTEMPTS = 30
+_BACKOFF_SECONDS = 0.005
+_BACKOFF_CAP_SECONDS = 0.5
 
 
 # DML clauses Veil does not run yet (DuckDB accepts them): refused, never ignored.
@@ -65,12 +85,45 @@ def run_dml(session: Session, tree: exp.Expr) -> Result:
             "compute the rows with a query and use a plain INSERT, UPDATE or DELETE"
         )
     if isinstance(tree, exp.Insert):
-        return _insert(session, tree)
+        return _retried(session, tree, lambda: _insert(session, tree))
     _check(session, tree)
     if isinstance(tree, exp.Delete):
-        return _delete(session, tree)
+        return _retried(session, tree, lambda: _delete(session, tree))
     assert isinstance(tree, exp.Update)
-    return _update(session, tree)
+    return _retried(session, tree, lambda: _update(session, tree))
+
+
+def _retried(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Result:
+    """``run()``, from the start again while its write collides with another client's.
+
+    Each failed attempt wrote nothing (its transaction rolled back). A peel
+    another client committed meanwhile is read into the design first.
+    """
+    kind = tree.key.upper()
+    if session.backend.in_transaction:  # one statement of a larger transaction
+        try:
+            return run()
+        except SerializationError as exc:
+            raise SerializationError(
+                f"another client changed rows this {kind} read before it could write them; "
+                "roll the transaction back and run it again"
+            ) from exc
+    last: SerializationError | None = None
+    for attempt in range(_ATTEMPTS):
+        try:
+            return run()
+        except LayersChangedError as exc:
+            session.reload_design()  # repairs the design from the server's layers table
+            last = exc
+        except SerializationError as exc:
+            last = exc
+        pause = min(_BACKOFF_CAP_SECONDS, _BACKOFF_SECONDS * 2**attempt)
+        time.sleep(random.uniform(0, pause))
+    raise SerializationError(
+        f"this {kind} collided with other clients writing the same rows {_ATTEMPTS} times "
+        "in a row; nothing was changed: run it again, or have fewer clients write these "
+        "rows at once"
+    ) from last
 
 
 def _check(session: Session, tree: exp.Expr, read: str | None = None) -> pa.Table | None:
@@ -119,41 +172,34 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
     table = session.design.table(table.name)  # planning its source may have peeled layers
     TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
     first_id = _fresh_ids(session, table, len(plain))
-    _in_layers(session, table, lambda current: _append_rows(session, current, plain, first_id))
+    _in_layers(session, table, lambda: _append_rows(session, table, plain, first_id))
     return Result(pa.table({}), len(plain), stats)
 
 
-def _in_layers(
-    session: Session,
-    table: TableDesign,
-    write: Callable[[TableDesign], None],
-    *,
-    again: bool = True,
-) -> None:
-    """``write(table)`` in one transaction, under the onion layers the server holds.
+def _in_layers(session: Session, table: TableDesign, write: Callable[[], None]) -> None:
+    """``write()`` in one transaction, under the onion layers the server holds.
 
     The transaction first locks the table's layers rows (a concurrent peel
     waits, or aborts, until it commits) and checks them against the design:
-    if another client peeled a layer meanwhile, the design is repaired and
-    the write encrypted again under it, never written under a stale layer.
+    if another client peeled a layer meanwhile, nothing is written and the
+    statement runs again on the repaired design (``_retried``), never
+    writing under a stale layer.
     """
     with session.backend.transaction():
-        if _layers_agree(session, table):
-            write(table)
-            return
-    if not again:
-        raise LayersChangedError(
-            f"another client peeled an onion layer of {table.name!r} while this statement "
-            "ran; nothing was written: run it again"
-        )
-    session.reload_design()  # repairs the design from the server's layers table
-    _in_layers(session, session.design.table(table.name), write, again=False)
+        if not _layers_agree(session, table):
+            raise LayersChangedError(
+                f"another client peeled an onion layer of {table.name!r} while this statement "
+                "ran; nothing was written: run it again"
+            )
+        write()
 
 
-class LayersChangedError(OperationalError):
+class LayersChangedError(SerializationError):
     """A peel committed between a statement's reads and its write (which then did not happen)."""
 
-    anchor = "policy"
+
+class RowsChangedError(SerializationError):
+    """Another client rewrote or deleted rows between a statement's read and its write."""
 
 
 def _layers_agree(session: Session, table: TableDesign) -> bool:
@@ -175,7 +221,7 @@ def insert_rows(
         else target
     )
     tree = exp.Insert(this=into, expression=exp.select("*").from_(_VALUES_VIEW))
-    return _insert(session, tree, given=rows)
+    return _retried(session, tree, lambda: _insert(session, tree, given=rows))
 
 
 def _rows_from(session: Session, table: TableDesign, tree: exp.Insert, rows: pa.Table) -> pa.Table:
@@ -240,10 +286,17 @@ def _matching_rows(
 
 
 def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
+    """Delete the rows ``row_ids`` in the current transaction: every one of them, or raise."""
     ids = row_ids.to_pylist()
+    deleted = 0
     for start in range(0, len(ids), _DELETE_CHUNK):
         statement = delete_rows_statement(table, ids[start : start + _DELETE_CHUNK])
-        run_remote(statement, session.backend, FetchStats())
+        deleted += run_remote(statement, session.backend, FetchStats()).num_rows
+    if deleted < len(set(ids)):
+        raise RowsChangedError(
+            f"another client changed {len(set(ids)) - deleted} of the rows of {table.name!r} "
+            "this statement read before it wrote; nothing was written: run it again"
+        )
 
 
 def _delete(session: Session, tree: exp.Delete) -> Result:
@@ -257,23 +310,14 @@ def _delete(session: Session, tree: exp.Delete) -> Result:
     return Result(pa.table({}), len(row_ids))
 
 
-def _update(session: Session, tree: exp.Update, *, again: bool = True) -> Result:
+def _update(session: Session, tree: exp.Update) -> Result:
     """Read the matching rows, then rewrite them under fresh ids, in one transaction.
 
     A peel committed by another client between the read and the write may
-    have made the read decrypt under a stale layer: then nothing is written
-    and the statement runs once more from the start.
+    have made the read decrypt under a stale layer, and another writer may
+    have changed the rows: then nothing is written (``_retried`` runs the
+    statement again).
     """
-    try:
-        return _update_once(session, tree)
-    except LayersChangedError:
-        if not again:
-            raise
-        session.reload_design()
-        return _update(session, tree, again=False)
-
-
-def _update_once(session: Session, tree: exp.Update) -> Result:
     from veil.exec.session import Result
 
     table = _target(session, tree.this)
@@ -298,9 +342,9 @@ def _update_once(session: Session, tree: exp.Update) -> Result:
     TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
     first_id = _fresh_ids(session, table, len(plain))
 
-    def rewrite(current: TableDesign) -> None:
-        _delete_rows(session, current, row_ids)
-        _append_rows(session, current, plain, first_id)
+    def rewrite() -> None:
+        _delete_rows(session, table, row_ids)
+        _append_rows(session, table, plain, first_id)
 
-    _in_layers(session, table, rewrite, again=False)  # its rows were read under these layers
+    _in_layers(session, table, rewrite)  # its rows were read under these layers
     return Result(pa.table({}), len(row_ids))

@@ -519,9 +519,15 @@ def hom_ciphertexts() -> exp.Column:
 
 
 def delete_rows_statement(table: TableDesign, row_ids: Sequence[object]) -> exp.Delete:
-    """Delete the rows with these (random, public) row ids."""
+    """Delete the rows with these (public) row ids; returns the ids of the rows it deleted.
+
+    Fewer ids back than were asked for means another client rewrote or
+    deleted some of these rows first (``veil.exec.dml`` then writes nothing).
+    """
     condition = exp.column(table.row_id).isin(*[param(r) for r in row_ids])
-    return exp.delete(exp.to_table(table.server_name)).where(condition)
+    deleted = exp.delete(exp.to_table(table.server_name)).where(condition)
+    deleted.set("returning", exp.Returning(expressions=[exp.column(table.row_id)]))
+    return deleted
 
 
 # -- blocks of rows (``veil.exec.blocks``) -------------------------------------------
