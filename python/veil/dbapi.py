@@ -37,9 +37,15 @@ paramstyle = "qmark"
 Error = VeilError
 
 
-def connect(client_dir: str | os.PathLike[str]) -> Connection:
-    """Open the Veil client directory ``client_dir`` and its server."""
-    return Connection(Session(client_dir))
+def connect(client_dir: str | os.PathLike[str], *, external_access: bool = False) -> Connection:
+    """Open the Veil client directory ``client_dir`` and its server.
+
+    ``external_access=True`` lets this application's own SQL read files on its
+    machine through DuckDB's table functions (``read_csv``, ``read_parquet``...),
+    as plaintext DuckDB would. It is off by default: statements then reach only
+    the tables of the client directory, as they do through ``veil serve``.
+    """
+    return Connection(Session(client_dir, external_access=external_access))
 
 
 class Connection:

@@ -36,4 +36,9 @@ def run(session: Session, sql: str, params: Sequence[object] | None = None) -> R
 
 def run_tree(session: Session, tree: exp.Expr, sql: str) -> Result:
     """A parsed DDL statement (``veil serve`` parses PostgreSQL's dialect itself)."""
-    return session.guarded(sql, lambda: run_ddl(session, tree))
+
+    def ddl() -> Result:
+        session.admit(tree)  # CREATE TABLE ... AS SELECT reads what any query may
+        return run_ddl(session, tree)
+
+    return session.guarded(sql, ddl)

@@ -31,7 +31,8 @@ from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
-from veil.exec.late import decrypt_outputs, decrypted_schema, register_late_keys
+from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
+from veil.exec.local_duckdb import local_duckdb
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.exec.plan_choice import choose_plan
 from veil.sql.catalog_queries import reads_only_catalog
@@ -41,6 +42,7 @@ from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
+from veil.sql.sandbox import check_text, check_tree
 
 log = logging.getLogger(__name__)
 _UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?: Did you mean "([^"]+)"\?)?')
@@ -114,7 +116,15 @@ class Streamed:
 
 
 class Session:
-    def __init__(self, client_dir: str | os.PathLike[str]):
+    """One client directory's statements.
+
+    ``external_access``: the application's own process reads files through
+    SQL (``read_csv``, ``read_parquet``...) in the local engine; off by
+    default, and never for ``veil serve``, whose users must not reach the
+    trusted side's files (``veil.sql.sandbox``).
+    """
+
+    def __init__(self, client_dir: str | os.PathLike[str], *, external_access: bool = False):
         self.client: ClientDir = open_client_dir(client_dir)
         self.master: MasterKey = self.client.master_key()
         self.design: PhysicalDesign = self.client.design(self.master)
@@ -125,8 +135,10 @@ class Session:
         self.ciphers = CipherCache(self.master)
         self.hom_pushdown = _hom_pushdown()
         self.join_sums = True  # until a server join repeats a summed row
-        self.local = duckdb.connect()
-        self.catalog = duckdb.connect()
+        self.external_access = external_access
+        self.local = local_duckdb(external_access=external_access)
+        self.catalog = local_duckdb(external_access=external_access)
+        self._views: set[str] = set()  # local views over registered tables, dropped with them
         self._owners: dict[str, TableDesign] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
@@ -218,7 +230,7 @@ class Session:
         cached = self.plans.get(key)
         if cached is not None:
             return self._answer(cached)
-        tree = bind_parameters(parse_statement(sql), params)
+        tree = self.admitted(sql, params)
         if reads_only_catalog(tree):
             table = self.catalog.sql(tree.sql(dialect="duckdb")).to_arrow_table()
             return Result(table, len(table))
@@ -239,6 +251,18 @@ class Session:
         if result.plan is planned.plan and is_repeatable(tree):
             self.plans.put(key, CachedPlan(result.table.column_names, planned.plan, tree))
         return result
+
+    def admitted(self, sql: str, params: list[object] | tuple[object, ...] | None) -> exp.Expr:
+        """``sql`` parsed with its parameters bound, if a session may run it (else refused)."""
+        check_text(sql, external_access=self.external_access)
+        tree = bind_parameters(parse_statement(sql), params)
+        self.admit(tree)
+        return tree
+
+    def admit(self, tree: exp.Expr, *, catalog: bool = False) -> None:
+        """Refuse ``tree`` if it reaches for the trusted side (``veil.sql.sandbox``)."""
+        catalog = catalog or reads_only_catalog(tree)
+        check_tree(tree, catalog=catalog, external_access=self.external_access and not catalog)
 
     def query(self, tree: exp.Expr) -> Result:
         return self._answer(CachedPlan(self.describe(tree), self.plan(tree), tree))
@@ -380,7 +404,9 @@ class Session:
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
                 for late in scan.late:  # its IN-subqueries' keys, found over ciphertexts
-                    registered.append(register_late_keys(late, scan, self.local, self.ciphers))
+                    registered.append(
+                        register_late_keys(late, scan, self.local, self.ciphers, self._views)
+                    )
             for scan in plan.scans:
                 if scan.same_rows is not None and not scan.unread:
                     self.local.register(scan.local_name, tables[scan.same_rows.local_name])
@@ -396,6 +422,10 @@ class Session:
 
     def _unregister(self, names: list[str]) -> None:
         for name in names:
+            if name in self._views:
+                self._views.discard(name)
+                self.local.execute(f'DROP VIEW IF EXISTS "{name}"')
+                name += RAW
             self.local.unregister(name)
 
     # -- streaming ---------------------------------------------------------------
@@ -418,7 +448,7 @@ class Session:
         key = plan_key(sql, params, self.hom_pushdown)
         planned = self.plans.get(key)
         if planned is None:
-            tree = bind_parameters(parse_statement(sql), params)
+            tree = self.admitted(sql, params)
             if not isinstance(tree, exp.Query) or reads_only_catalog(tree):
                 return self._run(sql, params)
             planned = CachedPlan(self.describe(tree), self.plan(tree), tree)

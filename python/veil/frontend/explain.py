@@ -8,7 +8,6 @@ from veil.backends import render
 from veil.design.model import BLOCKS, DET, HOM, JOIN, OPE, RND, SEARCH
 from veil.exec.session import Session
 from veil.sql.errors import UnsupportedStatementError
-from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import HOM_MASK, HOM_PRODUCT, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, numbered, scan_statement
 
@@ -38,7 +37,7 @@ def _explain(session: Session, sql: str, params: list[object] | None) -> str:
 
 def checked_query(session: Session, sql: str, params: list[object] | None) -> exp.Query:
     """``sql`` with its parameters bound, checked against the schema; only queries."""
-    tree = bind_parameters(parse_statement(sql), params)
+    tree = session.admitted(sql, params)
     if not isinstance(tree, exp.Query):
         raise UnsupportedStatementError("veil explain shows queries (SELECT, WITH, set operations)")
     session.describe(tree)

@@ -40,6 +40,7 @@ from veil.design.model import (
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
+from veil.exec.local_duckdb import local_duckdb
 from veil.load.loader import available_schemes, load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable, label_of
@@ -132,7 +133,7 @@ def _declared_columns(schema: exp.Schema) -> list[Column]:
                 f"({item.sql(dialect='duckdb')}); declare column {item.name} with its type alone"
             )
         definitions.append(item.sql(dialect="duckdb"))
-    scratch = duckdb.connect()
+    scratch = local_duckdb()  # the user's column definitions: closed to files
     try:
         scratch.execute(f"CREATE TABLE t ({', '.join(definitions)})")
     except duckdb.Error as exc:
@@ -332,7 +333,7 @@ def _added_column(action: exp.ColumnDef, names: list[str]) -> Column:
         raise UnsupportedStatementError(
             f"Veil does not enforce column constraints ({action.sql(dialect='duckdb')})"
         )
-    scratch = duckdb.connect()
+    scratch = local_duckdb()  # the user's type: closed to files
     scratch.execute(f"CREATE TABLE t (x {kind.sql(dialect='duckdb')})")
     return Column(name, normalize_type(str(scratch.sql("DESCRIBE t").fetchall()[0][1])))
 

@@ -89,6 +89,14 @@ def run_serve(args: argparse.Namespace) -> int:
     auth = "no passwords (--insecure-local)" if args.insecure_local else "SCRAM-SHA-256"
     print(f"veil: serving {args.client_dir} on {address} ({auth}); Ctrl-C stops", flush=True)
     print(f"      psql -h {host.strip('[]')} -p {port} -U USER veil", flush=True)
+    if args.insecure_local:
+        print(
+            "veil: WARNING: --insecure-local: anyone who can open a connection on this machine "
+            "can read and change every table, without a password; add users with "
+            "`veil user add` and drop --insecure-local to require SCRAM",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         while True:
             time.sleep(0.5)

@@ -31,6 +31,9 @@ _COPY = re.compile(
     re.IGNORECASE | re.DOTALL | re.VERBOSE,
 )
 
+# COPY ... {FROM | TO} 'file' or PROGRAM '...'
+_FILE = re.compile(r"""^COPY\b.*\b(?:FROM|TO)\s+(?:PROGRAM\b|'|E')""", re.IGNORECASE | re.DOTALL)
+
 
 @dataclass
 class CopySpec:
@@ -46,6 +49,12 @@ class CopySpec:
 
 def parse(sql: str) -> CopySpec:
     found = _COPY.match(sql.strip().rstrip(";").strip())
+    if found is None and _FILE.match(sql.strip()):
+        raise WireError(  # as PostgreSQL answers a user without pg_read/write_server_files
+            "42501",
+            "permission denied: COPY to or from a file or a program is not allowed through "
+            "Veil; use COPY ... FROM STDIN or TO STDOUT (psql's \\copy)",
+        )
     if found is None:
         raise WireError(
             "0A000",

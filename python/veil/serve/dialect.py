@@ -29,6 +29,7 @@ from sqlglot.tokens import TokenType
 from veil.serve.errors import WireError
 from veil.sql.catalog_queries import is_system_table
 from veil.sql.parse import literal
+from veil.sql.sandbox import check_text
 
 READ = "postgres"
 WRITE = "duckdb"
@@ -89,6 +90,7 @@ def classify(text: str) -> Statement:
     head = text.split(None, 1)[0].upper().rstrip(";")
     if head in _KINDS:
         return Statement(text, _KINDS[head])
+    check_text(text)  # ATTACH, INSTALL, PRAGMA...: refused before parsing
     tree = parse(text)
     if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
         return Statement(text, "dml", tree)

@@ -31,7 +31,7 @@ from veil import statements
 from veil.errors import VeilError
 from veil.exec.session import Session, Streamed
 from veil.load.ddl import DDL
-from veil.serve import catalog, copy, dialect, text, users
+from veil.serve import catalog, copy, dialect, settings, text, users
 from veil.serve.errors import WireError, wire_error
 from veil.serve.types import TEXT, oid_of_arrow, oid_of_duckdb, parameter_value
 
@@ -282,6 +282,7 @@ class WireSession:
         if kind == "ignore":
             return ("command", statement.text.split(None, 1)[0].upper(), None)
         assert tree is not None
+        tree = settings.answer_settings(tree, self.settings)
         if kind == "catalog":
             return _rows(self.veil.catalog.sql(self._catalog_sql(tree, values)).to_arrow_table())
         if kind != "query":  # a query's tree comes translated (_classified)
@@ -325,9 +326,11 @@ class WireSession:
 
     def _catalog_sql(self, tree: exp.Expr, values: list[object]) -> str:
         """A catalogue query as the catalogue DuckDB runs it, for this session's user."""
+        answered = settings.answer_settings(tree, self.settings)
         prepared = catalog.prepare(
-            dialect.integer_divisions(tree, self.schema), self.user, self.database
+            dialect.integer_divisions(answered, self.schema), self.user, self.database
         )
+        self.veil.admit(prepared, catalog=True)
         return dialect.bind(dialect.output_names(prepared), values)
 
     def _fetch(self, sql: str) -> Outcome:
@@ -385,6 +388,7 @@ class WireSession:
     def _set(self, sql: str, *, reset: bool) -> Outcome:
         if reset:
             name = sql.split(None, 1)[1].strip().lower() if len(sql.split()) > 1 else "all"
+            settings.check_settable(name.rstrip(";"))
             if name == "all":
                 self.settings = dict(_DEFAULT_SETTINGS)
             else:
@@ -392,6 +396,9 @@ class WireSession:
                 if name in _DEFAULT_SETTINGS:
                     self.settings[name] = _DEFAULT_SETTINGS[name]
             return ("command", "RESET", None)
+        words = sql.split()
+        if len(words) > 1:
+            settings.check_settable(words[1].rstrip(";"))  # SET VARIABLE, SET threads...
         found = _SET.match(sql.strip())
         if found is None:  # SET TRANSACTION ..., SET NAMES ...: accepted, nothing to keep
             return ("command", "SET", None)
@@ -447,6 +454,9 @@ class WireSession:
             return params, []
         nulls: list[object] = [None] * count
         catalogue = statement.kind == "catalog"
+        if not catalogue:
+            tree = settings.answer_settings(tree, self.settings)
+            self.veil.admit(tree)
         described = self._catalog_sql(tree, nulls) if catalogue else dialect.bind(tree, nulls)
         rows = self.veil.catalog.execute(f"DESCRIBE {described}").fetchall()
         return params, [(str(name), oid_of_duckdb(str(kind))) for name, kind, *_ in rows]

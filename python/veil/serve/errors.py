@@ -14,6 +14,7 @@ from veil.errors import (
 )
 from veil.sql.errors import (
     ClientDirectoryError,
+    InsufficientPrivilegeError,
     QueryCancelledError,
     QueryError,
     QuerySyntaxError,
@@ -23,6 +24,7 @@ from veil.sql.errors import (
 # https://www.postgresql.org/docs/current/errcodes-appendix.html
 _SQLSTATES: list[tuple[type[VeilError], str]] = [
     (QueryCancelledError, "57014"),  # query_canceled
+    (InsufficientPrivilegeError, "42501"),  # insufficient_privilege
     (SerializationError, "40001"),  # serialization_failure
     (QuerySyntaxError, "42601"),  # syntax_error
     (UnsupportedStatementError, "0A000"),  # feature_not_supported

@@ -29,6 +29,12 @@ class UnsupportedStatementError(NotSupportedError):
     anchor = "unsupported-statement"
 
 
+class InsufficientPrivilegeError(ProgrammingError):
+    """The statement asks for what no Veil user may: the trusted side's files, settings, engine."""
+
+    anchor = "insufficient-privilege"
+
+
 class ClientDirectoryError(OperationalError):
     """The client directory is missing or incomplete."""
 

@@ -41,6 +41,17 @@ def aggregate_names() -> frozenset[str]:
 
 
 @functools.cache
+def table_function_names() -> frozenset[str]:
+    """Lower-case names of DuckDB's table functions and table macros that are nothing else.
+
+    (``histogram`` is an aggregate too, ``repeat`` a string function: only a
+    call in a FROM clause says which is meant.)
+    """
+    others = _catalog_names("function_type NOT IN ('table', 'table_macro', 'pragma')")
+    return _catalog_names("function_type IN ('table', 'table_macro')") - others
+
+
+@functools.cache
 def volatile_names() -> frozenset[str]:
     """Lower-case names of functions that may return a new value on every call."""
     return _catalog_names("stability = 'VOLATILE'")
