@@ -9,26 +9,37 @@ Parameters use the ``qmark`` style::
 
 Parameters are bound on the client and, where a predicate runs on the server,
 sent only as ciphertexts. ``Cursor.fetch_arrow_table()`` returns the whole
-result as a ``pyarrow.Table``. Every statement commits on its own (the server
-applies each DML statement atomically), so ``commit`` has nothing to do and
-``rollback`` is not supported.
+result as a ``pyarrow.Table``.
+
+Transactions: a connection starts in autocommit mode (each statement commits
+on its own, atomically; Veil's behaviour before transactions, kept so that
+existing code keeps its writes). With ``autocommit=False`` (as in psycopg) the
+first statement opens a transaction that ``commit()`` ends or ``rollback()``
+undoes; ``with con.transaction():`` is one transaction whatever the mode, and
+``BEGIN``/``COMMIT``/``ROLLBACK`` statements work too. A transaction is one
+server transaction: reads see its own writes, a failed statement fails it
+(25P02 until ``rollback()``), and a conflict with another client's writes is a
+``SerializationError`` (40001) to retry. DDL commits an open transaction
+first and runs on its own (docs/sql.md, Transactions).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from veil.errors import (
     InterfaceError,
-    NotSupportedError,
+    ProgrammingError,
     VeilError,
 )
 from veil.exec.rows import table_rows
 from veil.exec.session import Result, Session
+from veil.sql.errors import InFailedTransactionError
 
 apilevel = "2.0"
 threadsafety = 1  # threads may share the module, not connections
@@ -37,7 +48,9 @@ paramstyle = "qmark"
 Error = VeilError
 
 
-def connect(client_dir: str | os.PathLike[str], *, external_access: bool = False) -> Connection:
+def connect(
+    client_dir: str | os.PathLike[str], *, external_access: bool = False, autocommit: bool = True
+) -> Connection:
     """Open the Veil client directory ``client_dir`` and its server.
 
     ``external_access=True`` lets this application's own SQL read files on its
@@ -45,12 +58,28 @@ def connect(client_dir: str | os.PathLike[str], *, external_access: bool = False
     as plaintext DuckDB would. It is off by default: statements then reach only
     the tables of the client directory, as they do through ``veil serve``.
     """
-    return Connection(Session(client_dir, external_access=external_access))
+    connection = Connection(Session(client_dir, external_access=external_access))
+    connection.autocommit = autocommit
+    return connection
 
 
 class Connection:
     def __init__(self, session: Session):
         self._session: Session | None = session
+        self._autocommit = True
+
+    @property
+    def autocommit(self) -> bool:
+        """Whether each statement commits on its own (else the first one opens a transaction)."""
+        return self._autocommit
+
+    @autocommit.setter
+    def autocommit(self, value: bool) -> None:
+        if self.session.in_transaction:
+            raise ProgrammingError(
+                "autocommit cannot change while a transaction is open: commit() or rollback() first"
+            )
+        self._autocommit = bool(value)
 
     @property
     def session(self) -> Session:
@@ -65,21 +94,47 @@ class Connection:
         return self.cursor().execute(sql, params)
 
     def commit(self) -> None:
-        """Nothing to do: every statement is applied atomically when it runs."""
+        """Make the open transaction's writes permanent (nothing to do in autocommit)."""
+        if not self.session.commit():
+            raise InFailedTransactionError(
+                "the transaction had failed, so COMMIT rolled it back: none of its writes "
+                "were kept; run it again"
+            )
 
     def rollback(self) -> None:
-        raise NotSupportedError("Veil applies each statement when it runs; there is no rollback")
+        """Undo every write of the open transaction (nothing to do in autocommit)."""
+        self.session.rollback()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A block that is one transaction: committed at its end, rolled back if it raises."""
+        self.session.begin()
+        try:
+            yield self
+        except BaseException:
+            self.session.rollback()
+            raise
+        self.commit()
 
     def close(self) -> None:
+        """Close the connection; an open transaction is rolled back."""
         if self._session is not None:
-            self._session.close()
-            self._session = None
+            try:
+                self._session.rollback()
+            finally:
+                self._session.close()
+                self._session = None
 
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        """As psycopg: a transaction still open is committed, or rolled back on an error."""
+        try:
+            if kind is None and self._session is not None and self._session.in_transaction:
+                self.commit()
+        finally:
+            self.close()
 
 
 class Cursor:
@@ -107,7 +162,8 @@ class Cursor:
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         from veil.statements import run
 
-        self._result = run(self.connection.session, sql, params)
+        connection = self.connection
+        self._result = run(connection.session, sql, params, begin=not connection.autocommit)
         self._rows = table_rows(self._result.table)
         self._position = 0
         return self

@@ -328,27 +328,83 @@ def run_sequence(
     length: int,
     report: DmlReport,
 ) -> DmlFailure | None:
-    """Apply ``length`` statements of sequence ``seed``; the first disagreement, if any."""
+    """Apply ``length`` statements of sequence ``seed``; the first disagreement, if any.
+
+    Some statements run inside transactions, mirrored on plaintext DuckDB: a BEGIN
+    before one, then a COMMIT or ROLLBACK after one, the tables compared after each.
+    (The transaction choices draw on a generator of their own, so each seed's
+    statements are the ones it had before transactions.)
+    """
     generator = DmlGenerator(catalog, seed)
+    transactions = _Transactions(session, plain, seed)
     done: list[DmlStep] = []
     for _ in range(length):
         step = generator.statement()
+        done.extend(transactions.maybe_begin())
         try:
             expected = plain.execute(step.sql, step.params).fetchall()[0][0]
         except (duckdb.Error, OverflowError, ValueError):
             report.discarded += 1
+            done.extend(transactions.end("ROLLBACK"))  # a failure aborted plaintext's
             continue
         done.append(step)
         report.statements += 1
         failure = _apply_in_veil(session, step, expected)
         if failure is not None:
             return DmlFailure(seed, done, step.sql, failure)
-        for query in checks_for(catalog.tables[step.table], step):
+        ended = transactions.maybe_end()
+        done.extend(ended)
+        tables = DML_TABLES if ended else (step.table,)
+        for name in tables:
+            for query in checks_for(catalog.tables[name], step):
+                report.checks += 1
+                outcome = check(session, plain, query)
+                if outcome.status == "fail":
+                    return DmlFailure(seed, done, f"{query.sql}  params={query.params!r}", outcome)
+    done.extend(transactions.end(transactions.rng.choice(["COMMIT", "ROLLBACK"])))
+    for name in DML_TABLES:
+        for query in checks_for(catalog.tables[name], DmlStep(name, "", [])):
             report.checks += 1
             outcome = check(session, plain, query)
             if outcome.status == "fail":
                 return DmlFailure(seed, done, f"{query.sql}  params={query.params!r}", outcome)
     return None
+
+
+class _Transactions:
+    """BEGIN / COMMIT / ROLLBACK on both sides, chosen at random."""
+
+    BEGIN_RATE, END_RATE = 0.3, 0.35
+
+    def __init__(self, session: Session, plain: duckdb.DuckDBPyConnection, seed: int):
+        self.session, self.plain = session, plain
+        self.rng = random.Random(f"transactions-{seed}")
+        self.open = False
+
+    def maybe_begin(self) -> list[DmlStep]:
+        if self.open or self.rng.random() >= self.BEGIN_RATE:
+            return []
+        self.plain.execute("BEGIN TRANSACTION")
+        self.session.begin()
+        self.open = True
+        return [DmlStep("", "BEGIN", [])]
+
+    def maybe_end(self) -> list[DmlStep]:
+        if not self.open or self.rng.random() >= self.END_RATE:
+            return []
+        return self.end(self.rng.choice(["COMMIT", "ROLLBACK"]))
+
+    def end(self, verb: str) -> list[DmlStep]:
+        if not self.open:
+            return []
+        self.open = False
+        if verb == "COMMIT":
+            self.plain.execute("COMMIT")
+            self.session.commit()
+        else:
+            self.plain.execute("ROLLBACK")
+            self.session.rollback()
+        return [DmlStep("", verb, [])]
 
 
 def _apply_in_veil(session: Session, step: DmlStep, expected: int) -> Outcome | None:

@@ -284,6 +284,31 @@ class Backend(Protocol):
         """Whether a ``transaction()`` block is open: a statement run now commits with it."""
         ...
 
+    # An explicit transaction (a session's BEGIN ... COMMIT): every ``transaction()``
+    # block inside it joins it. ``savepoints``: whether the server has SAVEPOINT.
+    savepoints: bool
+
+    def begin(self) -> None:
+        """Open an explicit transaction; the statements until ``commit``/``rollback`` join it."""
+        ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def savepoint(self, name: str, verb: str = "SAVEPOINT") -> None:
+        """``SAVEPOINT name``, ``ROLLBACK TO SAVEPOINT name`` or ``RELEASE SAVEPOINT name``."""
+        ...
+
+    def autonomous(self) -> Backend:
+        """A connection to the same server whose statements commit on their own.
+
+        A row-id counter is advanced there from inside a transaction, so that
+        concurrent transactions writing one table do not collide on it (ids a
+        rolled-back transaction took are skipped, never reused).
+        """
+        ...
+
     def close(self) -> None: ...
 
 
@@ -362,11 +387,17 @@ class StatementLog:
 
 
 class TransactionScope:
-    """BEGIN ... COMMIT around a block, ROLLBACK if it raises; nested blocks join the outer one."""
+    """BEGIN ... COMMIT around a block, ROLLBACK if it raises; nested blocks join the outer one.
+
+    A session's explicit transaction (``begin`` ... ``commit`` or ``rollback``)
+    is the outer block of every statement run inside it: their blocks join it,
+    and a failing one leaves the rollback to the transaction's owner.
+    """
 
     def __init__(self, run: Callable[[str], object]) -> None:
         self._run = run
         self.active = False
+        self.explicit = False
 
     @contextmanager
     def block(self) -> Iterator[None]:
@@ -383,3 +414,16 @@ class TransactionScope:
             raise
         self.active = False
         self._run("COMMIT")
+
+    def begin(self) -> None:
+        if self.active:
+            raise BackendError("a transaction is already open on this connection")
+        self._run("BEGIN")
+        self.active = self.explicit = True
+
+    def end(self, verb: str) -> None:
+        """COMMIT or ROLLBACK the explicit transaction (closed even if the server refuses)."""
+        if not self.explicit:
+            return
+        self.active = self.explicit = False
+        self._run(verb)

@@ -74,6 +74,7 @@ class DuckDBBackend(StagedBackend):
     # as fast (measured here on DuckDB 2.0).
     compresses_repeated_bytes = True
     skips_row_blocks = True  # row groups of 122,880 rows, each with min/max per column
+    savepoints = False  # DuckDB has no SAVEPOINT
     hashes_not_in = True
     rewrites_by_copy = False  # an UPDATE without indexes over its columns is as fast
 
@@ -363,6 +364,7 @@ class DuckDBBackend(StagedBackend):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._close_autonomous()
             _DATABASES.release(self._path, self._con)
 
 

@@ -387,6 +387,7 @@ class PostgresBackend(StagedBackend):
             )
 
     def close(self) -> None:
+        self._close_autonomous()
         if self._arrow is not None:
             self._arrow.close()
         self._con.close()

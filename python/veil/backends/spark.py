@@ -26,6 +26,7 @@ from sqlglot import exp
 from veil.backends import spark_dml, spark_functions
 from veil.backends.base import (
     ArrowData,
+    Backend,
     BackendError,
     Estimate,
     Params,
@@ -251,6 +252,11 @@ class SparkBackend:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
+        if self._explicit:
+            raise BackendError(
+                "a Spark warehouse has no transactions spanning statements: write outside "
+                "BEGIN ... COMMIT (each INSERT, UPDATE and DELETE is atomic on its own)"
+            )
         if self._warehouse.in_transaction:  # nested: the outer block decides
             yield
             return
@@ -266,6 +272,26 @@ class SparkBackend:
     @property
     def in_transaction(self) -> bool:
         return self._warehouse.in_transaction
+
+    # A session's BEGIN ... COMMIT on Spark reads only: the warehouse's commit protocol
+    # makes each write atomic, not several.
+    savepoints = False
+    _explicit = False
+
+    def begin(self) -> None:
+        self._explicit = True
+
+    def commit(self) -> None:
+        self._explicit = False
+
+    def rollback(self) -> None:
+        self._explicit = False
+
+    def savepoint(self, name: str, verb: str = "SAVEPOINT") -> None:
+        raise BackendError(f"a Spark warehouse has no savepoints ({verb})")
+
+    def autonomous(self) -> Backend:
+        return self  # its writes take the warehouse's lock one at a time anyway
 
     def cancel(self) -> None:
         """Cancel the Spark jobs running now (a benchmark's time limit)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from typing import cast
 
 import pyarrow as pa
 from sqlglot import exp
@@ -19,6 +20,7 @@ from veil.backends.base import (
     REWRITE_SUFFIX,
     STAGING_SUFFIX,
     ArrowData,
+    Backend,
     BackendError,
     Params,
     StatementListener,
@@ -145,6 +147,35 @@ class StagedBackend:
     @property
     def in_transaction(self) -> bool:
         return self._transactions.active
+
+    savepoints = True
+    url: str
+    _autonomous: Backend | None = None
+
+    def autonomous(self) -> Backend:
+        """A second connection to the server, whose statements commit on their own."""
+        if self._autonomous is None:
+            self._autonomous = cast("Backend", type(self)(self.url))  # type: ignore[call-arg]
+        return self._autonomous
+
+    def _close_autonomous(self) -> None:
+        if self._autonomous is not None:
+            self._autonomous.close()
+            self._autonomous = None
+
+    def begin(self) -> None:
+        self._transactions.begin()
+
+    def commit(self) -> None:
+        self._transactions.end("COMMIT")
+
+    def rollback(self) -> None:
+        self._transactions.end("ROLLBACK")
+
+    def savepoint(self, name: str, verb: str = "SAVEPOINT") -> None:
+        if not self.savepoints:
+            raise BackendError(f"this server has no savepoints ({verb})")
+        self._run_quiet(f"{verb} {quote(name)}")
 
 
 def index_pairs(found: pa.Table) -> list[tuple[str, str]]:

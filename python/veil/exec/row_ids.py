@@ -46,6 +46,8 @@ def allocate(backend: Backend, table: TableDesign, count: int, *, align: int = 1
     if count <= 0:
         return 0
     taken = count + align - 1
+    if backend.in_transaction:  # a transaction would hold the counter row until it ends
+        backend = backend.autonomous()
     for attempt in range(_ATTEMPTS):
         try:
             result = run_remote(allocate_ids_statement(table, taken), backend, FetchStats())

@@ -9,6 +9,7 @@ plaintext results in the local DuckDB and run the local plan there.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -36,7 +37,13 @@ from veil.exec.local_duckdb import local_duckdb
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.exec.plan_choice import choose_plan
 from veil.sql.catalog_queries import reads_only_catalog
-from veil.sql.errors import QueryCancelledError, QueryError, UnsupportedStatementError
+from veil.sql.errors import (
+    ActiveTransactionError,
+    InFailedTransactionError,
+    QueryCancelledError,
+    QueryError,
+    UnsupportedStatementError,
+)
 from veil.sql.functions import is_repeatable
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import SplitPlan
@@ -45,6 +52,7 @@ from veil.sql.remote import Extras, param
 from veil.sql.sandbox import check_text, check_tree
 
 log = logging.getLogger(__name__)
+_IDLE, _OPEN, _FAILED = "idle", "open", "failed"  # an explicit transaction's states
 _UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?: Did you mean "([^"]+)"\?)?')
 T = TypeVar("T")
 
@@ -139,6 +147,7 @@ class Session:
         self.local = local_duckdb(external_access=external_access)
         self.catalog = local_duckdb(external_access=external_access)
         self._views: set[str] = set()  # local views over registered tables, dropped with them
+        self._transaction = _IDLE  # an explicit transaction's state (BEGIN ... COMMIT)
         self._owners: dict[str, TableDesign] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
@@ -183,6 +192,9 @@ class Session:
             self._owners.update({e.name: table for e in table.encryptions})
 
     def close(self) -> None:
+        if self.in_transaction:  # closing without COMMIT undoes the transaction
+            with contextlib.suppress(VeilError):
+                self.rollback()
         self.backend.close()
         self.local.close()
         self.catalog.close()
@@ -194,7 +206,19 @@ class Session:
         return self.guarded(sql, lambda: self._run(sql, params))
 
     def guarded(self, sql: str, work: Callable[[], T]) -> T:
-        """``work()`` on ``sql``, with every failure turned into a ``VeilError``."""
+        """``work()`` on ``sql``, with every failure turned into a ``VeilError``.
+
+        Inside a transaction, a failure fails the transaction (as PostgreSQL's
+        does): every statement after it is refused until ROLLBACK.
+        """
+        self.check_transaction()
+        try:
+            return self._guarded(sql, work)
+        except BaseException:
+            self.fail_transaction()
+            raise
+
+    def _guarded(self, sql: str, work: Callable[[], T]) -> T:
         try:
             return work()
         except VeilError:
@@ -211,6 +235,70 @@ class Session:
                 f"Veil failed on this statement ({type(exc).__name__}: {exc}); nothing was "
                 "changed on the server. Please report it with the statement"
             ) from exc
+
+    # -- transactions -----------------------------------------------------------
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether an explicit transaction (BEGIN ... COMMIT) is open, failed or not."""
+        return self._transaction != _IDLE
+
+    def begin(self) -> None:
+        """Start a transaction: the statements until ``commit`` are one server transaction.
+
+        Reads see the transaction's own writes; ``rollback`` undoes them all.
+        Row ids are taken from the table's counter outside it (a rolled-back
+        insert's ids are skipped, never reused), and a query that would peel an
+        onion layer runs that part on the client instead (a peel commits on its
+        own). DDL commits the transaction first (``veil.statements``).
+        """
+        if self.in_transaction:
+            raise ActiveTransactionError("there is already a transaction in progress")
+        self._guarded("BEGIN", self.backend.begin)
+        self._transaction = _OPEN
+
+    def commit(self) -> bool:
+        """End the transaction, keeping its writes; False if it had failed (then rolled back)."""
+        if self._transaction == _FAILED:
+            self.rollback()
+            return False
+        if self._transaction == _OPEN:
+            self._transaction = _IDLE
+            self._guarded("COMMIT", self.backend.commit)
+        return True
+
+    def rollback(self) -> None:
+        """End the transaction, undoing its writes (nothing to do outside one)."""
+        if self._transaction == _IDLE:
+            return
+        self._transaction = _IDLE
+        self.plans.clear()  # plans made inside saw its writes' statistics
+        self._guarded("ROLLBACK", self.backend.rollback)
+
+    def savepoint(self, name: str, verb: str = "SAVEPOINT") -> None:
+        """SAVEPOINT, ROLLBACK TO SAVEPOINT or RELEASE SAVEPOINT ``name`` (servers that have them)."""
+        if verb.startswith("ROLLBACK") and self._transaction == _FAILED:
+            self._transaction = _OPEN  # the savepoint's state comes back, as in PostgreSQL
+        self.guarded(verb, lambda: self.backend.savepoint(name, verb))
+        if verb.startswith("ROLLBACK"):
+            self.plans.clear()
+
+    def savepoint_restored(self) -> None:
+        """A ROLLBACK TO a savepoint with nothing to undo (a server without savepoints)."""
+        if self._transaction == _FAILED:
+            self._transaction = _OPEN
+
+    def check_transaction(self) -> None:
+        if self._transaction == _FAILED:
+            raise InFailedTransactionError(
+                "current transaction is aborted, commands ignored until end of transaction "
+                "block: ROLLBACK it (a COMMIT also rolls it back)"
+            )
+
+    def fail_transaction(self) -> None:
+        """A statement of the open transaction failed: the rest wait for ROLLBACK."""
+        if self._transaction == _OPEN:
+            self._transaction = _FAILED
 
     def _in_user_terms(self, message: str) -> str:
         """An unknown table's error names the user's tables, never DuckDB's internal ones."""
@@ -329,7 +417,9 @@ class Session:
         design, peels = self.design, []
         if has_wrapped(design):
             peels = wanted_peels(design, self.client.policy(), tree)
-            if peels and peel:
+            if peels and peel and self.in_transaction:
+                peels = []  # a peel commits on its own: inside a transaction the client does it
+            elif peels and peel:
                 try:
                     peel_layers(self, peels, tree.sql(dialect="duckdb"))
                 except VeilError as exc:  # e.g. a server without Veil's layer functions

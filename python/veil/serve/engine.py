@@ -38,6 +38,8 @@ from veil.serve.types import TEXT, oid_of_arrow, oid_of_duckdb, parameter_value
 log = logging.getLogger(__name__)
 
 Outcome = tuple[Any, ...]
+# statements answered the same in a failed transaction (PostgreSQL refuses the rest)
+_OUTSIDE_TRANSACTIONS = ("set", "reset", "show", "ignore", "close")
 _CACHED_STATEMENTS = 256  # per connection, then the caches start over
 
 # What SHOW answers before a SET (the values drivers ask for at connect time).
@@ -127,7 +129,6 @@ class WireSession:
         self.user = user
         self.database = database or "veil"
         self.settings = dict(_DEFAULT_SETTINGS)
-        self.in_transaction = False
         self.written = 0  # DML statements applied since BEGIN
         self.savepoints: dict[str, int] = {}  # name -> statements written when it was set
         self.pending_copy: tuple[copy.CopySpec, list[str]] | None = None
@@ -164,6 +165,10 @@ class WireSession:
 
     def close(self) -> None:
         self._close_stream()
+        try:
+            self.veil.rollback()  # a connection that ends inside a transaction undoes it
+        except VeilError:
+            log.warning("rolling back a closed connection's transaction failed", exc_info=True)
         if self.engine is not None:
             self.engine.release(self.veil)
         else:
@@ -185,7 +190,7 @@ class WireSession:
 
                 rows = copy.read_rows(spec, data, names)
                 done = insert_rows(self.veil, table, spec.columns, rows).rowcount
-                self.written += self.in_transaction
+                self.written += self.veil.in_transaction
                 return done
 
             return int(self._guard(f"COPY {spec.table} FROM STDIN", insert))
@@ -196,6 +201,13 @@ class WireSession:
     # -- statements -----------------------------------------------------------
 
     def _guard(self, sql: str, work: Any) -> Any:
+        try:
+            return self._answer(sql, work)
+        except BaseException:
+            self.veil.fail_transaction()  # as PostgreSQL: 25P02 until ROLLBACK
+            raise
+
+    def _answer(self, sql: str, work: Any) -> Any:
         try:
             return work()
         except WireError:
@@ -249,19 +261,19 @@ class WireSession:
     ) -> Outcome:
         kind, tree = statement.kind, statement.tree
         if kind == "begin":
-            self.in_transaction, self.written = True, 0
+            if not self.veil.in_transaction:  # PostgreSQL only warns about a second BEGIN
+                self.veil.begin()
+                self.written = 0
             return ("command", "BEGIN", None)
         if kind == "commit":
-            self.in_transaction = False
-            return ("command", "COMMIT", None)
+            self.savepoints.clear()
+            return ("command", "COMMIT" if self.veil.commit() else "ROLLBACK", None)
         if kind == "rollback":
             return self._rollback(statement.text)
-        if kind == "savepoint":
-            self.savepoints[_savepoint_name(statement.text)] = self.written
-            return ("command", "SAVEPOINT", None)
-        if kind == "release":
-            self.savepoints.pop(_savepoint_name(statement.text), None)
-            return ("command", "RELEASE", None)
+        if kind in ("savepoint", "release"):
+            return self._savepoint(kind, statement.text)
+        if kind not in _OUTSIDE_TRANSACTIONS:
+            self.veil.check_transaction()
         if kind in ("set", "reset"):
             return self._set(statement.text, reset=kind == "reset")
         if kind == "show":
@@ -299,7 +311,7 @@ class WireSession:
             return _rows(answer.table)
         result = self.veil.run(dialect.bind(tree, values))
         if kind == "dml":
-            self.written += self.in_transaction
+            self.written += self.veil.in_transaction
             return ("command", tree.key.upper(), result.rowcount)
         return _rows(result.table)
 
@@ -366,24 +378,51 @@ class WireSession:
     def _rollback(self, sql: str) -> Outcome:
         words = sql.upper().split()
         if "TO" in words:  # ROLLBACK TO [SAVEPOINT] name: the transaction goes on
-            since = self.written - self.savepoints.get(_savepoint_name(sql), 0)
-            if since:
-                raise WireError(
-                    "0A000",
-                    f"ROLLBACK TO cannot undo the {since} statement(s) since the savepoint: "
-                    "Veil applies each INSERT, UPDATE and DELETE when it runs",
-                )
-            return ("command", "ROLLBACK", None)
-        self.in_transaction, written, self.written = False, self.written, 0
+            return self._savepoint("rollback_to", sql)
+        self.veil.rollback()
+        self.written = 0
         self.savepoints.clear()
-        if written:
+        return ("command", "ROLLBACK", None)
+
+    def _savepoint(self, kind: str, sql: str) -> Outcome:
+        """SAVEPOINT, RELEASE and ROLLBACK TO: the server's own, or counted where it has none.
+
+        DuckDB has no savepoints: one is a mark of how many writes the transaction
+        had, and ROLLBACK TO one with writes after it is refused (the transaction
+        then fails, as any failed statement fails it).
+        """
+        name = _savepoint_name(sql)
+        if not self.veil.in_transaction:
+            if kind == "savepoint":
+                raise WireError("25P01", f"{kind.upper()} can only be used in transaction blocks")
+            raise WireError("3B001", f'savepoint "{name}" does not exist')
+        if kind != "savepoint" and name not in self.savepoints:
+            self.veil.fail_transaction()
+            raise WireError("3B001", f'savepoint "{name}" does not exist')
+        verb = {"savepoint": "SAVEPOINT", "release": "RELEASE SAVEPOINT"}.get(
+            kind, "ROLLBACK TO SAVEPOINT"
+        )
+        if self.veil.backend.savepoints:
+            self.veil.savepoint(name, verb)
+        elif kind == "rollback_to" and self.written > self.savepoints[name]:
+            self.veil.fail_transaction()
             raise WireError(
                 "0A000",
-                f"ROLLBACK cannot undo the {written} statement(s) of this transaction: Veil "
-                "applies each INSERT, UPDATE and DELETE when it runs",
-                hint="check the table's contents and undo the changes with new statements",
+                f"ROLLBACK TO SAVEPOINT cannot undo the {self.written - self.savepoints[name]} "
+                "write(s) since the savepoint on a DuckDB server, which has no savepoints; "
+                "ROLLBACK the whole transaction",
             )
-        return ("command", "ROLLBACK", None)
+        elif kind == "rollback_to":
+            self.veil.savepoint_restored()
+        if kind == "savepoint":
+            self.savepoints[name] = self.written
+        elif kind == "release":
+            self.savepoints = {
+                k: v for k, v in self.savepoints.items() if v < self.savepoints[name]
+            }
+            return ("command", "RELEASE", None)
+        # the wire sends "ROLLBACK TO" as PostgreSQL's ROLLBACK, the transaction still open
+        return ("command", "SAVEPOINT" if kind == "savepoint" else "ROLLBACK TO", None)
 
     def _set(self, sql: str, *, reset: bool) -> Outcome:
         if reset:

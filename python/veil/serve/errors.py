@@ -13,7 +13,9 @@ from veil.errors import (
     WrongKeyError,
 )
 from veil.sql.errors import (
+    ActiveTransactionError,
     ClientDirectoryError,
+    InFailedTransactionError,
     InsufficientPrivilegeError,
     QueryCancelledError,
     QueryError,
@@ -25,6 +27,8 @@ from veil.sql.errors import (
 _SQLSTATES: list[tuple[type[VeilError], str]] = [
     (QueryCancelledError, "57014"),  # query_canceled
     (InsufficientPrivilegeError, "42501"),  # insufficient_privilege
+    (InFailedTransactionError, "25P02"),  # in_failed_sql_transaction
+    (ActiveTransactionError, "25001"),  # active_sql_transaction
     (SerializationError, "40001"),  # serialization_failure
     (QuerySyntaxError, "42601"),  # syntax_error
     (UnsupportedStatementError, "0A000"),  # feature_not_supported

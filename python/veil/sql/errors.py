@@ -35,6 +35,18 @@ class InsufficientPrivilegeError(ProgrammingError):
     anchor = "insufficient-privilege"
 
 
+class InFailedTransactionError(OperationalError):
+    """A statement of a transaction that already failed: only ROLLBACK ends it (25P02)."""
+
+    anchor = "transactions"
+
+
+class ActiveTransactionError(OperationalError):
+    """A statement that cannot run inside a transaction block (25001)."""
+
+    anchor = "transactions"
+
+
 class ClientDirectoryError(OperationalError):
     """The client directory is missing or incomplete."""
 

@@ -206,7 +206,9 @@ fn response(outcome: Outcome, format: &Format) -> Response {
             ))
         }
         Outcome::Command { tag, rows } => {
-            let mut done = Tag::new(&tag);
+            // ROLLBACK TO SAVEPOINT: PostgreSQL's tag is ROLLBACK, but the transaction goes on
+            let within = tag == "ROLLBACK TO";
+            let mut done = Tag::new(if within { "ROLLBACK" } else { &tag });
             if tag == "INSERT" {
                 done = done.with_oid(0); // "INSERT 0 n", as PostgreSQL says it
             }
@@ -214,6 +216,7 @@ fn response(outcome: Outcome, format: &Format) -> Response {
                 done = done.with_rows(n);
             }
             match tag.as_str() {
+                _ if within => Response::Execution(done),
                 "BEGIN" | "START TRANSACTION" => Response::TransactionStart(done),
                 "COMMIT" | "ROLLBACK" | "END" => Response::TransactionEnd(done),
                 _ => Response::Execution(done),
