@@ -555,3 +555,17 @@ def test_sql_cursors_and_named_cursors(trusting: str, alchemy: object) -> None:
     with alchemy.connect().execution_options(stream_results=True) as conn:  # type: ignore[attr-defined]
         chunks = [len(f) for f in pandas.read_sql("SELECT * FROM orders", conn, chunksize=4_000)]
     assert chunks == [4_000, 4_000, 4_000, 3_000]
+
+
+def test_pgbench_init_statements_that_need_nothing_from_veil(con: psycopg.Connection) -> None:
+    """PostgreSQL's storage options, COPY ... FREEZE and VACUUM/ANALYZE: accepted."""
+    con.execute("CREATE TABLE upkeep (a int, b char(10)) WITH (fillfactor=100)")
+    try:
+        with con.cursor().copy("COPY upkeep FROM STDIN WITH (FREEZE ON)") as copy:
+            copy.write_row((1, "x"))
+            copy.write_row((2, "y"))
+        con.execute("VACUUM ANALYZE upkeep")
+        con.execute("ANALYZE")
+        assert con.execute("SELECT count(*), sum(a) FROM upkeep").fetchone() == (2, 3)
+    finally:
+        con.execute("DROP TABLE upkeep")

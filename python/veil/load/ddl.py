@@ -21,6 +21,7 @@ enforce them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -53,6 +54,7 @@ _OPTIONS = ("det", "ope", "search", "sum")
 _SOURCE = "__veil_ddl_source"
 
 
+log = logging.getLogger(__name__)
 DDL = (exp.Create, exp.Drop, exp.TruncateTable, exp.Alter)
 
 
@@ -160,6 +162,15 @@ def _empty(columns: list[Column]) -> pa.Table:
     return scratch.sql("SELECT * FROM t").to_arrow_table()
 
 
+# PostgreSQL's storage parameters: accepted and ignored (Veil lays out the server's tables)
+_STORAGE_PARAMETERS = frozenset(
+    {
+        "fillfactor", "toast_tuple_target", "parallel_workers", "user_catalog_table",
+        "vacuum_index_cleanup", "vacuum_truncate", "log_autovacuum_min_duration",
+    }
+)  # fmt: skip
+
+
 def _options(tree: exp.Create) -> dict[str, list[str]]:
     """``WITH (det = 'a, b', ...)``: the columns each server operation should serve."""
     found: dict[str, list[str]] = {}
@@ -167,6 +178,9 @@ def _options(tree: exp.Create) -> dict[str, list[str]]:
     for prop in properties.expressions if properties is not None else []:
         key = prop.name.lower() if isinstance(prop, exp.Property) else ""
         value = prop.args.get("value") if isinstance(prop, exp.Property) else None
+        if key in _STORAGE_PARAMETERS or key.startswith(("autovacuum_", "toast.")):
+            log.info("table option %s ignored: the server's storage is Veil's", key)
+            continue  # PostgreSQL's storage parameters (pgbench -i's fillfactor)
         if key not in _OPTIONS or not isinstance(value, exp.Literal):
             raise UnsupportedStatementError(
                 f"unknown table option {prop.sql(dialect='duckdb')}; Veil's are "

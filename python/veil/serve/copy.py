@@ -100,6 +100,8 @@ def _options(spec: CopySpec, options: str) -> None:
             spec.delimiter = value
         elif name == "NULL":
             spec.null = value
+        elif name == "FREEZE" or (name == "ENCODING" and value.upper() in ("UTF8", "UTF-8")):
+            pass  # pgbench -i's FREEZE: nothing for Veil to freeze; the data are UTF-8
         else:
             raise WireError("0A000", f"COPY option {name} is not supported by Veil")
     if spec.csv:
