@@ -46,7 +46,7 @@ class OperationalError(DatabaseError):
 
 
 class IntegrityError(DatabaseError):
-    """PEP 249's IntegrityError (Veil keeps no constraints, so raises none)."""
+    """A declared constraint would be broken (NOT NULL: ``NotNullViolationError``)."""
 
 
 class ProgrammingError(DatabaseError):

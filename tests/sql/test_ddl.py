@@ -19,7 +19,7 @@ import veil
 from veil.design.model import DET, OPE
 from veil.exec.session import Session
 from veil.load.loader import load
-from veil.sql.errors import QueryError, UnsupportedStatementError
+from veil.sql.errors import NotNullViolationError, QueryError, UnsupportedStatementError
 
 
 @pytest.fixture
@@ -132,3 +132,28 @@ def test_new_tables_hold_only_ciphertexts(tmp_path: Path) -> None:
     shutil.copy(server, copy)
     stored = copy.read_bytes()
     assert canary.encode() not in stored and b"secrets" not in stored and b"copied" not in stored
+
+
+def test_not_null_is_enforced_before_anything_is_written(con: veil.dbapi.Connection) -> None:
+    con.execute("CREATE TABLE strict (id INT NOT NULL, note VARCHAR NULL, n BIGINT)")
+    con.execute("INSERT INTO strict VALUES (1, NULL, NULL), (2, 'b', 2)")
+    for bad in (
+        "INSERT INTO strict VALUES (NULL, 'x', 1)",
+        "INSERT INTO strict (note) VALUES ('no id')",
+        "INSERT INTO strict SELECT NULL, 'y', 3",
+        "UPDATE strict SET id = NULL WHERE id = 2",
+        "UPDATE strict SET id = CASE WHEN id = 1 THEN NULL ELSE id END",
+    ):
+        with pytest.raises(NotNullViolationError, match='column "id" of relation "strict"'):
+            con.execute(bad)
+    assert rows(con, "SELECT * FROM strict ORDER BY id") == [(1, None, None), (2, "b", 2)]
+    nullable = rows(
+        con,
+        "SELECT column_name, is_nullable FROM information_schema.columns "
+        "WHERE table_name = 'strict' ORDER BY ordinal_position",
+    )
+    assert nullable == [("id", "NO"), ("note", "YES"), ("n", "YES")]  # ORMs reflect it
+    con.execute("ALTER TABLE strict ADD COLUMN extra INT")  # a rebuild keeps NOT NULL
+    with pytest.raises(NotNullViolationError):
+        con.execute("INSERT INTO strict (id) VALUES (NULL)")
+    con.execute("DROP TABLE strict")

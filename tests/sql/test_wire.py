@@ -569,3 +569,16 @@ def test_pgbench_init_statements_that_need_nothing_from_veil(con: psycopg.Connec
         assert con.execute("SELECT count(*), sum(a) FROM upkeep").fetchone() == (2, 3)
     finally:
         con.execute("DROP TABLE upkeep")
+
+
+def test_not_null_violation_has_postgres_sqlstate(con: psycopg.Connection) -> None:
+    con.execute("CREATE TABLE wire_strict (a int NOT NULL, b text)")
+    try:
+        with pytest.raises(psycopg.errors.NotNullViolation, match='column "a"'):
+            con.execute("INSERT INTO wire_strict VALUES (%s, %s)", (None, "x"))
+        con.execute("INSERT INTO wire_strict VALUES (1, NULL)")
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            con.execute("UPDATE wire_strict SET a = NULL")
+        assert con.execute("SELECT a, b FROM wire_strict").fetchall() == [(1, None)]
+    finally:
+        con.execute("DROP TABLE wire_strict")

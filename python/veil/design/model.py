@@ -96,6 +96,8 @@ class Column:
     # ``name`` (lower-cased: names match case-insensitively, as in DuckDB);
     # results name columns this way
     label: str | None = None
+    # declared NOT NULL (CREATE TABLE): checked on the client before anything is written
+    not_null: bool = False
 
     @property
     def sql_type(self) -> SqlType:

@@ -46,6 +46,7 @@ from sqlglot import exp
 
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
+from veil.exec.constraints import check_not_null, constraint_error
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.row_ids import allocate
@@ -140,6 +141,8 @@ def _check(session: Session, tree: exp.Expr, read: str | None = None) -> pa.Tabl
     try:
         catalog.execute(tree.sql(dialect="duckdb"))
         return None if read is None else catalog.sql(f'SELECT * FROM "{read}"').to_arrow_table()
+    except duckdb.ConstraintException as exc:  # NOT NULL, in PostgreSQL's terms
+        raise constraint_error(_target(session, tree.this).name, exc) from None
     except duckdb.Error as exc:
         raise QueryError(str(exc).replace("\n", " ").strip()) from None
     finally:
@@ -170,7 +173,8 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
     else:
         plain = _rows_from(session, table, tree, session.query(source).table)
     table = session.design.table(table.name)  # planning its source may have peeled layers
-    TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
+    check_not_null(table, plain)  # refuse before writing
+    TableEncryptor(session.master, table).check_domains(plain)
     first_id = _fresh_ids(session, table, len(plain))
     _in_layers(session, table, lambda: _append_rows(session, table, plain, first_id))
     return Result(pa.table({}), len(plain), stats)
@@ -339,7 +343,8 @@ def _update(session: Session, tree: exp.Update) -> Result:
     plain = matched.select(list(range(len(table.columns)))).rename_columns(
         [c.name for c in table.columns]
     )
-    TableEncryptor(session.master, table).check_domains(plain)  # refuse before writing
+    check_not_null(table, plain)  # refuse before writing
+    TableEncryptor(session.master, table).check_domains(plain)
     first_id = _fresh_ids(session, table, len(plain))
 
     def rewrite() -> None:

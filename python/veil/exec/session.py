@@ -187,7 +187,10 @@ class Session:
             if name not in self.design.tables:
                 self.catalog.execute(f'DROP TABLE "{name}"')
         for name, table in self.design.tables.items():
-            columns = ", ".join(f'"{c.label or c.name}" {c.type}' for c in table.columns)
+            columns = ", ".join(  # NOT NULL: the catalogue's INSERT checks it
+                f'"{c.label or c.name}" {c.type}{" NOT NULL" if c.not_null else ""}'
+                for c in table.columns
+            )
             self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
             self._owners.update({e.name: table for e in table.encryptions})
 

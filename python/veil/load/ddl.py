@@ -13,9 +13,10 @@ Changing a table's columns or emptying it re-encrypts it whole under a new
 design that keeps every server operation the old one allowed (the rows are
 read through Veil, then loaded as by ``veil load``). Like a load, each change
 is atomic: the client directory's design names the new server tables only
-once they are complete, so a failure leaves the table as it was. Constraints
-(PRIMARY KEY, NOT NULL, UNIQUE, CHECK, REFERENCES) are refused: Veil would not
-enforce them.
+once they are complete, so a failure leaves the table as it was. NOT NULL is
+kept in the design and checked on the client before every write
+(``veil.exec.constraints``); the other constraints (PRIMARY KEY, UNIQUE, CHECK,
+REFERENCES) and defaults are refused: Veil would not enforce them yet.
 """
 
 from __future__ import annotations
@@ -122,25 +123,38 @@ def _create_table(session: Session, tree: exp.Create) -> Result:
 
 
 def _declared_columns(schema: exp.Schema) -> list[Column]:
-    definitions = []
+    definitions, not_null = [], set()
     for item in schema.expressions:
         if not isinstance(item, exp.ColumnDef):
             raise UnsupportedStatementError(
                 f"Veil does not enforce table constraints ({item.sql(dialect='duckdb')}); "
                 "declare the columns alone"
             )
-        if item.args.get("constraints"):
-            raise UnsupportedStatementError(
-                f"Veil does not enforce column constraints or defaults "
-                f"({item.sql(dialect='duckdb')}); declare column {item.name} with its type alone"
-            )
+        if _not_null(item):
+            not_null.add(item.name.lower())
         definitions.append(item.sql(dialect="duckdb"))
     scratch = local_duckdb()  # the user's column definitions: closed to files
     try:
         scratch.execute(f"CREATE TABLE t ({', '.join(definitions)})")
     except duckdb.Error as exc:
         raise QueryError(str(exc).split("\n")[0]) from None
-    return _columns_of(scratch, "SELECT * FROM t")
+    columns = _columns_of(scratch, "SELECT * FROM t")
+    return [dataclasses.replace(c, not_null=c.name in not_null) for c in columns]
+
+
+def _not_null(item: exp.ColumnDef) -> bool:
+    """Whether the column is declared NOT NULL; its other constraints are refused."""
+    declared = False
+    for constraint in item.args.get("constraints") or []:
+        kind = constraint.args.get("kind")
+        if isinstance(kind, exp.NotNullColumnConstraint):
+            declared = not kind.args.get("allow_null")
+            continue
+        raise UnsupportedStatementError(
+            f"Veil does not enforce column constraints or defaults other than NOT NULL "
+            f"({item.sql(dialect='duckdb')}); declare column {item.name} with its type alone"
+        )
+    return declared
 
 
 def _columns_of(connection: duckdb.DuckDBPyConnection, query: str) -> list[Column]:

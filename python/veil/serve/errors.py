@@ -17,6 +17,7 @@ from veil.sql.errors import (
     ClientDirectoryError,
     InFailedTransactionError,
     InsufficientPrivilegeError,
+    NotNullViolationError,
     QueryCancelledError,
     QueryError,
     QuerySyntaxError,
@@ -29,6 +30,7 @@ _SQLSTATES: list[tuple[type[VeilError], str]] = [
     (InsufficientPrivilegeError, "42501"),  # insufficient_privilege
     (InFailedTransactionError, "25P02"),  # in_failed_sql_transaction
     (ActiveTransactionError, "25001"),  # active_sql_transaction
+    (NotNullViolationError, "23502"),  # not_null_violation
     (SerializationError, "40001"),  # serialization_failure
     (QuerySyntaxError, "42601"),  # syntax_error
     (UnsupportedStatementError, "0A000"),  # feature_not_supported

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from veil.errors import NotSupportedError, OperationalError, ProgrammingError
+from veil.errors import IntegrityError, NotSupportedError, OperationalError, ProgrammingError
 
 
 class QuerySyntaxError(ProgrammingError):
@@ -45,6 +45,12 @@ class ActiveTransactionError(OperationalError):
     """A statement that cannot run inside a transaction block (25001)."""
 
     anchor = "transactions"
+
+
+class NotNullViolationError(IntegrityError):
+    """A NOT NULL column would hold a null (23502); nothing was written."""
+
+    anchor = "constraints"
 
 
 class ClientDirectoryError(OperationalError):

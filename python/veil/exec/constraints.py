@@ -1,0 +1,44 @@
+"""Constraints a table declares, checked on the client before anything is written.
+
+The server holds ciphertexts and cannot check a value it cannot read, so the
+client checks each INSERT's and UPDATE's new rows, whole columns at a time,
+and refuses the statement before anything reaches the server. Violations
+carry PostgreSQL's SQLSTATEs and messages, which name the table and the
+column, never the value. Today: NOT NULL (23502).
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+import pyarrow as pa
+
+from veil.design.model import TableDesign
+from veil.errors import VeilError
+from veil.sql.errors import NotNullViolationError, QueryError
+
+# DuckDB's words for a NOT NULL violation in the client's catalogue
+_DUCKDB_NOT_NULL = re.compile(r"NOT NULL constraint failed: (?:\"?[^.\s]+\"?\.)?\"?([^\s\"]+)\"?")
+
+
+def check_not_null(table: TableDesign, rows: pa.Table) -> None:
+    """Refuse ``rows`` (the table's columns, by name) if a NOT NULL column holds a null."""
+    for column in table.columns:
+        held = column.not_null and column.name in rows.column_names
+        if held and rows.column(column.name).null_count:
+            raise not_null_violation(table.name, column.name)
+
+
+def not_null_violation(table: str, column: str) -> NotNullViolationError:
+    return NotNullViolationError(
+        f'null value in column "{column}" of relation "{table}" violates not-null constraint'
+    )
+
+
+def constraint_error(table: str, exc: duckdb.ConstraintException) -> VeilError:
+    """The catalogue's refusal of a statement, in PostgreSQL's terms where it has them."""
+    found = _DUCKDB_NOT_NULL.search(str(exc))
+    if found is not None:
+        return not_null_violation(table, found[1].lower())
+    return QueryError(str(exc).replace("\n", " ").strip())
