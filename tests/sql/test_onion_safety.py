@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,6 +19,7 @@ from veil import statements
 from veil.design.model import DET, JOIN, OPE, RND
 from veil.design.policy import Policy, PolicyError
 from veil.encoding import encode
+from veil.exec import dml, onions
 from veil.exec.ciphers import column_cipher
 from veil.exec.layer_commands import manual_peel, set_policy
 from veil.exec.leakage import leakage, what_if
@@ -139,6 +142,97 @@ def test_writes_beside_a_peel_stay_readable(client: Path) -> None:
         _assert_forms(writer)
         got = writer.run("SELECT count(*) FROM items WHERE name = 'name 3'").table.column(0)[0]
         assert got.as_py() == len([i for i in range(10, ROWS) if i % 50 == 3]) + 5
+    finally:
+        writer.close()
+        peeler.close()
+
+
+class _Interleaved:
+    """``work`` (by ``session``) in a thread started inside another client's transaction,
+    which waits until ``work`` has ended, or rolled back a failed attempt (DuckDB: a
+    write-write conflict), or waits for a lock (PostgreSQL); then that transaction goes on."""
+
+    def __init__(self, session: Session, work: Callable[[], object]) -> None:
+        self._work = work
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self.errors: list[BaseException] = []
+        self.held_up = False  # still running when the other transaction went on
+        session.backend.add_statement_listener(
+            lambda sql, _: self._stopped.set() if sql == "ROLLBACK" else None
+        )
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:
+            self.errors.append(exc)
+        finally:
+            self._stopped.set()
+
+    def run_inside(self, holder: Session) -> None:
+        """Start ``work`` from inside ``holder``'s transaction; return once it is held up."""
+        if self._thread.ident is not None:
+            return  # only in the first attempt of the holder's statement
+        self._thread.start()
+        while not self._stopped.wait(0.01):
+            if holder.backend.dialect == "postgres" and _waits_for_a_lock(holder):
+                break
+        self.held_up = self._thread.is_alive()
+
+    def join(self) -> None:
+        self._thread.join()
+        assert not self.errors, self.errors
+
+
+def _waits_for_a_lock(session: Session) -> bool:
+    found = session.backend.execute(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return bool(found.column(0)[0].as_py())
+
+
+@pytest.mark.parametrize("first", ["write", "peel"])
+def test_a_peel_and_a_write_never_interleave(
+    client: Path, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """The interleavings that lost rows, made to happen: the other client starts inside
+    the ``first`` one's transaction (a write's: after it checked the layers and appended;
+    a peel's: after it stripped the rows it could see). Both committed: the write's rows,
+    appended under the RND layer and unseen by the peel, kept a layer the design no
+    longer had, and read back as garbage ("unknown version byte"). Now the second waits
+    for the first's layers lock, or fails to take it and runs again."""
+    writer, peeler = Session(str(client)), Session(str(client))
+
+    def insert() -> None:
+        writer.run(f"INSERT INTO items VALUES ({ROWS}, 3, 5, 'name 3')")
+
+    def peel() -> None:
+        manual_peel(peeler, "items", "name", "DET")
+
+    if first == "write":
+        holder, run_first, module, hook = writer, insert, dml, "_append_rows"
+        second = _Interleaved(peeler, peel)
+    else:
+        holder, run_first, module, hook = peeler, peel, onions, "_rewrite"
+        second = _Interleaved(writer, insert)
+    inner = getattr(module, hook)
+
+    def then_second(*args: Any) -> None:
+        inner(*args)
+        second.run_inside(holder)
+
+    monkeypatch.setattr(module, hook, then_second)
+    try:
+        run_first()
+        second.join()
+        assert second.held_up, f"the other client committed inside the {first}'s transaction"
+        writer.follow_design()
+        assert writer.design.table("items").onion_of("name", DET).outer is None  # type: ignore[union-attr]
+        _assert_forms(writer)
+        found = writer.run("SELECT count(*) FROM items WHERE name = 'name 3'").table
+        assert found.column(0)[0].as_py() == len(range(3, ROWS, 50)) + 1
     finally:
         writer.close()
         peeler.close()

@@ -52,7 +52,7 @@ from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.row_ids import allocate
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.plan import ROW_ID
-from veil.sql.remote import delete_rows_statement, lock_layer_statement
+from veil.sql.remote import delete_rows_statement
 
 if TYPE_CHECKING:
     from veil.exec.session import Result, Session
@@ -209,7 +209,9 @@ class RowsChangedError(SerializationError):
 def _layers_agree(session: Session, table: TableDesign) -> bool:
     if not table.layers_table or not any(e.outer for e in table.encryptions):
         return True
-    state = run_remote(lock_layer_statement(table), session.backend, FetchStats())
+    from veil.exec.onions import lock_layers
+
+    state = lock_layers(session, table)
     peeled = {n for n, p in zip(*(state.column(i).to_pylist() for i in (0, 1)), strict=True) if p}
     return not any(e.outer and e.name in peeled for e in table.encryptions)
 

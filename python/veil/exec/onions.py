@@ -8,7 +8,7 @@ joins: DET; ranges, ORDER BY, MIN/MAX: OPE) and keeps the wrapped layers the
 column's policy allows to come off. ``peel`` then, per layer:
 
 1. in one server transaction: locks the column's row of the table's layers
-   table (``lock_layer_statement``), and unless it already says peeled, sends
+   table (``lock_layers``), and unless it already says peeled, sends
    the layer key and lets the server XOR the column with its keystream
    (``veil_layer_xor_*``) and marks the row peeled;
 2. after the commit, under the client directory's lock, drops the layer
@@ -53,7 +53,7 @@ from veil.sql.remote import (
     SET_ASIDE_INDEX,
     index_rebuilt_statement,
     layer_states_statement,
-    lock_layer_statement,
+    lock_layer_statements,
     mark_peeled_statement,
     mark_rekeyed_statement,
     peel_statement,
@@ -352,8 +352,18 @@ def _rebuild_indexes(session: Session, table: TableDesign, indexes: list[tuple[s
             run_remote(index_rebuilt_statement(table, name), backend, FetchStats())
 
 
+def lock_layers(session: Session, table: TableDesign, enc: Encryption | None = None) -> pa.Table:
+    """Lock the layers row of ``enc`` (every row: None) until the transaction ends, and
+    return the rows (column, peeled, key). Every peel and re-key of a column, and every
+    write to its table, takes it first: a write and a peel then never interleave (the
+    later waits or, on DuckDB, fails with a write conflict and runs again)."""
+    flip, flip_back = lock_layer_statements(table, enc)
+    run_remote(flip, session.backend, FetchStats())
+    return run_remote(flip_back, session.backend, FetchStats())
+
+
 def _locked_state(session: Session, table: TableDesign, enc: Encryption) -> tuple[bool, str | None]:
-    state = run_remote(lock_layer_statement(table, enc), session.backend, FetchStats())
+    state = lock_layers(session, table, enc)
     if state.num_rows != 1:
         raise BackendError(
             f"the onion layers of table {table.name!r} are missing or damaged on the server "

@@ -580,22 +580,36 @@ def layer_states_statement(table: TableDesign) -> exp.Select:
     return exp.select(*columns).from_(exp.to_table(table.layers_table))
 
 
-def lock_layer_statement(table: TableDesign, enc: Encryption | None = None) -> exp.Update:
-    """Lock the layers row(s) of ``enc`` (all: None) in this transaction; returns their state.
+def lock_layer_statements(
+    table: TableDesign, enc: Encryption | None = None
+) -> tuple[exp.Update, exp.Update]:
+    """Lock the layers row(s) of ``enc`` (all: None) in this transaction: two UPDATEs, one
+    flipping ``peeled`` and one flipping it back, which returns the rows' state.
 
-    An UPDATE that changes nothing: PostgreSQL holds the rows' locks until
-    commit and DuckDB aborts the second of two concurrent writers, so a peel
-    and a write (or two peels) of one column never interleave.
+    PostgreSQL holds the rows' locks until commit and DuckDB aborts the second of two
+    transactions that change one value, so a peel and a write (or two peels) of one
+    column never interleave. The flip is for DuckDB: an UPDATE that leaves a value as
+    stored (``SET peeled = peeled``), on a column not updated since the last checkpoint,
+    records no write and conflicts with nothing. A write and a peel that "locked" so both
+    committed: the write's rows, appended under the RND layer unseen by the peel's
+    snapshot, kept a layer the design no longer had, and read back as garbage.
     """
-    peeled = exp.column(LAYER_PEELED)
-    update = exp.update(exp.to_table(table.layers_table), {LAYER_PEELED: peeled.copy()})
+    flip_back = _flip_peeled(table, enc)
+    returned = [exp.column(LAYER_COLUMN), exp.column(LAYER_PEELED), exp.column(LAYER_KEY)]
+    flip_back.set("returning", exp.Returning(expressions=returned))
+    return _flip_peeled(table, enc), flip_back
+
+
+def _flip_peeled(table: TableDesign, enc: Encryption | None) -> exp.Update:
+    """``peeled = NOT peeled`` in the layers row(s) of ``enc`` (all: None; NULL stays NULL)."""
+    update = exp.update(
+        exp.to_table(table.layers_table), {LAYER_PEELED: exp.not_(exp.column(LAYER_PEELED))}
+    )
     if enc is not None:
         update.set(
             "where",
             exp.Where(this=exp.EQ(this=exp.column(LAYER_COLUMN), expression=param(enc.name))),
         )
-    returned = [exp.column(LAYER_COLUMN), peeled, exp.column(LAYER_KEY)]
-    update.set("returning", exp.Returning(expressions=returned))
     return update
 
 
