@@ -59,6 +59,14 @@ class ServerUnavailableError(BackendError):
     anchor = "server-unavailable"
 
 
+class DuplicateKeyError(BackendError):
+    """A write would give two rows one key: the server's unique index refused it.
+
+    The server's message names opaque columns and ciphertexts; the client says
+    it in the user's terms (``veil.exec.constraints``). Nothing was written.
+    """
+
+
 class WriteConflictError(BackendError, SerializationError):
     """The server rolled back a transaction whose writes collided with another's.
 

@@ -13,6 +13,7 @@ last, the functions registered once); each backend gets a cursor of its own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from sqlglot import exp
 from veil.backends import duckdb_functions
 from veil.backends.base import (
     BackendError,
+    DuplicateKeyError,
     Estimate,
     Operator,
     Params,
@@ -135,8 +137,13 @@ class DuckDBBackend(StagedBackend):
         self._con.register(_VIEW, arrow)
         try:
             yield
-        finally:
-            self._con.unregister(_VIEW)
+        except BaseException:
+            # a failed statement aborted the transaction, whose ROLLBACK drops the view;
+            # unregistering now would fail and hide the statement's own error
+            with contextlib.suppress(duckdb.TransactionException):
+                self._con.unregister(_VIEW)
+            raise
+        self._con.unregister(_VIEW)
 
     # -- catalogue ----------------------------------------------------------
 
@@ -424,9 +431,16 @@ def _server_errors() -> Iterator[None]:
     try:
         yield
     except duckdb.TransactionException as exc:
-        # another connection changed the same rows (or catalogue entry) first
-        kind = WriteConflictError if "onflict" in str(exc) else BackendError
+        # another connection changed the same rows (or catalogue entry) first, or
+        # committed a declared key first (found when this transaction commits)
+        kind: type[BackendError] = BackendError
+        if "UNIQUE constraint violation" in str(exc):
+            kind = DuplicateKeyError
+        elif "onflict" in str(exc):
+            kind = WriteConflictError
         raise kind(f"the DuckDB server rejected a statement: {exc}") from exc
+    except duckdb.ConstraintException as exc:  # a declared key's unique index
+        raise DuplicateKeyError(f"the DuckDB server refused a duplicate key: {exc}") from exc
     except (duckdb.Error, pa.ArrowException) as exc:  # a reader reports UDF errors as Arrow's
         raise BackendError(f"the DuckDB server rejected a statement: {exc}") from exc
 

@@ -34,6 +34,7 @@ from veil.backends import pg_copy, pg_read
 from veil.backends.base import (
     ArrowData,
     BackendError,
+    DuplicateKeyError,
     Estimate,
     Operator,
     Params,
@@ -481,6 +482,8 @@ def _numeric_column(values: tuple[Decimal | None, ...], declared: int | None) ->
 
 
 def _backend_error(exc: psycopg.Error) -> BackendError:
+    if exc.sqlstate == "23505":  # unique_violation: a declared key's index
+        return DuplicateKeyError(f"the PostgreSQL server refused a duplicate key: {exc}")
     if exc.sqlstate in _CONFLICT_STATES:
         return WriteConflictError(f"the PostgreSQL server rolled back a write: {str(exc).strip()}")
     if isinstance(exc, psycopg.OperationalError):

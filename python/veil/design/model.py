@@ -280,6 +280,9 @@ class TableDesign:
     # whole runs of ids under ASHE, which the client unpads with two PRF calls
     # per run instead of per row (``veil.load.clusters``), chosen among the
     # designer's ``cluster_candidates``. Client-side only; empty: source order.
+    # declared keys (PRIMARY KEY first, then UNIQUE ones): each a server unique index on
+    # its columns' DET ciphertexts, which DET's injectivity under one key makes exact
+    keys: list[list[str]] = field(default_factory=list)
     cluster_by: list[str] = field(default_factory=list)
     cluster_candidates: list[list[str]] = field(default_factory=list)
     # The source column whose order the loader kept within each cluster (or the
@@ -293,6 +296,14 @@ class TableDesign:
     # at load (``veil.load.plain_size``): the unit of the designer's space budget on
     # DuckDB. Client-side only; 0: not measured (another backend, an older load).
     plain_bytes: float = 0.0
+
+    def primary_key(self) -> list[str] | None:
+        """The primary key: the first declared key, if its columns are NOT NULL (a primary
+        key made them so; a UNIQUE key's may hold nulls)."""
+        if not self.keys:
+            return None
+        required = {c.name for c in self.columns if c.not_null}
+        return self.keys[0] if set(self.keys[0]) <= required else None
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -417,6 +428,7 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         id_counter=str(data.get("id_counter", "")),
         blocks_table=str(data.get("blocks_table", "")),
         layers_table=str(data.get("layers_table", "")),
+        keys=[[str(c) for c in key] for key in data.get("keys", [])],  # type: ignore[attr-defined]
         cluster_by=[str(c) for c in data.get("cluster_by", [])],  # type: ignore[attr-defined]
         cluster_candidates=[
             [str(c) for c in keys]

@@ -4,7 +4,9 @@ The server holds ciphertexts and cannot check a value it cannot read, so the
 client checks each INSERT's and UPDATE's new rows, whole columns at a time,
 and refuses the statement before anything reaches the server. Violations
 carry PostgreSQL's SQLSTATEs and messages, which name the table and the
-column, never the value. Today: NOT NULL (23502).
+column, never the value. NOT NULL (23502) here; PRIMARY KEY and UNIQUE
+(23505) by the server's unique index on the key's DET ciphertexts, whose
+refusal (``DuplicateKeyError``) is put in the user's terms here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pyarrow as pa
 
 from veil.design.model import TableDesign
 from veil.errors import VeilError
-from veil.sql.errors import NotNullViolationError, QueryError
+from veil.sql.errors import NotNullViolationError, QueryError, UniqueViolationError
 
 # DuckDB's words for a NOT NULL violation in the client's catalogue
 _DUCKDB_NOT_NULL = re.compile(r"NOT NULL constraint failed: (?:\"?[^.\s]+\"?\.)?\"?([^\s\"]+)\"?")
@@ -36,9 +38,20 @@ def not_null_violation(table: str, column: str) -> NotNullViolationError:
     )
 
 
-def constraint_error(table: str, exc: duckdb.ConstraintException) -> VeilError:
+def unique_violation(table: TableDesign) -> UniqueViolationError:
+    """Two rows would share a declared key: named by the table's key columns, never a value."""
+    keys = " or ".join(f"({', '.join(key)})" for key in table.keys) or "a declared key"
+    return UniqueViolationError(
+        f"duplicate key value violates a unique constraint of {table.name}: another row "
+        f"has the same {keys}"
+    )
+
+
+def constraint_error(table: TableDesign, exc: duckdb.ConstraintException) -> VeilError:
     """The catalogue's refusal of a statement, in PostgreSQL's terms where it has them."""
     found = _DUCKDB_NOT_NULL.search(str(exc))
     if found is not None:
-        return not_null_violation(table, found[1].lower())
+        return not_null_violation(table.name, found[1].lower())
+    if "Duplicate key" in str(exc) or "UNIQUE constraint violation" in str(exc):  # its own rows
+        return unique_violation(table)
     return QueryError(str(exc).replace("\n", " ").strip())

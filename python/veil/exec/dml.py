@@ -44,9 +44,10 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from veil.backends.base import DuplicateKeyError
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
-from veil.exec.constraints import check_not_null, constraint_error
+from veil.exec.constraints import check_not_null, constraint_error, unique_violation
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.row_ids import allocate
@@ -95,6 +96,14 @@ def run_dml(session: Session, tree: exp.Expr) -> Result:
 
 
 def _retried(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Result:
+    """``run()`` in the user's terms (a declared key's duplicate: 23505), see ``_again``."""
+    try:
+        return _again(session, tree, run)
+    except DuplicateKeyError:
+        raise unique_violation(_target(session, tree.this)) from None
+
+
+def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Result:
     """``run()``, from the start again while its write collides with another client's.
 
     Each failed attempt wrote nothing (its transaction rolled back). A peel
@@ -142,7 +151,7 @@ def _check(session: Session, tree: exp.Expr, read: str | None = None) -> pa.Tabl
         catalog.execute(tree.sql(dialect="duckdb"))
         return None if read is None else catalog.sql(f'SELECT * FROM "{read}"').to_arrow_table()
     except duckdb.ConstraintException as exc:  # NOT NULL, in PostgreSQL's terms
-        raise constraint_error(_target(session, tree.this).name, exc) from None
+        raise constraint_error(_target(session, tree.this), exc) from None
     except duckdb.Error as exc:
         raise QueryError(str(exc).replace("\n", " ").strip()) from None
     finally:

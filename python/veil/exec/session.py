@@ -191,6 +191,10 @@ class Session:
                 f'"{c.label or c.name}" {c.type}{" NOT NULL" if c.not_null else ""}'
                 for c in table.columns
             )
+            for key in table.keys:  # information_schema shows them
+                kind = "PRIMARY KEY" if key == table.primary_key() else "UNIQUE"
+                quoted = ", ".join(f'"{c}"' for c in key)
+                columns += f", {kind} ({quoted})"
             self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
             self._owners.update({e.name: table for e in table.encryptions})
 

@@ -43,6 +43,7 @@ from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
 from veil.exec.local_duckdb import local_duckdb
+from veil.load import keys
 from veil.load.loader import available_schemes, load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable, label_of
@@ -113,25 +114,39 @@ def _create_table(session: Session, tree: exp.Create) -> Result:
     if query is not None:
         data = session.query(query).table
         columns = _columns_of(session.catalog, query.sql(dialect="duckdb"))
+        declared: list[keys.Key] = []
     else:
         assert isinstance(tree.this, exp.Schema)
-        columns = _declared_columns(tree.this)
+        columns, declared = _declared_columns(tree.this)
+        declared = keys.checked(declared, columns, name)
+        columns = keys.with_keys(columns, declared)
         data = _empty(columns)
+    options["det"] = list(dict.fromkeys(options.get("det", []) + _key_columns(declared)))
     workload = _workload(name, columns, options)
     _load(session, name, columns, data, workload)
+    keys.install(session, name, declared)
     return _done(session, len(data) if query is not None else 0)
 
 
-def _declared_columns(schema: exp.Schema) -> list[Column]:
-    definitions, not_null = [], set()
+def _key_columns(declared: list[keys.Key]) -> list[str]:
+    return [c for key in declared for c in key.columns]
+
+
+def _declared_columns(schema: exp.Schema) -> tuple[list[Column], list[keys.Key]]:
+    definitions, not_null, declared = [], set(), []
     for item in schema.expressions:
         if not isinstance(item, exp.ColumnDef):
-            raise UnsupportedStatementError(
-                f"Veil does not enforce table constraints ({item.sql(dialect='duckdb')}); "
-                "declare the columns alone"
-            )
+            key = keys.table_key(item)
+            if key is None:
+                raise UnsupportedStatementError(
+                    f"Veil does not enforce table constraints other than PRIMARY KEY and "
+                    f"UNIQUE ({item.sql(dialect='duckdb')}); declare the columns alone"
+                )
+            declared.append(key)
+            continue
         if _not_null(item):
             not_null.add(item.name.lower())
+        declared.extend(keys.column_keys(item))
         definitions.append(item.sql(dialect="duckdb"))
     scratch = local_duckdb()  # the user's column definitions: closed to files
     try:
@@ -139,19 +154,22 @@ def _declared_columns(schema: exp.Schema) -> list[Column]:
     except duckdb.Error as exc:
         raise QueryError(str(exc).split("\n")[0]) from None
     columns = _columns_of(scratch, "SELECT * FROM t")
-    return [dataclasses.replace(c, not_null=c.name in not_null) for c in columns]
+    return [dataclasses.replace(c, not_null=c.name in not_null) for c in columns], declared
 
 
 def _not_null(item: exp.ColumnDef) -> bool:
-    """Whether the column is declared NOT NULL; its other constraints are refused."""
+    """Whether the column is declared NOT NULL; constraints other than keys are refused."""
     declared = False
     for constraint in item.args.get("constraints") or []:
         kind = constraint.args.get("kind")
         if isinstance(kind, exp.NotNullColumnConstraint):
             declared = not kind.args.get("allow_null")
             continue
+        if isinstance(kind, exp.PrimaryKeyColumnConstraint | exp.UniqueColumnConstraint):
+            continue  # veil.load.keys
         raise UnsupportedStatementError(
-            f"Veil does not enforce column constraints or defaults other than NOT NULL "
+            f"Veil does not enforce column constraints or defaults other than NOT NULL, "
+            f"PRIMARY KEY and UNIQUE "
             f"({item.sql(dialect='duckdb')}); declare column {item.name} with its type alone"
         )
     return declared
@@ -312,11 +330,21 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
     selected = {c.name: f'"{c.name}"' for c in table.columns}  # new name -> SQL of its value
     columns = {c.name: c for c in table.columns}
     renamed: dict[str, str] = {}
+    added: list[keys.Key] = []
     for action in tree.args.get("actions") or []:
-        if isinstance(action, exp.ColumnDef):
-            added = _added_column(action, list(columns))
-            selected[added.name] = f"CAST({_default(action)} AS {added.type})"
-            columns[added.name] = added
+        if isinstance(action, exp.AddConstraint):
+            for item in action.expressions:
+                key = keys.table_key(item)
+                if key is None:
+                    raise UnsupportedStatementError(
+                        f"ALTER TABLE ... {action.sql(dialect='duckdb')}: Veil adds PRIMARY KEY "
+                        "and UNIQUE constraints only"
+                    )
+                added.append(key)
+        elif isinstance(action, exp.ColumnDef):
+            column = _added_column(action, list(columns))
+            selected[column.name] = f"CAST({_default(action)} AS {column.type})"
+            columns[column.name] = column
         elif isinstance(action, exp.Drop) and str(action.args.get("kind")).upper() == "COLUMN":
             for gone in (c.name.lower() for c in action.args.get("tables") or []):
                 if gone not in columns:
@@ -333,13 +361,25 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
         else:
             raise UnsupportedStatementError(
                 f"ALTER TABLE ... {action.sql(dialect='duckdb')}: Veil alters tables by "
-                "ADD COLUMN, DROP COLUMN and RENAME COLUMN"
+                "ADD COLUMN, DROP COLUMN, RENAME COLUMN and ADD PRIMARY KEY / UNIQUE"
             )
     if not columns:
         raise QueryError(f"cannot drop every column of {table.name}: a table keeps at least one")
+    if added:
+        if renamed:
+            raise UnsupportedStatementError("add keys and rename columns in two ALTER statements")
+        added = keys.checked(
+            _kept_keys(table, list(columns), renamed) + added, list(columns.values()), table.name
+        )
+        keys.check_existing(session, table.name, added)
     items = ", ".join(f'{value} AS "{name}"' for name, value in selected.items())
     _rebuild(
-        session, table.name, f'SELECT {items} FROM "{table.name}"', list(columns.values()), renamed
+        session,
+        table.name,
+        f'SELECT {items} FROM "{table.name}"',
+        list(columns.values()),
+        renamed,
+        added or None,
     )
     return _done(session)
 
@@ -379,14 +419,32 @@ def _rebuild(
     query: str,
     columns: list[Column] | None = None,
     renamed: dict[str, str] | None = None,
+    declared: list[keys.Key] | None = None,
 ) -> None:
-    """Re-encrypt table ``name`` as ``query`` returns it, keeping its server operations."""
+    """Re-encrypt table ``name`` as ``query`` returns it, keeping its server operations
+    and keys (``declared``: its keys from now on)."""
     table = session.design.tables[name]
     columns = columns if columns is not None else list(table.columns)
+    if declared is None:
+        declared = _kept_keys(table, [c.name for c in columns], renamed or {})
+    columns = keys.with_keys(columns, declared)
     data = session.run(query).table
     onions = any(e.onion for e in table.encryptions)  # rebuilt as onions, every layer on again
     workload = _kept_workload(table, columns, renamed or {})
-    _load(session, name, columns, data, workload, onions=onions)
+    if declared:
+        workload += _workload(name, columns, {"det": _key_columns(declared)})
+    _load(session, name, columns, data, workload, onions=onions and not declared)
+    keys.install(session, name, declared)
+
+
+def _kept_keys(table: TableDesign, alive: list[str], renamed: dict[str, str]) -> list[keys.Key]:
+    """The table's keys whose columns are all still there (renamed where they were)."""
+    kept = []
+    for key in table.keys:
+        columns = [renamed.get(c, c) for c in key]
+        if all(c in alive for c in columns):
+            kept.append(keys.Key(columns, primary=key == table.primary_key()))
+    return kept
 
 
 def reencrypt(session: Session, name: str) -> None:

@@ -21,6 +21,7 @@ from veil.sql.errors import (
     QueryCancelledError,
     QueryError,
     QuerySyntaxError,
+    UniqueViolationError,
     UnsupportedStatementError,
 )
 
@@ -31,6 +32,7 @@ _SQLSTATES: list[tuple[type[VeilError], str]] = [
     (InFailedTransactionError, "25P02"),  # in_failed_sql_transaction
     (ActiveTransactionError, "25001"),  # active_sql_transaction
     (NotNullViolationError, "23502"),  # not_null_violation
+    (UniqueViolationError, "23505"),  # unique_violation
     (SerializationError, "40001"),  # serialization_failure
     (QuerySyntaxError, "42601"),  # syntax_error
     (UnsupportedStatementError, "0A000"),  # feature_not_supported

@@ -53,6 +53,12 @@ class NotNullViolationError(IntegrityError):
     anchor = "constraints"
 
 
+class UniqueViolationError(IntegrityError):
+    """Two rows would have one declared key (23505); nothing was written."""
+
+    anchor = "constraints"
+
+
 class ClientDirectoryError(OperationalError):
     """The client directory is missing or incomplete."""
 
