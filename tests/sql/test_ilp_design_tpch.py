@@ -16,7 +16,7 @@ from veil.cli import main
 from veil.design.model import OPE, DesignError, PhysicalDesign
 from veil.design.policy import DET, Policy
 from veil.designer.files import chosen_design
-from veil.designer.ilp import BudgetError, solve
+from veil.designer.ilp import BudgetError, Problem, Solution, solve
 from veil.exec.session import Session
 from veil.frontend.design import DesignReport, design_workload
 from veil.load.loader import load
@@ -47,10 +47,21 @@ def test_budgets_are_kept_and_cost_buys_space(
     free = solve(tight.problem, None)
     assert free.seconds <= tight.solution.seconds * (1 + 1e-5)  # within the solver's gap
     # cost buys space: an unbounded design smaller than the tight one fits its budget too,
-    # so it can only be another of equal cost
+    # so it costs no less than the tight one. The cost the solver minimises counts the
+    # rebuilds of loaded tables (the problem is a change from the loaded design): a design
+    # whose queries run faster may rebuild more (CI saw 0.2125 s against 0.2140 s)
     if free.space_factor(tight.problem) < tight.space_factor:
-        assert free.seconds == pytest.approx(tight.solution.seconds, rel=1e-5)
+        assert _cost(tight.problem, tight.solution) <= _cost(tight.problem, free) * (1 + 1e-5)
     assert tight.seconds["ilp"] < 5  # the solver itself; planning dominates the rest
+
+
+def _cost(problem: Problem, solution: Solution) -> float:
+    """What the solver minimises: the workload's seconds and the rebuilds' (ties aside)."""
+    change = problem.change
+    if change is None:
+        return solution.seconds
+    rebuilt = sum(change.table_bytes[t] for t in solution.rebuilt)
+    return solution.seconds + change.seconds_per_byte * rebuilt
 
 
 def test_designing_leaves_the_session_answering_right(
