@@ -18,16 +18,35 @@ loaded, and it preserves what the schemes are used for:
 | TIMESTAMP             | int64 microseconds since the epoch        |
 | BOOLEAN               | int64 0 / 1                               |
 | DOUBLE, REAL          | int64 with the order-preserving bit trick |
+| TIMESTAMPTZ           | int64 microseconds since the epoch (UTC)  |
 | VARCHAR               | UTF-8 bytes                               |
+| DECIMAL(p,s), p > 18  | bytes: the value's text with s decimals   |
+| UUID                  | bytes: its 16 bytes                       |
+| JSON (json, jsonb)    | bytes: canonical text, as jsonb keeps it  |
+| BLOB (bytea)          | bytes: the value itself                   |
+| INTERVAL              | bytes: months, days, nanoseconds (Arrow)  |
+| T[] (arrays)          | bytes: the array's JSON text              |
 
-Everything is vectorised over Arrow arrays; NULL stays NULL.
+Byte-string kinds take DET (AES-SIV) and RND, never OPE or sums. Intervals
+and arrays are fetched and filtered on the client: equal values may have
+different encodings (``INTERVAL '1 month' = INTERVAL '30 days'``), so DET
+could not answer ``=`` over them. JSON is stored as PostgreSQL's jsonb keeps
+it (keys sorted shortest first, the last of duplicate keys, no insignificant
+whitespace), so DET of it answers jsonb's ``=``.
+
+Everything is vectorised over Arrow arrays (JSON is canonicalised once per
+distinct value, on writes only); NULL stays NULL.
 """
 
 from __future__ import annotations
 
+import decimal
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +60,38 @@ TIMESTAMP_KIND = "timestamp"
 BOOL_KIND = "bool"
 FLOAT_KIND = "float"
 STRING_KIND = "string"
+TIMESTAMPTZ_KIND = "timestamptz"
+WIDE_DECIMAL_KIND = "wide_decimal"
+UUID_KIND = "uuid"
+JSON_KIND = "json"
+BLOB_KIND = "blob"
+INTERVAL_KIND = "interval"
+LIST_KIND = "list"
+
+INTEGRAL_KINDS = frozenset(
+    {INT_KIND, DECIMAL_KIND, DATE_KIND, TIMESTAMP_KIND, TIMESTAMPTZ_KIND, BOOL_KIND, FLOAT_KIND}
+)
+# equal values may have different encodings: no DET, filtered on the client
+_UNEQUAL_KINDS = frozenset({INTERVAL_KIND, LIST_KIND})
+_NUMBERS = ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT")
+_MOMENTS = ("DATE", "TIMESTAMP", "VARCHAR")
+# the DuckDB types of constants that compare exactly with a column of each kind
+CONSTANT_FAMILIES: dict[str, tuple[str, ...]] = {
+    INT_KIND: _NUMBERS,
+    DECIMAL_KIND: _NUMBERS,
+    WIDE_DECIMAL_KIND: _NUMBERS,
+    FLOAT_KIND: _NUMBERS,
+    DATE_KIND: _MOMENTS,
+    TIMESTAMP_KIND: _MOMENTS,
+    TIMESTAMPTZ_KIND: _MOMENTS,
+    STRING_KIND: ("VARCHAR",),
+    BOOL_KIND: ("BOOLEAN",),
+    UUID_KIND: ("UUID", "VARCHAR"),
+    JSON_KIND: ("JSON", "VARCHAR"),
+    BLOB_KIND: ("BLOB",),
+    INTERVAL_KIND: (),
+    LIST_KIND: (),
+}
 
 _INT_TYPES = {
     "TINYINT",
@@ -54,6 +105,24 @@ _INT_TYPES = {
 }
 _FLOAT_TYPES = {"DOUBLE", "REAL", "FLOAT"}
 _STRING_TYPES = {"VARCHAR", "TEXT", "STRING"}
+# PostgreSQL's (and DuckDB's) other spellings, without spaces
+_ALIASES = {
+    "INT": "INTEGER",
+    "INT4": "INTEGER",
+    "INT8": "BIGINT",
+    "INT2": "SMALLINT",
+    "TEXT": "VARCHAR",
+    "STRING": "VARCHAR",
+    "FLOAT": "REAL",
+    "FLOAT4": "REAL",
+    "FLOAT8": "DOUBLE",
+    "DOUBLEPRECISION": "DOUBLE",
+    "BOOL": "BOOLEAN",
+    "TIMESTAMPWITHTIMEZONE": "TIMESTAMPTZ",
+    "TIMESTAMPWITHOUTTIMEZONE": "TIMESTAMP",
+    "BYTEA": "BLOB",
+    "JSONB": "JSON",
+}
 _DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\((\d+),\s*(\d+)\)\Z")
 _SIGN_FLIP = np.int64(0x7FFF_FFFF_FFFF_FFFF)
 
@@ -94,31 +163,47 @@ class SqlType:
     @property
     def is_integral(self) -> bool:
         """Encoded as int64 (so DET FF1, OPE and HOM apply)."""
-        return self.kind != STRING_KIND
+        return self.kind in INTEGRAL_KINDS
+
+    @property
+    def has_equality(self) -> bool:
+        """Equal values have equal encodings (so DET can answer ``=``)."""
+        return self.kind not in _UNEQUAL_KINDS
+
+    @property
+    def element(self) -> SqlType:
+        """An array's element type."""
+        assert self.name.endswith("[]")
+        return SqlType(self.name[:-2])
 
     def arrow_type(self) -> pa.DataType:
         kind = self.kind
-        if kind == DECIMAL_KIND:
-            match = _DECIMAL.match(self.name)
-            assert match is not None
-            return pa.decimal128(int(match.group(1)), int(match.group(2)))
+        if kind in (DECIMAL_KIND, WIDE_DECIMAL_KIND):
+            return pa.decimal128(self.precision, self.scale)
         if kind == INT_KIND:
             return _int_arrow(self.name)
+        if kind == LIST_KIND:
+            return pa.list_(self.element.arrow_type())
         return {
             DATE_KIND: pa.date32(),
             TIMESTAMP_KIND: pa.timestamp("us"),
+            TIMESTAMPTZ_KIND: pa.timestamp("us", tz="UTC"),
             BOOL_KIND: pa.bool_(),
             FLOAT_KIND: pa.float64() if self.name != "REAL" else pa.float32(),
             STRING_KIND: pa.string(),
+            UUID_KIND: pa.uuid(),
+            JSON_KIND: pa.json_(),
+            BLOB_KIND: pa.binary(),
+            INTERVAL_KIND: pa.month_day_nano_interval(),
         }[kind]
 
 
 def normalize_type(name: str) -> str:
     """DuckDB's spelling of a type, checked to be one Veil can encode."""
     text = name.strip().upper().replace(" ", "")
-    text = {"INT": "INTEGER", "TEXT": "VARCHAR", "STRING": "VARCHAR", "FLOAT": "REAL"}.get(
-        text, text
-    )
+    if text.endswith("[]"):
+        return normalize_type(text[:-2]) + "[]"
+    text = _ALIASES.get(text, text)
     if text.startswith("VARCHAR("):
         text = "VARCHAR"
     _kind_of(text)
@@ -130,13 +215,20 @@ def _kind_of(name: str) -> str:
         return INT_KIND
     match = _DECIMAL.match(name)
     if match:
-        if int(match.group(1)) > 18:
-            raise EncodingError(f"{name} does not fit in 64 bits; use DECIMAL(18,s) or narrower")
-        return DECIMAL_KIND
+        if int(match.group(1)) > 38:
+            raise EncodingError(f"{name} has more digits than DECIMAL's 38")
+        return DECIMAL_KIND if int(match.group(1)) <= 18 else WIDE_DECIMAL_KIND
+    if name.endswith("[]"):
+        _kind_of(name[:-2])
+        return LIST_KIND
     if name == "DATE":
         return DATE_KIND
     if name in ("TIMESTAMP", "DATETIME"):
         return TIMESTAMP_KIND
+    if name in ("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE"):
+        return TIMESTAMPTZ_KIND
+    if name in ("UUID", "JSON", "BLOB", "INTERVAL"):
+        return name.lower()
     if name == "BOOLEAN":
         return BOOL_KIND
     if name in _FLOAT_TYPES:
@@ -145,7 +237,8 @@ def _kind_of(name: str) -> str:
         return STRING_KIND
     raise EncodingError(
         f"SQL type {name} has no Veil encoding; cast the column to one of INTEGER, BIGINT, "
-        "DECIMAL(p<=18,s), DATE, TIMESTAMP, BOOLEAN, DOUBLE or VARCHAR before loading"
+        "NUMERIC(p,s), DATE, TIMESTAMP, TIMESTAMPTZ, BOOLEAN, DOUBLE, VARCHAR, UUID, JSON, "
+        "BYTEA, INTERVAL or an array of these"
     )
 
 
@@ -170,8 +263,8 @@ def encode(array: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
     """Plaintext column -> encoded column (int64 or binary), NULLs kept."""
     arr = _combined(array)
     kind = sql_type.kind
-    if kind == STRING_KIND:
-        return pc.cast(pc.cast(arr, pa.string()), pa.binary())
+    if kind in _BYTES_ENCODERS:
+        return _BYTES_ENCODERS[kind](arr, sql_type)
     if kind == DECIMAL_KIND:
         return _decimal_to_int64(pc.cast(arr, sql_type.arrow_type()))
     if kind == FLOAT_KIND:
@@ -180,6 +273,9 @@ def encode(array: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
         return pc.cast(pc.cast(pc.cast(arr, pa.date32()), pa.int32()), pa.int64())
     if kind == TIMESTAMP_KIND:
         return pc.cast(pc.cast(arr, pa.timestamp("us")), pa.int64())
+    if kind == TIMESTAMPTZ_KIND:
+        zone = arr.type.tz if pa.types.is_timestamp(arr.type) and arr.type.tz else "UTC"
+        return pc.cast(pc.cast(arr, pa.timestamp("us", tz=zone)), pa.int64())
     if kind == BOOL_KIND:
         return pc.cast(pc.cast(arr, pa.bool_()), pa.int64())
     return pc.cast(arr, pa.int64())
@@ -189,8 +285,8 @@ def decode(array: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
     """Encoded column -> plaintext column of ``sql_type``'s Arrow type."""
     arr = _combined(array)
     kind = sql_type.kind
-    if kind == STRING_KIND:
-        return pc.cast(arr, pa.string())
+    if kind in _BYTES_DECODERS:
+        return _BYTES_DECODERS[kind](arr, sql_type)
     if kind == DECIMAL_KIND:
         return _int64_to_decimal(pc.cast(arr, pa.int64()), sql_type.arrow_type(), sql_type)
     if kind == FLOAT_KIND:
@@ -199,16 +295,173 @@ def decode(array: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
         return pc.cast(pc.cast(arr, pa.int32()), pa.date32())
     if kind == TIMESTAMP_KIND:
         return pc.cast(arr, pa.timestamp("us"))
+    if kind == TIMESTAMPTZ_KIND:
+        return pc.cast(pc.cast(arr, pa.int64()), pa.timestamp("us", tz="UTC"))
     if kind == BOOL_KIND:
         return pc.not_equal(arr, 0)
     return pc.cast(arr, sql_type.arrow_type())
+
+
+# -- byte-string kinds ---------------------------------------------------------
+
+
+def _binary(arr: pa.Array) -> pa.Array:
+    return pc.cast(arr, pa.binary())
+
+
+def _encode_string(arr: pa.Array, _: SqlType) -> pa.Array:
+    return _binary(pc.cast(arr, pa.string()))
+
+
+def _decode_string(arr: pa.Array, _: SqlType) -> pa.Array:
+    return pc.cast(arr, pa.string())
+
+
+def _encode_wide_decimal(arr: pa.Array, sql_type: SqlType) -> pa.Array:
+    # a decimal's text always has the type's scale in digits: one text per value
+    return _binary(pc.cast(pc.cast(arr, sql_type.arrow_type()), pa.string()))
+
+
+def _decode_wide_decimal(arr: pa.Array, sql_type: SqlType) -> pa.Array:
+    return pc.cast(pc.cast(arr, pa.string()), sql_type.arrow_type())
+
+
+def _encode_blob(arr: pa.Array, _: SqlType) -> pa.Array:
+    return _binary(arr.storage if isinstance(arr, pa.ExtensionArray) else arr)
+
+
+def _decode_blob(arr: pa.Array, _: SqlType) -> pa.Array:
+    return _binary(arr)
+
+
+_HEX = np.full(256, 255, dtype=np.uint8)
+_HEX[np.frombuffer(b"0123456789", np.uint8)] = np.arange(10, dtype=np.uint8)
+_HEX[np.frombuffer(b"abcdef", np.uint8)] = np.arange(10, 16, dtype=np.uint8)
+_HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16, dtype=np.uint8)
+
+
+def _encode_uuid(arr: pa.Array, _: SqlType) -> pa.Array:
+    if isinstance(arr, pa.ExtensionArray):
+        arr = arr.storage
+    if pa.types.is_fixed_size_binary(arr.type):
+        return _binary(arr)
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return _binary(arr)
+    # 32 hex digits, in any of PostgreSQL's spellings (hyphens, braces, case)
+    digits = pc.replace_substring_regex(pc.cast(arr, pa.string()), r"[-{}]", "")
+    filled = digits.fill_null("0" * 32)
+    if len(filled) and pc.any(pc.not_equal(pc.binary_length(filled), 32)).as_py():
+        raise EncodingError("invalid input syntax for type uuid: it takes 32 hex digits")
+    raw = np.frombuffer(pc.cast(filled, pa.binary(32)).buffers()[1], np.uint8)
+    nibbles = _HEX[raw[filled.offset * 32 : (filled.offset + len(filled)) * 32]]
+    if (nibbles == 255).any():
+        raise EncodingError("invalid input syntax for type uuid: it takes 32 hex digits")
+    packed = (nibbles[0::2] << 4) | nibbles[1::2]
+    fixed = pa.Array.from_buffers(
+        pa.binary(16), len(arr), [_validity(arr), pa.py_buffer(packed.tobytes())]
+    )
+    return _binary(fixed)
+
+
+def _decode_uuid(arr: pa.Array, _: SqlType) -> pa.Array:
+    fixed = pc.cast(arr, pa.binary(16))
+    return pa.ExtensionArray.from_storage(pa.uuid(), fixed)
+
+
+def _encode_interval(arr: pa.Array, _: SqlType) -> pa.Array:
+    arr = pc.cast(arr, pa.month_day_nano_interval())
+    # Arrow's own layout: int32 months, int32 days, int64 nanoseconds (little-endian)
+    data = arr.buffers()[1].slice(arr.offset * 16, len(arr) * 16)
+    return _binary(pa.Array.from_buffers(pa.binary(16), len(arr), [_validity(arr), data]))
+
+
+def _decode_interval(arr: pa.Array, _: SqlType) -> pa.Array:
+    fixed = pc.cast(arr.fill_null(b"\0" * 16), pa.binary(16))
+    data = fixed.buffers()[1].slice(fixed.offset * 16, len(fixed) * 16)
+    return pa.Array.from_buffers(pa.month_day_nano_interval(), len(arr), [_validity(arr), data])
+
+
+def _encode_json(arr: pa.Array, _: SqlType) -> pa.Array:
+    text = pc.cast(arr.storage if isinstance(arr, pa.ExtensionArray) else arr, pa.string())
+    distinct = pc.unique(text).drop_null()
+    canonical = pa.array([canonical_json(t) for t in distinct.to_pylist()], pa.string())
+    return _binary(pc.take(canonical, pc.index_in(text, value_set=distinct)))
+
+
+def _decode_json(arr: pa.Array, _: SqlType) -> pa.Array:
+    return pa.ExtensionArray.from_storage(pa.json_(), pc.cast(arr, pa.string()))
+
+
+def canonical_json(text: str) -> str:
+    """JSON text as PostgreSQL's jsonb prints it: one text per jsonb value."""
+    try:
+        value = json.loads(text, parse_float=decimal.Decimal, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise EncodingError("invalid input syntax for type json") from None
+    return _jsonb_text(value)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(name)
+
+
+def _jsonb_text(value: object) -> str:
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda k: (len(k.encode()), k.encode()))
+        items = (f"{json.dumps(k, ensure_ascii=False)}: {_jsonb_text(value[k])}" for k in keys)
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_jsonb_text(v) for v in value) + "]"
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _encode_list(arr: pa.Array, _: SqlType) -> pa.Array:
+    with duckdb.connect() as connection:
+        connection.register("frame", pa.table({"v": arr}))
+        found = connection.sql("SELECT CAST(to_json(v) AS VARCHAR) FROM frame").to_arrow_table()
+    return _binary(found.column(0).combine_chunks())
+
+
+def _decode_list(arr: pa.Array, sql_type: SqlType) -> pa.Array:
+    with duckdb.connect() as connection:
+        connection.register("frame", pa.table({"v": pc.cast(arr, pa.string())}))
+        found = connection.sql(
+            f"SELECT CAST(CAST(v AS JSON) AS {sql_type.name}) FROM frame"
+        ).to_arrow_table()
+    return pc.cast(found.column(0).combine_chunks(), sql_type.arrow_type())
+
+
+_Coder = Callable[[pa.Array, SqlType], pa.Array]
+_BYTES_ENCODERS: dict[str, _Coder] = {
+    STRING_KIND: _encode_string,
+    WIDE_DECIMAL_KIND: _encode_wide_decimal,
+    BLOB_KIND: _encode_blob,
+    UUID_KIND: _encode_uuid,
+    INTERVAL_KIND: _encode_interval,
+    JSON_KIND: _encode_json,
+    LIST_KIND: _encode_list,
+}
+_BYTES_DECODERS: dict[str, _Coder] = {
+    STRING_KIND: _decode_string,
+    WIDE_DECIMAL_KIND: _decode_wide_decimal,
+    BLOB_KIND: _decode_blob,
+    UUID_KIND: _decode_uuid,
+    INTERVAL_KIND: _decode_interval,
+    JSON_KIND: _decode_json,
+    LIST_KIND: _decode_list,
+}
 
 
 def encode_scalar(value: object, sql_type: SqlType) -> int | bytes | None:
     """One plaintext value (as DuckDB returns it to Python) -> its encoding."""
     if value is None:
         return None
-    arrow_value = pa.array([value], type=sql_type.arrow_type())
+    try:
+        arrow_value = pa.array([value], type=sql_type.arrow_type())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        raise EncodingError(f"{value!r} is not a value of type {sql_type.name}") from None
     encoded = encode(arrow_value, sql_type)[0].as_py()
     assert isinstance(encoded, (int, bytes))
     return encoded

@@ -214,11 +214,12 @@ def _column_encryptions(
             Encryption(opaque_name("c"), column.name, scheme, column.type, scope, dict(params))
         )
 
-    wants_ope = ref in needs.ope and OPE in schemes and kind != STRING_KIND
+    sql_type = SqlType(column.type)
+    wants_ope = ref in needs.ope and OPE in schemes and sql_type.is_integral
     # OPE of the whole value already shows which values are equal, so a DET
     # copy reveals nothing more; it is what the client fetches (8 bytes, fast
     # to decrypt) instead of a 37-byte RND ciphertext.
-    if (ref in needs.det or wants_ope) and DET in schemes:
+    if (ref in needs.det or wants_ope) and DET in schemes and sql_type.has_equality:
         add(DET, f"det:{groups.get(ref, f'{table}.{column.name}')}")
     elif needs.queries and ref not in needs.read:
         # no query of the workload reads it: it only comes back whole, in blocks

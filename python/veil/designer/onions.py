@@ -90,13 +90,13 @@ def _onions(
 
     where = f"{table}.{column.name}@{load}"
     layers = {"onion": True} if peeled else dict(WRAPPED)
-    if highest == RND or DET not in schemes:
+    if highest == RND or DET not in schemes or not SqlType(column.type).has_equality:
         add(RND, f"rnd:{where}")
         return chosen
     add(DET, f"det:{where}", **layers)
     if kind == INT_KIND and JOIN in schemes:
         add(JOIN, f"join:{where}", **layers)
-    if kind != STRING_KIND and OPE in schemes and highest in (OPE, PLAIN):
+    if SqlType(column.type).is_integral and OPE in schemes and highest in (OPE, PLAIN):
         domain = column_domain(column)
         assert domain is not None
         add(OPE, f"ope:{where}", bits=signed_bits(*domain), **layers)

@@ -3,7 +3,8 @@
 Values come out as DuckDB's own Python API gives them, so code moving from
 plaintext DuckDB to Veil sees the same objects: MAPs as dicts; DATE and
 TIMESTAMP ``infinity`` / ``-infinity`` as the largest / smallest Python date
-or datetime; other values beyond Python's years 1-9999 as DuckDB's text.
+or datetime; other values beyond Python's years 1-9999 as DuckDB's text;
+INTERVALs as timedeltas (a month is 30 days, as DuckDB and psycopg count it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,23 @@ def column_values(column: pa.ChunkedArray | pa.Array) -> list[object]:
         return _temporal(
             column, pa.int64(), _TIMESTAMP_INFINITY, (low, high), dt.datetime.max, dt.datetime.min
         )
+    if pa.types.is_interval(column.type):
+        return _timedeltas(column)
     return column.to_pylist(maps_as_pydicts="strict")
+
+
+_MICROS_A_DAY = 86_400_000_000
+_MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")])
+
+
+def _timedeltas(column: pa.ChunkedArray | pa.Array) -> list[object]:
+    """Intervals as DuckDB gives them to Python: timedeltas, a month counted as 30 days."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    parts = np.frombuffer(arr.buffers()[1], _MONTH_DAY_NANO, len(arr) + arr.offset)[arr.offset :]
+    days = parts["months"].astype(np.int64) * 30 + parts["days"]
+    micros = days * _MICROS_A_DAY + parts["nanos"] // 1000
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return pa.array(micros, pa.duration("us"), mask=~valid).to_pylist()
 
 
 def _temporal(

@@ -26,7 +26,7 @@ from sqlglot import exp
 from veil.backends import Backend, connect_existing, n_square_bytes
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
-from veil.encoding import SqlType, encode_scalar
+from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
@@ -55,16 +55,6 @@ log = logging.getLogger(__name__)
 _IDLE, _OPEN, _FAILED = "idle", "open", "failed"  # an explicit transaction's states
 _UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?: Did you mean "([^"]+)"\?)?')
 T = TypeVar("T")
-
-_FAMILIES = {
-    "int": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
-    "decimal": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
-    "float": ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT"),
-    "date": ("DATE", "TIMESTAMP", "VARCHAR"),
-    "timestamp": ("DATE", "TIMESTAMP", "VARCHAR"),
-    "string": ("VARCHAR",),
-    "bool": ("BOOLEAN",),
-}
 
 
 @dataclass
@@ -629,7 +619,11 @@ class Session:
     def _exact_value(self, constant: str, sql_type: SqlType) -> object | None:
         cast = f"TRY_CAST(({constant}) AS {sql_type.name})"
         # Python reads DATE 'infinity' as 9999-12-31: such constants stay on the client
-        finite = f"NOT isinf({cast})" if sql_type.kind in ("date", "timestamp") else "true"
+        finite = (
+            f"NOT isinf({cast})"
+            if sql_type.kind in ("date", "timestamp", "timestamptz")
+            else "true"
+        )
         try:
             row = self.catalog.execute(
                 f"SELECT {cast}, {cast} = ({constant}), typeof(({constant})), {finite}"
@@ -638,7 +632,7 @@ class Session:
             return None
         if row[0] is None or row[1] is not True or row[3] is not True:
             return None
-        if not any(f in str(row[2]) for f in _FAMILIES[sql_type.kind]):
+        if not any(f in str(row[2]) for f in CONSTANT_FAMILIES[sql_type.kind]):
             return None
         return row[0]
 

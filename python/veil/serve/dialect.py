@@ -29,6 +29,7 @@ from sqlglot.tokens import TokenType
 from veil.serve.errors import WireError
 from veil.sql.catalog_queries import is_system_table
 from veil.sql.parse import literal
+from veil.sql.pg_types import rewrite_pg_types
 from veil.sql.sandbox import check_text
 
 READ = "postgres"
@@ -119,7 +120,7 @@ def parse(text: str) -> exp.Expr:
         bare = isinstance(key, exp.Column) and not key.table and not key.this.quoted
         if bare and key.name.upper() == "ALL":
             ordered.set("this", exp.var("ALL"))
-    return tree
+    return rewrite_pg_types(tree)
 
 
 def _position(text: str, line: int | None, column: int | None) -> int | None:

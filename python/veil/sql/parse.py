@@ -22,6 +22,7 @@ from sqlglot.tokens import Token, TokenType
 
 from veil.sql.errors import QueryError, QuerySyntaxError
 from veil.sql.functions import normalize_functions
+from veil.sql.pg_types import rewrite_pg_types
 
 DIALECT = "duckdb"
 _MARKERS = (TokenType.PLACEHOLDER, TokenType.QDCOLON)
@@ -77,7 +78,7 @@ def parse_statement(sql: str) -> exp.Expr:
         raise QuerySyntaxError(str(exc)) from None
     if len(statements) != 1:
         raise QuerySyntaxError(f"expected exactly one SQL statement, got {len(statements)}")
-    return normalize_functions(statements[0])
+    return rewrite_pg_types(normalize_functions(statements[0]))
 
 
 def _numbered_markers(tokens: list[Token]) -> list[Token]:
