@@ -18,12 +18,30 @@ _databases = itertools.count(1)
 Server = TypeVar("Server", bound=ServerProcess)
 
 
-def _serve(server: Server) -> Iterator[Server]:
-    server.start()
+def _serve(server: Server, config: pytest.Config) -> Iterator[Server]:
+    """The session's server of this kind, started by the first fixture that asks for it.
+    Tests outside tests/documents import these fixtures (tests/concurrency), as another
+    module than pytest's conftest: the running servers, with how many fixtures hold
+    each, are kept on the session's config, which both copies see."""
+    _running: dict[type, tuple[ServerProcess, int]] = config.__dict__.setdefault(
+        "veil_document_servers", {}
+    )
+    kind = type(server)
+    if kind in _running:
+        shared, holders = _running[kind]
+        _running[kind] = shared, holders + 1
+    else:
+        server.start()
+        _running[kind] = server, 1
     try:
-        yield server
+        yield _running[kind][0]  # type: ignore[misc]
     finally:
-        server.stop()
+        shared, holders = _running[kind]
+        if holders == 1:
+            del _running[kind]
+            shared.stop()
+        else:
+            _running[kind] = shared, holders - 1
 
 
 def _plain_database(server: ServerProcess, name: str) -> Iterator[pymongo.database.Database]:
@@ -35,9 +53,11 @@ def _plain_database(server: ServerProcess, name: str) -> Iterator[pymongo.databa
 
 
 @pytest.fixture(scope="session")
-def ferretdb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FerretDBServer]:
+def ferretdb(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[FerretDBServer]:
     """One FerretDB for the whole session; a build failure fails loudly, never skips."""
-    yield from _serve(FerretDBServer(tmp_path_factory.mktemp("ferretdb")))
+    yield from _serve(FerretDBServer(tmp_path_factory.mktemp("ferretdb")), pytestconfig)
 
 
 @pytest.fixture
@@ -58,9 +78,11 @@ def plain(ferretdb: FerretDBServer, database_name: str) -> Iterator[pymongo.data
 
 
 @pytest.fixture(scope="session")
-def mongo_java(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoJavaServer]:
+def mongo_java(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[MongoJavaServer]:
     """One mongo-java-server for the session, started by the first test that asks for it."""
-    yield from _serve(MongoJavaServer(tmp_path_factory.mktemp("mongo_java")))
+    yield from _serve(MongoJavaServer(tmp_path_factory.mktemp("mongo_java")), pytestconfig)
 
 
 @pytest.fixture

@@ -85,7 +85,12 @@ def test_h_add_forms_flat_nested_and_created_by_inc(url, key_file, sums):
         assert rows == {1: (16, 8.0), 2: (103, 51.5)}
         database.t.update_one({"_id": 3}, {"$set": {"v": 2}})
         stored = database.t._server.find_one({"_id": 3})
-        assert set(stored) == {"_id", database.t.codec.ciphers["g"].name, *cipher.stored_names[:3]}
+        assert set(stored) == {
+            "_id",
+            database.t.codec.version,
+            database.t.codec.ciphers["g"].name,
+            *cipher.stored_names[:3],
+        }
         assert database.t.find_one({"_id": 3}, {"v": 1}) == {"_id": 3, "v": 2}
         database.t.update_one({"_id": 2}, {"$unset": {"v": ""}})
         assert database.t.find_one({"_id": 2}) == {"_id": 2, "g": 1}

@@ -23,6 +23,7 @@ from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
 from veil.documents.collection import CATALOG, Collection, server_errors
 from veil.documents.errors import DocumentsError, ServerRefusedError
 from veil.documents.schema import Schema, load_schema
+from veil.documents.versions import MODES
 from veil.errors import WrongKeyError
 
 DEFAULT_DATABASE = "veil"
@@ -38,6 +39,7 @@ def connect(
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
     client_options: dict[str, Any] | None = None,
     sums: str = "auto",
+    writes: str = "auto",
 ) -> Database:
     """Open the database named in ``url`` (or ``database``, default ``veil``).
 
@@ -53,9 +55,21 @@ def connect(
     server: ``"fetch"`` on FerretDB, whose ``$group`` computes one accumulator
     per query (1.24: the server path measured 5-8x plain pymongo, fetching 2-4x;
     bench/RESULTS.md), or when it cannot tell; ``"server"`` elsewhere.
+
+    ``writes`` chooses how a write of an existing document excludes concurrent
+    writers of it (veil.documents.versions): ``"conditional"`` (one update
+    conditioned on the version read: right where the server applies each
+    single-document update atomically, as MongoDB does) or ``"claimed"`` (the
+    version is first claimed by a unique insert: right on any server, one claim
+    and one release more per document written). ``"auto"`` (the default) asks
+    the server: ``"claimed"`` on FerretDB (1.24 applies an update as a read and a
+    later write, so concurrent updates of one document lose changes) or when it
+    cannot tell, ``"conditional"`` elsewhere.
     """
     if sums not in ("auto", "server", "fetch"):
         raise DocumentsError(f'sums is "auto", "server" or "fetch", not {sums!r}')
+    if writes not in ("auto", *MODES):
+        raise DocumentsError(f'writes is "auto", "claimed" or "conditional", not {writes!r}')
     master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file)
     schemas = _schemas(schema)
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
@@ -68,20 +82,23 @@ def connect(
     name = database or parse_uri(url).get("database") or DEFAULT_DATABASE
     try:
         opened = Database(client, name, master, schemas)
-        opened.sums = _sums_for(client) if sums == "auto" else sums
+        info = _build_info(client)
+        ferretdb = info is None or "ferretdbVersion" in info
+        opened.sums = ("fetch" if ferretdb else "server") if sums == "auto" else sums
+        opened.writes = ("claimed" if ferretdb else "conditional") if writes == "auto" else writes
         return opened
     except BaseException:
         client.close()  # a wrong key or an unreachable server leaves no client behind
         raise
 
 
-def _sums_for(client: pymongo.MongoClient[dict[str, Any]]) -> str:
-    """How this server's grouped sums run best: ``fetch`` on FerretDB (or when unknown)."""
+def _build_info(client: pymongo.MongoClient[dict[str, Any]]) -> dict[str, Any] | None:
+    """The server's ``buildInfo`` (FerretDB names its version there); None if refused:
+    the choices made from it then take the ones right on any server."""
     try:
-        info = client.admin.command("buildInfo")
+        return dict(client.admin.command("buildInfo"))
     except pymongo.errors.PyMongoError:
-        return "fetch"  # always right, whatever the server's pipeline can do
-    return "fetch" if "ferretdbVersion" in info else "server"
+        return None
 
 
 def _schemas(schema: dict[str, Any] | str | os.PathLike[str] | None) -> dict[str, Schema]:
@@ -111,6 +128,7 @@ class Database:
         self.server_database = client[name]
         self._schemas = schemas
         self.sums = "server"
+        self.writes = "claimed"
         self._pushes: bool | None = None
         self._collections: dict[str, Collection] = {}
         self._name_key = master.derive(KeyLabel("documents-collection", name))

@@ -24,6 +24,7 @@ from veil.documents.errors import SchemaError
 from veil.documents.fields import NAME_BYTES, FieldCipher, opaque_name
 from veil.documents.match import MISSING, get_path
 from veil.documents.schema import FieldSpec, Schema
+from veil.documents.versions import new_version
 
 #: ``claim(cipher, group values) -> [(chain, position, sub-chain)]``: slots for a
 #: batch's non-null chained values, given their group values (claimed in the server).
@@ -54,12 +55,15 @@ class DocumentCodec:
             parent: opaque_name(master, scope, parent + ".") for parent in _parents(schema)
         }
         self._parent_paths = {name: parent for parent, name in self.parents.items()}
+        #: The document's version, drawn afresh by every write (veil.documents.versions);
+        #: no user path starts with ``$``.
+        self.version = opaque_name(master, scope, "$version")
         #: Names that hold parts of another name's value (ASHE's high half, ids).
         self._companions = {
             name for cipher in self.ciphers.values() for name in cipher.stored_names[1:]
         }
-        names = set(self._by_name) | set(self._parent_paths) | self._companions
-        if len(names) != len(self.ciphers) + 1 + len(self.parents) + len(self._companions):
+        names = set(self._by_name) | set(self._parent_paths) | self._companions | {self.version}
+        if len(names) != len(self.ciphers) + 2 + len(self.parents) + len(self._companions):
             raise SchemaError(
                 "two field paths of this collection hash to one stored name; rename one"
             )
@@ -100,7 +104,7 @@ class DocumentCodec:
             if not isinstance(document, dict):
                 raise SchemaError(f"a document is a dict, not {type(document).__name__}")
             document.setdefault("_id", ObjectId())
-            out: dict[str, Any] = {"_id": document["_id"]}
+            out: dict[str, Any] = {"_id": document["_id"], self.version: new_version()}
             extras: dict[str, Any] = {}
             self._split(document, "", out, columns, extras, row)
             if extras:
@@ -180,7 +184,7 @@ class DocumentCodec:
                 elif name in self._by_name:
                     form = self._by_name[name].gathered(entry)
                     columns.setdefault(name, []).append((row, form))
-                elif name not in self._companions:
+                elif name not in self._companions and name != self.version:
                     document[name] = copy.deepcopy(form) if isinstance(form, dict) else form
             documents.append(document)
         for name, entries in columns.items():

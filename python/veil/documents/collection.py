@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import random
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -40,6 +42,14 @@ from veil.documents.paillier import FOLD_AT, PENDING
 from veil.documents.query import conjunction, normalise_sort, translate_filter
 from veil.documents.schema import Schema
 from veil.documents.update import KEEP, Assign, Revealed, plan_update
+from veil.documents.versions import (
+    LEASE,
+    WRITE_PATIENCE,
+    Claims,
+    Watch,
+    claim_key,
+    new_version,
+)
 
 if TYPE_CHECKING:
     from veil.documents.client import Database
@@ -49,8 +59,10 @@ if TYPE_CHECKING:
 CATALOG = "veil_documents"
 #: Documents per server reply: few round trips for large results, within 16 MiB replies.
 FETCH_BATCH = 20_000
-#: Attempts of a read-modify-write update on one document before giving up.
-WRITE_RETRIES = 50
+#: Attempts of one document's write that the server refused, before raising its refusal.
+REFUSED_RETRIES = 8
+#: A write of one document that deletes it (:meth:`Collection._write_each`).
+DELETE = object()
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -79,9 +91,11 @@ class Collection:
         self.codec = DocumentCodec(database.master, f"{database.name}/{name}", schema)
         self.server_name = database.opaque_collection_name(name)
         self._server = database.server_database[self.server_name]
-        self._trees: list[Any] = []
+        self._trees: list[Any] = []  # side collections, dropped with this one
         self._chains: dict[str, ChainClaims] = {}
         self._nested: dict[str, bool] = {}  # holds_nested_forms, per stored name
+        self._claims = Claims(database.server_database[self.server_name + "w"])
+        self._trees.append(self._claims.collection)
         for cipher in self.codec.ciphers.values():
             if cipher.ore is not None:  # each ore field's B+-tree: nodes and claims
                 base = f"{self.server_name}{cipher.name}"
@@ -213,13 +227,40 @@ class Collection:
             return self._update_paillier(query, deltas, server_update, many)
         if client_ops:
             return self._update_on_client(query, client_ops, server_update, many)
-        server_filter = self._exact_filter(query, many)
+        return self._blind(self._exact_filter(query, many), server_update, many)
+
+    def _blind(self, server_filter: dict[str, Any], change: Any, many: bool) -> UpdateResult:
+        """A change the server makes without the client reading the documents (an update
+        document, or a replacement with ``many`` False), each document given a new
+        version: one command where the server's single-document updates are atomic,
+        else each matching document's version claimed and written (:meth:`_write_each`)."""
+        if self.database.writes == "conditional":
+            with server_errors("update", self.codec):
+                if _is_replacement(change):
+                    return self._server.replace_one(
+                        server_filter, dict(change, **{self.codec.version: new_version()})
+                    )
+                versioned = _versioned(change, self.codec.version, new_version())
+                if many:
+                    return self._server.update_many(server_filter, versioned)
+                return self._server.update_one(server_filter, versioned)
+        targets = self._versions_of(server_filter, many)
+
+        def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
+            fresh = self._versions_of(conjunction([server_filter, {"_id": target[0]["_id"]}]))
+            return fresh[0] if fresh else None
+
+        return self._write_each(targets, lambda _: change, reread)
+
+    def _versions_of(self, server_filter: dict[str, Any], many: bool = False) -> list[Any]:
+        """(stored ``_id`` and version, None) of the documents ``server_filter`` matches
+        (the first, unless ``many``)."""
         with server_errors("update", self.codec):
-            if many:
-                result = self._server.update_many(server_filter, server_update)
-            else:
-                result = self._server.update_one(server_filter, server_update)
-        return result
+            found = self._server.find(
+                server_filter, {self.codec.version: 1}, limit=0 if many else 1,
+                batch_size=FETCH_BATCH,
+            )  # fmt: skip
+            return [(stored, None) for stored in found]
 
     def _update_revealed(
         self, query: dict[str, Any], increments: dict[str, Revealed], server_update: dict[str, Any]
@@ -243,8 +284,7 @@ class Collection:
             added[cipher.name] = Int64(increment(cipher.chained.layout, op.delta))
             guards.append({cipher.name + "p": {"$exists": True}})  # a chained value, not null
         server_filter = conjunction([self._exact_filter(query, many=False), *guards])
-        with server_errors("update", self.codec):
-            result = self._server.update_one(server_filter, dict(server_update, **{"$inc": added}))
+        result = self._blind(server_filter, dict(server_update, **{"$inc": added}), many=False)
         return result if result.matched_count else None
 
     def _update_on_client(
@@ -254,10 +294,8 @@ class Collection:
         """Read, change, re-encrypt, write back only if the document is unchanged meanwhile;
         a document another writer changed first is read again and the change re-applied."""
 
-        def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-            stored, document = target
-            update = self._client_update(document, client_ops, server_update)
-            return stored_condition(stored), update
+        def write(target: tuple[Any, Any]) -> dict[str, Any]:
+            return self._client_update(target[1], client_ops, server_update)
 
         def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
             return self._reread(target[0]["_id"], query)
@@ -267,7 +305,7 @@ class Collection:
         for _, document in targets:  # refused before anything is written
             for path, delta in added.items():
                 self._check_sum(path, _incremented(document, path, delta))
-        return self._conditional_writes(targets, write, reread)
+        return self._write_each(targets, write, reread)
 
     def _check_sum(self, path: str, value: Any) -> None:
         """Refuse an incremented value its field cannot store (a chained field's domain)."""
@@ -303,8 +341,7 @@ class Collection:
         update = dict(server_update)
         update["$push"] = {**server_update.get("$push", {}), **pushed}  # ASHE's $inc ids too
         server_filter = conjunction([self._exact_filter(query, many=False), *room])
-        with server_errors("update", self.codec):
-            result = self._server.update_one(server_filter, update)
+        result = self._blind(server_filter, update, many=False)
         return result if result.matched_count else None
 
     def _update_paillier(
@@ -316,16 +353,15 @@ class Collection:
         key's addition), written back with no pending ones only if none of them changed
         meanwhile, else read again and re-added."""
         server_filter = self._exact_filter(query, many)
-        read = [*deltas, *(name + PENDING for name in deltas)]
+        read = [*deltas, *(name + PENDING for name in deltas), self.codec.version]
         projection = dict.fromkeys(read, 1)
         with server_errors("update", self.codec):
             targets = list(self._server.find(server_filter, projection, limit=0 if many else 1))
         for target in targets:  # refused before anything is written
             _paillier_addable(target, deltas)
 
-        def write(target: tuple[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-            condition = conjunction([server_filter, _unchanged(target[0], read)])
-            return condition, self._paillier_update(target[0], deltas, server_update)
+        def write(target: tuple[Any, Any]) -> dict[str, Any]:
+            return self._paillier_update(target[0], deltas, server_update)
 
         def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
             with server_errors("update", self.codec):
@@ -336,38 +372,111 @@ class Collection:
                 _paillier_addable(fresh, deltas)
             return None if fresh is None else (fresh, None)
 
-        return self._conditional_writes(((t, None) for t in targets), write, reread)
+        return self._write_each([(t, None) for t in targets], write, reread)
 
-    def _conditional_writes(
+    def _write_each(
         self,
         targets: Iterable[tuple[Any, Any]],
-        write: Callable[[tuple[Any, Any]], tuple[dict[str, Any], dict[str, Any]]],
+        write: Callable[[tuple[Any, Any]], Any],
         reread: Callable[[tuple[Any, Any]], tuple[Any, Any] | None],
     ) -> UpdateResult:
-        """Each target's ``(condition, update) = write(target)`` until its condition holds;
-        a target whose condition failed (another writer came first) is ``reread``: None
-        means deleted or no longer matching, left alone as the server would leave it."""
+        """Each target's ``write(target)`` (an update document, a replacement, or
+        ``DELETE``) applied to its stored document (``target[0]``, its ``_id`` and
+        version at least) only while that document is at the version read, with a new
+        version; a target another writer changed first is ``reread`` (None: deleted or
+        no longer matching, left alone as the server would leave it) and written again
+        (veil.documents.versions)."""
         matched = modified = 0
         for target in targets:
-            current: tuple[Any, Any] | None = target
-            for _ in range(WRITE_RETRIES):
-                assert current is not None
-                condition, update = write(current)
-                with server_errors("update", self.codec):
-                    result = self._server.update_one(condition, update)
-                if result.matched_count:
-                    matched += 1
-                    modified += result.modified_count
-                    break
-                current = reread(current)
-                if current is None:
-                    break
-            else:
-                raise ServerError(
-                    f"document {target[0]['_id']!r} kept changing under {WRITE_RETRIES} "
-                    "attempts to update it; retry later"
-                )
+            written = self._write_one(target, write, reread)
+            if written is not None:
+                matched += 1
+                modified += written
         return UpdateResult({"n": matched, "nModified": modified, "ok": 1.0}, acknowledged=True)
+
+    def _write_one(
+        self,
+        target: tuple[Any, Any],
+        write: Callable[[tuple[Any, Any]], Any],
+        reread: Callable[[tuple[Any, Any]], tuple[Any, Any] | None],
+    ) -> int | None:
+        """Documents modified (0 or 1) by one target's write; None if it no longer matched."""
+        watch = Watch()
+        current: tuple[Any, Any] | None = target
+        while current is not None:
+            stored = current[0]
+            version = stored.get(self.codec.version)
+            watch.reset(version)
+            held: list[str] = []
+            if self.database.writes == "claimed":
+                key = claim_key(stored["_id"], version, watch.generation)
+                if not self._claim_version(key):
+                    fresh = reread(current)
+                    same = fresh is not None and fresh[0].get(self.codec.version) == version
+                    if same and not watch.lost():
+                        raise ServerError(_kept_changing(stored["_id"]))
+                    current = fresh
+                    continue
+                held = [claim_key(stored["_id"], version, g) for g in range(watch.generation + 1)]
+            claimed = time.monotonic()
+            try:
+                written = self._write_version(stored, version, write(current), claimed, watch)
+            finally:
+                if held:
+                    self._claims.release(held)
+            if written is not None:
+                return written
+            current = reread(current)
+        return None
+
+    def _claim_version(self, key: str) -> bool:
+        """Whether this writer won ``key``; a refused claim is tried again a few times."""
+        for attempt in range(REFUSED_RETRIES):
+            try:
+                with server_errors("claiming a document's version", self.codec):
+                    return self._claims.claim(key)
+            except ServerRefusedError:
+                if attempt == REFUSED_RETRIES - 1:
+                    raise
+                time.sleep(0.005 * 2**attempt * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    def _write_version(
+        self, stored: dict[str, Any], version: Any, change: Any, claimed: float, watch: Watch
+    ) -> int | None:
+        """Apply ``change`` to ``stored``'s document if it is still at ``version``: the
+        documents modified (0 or 1), or None if it has moved on (or is gone). A refusal
+        is checked by reading the version back (the new version: it was applied) and,
+        while the document is unchanged, tried again after a backoff."""
+        condition = {
+            "_id": stored["_id"],
+            self.codec.version: {"$exists": False} if version is None else version,
+        }
+        new = new_version()
+        for attempt in range(REFUSED_RETRIES):
+            if self.database.writes == "claimed" and time.monotonic() - claimed > LEASE / 4:
+                return None  # too late to trust the claim: give it up and read again
+            try:
+                with server_errors("update", self.codec):
+                    if change is DELETE:
+                        return self._server.delete_one(condition).deleted_count or None
+                    if _is_replacement(change):
+                        replacement = dict(change, **{self.codec.version: new})
+                        result = self._server.replace_one(condition, replacement)
+                    else:
+                        versioned = _versioned(change, self.codec.version, new)
+                        result = self._server.update_one(condition, versioned)
+                return result.modified_count if result.matched_count else None
+            except ServerRefusedError:
+                with server_errors("update", self.codec):
+                    now = self._server.find_one({"_id": stored["_id"]}, {self.codec.version: 1})
+                if now is not None and now.get(self.codec.version) == new:
+                    return 1
+                if now is None or now.get(self.codec.version) != version:
+                    return None
+                if attempt == REFUSED_RETRIES - 1 or not watch.backoff():
+                    raise
+        raise AssertionError("unreachable")
 
     def _paillier_update(
         self, stored: dict[str, Any], deltas: dict[str, tuple[Any, bytes]],
@@ -436,17 +545,36 @@ class Collection:
         document = dict(replacement, _id=None)
         stored = self.codec.encode_many([document], self._claim)[0]
         stored.pop("_id")
-        server_filter = self._exact_filter(query, many=False)
-        with server_errors("replace_one", self.codec):
-            return self._server.replace_one(server_filter, stored)
+        stored.pop(self.codec.version)  # each write draws its own
+        return self._blind(self._exact_filter(query, many=False), stored, many=False)
 
     def delete_one(self, query: dict[str, Any]) -> DeleteResult:
-        with server_errors("delete_one", self.codec):
-            return self._server.delete_one(self._exact_filter(query, many=False))
+        return self._delete(query, many=False)
 
     def delete_many(self, query: dict[str, Any]) -> DeleteResult:
-        with server_errors("delete_many", self.codec):
-            return self._server.delete_many(self._exact_filter(query, many=True))
+        return self._delete(query, many=True)
+
+    def _delete(self, query: dict[str, Any], many: bool) -> DeleteResult:
+        """One server command where it deletes exactly what matched when it is applied: on a
+        server whose single-document writes are atomic, or by ``_id`` alone (which no
+        write changes); else each matching document's version is claimed and the document
+        deleted only at that version, so a document changed meanwhile so that it no
+        longer matches is not deleted."""
+        server_filter = self._exact_filter(query, many)
+        what = "delete_many" if many else "delete_one"
+        if self.database.writes == "conditional" or _pins_one(query):
+            with server_errors(what, self.codec):
+                if many:
+                    return self._server.delete_many(server_filter)
+                return self._server.delete_one(server_filter)
+        targets = self._versions_of(server_filter, many)
+
+        def reread(target: tuple[Any, Any]) -> tuple[Any, Any] | None:
+            fresh = self._versions_of(conjunction([server_filter, {"_id": target[0]["_id"]}]))
+            return fresh[0] if fresh else None
+
+        deleted = self._write_each(targets, lambda _: DELETE, reread).matched_count
+        return DeleteResult({"n": deleted, "ok": 1.0}, acknowledged=True)
 
     def _exact_filter(self, query: dict[str, Any], many: bool) -> dict[str, Any]:
         """A server filter selecting exactly the matching documents (by _id if need be)."""
@@ -635,16 +763,18 @@ def _pins_one(query: dict[str, Any]) -> bool:
     return not (isinstance(value, dict) and any(str(k).startswith("$") for k in value))
 
 
-def _unchanged(stored: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    """A filter matching ``stored``'s document while the fields ``names`` are unchanged."""
-    condition: dict[str, Any] = {"_id": stored["_id"]}
-    for name in names:
-        value = stored.get(name, MISSING)
-        condition[name] = {"$exists": False} if value is MISSING else value
-    return condition
+def _is_replacement(change: Any) -> bool:
+    """Whether a write is a whole stored document rather than update operators."""
+    return isinstance(change, dict) and not any(str(k).startswith("$") for k in change)
 
 
-def stored_condition(stored: dict[str, Any]) -> dict[str, Any]:
-    """A filter matching ``stored`` only while none of its fields changed: its fields side
-    by side, each an equality (``veil.documents.query.conjunction``)."""
-    return dict(stored)
+def _versioned(update: dict[str, Any], name: str, version: Any) -> dict[str, Any]:
+    """``update`` also setting the document's version ``name`` to ``version``."""
+    return dict(update, **{"$set": {**update.get("$set", {}), name: version}})
+
+
+def _kept_changing(document_id: Any) -> str:
+    return (
+        f"document {document_id!r} kept changing under other writers for "
+        f"{int(WRITE_PATIENCE)} s of attempts to update it; retry later"
+    )

@@ -1,0 +1,135 @@
+"""Document versions: every write of a stored document supersedes the version it read.
+
+Each stored document carries a random 63-bit *version* under an opaque name of
+its own, drawn afresh by every write (insert, update, replace). A write that
+changes a document names the version it read in its filter
+(``{_id, version}``) and sets a new one, so it applies only if nobody wrote
+the document since it read it; a writer whose condition failed reads the
+document again and re-applies its change.
+
+On a server whose single-document updates are atomic (MongoDB,
+mongo-java-server), that conditional update is a compare-and-set and
+suffices (``"conditional"`` writes). FerretDB 1.24 is not such a server: its
+update finds the matching documents, applies the update in Go, and writes
+each whole document back by ``_id`` in a second statement
+(``handler/msg_update.go``, ``backends/sqlite/collection.go``), so two
+writers that both read version ``v`` both write, and the later one erases the
+earlier one's change, conditional or not. There (``"claimed"`` writes), the
+right to supersede ``v`` is claimed first by inserting ``"<id>|<v>|0"`` into
+the collection's claims collection: ``_id`` uniqueness, the one atomic
+test-and-set FerretDB has, lets exactly one writer have each version; the
+others read the document again and wait for the winner's write (backing off
+from 1 ms to 50 ms). The winner deletes its claim after its write (in the background): a writer
+that read ``v`` before that write and claims ``v`` after the deletion finds
+the document at the new version when its conditional update looks, so it
+writes nothing. Claims are only the writes in flight.
+
+A writer that dies between its claim and its write would block the document
+forever; so a writer that has watched the same claim stand, and the document
+stay at ``v``, for ``LEASE`` seconds by its own clock takes the next
+*generation* of the claim (``"<id>|<v>|1"``, and so on). A claim's holder
+writes only within ``LEASE / 4`` of claiming (else it gives the claim up and
+starts again), which leaves a write ``3/4 · LEASE`` to reach the server before
+anybody can take over: the one timing assumption of these writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import secrets
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import bson
+import pymongo.errors
+from bson.int64 import Int64
+from pymongo.collection import Collection as ServerCollection
+
+#: Seconds a claim may stand, the document unchanged, before another writer takes over.
+LEASE = 10.0
+#: Seconds a writer waits for other writers' changes to one document before giving up.
+WRITE_PATIENCE = 60.0
+_RELEASERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="veil-claims")
+#: The write modes: a claim before each write, or the server's atomic conditional update.
+MODES = ("claimed", "conditional")
+
+
+def new_version() -> Int64:
+    """A fresh version: random, so no document ever returns to a version it had."""
+    return Int64(secrets.randbits(63))
+
+
+def claim_key(document_id: Any, version: Any, generation: int) -> str:
+    """The claims ``_id`` giving the right to supersede ``version`` of ``document_id``."""
+    digest = hashlib.sha256(bson.encode({"i": document_id})).hexdigest()[:32]
+    return f"{digest}|{'-' if version is None else int(version)}|{generation}"
+
+
+class Claims:
+    """One collection's version claims (a server collection of claim documents)."""
+
+    def __init__(self, collection: ServerCollection[Any]):
+        self.collection = collection
+
+    def claim(self, key: str) -> bool:
+        """True if this writer now holds ``key``; False if another writer does."""
+        try:
+            self.collection.insert_one({"_id": key})
+        except pymongo.errors.DuplicateKeyError:
+            return False
+        return True
+
+    def release(self, keys: Iterable[str]) -> None:
+        """Delete claims whose write is done or given up, in the background (the writer
+        does not wait for it) and best effort: a claim of a version the document no
+        longer has blocks nobody (its loser reads the new version and moves on), and
+        one left for the current version is taken over after ``LEASE``."""
+        _RELEASERS.submit(self._delete, list(keys))
+
+    def _delete(self, keys: list[str]) -> None:
+        with contextlib.suppress(pymongo.errors.PyMongoError):
+            self.collection.delete_many({"_id": {"$in": keys}})
+
+
+class Watch:
+    """One writer's view of a contested version: when it first saw the claim it lost,
+    so that it takes the next generation once that claim has stood ``LEASE`` seconds."""
+
+    def __init__(self) -> None:
+        self.version: Any = object()
+        self.generation = 0
+        self._since = 0.0
+        self._deadline = time.monotonic() + WRITE_PATIENCE
+        self._sleep = 0.001
+
+    def reset(self, version: Any) -> None:
+        """A new version to supersede: generation 0, nothing watched yet."""
+        if version != self.version:
+            self.version, self.generation, self._since = version, 0, 0.0
+
+    def lost(self) -> bool:
+        """After losing the current generation's claim with the document unchanged:
+        sleep (backing off) or move to the next generation; False once out of patience."""
+        now = time.monotonic()
+        if not self._since:
+            self._since = now
+        elif now - self._since >= LEASE:
+            self.generation, self._since = self.generation + 1, 0.0
+            return True
+        if now >= self._deadline:
+            return False
+        time.sleep(self._sleep * (0.5 + random.random()))
+        self._sleep = min(0.05, self._sleep * 2)
+        return True
+
+    def backoff(self) -> bool:
+        """Sleep before retrying a write the server refused; False once out of patience."""
+        if time.monotonic() >= self._deadline:
+            return False
+        time.sleep(self._sleep * (0.5 + random.random()))
+        self._sleep = min(0.05, self._sleep * 2)
+        return True
