@@ -120,11 +120,7 @@ class Watch:
         elif now - self._since >= LEASE:
             self.generation, self._since = self.generation + 1, 0.0
             return True
-        if now >= self._deadline:
-            return False
-        time.sleep(self._sleep * (0.5 + random.random()))
-        self._sleep = min(0.05, self._sleep * 2)
-        return True
+        return self.backoff()
 
     def backoff(self) -> bool:
         """Sleep before retrying a write the server refused; False once out of patience."""
