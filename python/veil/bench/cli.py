@@ -16,6 +16,7 @@ BENCH_MODULES = (
     "veil.bench.cost",
     "veil.bench.hom_sum",
     "veil.bench.join_sums",
+    "veil.bench.oltp",
 )
 
 

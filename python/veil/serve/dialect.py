@@ -234,3 +234,95 @@ def placeholders(tree: exp.Expr) -> int:
     """How many parameters (``$1``...) the statement uses: its highest number."""
     numbers = [int(p.name) for p in tree.find_all(exp.Parameter) if p.name.isdigit()]
     return max(numbers, default=0)
+
+
+# the operators whose two sides PostgreSQL gives one type (an untyped side takes the other's)
+_SAME_TYPED = (
+    exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod,
+)  # fmt: skip
+
+
+def parameter_types(tree: exp.Expr, schema: Schema) -> dict[int, str]:
+    """The SQL type of each parameter whose type the client left open, from its context.
+
+    PostgreSQL infers an untyped parameter's type from where it stands:
+    ``abalance + $1`` (``pgbench -M prepared``) makes ``$1`` an integer, as
+    ``aid = $1``, ``x BETWEEN $1 AND $2``, ``x IN ($1)`` and the n-th value of
+    ``INSERT INTO t (a, b) VALUES ($1, $2)`` do. A parameter whose context
+    names no type is missing from the answer (its value stays text).
+    """
+    scope = _Scope(tree, schema)
+    found: dict[int, str] = {}
+    for param in tree.find_all(exp.Parameter):
+        if param.name.isdigit() and int(param.name) not in found:
+            kind = scope.context_type(param)
+            if kind is not None:
+                found[int(param.name)] = kind
+    return found
+
+
+class _Scope:
+    """The column types a statement's names can mean (its tables, by name and alias)."""
+
+    def __init__(self, tree: exp.Expr, schema: Schema):
+        self.tables: dict[str, dict[str, str]] = {}
+        for table in tree.find_all(exp.Table):
+            columns = schema.get(table.name.lower())
+            if isinstance(columns, dict):
+                typed = {str(k).lower(): str(v) for k, v in columns.items()}
+                self.tables[table.name.lower()] = typed
+                if table.alias:
+                    self.tables[table.alias.lower()] = typed
+
+    def column_type(self, column: exp.Column) -> str | None:
+        name = column.name.lower()
+        if column.table:
+            return self.tables.get(column.table.lower(), {}).get(name)
+        kinds = {t[name] for t in self.tables.values() if name in t}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def type_of(self, node: exp.Expr) -> str | None:
+        while isinstance(node, exp.Paren | exp.Neg):
+            node = node.this
+        if isinstance(node, exp.Column):
+            return self.column_type(node)
+        if isinstance(node, exp.Cast):
+            return node.to.sql(WRITE)
+        if isinstance(node, exp.Literal) and not node.is_string:
+            return "BIGINT" if node.is_int else "DOUBLE"
+        if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod):
+            return self.type_of(node.this) or self.type_of(node.expression)
+        return None
+
+    def context_type(self, param: exp.Expr) -> str | None:
+        node, parent = param, param.parent
+        while isinstance(parent, exp.Paren | exp.Neg):
+            node, parent = parent, parent.parent
+        if isinstance(parent, _SAME_TYPED):
+            other = parent.expression if parent.this is node else parent.this
+            if isinstance(other, exp.Parameter):  # $1 + $2 = x: the pair takes x's type
+                return self.context_type(parent)
+            return self.type_of(other)
+        if isinstance(parent, exp.Between | exp.In) and parent.this is not node:
+            return self.type_of(parent.this)
+        if isinstance(parent, exp.Tuple) and isinstance(parent.parent, exp.Values):
+            position = next(i for i, e in enumerate(parent.expressions) if e is node)
+            return self._inserted_type(parent.parent.parent, position)
+        return None
+
+    def _inserted_type(self, insert: exp.Expr | None, position: int) -> str | None:
+        """The type of the ``position``-th column an INSERT ... VALUES writes."""
+        if not isinstance(insert, exp.Insert):
+            return None
+        target = insert.this
+        table = target.this if isinstance(target, exp.Schema) else target
+        if not isinstance(table, exp.Table):
+            return None
+        columns = self.tables.get(table.name.lower(), {})
+        named = (
+            [c.name.lower() for c in target.expressions]
+            if isinstance(target, exp.Schema)
+            else list(columns)
+        )
+        return columns.get(named[position]) if position < len(named) else None

@@ -41,6 +41,7 @@ Outcome = tuple[Any, ...]
 # statements answered the same in a failed transaction (PostgreSQL refuses the rest)
 _OUTSIDE_TRANSACTIONS = ("set", "reset", "show", "ignore", "close")
 _CACHED_STATEMENTS = 256  # per connection, then the caches start over
+_UNTYPED = (0, 705)  # a parameter the client gave no type (unspecified, or "unknown")
 
 # What SHOW answers before a SET (the values drivers ask for at connect time).
 _DEFAULT_SETTINGS = {
@@ -237,10 +238,30 @@ class WireSession:
             return [("empty",)]
         if params and len(texts) > 1:
             raise WireError("42601", "cannot insert multiple commands into a prepared statement")
-        values = [parameter_value(value, oid) for value, oid in params]
+        statements = [self._classified(t) for t in texts]
+        values = self._values(statements[0], params) if params else []
         # one statement streams its rows; several are answered whole, one after another
         single = len(texts) == 1
-        return [self._statement(self._classified(t), values, stream=single) for t in texts]
+        return [self._statement(s, values, stream=single) for s in statements]
+
+    def _values(
+        self, statement: dialect.Statement, params: Sequence[tuple[str | None, int]]
+    ) -> list[object]:
+        """The bound values, each untyped one read as the type its place in the statement takes.
+
+        ``pgbench -M prepared`` leaves every parameter's type open and sends
+        text: ``abalance + $1`` must add the integer 4045, not the string '4045'.
+        """
+        untyped = any(oid in _UNTYPED for _, oid in params)
+        inferred = (
+            dialect.parameter_types(statement.tree, self.schema)
+            if untyped and statement.tree is not None
+            else {}
+        )
+        return [
+            parameter_value(value, oid if oid not in _UNTYPED else _oid(inferred.get(number)))
+            for number, (value, oid) in enumerate(params, 1)
+        ]
 
     def _classified(self, text: str) -> dialect.Statement:
         """``text`` parsed, and for queries translated, once per design (drivers repeat SQL)."""
@@ -486,7 +507,11 @@ class WireSession:
         statement = self._classified(texts[0])
         tree = statement.tree
         count = dialect.placeholders(tree) if tree is not None else 0
-        params = [oids[i] if i < len(oids) and oids[i] else TEXT for i in range(count)]
+        inferred = dialect.parameter_types(tree, self.schema) if tree is not None else {}
+        params = [
+            oids[i] if i < len(oids) and oids[i] not in _UNTYPED else _oid(inferred.get(i + 1))
+            for i in range(count)
+        ]
         if statement.kind == "show":
             return params, [(_setting_name(texts[0]), TEXT)]
         if statement.kind not in ("query", "catalog") or tree is None:
@@ -546,3 +571,8 @@ def _rows(table: pa.Table) -> Outcome:
     fields = [(f.name, oid_of_arrow(f.type)) for f in table.schema]
     batches: Iterator[tuple[int, list[text.Column]]] = text.batches(table)
     return ("rows", fields, batches)
+
+
+def _oid(sql_type: str | None) -> int:
+    """The OID a parameter of ``sql_type`` is read as; text where the context named none."""
+    return TEXT if sql_type is None else oid_of_duckdb(sql_type)

@@ -1,0 +1,95 @@
+"""Unmodified pgbench through ``veil serve``: TPC-B's invariants hold on both backends.
+
+On each backend (an embedded DuckDB file, a schema of the session's PostgreSQL
+cluster), an empty client directory served by ``veil serve`` (in this process)
+is initialised by ``pgbench -i -s 2`` with all its default steps (drop, create
+tables WITH (fillfactor), COPY ... FREEZE, VACUUM, ALTER TABLE ADD PRIMARY KEY),
+then runs ``pgbench -c 8 -j 2 -T 20`` in ``-M simple`` and then ``-M prepared``
+(the extended protocol with untyped parameters). Veil's writers collide on the
+few branch and teller rows and report SQLSTATE 40001; ``--max-tries`` makes
+pgbench roll back and retry. ``-n``: no VACUUM/TRUNCATE of the history between
+runs, so its rows count every transaction since ``-i``.
+
+After each run, read through the same server with psycopg: sum(abalance) =
+sum(tbalance) = sum(bbalance) = sum(delta), branches = scale, tellers = 10 *
+scale, accounts = 100,000 * scale, history = the transactions pgbench reports
+as done, no duplicated key. Failures are reported by kind (``veil.bench.oltp``).
+A transaction pgbench gave up on after ``--max-tries`` is not an anomaly (it was
+rolled back, and the invariants say so); a client pgbench aborted on another
+error is.
+
+Measured on 2 shared cores: ``pgbench -i -s 2`` takes about 4 s on either
+backend, each run its 20 s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from veil._native import WireServer
+from veil.bench.oltp import Run, anomalies, empty_client_dir, initialize, psycopg_query, run_tpcb
+from veil.serve.engine import Engine
+
+SCALE = 2
+SECONDS = 20
+MAX_TRIES = 100
+
+
+@pytest.fixture
+def port(backend_url: str, tmp_path: Path) -> Iterator[str]:
+    """``veil serve --insecure-local`` over an empty client directory on ``backend_url``."""
+    engine = Engine(empty_client_dir(tmp_path / "client", backend_url))
+    server = WireServer(engine, "127.0.0.1:0", None, None, True)
+    try:
+        yield server.address.rsplit(":", 1)[1]
+    finally:
+        server.stop()
+        engine.close()
+
+
+def test_untyped_parameters_take_the_type_of_their_place(port: str) -> None:
+    """What ``-M prepared`` sends: text parameters whose Parse gave no type (OID 0)."""
+    dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"
+    with psycopg.connect(dsn, autocommit=True) as con:
+        con.execute("CREATE TABLE acc (id INT PRIMARY KEY, bal INT, day DATE, note TEXT)")
+        with con.cursor() as cur:
+            insert = "INSERT INTO acc (id, bal, day, note) VALUES (%s, %s, %s, %s)"
+            cur.execute(insert, ("1", "10", "2024-02-29", "x"), prepare=True)
+            cur.execute(insert, ("2", "-3", None, "42"), prepare=True)
+        con.execute("UPDATE acc SET bal = bal + %s WHERE id = %s", ("5", "1"), prepare=True)
+        found = con.execute(
+            "SELECT id, bal, day, note FROM acc WHERE bal BETWEEN %s AND %s AND id IN (%s, %s) "
+            "ORDER BY id",
+            ("-5", "100", "1", "2"),
+        ).fetchall()
+        assert found == [(1, 15, dt.date(2024, 2, 29), "x"), (2, -3, None, "42")]
+
+
+def test_pgbench_keeps_tpcb_invariants(port: str) -> None:
+    initialize(port, SCALE)
+    dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"
+    with psycopg_query(dsn) as query:
+        assert anomalies(query, SCALE, 0) == {}, "pgbench -i made other tables than TPC-B's"
+    done, reports = 0, []
+    for mode in ("simple", "prepared"):
+        run = run_tpcb(port, Run("veil", mode, 8, SECONDS), max_tries=MAX_TRIES)
+        done += run.transactions
+        with psycopg_query(dsn) as query:
+            found = anomalies(query, SCALE, done)
+        if run.exit_code:
+            found["pgbench errors"] = [f"exit {run.exit_code}", *run.errors[:5]]
+        if run.transactions == 0:
+            found["no progress"] = [f"-M {mode}: no transaction done in {SECONDS} s"]
+        reports.append((mode, run, found))
+    message = "\n".join(
+        f"-M {mode}: {run.transactions} done, {run.failed} failed after {MAX_TRIES} tries, "
+        f"{run.retries} retries; anomalies: "
+        + ("none" if not found else "; ".join(f"{k}: {v}" for k, v in found.items()))
+        for mode, run, found in reports
+    )
+    assert not any(found for _, _, found in reports), message
