@@ -48,6 +48,7 @@ from veil.encoding import (
     INT_KIND,
     STRING_KIND,
     TIMESTAMP_KIND,
+    TIMESTAMPTZ_KIND,
     EncodingError,
     SqlType,
     encode,
@@ -87,7 +88,7 @@ def type_domain(sql_type: SqlType) -> tuple[int, int] | None:
         return -limit, limit
     if kind == DATE_KIND:
         return -DATE_LIMIT, DATE_LIMIT
-    if kind == TIMESTAMP_KIND:
+    if kind in (TIMESTAMP_KIND, TIMESTAMPTZ_KIND):
         return -TIMESTAMP_LIMIT, TIMESTAMP_LIMIT
     if kind == BOOL_KIND:
         return 0, 1

@@ -33,7 +33,13 @@ from veil.exec.session import Session, Streamed
 from veil.load.ddl import DDL
 from veil.serve import catalog, copy, dialect, settings, text, users
 from veil.serve.errors import WireError, wire_error
-from veil.serve.types import TEXT, oid_of_arrow, oid_of_duckdb, parameter_value
+from veil.serve.types import (
+    TEXT,
+    declared_oids,
+    oid_of_arrow,
+    oid_of_duckdb,
+    parameter_value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -325,16 +331,18 @@ class WireSession:
             return ("command", _ddl_tag(tree), None)
         if kind == "query" and stream:  # rows leave as the local plan makes them
             self._close_stream()
-            answer = self.veil.stream(dialect.bind(tree, values))
+            bound = dialect.bind(tree, values)
+            answer = self.veil.stream(bound)
             if isinstance(answer, Streamed):
                 self._stream = answer
-                return _streamed(answer)
-            return _rows(answer.table)
-        result = self.veil.run(dialect.bind(tree, values))
+                return _streamed(answer, declared_oids(self.veil.catalog, bound, answer.schema))
+            return _rows(answer.table, declared_oids(self.veil.catalog, bound, answer.table.schema))
+        bound = dialect.bind(tree, values)
+        result = self.veil.run(bound)
         if kind == "dml":
             self.written += self.veil.in_transaction
             return ("command", tree.key.upper(), result.rowcount)
-        return _rows(result.table)
+        return _rows(result.table, declared_oids(self.veil.catalog, bound, result.table.schema))
 
     def _declare(self, sql: str, values: list[object]) -> Outcome:
         """DECLARE name CURSOR FOR query: the answer is kept for FETCH to read in parts."""
@@ -554,8 +562,9 @@ def _setting_name(sql: str) -> str:
     return _SPOKEN.get(spoken, spoken)
 
 
-def _streamed(answer: Streamed) -> Outcome:
-    fields = [(f.name, oid_of_arrow(f.type)) for f in answer.schema]
+def _streamed(answer: Streamed, oids: list[int] | None = None) -> Outcome:
+    oids = oids or [oid_of_arrow(f.type) for f in answer.schema]
+    fields = [(f.name, oid) for f, oid in zip(answer.schema, oids, strict=True)]
 
     def batches() -> Iterator[tuple[int, list[text.Column]]]:
         try:
@@ -567,8 +576,9 @@ def _streamed(answer: Streamed) -> Outcome:
     return ("rows", fields, batches())
 
 
-def _rows(table: pa.Table) -> Outcome:
-    fields = [(f.name, oid_of_arrow(f.type)) for f in table.schema]
+def _rows(table: pa.Table, oids: list[int] | None = None) -> Outcome:
+    oids = oids or [oid_of_arrow(f.type) for f in table.schema]
+    fields = [(f.name, oid) for f, oid in zip(table.schema, oids, strict=True)]
     batches: Iterator[tuple[int, list[text.Column]]] = text.batches(table)
     return ("rows", fields, batches)
 

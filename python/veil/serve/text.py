@@ -52,6 +52,10 @@ def _column(values: pa.Array) -> Column:
 def as_text(values: pa.Array) -> pa.Array:
     """Each value's PostgreSQL text form (NULL stays NULL)."""
     kind = values.type
+    if isinstance(kind, pa.JsonType):
+        return pc.cast(values.storage, pa.large_string())
+    if isinstance(kind, pa.UuidType):
+        return _uuid_text(values)
     if pa.types.is_boolean(kind):
         return pc.if_else(values, "t", "f").cast(pa.large_string())
     if pa.types.is_floating(kind):
@@ -69,6 +73,7 @@ def as_text(values: pa.Array) -> pa.Array:
         return pc.cast(values, pa.large_string())
     # lists as PostgreSQL arrays; timestamps, times, intervals, structs: DuckDB's text forms
     connection = duckdb.connect()
+    connection.execute("SET TimeZone = 'UTC'")  # timestamptz as UTC instants: +00
     connection.register("frame", pa.table({"v": values}))
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         element = (
@@ -80,7 +85,29 @@ def as_text(values: pa.Array) -> pa.Array:
     else:
         sql = "SELECT CAST(v AS VARCHAR) FROM frame"
     cast = connection.sql(sql).to_arrow_table()
-    return pc.cast(cast.column(0).combine_chunks(), pa.large_string())
+    text = pc.cast(cast.column(0).combine_chunks(), pa.large_string())
+    if pa.types.is_interval(kind):  # PostgreSQL says "mons" where DuckDB says "months"
+        text = pc.replace_substring_regex(text, r"(\d) month", r"\1 mon")
+    return text
+
+
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)
+# where each of a UUID's 32 hex digits goes in its 36-character text
+_UUID_PLACES = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])
+
+
+def _uuid_text(values: pa.Array) -> pa.Array:
+    """UUIDs' text forms, 8-4-4-4-12 lowercase hex digits (vectorised)."""
+    n = len(values)
+    fixed = values.storage
+    raw = np.frombuffer(fixed.buffers()[1], np.uint8)[fixed.offset * 16 : (fixed.offset + n) * 16]
+    raw = raw.reshape(n, 16)
+    text = np.full((n, 36), ord("-"), np.uint8)
+    text[:, _UUID_PLACES[0::2]] = _HEX_DIGITS[raw >> 4]
+    text[:, _UUID_PLACES[1::2]] = _HEX_DIGITS[raw & 15]
+    validity = None if values.null_count == 0 else values.is_valid().buffers()[1]
+    chars = pa.Array.from_buffers(pa.binary(36), n, [validity, pa.py_buffer(text.tobytes())])
+    return pc.cast(pc.cast(chars, pa.binary()), pa.large_string())
 
 
 def strings(values: pa.Array) -> Column:

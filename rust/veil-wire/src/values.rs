@@ -23,6 +23,12 @@ pub const VARCHAR: Oid = 1043;
 pub const DATE: Oid = 1082;
 pub const TIMESTAMP: Oid = 1114;
 pub const NUMERIC: Oid = 1700;
+pub const JSON: Oid = 114;
+pub const TIMESTAMPTZ: Oid = 1184;
+pub const INTERVAL: Oid = 1186;
+pub const UUID: Oid = 2950;
+pub const JSONB: Oid = 3802;
+const JSONB_VERSION: u8 = 1;
 pub const UNKNOWN: Oid = 705;
 
 const POSTGRES_EPOCH_DAYS: i64 = 10_957; // 2000-01-01 counted from 1970-01-01
@@ -55,6 +61,23 @@ pub fn text_to_binary(oid: Oid, text: &[u8], out: &mut Vec<u8>) -> Result<(), Wi
         DATE => out.extend((parse_date(s).ok_or_else(|| bad(oid, s))? as i32).to_be_bytes()),
         TIMESTAMP => out.extend(parse_timestamp(s).ok_or_else(|| bad(oid, s))?.to_be_bytes()),
         NUMERIC => numeric_to_binary(s, out).ok_or_else(|| bad(oid, s))?,
+        JSON => out.extend_from_slice(text),
+        JSONB => {
+            out.push(JSONB_VERSION);
+            out.extend_from_slice(text)
+        }
+        UUID => out.extend(parse_uuid(s).ok_or_else(|| bad(oid, s))?),
+        TIMESTAMPTZ => out.extend(
+            parse_timestamptz(s)
+                .ok_or_else(|| bad(oid, s))?
+                .to_be_bytes(),
+        ),
+        INTERVAL => {
+            let (months, days, micros) = parse_interval(s).ok_or_else(|| bad(oid, s))?;
+            out.extend(micros.to_be_bytes());
+            out.extend(days.to_be_bytes());
+            out.extend(months.to_be_bytes());
+        }
         _ => return Err(unsupported(oid)),
     }
     Ok(())
@@ -86,6 +109,27 @@ pub fn binary_to_text(oid: Oid, raw: &[u8]) -> Result<String, WireError> {
         TIMESTAMP => format_timestamp(i64::from_be_bytes(fixed(8)?.try_into().unwrap())),
         NUMERIC => numeric_to_text(raw)
             .ok_or_else(|| WireError::new("08P01", "a binary numeric parameter is malformed"))?,
+        JSON | JSONB => {
+            let body = if oid == JSONB {
+                match raw.split_first() {
+                    Some((&JSONB_VERSION, rest)) => rest,
+                    _ => return Err(WireError::new("08P01", "unsupported jsonb version")),
+                }
+            } else {
+                raw
+            };
+            String::from_utf8(body.to_vec())
+                .map_err(|_| WireError::new("22021", "a json parameter is not valid UTF-8"))?
+        }
+        UUID => format_uuid(fixed(16)?),
+        TIMESTAMPTZ => format_timestamp(i64::from_be_bytes(fixed(8)?.try_into().unwrap())) + "+00",
+        INTERVAL => {
+            let raw = fixed(16)?;
+            let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());
+            let days = i32::from_be_bytes(raw[8..12].try_into().unwrap());
+            let months = i32::from_be_bytes(raw[12..].try_into().unwrap());
+            format!("{months} months {days} days {micros} microseconds")
+        }
         _ => return Err(unsupported(oid)),
     })
 }
@@ -184,6 +228,82 @@ fn parse_timestamp(s: &str) -> Option<i64> {
         micros += c.to_digit(10)? as i64 * 10i64.pow(5 - i as u32);
     }
     Some(((days * 24 + h) * 60 + mi) * 60_000_000 + whole * 1_000_000 + micros)
+}
+
+/// The 16 bytes of a UUID's 32 hex digits (hyphens and braces anywhere, as PostgreSQL takes).
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let digits: Vec<u8> = s
+        .chars()
+        .filter(|c| !matches!(c, '-' | '{' | '}'))
+        .map(|c| c.to_digit(16).map(|d| d as u8))
+        .collect::<Option<_>>()?;
+    if digits.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in digits.chunks(2).enumerate() {
+        out[i] = pair[0] << 4 | pair[1];
+    }
+    Some(out)
+}
+
+fn format_uuid(raw: &[u8]) -> String {
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// Microseconds since 2000-01-01 00:00 UTC of `YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]`.
+fn parse_timestamptz(s: &str) -> Option<i64> {
+    let cut = s.rfind(['+', '-']).filter(|&i| i > 10)?;
+    let (local, offset) = s.split_at(cut);
+    let sign = if offset.starts_with('-') { -1 } else { 1 };
+    let mut seconds = 0i64;
+    for (i, part) in offset[1..].split(':').enumerate() {
+        seconds += part.parse::<i64>().ok()? * [3600, 60, 1].get(i)?;
+    }
+    Some(parse_timestamp(local)? - sign * seconds * 1_000_000)
+}
+
+/// (months, days, microseconds) of PostgreSQL's interval text
+/// (`1 year 2 mons -3 days 04:05:06.5`, `-00:00:01`, units spelled out in full or not).
+fn parse_interval(s: &str) -> Option<(i32, i32, i64)> {
+    let (mut months, mut days, mut micros) = (0i64, 0i64, 0i64);
+    let mut words = s.split_whitespace();
+    while let Some(word) = words.next() {
+        if word.contains(':') {
+            let negative = word.starts_with('-');
+            let time = parse_timestamp(&format!(
+                "2000-01-01 {}",
+                word.trim_start_matches(['-', '+'])
+            ))?;
+            micros += if negative { -time } else { time };
+            continue;
+        }
+        let n: i64 = word.parse().ok()?;
+        let unit = words.next()?.to_ascii_lowercase();
+        match unit.trim_end_matches('s') {
+            "year" => months += 12 * n,
+            "mon" | "month" => months += n,
+            "day" => days += n,
+            "hour" => micros += n * 3_600_000_000,
+            "min" | "minute" => micros += n * 60_000_000,
+            "sec" | "second" => micros += n * 1_000_000,
+            "microsecond" => micros += n,
+            _ => return None,
+        }
+    }
+    Some((
+        i32::try_from(months).ok()?,
+        i32::try_from(days).ok()?,
+        micros,
+    ))
 }
 
 fn format_timestamp(micros: i64) -> String {
