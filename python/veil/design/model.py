@@ -98,6 +98,13 @@ class Column:
     label: str | None = None
     # declared NOT NULL (CREATE TABLE): checked on the client before anything is written
     not_null: bool = False
+    # DEFAULT: DuckDB SQL of the value an INSERT that omits the column writes (the
+    # client's catalogue computes it); None: NULL
+    default: str | None = None
+    # serial / GENERATED {BY DEFAULT | ALWAYS} AS IDENTITY: "by default" or "always";
+    # an omitted value is taken from the server counter ``sequence`` (a one-row table)
+    identity: str = ""
+    sequence: str = ""
 
     @property
     def sql_type(self) -> SqlType:
@@ -283,6 +290,9 @@ class TableDesign:
     # declared keys (PRIMARY KEY first, then UNIQUE ones): each a server unique index on
     # its columns' DET ciphertexts, which DET's injectivity under one key makes exact
     keys: list[list[str]] = field(default_factory=list)
+    # CHECK constraints: [name, DuckDB SQL of a boolean over one row], checked on the
+    # client before every write (``veil.exec.constraints``)
+    checks: list[list[str]] = field(default_factory=list)
     cluster_by: list[str] = field(default_factory=list)
     cluster_candidates: list[list[str]] = field(default_factory=list)
     # The source column whose order the loader kept within each cluster (or the
@@ -429,6 +439,7 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         blocks_table=str(data.get("blocks_table", "")),
         layers_table=str(data.get("layers_table", "")),
         keys=[[str(c) for c in key] for key in data.get("keys", [])],  # type: ignore[attr-defined]
+        checks=[[str(c) for c in check] for check in data.get("checks", [])],  # type: ignore[attr-defined]
         cluster_by=[str(c) for c in data.get("cluster_by", [])],  # type: ignore[attr-defined]
         cluster_candidates=[
             [str(c) for c in keys]

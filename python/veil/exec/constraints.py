@@ -4,9 +4,11 @@ The server holds ciphertexts and cannot check a value it cannot read, so the
 client checks each INSERT's and UPDATE's new rows, whole columns at a time,
 and refuses the statement before anything reaches the server. Violations
 carry PostgreSQL's SQLSTATEs and messages, which name the table and the
-column, never the value. NOT NULL (23502) here; PRIMARY KEY and UNIQUE
-(23505) by the server's unique index on the key's DET ciphertexts, whose
-refusal (``DuplicateKeyError``) is put in the user's terms here.
+column, never the value. NOT NULL (23502) and CHECK (23514) here, CHECKs
+evaluated by the client's local DuckDB over the whole batch at once; PRIMARY
+KEY and UNIQUE (23505) by the server's unique index on the key's DET
+ciphertexts, whose refusal (``DuplicateKeyError``) is put in the user's
+terms here.
 """
 
 from __future__ import annotations
@@ -18,10 +20,44 @@ import pyarrow as pa
 
 from veil.design.model import TableDesign
 from veil.errors import VeilError
-from veil.sql.errors import NotNullViolationError, QueryError, UniqueViolationError
+from veil.sql.errors import (
+    CheckViolationError,
+    NotNullViolationError,
+    QueryError,
+    UniqueViolationError,
+)
 
+_CHECKED = "__veil_checked_rows"
 # DuckDB's words for a NOT NULL violation in the client's catalogue
 _DUCKDB_NOT_NULL = re.compile(r"NOT NULL constraint failed: (?:\"?[^.\s]+\"?\.)?\"?([^\s\"]+)\"?")
+
+
+def check_rows(local: duckdb.DuckDBPyConnection, table: TableDesign, rows: pa.Table) -> None:
+    """Refuse ``rows`` (the table's columns, by name) if one breaks NOT NULL or a CHECK.
+
+    A CHECK holds unless its expression is false (null passes, as in SQL).
+    """
+    check_not_null(table, rows)
+    if not table.checks or not len(rows):
+        return
+    labels = {c.name: c.label or c.name for c in table.columns}
+    local.register(_CHECKED, rows.rename_columns([labels[n] for n in rows.column_names]))
+    tests = ", ".join(
+        f"bool_and(COALESCE(CAST(({sql}) AS BOOLEAN), TRUE))" for _, sql in table.checks
+    )
+    try:
+        held = local.execute(f'SELECT {tests} FROM "{_CHECKED}"').fetchall()[0]
+    except duckdb.Error as exc:
+        reason = str(exc).splitlines()[0]
+        raise QueryError(f"evaluating the CHECKs of {table.name}: {reason}") from None
+    finally:
+        local.unregister(_CHECKED)
+    assert held is not None
+    for (name, _), ok in zip(table.checks, held, strict=True):
+        if ok is False:
+            raise CheckViolationError(
+                f'new row for relation "{table.name}" violates check constraint "{name}"'
+            )
 
 
 def check_not_null(table: TableDesign, rows: pa.Table) -> None:

@@ -47,7 +47,9 @@ from sqlglot import exp
 from veil.backends.base import DuplicateKeyError
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
-from veil.exec.constraints import check_not_null, constraint_error, unique_violation
+from veil.exec import upsert
+from veil.exec.constraints import check_rows, constraint_error, unique_violation
+from veil.exec.defaults import catalog_column, default_value, is_default, number_rows
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.row_ids import allocate
@@ -71,12 +73,11 @@ _BACKOFF_CAP_SECONDS = 0.5
 # DML clauses Veil does not run yet (DuckDB accepts them): refused, never ignored.
 _UNSUPPORTED = {
     "with_": "WITH",
-    "returning": "RETURNING",
-    "conflict": "ON CONFLICT",
-    "alternative": "INSERT OR ...",
     "from_": "UPDATE ... FROM",
     "using": "DELETE ... USING",
 }
+_RETURNED = "__veil_returned_rows"
+_TWIN = "__veil_upsert_rows"
 
 
 def run_dml(session: Session, tree: exp.Expr) -> Result:
@@ -87,12 +88,47 @@ def run_dml(session: Session, tree: exp.Expr) -> Result:
             "compute the rows with a query and use a plain INSERT, UPDATE or DELETE"
         )
     if isinstance(tree, exp.Insert):
-        return _retried(session, tree, lambda: _insert(session, tree))
+        insert = upsert.alternative_as_conflict(_target(session, tree.this), tree)
+        return _retried(session, insert, lambda: _insert(session, insert))
+    if isinstance(tree, exp.Update):
+        tree = _plain_assignments(_target(session, tree.this), tree)
     _check(session, tree)
     if isinstance(tree, exp.Delete):
         return _retried(session, tree, lambda: _delete(session, tree))
     assert isinstance(tree, exp.Update)
     return _retried(session, tree, lambda: _update(session, tree))
+
+
+def _plain_assignments(table: TableDesign, tree: exp.Update) -> exp.Update:
+    """``tree`` with one ``column = value`` per column: ``SET (a, b) = (1, 2)`` split,
+    ``DEFAULT`` replaced by the column's default."""
+    assigned: dict[str, exp.Expr] = {}
+    for assignment in tree.expressions:
+        target, value = assignment.this, assignment.expression
+        pairs: list[tuple[exp.Expr, exp.Expr]] = [(target, value)]
+        if isinstance(target, exp.Tuple):
+            if not isinstance(value, exp.Tuple) or len(value.expressions) != len(
+                target.expressions
+            ):
+                raise QueryError(
+                    "SET (a, b, ...) = (...) needs a list of as many values as columns "
+                    "(a subquery there is not supported: assign each column)"
+                )
+            pairs = list(zip(target.expressions, value.expressions, strict=True))
+        for column, given in pairs:
+            name = column.name.lower()
+            found = table.column(name)
+            if found is None:
+                raise QueryError(f"table {table.name!r} has no column {name!r}")
+            if name in assigned:
+                raise QueryError(f'Multiple assignments to the same column "{name}"')
+            assigned[name] = default_value(table, found) if is_default(given) else given
+    rewritten = tree.copy()
+    rewritten.set(
+        "expressions",
+        [exp.EQ(this=exp.column(n), expression=v.copy()) for n, v in assigned.items()],
+    )
+    return rewritten
 
 
 def _retried(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Result:
@@ -136,19 +172,24 @@ def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Resul
     ) from last
 
 
-def _check(session: Session, tree: exp.Expr, read: str | None = None) -> pa.Table | None:
+def _check(
+    session: Session, tree: exp.Expr, read: str | None = None, before: str | None = None
+) -> pa.Table | None:
     """Reject, with DuckDB's reason, every statement DuckDB itself would reject.
 
     The statement runs on the client's empty copy of the plaintext schema
     (the catalog) and is rolled back: its binder and casts see exactly what
     plaintext DuckDB would (duplicate or unknown target columns, wrong
     value counts, values that do not convert), and nothing reaches the server.
-    ``read``: a table whose rows to return before the rollback (what an INSERT made).
+    ``read``: a table whose rows to return before the rollback (what an INSERT made);
+    ``before``: a statement to run first in that transaction.
     """
     catalog = session.catalog
     catalog.execute("BEGIN TRANSACTION")
     try:
-        catalog.execute(tree.sql(dialect="duckdb"))
+        if before is not None:
+            catalog.execute(before)
+        catalog.execute(tree.sql(dialect="duckdb")).fetchall()  # RETURNING: read to the end
         return None if read is None else catalog.sql(f'SELECT * FROM "{read}"').to_arrow_table()
     except duckdb.ConstraintException as exc:  # NOT NULL, in PostgreSQL's terms
         raise constraint_error(_target(session, tree.this), exc) from None
@@ -182,11 +223,71 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
     else:
         plain = _rows_from(session, table, tree, session.query(source).table)
     table = session.design.table(table.name)  # planning its source may have peeled layers
-    check_not_null(table, plain)  # refuse before writing
+    plain = number_rows(session, table, tree, plain)
+    if tree.args.get("conflict") is not None and len(plain):
+        return _upsert(session, table, tree, plain)
+    check_rows(session.local, table, plain)  # refuse before writing
     TableEncryptor(session.master, table).check_domains(plain)
     first_id = _fresh_ids(session, table, len(plain))
     _in_layers(session, table, lambda: _append_rows(session, table, plain, first_id))
-    return Result(pa.table({}), len(plain), stats)
+    return Result(returning(session, tree, plain), len(plain), stats)
+
+
+def _upsert(session: Session, table: TableDesign, tree: exp.Insert, plain: pa.Table) -> Result:
+    """INSERT ... ON CONFLICT: the stored rows sharing a key are read, then rewritten or kept
+    (``veil.exec.upsert``), in one transaction with the rows inserted."""
+    from veil.exec.session import Result
+
+    keys = upsert.arbiters(table, tree)
+    stored = _rows_sharing_keys(session, table, keys, plain)
+    table = session.design.table(table.name)  # reading them may have peeled layers
+    resolved = upsert.resolve(session.local, table, tree, keys, plain, stored)
+    check_rows(session.local, table, resolved.rows)
+    TableEncryptor(session.master, table).check_domains(resolved.rows)
+    try:
+        rewrite_rows(session, table, resolved.row_ids, resolved.rows)
+    except DuplicateKeyError:
+        if (
+            session.backend.in_transaction
+            or _rows_sharing_keys(session, table, keys, plain).num_rows != stored.num_rows
+        ):
+            raise KeyRaceError(
+                f"another client wrote a row with one of these keys of {table.name!r} while "
+                "this INSERT ... ON CONFLICT ran; nothing was written: run it again"
+            ) from None
+        raise  # another key than the arbiters repeats: 23505
+    return Result(returning(session, tree, resolved.rows), len(resolved.rows))
+
+
+def _rows_sharing_keys(
+    session: Session, table: TableDesign, keys: list[list[str]], rows: pa.Table
+) -> pa.Table:
+    """The stored rows with one of ``keys`` equal to a row of ``rows``: columns, row id."""
+    columns: list[exp.Expr] = [exp.column(c.name) for c in table.columns]
+    found = [_matching_rows(session, table, columns, w) for w in upsert.key_filters(keys, rows)]
+    if not found:  # no key in ``rows`` (nulls only): nothing can conflict
+        empty = session.catalog.sql(f'SELECT * FROM "{table.name}" LIMIT 0').to_arrow_table()
+        return empty.append_column(upsert.ROW_ID, pa.array([], pa.int64()))
+    return pa.concat_tables([f.rename_columns(found[0].column_names) for f in found])
+
+
+def returning(session: Session, tree: exp.Expr, rows: pa.Table) -> pa.Table:
+    """What ``tree``'s RETURNING clause makes of ``rows`` (the rows it wrote); empty if none."""
+    clause = tree.args.get("returning")
+    if clause is None:
+        return pa.table({})
+    table = _target(session, tree.this)
+    labels = {c.name: c.label or c.name for c in table.columns}
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    source = exp.to_table(_RETURNED).as_(target.alias_or_name)
+    select = exp.select(*(e.copy() for e in clause.expressions)).from_(source)
+    session.local.register(_RETURNED, rows.rename_columns([labels[n] for n in rows.column_names]))
+    try:
+        return session.local.sql(select.sql(dialect="duckdb")).to_arrow_table()
+    except duckdb.Error as exc:
+        raise QueryError(f"RETURNING: {str(exc).splitlines()[0]}") from None
+    finally:
+        session.local.unregister(_RETURNED)
 
 
 def _in_layers(session: Session, table: TableDesign, write: Callable[[], None]) -> None:
@@ -209,6 +310,10 @@ def _in_layers(session: Session, table: TableDesign, write: Callable[[], None]) 
 
 class LayersChangedError(SerializationError):
     """A peel committed between a statement's reads and its write (which then did not happen)."""
+
+
+class KeyRaceError(SerializationError):
+    """Another client wrote one of an upsert's keys between its read and its write."""
 
 
 class RowsChangedError(SerializationError):
@@ -257,7 +362,19 @@ def _rows_from(session: Session, table: TableDesign, tree: exp.Insert, rows: pa.
 
 def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa.Table:
     """The rows ``tree`` inserts, as DuckDB's own INSERT makes them (column lists, casts, NULLs)."""
-    rows = _check(session, tree, read=table.name)
+    if tree.args.get("conflict") is not None:
+        # DuckDB's ON CONFLICT may reorder the rows (and merges repeats): validated as given,
+        # the rows are made without it, in order, in a key-less twin of the table
+        _check(session, tree)
+        tree = tree.copy()
+        tree.set("conflict", None)
+        tree.set("returning", None)
+        target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+        target.replace(exp.to_table(_TWIN))
+        twin = ", ".join(catalog_column(c) for c in table.columns)
+        rows = _check(session, tree, read=_TWIN, before=f'CREATE TEMP TABLE "{_TWIN}" ({twin})')
+    else:
+        rows = _check(session, tree, read=table.name)
     assert rows is not None
     # the catalogue spells columns as the source did ("Order ID"); the design lower-cases
     return rows.rename_columns([c.name for c in table.columns])
@@ -318,11 +435,19 @@ def _delete(session: Session, tree: exp.Delete) -> Result:
     from veil.exec.session import Result
 
     table = _target(session, tree.this)
-    matched = _matching_rows(session, table, [exp.Literal.number(1)], tree.args.get("where"))
+    wanted: list[exp.Expr] = [exp.Literal.number(1)]
+    if tree.args.get("returning") is not None:
+        wanted = [exp.column(c.name) for c in table.columns]
+    matched = _matching_rows(session, table, wanted, tree.args.get("where"))
     row_ids = matched.column(matched.num_columns - 1).combine_chunks()
     with session.backend.transaction():
         _delete_rows(session, table, row_ids)
-    return Result(pa.table({}), len(row_ids))
+    if tree.args.get("returning") is None:
+        return Result(pa.table({}), len(row_ids))
+    deleted = matched.select(list(range(len(table.columns)))).rename_columns(
+        [c.name for c in table.columns]
+    )
+    return Result(returning(session, tree, deleted), len(row_ids))
 
 
 def _update(session: Session, tree: exp.Update) -> Result:
@@ -336,12 +461,7 @@ def _update(session: Session, tree: exp.Update) -> Result:
     from veil.exec.session import Result
 
     table = _target(session, tree.this)
-    assigned: dict[str, exp.Expr] = {}
-    for assignment in tree.expressions:
-        name = assignment.this.name.lower()
-        if table.column(name) is None:
-            raise QueryError(f"table {table.name!r} has no column {name!r}")
-        assigned[name] = assignment.expression
+    assigned = {a.this.name.lower(): a.expression for a in tree.expressions}  # one per column
     projections: list[exp.Expr] = [
         exp.alias_(exp.cast(assigned[c.name].copy(), c.type), c.name)
         if c.name in assigned
@@ -354,13 +474,19 @@ def _update(session: Session, tree: exp.Update) -> Result:
     plain = matched.select(list(range(len(table.columns)))).rename_columns(
         [c.name for c in table.columns]
     )
-    check_not_null(table, plain)  # refuse before writing
+    check_rows(session.local, table, plain)  # refuse before writing
     TableEncryptor(session.master, table).check_domains(plain)
-    first_id = _fresh_ids(session, table, len(plain))
+    rewrite_rows(session, table, row_ids, plain)
+    return Result(returning(session, tree, plain), len(row_ids))
+
+
+def rewrite_rows(session: Session, table: TableDesign, row_ids: pa.Array, rows: pa.Table) -> None:
+    """Replace the rows ``row_ids`` (read under the design's layers) by ``rows``, which may
+    hold more (inserted ones), under fresh ids, in one transaction."""
+    first_id = _fresh_ids(session, table, len(rows))
 
     def rewrite() -> None:
         _delete_rows(session, table, row_ids)
-        _append_rows(session, table, plain, first_id)
+        _append_rows(session, table, rows, first_id)
 
     _in_layers(session, table, rewrite)  # its rows were read under these layers
-    return Result(pa.table({}), len(row_ids))

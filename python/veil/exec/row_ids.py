@@ -36,12 +36,15 @@ def counter_table(next_id: int) -> pa.Table:
     return pa.table({ID_COUNTER_COLUMN: pa.array([next_id], pa.int64())})
 
 
-def allocate(backend: Backend, table: TableDesign, count: int, *, align: int = 1) -> int:
+def allocate(
+    backend: Backend, table: TableDesign, count: int, *, align: int = 1, counter: str = ""
+) -> int:
     """The first of ``count`` fresh consecutive row ids, a multiple of ``align``.
 
     ``align`` > 1 takes ``align - 1`` ids more, so the range can start on a
     boundary (a new Paillier pack of ``align`` rows); the ids before it are
-    never used.
+    never used. ``counter``: another counter table than the row ids' (an
+    identity column's, ``Column.sequence``).
     """
     if count <= 0:
         return 0
@@ -50,7 +53,8 @@ def allocate(backend: Backend, table: TableDesign, count: int, *, align: int = 1
         backend = backend.autonomous()
     for attempt in range(_ATTEMPTS):
         try:
-            result = run_remote(allocate_ids_statement(table, taken), backend, FetchStats())
+            statement = allocate_ids_statement(counter or table.id_counter, taken)
+            result = run_remote(statement, backend, FetchStats())
             break
         except WriteConflictError:
             # inside a transaction the conflict aborted all of it: only its caller can retry
@@ -59,7 +63,7 @@ def allocate(backend: Backend, table: TableDesign, count: int, *, align: int = 1
             time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
     if result.num_rows != 1:
         raise BackendError(
-            f"the row-id counter of table {table.name!r} is missing or damaged on the server "
+            f"a counter of table {table.name!r} (row ids, identity) is missing or damaged on the server "
             f"({result.num_rows} rows); reload the table with `veil load`"
         )
     first = int(result.column(0)[0].as_py())

@@ -30,6 +30,7 @@ from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
+from veil.exec.defaults import catalog_column
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
@@ -177,12 +178,11 @@ class Session:
             if name not in self.design.tables:
                 self.catalog.execute(f'DROP TABLE "{name}"')
         for name, table in self.design.tables.items():
-            columns = ", ".join(  # NOT NULL: the catalogue's INSERT checks it
-                f'"{c.label or c.name}" {c.type}{" NOT NULL" if c.not_null else ""}'
-                for c in table.columns
-            )
+            columns = ", ".join(catalog_column(c) for c in table.columns)
+            numbered = {c.name for c in table.columns if c.identity}  # null until numbered
             for key in table.keys:  # information_schema shows them
-                kind = "PRIMARY KEY" if key == table.primary_key() else "UNIQUE"
+                primary = key == table.primary_key() and not numbered & set(key)
+                kind = "PRIMARY KEY" if primary else "UNIQUE"
                 quoted = ", ".join(f'"{c}"' for c in key)
                 columns += f", {kind} ({quoted})"
             self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')

@@ -13,10 +13,10 @@ Changing a table's columns or emptying it re-encrypts it whole under a new
 design that keeps every server operation the old one allowed (the rows are
 read through Veil, then loaded as by ``veil load``). Like a load, each change
 is atomic: the client directory's design names the new server tables only
-once they are complete, so a failure leaves the table as it was. NOT NULL is
-kept in the design and checked on the client before every write
-(``veil.exec.constraints``); the other constraints (PRIMARY KEY, UNIQUE, CHECK,
-REFERENCES) and defaults are refused: Veil would not enforce them yet.
+once they are complete, so a failure leaves the table as it was. NOT NULL,
+DEFAULT, identity columns and CHECK (``veil.load.declared``) and PRIMARY KEY /
+UNIQUE (``veil.load.keys``) are kept in the design, through every rebuild,
+and enforced on every write (``veil.exec.constraints``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
 from veil.exec.local_duckdb import local_duckdb
+from veil.exec.row_ids import counter_table
 from veil.load import keys
+from veil.load.declared import declared_table
 from veil.load.loader import available_schemes, load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable, label_of
@@ -111,68 +113,41 @@ def _create_table(session: Session, tree: exp.Create) -> Result:
         raise QueryError(f"table {target.name} already exists; DROP TABLE it first")
     options = _options(tree)
     query = tree.args.get("expression")
+    checks: list[list[str]] = []
     if query is not None:
         data = session.query(query).table
         columns = _columns_of(session.catalog, query.sql(dialect="duckdb"))
         declared: list[keys.Key] = []
     else:
         assert isinstance(tree.this, exp.Schema)
-        columns, declared = _declared_columns(tree.this)
-        declared = keys.checked(declared, columns, name)
-        columns = keys.with_keys(columns, declared)
+        found = declared_table(name, tree.this)
+        declared = keys.checked(found.keys, found.columns, name)
+        columns = _with_counters(session, keys.with_keys(found.columns, declared), found.starts)
+        checks = found.checks
         data = _empty(columns)
     options["det"] = list(dict.fromkeys(options.get("det", []) + _key_columns(declared)))
     workload = _workload(name, columns, options)
-    _load(session, name, columns, data, workload)
+    _load(session, name, columns, data, workload, checks=checks)
     keys.install(session, name, declared)
     return _done(session, len(data) if query is not None else 0)
 
 
+def _with_counters(session: Session, columns: list[Column], starts: dict[str, int]) -> list[Column]:
+    """The columns, each identity column with a fresh server counter at its first value.
+
+    Made before the table: until the design names them they are garbage, never wrong.
+    """
+    made = []
+    for column in columns:
+        if column.identity:
+            column = dataclasses.replace(column, sequence=opaque_name("q"))
+            session.backend.bulk_load(column.sequence, counter_table(starts[column.name]))
+        made.append(column)
+    return made
+
+
 def _key_columns(declared: list[keys.Key]) -> list[str]:
     return [c for key in declared for c in key.columns]
-
-
-def _declared_columns(schema: exp.Schema) -> tuple[list[Column], list[keys.Key]]:
-    definitions, not_null, declared = [], set(), []
-    for item in schema.expressions:
-        if not isinstance(item, exp.ColumnDef):
-            key = keys.table_key(item)
-            if key is None:
-                raise UnsupportedStatementError(
-                    f"Veil does not enforce table constraints other than PRIMARY KEY and "
-                    f"UNIQUE ({item.sql(dialect='duckdb')}); declare the columns alone"
-                )
-            declared.append(key)
-            continue
-        if _not_null(item):
-            not_null.add(item.name.lower())
-        declared.extend(keys.column_keys(item))
-        definitions.append(item.sql(dialect="duckdb"))
-    scratch = local_duckdb()  # the user's column definitions: closed to files
-    try:
-        scratch.execute(f"CREATE TABLE t ({', '.join(definitions)})")
-    except duckdb.Error as exc:
-        raise QueryError(str(exc).split("\n")[0]) from None
-    columns = _columns_of(scratch, "SELECT * FROM t")
-    return [dataclasses.replace(c, not_null=c.name in not_null) for c in columns], declared
-
-
-def _not_null(item: exp.ColumnDef) -> bool:
-    """Whether the column is declared NOT NULL; constraints other than keys are refused."""
-    declared = False
-    for constraint in item.args.get("constraints") or []:
-        kind = constraint.args.get("kind")
-        if isinstance(kind, exp.NotNullColumnConstraint):
-            declared = not kind.args.get("allow_null")
-            continue
-        if isinstance(kind, exp.PrimaryKeyColumnConstraint | exp.UniqueColumnConstraint):
-            continue  # veil.load.keys
-        raise UnsupportedStatementError(
-            f"Veil does not enforce column constraints or defaults other than NOT NULL, "
-            f"PRIMARY KEY and UNIQUE "
-            f"({item.sql(dialect='duckdb')}); declare column {item.name} with its type alone"
-        )
-    return declared
 
 
 def _columns_of(connection: duckdb.DuckDBPyConnection, query: str) -> list[Column]:
@@ -271,6 +246,7 @@ def _load(
     workload: list[str],
     *,
     onions: bool = False,
+    checks: list[list[str]] | None = None,
 ) -> None:
     master, client = session.master, session.client
     schema, policy = {name: columns}, client.policy()
@@ -282,6 +258,7 @@ def _load(
             schema, workload, available_schemes(), master.fingerprint(), sums=_sums(session),
             policy=policy,
         )  # fmt: skip
+    fresh.tables[name].checks = checks or []
     source = duckdb.connect()
     source.register(_SOURCE, data.rename_columns([c.name for c in columns]))
     load_into(
@@ -319,7 +296,8 @@ def _drop_tables(session: Session, tree: exp.Drop) -> Result:
         doomed.append(design.tables.pop(found.name))
     design.save(session.client.design_path)  # first: a crash then leaves only garbage
     for table in doomed:
-        for server_table in [table.server_name, *table.side_tables()]:
+        counters = [c.sequence for c in table.columns if c.sequence]
+        for server_table in [table.server_name, *table.side_tables(), *counters]:
             session.backend.drop_table(server_table)
     return _done(session)
 
@@ -397,13 +375,21 @@ def _added_column(action: exp.ColumnDef, names: list[str]) -> Column:
         for c in action.args.get("constraints") or []
         if not isinstance(c.kind, exp.DefaultColumnConstraint)
     ]
-    if others:
+    if others or "SERIAL" in kind.sql(dialect="duckdb").upper():
         raise UnsupportedStatementError(
-            f"Veil does not enforce column constraints ({action.sql(dialect='duckdb')})"
+            f"ADD COLUMN takes a type and a DEFAULT ({action.sql(dialect='duckdb')}); declare "
+            "other constraints and identity columns in CREATE TABLE"
         )
     scratch = local_duckdb()  # the user's type: closed to files
-    scratch.execute(f"CREATE TABLE t (x {kind.sql(dialect='duckdb')})")
-    return Column(name, normalize_type(str(scratch.sql("DESCRIBE t").fetchall()[0][1])))
+    try:
+        scratch.execute(
+            f"CREATE TABLE t (x {kind.sql(dialect='duckdb')} DEFAULT {_default(action)})"
+        )
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).split("\n")[0]) from None
+    default = _default(action)
+    column = Column(name, normalize_type(str(scratch.sql("DESCRIBE t").fetchall()[0][1])))
+    return dataclasses.replace(column, default=None if default == "NULL" else default)
 
 
 def _default(action: exp.ColumnDef) -> str:
@@ -433,8 +419,24 @@ def _rebuild(
     workload = _kept_workload(table, columns, renamed or {})
     if declared:
         workload += _workload(name, columns, {"det": _key_columns(declared)})
-    _load(session, name, columns, data, workload, onions=onions and not declared)
+    checks = _kept_checks(table, [c.name for c in columns], renamed or {})
+    _load(session, name, columns, data, workload, onions=onions and not declared, checks=checks)
     keys.install(session, name, declared)
+    alive = {c.sequence for c in columns}
+    for gone in (c.sequence for c in table.columns if c.sequence and c.sequence not in alive):
+        session.backend.drop_table(gone)  # a dropped identity column's counter
+
+
+def _kept_checks(table: TableDesign, alive: list[str], renamed: dict[str, str]) -> list[list[str]]:
+    """The table's CHECKs whose columns are all still there (renamed where they were)."""
+    kept = []
+    for name, sql in table.checks:
+        tree: exp.Expr = exp.maybe_parse(sql, dialect="duckdb")
+        for column in tree.find_all(exp.Column):
+            column.set("this", exp.to_identifier(renamed.get(column.name, column.name)))
+        if {c.name.lower() for c in tree.find_all(exp.Column)} <= set(alive):
+            kept.append([name, tree.sql(dialect="duckdb")])
+    return kept
 
 
 def _kept_keys(table: TableDesign, alive: list[str], renamed: dict[str, str]) -> list[keys.Key]:

@@ -14,7 +14,10 @@ from veil.errors import (
 )
 from veil.sql.errors import (
     ActiveTransactionError,
+    CheckViolationError,
     ClientDirectoryError,
+    ForeignKeyViolationError,
+    GeneratedAlwaysError,
     InFailedTransactionError,
     InsufficientPrivilegeError,
     NotNullViolationError,
@@ -33,6 +36,9 @@ _SQLSTATES: list[tuple[type[VeilError], str]] = [
     (ActiveTransactionError, "25001"),  # active_sql_transaction
     (NotNullViolationError, "23502"),  # not_null_violation
     (UniqueViolationError, "23505"),  # unique_violation
+    (CheckViolationError, "23514"),  # check_violation
+    (ForeignKeyViolationError, "23503"),  # foreign_key_violation
+    (GeneratedAlwaysError, "428C9"),  # generated_always
     (SerializationError, "40001"),  # serialization_failure
     (QuerySyntaxError, "42601"),  # syntax_error
     (UnsupportedStatementError, "0A000"),  # feature_not_supported

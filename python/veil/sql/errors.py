@@ -59,6 +59,24 @@ class UniqueViolationError(IntegrityError):
     anchor = "constraints"
 
 
+class CheckViolationError(IntegrityError):
+    """A row would make a CHECK constraint false (23514); nothing was written."""
+
+    anchor = "constraints"
+
+
+class ForeignKeyViolationError(IntegrityError):
+    """A row would reference a missing parent row, or a parent row is still referenced (23503)."""
+
+    anchor = "constraints"
+
+
+class GeneratedAlwaysError(QueryError):
+    """A value given for a GENERATED ALWAYS AS IDENTITY column (428C9); nothing was written."""
+
+    anchor = "constraints"
+
+
 class ClientDirectoryError(OperationalError):
     """The client directory is missing or incomplete."""
 

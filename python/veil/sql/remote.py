@@ -558,15 +558,16 @@ def block_payloads_statement(
     )
 
 
-def allocate_ids_statement(table: TableDesign, count: int) -> exp.Update:
-    """Take ``count`` row ids from the table's counter, atomically; returns the first.
+def allocate_ids_statement(counter_name: str, count: int) -> exp.Update:
+    """Take ``count`` values from a counter table (row ids, an identity column's), atomically;
+    returns the first.
 
     ``count`` (how many rows a statement writes, which the server sees anyway)
     is a literal: DuckDB cannot prepare a parameter in RETURNING.
     """
     counter, taken = exp.column(ID_COUNTER_COLUMN), exp.Literal.number(int(count))
     update = exp.update(
-        exp.to_table(table.id_counter),
+        exp.to_table(counter_name),
         {ID_COUNTER_COLUMN: exp.Add(this=counter.copy(), expression=taken.copy())},
     )
     first = exp.Sub(this=counter.copy(), expression=taken)
