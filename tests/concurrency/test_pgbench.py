@@ -31,9 +31,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from veil._native import WireServer
-from veil.bench.oltp import Run, anomalies, empty_client_dir, initialize, psycopg_query, run_tpcb
-from veil.serve.engine import Engine
+from veil.bench.oltp import (
+    Run,
+    anomalies,
+    empty_client_dir,
+    initialize,
+    psycopg_query,
+    run_tpcb,
+    served,
+)
 
 SCALE = 2
 SECONDS = 20
@@ -43,13 +49,8 @@ MAX_TRIES = 100
 @pytest.fixture
 def port(backend_url: str, tmp_path: Path) -> Iterator[str]:
     """``veil serve --insecure-local`` over an empty client directory on ``backend_url``."""
-    engine = Engine(empty_client_dir(tmp_path / "client", backend_url))
-    server = WireServer(engine, "127.0.0.1:0", None, None, True)
-    try:
-        yield server.address.rsplit(":", 1)[1]
-    finally:
-        server.stop()
-        engine.close()
+    with served(empty_client_dir(tmp_path / "client", backend_url)) as found:
+        yield found
 
 
 def test_untyped_parameters_take_the_type_of_their_place(port: str) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -101,6 +102,7 @@ class Run:
     p50_ms: float | None = None
     p99_ms: float | None = None
     exit_code: int = 0
+    load: list[str] = field(default_factory=list)  # load averages when it ended
     errors: list[str] = field(default_factory=list)  # pgbench's error lines
     anomalies: dict[str, list[str]] = field(default_factory=dict)
 
@@ -237,6 +239,21 @@ def psycopg_query(dsn: str) -> Iterator[Query]:
         yield one
 
 
+@contextmanager
+def served(client: Path) -> Iterator[str]:
+    """``veil serve --insecure-local`` in this process on a free loopback port; yields it."""
+    from veil._native import WireServer
+    from veil.serve.engine import Engine
+
+    engine = Engine(client)
+    server = WireServer(engine, "127.0.0.1:0", None, None, True)
+    try:
+        yield server.address.rsplit(":", 1)[1]
+    finally:
+        server.stop()
+        engine.close()
+
+
 def empty_client_dir(path: Path, server_url: str) -> Path:
     """A client directory with no table yet over ``server_url`` (tables come by DDL)."""
     from veil.backends import connect
@@ -253,12 +270,8 @@ def empty_client_dir(path: Path, server_url: str) -> Path:
 
 
 def run_oltp(args: argparse.Namespace) -> int:
-    from veil._native import WireServer
-    from veil.serve.engine import Engine
     from veil.servers.postgres import SUPERUSER, ThrowawayCluster
 
-    clients = [int(c) for c in args.clients.split(",")]
-    modes = args.modes.split(",")
     cluster = ThrowawayCluster()
     cluster.start()
     work = Path(tempfile.mkdtemp(prefix="veil-oltp-"))
@@ -266,46 +279,60 @@ def run_oltp(args: argparse.Namespace) -> int:
     inits: dict[str, dict[str, Any]] = {}
     try:
         cluster.create_database("plain")
+        inits["postgres"] = _bench_side(args, "postgres", cluster.port, SUPERUSER, "plain", runs)
         if args.backend == "postgres":
             cluster.create_database("encrypted")
             url = cluster.create_schema("veil_oltp", database="encrypted")
         else:
             url = f"duckdb://{work / 'server.duckdb'}"
-        client = empty_client_dir(work / "client", url)
-        server = WireServer(Engine(client), "127.0.0.1:0", None, None, True)
-        veil_port = server.address.rsplit(":", 1)[1]
-        sides = {
-            "postgres": (cluster.port, SUPERUSER, "plain"),
-            "veil": (veil_port, "bench", "veil"),
-        }
-        try:
-            for side, (port, user, database) in sides.items():
-                start = time.perf_counter()
-                line = initialize(port, args.scale, user=user, database=database)
-                inits[side] = {"seconds": time.perf_counter() - start, "pgbench": line}
-                print(f"{side}: pgbench -i -s {args.scale}: {inits[side]['seconds']:.1f} s")
-                dsn = f"host=127.0.0.1 port={port} user={user} dbname={database}"
-                done = 0
-                for mode in modes:
-                    for count in clients:
-                        run = run_tpcb(
-                            port,
-                            Run(side, mode, count, args.seconds),
-                            max_tries=args.max_tries,
-                            user=user,
-                            database=database,
-                        )
-                        done += run.transactions
-                        with psycopg_query(dsn) as query:
-                            run.anomalies = anomalies(query, args.scale, done)
-                        runs.append(run)
-                        print(_line(run), flush=True)
-        finally:
-            server.stop()
+        with served(empty_client_dir(work / "client", url)) as port:
+            inits["veil"] = _bench_side(args, "veil", port, "bench", "veil", runs)
     finally:
         cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
     _report(args, runs, inits)
     return 1 if any(r.anomalies or r.exit_code for r in runs) else 0
+
+
+def _bench_side(
+    args: argparse.Namespace,
+    side: str,
+    port: int | str,
+    user: str,
+    database: str,
+    runs: list[Run],
+) -> dict[str, Any]:
+    """``pgbench -i``, then every mode and client count on one side; returns the init's figures."""
+    start = time.perf_counter()
+    line = initialize(port, args.scale, user=user, database=database)
+    init = {"seconds": time.perf_counter() - start, "pgbench": line, "load": _load_average()}
+    print(f"{side}: pgbench -i -s {args.scale}: {init['seconds']:.1f} s ({line})", flush=True)
+    dsn = f"host=127.0.0.1 port={port} user={user} dbname={database}"
+    done = 0
+    for mode in args.modes.split(","):
+        for clients in (int(c) for c in args.clients.split(",")):
+            run = run_tpcb(
+                port,
+                Run(side, mode, clients, args.seconds),
+                max_tries=args.max_tries,
+                user=user,
+                database=database,
+            )
+            run.load = _load_average()
+            done += run.transactions
+            with psycopg_query(dsn) as query:
+                run.anomalies = anomalies(query, args.scale, done)
+            runs.append(run)
+            print(_line(run), flush=True)
+    return init
+
+
+def _load_average() -> list[str]:
+    """The machine's 1, 5 and 15 minute load averages (other work shares the cores)."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        return []
 
 
 def _line(run: Run) -> str:
@@ -326,16 +353,12 @@ def _report(args: argparse.Namespace, runs: list[Run], inits: dict[str, Any]) ->
         for r in runs
     ]  # fmt: skip
     print(format_table(headers, rows))
-    try:
-        load = Path("/proc/loadavg").read_text().split()[:3]
-    except OSError:
-        load = []
     document = {
         "scale": args.scale,
         "seconds": args.seconds,
         "backend": args.backend,
         "max_tries": args.max_tries,
-        "load_average_after": load,
+        "load_average_after": _load_average(),
         "init": inits,
         "runs": [asdict(r) for r in runs],
     }
