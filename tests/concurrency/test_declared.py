@@ -17,10 +17,12 @@ from tests.concurrency.conftest import race, rows
 import veil
 from veil.sql.errors import (
     CheckViolationError,
+    ForeignKeyViolationError,
     GeneratedAlwaysError,
     NotNullViolationError,
     QueryError,
     UniqueViolationError,
+    UnsupportedStatementError,
 )
 
 USERS = (
@@ -156,3 +158,58 @@ def test_a_failed_statement_in_a_transaction_leaves_nothing(client: Path) -> Non
         con.execute("INSERT INTO users (name) VALUES ('undone') RETURNING id")
         con.rollback()
     assert rows(client, "SELECT name FROM users") == [("kept",)]
+
+
+def test_foreign_keys(client: Path) -> None:
+    with veil.connect(client) as con:
+        con.execute(
+            "CREATE TABLE books (id SERIAL PRIMARY KEY, title TEXT, by INT REFERENCES users)"
+        )
+        con.execute("INSERT INTO users (name) VALUES ('ann'), ('bob')")
+        con.execute("INSERT INTO books (title, by) VALUES ('one', 1), ('two', 1), ('free', NULL)")
+        refused = [
+            "INSERT INTO books (title, by) VALUES ('bad', 9)",
+            "UPDATE books SET by = 7 WHERE id = 1",
+            "DELETE FROM users WHERE id = 1",
+            "UPDATE users SET id = 5 WHERE id = 1",
+        ]
+        for sql in refused:
+            with pytest.raises(ForeignKeyViolationError):
+                con.execute(sql)
+        con.execute("UPDATE users SET name = 'ann2' WHERE id = 1")  # the key stays: fine
+        con.execute("UPDATE books SET by = 2 WHERE id = 1")
+        with pytest.raises(QueryError, match="references it"):
+            con.execute("DROP TABLE users")
+        with pytest.raises(QueryError, match="references it"):
+            con.execute("TRUNCATE users")
+        with pytest.raises(QueryError, match="no unique constraint"):
+            con.execute("CREATE TABLE bad (x TEXT REFERENCES users (n))")
+        with pytest.raises(UnsupportedStatementError, match="CASCADE"):
+            con.execute("CREATE TABLE bad (x INT REFERENCES users ON DELETE CASCADE)")
+        con.execute("DELETE FROM books WHERE by = 1")
+        con.execute("DELETE FROM users WHERE id = 1")
+        con.execute("CREATE TABLE later (a INT)")
+        con.execute("INSERT INTO later VALUES (2), (NULL)")
+        con.execute("ALTER TABLE later ADD FOREIGN KEY (a) REFERENCES users (id)")
+        with pytest.raises(ForeignKeyViolationError):
+            con.execute("INSERT INTO later VALUES (3)")
+    assert rows(client, "SELECT title, by FROM books ORDER BY id") == [("one", 2), ("free", None)]
+
+
+def test_parent_deletes_racing_child_inserts_leave_no_orphan(client: Path) -> None:
+    with veil.connect(client) as con:
+        con.execute("CREATE TABLE books (id SERIAL PRIMARY KEY, by INT REFERENCES users)")
+        con.execute("INSERT INTO users (name) SELECT 'u' || i FROM range(8) AS t(i)")
+    children = [
+        [f"INSERT INTO books (by) VALUES ({1 + (k + i) % 8})" for i in range(8)] for k in range(3)
+    ]
+    parents = [[f"DELETE FROM users WHERE id = {i}" for i in range(1, 9)]]
+    result = race(client, children + parents)
+    failures = set(result.failures())
+    assert failures <= {"SerializationError"} | {
+        f for f in failures if f.startswith("ForeignKeyViolationError")
+    }, failures
+    orphans = rows(client, "SELECT count(*) FROM books WHERE by NOT IN (SELECT id FROM users)")
+    assert orphans == [(0,)]
+    inserted = len(result.succeeded("INSERT"))
+    assert rows(client, "SELECT count(*) FROM books") == [(inserted,)]

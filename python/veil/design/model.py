@@ -112,6 +112,18 @@ class Column:
 
 
 @dataclass
+class Reference:
+    """A FOREIGN KEY: ``columns`` of this table name a row of ``parent`` by ``parent_columns``
+    (a declared key of it). Checked by the client on every write of either table
+    (``veil.exec.references``)."""
+
+    name: str
+    columns: list[str]
+    parent: str
+    parent_columns: list[str]
+
+
+@dataclass
 class Encryption:
     """One server column: ``scheme(source)`` stored under ``name``."""
 
@@ -293,6 +305,8 @@ class TableDesign:
     # CHECK constraints: [name, DuckDB SQL of a boolean over one row], checked on the
     # client before every write (``veil.exec.constraints``)
     checks: list[list[str]] = field(default_factory=list)
+    # FOREIGN KEYs this table declares
+    references: list[Reference] = field(default_factory=list)
     cluster_by: list[str] = field(default_factory=list)
     cluster_candidates: list[list[str]] = field(default_factory=list)
     # The source column whose order the loader kept within each cluster (or the
@@ -440,6 +454,7 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         layers_table=str(data.get("layers_table", "")),
         keys=[[str(c) for c in key] for key in data.get("keys", [])],  # type: ignore[attr-defined]
         checks=[[str(c) for c in check] for check in data.get("checks", [])],  # type: ignore[attr-defined]
+        references=[Reference(**r) for r in data.get("references", [])],  # type: ignore[attr-defined]
         cluster_by=[str(c) for c in data.get("cluster_by", [])],  # type: ignore[attr-defined]
         cluster_candidates=[
             [str(c) for c in keys]

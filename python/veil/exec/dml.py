@@ -42,19 +42,20 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.backends.base import DuplicateKeyError
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
-from veil.exec import upsert
+from veil.exec import references, upsert
 from veil.exec.constraints import check_rows, constraint_error, unique_violation
 from veil.exec.defaults import catalog_column, default_value, is_default, number_rows
 from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
+from veil.exec.matching import matching_rows
 from veil.exec.row_ids import allocate
 from veil.sql.errors import QueryError, UnsupportedStatementError
-from veil.sql.plan import ROW_ID
 from veil.sql.remote import delete_rows_statement
 
 if TYPE_CHECKING:
@@ -70,23 +71,21 @@ _BACKOFF_SECONDS = 0.005
 _BACKOFF_CAP_SECONDS = 0.5
 
 
-# DML clauses Veil does not run yet (DuckDB accepts them): refused, never ignored.
-_UNSUPPORTED = {
-    "with_": "WITH",
-    "from_": "UPDATE ... FROM",
-    "using": "DELETE ... USING",
-}
 _RETURNED = "__veil_returned_rows"
 _TWIN = "__veil_upsert_rows"
 
 
 def run_dml(session: Session, tree: exp.Expr) -> Result:
-    found = [name for key, name in _UNSUPPORTED.items() if tree.args.get(key)]
-    if found:
+    ctes = tree.args.get("with_")
+    if ctes is not None and any(
+        c.this.find(exp.Insert, exp.Update, exp.Delete) for c in ctes.expressions
+    ):
         raise UnsupportedStatementError(
-            f"Veil does not run {found[0]} in {tree.key.upper()} statements yet; "
-            "compute the rows with a query and use a plain INSERT, UPDATE or DELETE"
+            "Veil does not run INSERT, UPDATE or DELETE inside WITH; run them one by one "
+            "in a transaction"
         )
+    if isinstance(tree, exp.Insert) and ctes is not None:
+        tree = _ctes_into_source(tree)
     if isinstance(tree, exp.Insert):
         insert = upsert.alternative_as_conflict(_target(session, tree.this), tree)
         return _retried(session, insert, lambda: _insert(session, insert))
@@ -97,6 +96,20 @@ def run_dml(session: Session, tree: exp.Expr) -> Result:
         return _retried(session, tree, lambda: _delete(session, tree))
     assert isinstance(tree, exp.Update)
     return _retried(session, tree, lambda: _update(session, tree))
+
+
+def _ctes_into_source(tree: exp.Insert) -> exp.Insert:
+    """``WITH c AS (...) INSERT INTO t SELECT ... FROM c``: the WITH belongs to the query."""
+    moved = tree.copy()
+    ctes = moved.args["with_"]
+    moved.set("with_", None)
+    source = moved.expression
+    if isinstance(source, exp.Query):
+        source.set("with_", ctes)
+    elif source is not None:  # VALUES: each value may read a CTE in a subquery
+        moved.set("expression", exp.select("*").from_(source.subquery("v")))
+        moved.expression.set("with_", ctes)
+    return moved
 
 
 def _plain_assignments(table: TableDesign, tree: exp.Update) -> exp.Update:
@@ -228,8 +241,14 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
         return _upsert(session, table, tree, plain)
     check_rows(session.local, table, plain)  # refuse before writing
     TableEncryptor(session.master, table).check_domains(plain)
+    parents = references.parent_locks(session, table, plain)
     first_id = _fresh_ids(session, table, len(plain))
-    _in_layers(session, table, lambda: _append_rows(session, table, plain, first_id))
+
+    def append() -> None:
+        references.lock(session, parents)
+        _append_rows(session, table, plain, first_id)
+
+    _in_layers(session, table, append)
     return Result(returning(session, tree, plain), len(plain), stats)
 
 
@@ -244,8 +263,12 @@ def _upsert(session: Session, table: TableDesign, tree: exp.Insert, plain: pa.Ta
     resolved = upsert.resolve(session.local, table, tree, keys, plain, stored)
     check_rows(session.local, table, resolved.rows)
     TableEncryptor(session.master, table).check_domains(resolved.rows)
+    rewritten = stored.filter(pc.is_in(stored.column(stored.num_columns - 1), resolved.row_ids))
+    old = rewritten.select(list(range(len(table.columns)))).rename_columns(
+        [c.name for c in table.columns]
+    )
     try:
-        rewrite_rows(session, table, resolved.row_ids, resolved.rows)
+        rewrite_rows(session, table, resolved.row_ids, resolved.rows, old)
     except DuplicateKeyError:
         if (
             session.backend.in_transaction
@@ -264,11 +287,21 @@ def _rows_sharing_keys(
 ) -> pa.Table:
     """The stored rows with one of ``keys`` equal to a row of ``rows``: columns, row id."""
     columns: list[exp.Expr] = [exp.column(c.name) for c in table.columns]
-    found = [_matching_rows(session, table, columns, w) for w in upsert.key_filters(keys, rows)]
+    found = [matching_rows(session, table, columns, w) for w in upsert.key_filters(keys, rows)]
     if not found:  # no key in ``rows`` (nulls only): nothing can conflict
         empty = session.catalog.sql(f'SELECT * FROM "{table.name}" LIMIT 0').to_arrow_table()
         return empty.append_column(upsert.ROW_ID, pa.array([], pa.int64()))
     return pa.concat_tables([f.rename_columns(found[0].column_names) for f in found])
+
+
+def returning_query(tree: exp.Expr) -> exp.Select | None:
+    """A query whose columns are those of ``tree``'s RETURNING clause (to describe it)."""
+    clause = tree.args.get("returning")
+    if clause is None:
+        return None
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    source = exp.to_table(target.name).as_(target.alias_or_name)
+    return exp.select(*(e.copy() for e in clause.expressions)).from_(source)
 
 
 def returning(session: Session, tree: exp.Expr, rows: pa.Table) -> pa.Table:
@@ -403,20 +436,6 @@ def _append_rows(session: Session, table: TableDesign, plain: pa.Table, first_id
         session.backend.append(table.blocks_table, sealed)
 
 
-def _matching_rows(
-    session: Session, table: TableDesign, projections: list[exp.Expr], where: exp.Expr | None
-) -> pa.Table:
-    """``projections`` of the rows matching ``where``, plus their row ids (last column)."""
-    select = exp.select(*projections).from_(exp.to_table(table.name))
-    if where is not None:
-        select = select.where(where.this if isinstance(where, exp.Where) else where)
-    session.describe(select)
-    plan = session.plan(select, row_ids_of=table.name)
-    source = plan.local.args["from_"].this
-    plan.local.append("expressions", exp.column(ROW_ID, table=source.alias_or_name))
-    return session.execute_plan(plan, FetchStats())
-
-
 def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
     """Delete the rows ``row_ids`` in the current transaction: every one of them, or raise."""
     ids = row_ids.to_pylist()
@@ -436,17 +455,19 @@ def _delete(session: Session, tree: exp.Delete) -> Result:
 
     table = _target(session, tree.this)
     wanted: list[exp.Expr] = [exp.Literal.number(1)]
-    if tree.args.get("returning") is not None:
-        wanted = [exp.column(c.name) for c in table.columns]
-    matched = _matching_rows(session, table, wanted, tree.args.get("where"))
+    referenced = references.referencing(session.design, table.name)
+    alias = tree.this.alias_or_name
+    if tree.args.get("returning") is not None or referenced:
+        wanted = [exp.column(c.name, table=alias) for c in table.columns]
+    matched = matching_rows(session, table, wanted, tree.args.get("where"), tree)
     row_ids = matched.column(matched.num_columns - 1).combine_chunks()
+    deleted = matched.select(list(range(len(wanted))))
+    if referenced or tree.args.get("returning") is not None:
+        deleted = deleted.rename_columns([c.name for c in table.columns])
     with session.backend.transaction():
         _delete_rows(session, table, row_ids)
-    if tree.args.get("returning") is None:
-        return Result(pa.table({}), len(row_ids))
-    deleted = matched.select(list(range(len(table.columns)))).rename_columns(
-        [c.name for c in table.columns]
-    )
+        if referenced:
+            references.check_unreferenced(session, table, deleted)
     return Result(returning(session, tree, deleted), len(row_ids))
 
 
@@ -465,28 +486,52 @@ def _update(session: Session, tree: exp.Update) -> Result:
     projections: list[exp.Expr] = [
         exp.alias_(exp.cast(assigned[c.name].copy(), c.type), c.name)
         if c.name in assigned
-        else exp.column(c.name)
+        else exp.column(c.name, table=tree.this.alias_or_name)
         for c in table.columns
     ]
-    matched = _matching_rows(session, table, projections, tree.args.get("where"))
+    rekeyed = {
+        c for _, r in references.referencing(session.design, table.name) for c in r.parent_columns
+    }
+    old_keys = sorted(rekeyed) if rekeyed & set(assigned) else []  # old referenced keys
+    alias = tree.this.alias_or_name
+    projections += [exp.alias_(exp.column(c, table=alias), f"__veil_old_{c}") for c in old_keys]
+    matched = matching_rows(session, table, projections, tree.args.get("where"), tree)
     table = session.design.table(table.name)  # planning the match may have peeled layers
     row_ids = matched.column(matched.num_columns - 1).combine_chunks()
-    plain = matched.select(list(range(len(table.columns)))).rename_columns(
-        [c.name for c in table.columns]
-    )
+    names = [c.name for c in table.columns]
+    plain = matched.select(list(range(len(names)))).rename_columns(names)
+    old = None
+    if old_keys:
+        at = list(range(len(names), len(names) + len(old_keys)))
+        old = matched.select(at).rename_columns(old_keys)
     check_rows(session.local, table, plain)  # refuse before writing
     TableEncryptor(session.master, table).check_domains(plain)
-    rewrite_rows(session, table, row_ids, plain)
+    named = {c for r in table.references for c in r.columns} & set(assigned)
+    rewrite_rows(session, table, row_ids, plain, old, check_parents=bool(named))
     return Result(returning(session, tree, plain), len(row_ids))
 
 
-def rewrite_rows(session: Session, table: TableDesign, row_ids: pa.Array, rows: pa.Table) -> None:
+def rewrite_rows(
+    session: Session,
+    table: TableDesign,
+    row_ids: pa.Array,
+    rows: pa.Table,
+    old: pa.Table | None = None,
+    *,
+    check_parents: bool = True,
+) -> None:
     """Replace the rows ``row_ids`` (read under the design's layers) by ``rows``, which may
-    hold more (inserted ones), under fresh ids, in one transaction."""
+    hold more (inserted ones), under fresh ids, in one transaction. ``old``: the replaced
+    rows' values of the columns other tables' foreign keys name, where they may change;
+    ``check_parents``: whether the rows' own foreign keys may have changed."""
+    parents = references.parent_locks(session, table, rows) if check_parents else []
     first_id = _fresh_ids(session, table, len(rows))
 
     def rewrite() -> None:
+        references.lock(session, parents)
         _delete_rows(session, table, row_ids)
         _append_rows(session, table, rows, first_id)
+        if old is not None:
+            references.check_unreferenced(session, table, old, rows)
 
     _in_layers(session, table, rewrite)  # its rows were read under these layers

@@ -329,6 +329,10 @@ class Session:
                 f"Veil runs queries (SELECT, WITH, set operations, PIVOT) and INSERT/UPDATE/DELETE; "
                 f"not {tree.key.upper()} statements"
             )
+        if isinstance(tree, exp.Select) and tree.args.get("locks"):
+            from veil.exec.row_locks import lock_selected
+
+            return self.query(lock_selected(self, tree))  # never cached: it locks each time
         planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
         result = self._answer(planned)
         # kept only if it ran as planned (a fallback may have been transient) and

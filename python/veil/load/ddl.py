@@ -36,16 +36,18 @@ from veil.design.model import (
     SEARCH,
     Column,
     PhysicalDesign,
+    Reference,
     TableDesign,
     opaque_name,
 )
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
+from veil.exec import references
 from veil.exec.local_duckdb import local_duckdb
 from veil.exec.row_ids import counter_table
 from veil.load import keys
-from veil.load.declared import declared_table
+from veil.load.declared import declared_table, table_reference
 from veil.load.loader import available_schemes, load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable, label_of
@@ -75,6 +77,7 @@ def run_ddl(session: Session, tree: exp.Expr) -> Result:
         return _drop_tables(session, tree)
     if isinstance(tree, exp.TruncateTable):
         for table in tree.expressions:
+            _unreferenced(session, _existing(session, table), "truncate")
             _rebuild(
                 session, _existing(session, table).name, f'SELECT * FROM "{table.name}" LIMIT 0'
             )
@@ -85,6 +88,18 @@ def run_ddl(session: Session, tree: exp.Expr) -> Result:
         f"Veil's DDL is CREATE TABLE [AS SELECT], DROP TABLE, TRUNCATE, ALTER TABLE "
         f"ADD/DROP/RENAME COLUMN and CREATE INDEX; not {tree.sql(dialect='duckdb')[:60]}"
     )
+
+
+def _unreferenced(
+    session: Session, table: TableDesign, verb: str, columns: set[str] | None = None
+) -> None:
+    """Refuse to ``verb`` ``table`` (or ``columns`` of it) while a foreign key names it."""
+    for child, reference in references.referencing(session.design, table.name):
+        if columns is None or columns & set(reference.parent_columns):
+            raise QueryError(
+                f"cannot {verb} {table.name}: foreign key {reference.name} of table "
+                f"{child.name} references it"
+            )
 
 
 def _done(session: Session, rows: int = 0) -> Result:
@@ -114,6 +129,7 @@ def _create_table(session: Session, tree: exp.Create) -> Result:
     options = _options(tree)
     query = tree.args.get("expression")
     checks: list[list[str]] = []
+    named: list[Reference] = []
     if query is not None:
         data = session.query(query).table
         columns = _columns_of(session.catalog, query.sql(dialect="duckdb"))
@@ -124,12 +140,32 @@ def _create_table(session: Session, tree: exp.Create) -> Result:
         declared = keys.checked(found.keys, found.columns, name)
         columns = _with_counters(session, keys.with_keys(found.columns, declared), found.starts)
         checks = found.checks
+        named = _references(session, name, columns, found.references, declared)
         data = _empty(columns)
-    options["det"] = list(dict.fromkeys(options.get("det", []) + _key_columns(declared)))
+    looked_up = _key_columns(declared) + [c for r in named for c in r.columns]
+    options["det"] = list(dict.fromkeys(options.get("det", []) + looked_up))
     workload = _workload(name, columns, options)
-    _load(session, name, columns, data, workload, checks=checks)
+    _load(session, name, columns, data, workload, checks=checks, named=named)
     keys.install(session, name, declared)
     return _done(session, len(data) if query is not None else 0)
+
+
+def _references(
+    session: Session,
+    name: str,
+    columns: list[Column],
+    found: list[Reference],
+    declared: list[keys.Key],
+) -> list[Reference]:
+    """The table's foreign keys, their columns and parents checked."""
+    names = {c.name for c in columns}
+    for reference in found:
+        unknown = [c for c in reference.columns if c not in names]
+        if unknown:
+            raise QueryError(
+                f"foreign key {reference.name}: column {unknown[0]} does not exist in {name}"
+            )
+    return references.resolved(session.design, name, found, [k.columns for k in declared])
 
 
 def _with_counters(session: Session, columns: list[Column], starts: dict[str, int]) -> list[Column]:
@@ -247,6 +283,7 @@ def _load(
     *,
     onions: bool = False,
     checks: list[list[str]] | None = None,
+    named: list[Reference] | None = None,
 ) -> None:
     master, client = session.master, session.client
     schema, policy = {name: columns}, client.policy()
@@ -259,6 +296,7 @@ def _load(
             policy=policy,
         )  # fmt: skip
     fresh.tables[name].checks = checks or []
+    fresh.tables[name].references = named or []
     source = duckdb.connect()
     source.register(_SOURCE, data.rename_columns([c.name for c in columns]))
     load_into(
@@ -294,6 +332,13 @@ def _drop_tables(session: Session, tree: exp.Drop) -> Result:
                 continue
             raise QueryError(f"table {table.name} does not exist; SHOW TABLES lists the tables")
         doomed.append(design.tables.pop(found.name))
+    for child, reference in (
+        pair for gone in doomed for pair in references.referencing(design, gone.name)
+    ):
+        raise QueryError(
+            f"cannot drop table {reference.parent} because foreign key {reference.name} of "
+            f"table {child.name} references it; drop {child.name} (or its key) first"
+        )
     design.save(session.client.design_path)  # first: a crash then leaves only garbage
     for table in doomed:
         counters = [c.sequence for c in table.columns if c.sequence]
@@ -309,14 +354,21 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
     columns = {c.name: c for c in table.columns}
     renamed: dict[str, str] = {}
     added: list[keys.Key] = []
-    for action in tree.args.get("actions") or []:
+    actions = tree.args.get("actions") or []
+    for action in actions:
         if isinstance(action, exp.AddConstraint):
             for item in action.expressions:
                 key = keys.table_key(item)
+                if key is None and table_reference(table.name, item) is not None:
+                    if len(actions) > 1 or len(action.expressions) > 1:
+                        raise UnsupportedStatementError(
+                            "add a FOREIGN KEY in an ALTER TABLE statement of its own"
+                        )
+                    return _add_reference(session, table, table_reference(table.name, item))
                 if key is None:
                     raise UnsupportedStatementError(
-                        f"ALTER TABLE ... {action.sql(dialect='duckdb')}: Veil adds PRIMARY KEY "
-                        "and UNIQUE constraints only"
+                        f"ALTER TABLE ... {action.sql(dialect='duckdb')}: Veil adds PRIMARY KEY, "
+                        "UNIQUE and FOREIGN KEY constraints only"
                     )
                 added.append(key)
         elif isinstance(action, exp.ColumnDef):
@@ -327,11 +379,13 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
             for gone in (c.name.lower() for c in action.args.get("tables") or []):
                 if gone not in columns:
                     raise QueryError(f"cannot drop column {gone} of {table.name}: no such column")
+                _unreferenced(session, table, f"drop column {gone} of", {gone})
                 del selected[gone], columns[gone]
         elif isinstance(action, exp.RenameColumn):
             old, new = action.this.name.lower(), action.args["to"].name.lower()
             if old not in columns or new in columns:
                 raise QueryError(f"cannot rename {old} to {new} in {table.name}")
+            _unreferenced(session, table, f"rename column {old} of", {old})
             selected = {new if k == old else k: v for k, v in selected.items()}
             columns = {new if k == old else k: v for k, v in columns.items()}
             columns[new] = dataclasses.replace(columns[new], name=new)
@@ -359,6 +413,25 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
         renamed,
         added or None,
     )
+    return _done(session)
+
+
+def _add_reference(session: Session, table: TableDesign, found: Reference | None) -> Result:
+    """ALTER TABLE ... ADD FOREIGN KEY: checked against the rows already there, then kept."""
+    assert found is not None
+    [named] = _references(session, table.name, table.columns, [found], [])
+    if named.parent == table.name:
+        raise UnsupportedStatementError(
+            "a FOREIGN KEY naming its own table is declared in CREATE TABLE"
+        )
+    listed = ", ".join(f'"{c}"' for c in named.columns)
+    present = session.run(f'SELECT DISTINCT {listed} FROM "{table.name}"').table
+    checking = dataclasses.replace(table, references=[named])
+    references.parent_locks(session, checking, present)  # 23503 if a row names no parent
+    with session.client.design_lock():
+        design = session.client.design(session.master)
+        design.tables[table.name].references.append(named)
+        design.save(session.client.design_path)
     return _done(session)
 
 
@@ -419,11 +492,20 @@ def _rebuild(
     workload = _kept_workload(table, columns, renamed or {})
     if declared:
         workload += _workload(name, columns, {"det": _key_columns(declared)})
-    checks = _kept_checks(table, [c.name for c in columns], renamed or {})
-    _load(session, name, columns, data, workload, onions=onions and not declared, checks=checks)
+    alive = [c.name for c in columns]
+    checks = _kept_checks(table, alive, renamed or {})
+    named = [
+        dataclasses.replace(r, columns=[(renamed or {}).get(c, c) for c in r.columns])
+        for r in table.references
+    ]
+    named = [r for r in named if set(r.columns) <= set(alive)]
+    _load(
+        session, name, columns, data, workload,
+        onions=onions and not declared, checks=checks, named=named,
+    )  # fmt: skip
     keys.install(session, name, declared)
-    alive = {c.sequence for c in columns}
-    for gone in (c.sequence for c in table.columns if c.sequence and c.sequence not in alive):
+    counters = {c.sequence for c in columns}
+    for gone in (c.sequence for c in table.columns if c.sequence and c.sequence not in counters):
         session.backend.drop_table(gone)  # a dropped identity column's counter
 
 

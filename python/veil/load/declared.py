@@ -11,6 +11,7 @@ values (``veil.exec.constraints``):
   table on the server, advanced atomically as row ids are (``veil.exec.row_ids``);
   like PostgreSQL's sequences, values a rolled-back statement took are skipped;
 - ``CHECK (expr)``, on a column or the table: evaluated on every written row;
+- ``REFERENCES`` / ``FOREIGN KEY`` (NO ACTION or RESTRICT): ``veil.exec.references``;
 - ``PRIMARY KEY`` / ``UNIQUE``: ``veil.load.keys``.
 
 The declarations are checked here on a scratch DuckDB table (an unknown
@@ -25,7 +26,7 @@ import dataclasses
 import duckdb
 from sqlglot import exp
 
-from veil.design.model import Column
+from veil.design.model import Column, Reference
 from veil.encoding import normalize_type
 from veil.exec.local_duckdb import local_duckdb
 from veil.load import keys
@@ -48,6 +49,7 @@ class Declared:
     keys: list[keys.Key]
     checks: list[list[str]]  # [name, DuckDB SQL]
     starts: dict[str, int]  # identity column -> its first value
+    references: list[Reference]  # parent_columns empty: the parent's primary key
 
 
 @dataclasses.dataclass
@@ -64,6 +66,7 @@ def declared_table(table: str, schema: exp.Schema) -> Declared:
     facts: dict[str, _ColumnFacts] = {}
     found_keys: list[keys.Key] = []
     checks: list[list[str]] = []
+    references: list[Reference] = []
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             name = item.name.lower()
@@ -72,15 +75,20 @@ def declared_table(table: str, schema: exp.Schema) -> Declared:
             definitions.append(sql)
             found_keys.extend(keys.column_keys(item))
             checks.extend(column_checks)
+            references.extend(_column_references(table, item))
             continue
         key = keys.table_key(item)
         if key is not None:
             found_keys.append(key)
             continue
+        reference = table_reference(table, item)
+        if reference is not None:
+            references.append(reference)
+            continue
         check = _table_check(table, item, len(checks))
         if check is None:
             raise UnsupportedStatementError(
-                f"Veil enforces PRIMARY KEY, UNIQUE and CHECK table constraints, not "
+                f"Veil enforces PRIMARY KEY, UNIQUE, CHECK and FOREIGN KEY table constraints, not "
                 f"{item.sql(dialect='duckdb')}; declare the columns alone"
             )
         checks.append(check)
@@ -112,7 +120,53 @@ def declared_table(table: str, schema: exp.Schema) -> Declared:
     if len(set(seen)) != len(seen):
         raise QueryError(f"column names must differ (case aside): {', '.join(seen)}")
     starts = {name: fact.start for name, fact in facts.items() if fact.identity}
-    return Declared(columns, found_keys, checks, starts)
+    return Declared(columns, found_keys, checks, starts, references)
+
+
+def _column_references(table: str, item: exp.ColumnDef) -> list[Reference]:
+    """``col INT REFERENCES parent [(key)]``."""
+    found = []
+    for constraint in item.args.get("constraints") or []:
+        kind = constraint.args.get("kind")
+        if isinstance(kind, exp.Reference):
+            name = _constraint_name(constraint, f"{table}_{item.name.lower()}_fkey")
+            found.append(_reference(table, name, [item.name.lower()], kind))
+    return found
+
+
+def table_reference(table: str, item: exp.Expr) -> Reference | None:
+    """``[CONSTRAINT name] FOREIGN KEY (cols) REFERENCES parent [(key)]``; else None."""
+    named = item if isinstance(item, exp.Constraint) else None
+    if named is not None and len(named.expressions) == 1:
+        item = named.expressions[0]
+    if not isinstance(item, exp.ForeignKey):
+        return None
+    columns = [c.name.lower() for c in item.expressions]
+    name = named.name if named is not None and named.name else f"{table}_{columns[0]}_fkey"
+    return _reference(table, name, columns, item.args["reference"])
+
+
+_ACTIONS = ("ON DELETE NO ACTION", "ON DELETE RESTRICT", "ON UPDATE NO ACTION",
+            "ON UPDATE RESTRICT", "MATCH SIMPLE")  # fmt: skip
+
+
+def _reference(table: str, name: str, columns: list[str], found: exp.Reference) -> Reference:
+    for option in found.args.get("options") or []:
+        spelled = " ".join(str(option).upper().split())
+        if spelled not in _ACTIONS:
+            raise UnsupportedStatementError(
+                f"foreign key {name} of {table}: Veil enforces NO ACTION / RESTRICT, not "
+                f"{spelled}; delete or update the referencing rows first"
+            )
+    target = found.this
+    parent = target.this if isinstance(target, exp.Schema) else target
+    listed = [c.name.lower() for c in target.expressions] if isinstance(target, exp.Schema) else []
+    if listed and len(listed) != len(columns):
+        raise QueryError(
+            f"foreign key {name} of {table}: {len(columns)} referencing columns, "
+            f"{len(listed)} referenced"
+        )
+    return Reference(name, columns, parent.name.lower(), listed)
 
 
 def _column(table: str, item: exp.ColumnDef) -> tuple[_ColumnFacts, str, list[list[str]]]:
@@ -131,8 +185,10 @@ def _column(table: str, item: exp.ColumnDef) -> tuple[_ColumnFacts, str, list[li
         found = constraint.args.get("kind")
         if isinstance(found, exp.NotNullColumnConstraint):
             fact.not_null = fact.not_null or not found.args.get("allow_null")
-        elif isinstance(found, exp.PrimaryKeyColumnConstraint | exp.UniqueColumnConstraint):
-            continue  # veil.load.keys
+        elif isinstance(
+            found, exp.PrimaryKeyColumnConstraint | exp.UniqueColumnConstraint | exp.Reference
+        ):
+            continue  # veil.load.keys, _column_references
         elif isinstance(found, exp.DefaultColumnConstraint):
             fact.default = found.this.sql(dialect="duckdb")
             _no_subquery(found.this, f"the DEFAULT of column {name}")
@@ -145,8 +201,8 @@ def _column(table: str, item: exp.ColumnDef) -> tuple[_ColumnFacts, str, list[li
             checks.append([_constraint_name(constraint, f"{table}_{name}_check"), check])
         else:
             raise UnsupportedStatementError(
-                f"Veil enforces NOT NULL, DEFAULT, identity, CHECK, PRIMARY KEY and UNIQUE "
-                f"column constraints, not {constraint.sql(dialect='duckdb')} "
+                f"Veil enforces NOT NULL, DEFAULT, identity, CHECK, PRIMARY KEY, UNIQUE and "
+                f"REFERENCES column constraints, not {constraint.sql(dialect='duckdb')} "
                 f"(column {item.name}); declare the column without it"
             )
     if fact.identity and fact.default is not None:

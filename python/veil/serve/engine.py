@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from veil import statements
 from veil.errors import VeilError
+from veil.exec.dml import returning_query
 from veil.exec.session import Session, Streamed
 from veil.load.ddl import DDL
 from veil.serve import catalog, copy, dialect, settings, text, users
@@ -341,6 +342,12 @@ class WireSession:
         result = self.veil.run(bound)
         if kind == "dml":
             self.written += self.veil.in_transaction
+            returned = returning_query(tree)
+            if returned is not None:  # rows, and the command's tag
+                described = dialect.bind(returned, values)
+                oids = declared_oids(self.veil.catalog, described, result.table.schema)
+                tag = "INSERT 0" if isinstance(tree, exp.Insert) else tree.key.upper()
+                return (*_rows(result.table, oids), tag)
             return ("command", tree.key.upper(), result.rowcount)
         return _rows(result.table, declared_oids(self.veil.catalog, bound, result.table.schema))
 
@@ -522,7 +529,10 @@ class WireSession:
         ]
         if statement.kind == "show":
             return params, [(_setting_name(texts[0]), TEXT)]
-        if statement.kind not in ("query", "catalog") or tree is None:
+        returned = returning_query(tree) if statement.kind == "dml" and tree is not None else None
+        if returned is not None:
+            tree = returned  # the rows INSERT/UPDATE/DELETE ... RETURNING makes
+        elif statement.kind not in ("query", "catalog") or tree is None:
             return params, []
         nulls: list[object] = [None] * count
         catalogue = statement.kind == "catalog"

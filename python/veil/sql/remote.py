@@ -530,6 +530,21 @@ def delete_rows_statement(table: TableDesign, row_ids: Sequence[object]) -> exp.
     return deleted
 
 
+def flip_row_ids_statement(table: TableDesign, row_ids: Sequence[object]) -> exp.Update:
+    """Map these rows' ids to ``-id - 1`` (run twice: back), returning the ids it changed.
+
+    A write that leaves rows as they were, to lock them in the transaction
+    (``veil.exec.references``): the ids never collide (live ones are >= 0), and
+    the change is a real write, which DuckDB's conflict check sees.
+    """
+    row_id = exp.column(table.row_id)
+    condition = row_id.isin(*[param(r) for r in row_ids])
+    flipped = exp.Sub(this=exp.Neg(this=row_id.copy()), expression=exp.Literal.number(1))
+    update = exp.update(exp.to_table(table.server_name), {table.row_id: flipped}).where(condition)
+    update.set("returning", exp.Returning(expressions=[row_id.copy()]))
+    return update
+
+
 # -- blocks of rows (``veil.exec.blocks``) -------------------------------------------
 
 BLOCK_COLUMNS = ("c", "first_id", "row_count", "payload")

@@ -92,6 +92,11 @@ fn outcome(item: &Bound<'_, PyAny>) -> PyResult<Outcome> {
         "rows" => Outcome::Rows {
             fields: fields(&item.get_item(1)?)?,
             batches: Box::new(PyBatches(item.get_item(2)?.unbind())),
+            tag: if item.len()? > 3 {
+                item.get_item(3)?.extract()?
+            } else {
+                None
+            },
         },
         "copy_in" => Outcome::CopyIn {
             columns: item.get_item(1)?.extract()?,

@@ -88,6 +88,9 @@ pub enum Outcome {
     Rows {
         fields: Vec<Field>,
         batches: Box<dyn Batches>,
+        /// The command tag when rows come from a command (`INSERT ... RETURNING`:
+        /// `INSERT 0`, completed with the row count); `None`: `SELECT`.
+        tag: Option<String>,
     },
     /// A command: its tag (`INSERT 0 3`'s `INSERT`) and row count, if any.
     Command {

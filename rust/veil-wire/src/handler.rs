@@ -190,7 +190,11 @@ fn copy_stream(batches: Box<dyn Batches>) -> BoxStream<'static, PgWireResult<Cop
 
 fn response(outcome: Outcome, format: &Format) -> Response {
     match outcome {
-        Outcome::Rows { fields, batches } => {
+        Outcome::Rows {
+            fields,
+            batches,
+            tag,
+        } => {
             let infos = field_infos(&fields, format);
             let layout: Vec<Layout> = infos
                 .iter()
@@ -200,10 +204,12 @@ fn response(outcome: Outcome, format: &Format) -> Response {
                     binary: info.format() == FieldFormat::Binary,
                 })
                 .collect();
-            Response::Query(QueryResponse::new(
-                Arc::new(infos),
-                row_stream(batches, Arc::new(layout)),
-            ))
+            let mut response =
+                QueryResponse::new(Arc::new(infos), row_stream(batches, Arc::new(layout)));
+            if let Some(tag) = tag {
+                response.set_command_tag(&tag);
+            }
+            Response::Query(response)
         }
         Outcome::Command { tag, rows } => {
             // ROLLBACK TO SAVEPOINT: PostgreSQL's tag is ROLLBACK, but the transaction goes on

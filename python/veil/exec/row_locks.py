@@ -1,0 +1,77 @@
+"""Row locks in a transaction: what SELECT ... FOR UPDATE and foreign keys take.
+
+The server has no statement that locks a row without changing it that both
+engines honour alike, so a lock rewrites the rows' public row ids (negated,
+then restored) in the transaction. PostgreSQL then holds the rows' locks
+until commit (a concurrent writer of them waits), and DuckDB aborts one of two
+transactions that write one row (the statement or transaction runs again, as
+a serialization failure). A row deleted meanwhile is missing from the
+rewrite: the lock then fails with ``RowsLockedError`` (SQLSTATE 40001).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.design.model import TableDesign
+from veil.errors import SerializationError
+from veil.exec.fetch import FetchStats, run_remote
+from veil.exec.matching import with_row_ids
+from veil.sql.errors import QueryError, UnsupportedStatementError
+from veil.sql.remote import flip_row_ids_statement
+
+if TYPE_CHECKING:
+    from veil.exec.session import Session
+
+
+class RowsLockedError(SerializationError):
+    """Rows a statement read were deleted or rewritten before it could lock them."""
+
+
+def lock_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
+    """Lock the rows ``row_ids`` of ``table`` until the current transaction ends."""
+    listed = row_ids.to_pylist()
+    if not listed:
+        return
+    statement = flip_row_ids_statement(table, listed)
+    if run_remote(statement, session.backend, FetchStats()).num_rows < len(set(listed)):
+        raise RowsLockedError(
+            f"another client deleted or changed rows of {table.name!r} this statement read "
+            "before it could lock them; run it (or the transaction) again"
+        )
+    back = flip_row_ids_statement(table, [-i - 1 for i in listed])
+    run_remote(back, session.backend, FetchStats())
+
+
+def lock_selected(session: Session, tree: exp.Select) -> exp.Select:
+    """``SELECT ... FOR UPDATE / FOR SHARE``: lock the rows it selects (inside a
+    transaction), then return the query without its locking clause, to run."""
+    query = tree.copy()
+    query.set("locks", None)
+    if not session.in_transaction:
+        return query  # a lock would end with the statement: nothing to hold
+    for clause in tree.args.get("locks") or []:
+        if clause.args.get("wait") is not None:
+            raise UnsupportedStatementError("FOR UPDATE NOWAIT / SKIP LOCKED is not supported")
+    source = tree.args.get("from_")
+    target = source.this if source is not None else None
+    if (
+        not isinstance(target, exp.Table)
+        or tree.args.get("joins")
+        or target.name.lower() not in session.design.tables
+    ):
+        raise UnsupportedStatementError(
+            "FOR UPDATE / FOR SHARE locks rows of one table: select from a single table"
+        )
+    for clause, name in (("group", "GROUP BY"), ("having", "HAVING"), ("distinct", "DISTINCT")):
+        if tree.args.get(clause):
+            raise QueryError(f"FOR UPDATE is not allowed with {name}")
+    probe = query.copy()
+    probe.set("expressions", [exp.Literal.number(1)])
+    table = session.design.table(target.name)
+    found = with_row_ids(session, probe, target.alias_or_name)
+    lock_rows(session, table, found.column(found.num_columns - 1).combine_chunks())
+    return query
