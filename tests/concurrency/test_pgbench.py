@@ -71,6 +71,33 @@ def test_untyped_parameters_take_the_type_of_their_place(port: str) -> None:
         assert found == [(1, 15, dt.date(2024, 2, 29), "x"), (2, -3, None, "42")]
 
 
+def test_ready_for_query_carries_the_transaction_status(port: str) -> None:
+    """What pgbench's ``--max-tries`` reads to know it must ROLLBACK before a retry."""
+    idle, open_, failed = (
+        psycopg.pq.TransactionStatus.IDLE,
+        psycopg.pq.TransactionStatus.INTRANS,
+        psycopg.pq.TransactionStatus.INERROR,
+    )
+    dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"
+    with psycopg.connect(dsn, autocommit=True) as con:
+        con.execute("CREATE TABLE t (k INT PRIMARY KEY, v INT)")
+        seen = [con.info.transaction_status]
+        con.execute("BEGIN")
+        seen.append(con.info.transaction_status)
+        con.execute("INSERT INTO t VALUES (%s, %s)", (1, 1))  # the extended protocol
+        seen.append(con.info.transaction_status)
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            con.execute("INSERT INTO t VALUES (%s, %s)", (1, 2))
+        seen.append(con.info.transaction_status)
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            con.execute("SELECT v FROM t")
+        seen.append(con.info.transaction_status)
+        con.execute("ROLLBACK")
+        seen.append(con.info.transaction_status)
+        assert seen == [idle, open_, open_, failed, failed, idle]
+        assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
 def test_pgbench_keeps_tpcb_invariants(port: str) -> None:
     initialize(port, SCALE)
     dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"

@@ -366,7 +366,7 @@ def _report(args: argparse.Namespace, runs: list[Run], inits: dict[str, Any]) ->
         write_json(args.json, document)
         print(f"wrote {args.json}")
     if args.png:
-        labels = sorted({(r.mode, r.clients) for r in runs})
+        labels = list(dict.fromkeys((r.mode, r.clients) for r in runs))
         tps = {
             side: [
                 next((r.tps for r in runs if (r.side, r.mode, r.clients) == (side, *k)), None)
