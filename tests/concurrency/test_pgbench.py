@@ -69,6 +69,8 @@ def test_untyped_parameters_take_the_type_of_their_place(port: str) -> None:
             ("-5", "100", "1", "2"),
         ).fetchall()
         assert found == [(1, 15, dt.date(2024, 2, 29), "x"), (2, -3, None, "42")]
+        first = con.execute("SELECT id FROM acc ORDER BY id LIMIT %s OFFSET %s", ("1", "1"))
+        assert first.fetchall() == [(2,)]
 
 
 def test_ready_for_query_carries_the_transaction_status(port: str) -> None:

@@ -306,6 +306,8 @@ class _Scope:
             return self.type_of(other)
         if isinstance(parent, exp.Between | exp.In) and parent.this is not node:
             return self.type_of(parent.this)
+        if isinstance(parent, exp.Limit | exp.Offset):
+            return "BIGINT"
         if isinstance(parent, exp.Tuple) and isinstance(parent.parent, exp.Values):
             position = next(i for i, e in enumerate(parent.expressions) if e is node)
             return self._inserted_type(parent.parent.parent, position)
