@@ -151,6 +151,9 @@ class DmlGenerator:
         # One sequence in four writes each type's boundary values; the others stay
         # in the loaded data's range (so that they reach past the first statement).
         self.boundary_rate = 0.4 if seed % 4 == 0 else 0.0
+        # UPDATE ... FROM, DELETE ... USING and WITH forms, on a generator of their own
+        # (so each seed's plain statements stay the ones it had before them)
+        self.forms = random.Random(f"forms-{seed}")
 
     def value(self, table: Table, name: str) -> object:
         column = table.column(name)
@@ -179,8 +182,26 @@ class DmlGenerator:
         elif roll < 8:
             sql = self.update(table)
         else:
-            sql = f"DELETE FROM {table.name} WHERE {self.pred(table)}"
+            sql = self.delete(table)
         return DmlStep(table.name, sql, list(self.params))
+
+    def form(self) -> str:
+        """How an UPDATE or DELETE names its rows: plain WHERE, another table, or WITH."""
+        return self.forms.choice(["where", "where", "where", "joined", "with"])
+
+    def keys(self, table: Table) -> tuple[str, str]:
+        """A column of ``table`` and a query of distinct values of it (as ``k``)."""
+        column = self.forms.choice(table.columns).name
+        return column, f"SELECT DISTINCT {column} AS k FROM {table.name} WHERE {self.pred(table)}"
+
+    def delete(self, table: Table) -> str:
+        form = self.form()
+        if form == "where":
+            return f"DELETE FROM {table.name} WHERE {self.pred(table)}"
+        column, keys = self.keys(table)
+        if form == "joined":
+            return f"DELETE FROM {table.name} USING ({keys}) AS o WHERE {table.name}.{column} = o.k"
+        return f"WITH o AS ({keys}) DELETE FROM {table.name} WHERE {column} IN (SELECT k FROM o)"
 
     def insert_values(self, table: Table) -> str:
         columns = [c.name for c in table.columns]
@@ -216,6 +237,24 @@ class DmlGenerator:
         )
 
     def update(self, table: Table) -> str:
+        form = self.form()
+        if form == "with":
+            column, keys = self.keys(table)  # first: its parameters come first in the text
+            sets = self.assignments(table)
+            return (
+                f"WITH o AS ({keys}) UPDATE {table.name} SET {sets} "
+                f"WHERE {column} IN (SELECT k FROM o)"
+            )
+        sets = self.assignments(table)
+        if form == "joined":
+            column, keys = self.keys(table)
+            return (
+                f"UPDATE {table.name} SET {sets} FROM ({keys}) AS o "
+                f"WHERE {table.name}.{column} = o.k"
+            )
+        return f"UPDATE {table.name} SET {sets} WHERE {self.pred(table)}"
+
+    def assignments(self, table: Table) -> str:
         targets = self.r.sample(table.columns, self.r.randint(1, 2))
         sets = []
         for column in targets:
@@ -225,7 +264,7 @@ class DmlGenerator:
                 sets.append(f"{column.name} = upper({column.name})")
             else:
                 sets.append(f"{column.name} = {self.lit(self.value(table, column.name))}")
-        return f"UPDATE {table.name} SET {', '.join(sets)} WHERE {self.pred(table)}"
+        return ", ".join(sets)
 
     def pred(self, table: Table) -> str:
         column = self.r.choice(table.columns)
