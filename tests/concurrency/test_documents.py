@@ -138,6 +138,40 @@ def test_update_many_and_filters_lose_nothing(clients: list[Database]) -> None:
     assert (dict(errors), lost) == ({}, {})
 
 
+def test_update_many_over_many_documents_counts_each_once(clients: list[Database]) -> None:
+    """``update_many`` over more documents than one bulk of claimed writes holds (blind
+    ``$inc``, one command for them all; a client-side ``$inc``, one statement each, in
+    bulks, from two of the clients), beside ``update_one`` of single documents: every
+    call's counts are exact and every counter holds each increment once."""
+    documents, rounds, few = 110, 1, 55
+    clients[0].c.insert_many([_zeroes(i) for i in range(documents)])
+    matched: Counter[str] = Counter()
+
+    def work(database: Database, client: int) -> None:
+        for _ in range(rounds):
+            blind = database.c.update_many({"g": 0}, {"$inc": {"plain": 1, "ashe": 1}})
+            if client < 2:
+                on_client = database.c.update_many({"_id": {"$lt": few}}, {"$inc": {"det": 1}})
+                matched["client"] += on_client.matched_count
+            single = database.c.update_one({"_id": client}, {"$inc": {"plain": 1}})
+            matched["blind"] += blind.matched_count
+            matched["blind modified"] += blind.modified_count
+            matched["single"] += single.matched_count
+
+    errors = _race(clients, work)
+    calls = rounds * THREADS
+    found = clients[0].c.find({}).sort("_id", 1).to_list()
+    lost = {
+        **_lost(found[:THREADS], {"plain": calls + rounds, "ashe": calls, "det": 2 * rounds}),
+        **_lost(found[THREADS:few], {"plain": calls, "ashe": calls, "det": 2 * rounds}),
+        **_lost(found[few:], {"plain": calls, "ashe": calls, "det": 0}),
+    }
+    assert (dict(errors), lost, dict(matched)) == ({}, {}, {
+        "blind": calls * documents, "blind modified": calls * documents,
+        "client": 2 * rounds * few, "single": calls,
+    })  # fmt: skip
+
+
 def test_concurrent_inserts_of_one_id_have_one_winner(clients: list[Database]) -> None:
     """Each client inserts the same ``_id``s: exactly one insert of each succeeds, the
     others are refused, and each document reads back whole."""

@@ -83,6 +83,24 @@ class Claims:
             return False
         return True
 
+    def claim_many(self, keys: list[str]) -> set[str]:
+        """The ``keys`` this writer now holds, claimed in one command (unordered: each
+        insert is a test-and-set of its own). After any refusal the claims are read back
+        by their owner mark, so that a key is never taken for held that another writer
+        holds, nor one this writer holds forgotten (it would block its document until
+        the lease ran out)."""
+        owner = Int64(secrets.randbits(63))
+        try:
+            self.collection.insert_many([{"_id": key, "o": owner} for key in keys], ordered=False)
+        except pymongo.errors.PyMongoError:
+            found = self.collection.find({"_id": {"$in": keys}, "o": owner}, {"_id": 1})
+            return {claim["_id"] for claim in found}
+        return set(keys)
+
+    def release_now(self, keys: Iterable[str]) -> None:
+        """Delete claims before going on (this writer is about to claim them again)."""
+        self._delete(list(keys))
+
     def release(self, keys: Iterable[str]) -> None:
         """Delete claims whose write is done or given up, in the background (the writer
         does not wait for it) and best effort: a claim of a version the document no
