@@ -131,3 +131,39 @@ def test_pandas_to_sql_of_every_column_kind(engine: object) -> None:
         if column in ("d", "tz"):
             got = [None if v is None else pandas.Timestamp(v) for v in got]
         assert got == want, column
+
+
+def test_constraint_violations_reach_psql_clients_with_their_sqlstates(engine: object) -> None:
+    import psycopg
+
+    url = engine.url  # type: ignore[attr-defined]
+    with psycopg.connect(
+        host=url.host, port=url.port, user="app", dbname="veil", autocommit=True
+    ) as con:
+        con.execute(
+            "CREATE TABLE parent (id serial PRIMARY KEY, code text UNIQUE NOT NULL, "
+            "n int CHECK (n > 0), fixed int GENERATED ALWAYS AS IDENTITY)"
+        )
+        con.execute("CREATE TABLE child (p int REFERENCES parent (id))")
+        made = con.execute("INSERT INTO parent (code, n) VALUES ('a', 1) RETURNING id").fetchall()
+        assert made == [(1,)]
+        cases = [
+            ("INSERT INTO parent (code, n) VALUES (NULL, 1)", "23502"),
+            ("INSERT INTO parent (code, n) VALUES ('a', 1)", "23505"),
+            ("INSERT INTO parent (code, n) VALUES ('b', 0)", "23514"),
+            ("INSERT INTO child VALUES (99)", "23503"),
+            ("INSERT INTO parent (code, n, fixed) VALUES ('c', 1, 5)", "428C9"),
+        ]
+        for sql, sqlstate in cases:
+            with pytest.raises(psycopg.Error) as raised:
+                con.execute(sql)
+            assert raised.value.sqlstate == sqlstate, sql
+        con.execute("INSERT INTO child VALUES (1)")
+        with pytest.raises(psycopg.Error) as raised:
+            con.execute("DELETE FROM parent")
+        assert raised.value.sqlstate == "23503"
+        upserted = con.execute(
+            "INSERT INTO parent (code, n) VALUES ('a', 5) ON CONFLICT (code) "
+            "DO UPDATE SET n = excluded.n RETURNING id, n"
+        )
+        assert upserted.fetchall() == [(1, 5)] and upserted.statusmessage == "INSERT 0 1"

@@ -35,9 +35,10 @@ again, so the collision reaches the caller as ``SerializationError`` (SQLSTATE
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -45,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from veil.backends.base import DuplicateKeyError
+from veil.backends.base import BackendError, DuplicateKeyError
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
 from veil.exec import references, upsert
@@ -169,6 +170,7 @@ def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Resul
             ) from exc
     last: SerializationError | None = None
     for attempt in range(_ATTEMPTS):
+        stamp = session.design_file_stamp()
         try:
             return run()
         except LayersChangedError as exc:
@@ -176,6 +178,12 @@ def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Resul
             last = exc
         except SerializationError as exc:
             last = exc
+        except BackendError as exc:
+            if session.design_file_stamp() == stamp:
+                raise
+            # a rebuild swapped (and dropped) the server tables this attempt read
+            session.follow_design()
+            last = SerializationError(str(exc))
         pause = min(_BACKOFF_CAP_SECONDS, _BACKOFF_SECONDS * 2**attempt)
         time.sleep(random.uniform(0, pause))
     raise SerializationError(
@@ -242,13 +250,12 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
     check_rows(session.local, table, plain)  # refuse before writing
     TableEncryptor(session.master, table).check_domains(plain)
     parents = references.parent_locks(session, table, plain)
-    first_id = _fresh_ids(session, table, len(plain))
 
-    def append() -> None:
+    def append(first_id: int) -> None:
         references.lock(session, parents)
         _append_rows(session, table, plain, first_id)
 
-    _in_layers(session, table, append)
+    _in_layers(session, table, len(plain), append)
     return Result(returning(session, tree, plain), len(plain), stats)
 
 
@@ -323,8 +330,12 @@ def returning(session: Session, tree: exp.Expr, rows: pa.Table) -> pa.Table:
         session.local.unregister(_RETURNED)
 
 
-def _in_layers(session: Session, table: TableDesign, write: Callable[[], None]) -> None:
-    """``write()`` in one transaction, under the onion layers the server holds.
+def _in_layers(
+    session: Session, table: TableDesign, rows: int, write: Callable[[int], None]
+) -> None:
+    """``write(first_id)`` in one transaction, under the onion layers the server holds,
+    with ``rows`` fresh row ids from ``first_id`` on, taken from the table's counter once
+    its lock is held (a rebuild may have replaced the counter).
 
     The transaction first locks the table's layers rows (a concurrent peel
     waits, or aborts, until it commits) and checks them against the design:
@@ -332,13 +343,38 @@ def _in_layers(session: Session, table: TableDesign, write: Callable[[], None]) 
     statement runs again on the repaired design (``_retried``), never
     writing under a stale layer.
     """
-    with session.backend.transaction():
-        if not _layers_agree(session, table):
+    with _table_locked(session, table):
+        first_id = _fresh_ids(session, table, rows)
+        with session.backend.transaction():
+            if not _layers_agree(session, table):
+                raise LayersChangedError(
+                    f"another client peeled an onion layer of {table.name!r} while this "
+                    "statement ran; nothing was written: run it again"
+                )
+            write(first_id)
+
+
+@contextlib.contextmanager
+def _table_locked(session: Session, table: TableDesign) -> Iterator[None]:
+    """Hold ``table``'s write lock (``veil.exec.table_locks``) for the write's transaction.
+
+    A rebuild that swapped the table's server tables before this write got the
+    lock made the rows it read stale: then nothing is written and the
+    statement runs again on the new design.
+    """
+    taken = session.table_locks.take(table.name)
+    try:
+        session.follow_design()
+        current = session.design.tables.get(table.name)
+        if current is None or current.server_name != table.server_name:
             raise LayersChangedError(
-                f"another client peeled an onion layer of {table.name!r} while this statement "
-                "ran; nothing was written: run it again"
+                f"another client rebuilt table {table.name!r} (ALTER, TRUNCATE, redesign) while "
+                "this statement ran; nothing was written: run it again"
             )
-        write()
+        yield
+    finally:
+        if taken and not session.in_transaction:  # autocommit: held for this statement only
+            session.table_locks.release(table.name)
 
 
 class LayersChangedError(SerializationError):
@@ -464,7 +500,7 @@ def _delete(session: Session, tree: exp.Delete) -> Result:
     deleted = matched.select(list(range(len(wanted))))
     if referenced or tree.args.get("returning") is not None:
         deleted = deleted.rename_columns([c.name for c in table.columns])
-    with session.backend.transaction():
+    with _table_locked(session, table), session.backend.transaction():
         _delete_rows(session, table, row_ids)
         if referenced:
             references.check_unreferenced(session, table, deleted)
@@ -525,13 +561,12 @@ def rewrite_rows(
     rows' values of the columns other tables' foreign keys name, where they may change;
     ``check_parents``: whether the rows' own foreign keys may have changed."""
     parents = references.parent_locks(session, table, rows) if check_parents else []
-    first_id = _fresh_ids(session, table, len(rows))
 
-    def rewrite() -> None:
+    def rewrite(first_id: int) -> None:
         references.lock(session, parents)
         _delete_rows(session, table, row_ids)
         _append_rows(session, table, rows, first_id)
         if old is not None:
             references.check_unreferenced(session, table, old, rows)
 
-    _in_layers(session, table, rewrite)  # its rows were read under these layers
+    _in_layers(session, table, len(rows), rewrite)  # its rows were read under these layers

@@ -37,6 +37,7 @@ from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late
 from veil.exec.local_duckdb import local_duckdb
 from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.exec.plan_choice import choose_plan
+from veil.exec.table_locks import SharedLocks
 from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import (
     ActiveTransactionError,
@@ -139,6 +140,8 @@ class Session:
         self.catalog = local_duckdb(external_access=external_access)
         self._views: set[str] = set()  # local views over registered tables, dropped with them
         self._transaction = _IDLE  # an explicit transaction's state (BEGIN ... COMMIT)
+        # tables this session writes in its transaction (``veil.exec.table_locks``)
+        self.table_locks = SharedLocks(self.client.path)
         self._owners: dict[str, TableDesign] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
@@ -192,6 +195,7 @@ class Session:
         if self.in_transaction:  # closing without COMMIT undoes the transaction
             with contextlib.suppress(VeilError):
                 self.rollback()
+        self.table_locks.release()
         self.backend.close()
         self.local.close()
         self.catalog.close()
@@ -261,7 +265,10 @@ class Session:
             return False
         if self._transaction == _OPEN:
             self._transaction = _IDLE
-            self._guarded("COMMIT", self.backend.commit)
+            try:
+                self._guarded("COMMIT", self.backend.commit)
+            finally:
+                self.table_locks.release()
         return True
 
     def rollback(self) -> None:
@@ -270,7 +277,10 @@ class Session:
             return
         self._transaction = _IDLE
         self.plans.clear()  # plans made inside saw its writes' statistics
-        self._guarded("ROLLBACK", self.backend.rollback)
+        try:
+            self._guarded("ROLLBACK", self.backend.rollback)
+        finally:
+            self.table_locks.release()
 
     def savepoint(self, name: str, verb: str = "SAVEPOINT") -> None:
         """SAVEPOINT, ROLLBACK TO SAVEPOINT or RELEASE SAVEPOINT ``name`` (servers that have them)."""

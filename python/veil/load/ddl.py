@@ -21,8 +21,10 @@ and enforced on every write (``veil.exec.constraints``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -46,6 +48,7 @@ from veil.encoding import normalize_type
 from veil.exec import references
 from veil.exec.local_duckdb import local_duckdb
 from veil.exec.row_ids import counter_table
+from veil.exec.table_locks import exclusive
 from veil.load import keys
 from veil.load.declared import declared_table, table_reference
 from veil.load.loader import available_schemes, load_into
@@ -74,16 +77,21 @@ def run_ddl(session: Session, tree: exp.Expr) -> Result:
     if isinstance(tree, exp.Create) and kind == "INDEX":
         return _create_index(session, tree)
     if isinstance(tree, exp.Drop) and kind == "TABLE":
-        return _drop_tables(session, tree)
+        with rebuilding(session, tree.args.get("tables") or []):
+            return _drop_tables(session, tree)
     if isinstance(tree, exp.TruncateTable):
-        for table in tree.expressions:
-            _unreferenced(session, _existing(session, table), "truncate")
-            _rebuild(
-                session, _existing(session, table).name, f'SELECT * FROM "{table.name}" LIMIT 0'
-            )
+        with rebuilding(session, tree.expressions):
+            for table in tree.expressions:
+                _unreferenced(session, _existing(session, table), "truncate")
+                _rebuild(
+                    session,
+                    _existing(session, table).name,
+                    f'SELECT * FROM "{table.name}" LIMIT 0',
+                )
         return _done(session)
     if isinstance(tree, exp.Alter) and kind == "TABLE":
-        return _alter(session, tree)
+        with rebuilding(session, [tree.this]):
+            return _alter(session, tree)
     raise UnsupportedStatementError(
         f"Veil's DDL is CREATE TABLE [AS SELECT], DROP TABLE, TRUNCATE, ALTER TABLE "
         f"ADD/DROP/RENAME COLUMN and CREATE INDEX; not {tree.sql(dialect='duckdb')[:60]}"
@@ -100,6 +108,15 @@ def _unreferenced(
                 f"cannot {verb} {table.name}: foreign key {reference.name} of table "
                 f"{child.name} references it"
             )
+
+
+@contextlib.contextmanager
+def rebuilding(session: Session, tables: list[exp.Table]) -> Iterator[None]:
+    """Hold ``tables``' locks alone while they are rebuilt or dropped: writers wait
+    (``veil.exec.table_locks``); the design is read again once they are held."""
+    with exclusive(session.client.path, [t.name.lower() for t in tables]):
+        session.follow_design()
+        yield
 
 
 def _done(session: Session, rows: int = 0) -> Result:
@@ -538,8 +555,9 @@ def reencrypt(session: Session, name: str) -> None:
     need); a workload-designed one keeps the operations its design allows
     that the policy still permits. The old server tables are dropped.
     """
-    table = _existing(session, exp.to_table(name))
-    _rebuild(session, table.name, f'SELECT * FROM "{table.name}"')
+    with rebuilding(session, [exp.to_table(name)]):
+        table = _existing(session, exp.to_table(name))
+        _rebuild(session, table.name, f'SELECT * FROM "{table.name}"')
     session.reload_design()
 
 

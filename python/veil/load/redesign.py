@@ -24,6 +24,7 @@ import duckdb
 from veil.design.fresh import fresh_design
 from veil.design.model import DesignError, PhysicalDesign, TableDesign
 from veil.exec.session import Session
+from veil.exec.table_locks import exclusive
 from veil.load.loader import load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable
@@ -71,7 +72,9 @@ def redesign(
     changes = design_changes(session.design, target)
     say = Reporter(progress or (lambda _: None))
     for change in changes:
-        _rebuild(session, target.tables[change.table], say)
+        with exclusive(session.client.path, [change.table]):  # writers wait (table_locks)
+            session.follow_design()
+            _rebuild(session, target.tables[change.table], say)
         session.reload_design()
     return changes
 

@@ -1,0 +1,77 @@
+"""Table locks among the sessions of one client directory: writers share, rebuilds exclude.
+
+A rebuild (ALTER TABLE, TRUNCATE, DROP TABLE, ``veil redesign``, a re-key)
+reads a table whole, loads it under new server tables and then swaps the
+design to them. A row written to the old tables between the read and the
+swap would be lost with them. So, as PostgreSQL's ALTER TABLE waits for the
+transactions writing the table, a rebuild holds the table's lock exclusively
+and every write holds it shared from its write until its transaction ends
+(the statement's end in autocommit). A writer that gets the lock after a
+rebuild swapped the design wrote nothing yet: it sees the new design and
+runs its statement again (``veil.exec.dml``).
+
+The locks are advisory file locks (``flock``) in the client directory, so
+they order every process and thread using it (``veil serve`` connections, the
+DB-API, the CLI); each session holds its own open file per locked table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+_FOLDER = "locks"
+
+
+def _open(client_dir: Path, table: str) -> int:
+    folder = client_dir / _FOLDER
+    folder.mkdir(mode=0o700, exist_ok=True)
+    name = hashlib.sha256(table.encode()).hexdigest()[:24]  # any table name: a file name
+    return os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+
+@contextlib.contextmanager
+def exclusive(client_dir: Path, tables: list[str]) -> Iterator[None]:
+    """Hold ``tables``' locks alone (waiting for their writers' transactions to end)."""
+    held = []
+    try:
+        for table in sorted(set(tables)):  # one order: two rebuilds never wait in a circle
+            fd = _open(client_dir, table)
+            held.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+class SharedLocks:
+    """The table locks one session holds shared, until its transaction ends."""
+
+    def __init__(self, client_dir: Path):
+        self.client_dir = client_dir
+        self.held: dict[str, int] = {}
+
+    def take(self, table: str) -> bool:
+        """Hold ``table``'s lock shared (waiting for a rebuild of it); False if held already."""
+        if table in self.held:
+            return False
+        fd = _open(self.client_dir, table)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.held[table] = fd
+        return True
+
+    def release(self, table: str | None = None) -> None:
+        """Release ``table``'s lock (every one: None)."""
+        for name in [table] if table is not None else list(self.held):
+            fd = self.held.pop(name, None)
+            if fd is not None:
+                os.close(fd)
