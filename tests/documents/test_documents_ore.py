@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import random
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from test_documents_oracle import FILTERS, PIPELINES, SCHEMA, SORTS, make_docume
 
 import veil.documents
 from veil.crypto.keys import write_key_file
-from veil.documents import FieldTypeError, SchemaError, UnsupportedQueryError, oretree
+from veil.documents import FieldTypeError, SchemaError, UnsupportedQueryError, oretree, versions
 from veil.errors import VeilError
 
 ORE_SCHEMA: dict[str, Any] = copy.deepcopy(SCHEMA)
@@ -224,6 +225,50 @@ def test_a_writer_stalled_after_its_claim_is_waited_for(url, key_file, small_nod
             stalled.join()
             tree._write = write
         assert sorted(d["x"] for d in fast.c.find({"x": {"$gte": 2}})) == [2, 3, 10, 11]
+
+
+def test_a_dead_writers_node_claim_is_taken_over(url, key_file, small_nodes, monkeypatch):
+    """A node claim left by a writer killed before it wrote the node (the node still at
+    the version it read) blocks the node only for the lease: the next writer that has
+    watched it stand that long claims the next generation, writes, and loses nothing."""
+    monkeypatch.setattr(versions, "LEASE", 0.5)
+    with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
+        database.c.insert_many([{"x": i} for i in range(20)])  # a root over leaves
+        tree = database.c.codec.ciphers["x"].ore.tree
+        root = tree._fetch([oretree.ROOT])[0]
+        leaf = tree._fetch([root.items[-1]])[0]  # where 100 goes
+        for node in (root, leaf):  # the dead writer's claims
+            tree._claims.insert_one({"_id": oretree.claim_id(node.id, node.version + 1)})
+        database.c.insert_one({"x": 100})
+        assert tree._fetch([leaf.id])[0].version == leaf.version + 1
+        stale = oretree.claim_id(leaf.id, leaf.version + 1, 1)
+        assert tree._claims.count_documents({"_id": stale}) == 1  # taken over
+        database.c.insert_many([{"x": i} for i in range(20, 40)])  # splits, the root too
+        assert sorted(d["x"] for d in database.c.find({"x": {"$gte": 15}})) == [
+            *range(15, 40), 100,
+        ]  # fmt: skip
+
+
+def test_a_claim_held_past_its_lease_is_not_written(url, key_file, small_nodes, monkeypatch):
+    """A writer whose claim came back later than ``LEASE / 4`` (another writer may take
+    it over after ``LEASE``) leaves the node unwritten and claims the next generation."""
+    with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
+        database.c.insert_many([{"x": i} for i in range(4)])
+        tree = database.c.codec.ciphers["x"].ore.tree
+        version = tree._fetch([oretree.ROOT])[0].version
+        late = [True]
+
+        def within_lease(claimed: float) -> bool:
+            return not late.pop() if late else True
+
+        monkeypatch.setattr(oretree, "within_lease", within_lease)
+        started = time.monotonic()
+        database.c.insert_one({"x": 10})
+        assert time.monotonic() - started < versions.LEASE / 2  # no wait for its own claim
+        claims = {c["_id"] for c in tree._claims.find()}
+        assert {oretree.claim_id(oretree.ROOT, version + 1, g) for g in (0, 1)} <= claims
+        assert tree._fetch([oretree.ROOT])[0].version == version + 1  # written once
+        assert sorted(d["x"] for d in database.c.find({"x": {"$gte": 2}})) == [2, 3, 10]
 
 
 def test_bad_input(url, key_file):

@@ -18,7 +18,12 @@ A writer changes a node only by first inserting the claim ``"id@v+1"`` into the
 claims collection: ``_id`` uniqueness is the one atomic test-and-set a
 MongoDB-wire server gives (FerretDB's conditional updates are not atomic), so
 exactly one writer wins each version; the others read the node again and
-retry. A split first inserts the new right nodes, then switches the old node
+retry. A writer killed between its claim and its write would leave the node
+unwritable, so claims have the lease of document versions
+(:mod:`veil.documents.versions`): a writer that has watched a claim stand, the
+node unchanged, for ``LEASE`` seconds claims the next generation
+(``"id@v+1|1"``, ...), which again only one writer wins, and a claim's holder
+writes only within ``LEASE / 4`` of sending it. A split first inserts the new right nodes, then switches the old node
 over (its claim), then adds the separators to the parent; a reader that meets
 a node whose fence is below its bound follows ``n``, so nothing is missed in
 between. Entries are never removed: a document's write draws a fresh tag, so
@@ -32,7 +37,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,13 +50,15 @@ from pymongo.collection import Collection as ServerCollection
 from veil.documents.errors import ServerError
 from veil.documents.ore import rank
 from veil.documents.orebulk import Built, merge, merge_positions
+from veil.documents.versions import Backoff, Lease, within_lease
 
 #: Keys per node (the fan-out); a fuller node splits into pieces of at most this many.
 CAPACITY = 128
 ROOT = "root"
 #: Seconds a write waits out other writers (a node claimed but not yet written, a
 #: split's new node not yet in its parent) before it gives up: long enough for a
-#: writer the machine has descheduled, short enough to report one that died.
+#: writer the machine has descheduled and for a dead writer's claim to pass its
+#: lease (``versions.LEASE``), short enough to report a tree that stays stuck.
 WRITE_PATIENCE = 30.0
 _FETCHERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="veil-ore-tree")
 
@@ -111,6 +117,20 @@ class Entry:
 class _Group:
     node: Node
     entries: list[Entry] = field(default_factory=list)
+
+
+class _Leases:
+    """One write's :class:`~veil.documents.versions.Lease` on each node whose claim it
+    lost: the generation of the claim to try next, and since when the one lost stood."""
+
+    def __init__(self) -> None:
+        self._leases: dict[str, Lease] = {}
+
+    def of(self, node: Node) -> Lease:
+        """The lease on ``node``'s next version, reset if ``node`` was read at another."""
+        lease = self._leases.setdefault(node.id, Lease())
+        lease.reset(node.version)
+        return lease
 
 
 class OreTree:
@@ -207,16 +227,17 @@ class OreTree:
         A batch larger than a node meeting a root that is still one leaf is built bottom
         up with that leaf's keys (:mod:`veil.documents.orebulk`); otherwise, or if another
         writer changed the root meanwhile, each entry is walked to its leaf."""
+        leases = _Leases()
         if len(rights) > CAPACITY:
             root = self._fetch([ROOT])[0]
-            if root.leaf and self._bulk_load(root, rights, tags, lefts):
+            if root.leaf and self._bulk_load(root, rights, tags, lefts, leases):
                 return
         made = lefts(list(range(len(rights))))
-        self.insert(Entry(*entry) for entry in zip(made, rights, tags, strict=True))
+        self.insert((Entry(*entry) for entry in zip(made, rights, tags, strict=True)), leases)
 
     def _bulk_load(
         self, root: Node, rights: Sequence[bytes], tags: Sequence[bytes],
-        lefts: Callable[[list[int]], list[bytes]],
+        lefts: Callable[[list[int]], list[bytes]], leases: _Leases,
     ) -> bool:  # fmt: skip
         """Build the root leaf's keys and the batch into a new tree under the root; False
         (nothing changed) if another writer claimed the root's next version first."""
@@ -239,20 +260,22 @@ class OreTree:
         # 1.24 does, even by _id) then finds the nodes every walk reads soonest
         self._insert_nodes(nodes)
         new_root = Node(ROOT, root.version, built.root_level, built.root_keys, built.root_items)
-        if self._claim_and_write(new_root):
+        if self._claim_and_write(new_root, leases):
             return True
         self._delete(node.id for node in nodes)
         return False
 
-    def insert(self, entries: Iterable[Entry]) -> None:
+    def insert(self, entries: Iterable[Entry], leases: _Leases | None = None) -> None:
         """Add ``entries``, given in key order; each lands exactly once whatever other
         writers do."""
         pending = list(entries)
         order = {id(e): i for i, e in enumerate(pending)}
-        patience = _Patience()
+        leases = leases or _Leases()
+        patience = Backoff(WRITE_PATIENCE)
         while pending:
-            pending = [e for g in self._locate(pending) for e in self._insert_into(g, order)]
-            if pending and not patience.wait():
+            located = self._locate(pending)
+            pending = [e for g in located for e in self._insert_into(g, order, leases)]
+            if pending and not patience.backoff():
                 raise ServerError("the ORE tree kept changing under this insert; retry later")
 
     def _locate(self, entries: list[Entry]) -> list[_Group]:
@@ -287,7 +310,7 @@ class OreTree:
             merged.setdefault(node.id, _Group(node)).entries.extend(targets[node.id])
         return list(merged.values())
 
-    def _insert_into(self, group: _Group, order: dict[int, int]) -> list[Entry]:
+    def _insert_into(self, group: _Group, order: dict[int, int], leases: _Leases) -> list[Entry]:
         """Put a group's entries into its leaf; the entries to retry if it changed meanwhile.
 
         Each entry goes after the keys equal to it. The entries (a sibling's may have
@@ -302,40 +325,41 @@ class OreTree:
         leaf.keys, leaf.items = merge(
             leaf.keys, leaf.items, positions, [e.right for e in entries], [e.tag for e in entries]
         )
-        if self._store(leaf, group.entries[0].left):
+        if self._store(leaf, group.entries[0].left, leases):
             return []
         return group.entries
 
-    def _store(self, node: Node, probe: bytes) -> bool:
+    def _store(self, node: Node, probe: bytes, leases: _Leases) -> bool:
         """Write ``node`` (split if it is too full); False if another writer was first."""
         if len(node.keys) <= CAPACITY:
-            return self._claim_and_write(node)
+            return self._claim_and_write(node, leases)
         if node.id == ROOT:
-            return self._split_root(node)
+            return self._split_root(node, leases)
         pieces, separators = _pieces(node)
         self._insert_nodes(pieces[1:])
         left = pieces[0]
-        if not self._claim_and_write(left):
+        if not self._claim_and_write(left, leases):
             self._delete(piece.id for piece in pieces[1:])
             return False
-        self._add_to_parent(left, separators, [p.id for p in pieces[1:]], probe)
+        self._add_to_parent(left, separators, [p.id for p in pieces[1:]], probe, leases)
         return True
 
-    def _split_root(self, root: Node) -> bool:
+    def _split_root(self, root: Node, leases: _Leases) -> bool:
         pieces, separators = _pieces(root)
         pieces[0].id = _fresh_id()
         self._insert_nodes(pieces)
         new_root = Node(ROOT, root.version, root.level + 1, separators, [p.id for p in pieces])
-        if self._store(new_root, b""):  # a root with too many pieces splits again
+        if self._store(new_root, b"", leases):  # a root with too many pieces splits again
             return True
         self._delete(piece.id for piece in pieces)
         return False
 
     def _add_to_parent(
-        self, child: Node, separators: list[bytes], new_ids: list[str], probe: bytes
-    ) -> None:
+        self, child: Node, separators: list[bytes], new_ids: list[str], probe: bytes,
+        leases: _Leases,
+    ) -> None:  # fmt: skip
         """Insert the separators of ``child``'s split after it in its parent, retrying."""
-        patience = _Patience()
+        patience = Backoff(WRITE_PATIENCE)
         while True:
             # None: child is itself a split's new node, not in a parent yet; its
             # writer is adding it, so wait for that as for a claimed parent.
@@ -344,9 +368,9 @@ class OreTree:
                 position = parent.items.index(child.id)
                 parent.keys[position:position] = separators
                 parent.items[position + 1 : position + 1] = new_ids
-                if self._store(parent, probe):
+                if self._store(parent, probe, leases):
                     return
-            if not patience.wait():
+            if not patience.backoff():
                 break
         raise ServerError(
             f"ORE tree node {child.id!r} found no parent to join (its writer may have died "
@@ -384,14 +408,27 @@ class OreTree:
             node = self._fetch([node.next])[0]
         return node
 
-    def _claim_and_write(self, node: Node) -> bool:
-        """Version ``node.version + 1`` of ``node``, if no other writer claimed it first."""
+    def _claim_and_write(self, node: Node, leases: _Leases) -> bool:
+        """Version ``node.version + 1`` of ``node``, if no other writer claimed it first.
+
+        The claim is that of the generation ``leases`` holds for the node: a claim
+        another writer left standing, the node unchanged, for ``versions.LEASE`` is
+        taken over by inserting the next generation's, which exactly one writer wins.
+        So the holder writes only within ``LEASE / 4`` of sending its claim; past
+        that it leaves the node unwritten (False: read again and retry) and tries
+        the next generation itself."""
+        lease = leases.of(node)
+        claimed = time.monotonic()
         try:
-            self._claims.insert_one({"_id": f"{node.id}@{node.version + 1}"})
+            self._claims.insert_one({"_id": claim_id(node.id, node.version + 1, lease.generation)})
         except pymongo.errors.DuplicateKeyError:
+            lease.stood()
             return False
         except pymongo.errors.PyMongoError as exc:
             raise ServerError(f"writing the ORE tree: {exc}") from None
+        if not within_lease(claimed):
+            lease.gave_up()
+            return False
         node.version += 1
         self._write(lambda: self._nodes.replace_one({"_id": node.id}, node.document()))
         return True
@@ -413,26 +450,6 @@ class OreTree:
             command()
         except pymongo.errors.PyMongoError as exc:
             raise ServerError(f"writing the ORE tree: {exc}") from None
-
-
-class _Patience:
-    """Backoff between attempts of a write that met another writer's unfinished change.
-
-    The winner of a claim writes its node a round trip later, and a descheduled
-    one may take seconds: retrying at once would spend every attempt in that gap.
-    Sleeps grow from 1 ms to 50 ms, jittered so that writers do not retry in step."""
-
-    def __init__(self) -> None:
-        self._deadline = time.monotonic() + WRITE_PATIENCE
-        self._sleep = 0.001
-
-    def wait(self) -> bool:
-        """Sleep before the next attempt; False once ``WRITE_PATIENCE`` has run out."""
-        if time.monotonic() >= self._deadline:
-            return False
-        time.sleep(self._sleep * (0.5 + random.random()))
-        self._sleep = min(0.05, self._sleep * 2)
-        return True
 
 
 def _slice(node: Node, position: int, level: list[Node], low: Bound | None,
@@ -497,6 +514,12 @@ def _dedupe(level: list[Node]) -> list[Node]:
             seen.add(node.id)
             out.append(node)
     return out
+
+
+def claim_id(node_id: str, version: int, generation: int = 0) -> str:
+    """The claims ``_id`` giving the right to write ``version`` of ``node_id``: ``id@v``,
+    then ``id@v|g`` for the generations that take over a claim left standing."""
+    return f"{node_id}@{version}" + (f"|{generation}" if generation else "")
 
 
 def _fresh_id() -> str:

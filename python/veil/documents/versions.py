@@ -113,32 +113,24 @@ class Claims:
             self.collection.delete_many({"_id": {"$in": keys}})
 
 
-class Watch:
-    """One writer's view of a contested version: when it first saw the claim it lost,
-    so that it takes the next generation once that claim has stood ``LEASE`` seconds."""
+def within_lease(claimed: float) -> bool:
+    """May the holder of a claim taken at ``claimed`` (``time.monotonic()``, read before
+    the claim was sent) still write? Only within ``LEASE / 4`` of it: a write then has
+    ``3/4 · LEASE`` to reach the server before a waiting writer takes the claim over."""
+    return time.monotonic() - claimed <= LEASE / 4
 
-    def __init__(self) -> None:
-        self.version: Any = object()
-        self.generation = 0
-        self._since = 0.0
-        self._deadline = time.monotonic() + WRITE_PATIENCE
+
+class Backoff:
+    """Sleeps between the attempts of a write that met another writer's unfinished change.
+
+    The winner of a claim writes a round trip later, and a descheduled one may take
+    seconds: retrying at once would spend every attempt in that gap. Sleeps grow from
+    1 ms to 50 ms, jittered so that writers do not retry in step, until ``patience``
+    seconds (default ``WRITE_PATIENCE``) have passed."""
+
+    def __init__(self, patience: float | None = None) -> None:
+        self._deadline = time.monotonic() + (WRITE_PATIENCE if patience is None else patience)
         self._sleep = 0.001
-
-    def reset(self, version: Any) -> None:
-        """A new version to supersede: generation 0, nothing watched yet."""
-        if version != self.version:
-            self.version, self.generation, self._since = version, 0, 0.0
-
-    def lost(self) -> bool:
-        """After losing the current generation's claim with the document unchanged:
-        sleep (backing off) or move to the next generation; False once out of patience."""
-        now = time.monotonic()
-        if not self._since:
-            self._since = now
-        elif now - self._since >= LEASE:
-            self.generation, self._since = self.generation + 1, 0.0
-            return True
-        return self.backoff()
 
     def backoff(self) -> bool:
         """Sleep before retrying a write the server refused; False once out of patience."""
@@ -147,3 +139,49 @@ class Watch:
         time.sleep(self._sleep * (0.5 + random.random()))
         self._sleep = min(0.05, self._sleep * 2)
         return True
+
+
+class Lease:
+    """One writer's view of a contested version: when it first saw the claim it lost,
+    so that it takes the next generation once that claim has stood ``LEASE`` seconds."""
+
+    def __init__(self) -> None:
+        self.version: Any = object()
+        self.generation = 0
+        self._since = 0.0
+
+    def reset(self, version: Any) -> None:
+        """A new version to supersede: generation 0, nothing watched yet."""
+        if version != self.version:
+            self.version, self.generation, self._since = version, 0, 0.0
+
+    def stood(self) -> bool:
+        """After losing the current generation's claim with the version unchanged: True,
+        moving to the next generation, once that claim has stood ``LEASE`` seconds since
+        this writer first lost it (by its own clock)."""
+        now = time.monotonic()
+        if not self._since:
+            self._since = now
+        elif now - self._since >= LEASE:
+            self.generation, self._since = self.generation + 1, 0.0
+            return True
+        return False
+
+    def gave_up(self) -> None:
+        """This writer held the current generation's claim and gave it up unwritten (past
+        :func:`within_lease`): the next generation is its to try at once, as nobody else
+        writes under the current one."""
+        self.generation, self._since = self.generation + 1, 0.0
+
+
+class Watch(Lease, Backoff):
+    """A document writer's :class:`Lease` on the version it read, and its backoff."""
+
+    def __init__(self) -> None:
+        Lease.__init__(self)
+        Backoff.__init__(self)
+
+    def lost(self) -> bool:
+        """After losing the current generation's claim with the document unchanged:
+        sleep (backing off) or move to the next generation; False once out of patience."""
+        return self.stood() or self.backoff()
