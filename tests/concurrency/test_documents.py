@@ -23,7 +23,7 @@ import pytest
 from tests.documents.conftest import database_name, ferretdb, mongo_java  # noqa: F401
 
 import veil.documents
-from veil.documents import versions
+from veil.documents import oretree, versions
 from veil.documents.client import Database
 from veil.documents.versions import claim_key
 
@@ -294,3 +294,26 @@ def test_a_writer_killed_mid_update_leaves_every_document_readable(
         if after[id_][f] != before[id_][f] + THREADS
     }
     assert (dict(errors), lost) == ({}, {})
+
+
+def test_a_dead_writers_ore_node_claim_is_taken_over(
+    clients: list[Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim of the ORE tree's root left by a writer that died before writing it (on
+    both servers: the tree claims its nodes whatever the documents' writes) blocks the
+    field's inserts only for the lease: the next writers take it over and lose nothing."""
+    monkeypatch.setattr(versions, "LEASE", 1.0)
+    database = clients[0]
+    database.c.insert_one(_zeroes(0))
+    tree = database.c.codec.ciphers["ore"].ore.tree
+    assert tree is not None
+    root = tree._fetch([oretree.ROOT])[0]
+    tree._claims.insert_one({"_id": oretree.claim_id(root.id, root.version + 1)})
+
+    def work(client: Database, number: int) -> None:
+        client.c.insert_one(dict(_zeroes(1 + number), ore=number))
+        client.c.update_one({"_id": 0}, {"$inc": {"ore": 1}})
+
+    errors = _race(clients, work)
+    found = {d["_id"]: d["ore"] for d in database.c.find({"ore": {"$gte": 0}})}
+    assert (dict(errors), found) == ({}, {0: THREADS, **{1 + n: n for n in range(THREADS)}})
