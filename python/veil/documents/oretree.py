@@ -60,6 +60,8 @@ ROOT = "root"
 #: writer the machine has descheduled and for a dead writer's claim to pass its
 #: lease (``versions.LEASE``), short enough to report a tree that stays stuck.
 WRITE_PATIENCE = 30.0
+#: Reads of a node whose keys and items disagree before it is reported malformed.
+TORN_READS = 5
 _FETCHERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="veil-ore-tree")
 
 
@@ -88,12 +90,15 @@ class Node:
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> Node:
         try:
-            return cls(
+            node = cls(
                 doc["_id"], int(doc["v"]), int(doc["h"]), list(doc["k"]), list(doc["i"]),
                 doc["n"], doc["f"],
             )  # fmt: skip
         except (KeyError, TypeError, ValueError):
+            node = None
+        if node is None or not _whole(doc):
             raise ServerError(f"ORE tree node {doc.get('_id')!r} is malformed") from None
+        return node
 
 
 @dataclass
@@ -195,10 +200,17 @@ class OreTree:
         return [Node.from_document(doc) for doc in found]
 
     def _fetch_one(self, node_id: str) -> dict[str, Any]:
-        try:
-            doc = self._nodes.find_one({"_id": node_id})
-        except pymongo.errors.PyMongoError as exc:
-            raise ServerError(f"reading the ORE tree: {exc}") from None
+        """A node's document; one whose keys and items disagree in number is read again
+        a few times (on mongo-java-server, under contention, a read that overlapped a
+        replace of the node has returned one version's keys with the next's items)."""
+        for attempt in range(TORN_READS):
+            try:
+                doc = self._nodes.find_one({"_id": node_id})
+            except pymongo.errors.PyMongoError as exc:
+                raise ServerError(f"reading the ORE tree: {exc}") from None
+            if doc is None or _whole(doc) or attempt == TORN_READS - 1:
+                break
+            time.sleep(0.001 * 2**attempt)
         if doc is not None:
             return doc
         if node_id == ROOT:
@@ -467,6 +479,15 @@ def _slice(node: Node, position: int, level: list[Node], low: Bound | None,
         end = rank(high.left, node.keys, inclusive=high.inclusive or not node.leaf)
         end += 0 if node.leaf else 1
     return node.items[start:end]
+
+
+def _whole(doc: dict[str, Any]) -> bool:
+    """Do a node document's items match its keys: one per key in a leaf, one more in an
+    inner node?"""
+    try:
+        return len(doc["i"]) == len(doc["k"]) + (0 if doc["h"] == 0 else 1)
+    except (KeyError, TypeError):
+        return False
 
 
 def _beyond(node: Node, left: bytes) -> bool:
