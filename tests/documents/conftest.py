@@ -4,6 +4,7 @@ and, for the tests that ask for it, mongo-java-server (under target/mongo-java-s
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Iterator
 from typing import TypeVar
 
@@ -15,6 +16,9 @@ from veil.servers.mongojava import MongoJavaServer
 from veil.servers.process import ServerProcess
 
 _databases = itertools.count(1)
+# tests/concurrency imports this module under another name than pytest's conftest, so two
+# counters run: a prefix of each import's own keeps their databases apart on one server
+_PREFIX = f"veil_test_{secrets.token_hex(4)}_"
 Server = TypeVar("Server", bound=ServerProcess)
 
 
@@ -62,7 +66,7 @@ def ferretdb(
 
 @pytest.fixture
 def database_name() -> str:
-    return f"veil_test_{next(_databases)}"
+    return f"{_PREFIX}{next(_databases)}"
 
 
 @pytest.fixture
