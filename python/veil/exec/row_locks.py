@@ -1,12 +1,22 @@
 """Row locks in a transaction: what SELECT ... FOR UPDATE and foreign keys take.
 
 The server has no statement that locks a row without changing it that both
-engines honour alike, so a lock rewrites the rows' public row ids (negated,
-then restored) in the transaction. PostgreSQL then holds the rows' locks
-until commit (a concurrent writer of them waits), and DuckDB aborts one of two
-transactions that write one row (the statement or transaction runs again, as
-a serialization failure). A row deleted meanwhile is missing from the
-rewrite: the lock then fails with ``RowsLockedError`` (SQLSTATE 40001).
+engines honour alike, so an exclusive lock rewrites the rows' public row ids
+(negated, then restored) in the transaction. PostgreSQL then holds the rows'
+locks until commit (a concurrent writer of them waits), and DuckDB aborts one
+of two transactions that write one row (the statement or transaction runs
+again, as a serialization failure).
+
+A foreign key's hold on its parent rows (``hold_keys``) only has to keep them
+from being deleted or re-keyed. On PostgreSQL that is ``SELECT ... FOR KEY
+SHARE`` of the parent's server rows by row id, the lock PostgreSQL's own
+foreign-key triggers take: children of one parent inserted at once do not
+wait for each other, while a delete of the parent (or an update of its key's
+DET column, which has a unique index) waits for them to commit. DuckDB has no
+row locks, so there the hold is the exclusive rewrite.
+
+A row deleted meanwhile is missing from the lock's answer: the lock then
+fails with ``RowsLockedError`` (SQLSTATE 40001).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.design.model import TableDesign
@@ -21,10 +32,13 @@ from veil.errors import SerializationError
 from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.matching import with_row_ids
 from veil.sql.errors import QueryError, UnsupportedStatementError
-from veil.sql.remote import flip_row_ids_statement
+from veil.sql.remote import flip_row_ids_statement, param
 
 if TYPE_CHECKING:
     from veil.exec.session import Session
+
+
+Locks = list[tuple[TableDesign, pa.Array]]  # rows to lock: their table, their row ids
 
 
 class RowsLockedError(SerializationError):
@@ -32,18 +46,48 @@ class RowsLockedError(SerializationError):
 
 
 def lock_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
-    """Lock the rows ``row_ids`` of ``table`` until the current transaction ends."""
-    listed = row_ids.to_pylist()
+    """Lock the rows ``row_ids`` of ``table`` exclusively until the current transaction ends."""
+    listed = pc.unique(row_ids).to_pylist()
     if not listed:
         return
-    statement = flip_row_ids_statement(table, listed)
-    if run_remote(statement, session.backend, FetchStats()).num_rows < len(set(listed)):
+    _check_found(
+        table,
+        run_remote(flip_row_ids_statement(table, listed), session.backend, FetchStats()),
+        listed,
+    )
+    back = flip_row_ids_statement(table, [-i - 1 for i in listed])
+    run_remote(back, session.backend, FetchStats())
+
+
+def hold_keys(session: Session, locks: Locks) -> None:
+    """Keep the rows ``locks`` names from being deleted or re-keyed until the current
+    transaction ends: FOR KEY SHARE on PostgreSQL, else an exclusive lock."""
+    for table, row_ids in locks:
+        if session.backend.dialect != "postgres":
+            lock_rows(session, table, row_ids)
+            continue
+        listed = pc.unique(row_ids).to_pylist()
+        if listed:
+            _check_found(
+                table, run_remote(_key_share(table, listed), session.backend, FetchStats()), listed
+            )
+
+
+def _key_share(table: TableDesign, row_ids: list[object]) -> exp.Select:
+    """``SELECT row_id FROM server_table WHERE row_id IN (...) FOR KEY SHARE``."""
+    row_id = exp.column(table.row_id)
+    query = exp.select(row_id.copy()).from_(exp.to_table(table.server_name))
+    query = query.where(row_id.isin(*[param(r) for r in row_ids]))
+    query.set("locks", [exp.Lock(update=False, key=True)])
+    return query
+
+
+def _check_found(table: TableDesign, found: pa.Table, listed: list[object]) -> None:
+    if found.num_rows < len(listed):
         raise RowsLockedError(
             f"another client deleted or changed rows of {table.name!r} this statement read "
             "before it could lock them; run it (or the transaction) again"
         )
-    back = flip_row_ids_statement(table, [-i - 1 for i in listed])
-    run_remote(back, session.backend, FetchStats())
 
 
 def lock_selected(session: Session, tree: exp.Select) -> exp.Select:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.design.model import TableDesign
@@ -106,23 +107,38 @@ def _updates(conflict: exp.OnConflict) -> bool:
 
 
 def key_filters(keys: list[list[str]], rows: pa.Table) -> list[exp.Expr]:
-    """WHERE clauses that find the stored rows sharing a key with ``rows`` (in chunks)."""
+    """WHERE clauses that find the stored rows sharing a key with ``rows`` (in chunks).
+
+    The keys are made distinct and rid of nulls by Arrow, whole columns at once; a
+    single-column key asks ``col IN (...)``, a composite one an OR of equalities.
+    """
     wanted: list[exp.Expr] = []
     for key in keys:
-        values = rows.select(key).to_pylist()
-        present = [v for v in dict.fromkeys(tuple(r.values()) for r in values) if None not in v]
-        for tuple_ in present:
-            wanted.append(
-                exp.and_(
-                    *(
-                        exp.EQ(this=exp.column(c), expression=literal(v))
-                        for c, v in zip(key, tuple_, strict=True)
-                    )
-                )
-                if len(key) > 1
-                else exp.EQ(this=exp.column(key[0]), expression=literal(tuple_[0]))
+        present = _distinct(rows.select(key))
+        if len(key) == 1:
+            values = [literal(v) for v in present.column(0).to_pylist()]
+            column = exp.column(key[0])
+            wanted.extend(
+                column.copy().isin(*values[i : i + _CHUNK]) for i in range(0, len(values), _CHUNK)
             )
-    return [exp.or_(*wanted[i : i + _CHUNK]) for i in range(0, len(wanted), _CHUNK)]
+            continue
+        columns = [[literal(v) for v in present.column(c).to_pylist()] for c in key]
+        ands = [
+            exp.and_(
+                *(exp.EQ(this=exp.column(c), expression=v) for c, v in zip(key, row, strict=True))
+            )
+            for row in zip(*columns, strict=True)
+        ]
+        wanted.extend(exp.or_(*ands[i : i + _CHUNK]) for i in range(0, len(ands), _CHUNK))
+    return wanted
+
+
+def _distinct(rows: pa.Table) -> pa.Table:
+    """The distinct rows of ``rows`` with no null (a key with a null never conflicts)."""
+    present = rows.drop_null()
+    if present.num_columns == 1:
+        return pa.table({rows.column_names[0]: pc.unique(present.column(0).combine_chunks())})
+    return present.group_by(present.column_names, use_threads=False).aggregate([])
 
 
 def resolve(
