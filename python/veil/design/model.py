@@ -121,6 +121,10 @@ class Reference:
     columns: list[str]
     parent: str
     parent_columns: list[str]
+    # what a delete / a key change of a referenced parent row does to the rows naming it:
+    # "no action", "restrict", "cascade", "set null" or "set default"
+    on_delete: str = "no action"
+    on_update: str = "no action"
 
 
 @dataclass

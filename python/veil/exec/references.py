@@ -11,15 +11,18 @@ does at the end of each statement:
 - a deleted (or re-keyed) parent row must not be referenced any more; the
   client asks the child table, inside the transaction, after its own delete.
 
-The lock (``veil.exec.row_locks``) holds until commit: on PostgreSQL a
-concurrent delete waits and then finds the new child; DuckDB aborts one of
-two transactions that write one row (the statement runs again). Writers of
-children of one parent row therefore wait for each other, or on DuckDB
-retry: the price of checking on the client.
+The hold (``veil.exec.row_locks.hold_keys``) lasts until commit. On
+PostgreSQL it is FOR KEY SHARE, as PostgreSQL's own foreign keys take: a
+concurrent delete of the parent waits and then finds the new child, while
+writers of children of one parent do not wait for each other. DuckDB has no
+row locks: there the parent rows are rewritten in place, and of two
+transactions writing one row DuckDB aborts one (the statement runs again), so
+writers of children of one parent retry: the price of checking on the client.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -28,15 +31,18 @@ from sqlglot import exp
 
 from veil.design.model import PhysicalDesign, Reference, TableDesign
 from veil.exec.matching import matching_rows
-from veil.exec.row_locks import lock_rows
+from veil.exec.row_locks import Locks, hold_keys
 from veil.exec.upsert import key_filters
 from veil.sql.errors import ForeignKeyViolationError, QueryError
+from veil.sql.parse import literal
 
 if TYPE_CHECKING:
     from veil.exec.session import Session
 
-Locks = list[tuple[TableDesign, pa.Array]]  # parent rows to lock: their table, their row ids
-_KEYS, _MINUS = "__veil_fk_rows", "__veil_fk_minus"
+# dml.py's name for ``row_locks.hold_keys`` until it calls that directly
+lock = hold_keys
+_KEYS, _MINUS, _ORDINAL = "__veil_fk_rows", "__veil_fk_minus", "__veil_fk_n"
+_CHUNK = 500  # changed keys per statement of an action
 
 
 # -- declared (CREATE TABLE, ALTER TABLE) -----------------------------------------------
@@ -70,7 +76,7 @@ def resolved(
                 f"foreign key {reference.name}: {len(reference.columns)} referencing columns, "
                 f"{len(columns)} referenced"
             )
-        done.append(Reference(reference.name, reference.columns, reference.parent, list(columns)))
+        done.append(dataclasses.replace(reference, parent_columns=list(columns)))
     return done
 
 
@@ -84,7 +90,7 @@ def referencing(design: PhysicalDesign, table: str) -> list[tuple[TableDesign, R
 
 def parent_locks(session: Session, table: TableDesign, rows: pa.Table) -> Locks:
     """Refuse ``rows`` (to be written to ``table``) if one names a missing parent row;
-    else the parent rows to lock in the write's transaction (``lock``)."""
+    else the parent rows to hold in the write's transaction (``row_locks.hold_keys``)."""
     locks: Locks = []
     for reference in table.references:
         minus = None
@@ -111,31 +117,124 @@ def parent_locks(session: Session, table: TableDesign, rows: pa.Table) -> Locks:
     return locks
 
 
-def lock(session: Session, locks: Locks) -> None:
-    """Lock the parent rows ``locks`` names, in the current transaction (``row_locks``)."""
-    for parent, ids in locks:
-        lock_rows(session, parent, ids)
-
-
 def check_unreferenced(
     session: Session, table: TableDesign, old: pa.Table, new: pa.Table | None = None
 ) -> None:
-    """Refuse the write if a key ``old`` rows of ``table`` had, and ``new`` ones do not,
-    is still named by a referencing row (called in the write's transaction, after it)."""
+    """Carry out the referencing tables' ON DELETE / ON UPDATE actions for the rows of
+    ``table`` a write deleted (``old``, ``new`` None) or rewrote (``old``: the key columns
+    they had, ``new``: what they became, row by row, maybe followed by inserted rows), then
+    refuse the write if a key they had, and ``new`` rows do not, is still referenced.
+    Called in the write's transaction, after it, as PostgreSQL runs its foreign keys'
+    triggers at the end of the statement."""
     for child, reference in referencing(session.design, table.name):
+        action = reference.on_delete if new is None else reference.on_update
+        if action in ("cascade", "set null", "set default"):
+            _act(session, child, reference, action, old, new)
+            continue
         minus = None if new is None else new.select(reference.parent_columns)
         gone = distinct_keys(session.local, old, reference.parent_columns, minus)
-        if not len(gone):
-            continue
-        named = gone.rename_columns(reference.columns)
-        for where in key_filters([reference.columns], named):
-            probe = exp.select(exp.Literal.number(1)).from_(child.name).where(where).limit(1)
-            if session.query(probe).table.num_rows:
-                raise ForeignKeyViolationError(
-                    f'update or delete on table "{table.name}" violates foreign key '
-                    f'constraint "{reference.name}" on table "{child.name}": a key is still '
-                    "referenced"
-                )
+        if len(gone) and _referenced(session, child, reference, gone):
+            raise ForeignKeyViolationError(
+                f'update or delete on table "{table.name}" violates foreign key '
+                f'constraint "{reference.name}" on table "{child.name}": a key is still '
+                "referenced"
+            )
+
+
+def _referenced(session: Session, child: TableDesign, reference: Reference, keys: pa.Table) -> bool:
+    """Whether a row of ``child`` names one of ``keys`` (parent columns) by ``reference``."""
+    named = keys.rename_columns(reference.columns)
+    for where in key_filters([reference.columns], named):
+        probe = exp.select(exp.Literal.number(1)).from_(child.name).where(where).limit(1)
+        if session.query(probe).table.num_rows:
+            return True
+    return False
+
+
+def _act(
+    session: Session,
+    child: TableDesign,
+    reference: Reference,
+    action: str,
+    old: pa.Table,
+    new: pa.Table | None,
+) -> None:
+    """CASCADE, SET NULL or SET DEFAULT on the rows of ``child`` naming a key ``old`` rows
+    had: each a DELETE or UPDATE of ``child`` run through Veil in this transaction, so
+    its own constraints and foreign keys (further actions) apply in turn."""
+    from veil.exec.dml import run_dml  # dml calls this module
+
+    pairs = _changed(session.local, reference.parent_columns, old, new)
+    if not len(pairs):
+        return
+    width = len(reference.columns)
+    olds = pairs.select(list(range(width))).rename_columns(reference.columns)
+    for start in range(0, len(olds), _CHUNK):
+        chunk = olds.slice(start, _CHUNK)
+        for where in key_filters([reference.columns], chunk):
+            statement: exp.Expr
+            if action == "cascade" and new is None:
+                statement = exp.delete(child.name).where(where)
+            else:
+                values = _new_values(reference, action, pairs.slice(start, _CHUNK))
+                statement = exp.update(child.name, values).where(where)
+            run_dml(session, statement)
+
+
+def _new_values(reference: Reference, action: str, pairs: pa.Table) -> dict[str, object]:
+    """What an UPDATE of the child sets its key columns to: null, DEFAULT, or (CASCADE)
+    the new parent key of the row each old key belonged to."""
+    if action == "set null":
+        return {c: exp.null() for c in reference.columns}
+    if action == "set default":
+        return {c: exp.var("DEFAULT") for c in reference.columns}
+    width = len(reference.columns)
+    columns = [[literal(v) for v in pairs.column(i).to_pylist()] for i in range(2 * width)]
+    matches = [
+        exp.and_(
+            *(
+                exp.EQ(this=exp.column(c), expression=olds[k])
+                for c, olds in zip(reference.columns, columns[:width], strict=True)
+            )
+        )
+        for k in range(len(pairs))
+    ]
+    return {
+        c: exp.Case(
+            ifs=[exp.If(this=m, true=v) for m, v in zip(matches, news, strict=True)],
+        )
+        for c, news in zip(reference.columns, columns[width:], strict=True)
+    }
+
+
+def _changed(
+    local: duckdb.DuckDBPyConnection, columns: list[str], old: pa.Table, new: pa.Table | None
+) -> pa.Table:
+    """The distinct non-null keys ``old`` rows had, for the rows whose key changed
+    (every row, for a delete), each followed by the key its row has in ``new``."""
+    o = [f'o."{c}"' for c in columns]
+    present = " AND ".join(f"{c} IS NOT NULL" for c in o)
+    if new is None:
+        local.register(_KEYS, old.select(columns))
+        try:
+            return local.sql(
+                f'SELECT DISTINCT {", ".join(o)} FROM "{_KEYS}" AS o WHERE {present}'
+            ).to_arrow_table()
+        finally:
+            local.unregister(_KEYS)
+    numbered = pa.array(range(len(old)), pa.int64())
+    local.register(_KEYS, old.select(columns).append_column(_ORDINAL, numbered))
+    local.register(_MINUS, new.slice(0, len(old)).select(columns).append_column(_ORDINAL, numbered))
+    n = [f'n."{c}" AS "__veil_new_{i}"' for i, c in enumerate(columns)]
+    differ = " OR ".join(f'o."{c}" IS DISTINCT FROM n."{c}"' for c in columns)
+    try:
+        return local.sql(
+            f'SELECT DISTINCT {", ".join(o + n)} FROM "{_KEYS}" AS o JOIN "{_MINUS}" AS n '
+            f'USING ("{_ORDINAL}") WHERE {present} AND ({differ})'
+        ).to_arrow_table()
+    finally:
+        local.unregister(_KEYS)
+        local.unregister(_MINUS)
 
 
 def distinct_keys(

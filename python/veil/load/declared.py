@@ -11,7 +11,8 @@ values (``veil.exec.constraints``):
   table on the server, advanced atomically as row ids are (``veil.exec.row_ids``);
   like PostgreSQL's sequences, values a rolled-back statement took are skipped;
 - ``CHECK (expr)``, on a column or the table: evaluated on every written row;
-- ``REFERENCES`` / ``FOREIGN KEY`` (NO ACTION or RESTRICT): ``veil.exec.references``;
+- ``REFERENCES`` / ``FOREIGN KEY`` (ON DELETE / ON UPDATE NO ACTION, RESTRICT,
+  CASCADE, SET NULL, SET DEFAULT): ``veil.exec.references``;
 - ``PRIMARY KEY`` / ``UNIQUE``: ``veil.load.keys``.
 
 The declarations are checked here on a scratch DuckDB table (an unknown
@@ -146,18 +147,23 @@ def table_reference(table: str, item: exp.Expr) -> Reference | None:
     return _reference(table, name, columns, item.args["reference"])
 
 
-_ACTIONS = ("ON DELETE NO ACTION", "ON DELETE RESTRICT", "ON UPDATE NO ACTION",
-            "ON UPDATE RESTRICT", "MATCH SIMPLE")  # fmt: skip
+_ACTIONS = ("no action", "restrict", "cascade", "set null", "set default")
 
 
 def _reference(table: str, name: str, columns: list[str], found: exp.Reference) -> Reference:
+    actions = {"delete": "no action", "update": "no action"}
     for option in found.args.get("options") or []:
-        spelled = " ".join(str(option).upper().split())
-        if spelled not in _ACTIONS:
+        spelled = " ".join(str(option).lower().split())
+        if spelled == "match simple":
+            continue
+        event, _, action = spelled.removeprefix("on ").partition(" ")
+        if event not in actions or action not in _ACTIONS:
             raise UnsupportedStatementError(
-                f"foreign key {name} of {table}: Veil enforces NO ACTION / RESTRICT, not "
-                f"{spelled}; delete or update the referencing rows first"
+                f"foreign key {name} of {table}: Veil enforces MATCH SIMPLE and ON DELETE / "
+                f"ON UPDATE NO ACTION, RESTRICT, CASCADE, SET NULL or SET DEFAULT, not "
+                f"{spelled.upper()}"
             )
+        actions[event] = action
     target = found.this
     parent = target.this if isinstance(target, exp.Schema) else target
     listed = [c.name.lower() for c in target.expressions] if isinstance(target, exp.Schema) else []
@@ -166,7 +172,9 @@ def _reference(table: str, name: str, columns: list[str], found: exp.Reference) 
             f"foreign key {name} of {table}: {len(columns)} referencing columns, "
             f"{len(listed)} referenced"
         )
-    return Reference(name, columns, parent.name.lower(), listed)
+    return Reference(
+        name, columns, parent.name.lower(), listed, actions["delete"], actions["update"]
+    )
 
 
 def _column(table: str, item: exp.ColumnDef) -> tuple[_ColumnFacts, str, list[list[str]]]:
