@@ -15,12 +15,16 @@ use pgwire::api::results::{
     QueryResponse, Response, Tag,
 };
 use pgwire::api::stmt::{NoopQueryParser, StoredStatement};
-use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, Type, METADATA_DATABASE, METADATA_USER};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, Type, DEFAULT_NAME, METADATA_DATABASE, METADATA_USER,
+};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
-use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::OnceCell;
 
@@ -329,6 +333,33 @@ fn bound_params(portal: &Portal<String>) -> PgWireResult<Vec<Param>> {
     Ok(params)
 }
 
+/// Whether `sql` is `ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name`.
+fn rolls_back_to(sql: &str) -> bool {
+    let mut words = sql.split_whitespace().map(|w| w.trim_end_matches(';'));
+    if !words
+        .next()
+        .is_some_and(|w| w.eq_ignore_ascii_case("ROLLBACK"))
+    {
+        return false;
+    }
+    let mut next = words.next();
+    if next.is_some_and(|w| w.eq_ignore_ascii_case("WORK") || w.eq_ignore_ascii_case("TRANSACTION"))
+    {
+        next = words.next();
+    }
+    next.is_some_and(|w| w.eq_ignore_ascii_case("TO"))
+}
+
+/// `ROLLBACK TO SAVEPOINT` in a failed transaction: the transaction goes on, so its
+/// ReadyForQuery says 'T', as PostgreSQL's does. pgwire takes the status before the
+/// statement runs and only ever keeps a failed one failed, so it is set to 'T' here,
+/// first; if the statement fails (no such savepoint), its error makes it 'E' again.
+fn recovering<C: ClientInfo>(client: &mut C, sql: &str) {
+    if client.transaction_status() == TransactionStatus::Error && rolls_back_to(sql) {
+        client.set_transaction_status(TransactionStatus::Transaction);
+    }
+}
+
 fn given_oids(stmt: &StoredStatement<String>) -> Vec<Oid> {
     stmt.parameter_types
         .iter()
@@ -338,6 +369,17 @@ fn given_oids(stmt: &StoredStatement<String>) -> Vec<Oid> {
 
 #[async_trait]
 impl SimpleQueryHandler for Handler {
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        recovering(client, &query.query);
+        self._on_query(client, query).await
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -389,6 +431,27 @@ impl ExtendedQueryHandler for Handler {
             Some(outcome) => response(outcome, &portal.result_column_format),
             None => Response::EmptyQuery,
         })
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let sql = client
+            .portal_store()
+            .get_portal(name)
+            .and_then(|entry| match entry {
+                Entry::Value(portal) => Some(portal.statement.statement.clone()),
+                _ => None,
+            });
+        if let Some(sql) = sql {
+            recovering(client, &sql);
+        }
+        self._on_execute(client, message).await
     }
 
     /// A Describe of a portal pgwire does not know may name a SQL cursor
