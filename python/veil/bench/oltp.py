@@ -93,7 +93,8 @@ class Run:
     side: str  # "postgres" (plaintext) or "veil"
     mode: str
     clients: int
-    seconds: int
+    seconds: int  # pgbench -T, unless per_client is set
+    per_client: int | None = None  # pgbench -t: this many transactions per client instead
     transactions: int = 0  # done (committed)
     failed: int = 0  # given up after --max-tries
     retried: int = 0  # transactions that needed more than one try
@@ -136,11 +137,13 @@ def run_tpcb(
     user: str = "bench",
     database: str = "veil",
 ) -> Run:
-    """TPC-B for ``run.seconds`` with ``run.clients``: ``run`` filled with what pgbench said."""
+    """TPC-B for ``run.seconds`` (or ``run.per_client`` transactions per client) with
+    ``run.clients``: ``run`` filled with what pgbench said."""
+    length = ["-T", str(run.seconds)] if run.per_client is None else ["-t", str(run.per_client)]
     with tempfile.TemporaryDirectory(prefix="veil-pgbench-") as logs:
         args = [
             str(pgbench_program()),
-            "-c", str(run.clients), "-j", str(min(run.clients, 2)), "-T", str(run.seconds),
+            "-c", str(run.clients), "-j", str(min(run.clients, 2)), *length,
             "-M", run.mode, f"--max-tries={max_tries}", "-n",
             "--log", f"--log-prefix={logs}/tx",
         ]  # fmt: skip
