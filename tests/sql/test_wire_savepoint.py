@@ -8,6 +8,7 @@ same statements on plaintext PostgreSQL give the same statuses.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,10 +63,8 @@ def statuses(url: str, cursor_factory: Any) -> list[object]:
             "ROLLBACK WORK TO SAVEPOINT s",
             "COMMIT",
         ):
-            try:
+            with contextlib.suppress(psycopg.Error):
                 cur.execute(sql)
-            except psycopg.Error:
-                pass
             seen.append(con.info.transaction_status)
     return seen
 

@@ -46,6 +46,7 @@ from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
 from veil.exec import references
+from veil.exec.defaults import restart, restart_statement
 from veil.exec.local_duckdb import local_duckdb
 from veil.exec.row_ids import counter_table
 from veil.exec.table_locks import exclusive
@@ -88,6 +89,10 @@ def run_ddl(session: Session, tree: exp.Expr) -> Result:
                     _existing(session, table).name,
                     f'SELECT * FROM "{table.name}" LIMIT 0',
                 )
+                if str(tree.args.get("identity") or "").upper() == "RESTART":
+                    for column in _existing(session, table).columns:
+                        if column.sequence:  # RESTART IDENTITY: numbered from 1 again
+                            restart(session, column, 1)
         return _done(session)
     if isinstance(tree, exp.Alter) and kind == "TABLE":
         with rebuilding(session, [tree.this]):
@@ -372,6 +377,11 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
     renamed: dict[str, str] = {}
     added: list[keys.Key] = []
     actions = tree.args.get("actions") or []
+    if len(actions) == 1 and _restarts(actions[0]):  # DuckDB's reading of ALTER COLUMN c RESTART
+        restart_statement(
+            session, f'ALTER TABLE "{table.name}" ALTER COLUMN {actions[0].name} RESTART'
+        )
+        return _done(session)
     for action in actions:
         if isinstance(action, exp.AddConstraint):
             for item in action.expressions:
@@ -391,6 +401,8 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
         elif isinstance(action, exp.ColumnDef):
             column = _added_column(action, list(columns))
             selected[column.name] = f"CAST({_default(action)} AS {column.type})"
+            if column.identity:
+                column, selected[column.name] = _numbered(session, table, action)
             columns[column.name] = column
         elif isinstance(action, exp.Drop) and str(action.args.get("kind")).upper() == "COLUMN":
             for gone in (c.name.lower() for c in action.args.get("tables") or []):
@@ -433,6 +445,11 @@ def _alter(session: Session, tree: exp.Alter) -> Result:
     return _done(session)
 
 
+def _restarts(action: exp.Expr) -> bool:
+    dtype = action.args.get("dtype") if isinstance(action, exp.AlterColumn) else None
+    return dtype is not None and str(dtype.args.get("kind") or "").upper() == "RESTART"
+
+
 def _add_reference(session: Session, table: TableDesign, found: Reference | None) -> Result:
     """ALTER TABLE ... ADD FOREIGN KEY: checked against the rows already there, then kept."""
     assert found is not None
@@ -460,16 +477,22 @@ def _added_column(action: exp.ColumnDef, names: list[str]) -> Column:
     kind = action.args.get("kind")
     if kind is None:
         raise QueryError(f"ADD COLUMN {name} needs a type")
-    others = [
-        c
-        for c in action.args.get("constraints") or []
-        if not isinstance(c.kind, exp.DefaultColumnConstraint)
-    ]
-    if others or "SERIAL" in kind.sql(dialect="duckdb").upper():
+    constraints = action.args.get("constraints") or []
+    identity = any(
+        isinstance(c.kind, exp.GeneratedAsIdentityColumnConstraint) for c in constraints
+    ) or ("SERIAL" in kind.sql(dialect="duckdb").upper())
+    allowed: tuple[type[exp.Expr], ...] = (
+        exp.DefaultColumnConstraint,
+        exp.GeneratedAsIdentityColumnConstraint,
+        *([exp.NotNullColumnConstraint] if identity else []),
+    )
+    if any(not isinstance(c.kind, allowed) for c in constraints):
         raise UnsupportedStatementError(
-            f"ADD COLUMN takes a type and a DEFAULT ({action.sql(dialect='duckdb')}); declare "
-            "other constraints and identity columns in CREATE TABLE"
+            f"ADD COLUMN takes a type, a DEFAULT or an identity ({action.sql(dialect='duckdb')}); "
+            "declare other constraints in CREATE TABLE"
         )
+    if identity:
+        return dataclasses.replace(Column(name, "BIGINT"), identity="by default")
     scratch = local_duckdb()  # the user's type: closed to files
     try:
         scratch.execute(
@@ -480,6 +503,19 @@ def _added_column(action: exp.ColumnDef, names: list[str]) -> Column:
     default = _default(action)
     column = Column(name, normalize_type(str(scratch.sql("DESCRIBE t").fetchall()[0][1])))
     return dataclasses.replace(column, default=None if default == "NULL" else default)
+
+
+def _numbered(session: Session, table: TableDesign, action: exp.ColumnDef) -> tuple[Column, str]:
+    """ADD COLUMN c serial / ... GENERATED AS IDENTITY: the column, with a new counter
+    past the existing rows, and the SQL numbering those rows from its start (as
+    PostgreSQL does, in the order the rows are read)."""
+    found = declared_table(table.name, exp.Schema(expressions=[action.copy()]))
+    [column] = found.columns
+    start = found.starts[column.name]
+    count = int(session.run(f'SELECT count(*) FROM "{table.name}"').table.column(0)[0].as_py())
+    column = dataclasses.replace(column, sequence=opaque_name("q"))
+    session.backend.bulk_load(column.sequence, counter_table(start + count))
+    return column, f"CAST(row_number() OVER () + {start - 1} AS {column.type})"
 
 
 def _default(action: exp.ColumnDef) -> str:

@@ -72,7 +72,13 @@ def varying_names() -> frozenset[str]:
 
 
 def is_repeatable(tree: exp.Expr) -> bool:
-    """Whether running ``tree`` again means the same computation (its plan may be reused)."""
+    """Whether running ``tree`` again means the same computation (its plan may be reused).
+
+    A tree whose sequence calls (``nextval``) were replaced by their values
+    (``veil.exec.defaults.with_sequence_values``) is not: the next run takes new numbers.
+    """
+    if tree.meta.get("veil_sequences_called"):
+        return False
     varying = varying_names()
     for node in tree.find_all(exp.Func):
         name = type(node).__name__
