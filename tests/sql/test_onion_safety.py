@@ -212,7 +212,7 @@ def test_a_peel_and_a_write_never_interleave(
         manual_peel(peeler, "items", "name", "DET")
 
     if first == "write":
-        holder, run_first, module, hook = writer, insert, dml, "_append_rows"
+        holder, run_first, module, hook = writer, insert, dml, "_write_rows"
         second = _Interleaved(peeler, peel)
     else:
         holder, run_first, module, hook = peeler, peel, onions, "_rewrite"

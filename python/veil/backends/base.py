@@ -44,6 +44,9 @@ StatementListener = Callable[[str, Params], None]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 STAGING_SUFFIX = "__veil_staging"
+# ``update_rows``'s column of the ids the rows had before (the data's row id column
+# holds the new ones)
+OLD_KEY = "__veil_old_key"
 REWRITE_SUFFIX = "__veil_rewrite"  # a table's copy being made by ``replace_rows``
 
 
@@ -167,6 +170,10 @@ class Backend(Protocol):
     # as a subplan per row where the planner cannot hash it (PostgreSQL: TPC-H Q16 took
     # 1.8 times as long with its NOT IN on the server)
     hashes_not_in: bool
+    # Whether ``update_rows`` changes rows where they are (DuckDB, PostgreSQL): a table
+    # keeps its size, row order and indexes. Spark's Parquet tables change only by new
+    # versions, so Veil rewrites a row there as a delete and an append.
+    updates_in_place: bool
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
         """Run one statement; a query's rows as a table, an empty table otherwise."""
@@ -187,6 +194,12 @@ class Backend(Protocol):
 
     def append(self, table: str, data: ArrowData) -> int:
         """Append rows (columns matched by name) to an existing table; returns the count."""
+        ...
+
+    def update_rows(self, table: str, key: str, data: pa.Table) -> int:
+        """Set each row of ``table`` whose ``key`` equals a row's ``OLD_KEY`` to that row's
+        other columns (``key`` among them, with its new value); returns how many rows it
+        set. Runs in the caller's transaction."""
         ...
 
     def drop_table(self, table: str, *, if_exists: bool = True) -> None: ...

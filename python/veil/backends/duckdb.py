@@ -40,7 +40,7 @@ from veil.backends.base import (
     WriteConflictError,
     quote,
 )
-from veil.backends.staged import StagedBackend, index_pairs
+from veil.backends.staged import StagedBackend, index_pairs, update_statement
 
 _SCHEME = "duckdb://"
 _VIEW = "__veil_arrow_input"
@@ -131,6 +131,11 @@ class DuckDBBackend(StagedBackend):
                 self._run_quiet(f"INSERT INTO {quote(table)} BY NAME SELECT * FROM {_VIEW}")
             rows += batch.num_rows
         return rows
+
+    def _update_from(self, table: str, key: str, data: pa.Table) -> int:
+        with self._registered(data):
+            statement = update_statement(table, key, data.column_names, f"{_VIEW} AS s")
+            return self.execute(statement).num_rows
 
     @contextmanager
     def _registered(self, arrow: pa.Table | pa.RecordBatch) -> Iterator[None]:

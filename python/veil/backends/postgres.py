@@ -43,7 +43,7 @@ from veil.backends.base import (
     quote,
 )
 from veil.backends.pg_plan import plan_operators, relations
-from veil.backends.staged import StagedBackend, index_pairs
+from veil.backends.staged import StagedBackend, index_pairs, update_statement
 
 HOM_SUM = "veil_hom_sum"
 WRAPPING_SUM = "veil_wrap_sum"  # the extension's BIGINT sum mod 2**64
@@ -76,6 +76,11 @@ _SETTING_WORDS = ("SET", "RESET")
 # serialization_failure, deadlock_detected: the transaction collided with another
 # (psycopg reports both as OperationalError, which would read as a lost server)
 _CONFLICT_STATES = ("40001", "40P01")
+
+
+# ``update_rows``: up to this many rows go as array parameters, more through COPY
+_UNNEST_ROWS = 512
+_CHANGED = "__veil_changed_rows"
 
 
 class PostgresBackend(StagedBackend):
@@ -254,6 +259,25 @@ class PostgresBackend(StagedBackend):
         except psycopg.Error as exc:
             raise _backend_error(exc) from exc
         return rows
+
+    def _update_from(self, table: str, key: str, data: pa.Table) -> int:
+        """A few rows as array parameters of one statement; more through COPY into a
+        temporary table (its rows never leave the transaction)."""
+        names = data.column_names
+        if len(data) <= _UNNEST_ROWS:
+            types = [pg_copy.postgres_type(f.type) for f in data.schema]
+            arrays = ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, 1))
+            source = f"unnest({arrays}) AS s({', '.join(quote(n) for n in names)})"
+            params = [column.to_pylist() for column in data.columns]
+            return self.execute(update_statement(table, key, names, source), params).num_rows
+        self._run_quiet(f"DROP TABLE IF EXISTS pg_temp.{quote(_CHANGED)}")
+        columns = _column_definitions(data.schema)
+        self._run_quiet(f"CREATE TEMP TABLE {quote(_CHANGED)} ({columns}) ON COMMIT DROP")
+        self._insert(_CHANGED, data.schema, iter(data.to_batches()))
+        statement = update_statement(table, key, names, f"{quote(_CHANGED)} AS s")
+        updated = self.execute(statement).num_rows
+        self._run_quiet(f"DROP TABLE {quote(_CHANGED)}")
+        return updated
 
     # -- catalogue ----------------------------------------------------------
 

@@ -58,6 +58,7 @@ class SparkBackend:
     # a table changes only by writing a new version, so a peel copies the table anyway
     hashes_not_in = True
     rewrites_by_copy = True
+    updates_in_place = False  # a table changes only by a new version of its files
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -140,6 +141,12 @@ class SparkBackend:
         self._log.emit(f"APPEND PARQUET TO {check_identifier(table)}", None)
         with self.transaction(), _server_errors():
             return self._warehouse.append(table, arrow_schema, batches)
+
+    def update_rows(self, table: str, key: str, data: pa.Table) -> int:
+        raise BackendError(
+            "a Spark warehouse cannot update rows in place; Veil rewrites them as a delete "
+            "and an append there"
+        )
 
     # -- catalogue ------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends.base import (
+    OLD_KEY,
     REWRITE_SUFFIX,
     STAGING_SUFFIX,
     ArrowData,
@@ -86,6 +87,18 @@ class StagedBackend:
         arrow_schema, batches = as_batches(data, pa.schema([]))
         with self.transaction():
             return self._insert(table, arrow_schema, batches)
+
+    updates_in_place = True
+
+    def update_rows(self, table: str, key: str, data: pa.Table) -> int:
+        if not len(data):
+            return 0
+        with self.transaction():
+            return self._update_from(table, key, data)
+
+    def _update_from(self, table: str, key: str, data: pa.Table) -> int:
+        """``update_rows`` in the dialect: ``data``'s rows as a relation to join."""
+        raise NotImplementedError
 
     def _drop_quietly(self, table: str) -> None:
         if self._transactions.active:
@@ -176,6 +189,17 @@ class StagedBackend:
         if not self.savepoints:
             raise BackendError(f"this server has no savepoints ({verb})")
         self._run_quiet(f"{verb} {quote(name)}")
+
+
+def update_statement(table: str, key: str, columns: list[str], source: str) -> str:
+    """``UPDATE table`` setting ``columns`` from the relation ``source`` (aliased ``s``,
+    with the column ``OLD_KEY``) where ``key`` is the source's old key; one row back
+    for each row set."""
+    assignments = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in columns if c != OLD_KEY)
+    return (
+        f"UPDATE {quote(table)} SET {assignments} FROM {source} "
+        f"WHERE {quote(table)}.{quote(key)} = s.{quote(OLD_KEY)} RETURNING 1"
+    )
 
 
 def index_pairs(found: pa.Table) -> list[tuple[str, str]]:

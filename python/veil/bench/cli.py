@@ -17,6 +17,7 @@ BENCH_MODULES = (
     "veil.bench.hom_sum",
     "veil.bench.join_sums",
     "veil.bench.oltp",
+    "veil.bench.updates",
 )
 
 

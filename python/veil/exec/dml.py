@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from veil.backends.base import BackendError, DuplicateKeyError
+from veil.backends.base import OLD_KEY, BackendError, DuplicateKeyError
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
 from veil.exec import references, upsert
@@ -253,7 +253,7 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
 
     def append(first_id: int) -> None:
         references.lock(session, parents)
-        _append_rows(session, table, plain, first_id)
+        _write_rows(session, table, plain, first_id)
 
     _in_layers(session, table, len(plain), append)
     return Result(returning(session, tree, plain), len(plain), stats)
@@ -455,10 +455,23 @@ def _fresh_ids(session: Session, table: TableDesign, count: int) -> int:
     return allocate(session.backend, table, count, align=align)
 
 
-def _append_rows(session: Session, table: TableDesign, plain: pa.Table, first_id: int) -> None:
-    """Encrypt and append rows under the ids ``first_id``, ``first_id + 1``, ...
+def _write_rows(
+    session: Session,
+    table: TableDesign,
+    plain: pa.Table,
+    first_id: int,
+    replacing: pa.Array | None = None,
+) -> None:
+    """Encrypt rows under the ids ``first_id``, ``first_id + 1``, ... and write them.
 
-    A Paillier group's packs for them are new ones (``first_id`` starts a pack).
+    The first ``len(replacing)`` rows take the place of the stored rows
+    ``replacing`` (in order): one server UPDATE where the server can
+    (``Backend.updates_in_place``), so the table keeps its size, order and
+    indexes; else those rows are deleted and all of ``plain`` appended. Either
+    way the rows get fresh ids: ASHE's pads and a row-bound RND's nonces are
+    one-time per id. A Paillier group's packs and the BLOCKS side table get
+    new entries for the new ids (``first_id`` starts a pack); the old ones
+    belong to ids no row has any more.
     """
     encryptor = TableEncryptor(session.master, table)
     if table.hom is not None and len(plain):
@@ -466,10 +479,31 @@ def _append_rows(session: Session, table: TableDesign, plain: pa.Table, first_id
         values = group.values(encryptor.sources(plain))
         packs = group.encrypt_packs(values, first_id // group.rows)
         session.backend.append(table.hom.server_name, packs)
-    session.backend.append(table.server_name, encryptor.encrypt(plain, first_id))
+    rows = encryptor.encrypt(plain, first_id)
+    replaced = 0 if replacing is None else len(replacing)
+    if replaced and session.backend.updates_in_place:
+        assert replacing is not None
+        changed = rows.slice(0, replaced).append_column(OLD_KEY, replacing.cast(pa.int64()))
+        _update_rows(session, table, changed)
+        rows = rows.slice(replaced)
+    elif replaced:
+        assert replacing is not None
+        _delete_rows(session, table, replacing)
+    if len(rows):
+        session.backend.append(table.server_name, rows)
     sealed = encryptor.blocks(plain, first_id)
     if sealed is not None and len(plain):
         session.backend.append(table.blocks_table, sealed)
+
+
+def _update_rows(session: Session, table: TableDesign, changed: pa.Table) -> None:
+    """Set the rows ``changed[OLD_KEY]`` to ``changed``'s server rows: every one, or raise."""
+    updated = session.backend.update_rows(table.server_name, table.row_id, changed)
+    if updated < len(changed):
+        raise RowsChangedError(
+            f"another client changed {len(changed) - updated} of the rows of {table.name!r} "
+            "this statement read before it wrote; nothing was written: run it again"
+        )
 
 
 def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
@@ -490,16 +524,20 @@ def _delete(session: Session, tree: exp.Delete) -> Result:
     from veil.exec.session import Result
 
     table = _target(session, tree.this)
-    wanted: list[exp.Expr] = [exp.Literal.number(1)]
     referenced = references.referencing(session.design, table.name)
+    # what RETURNING shows, else what the referencing tables' foreign keys name
+    columns = (
+        [c.name for c in table.columns]
+        if tree.args.get("returning") is not None
+        else sorted({c for _, r in referenced for c in r.parent_columns})
+    )
     alias = tree.this.alias_or_name
-    if tree.args.get("returning") is not None or referenced:
-        wanted = [exp.column(c.name, table=alias) for c in table.columns]
-    matched = matching_rows(session, table, wanted, tree.args.get("where"), tree)
+    wanted: list[exp.Expr] = [exp.column(c, table=alias) for c in columns]
+    matched = matching_rows(
+        session, table, wanted or [exp.Literal.number(1)], tree.args.get("where"), tree
+    )
     row_ids = matched.column(matched.num_columns - 1).combine_chunks()
-    deleted = matched.select(list(range(len(wanted))))
-    if referenced or tree.args.get("returning") is not None:
-        deleted = deleted.rename_columns([c.name for c in table.columns])
+    deleted = matched.select(list(range(len(columns)))).rename_columns(columns)
     with _table_locked(session, table), session.backend.transaction():
         _delete_rows(session, table, row_ids)
         if referenced:
@@ -556,16 +594,15 @@ def rewrite_rows(
     *,
     check_parents: bool = True,
 ) -> None:
-    """Replace the rows ``row_ids`` (read under the design's layers) by ``rows``, which may
-    hold more (inserted ones), under fresh ids, in one transaction. ``old``: the replaced
+    """Replace the rows ``row_ids`` (read under the design's layers) by the first rows of
+    ``rows``, which may hold more (inserted ones), under fresh ids, in one transaction. ``old``: the replaced
     rows' values of the columns other tables' foreign keys name, where they may change;
     ``check_parents``: whether the rows' own foreign keys may have changed."""
     parents = references.parent_locks(session, table, rows) if check_parents else []
 
     def rewrite(first_id: int) -> None:
         references.lock(session, parents)
-        _delete_rows(session, table, row_ids)
-        _append_rows(session, table, rows, first_id)
+        _write_rows(session, table, rows, first_id, replacing=row_ids)
         if old is not None:
             references.check_unreferenced(session, table, old, rows)
 

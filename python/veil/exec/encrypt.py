@@ -61,7 +61,15 @@ class TableEncryptor:
         }
         self._blocks = {e.name: block_key(master, table, e) for e in block_columns(table)}
         self._sums = AsheSumsCipher(master, table.sums) if table.sums is not None else None
-        self._local = duckdb.connect()
+        self._connection: duckdb.DuckDBPyConnection | None = None
+
+    @property
+    def _local(self) -> duckdb.DuckDBPyConnection:
+        """An in-process DuckDB for per-row expressions, opened on first use: opening one
+        costs tens of milliseconds, and most statements' tables have none."""
+        if self._connection is None:
+            self._connection = duckdb.connect()
+        return self._connection
 
     def server_schema(self, sample: pa.Table) -> pa.Schema:
         return self.encrypt(sample.slice(0, 0), 0).schema
