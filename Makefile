@@ -32,7 +32,7 @@ fuzz: $(STAMP)
 	$(PY) -m tests.fuzz $(SEED) $(N) $(FUZZ_ARGS)
 
 bench: $(STAMP)
-	$(VENV)/bin/veil bench crypto --json bench/crypto.json
+	$(VENV)/bin/veil bench crypto --json bench/crypto/crypto.json --png bench/crypto/crypto.png
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check python tests

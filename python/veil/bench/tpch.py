@@ -84,7 +84,7 @@ class Bench:
 
 
 def run_tpch(args: argparse.Namespace) -> int:
-    stem = f"bench/tpch_{args.backend}_sf{args.sf:g}"
+    stem = f"bench/tpch/tpch_{args.backend}_sf{args.sf:g}"
     numbers = _query_numbers(args.queries)
     bench = Bench(args.backend, args.sf, args.runs, args.bandwidth_mbit, args.timeout)
     servers = prepare(args.backend, args.sf, args.work_dir, args.server, args.design)

@@ -34,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="load Veil's side under this design file (`veil design`) instead of the greedy "
         "design of the 22 queries; give each design its own --work-dir",
     )
-    parser.add_argument("--json", help="default bench/tpch_<backend>_sf<SF>.json")
-    parser.add_argument("--png", help="default bench/tpch_<backend>_sf<SF>.png")
+    parser.add_argument("--json", help="default bench/tpch/tpch_<backend>_sf<SF>.json")
+    parser.add_argument("--png", help="default bench/tpch/tpch_<backend>_sf<SF>.png")
     parser.set_defaults(handler=_run)
 
 
