@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.veil-installed
 RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: demo test bench lint setup clean pgext fuzz
+.PHONY: demo test bench results lint setup clean pgext fuzz
 
 setup: $(STAMP)
 
@@ -34,10 +34,15 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/veil bench crypto --json bench/crypto/crypto.json --png bench/crypto/crypto.png
 
+# bench/RESULTS.md from bench/<area>/meta.toml and the latest JSON beside it.
+results:
+	$(PY) tools/bench_results.py
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check python tests
-	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/ruff check python tests tools
+	$(VENV)/bin/ruff format --check python tests tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy tools
 	cargo fmt --all -- --check
 	cargo clippy --release --workspace -q -- -D warnings
 
