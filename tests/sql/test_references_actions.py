@@ -8,6 +8,7 @@ succeed on both, and the tables must then hold the same rows.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,12 +129,14 @@ def client(backend_url: str, tmp_path: Path) -> Path:
     return tmp_path / "client"
 
 
+# unique per import: test_sequences imports this module again, under another name
 _plain_schemas = iter(range(1, 1000))
+_PREFIX = f"plain_actions_{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture
 def plain(postgres_cluster: Any) -> Iterator[Plain]:
-    url = postgres_cluster.create_schema(f"plain_actions_{next(_plain_schemas)}")
+    url = postgres_cluster.create_schema(f"{_PREFIX}_{next(_plain_schemas)}")
     made = Plain(url)
     try:
         yield made

@@ -9,18 +9,12 @@ names never reach the server: it knows each counter by an opaque table name.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from tests.sql.test_references_actions import Plain, Veil, client  # noqa: F401  (fixture)
-
-from veil.exec import defaults
-from veil.exec.session import Result, Session
-from veil.serve import dialect
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -66,34 +60,6 @@ SCRIPT = [
     "ALTER SEQUENCE u_id_seq RESTART 7",
     "INSERT INTO u (name) VALUES ('s') RETURNING id",
 ]
-
-
-@pytest.fixture(autouse=True)
-def sequence_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The calls ``Session`` and ``veil serve`` make into ``veil.exec.defaults`` for
-    sequences, where ``veil/exec/session.py`` and ``veil/serve/dialect.py`` do not make
-    them yet (the change they need, exactly)."""
-    catalog_only = dialect._reads_catalog
-    if "calls_sequences" not in inspect.getsource(catalog_only):
-        monkeypatch.setattr(
-            dialect,
-            "_reads_catalog",
-            lambda tree: not defaults.calls_sequences(tree) and catalog_only(tree),
-        )
-    if "with_sequence_values" in inspect.getsource(Session.admitted):
-        return
-    admitted, run = Session.admitted, Session._run
-
-    def hooked_admitted(self: Session, sql: str, params: Any) -> Any:
-        return defaults.with_sequence_values(self, admitted(self, sql, params))
-
-    def hooked_run(self: Session, sql: str, params: Any) -> Result:
-        if defaults.restart_statement(self, sql):
-            return Result(pa.table({}), -1)
-        return run(self, sql, params)
-
-    monkeypatch.setattr(Session, "admitted", hooked_admitted)
-    monkeypatch.setattr(Session, "_run", hooked_run)
 
 
 def answer(side: Any, sql: str) -> object:

@@ -56,6 +56,7 @@ from veil.exec.encrypt import TableEncryptor
 from veil.exec.fetch import FetchStats, run_remote
 from veil.exec.matching import matching_rows
 from veil.exec.row_ids import allocate
+from veil.exec.row_locks import hold_keys
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.remote import delete_rows_statement
 
@@ -252,7 +253,7 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
     parents = references.parent_locks(session, table, plain)
 
     def append(first_id: int) -> None:
-        references.lock(session, parents)
+        hold_keys(session, parents)
         _write_rows(session, table, plain, first_id)
 
     _in_layers(session, table, len(plain), append)
@@ -270,7 +271,8 @@ def _upsert(session: Session, table: TableDesign, tree: exp.Insert, plain: pa.Ta
     resolved = upsert.resolve(session.local, table, tree, keys, plain, stored)
     check_rows(session.local, table, resolved.rows)
     TableEncryptor(session.master, table).check_domains(resolved.rows)
-    rewritten = stored.filter(pc.is_in(stored.column(stored.num_columns - 1), resolved.row_ids))
+    # in the order of ``resolved.row_ids``: an ON UPDATE action pairs old and new keys by it
+    rewritten = stored.take(pc.index_in(resolved.row_ids, stored.column(stored.num_columns - 1)))
     old = rewritten.select(list(range(len(table.columns)))).rename_columns(
         [c.name for c in table.columns]
     )
@@ -601,7 +603,7 @@ def rewrite_rows(
     parents = references.parent_locks(session, table, rows) if check_parents else []
 
     def rewrite(first_id: int) -> None:
-        references.lock(session, parents)
+        hold_keys(session, parents)
         _write_rows(session, table, rows, first_id, replacing=row_ids)
         if old is not None:
             references.check_unreferenced(session, table, old, rows)

@@ -31,7 +31,7 @@ from sqlglot import exp
 
 from veil.design.model import PhysicalDesign, Reference, TableDesign
 from veil.exec.matching import matching_rows
-from veil.exec.row_locks import Locks, hold_keys
+from veil.exec.row_locks import Locks
 from veil.exec.upsert import key_filters
 from veil.sql.errors import ForeignKeyViolationError, QueryError
 from veil.sql.parse import literal
@@ -39,8 +39,6 @@ from veil.sql.parse import literal
 if TYPE_CHECKING:
     from veil.exec.session import Session
 
-# dml.py's name for ``row_locks.hold_keys`` until it calls that directly
-lock = hold_keys
 _KEYS, _MINUS, _ORDINAL = "__veil_fk_rows", "__veil_fk_minus", "__veil_fk_n"
 _CHUNK = 500  # changed keys per statement of an action
 

@@ -30,7 +30,7 @@ from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.clientdir import ClientDir, open_client_dir
-from veil.exec.defaults import catalog_column
+from veil.exec.defaults import catalog_column, restart_statement, with_sequence_values
 from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
@@ -321,6 +321,8 @@ class Session:
 
     def _run(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Result:
         self.follow_design()
+        if restart_statement(self, sql):  # ALTER ... RESTART: a statement sqlglot cannot read
+            return Result(pa.table({}), -1)
         key = plan_key(sql, params, self.hom_pushdown)
         cached = self.plans.get(key)
         if cached is not None:
@@ -356,7 +358,7 @@ class Session:
         check_text(sql, external_access=self.external_access)
         tree = bind_parameters(parse_statement(sql), params)
         self.admit(tree)
-        return tree
+        return with_sequence_values(self, tree)
 
     def admit(self, tree: exp.Expr, *, catalog: bool = False) -> None:
         """Refuse ``tree`` if it reaches for the trusted side (``veil.sql.sandbox``)."""

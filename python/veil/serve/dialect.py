@@ -26,6 +26,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
+from veil.exec.defaults import calls_sequences
 from veil.serve.errors import WireError
 from veil.sql.catalog_queries import is_system_table
 from veil.sql.parse import literal
@@ -131,7 +132,10 @@ def _position(text: str, line: int | None, column: int | None) -> int | None:
 
 
 def _reads_catalog(tree: exp.Expr) -> bool:
-    """A query of the system catalogue, or of no table at all (``SELECT version()``)."""
+    """A query of the system catalogue, or of no table at all (``SELECT version()``), but
+    not a call of a sequence function (``SELECT nextval(...)``: the session's to answer)."""
+    if calls_sequences(tree):
+        return False
     tables = list(tree.find_all(exp.Table))
     return not tables or any(is_system_table(t) for t in tables)
 
