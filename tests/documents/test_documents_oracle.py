@@ -7,11 +7,14 @@ import copy
 import datetime as dt
 import itertools
 import random
+import secrets
 from typing import Any
 
+import pymongo
 import pytest
 
 import veil.documents
+from veil.crypto.keys import write_key_file
 
 SCHEMA = {
     "fields": {
@@ -80,12 +83,43 @@ BOTH_SUMS = pytest.mark.parametrize("sums", ["server", "fetch"])
 
 @pytest.fixture
 def pair(url, key_file, plain, sums):
+    """A pair of its own, for a test that writes."""
     database = veil.documents.connect(url, key_file, {"movies": SCHEMA}, sums=sums)
     documents = make_documents(300, seed=7)
     database.movies.insert_many(copy.deepcopy(documents))
     plain.movies.insert_many(copy.deepcopy(documents))
     yield database.movies, plain.movies
     database.close()
+
+
+@pytest.fixture(scope="module")
+def loaded(ferretdb, tmp_path_factory):
+    """The read-only tests' pair, loaded once: one database read through a connection per
+    ``sums`` (reads leave the stored documents as they were; the writing test has its own)."""
+    key_file = tmp_path_factory.mktemp("oracle") / "veil.key"
+    write_key_file(key_file)
+    name = f"veil_oracle_{secrets.token_hex(4)}"
+    client = pymongo.MongoClient(ferretdb.url)
+    connections = {
+        sums: veil.documents.connect(
+            f"{ferretdb.url}{name}", key_file, {"movies": SCHEMA}, sums=sums
+        )
+        for sums in ("server", "fetch")
+    }
+    documents = make_documents(300, seed=7)
+    connections["server"].movies.insert_many(copy.deepcopy(documents))
+    client[f"{name}_plain"].movies.insert_many(copy.deepcopy(documents))
+    yield {sums: (c.movies, client[f"{name}_plain"].movies) for sums, c in connections.items()}
+    for connection in connections.values():
+        connection.close()
+    client.drop_database(name)
+    client.drop_database(f"{name}_plain")
+    client.close()
+
+
+@pytest.fixture
+def read_pair(loaded, sums):
+    return loaded[sums]
 
 
 FILTERS: list[dict[str, Any]] = [
@@ -129,8 +163,8 @@ def by_id(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("query", FILTERS, ids=[str(f)[:60] for f in FILTERS])
-def test_find_and_count(pair, query):
-    veil_collection, plain_collection = pair
+def test_find_and_count(read_pair, query):
+    veil_collection, plain_collection = read_pair
     expected = by_id(list(plain_collection.find(query)))
     assert by_id(veil_collection.find(query).to_list()) == expected
     assert veil_collection.count_documents(query) == len(expected)
@@ -148,8 +182,8 @@ SORTS = [
 
 
 @pytest.mark.parametrize("sort", SORTS, ids=[str(s) for s in SORTS])
-def test_sort_skip_limit(pair, sort):
-    veil_collection, plain_collection = pair
+def test_sort_skip_limit(read_pair, sort):
+    veil_collection, plain_collection = read_pair
     for query in ({}, {"year": {"$gte": 1990}}, {"title": {"$gt": "Movie"}}):
         expected = list(plain_collection.find(query).sort(sort).skip(3).limit(17))
         assert veil_collection.find(query).sort(sort).skip(3).limit(17).to_list() == expected
@@ -158,8 +192,8 @@ def test_sort_skip_limit(pair, sort):
         )
 
 
-def test_projection(pair):
-    veil_collection, plain_collection = pair
+def test_projection(read_pair):
+    veil_collection, plain_collection = read_pair
     projections = (
         {"title": 1, "year": 1}, {"notes": 0, "meta": 0}, {"meta.src": 1, "_id": 0},
         {"meta": 1, "gross": 1}, {"meta.rating": 1, "tags": 1, "_id": 1}, ["when", "price"],
@@ -199,8 +233,8 @@ def by_key(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @BOTH_SUMS
 @pytest.mark.parametrize("pipeline", PIPELINES, ids=[str(p)[:70] for p in PIPELINES])
-def test_aggregate(pair, pipeline):
-    veil_collection, plain_collection = pair
+def test_aggregate(read_pair, pipeline):
+    veil_collection, plain_collection = read_pair
     expected = list(plain_collection.aggregate(pipeline))
     got = veil_collection.aggregate(pipeline)
     if any("$sort" in stage for stage in pipeline):
@@ -217,9 +251,9 @@ def _approx(rows: list[dict[str, Any]]) -> list[Any]:
 
 
 @BOTH_SUMS
-def test_avg_on_the_server(pair):
+def test_avg_on_the_server(read_pair):
     """FerretDB has no $avg: the expected averages are computed here from plain documents."""
-    veil_collection, plain_collection = pair
+    veil_collection, plain_collection = read_pair
     values: dict[Any, list[int]] = {}
     for document in plain_collection.find({"year": {"$gte": 1990}}):
         gross = document.get("gross")
@@ -238,10 +272,10 @@ def test_avg_on_the_server(pair):
 
 
 @BOTH_SUMS
-def test_several_accumulators_match_single_ones(pair):
+def test_several_accumulators_match_single_ones(read_pair):
     """Plain FerretDB computes one accumulator a $group, so each is asked alone there;
     ``s2`` reads the same h_add field as ``s`` (its ids must be counted once)."""
-    veil_collection, plain_collection = pair
+    veil_collection, plain_collection = read_pair
     match = {"$match": {"year": {"$gte": 1960}}}
     group = {"_id": "$year", "s": {"$sum": "$gross"}, "c": {"$count": {}}, "n": {"$sum": 1}}
     group["s2"] = {"$sum": "$gross"}
