@@ -108,6 +108,11 @@ fn outcome(item: &Bound<'_, PyAny>) -> PyResult<Outcome> {
         "command" => Outcome::Command {
             tag: item.get_item(1)?.extract()?,
             rows: item.get_item(2)?.extract()?,
+            status: if item.len()? > 3 {
+                item.get_item(3)?.extract()?
+            } else {
+                Vec::new()
+            },
         },
         _ => Outcome::Empty,
     })

@@ -92,10 +92,12 @@ pub enum Outcome {
         /// `INSERT 0`, completed with the row count); `None`: `SELECT`.
         tag: Option<String>,
     },
-    /// A command: its tag (`INSERT 0 3`'s `INSERT`) and row count, if any.
+    /// A command: its tag (`INSERT 0 3`'s `INSERT`) and row count, if any, and the
+    /// reported parameters it changed (`SET TimeZone`: a `ParameterStatus` each).
     Command {
         tag: String,
         rows: Option<usize>,
+        status: Vec<(String, String)>,
     },
     /// `COPY ... FROM STDIN`: the client now sends the rows (text format),
     /// which go to [`Session::copy_in`] whole.

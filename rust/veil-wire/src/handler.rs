@@ -25,6 +25,7 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::simplequery::Query;
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::OnceCell;
 
@@ -215,7 +216,7 @@ fn response(outcome: Outcome, format: &Format) -> Response {
             }
             Response::Query(response)
         }
-        Outcome::Command { tag, rows } => {
+        Outcome::Command { tag, rows, .. } => {
             // ROLLBACK TO SAVEPOINT: PostgreSQL's tag is ROLLBACK, but the transaction goes on
             let within = tag == "ROLLBACK TO";
             let mut done = Tag::new(if within { "ROLLBACK" } else { &tag });
@@ -306,6 +307,34 @@ impl CopyHandler for Handler {
     }
 }
 
+/// The reported parameters the outcomes changed.
+fn changed_status(outcomes: &[Outcome]) -> Vec<(String, String)> {
+    outcomes
+        .iter()
+        .flat_map(|outcome| match outcome {
+            Outcome::Command { status, .. } => status.clone(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// A `ParameterStatus` for each reported parameter the outcomes changed
+/// (`SET TimeZone`), as PostgreSQL reports them before the next ReadyForQuery.
+async fn report_status<C>(client: &mut C, changed: Vec<(String, String)>) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for (name, value) in changed {
+        let message = ParameterStatus::new(name, value);
+        client
+            .send(PgWireBackendMessage::ParameterStatus(message))
+            .await?;
+    }
+    Ok(())
+}
+
 fn bound_params(portal: &Portal<String>) -> PgWireResult<Vec<Param>> {
     let mut params = Vec::with_capacity(portal.parameters.len());
     for (i, raw) in portal.parameters.iter().enumerate() {
@@ -389,6 +418,7 @@ impl SimpleQueryHandler for Handler {
     {
         let session = self.session(client).await?;
         let outcomes = run_cancellable(session, query.to_owned(), Vec::new()).await?;
+        report_status(client, changed_status(&outcomes)).await?;
         Ok(outcomes
             .into_iter()
             .map(|o| response(o, &Format::UnifiedText))
@@ -421,6 +451,7 @@ impl ExtendedQueryHandler for Handler {
         let params = bound_params(portal)?;
         let sql = portal.statement.statement.clone();
         let mut outcomes = run_cancellable(session, sql, params).await?;
+        report_status(client, changed_status(&outcomes)).await?;
         if outcomes.len() > 1 {
             return Err(user_error(WireError::new(
                 "42601",

@@ -31,6 +31,8 @@ use crate::handler::{blocking, user_error, Handler};
 pub const SCRAM_ITERATIONS: usize = 4096;
 /// The version clients see (drivers parse it to pick protocol features).
 const SERVER_VERSION: &str = "16.0";
+const TIME_ZONE: &str = "UTC";
+const DATE_STYLE: &str = "ISO, MDY";
 
 pub struct Config {
     pub listen: SocketAddr,
@@ -67,6 +69,9 @@ impl AuthSource for Verifiers {
 fn parameters() -> Arc<DefaultServerParameterProvider> {
     let mut p = DefaultServerParameterProvider::default();
     p.server_version = SERVER_VERSION.to_owned();
+    // what SHOW answers before a SET (veil.serve.engine's defaults)
+    p.time_zone = TIME_ZONE.to_owned();
+    p.date_style = DATE_STYLE.to_owned();
     p.is_superuser = false;
     Arc::new(p)
 }
@@ -91,7 +96,12 @@ impl NoopStartupHandler for Trust {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        for (name, value) in [("server_version", SERVER_VERSION), ("is_superuser", "off")] {
+        for (name, value) in [
+            ("server_version", SERVER_VERSION),
+            ("is_superuser", "off"),
+            ("TimeZone", TIME_ZONE),
+            ("DateStyle", DATE_STYLE),
+        ] {
             let status = ParameterStatus::new(name.to_owned(), value.to_owned());
             client
                 .send(PgWireBackendMessage::ParameterStatus(status))

@@ -78,7 +78,10 @@ pub fn text_to_binary(oid: Oid, text: &[u8], out: &mut Vec<u8>) -> Result<(), Wi
             out.extend(days.to_be_bytes());
             out.extend(months.to_be_bytes());
         }
-        _ => return Err(unsupported(oid)),
+        _ => match element_of(oid) {
+            Some(element) => array_to_binary(element, s, out).ok_or_else(|| bad(oid, s))??,
+            None => return Err(unsupported(oid)),
+        },
     }
     Ok(())
 }
@@ -130,8 +133,249 @@ pub fn binary_to_text(oid: Oid, raw: &[u8]) -> Result<String, WireError> {
             let months = i32::from_be_bytes(raw[12..].try_into().unwrap());
             format!("{months} months {days} days {micros} microseconds")
         }
-        _ => return Err(unsupported(oid)),
+        _ => match element_of(oid) {
+            Some(element) => array_to_text(element, raw)?,
+            None => return Err(unsupported(oid)),
+        },
     })
+}
+
+/// The element type of an array type (`pg_type.typelem`), for the types Veil reports.
+pub fn element_of(array: Oid) -> Option<Oid> {
+    Some(match array {
+        1000 => BOOL,
+        1001 => BYTEA,
+        1003 => NAME,
+        1005 => INT2,
+        1007 => INT4,
+        1009 => TEXT,
+        1014 => BPCHAR,
+        1015 => VARCHAR,
+        1016 => INT8,
+        1021 => FLOAT4,
+        1022 => FLOAT8,
+        1028 => OID,
+        1115 => TIMESTAMP,
+        1182 => DATE,
+        1185 => TIMESTAMPTZ,
+        1187 => INTERVAL,
+        1231 => NUMERIC,
+        199 => JSON,
+        2951 => UUID,
+        3807 => JSONB,
+        _ => return None,
+    })
+}
+
+/// An array's text form, `{1,NULL,"a b"}` or `{{1,2},{3,4}}`: its dimensions and
+/// its elements in order (`None` for NULL), as PostgreSQL's `array_in` reads it.
+fn parse_array(s: &str) -> Option<(Vec<i32>, Vec<Option<String>>)> {
+    let chars: Vec<char> = s.trim().chars().collect();
+    let mut dims: Vec<i32> = Vec::new();
+    let mut counts: Vec<i32> = Vec::new(); // elements seen at each open level
+    let mut elements = Vec::new();
+    let mut i = 0;
+    let mut depth = 0usize;
+    let mut done = false;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            _ if done => return None,
+            '{' => {
+                depth += 1;
+                if counts.len() < depth {
+                    counts.push(0);
+                }
+                counts[depth - 1] = 0;
+                i += 1;
+            }
+            '}' => {
+                let n = counts[depth.checked_sub(1)?];
+                if dims.len() < depth {
+                    dims.resize(depth, -1);
+                }
+                match dims[depth - 1] {
+                    -1 => dims[depth - 1] = n,
+                    d if d != n => return None, // PostgreSQL's arrays are rectangular
+                    _ => {}
+                }
+                depth -= 1;
+                if depth == 0 {
+                    done = true;
+                } else {
+                    counts[depth - 1] += 1;
+                }
+                i += 1;
+            }
+            ',' | ' ' | '\t' | '\n' | '\r' => i += 1,
+            _ if depth == 0 => return None,
+            '"' => {
+                let mut value = String::new();
+                i += 1;
+                loop {
+                    match chars.get(i)? {
+                        '"' => break,
+                        '\\' => {
+                            i += 1;
+                            value.push(*chars.get(i)?);
+                        }
+                        ch => value.push(*ch),
+                    }
+                    i += 1;
+                }
+                i += 1;
+                elements.push(Some(value));
+                counts[depth - 1] += 1;
+            }
+            _ => {
+                let start = i;
+                let mut value = String::new();
+                while i < chars.len() && !matches!(chars[i], ',' | '}') {
+                    if chars[i] == '\\' {
+                        i += 1;
+                    }
+                    value.push(*chars.get(i)?);
+                    i += 1;
+                }
+                let value = value.trim_end().to_owned();
+                let unquoted: String = chars[start..i].iter().collect();
+                let null = unquoted.trim().eq_ignore_ascii_case("NULL");
+                elements.push(if null { None } else { Some(value) });
+                counts[depth - 1] += 1;
+            }
+        }
+    }
+    if !done {
+        return None;
+    }
+    if elements.is_empty() {
+        dims.clear(); // '{}' is the empty array: no dimensions at all
+    }
+    Some((dims, elements))
+}
+
+/// PostgreSQL's binary array (`array_send`): ndim, has-nulls flag, element type,
+/// each dimension's length and lower bound (1), then each element's length and bytes.
+fn array_to_binary(element: Oid, s: &str, out: &mut Vec<u8>) -> Option<Result<(), WireError>> {
+    let (dims, elements) = parse_array(s)?;
+    out.extend((dims.len() as i32).to_be_bytes());
+    out.extend((elements.iter().any(|e| e.is_none()) as i32).to_be_bytes());
+    out.extend(element.to_be_bytes());
+    for d in &dims {
+        out.extend(d.to_be_bytes());
+        out.extend(1i32.to_be_bytes());
+    }
+    let mut field = Vec::new();
+    for value in elements {
+        let Some(value) = value else {
+            out.extend((-1i32).to_be_bytes());
+            continue;
+        };
+        field.clear();
+        if element == BYTEA {
+            field.extend(unhex_bytea(&value)?);
+        } else if let Err(err) = text_to_binary(element, value.as_bytes(), &mut field) {
+            return Some(Err(err));
+        }
+        out.extend((field.len() as i32).to_be_bytes());
+        out.extend_from_slice(&field);
+    }
+    Some(Ok(()))
+}
+
+/// The bytes of bytea's hex text form (`\x00ff`).
+fn unhex_bytea(s: &str) -> Option<Vec<u8>> {
+    let hex = s.strip_prefix("\\x")?.as_bytes();
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    hex.chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
+}
+
+/// The text form of a binary array (a bound parameter), as `array_out` writes it.
+fn array_to_text(element: Oid, raw: &[u8]) -> Result<String, WireError> {
+    let mut at = 0usize;
+    let word = |at: &mut usize| -> Result<i32, WireError> {
+        Ok(i32::from_be_bytes(take(raw, at, 4)?.try_into().unwrap()))
+    };
+    let ndim = word(&mut at)?;
+    let _flags = word(&mut at)?;
+    let given = word(&mut at)? as Oid;
+    if given != element && given != 0 {
+        return Err(WireError::new(
+            "42804",
+            format!("wrong element type: OID {given} where {element} was expected"),
+        ));
+    }
+    if !(0..=6).contains(&ndim) {
+        return Err(WireError::new(
+            "08P01",
+            "a binary array parameter is malformed",
+        ));
+    }
+    let mut dims = Vec::new();
+    for _ in 0..ndim {
+        dims.push(word(&mut at)?.max(0) as usize);
+        word(&mut at)?; // the lower bound: Veil's arrays start at 1
+    }
+    let total: usize = if dims.is_empty() {
+        0
+    } else {
+        dims.iter().product()
+    };
+    let mut values = Vec::with_capacity(total);
+    for _ in 0..total {
+        let len = word(&mut at)?;
+        if len < 0 {
+            values.push("NULL".to_owned());
+            continue;
+        }
+        let bytes = take(raw, &mut at, len as usize)?;
+        values.push(quote_element(&binary_to_text(element, bytes)?));
+    }
+    Ok(nest(&dims, &mut values.into_iter()))
+}
+
+/// The next `n` bytes of `raw` from `at`, which moves past them.
+fn take<'a>(raw: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], WireError> {
+    let bytes = raw
+        .get(*at..*at + n)
+        .ok_or_else(|| WireError::new("08P01", "a binary array parameter is malformed"))?;
+    *at += n;
+    Ok(bytes)
+}
+
+/// An element as `array_out` quotes it: where empty, NULL-like, or holding a
+/// delimiter, brace, quote, backslash or white space.
+fn quote_element(value: &str) -> String {
+    let needs = value.is_empty()
+        || value.eq_ignore_ascii_case("NULL")
+        || value
+            .chars()
+            .any(|c| matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_ascii_whitespace());
+    if !needs {
+        return value.to_owned();
+    }
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("\"{escaped}\"")
+}
+
+fn nest(dims: &[usize], values: &mut impl Iterator<Item = String>) -> String {
+    let Some((&n, rest)) = dims.split_first() else {
+        return "{}".to_owned();
+    };
+    let parts: Vec<String> = (0..n)
+        .map(|_| {
+            if rest.is_empty() {
+                values.next().unwrap_or_default()
+            } else {
+                nest(rest, values)
+            }
+        })
+        .collect();
+    format!("{{{}}}", parts.join(","))
 }
 
 /// PostgreSQL's text form of bytea: `\x` and two hex digits per byte.
@@ -485,6 +729,35 @@ mod tests {
         let mut out = Vec::new();
         text_to_binary(NUMERIC, b"12345.67", &mut out).unwrap();
         assert_eq!(out, [0, 3, 0, 1, 0, 0, 0, 2, 0, 1, 0x09, 0x29, 0x1a, 0x2c]);
+    }
+
+    #[test]
+    fn arrays_round_trip() {
+        for (oid, text) in [
+            (1007, "{1,NULL,-3}"),
+            (1007, "{}"),
+            (1007, "{{1,2},{3,4}}"),
+            (
+                1009,
+                r#"{"a,\"b",NULL,"","NULL","x y","back\\slash",plain}"#,
+            ),
+            (2951, "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}"),
+            (1001, r#"{"\\x00ff","\\x"}"#),
+            (1185, r#"{"2024-01-02 01:04:05.123456+00"}"#),
+            (1231, "{1.50,NULL,-2}"),
+        ] {
+            assert_eq!(round(oid, text), text, "{text}");
+        }
+        // PostgreSQL's own bytes for '{1,NULL}'::int4[]
+        let mut out = Vec::new();
+        text_to_binary(1007, b"{1,NULL}", &mut out).unwrap();
+        let want: Vec<u8> = [1i32, 1, 23, 2, 1, 4, 1, -1]
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect();
+        assert_eq!(out, want);
+        assert!(text_to_binary(1007, b"{1,x}", &mut Vec::new()).is_err());
+        assert!(text_to_binary(1007, b"{{1},{2,3}}", &mut Vec::new()).is_err());
     }
 
     #[test]
