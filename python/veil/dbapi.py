@@ -26,19 +26,28 @@ first and runs on its own (docs/sql.md, Transactions).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import json
 import os
+import re
+import uuid
+import zoneinfo
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import duckdb
 import pyarrow as pa
+import sqlglot
 
 from veil.errors import (
     InterfaceError,
+    ParameterError,
     ProgrammingError,
     VeilError,
 )
-from veil.exec.rows import table_rows
+from veil.exec.rows import column_values
 from veil.exec.session import Result, Session
+from veil.sql import pg_types
 from veil.sql.errors import InFailedTransactionError
 
 apilevel = "2.0"
@@ -67,6 +76,9 @@ class Connection:
     def __init__(self, session: Session):
         self._session: Session | None = session
         self._autocommit = True
+        # PostgreSQL's TimeZone setting: timestamptz values come back as aware
+        # datetimes in it (``SET TimeZone = '...'``, ``SHOW TimeZone``)
+        self.timezone = "UTC"
 
     @property
     def autocommit(self) -> bool:
@@ -163,8 +175,16 @@ class Cursor:
         from veil.statements import run
 
         connection = self.connection
-        self._result = run(connection.session, sql, params, begin=not connection.autocommit)
-        self._rows = table_rows(self._result.table)
+        setting = _time_zone_statement(connection, sql)
+        if setting is not None:
+            self._result = Result(setting, -1)
+        else:
+            if connection.timezone != "UTC":
+                sql = _zoned(connection.session, sql, connection.timezone)
+            self._result = run(connection.session, sql, params, begin=not connection.autocommit)
+        table = self._result.table
+        kinds = _declared(connection.session, sql, params, table) if setting is None else []
+        self._rows = python_rows(table, kinds, connection.timezone)
         self._position = 0
         return self
 
@@ -221,3 +241,122 @@ class Cursor:
         if row is None:
             raise StopIteration
         return row
+
+
+# -- PostgreSQL's TimeZone and the Python values psycopg gives ------------------------
+
+_SET_ZONE = re.compile(
+    r"^\s*(?:SET\s+(?:SESSION\s+)?(?:TIME\s+ZONE\s+|TimeZone\s*(?:=|\s+TO\s+)\s*)"
+    r"(?P<value>.*?)|RESET\s+(?P<reset>TimeZone|ALL)|SHOW\s+(?P<show>TimeZone|TIME\s+ZONE))"
+    r"\s*;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _time_zone_statement(connection: Connection, sql: str) -> pa.Table | None:
+    """``SET TimeZone``, ``SET TIME ZONE``, ``RESET TimeZone`` and ``SHOW TimeZone``:
+    the connection's setting (None: ``sql`` is another statement)."""
+    found = _SET_ZONE.match(sql)
+    if found is None:
+        return None
+    if found["show"]:
+        return pa.table({"TimeZone": [connection.timezone]})
+    value = (found["value"] or "").strip()
+    if found["reset"] or value.upper() in ("DEFAULT", "LOCAL"):
+        connection.timezone = "UTC"
+        return pa.table({})
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        value = value[1:-1].replace("''", "'")
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ParameterError(f'invalid value for parameter "TimeZone": "{value}"') from None
+    connection.timezone = value
+    return pa.table({})
+
+
+def _zoned(session: Session, sql: str, zone: str) -> str:
+    """``sql`` with its times without offsets read as timestamptz values in ``zone``
+    (``veil.sql.pg_types.zoned_literals``); unchanged where it has none."""
+    if "'" not in sql or _DDL.match(sql):
+        return sql
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return sql  # the session reports it
+    schema = {
+        name: {c.name: c.type for c in table.columns}
+        for name, table in session.design.tables.items()
+    }
+    zoned = pg_types.zoned_literals(tree, schema, zone)
+    return sql if zoned == tree else zoned.sql(dialect="duckdb")
+
+
+_DDL = re.compile(r"^\s*(?:CREATE|DROP|ALTER|TRUNCATE)\b", re.IGNORECASE)
+
+
+def _declared(
+    session: Session, sql: str, params: Sequence[Any] | None, table: pa.Table
+) -> list[str | None]:
+    """Each result column's DuckDB type where Arrow shows strings (UUID and JSON leave
+    DuckDB as text), from the plaintext catalogue; None where Arrow's type tells."""
+    textual = [_holds_text(f.type) for f in table.schema]
+    if not any(textual):
+        return [None] * table.num_columns
+    try:
+        rows = session.catalog.execute(f"DESCRIBE {sql}", list(params or [])).fetchall()
+    except (duckdb.Error, TypeError, ValueError):
+        return [None] * table.num_columns
+    if len(rows) != table.num_columns:
+        return [None] * table.num_columns
+    return [str(r[1]).upper() if t else None for r, t in zip(rows, textual, strict=True)]
+
+
+def _holds_text(kind: pa.DataType) -> bool:
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def python_rows(table: pa.Table, kinds: Sequence[str | None], zone: str) -> list[tuple[Any, ...]]:
+    """Rows of Python values as psycopg gives them for the same PostgreSQL types: UUID,
+    parsed JSON, aware datetimes in the session's TimeZone, lists of those."""
+    tz = zoneinfo.ZoneInfo(zone)
+    columns = []
+    for index, column in enumerate(table.columns):
+        kind = kinds[index] if index < len(kinds) else None
+        convert = _converter(column.type, kind, tz)
+        values = column_values(column)
+        columns.append(values if convert is None else [_apply(convert, v) for v in values])
+    return list(zip(*columns, strict=True))
+
+
+def _converter(kind: pa.DataType, declared: str | None, tz: dt.tzinfo) -> Any:
+    """The function that turns one of a column's (innermost) values into psycopg's."""
+    base = (declared or "").split("[")[0].strip()
+    inner = kind
+    while pa.types.is_list(inner) or pa.types.is_large_list(inner):
+        inner = inner.value_type
+    if isinstance(inner, pa.JsonType) or base == "JSON":
+        return lambda v: json.loads(v) if isinstance(v, str) else v
+    if isinstance(inner, pa.UuidType) or base == "UUID":
+        return lambda v: uuid.UUID(v) if isinstance(v, str) else v
+    if pa.types.is_timestamp(inner) and inner.tz is not None:
+        return lambda v: v.astimezone(tz) if isinstance(v, dt.datetime) else v
+    if pa.types.is_interval(inner) and inner != kind:  # an array's (whole columns: rows.py)
+        return _timedelta
+    return None
+
+
+def _timedelta(value: pa.MonthDayNano) -> dt.timedelta:
+    """An interval as psycopg gives it: a month counted as 30 days."""
+    days = value.months * 30 + value.days
+    return dt.timedelta(days=days, microseconds=value.nanoseconds // 1000)
+
+
+def _apply(convert: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_apply(convert, v) for v in value]
+    return convert(value)

@@ -182,8 +182,10 @@ class SqlType:
             return pa.decimal128(self.precision, self.scale)
         if kind == INT_KIND:
             return _int_arrow(self.name)
-        if kind == LIST_KIND:
-            return pa.list_(self.element.arrow_type())
+        if kind == LIST_KIND:  # DuckDB's Arrow lists hold UUIDs and JSON as their text
+            element = self.element
+            text = element.kind in (UUID_KIND, JSON_KIND)
+            return pa.list_(pa.string() if text else element.arrow_type())
         return {
             DATE_KIND: pa.date32(),
             TIMESTAMP_KIND: pa.timestamp("us"),
@@ -398,7 +400,19 @@ def canonical_json(text: str) -> str:
         value = json.loads(text, parse_float=decimal.Decimal, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         raise EncodingError("invalid input syntax for type json") from None
+    if "\\u0000" in text and _holds_nul(value):
+        raise EncodingError(  # as jsonb refuses it (22P05): text cannot hold NUL
+            "unsupported Unicode escape sequence: \\u0000 cannot be converted to text"
+        )
     return _jsonb_text(value)
+
+
+def _holds_nul(value: object) -> bool:
+    if isinstance(value, dict):
+        return any("\0" in k or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return isinstance(value, str) and "\0" in value
 
 
 def _no_constant(name: str) -> object:
@@ -412,15 +426,18 @@ def _jsonb_text(value: object) -> str:
         return "{" + ", ".join(items) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_jsonb_text(v) for v in value) + "]"
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
+    if isinstance(value, decimal.Decimal):  # numeric's spelling: no negative zero
+        return format(value.copy_abs() if value.is_zero() else value, "f")
     return json.dumps(value, ensure_ascii=False)
 
 
-def _encode_list(arr: pa.Array, _: SqlType) -> pa.Array:
+def _encode_list(arr: pa.Array, sql_type: SqlType) -> pa.Array:
     with duckdb.connect() as connection:
         connection.register("frame", pa.table({"v": arr}))
-        found = connection.sql("SELECT CAST(to_json(v) AS VARCHAR) FROM frame").to_arrow_table()
+        # as its own type: a JSON element's text is JSON, not a string (Arrow says VARCHAR[])
+        found = connection.sql(
+            f"SELECT CAST(to_json(CAST(v AS {sql_type.name})) AS VARCHAR) FROM frame"
+        ).to_arrow_table()
     return _binary(found.column(0).combine_chunks())
 
 
@@ -430,7 +447,12 @@ def _decode_list(arr: pa.Array, sql_type: SqlType) -> pa.Array:
         found = connection.sql(
             f"SELECT CAST(CAST(v AS JSON) AS {sql_type.name}) FROM frame"
         ).to_arrow_table()
-    return pc.cast(found.column(0).combine_chunks(), sql_type.arrow_type())
+    values = pc.cast(found.column(0).combine_chunks(), sql_type.arrow_type())
+    if sql_type.element.kind == JSON_KIND:  # each element as jsonb prints it
+        texts = values.values.to_pylist()
+        elements = pa.array([None if t is None else canonical_json(t) for t in texts], pa.string())
+        values = pa.ListArray.from_arrays(values.offsets, elements, mask=values.is_null())
+    return values
 
 
 _Coder = Callable[[pa.Array, SqlType], pa.Array]

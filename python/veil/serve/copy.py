@@ -15,13 +15,16 @@ import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as csv
 
 from veil.serve import text
 from veil.serve.errors import WireError
+from veil.serve.types import interval_text, parse_array
 
 _COPY = re.compile(
     r"""^COPY\s+
@@ -136,6 +139,89 @@ def read_rows(spec: CopySpec, data: bytes, names: list[str]) -> pa.Table:
     return table
 
 
+def typed_rows(rows: pa.Table, types: dict[str, str], zone: str) -> pa.Table:
+    """COPY FROM's text columns, with the PostgreSQL text forms DuckDB's casts read
+    otherwise made values first: bytea's ``\\x`` hex, arrays' ``{...}``, and
+    timestamptz without an offset, a time in the session's TimeZone ``zone``."""
+    columns = {}
+    for name in rows.column_names:
+        kind = types.get(name, "VARCHAR").upper().replace("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ")
+        column = rows.column(name).combine_chunks()
+        base, depth = kind.split("[")[0].strip(), kind.count("[")
+        if depth:
+            leaf: pa.DataType = pa.binary() if base == "BLOB" else pa.string()
+            arrow = leaf
+            for _ in range(depth):
+                arrow = pa.list_(arrow)
+            lists = [_array(v, base) for v in column.to_pylist()]
+            column = pa.array(lists, arrow)
+        elif base == "BLOB":
+            column = pa.array([_bytea(v) for v in column.to_pylist()], pa.binary())
+        elif base == "INTERVAL":
+            column = pa.array([_element(v, base) for v in column.to_pylist()], pa.string())
+        if base == "TIMESTAMPTZ":
+            column = _in_zone(column, kind, zone)
+        columns[name] = column
+    return pa.table(columns)
+
+
+def _array(text: str | None, base: str) -> list[Any] | None:
+    return None if text is None else _elements(parse_array(text), base)
+
+
+def _elements(items: list[Any], base: str) -> list[Any]:
+    return [_elements(i, base) if isinstance(i, list) else _element(i, base) for i in items]
+
+
+def _element(text: str | None, base: str) -> object:
+    """A value's text as DuckDB's cast to ``base`` reads it."""
+    if text is None:
+        return None
+    if base == "BLOB":
+        return _bytea(text)
+    return interval_text(text) if base == "INTERVAL" else text
+
+
+def _bytea(text: str | None) -> bytes | None:
+    """bytea's text forms: hex (``\\x00ff``) or escaped (``a\\000``, ``\\\\``)."""
+    if text is None:
+        return None
+    if text.startswith("\\x"):
+        try:
+            return bytes.fromhex(text[2:])
+        except ValueError:
+            raise WireError("22P02", f'invalid hexadecimal data for type bytea: "{text}"') from None
+    out, position = bytearray(), 0
+    while position < len(text):
+        if text[position] != "\\":
+            out += text[position].encode()
+            position += 1
+        elif text[position + 1 : position + 2] == "\\":
+            out.append(92)
+            position += 2
+        elif re.fullmatch(r"[0-3][0-7]{2}", text[position + 1 : position + 4]):
+            out.append(int(text[position + 1 : position + 4], 8))
+            position += 4
+        else:
+            raise WireError("22P02", "invalid input syntax for type bytea")
+    return bytes(out)
+
+
+def _in_zone(column: pa.Array, kind: str, zone: str) -> pa.Array:
+    """Timestamps with time zones read as PostgreSQL reads them in the session's zone."""
+    with duckdb.connect() as connection:
+        connection.execute("SET TimeZone = ?", [zone])
+        connection.register("frame", pa.table({"v": column}))
+        try:
+            found = connection.sql(f"SELECT CAST(v AS {kind}) FROM frame").to_arrow_table()
+        except duckdb.Error as exc:
+            message = str(exc).split("\n")[0]
+            raise WireError(
+                "22007", f"invalid input syntax for type timestamp with time zone: {message}"
+            ) from None
+    return found.column(0).combine_chunks()
+
+
 def _unescape(values: pa.ChunkedArray) -> pa.ChunkedArray:
     """PostgreSQL's text-format escapes: \\\\ \\t \\n \\r."""
     marker = "\x00veil-backslash\x00"
@@ -145,13 +231,16 @@ def _unescape(values: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.replace_substring(values, marker, "\\")
 
 
-def lines(spec: CopySpec, table: pa.Table) -> Iterator[tuple[int, list[text.Column]]]:
-    """COPY TO's rows: batches of one column whose values are whole lines."""
+def lines(
+    spec: CopySpec, table: pa.Table, zone: str = "UTC"
+) -> Iterator[tuple[int, list[text.Column]]]:
+    """COPY TO's rows: batches of one column whose values are whole lines (timestamptz
+    in the session's TimeZone ``zone``)."""
     if spec.header:
         header = spec.delimiter.join(table.column_names) + "\n"
         yield 1, [text.strings(pa.array([header], pa.large_string()))]
     for batch in table.to_batches(max_chunksize=text.BATCH_ROWS):
-        fields = [_field(spec, text.as_text(column)) for column in batch.columns]
+        fields = [_field(spec, text.as_text(column, zone)) for column in batch.columns]
         if not fields:
             continue
         joined = (

@@ -41,6 +41,7 @@ from veil.serve.types import (
     oid_of_duckdb,
     parameter_value,
 )
+from veil.sql import pg_types
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,18 @@ _FETCH = re.compile(
     r'(?P<name>"[^"]+"|\S+)\s*;?$',
     re.IGNORECASE,
 )
+_SET_TIME_ZONE = re.compile(
+    r"^SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(?P<value>.*)$", re.IGNORECASE | re.DOTALL
+)
+# the settings PostgreSQL reports in ParameterStatus when they change (GUC_REPORT)
+_REPORTED = {
+    "timezone": "TimeZone",
+    "datestyle": "DateStyle",
+    "intervalstyle": "IntervalStyle",
+    "application_name": "application_name",
+    "client_encoding": "client_encoding",
+    "standard_conforming_strings": "standard_conforming_strings",
+}
 _SET = re.compile(
     r"^SET\s+(?:SESSION\s+|LOCAL\s+)?(?P<name>[\w.]+)\s*(?:=|\s+TO\s+)\s*(?P<value>.*)$",
     re.IGNORECASE | re.DOTALL,
@@ -149,6 +162,11 @@ class WireSession:
         self._lock = threading.Lock()
 
     @property
+    def zone(self) -> str:
+        """The session's TimeZone: timestamptz values are shown in it."""
+        return self.settings.get("timezone", "UTC")
+
+    @property
     def schema(self) -> dialect.Schema:
         """The plaintext schema (it changes with DDL, here or in another session)."""
         return {
@@ -196,7 +214,8 @@ class WireSession:
             def insert() -> int:
                 from veil.exec.dml import insert_rows
 
-                rows = copy.read_rows(spec, data, names)
+                types = {c.name: c.type for c in self.veil.design.tables[table].columns}
+                rows = copy.typed_rows(copy.read_rows(spec, data, names), types, self.zone)
                 done = insert_rows(self.veil, table, spec.columns, rows).rowcount
                 self.written += self.veil.in_transaction
                 return done
@@ -221,7 +240,7 @@ class WireSession:
         except WireError:
             raise
         except VeilError as exc:
-            raise wire_error(exc) from None
+            raise _input_error(wire_error(exc), exc) from None
         except duckdb.InterruptException:
             raise WireError("57014", "canceling statement due to user request") from None
         except duckdb.Error as exc:  # a catalogue query the catalogue DuckDB refused
@@ -265,10 +284,19 @@ class WireSession:
             if untyped and statement.tree is not None
             else {}
         )
-        return [
-            parameter_value(value, oid if oid not in _UNTYPED else _oid(inferred.get(number)))
+        if untyped and statement.tree is not None:  # CAST($1 AS uuid[]): the cast's type
+            for cast in statement.tree.find_all(exp.Cast):
+                if isinstance(cast.this, exp.Parameter) and cast.this.name.isdigit():
+                    inferred.setdefault(int(cast.this.name), cast.to.sql(dialect="duckdb"))
+        values = [
+            parameter_value(
+                value, oid if oid not in _UNTYPED else _oid(inferred.get(number)), self.zone
+            )
             for number, (value, oid) in enumerate(params, 1)
         ]
+        if statement.tree is not None and self.zone != "UTC":
+            return pg_types.zoned_parameters(statement.tree, values, self.zone)
+        return values
 
     def _classified(self, text: str) -> dialect.Statement:
         """``text`` parsed, and for queries translated, once per design (drivers repeat SQL)."""
@@ -323,8 +351,12 @@ class WireSession:
             return ("command", statement.text.split(None, 1)[0].upper(), None)
         assert tree is not None
         tree = settings.answer_settings(tree, self.settings)
+        if kind in ("query", "dml"):
+            tree = pg_types.zoned_literals(tree, self.schema, self.zone)
         if kind == "catalog":
-            return _rows(self.veil.catalog.sql(self._catalog_sql(tree, values)).to_arrow_table())
+            sql = self._catalog_sql(tree, values)
+            table = self.veil.catalog.sql(sql).to_arrow_table()
+            return _rows(table, declared_oids(self.veil.catalog, sql, table.schema), zone=self.zone)
         if kind != "query":  # a query's tree comes translated (_classified)
             tree = dialect.integer_divisions(tree, self.schema)
         if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
@@ -336,8 +368,10 @@ class WireSession:
             answer = self.veil.stream(bound)
             if isinstance(answer, Streamed):
                 self._stream = answer
-                return _streamed(answer, declared_oids(self.veil.catalog, bound, answer.schema))
-            return _rows(answer.table, declared_oids(self.veil.catalog, bound, answer.table.schema))
+                oids = declared_oids(self.veil.catalog, bound, answer.schema)
+                return _streamed(answer, oids, zone=self.zone)
+            oids = declared_oids(self.veil.catalog, bound, answer.table.schema)
+            return _rows(answer.table, oids, zone=self.zone)
         bound = dialect.bind(tree, values)
         result = self.veil.run(bound)
         if kind == "dml":
@@ -347,9 +381,10 @@ class WireSession:
                 described = dialect.bind(returned, values)
                 oids = declared_oids(self.veil.catalog, described, result.table.schema)
                 tag = "INSERT 0" if isinstance(tree, exp.Insert) else tree.key.upper()
-                return (*_rows(result.table, oids), tag)
+                return (*_rows(result.table, oids, zone=self.zone), tag)
             return ("command", tree.key.upper(), result.rowcount)
-        return _rows(result.table, declared_oids(self.veil.catalog, bound, result.table.schema))
+        oids = declared_oids(self.veil.catalog, bound, result.table.schema)
+        return _rows(result.table, oids, zone=self.zone)
 
     def _declare(self, sql: str, values: list[object]) -> Outcome:
         """DECLARE name CURSOR FOR query: the answer is kept for FETCH to read in parts."""
@@ -394,7 +429,7 @@ class WireSession:
         self.cursors[name] = (table, end)
         if found["verb"].upper() == "MOVE":
             return ("command", "MOVE", end - position)
-        return _rows(table.slice(position, end - position))
+        return _rows(table.slice(position, end - position), zone=self.zone)
 
     def _copy(self, sql: str) -> Outcome:
         spec = copy.parse(sql)
@@ -408,7 +443,7 @@ class WireSession:
         query = spec.query or f"SELECT {', '.join(spec.columns or ['*'])} FROM {spec.table}"
         table = self._answer_whole(query, [], "0A000")
         # every line made before the first is sent: a failure is then a plain error
-        lines = list(copy.lines(spec, table))
+        lines = list(copy.lines(spec, table, self.zone))
         return ("copy_out", table.num_columns, iter(lines))
 
     def _rollback(self, sql: str) -> Outcome:
@@ -461,27 +496,52 @@ class WireSession:
         return ("command", "SAVEPOINT" if kind == "savepoint" else "ROLLBACK TO", None)
 
     def _set(self, sql: str, *, reset: bool) -> Outcome:
+        before = {name: self.settings.get(name) for name in _REPORTED}
         if reset:
-            name = sql.split(None, 1)[1].strip().lower() if len(sql.split()) > 1 else "all"
-            settings.check_settable(name.rstrip(";"))
-            if name == "all":
-                self.settings = dict(_DEFAULT_SETTINGS)
-            else:
-                self.settings.pop(name, None)
-                if name in _DEFAULT_SETTINGS:
-                    self.settings[name] = _DEFAULT_SETTINGS[name]
-            return ("command", "RESET", None)
+            self._reset(sql)
+        else:
+            self._assign(sql)
+        changed = [
+            (shown, self.settings[name])
+            for name, shown in _REPORTED.items()
+            if self.settings.get(name) != before[name] and name in self.settings
+        ]
+        return ("command", "RESET" if reset else "SET", None, changed)
+
+    def _reset(self, sql: str) -> None:
+        name = sql.split(None, 1)[1].strip().lower() if len(sql.split()) > 1 else "all"
+        name = name.rstrip(";").strip()
+        settings.check_settable(name)
+        if name == "all":
+            self.settings = dict(_DEFAULT_SETTINGS)
+            return
+        self.settings.pop(name, None)
+        if name in _DEFAULT_SETTINGS:
+            self.settings[name] = _DEFAULT_SETTINGS[name]
+
+    def _assign(self, sql: str) -> None:
         words = sql.split()
         if len(words) > 1:
             settings.check_settable(words[1].rstrip(";"))  # SET VARIABLE, SET threads...
+        spoken = _SET_TIME_ZONE.match(sql.strip())
         found = _SET.match(sql.strip())
-        if found is None:  # SET TRANSACTION ..., SET NAMES ...: accepted, nothing to keep
-            return ("command", "SET", None)
-        value = found["value"].strip().rstrip(";").strip()
+        if spoken is not None:
+            name, value = "timezone", spoken["value"]
+        elif found is not None:
+            name, value = found["name"].lower(), found["value"]
+        else:  # SET TRANSACTION ..., SET NAMES ...: accepted, nothing to keep
+            return
+        value = value.strip().rstrip(";").strip()
         if len(value) >= 2 and value[0] == value[-1] == "'":
-            value = value[1:-1]
-        self.settings[found["name"].lower()] = value
-        return ("command", "SET", None)
+            value = value[1:-1].replace("''", "'")
+        if value.upper() in ("DEFAULT", "LOCAL"):
+            self.settings.pop(name, None)
+            if name in _DEFAULT_SETTINGS:
+                self.settings[name] = _DEFAULT_SETTINGS[name]
+            return
+        if name == "timezone":
+            value = settings.time_zone(value)
+        self.settings[name] = value
 
     def _show(self, sql: str) -> Outcome:
         name = _setting_name(sql)
@@ -544,6 +604,29 @@ class WireSession:
         return params, [(str(name), oid_of_duckdb(str(kind))) for name, kind, *_ in rows]
 
 
+# a value DuckDB could not read as its type: PostgreSQL's invalid_text_representation
+_CONVERSION = re.compile(
+    r"Conversion Error|invalid input syntax|unsupported Unicode escape", re.IGNORECASE
+)
+_DATETIME = re.compile(r"\b(?:timestamp|date|time|interval)\b|extract specifier", re.IGNORECASE)
+
+
+def _input_error(error: WireError, exc: VeilError) -> WireError:
+    """A bad value's error with PostgreSQL's SQLSTATE: 22P02, 22007 (dates, times and
+    intervals) or 22023 (bytea's hex digits), not the general 42000."""
+    if error.sqlstate not in ("42000", "XX000") or not _CONVERSION.search(error.message):
+        return error
+    if "unsupported Unicode escape" in error.message:
+        code = "22P05"  # untranslatable_character
+    elif "hex escape" in error.message:
+        code = "22023"  # invalid_parameter_value, as PostgreSQL's bytea input says
+    elif _DATETIME.search(error.message):
+        code = "22007"  # invalid_datetime_format
+    else:
+        code = "22P02"
+    return WireError(code, error.message, hint=error.hint, position=error.position)
+
+
 def _ddl_tag(tree: Any) -> str:
     """PostgreSQL's command tag: CREATE TABLE, DROP TABLE, ALTER TABLE, TRUNCATE TABLE..."""
     if isinstance(tree, exp.TruncateTable):
@@ -572,24 +655,24 @@ def _setting_name(sql: str) -> str:
     return _SPOKEN.get(spoken, spoken)
 
 
-def _streamed(answer: Streamed, oids: list[int] | None = None) -> Outcome:
+def _streamed(answer: Streamed, oids: list[int] | None = None, *, zone: str = "UTC") -> Outcome:
     oids = oids or [oid_of_arrow(f.type) for f in answer.schema]
     fields = [(f.name, oid) for f, oid in zip(answer.schema, oids, strict=True)]
 
     def batches() -> Iterator[tuple[int, list[text.Column]]]:
         try:
             for batch in answer.batches():
-                yield text.encode(batch)
+                yield text.encode(batch, zone)
         except VeilError as exc:  # a failure after the first rows left
             raise wire_error(exc) from None
 
     return ("rows", fields, batches())
 
 
-def _rows(table: pa.Table, oids: list[int] | None = None) -> Outcome:
+def _rows(table: pa.Table, oids: list[int] | None = None, *, zone: str = "UTC") -> Outcome:
     oids = oids or [oid_of_arrow(f.type) for f in table.schema]
     fields = [(f.name, oid) for f, oid in zip(table.schema, oids, strict=True)]
-    batches: Iterator[tuple[int, list[text.Column]]] = text.batches(table)
+    batches: Iterator[tuple[int, list[text.Column]]] = text.batches(table, zone)
     return ("rows", fields, batches)
 
 

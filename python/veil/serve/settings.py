@@ -11,6 +11,7 @@ DuckDB's ``SET VARIABLE`` and ``SET GLOBAL`` are refused (42501).
 from __future__ import annotations
 
 import functools
+import zoneinfo
 
 import duckdb
 from sqlglot import exp
@@ -113,3 +114,18 @@ def _settings_table(table: exp.Table, settings: dict[str, str]) -> exp.Expr:
     return exp.Subquery(
         this=query, alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name))
     )
+
+
+def time_zone(name: str) -> str:
+    """A TimeZone setting's value, checked to be a zone both DuckDB and Python know.
+
+    Timestamps with time zones are stored as UTC instants; the zone only says how
+    they are shown (text results, COPY TO) and how a time without an offset is read.
+    """
+    try:
+        zoneinfo.ZoneInfo(name)
+        with duckdb.connect() as con:
+            con.execute("SET TimeZone = ?", [name])
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError, duckdb.Error):
+        raise WireError("22023", f'invalid value for parameter "TimeZone": "{name}"') from None
+    return name

@@ -18,44 +18,40 @@ import pyarrow.compute as pc
 
 BATCH_ROWS = 16_384
 
-# PostgreSQL's array text form: {a,"b c",NULL}; quoted where an element is
-# empty, NULL-like or holds a delimiter, quote, backslash or space
-_ARRAY = r"""
-SELECT CASE WHEN v IS NULL THEN NULL ELSE '{{' || array_to_string(list_transform(v, lambda x:
-  CASE WHEN x IS NULL THEN 'NULL'
-       WHEN regexp_matches({element}, '^$|^null$|[{{}},"\\\s]', 'i')
-       THEN '"' || replace(replace({element}, '\', '\\'), '"', '\"') || '"'
-       ELSE {element} END), ',') || '}}' END
-FROM frame
-"""
-
 Column = tuple[bool, int, bytes, bytes, bytes | None]
 
 
-def batches(table: pa.Table) -> Iterator[tuple[int, list[Column]]]:
+def batches(table: pa.Table, timezone: str = "UTC") -> Iterator[tuple[int, list[Column]]]:
     for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-        yield encode(batch)
+        yield encode(batch, timezone)
 
 
-def encode(batch: pa.RecordBatch) -> tuple[int, list[Column]]:
-    """One batch's rows as wire text columns."""
-    return batch.num_rows, [_column(c) for c in batch.columns]
+def encode(batch: pa.RecordBatch, timezone: str = "UTC") -> tuple[int, list[Column]]:
+    """One batch's rows as wire text columns (timestamptz shown in ``timezone``)."""
+    return batch.num_rows, [_column(c, timezone) for c in batch.columns]
 
 
-def _column(values: pa.Array) -> Column:
+def _column(values: pa.Array, timezone: str) -> Column:
     kind = values.type
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return _buffers(values.cast(pa.large_binary()), raw=True)
-    return strings(as_text(values))
+    return strings(as_text(values, timezone))
 
 
-def as_text(values: pa.Array) -> pa.Array:
-    """Each value's PostgreSQL text form (NULL stays NULL)."""
+def as_text(values: pa.Array, timezone: str = "UTC") -> pa.Array:
+    """Each value's PostgreSQL text form (NULL stays NULL); timestamptz in ``timezone``."""
     kind = values.type
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
     if isinstance(kind, pa.JsonType):
         return pc.cast(values.storage, pa.large_string())
     if isinstance(kind, pa.UuidType):
         return _uuid_text(values)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _array_text(values, timezone)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):  # an array's elements
+        hexed = pc.binary_join_element_wise("\\x", _hex(values), "")
+        return pc.cast(hexed, pa.large_string())
     if pa.types.is_boolean(kind):
         return pc.if_else(values, "t", "f").cast(pa.large_string())
     if pa.types.is_floating(kind):
@@ -71,24 +67,72 @@ def as_text(values: pa.Array) -> pa.Array:
         or pa.types.is_large_string(kind)
     ):
         return pc.cast(values, pa.large_string())
-    # lists as PostgreSQL arrays; timestamps, times, intervals, structs: DuckDB's text forms
+    if pa.types.is_interval(kind):
+        return pa.array([_interval(v) for v in values.to_pylist()], pa.large_string())
+    # timestamps, times, structs: DuckDB's text forms
     connection = duckdb.connect()
-    connection.execute("SET TimeZone = 'UTC'")  # timestamptz as UTC instants: +00
+    connection.execute("SET TimeZone = ?", [timezone])  # timestamptz in the session's zone
     connection.register("frame", pa.table({"v": values}))
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        element = (
-            "CASE WHEN x THEN 't' ELSE 'f' END"
-            if pa.types.is_boolean(kind.value_type)
-            else ("CAST(x AS VARCHAR)")
-        )
-        sql = _ARRAY.format(element=element)
-    else:
-        sql = "SELECT CAST(v AS VARCHAR) FROM frame"
-    cast = connection.sql(sql).to_arrow_table()
-    text = pc.cast(cast.column(0).combine_chunks(), pa.large_string())
-    if pa.types.is_interval(kind):  # PostgreSQL says "mons" where DuckDB says "months"
-        text = pc.replace_substring_regex(text, r"(\d) month", r"\1 mon")
-    return text
+    cast = connection.sql("SELECT CAST(v AS VARCHAR) FROM frame").to_arrow_table()
+    return pc.cast(cast.column(0).combine_chunks(), pa.large_string())
+
+
+def _interval(value: pa.MonthDayNano | None) -> str | None:
+    """An interval as PostgreSQL's ``postgres`` IntervalStyle prints it
+    (``1 year 2 mons -3 days +04:05:06.5``: a field after a negative one is signed)."""
+    if value is None:
+        return None
+    months, days, nanoseconds = value.months, value.days, value.nanoseconds
+    years, months = int(months / 12), months - 12 * int(months / 12)  # toward zero, as C
+    parts: list[str] = []
+    before = False  # the field before was negative
+    for number, unit in ((years, "year"), (months, "mon"), (days, "day")):
+        if number:
+            sign = "+" if before and number > 0 else ""
+            parts.append(f"{sign}{number} {unit}{'' if number == 1 else 's'}")
+            before = number < 0
+    micros = int(nanoseconds / 1000)
+    if not parts or micros:
+        sign = "-" if micros < 0 else ("+" if before else "")
+        seconds, fraction = divmod(abs(micros), 1_000_000)
+        minutes, seconds = divmod(seconds, 60)
+        hours, minutes = divmod(minutes, 60)
+        clock = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
+        if fraction:
+            clock += f".{fraction:06d}".rstrip("0")
+        parts.append(clock)
+    return " ".join(parts)
+
+
+# an array element array_out quotes: empty, NULL, or holding a delimiter, quote,
+# backslash or white space
+_QUOTED = r'^$|^[Nn][Uu][Ll][Ll]$|[{},"\\\s]'
+
+
+def _array_text(values: pa.Array, timezone: str) -> pa.Array:
+    """PostgreSQL's array text forms, ``{1,NULL,"a b"}``, each element in its own
+    text form (nested lists are arrays of more dimensions: ``{{1,2},{3,4}}``)."""
+    if isinstance(values, pa.LargeListArray):
+        values = values.cast(pa.list_(values.type.value_type))
+    start, end = values.offsets[0].as_py(), values.offsets[-1].as_py()
+    elements = values.values.slice(start, end - start)
+    text = as_text(elements, timezone).cast(pa.string())
+    nested = pa.types.is_list(elements.type) or pa.types.is_large_list(elements.type)
+    if not nested:
+        quote = pc.match_substring_regex(text, _QUOTED)
+        escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
+        text = pc.if_else(quote, pc.binary_join_element_wise('"', escaped, '"', ""), text)
+    text = pc.fill_null(text, "NULL")
+    offsets = pc.subtract(values.offsets, start)
+    lists = pa.ListArray.from_arrays(offsets, text.cast(pa.string()), mask=values.is_null())
+    joined = pc.binary_join(lists, ",")
+    return pc.cast(pc.binary_join_element_wise("{", joined, "}", ""), pa.large_string())
+
+
+def _hex(values: pa.Array) -> pa.Array:
+    """Each byte string as lower-case hex digits."""
+    raw = values.to_pylist()
+    return pa.array([None if v is None else v.hex() for v in raw], pa.string())
 
 
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)

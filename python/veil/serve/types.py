@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 import uuid
+import zoneinfo
+from typing import Any
 
 import duckdb
 import pyarrow as pa
+
+from veil.serve.errors import WireError
+from veil.sql import pg_types
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, DATE, TIME, TIMESTAMP, TIMESTAMPTZ = 700, 701, 1082, 1083, 1114, 1184
@@ -44,7 +50,7 @@ _BY_NAME = {
     "VARCHAR": TEXT,
     "BLOB": BYTEA,
     "UUID": UUID,
-    "JSON": JSON,
+    "JSON": JSONB,  # stored and shown as jsonb keeps it (docs/sql.md), json or jsonb
 }
 
 
@@ -122,14 +128,19 @@ def may_lose_types(schema: pa.Schema) -> bool:
     return any(oid_of_arrow(f.type) in (TEXT, _ARRAY_OF[TEXT]) for f in schema)
 
 
-def parameter_value(text: str | None, oid: int) -> object:
+def parameter_value(text: str | None, oid: int, zone: str = "UTC") -> object:
     """A bound parameter as the Python value Veil binds (``veil.sql.parse.literal``).
 
     Untyped parameters (OID 0, unknown, text) stay strings, which DuckDB casts
-    where the query compares them with a typed column, as PostgreSQL does.
+    where the query compares them with a typed column, as PostgreSQL does. An
+    array is a list of its elements' values; a timestamptz without an offset is
+    a time in the session's TimeZone ``zone``.
     """
     if text is None:
         return None
+    element = _ELEMENT_OF.get(oid)
+    if element is not None:
+        return _nested(parse_array(text, oid), element, zone)
     try:
         if oid in (INT2, INT4, INT8, OID):
             return int(text)
@@ -144,18 +155,155 @@ def parameter_value(text: str | None, oid: int) -> object:
         if oid == TIMESTAMP:
             return dt.datetime.fromisoformat(text)
         if oid == BYTEA:
-            return bytes.fromhex(text[2:]) if text.startswith("\\x") else text.encode()
+            return _bytea(text)
         if oid == UUID:
             return uuid.UUID(text)
         if oid == TIMESTAMPTZ:
-            return dt.datetime.fromisoformat(text)
-    except ValueError:
-        from veil.serve.errors import WireError
-
+            stamp = dt.datetime.fromisoformat(text)
+            return stamp if stamp.tzinfo else pg_types.local_instant(stamp, zoneinfo.ZoneInfo(zone))
+        if oid == INTERVAL:
+            return interval_text(text)
+    except (ValueError, ArithmeticError):
         raise WireError(
             "22P02", f"invalid input for a parameter of type OID {oid}: {text!r}"
         ) from None
     return text
+
+
+_INTERVAL_UNITS = {
+    "year": (12, 0, 0), "mon": (1, 0, 0), "month": (1, 0, 0), "week": (0, 7, 0),
+    "day": (0, 1, 0), "hour": (0, 0, 3_600_000_000), "min": (0, 0, 60_000_000),
+    "minute": (0, 0, 60_000_000), "sec": (0, 0, 1_000_000), "second": (0, 0, 1_000_000),
+    "millisecond": (0, 0, 1000), "microsecond": (0, 0, 1),
+}  # fmt: skip
+_INTERVAL_PART = re.compile(
+    r"\s*(?:(?P<clock>[+-]?\d+:\d+(?::\d+(?:\.\d*)?)?)|"
+    r"(?P<number>[+-]?\d+(?:\.\d*)?)\s*(?P<unit>[a-z]+))",
+    re.IGNORECASE,
+)
+
+
+def interval_text(text: str) -> str:
+    """PostgreSQL's interval text (``-1 days +00:00:01``, ``1 year 2 mons``) as text
+    DuckDB reads (months, days and microseconds); other text unchanged, for DuckDB to
+    read or refuse."""
+    months = days = micros = 0
+    position, stripped = 0, text.strip()
+    while position < len(stripped):
+        found = _INTERVAL_PART.match(stripped, position)
+        if found is None:
+            return text
+        position = found.end()
+        if found["clock"]:
+            negative = found["clock"].startswith("-")
+            fields = [*found["clock"].lstrip("+-").split(":"), "0"]
+            hours, minutes, seconds = int(fields[0]), int(fields[1]), decimal.Decimal(fields[2])
+            amount = int((hours * 3600 + minutes * 60 + seconds) * 1_000_000)
+            micros += -amount if negative else amount
+            continue
+        unit = found["unit"].lower()
+        unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _INTERVAL_UNITS else unit
+        if unit not in _INTERVAL_UNITS:
+            return text
+        number = decimal.Decimal(found["number"])
+        scale_months, scale_days, scale_micros = _INTERVAL_UNITS[unit]
+        if number != int(number) and (scale_months or scale_days):
+            return text  # fractional months and days: DuckDB's own reading
+        months += int(number) * scale_months
+        days += int(number) * scale_days
+        micros += int(number * scale_micros)
+    return f"{months} months {days} days {micros} microseconds"
+
+
+def _bytea(text: str) -> bytes:
+    if not text.startswith("\\x"):
+        return text.encode()
+    try:
+        return bytes.fromhex(text[2:])
+    except ValueError:  # PostgreSQL's byteain says invalid_parameter_value
+        raise WireError("22023", f"invalid hexadecimal data for type bytea: {text!r}") from None
+
+
+def _nested(values: list[Any], element: int, zone: str) -> list[Any]:
+    return [
+        _nested(v, element, zone) if isinstance(v, list) else parameter_value(v, element, zone)
+        for v in values
+    ]
+
+
+def parse_array(text: str, oid: int = 0) -> list[Any]:
+    """PostgreSQL's array text form (``{1,NULL,"a b"}``, ``{{1,2},{3,4}}``) as nested
+    lists of the elements' texts (None for NULL), as ``array_in`` reads it."""
+    position = 0
+
+    def fail() -> WireError:
+        return WireError("22P02", f'malformed array literal: "{text}"')
+
+    def skip_space() -> None:
+        nonlocal position
+        while position < len(text) and text[position].isspace():
+            position += 1
+
+    def element() -> str | None:
+        nonlocal position
+        if text[position] == '"':
+            chars, position = [], position + 1
+            while position < len(text) and text[position] != '"':
+                position += text[position] == "\\"
+                chars.append(text[position : position + 1])
+                position += 1
+            if position >= len(text):
+                raise fail()
+            position += 1
+            return "".join(chars)
+        start = position
+        while position < len(text) and text[position] not in ",}":
+            position += 1
+        raw = text[start:position].strip()
+        if not raw or '"' in raw or "{" in raw:
+            raise fail()
+        return None if raw.upper() == "NULL" else re.sub(r"\\(.)", r"\1", raw)
+
+    def array() -> list[Any]:
+        nonlocal position
+        skip_space()
+        if position >= len(text) or text[position] != "{":
+            raise fail()
+        position += 1
+        items: list[Any] = []
+        skip_space()
+        if position < len(text) and text[position] == "}":
+            position += 1
+            return items
+        while True:
+            skip_space()
+            if position >= len(text):
+                raise fail()
+            items.append(array() if text[position] == "{" else element())
+            skip_space()
+            if position < len(text) and text[position] == ",":
+                position += 1
+            elif position < len(text) and text[position] == "}":
+                position += 1
+                return items
+            else:
+                raise fail()
+
+    found = array()
+    skip_space()
+    if position != len(text) or not _rectangular(found):
+        raise fail()
+    return found
+
+
+def _rectangular(items: list[Any]) -> bool:
+    """Whether nested lists are as PostgreSQL's arrays: every sub-array one size."""
+    inner = [i for i in items if isinstance(i, list)]
+    if not inner:
+        return True
+    if len(inner) != len(items) or len({len(i) for i in inner}) != 1:
+        return False
+    return all(_rectangular(i) for i in inner)
 
 
 def declared_oids(catalog: duckdb.DuckDBPyConnection, sql: str, schema: pa.Schema) -> list[int]:

@@ -169,9 +169,11 @@ def literal(value: object) -> exp.Expr:
         return _typed(text, "INTERVAL")
     if isinstance(value, uuid.UUID):
         return _typed(str(value), "UUID")
+    if isinstance(value, list):  # an array (psycopg's list); DuckDB unifies its elements' types
+        return exp.Array(expressions=[literal(v) for v in value])
     raise QueryError(
         f"cannot bind a parameter of type {type(value).__name__}; pass None, bool, int, "
-        "float, Decimal, str, bytes, date, datetime, time, timedelta or UUID"
+        "float, Decimal, str, bytes, date, datetime, time, timedelta, UUID or a list of them"
     )
 
 

@@ -12,9 +12,17 @@ PostgreSQL:
 
 Other PostgreSQL names (``timestamptz``, ``bytea``, ``jsonb``, ``uuid``,
 ``double precision``, arrays) sqlglot already renders in DuckDB's terms.
+
+``zoned_literals`` and ``zoned_parameters`` read times without offsets that
+stand for timestamptz values in the session's TimeZone, as PostgreSQL does
+(Veil's own DuckDB reads them in UTC).
 """
 
 from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from collections.abc import Mapping
 
 from sqlglot import exp
 
@@ -57,3 +65,99 @@ def _integer(param: exp.Expr) -> int | None:
         return int(value.name)
     except (AttributeError, ValueError):
         return None
+
+
+_ZONED = ("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE")
+
+
+def zoned_literals(tree: exp.Expr, schema: Mapping[str, object], zone: str) -> exp.Expr:
+    """Times without offsets read as timestamptz, as instants in the session's ``zone``.
+
+    PostgreSQL reads ``'2024-01-01 00:00'`` as a time in the session's TimeZone
+    where a timestamptz is wanted; Veil's DuckDB reads it in UTC, so the text
+    gets its offset here: ``TIMESTAMPTZ '2024-01-01 00:00'`` in Asia/Kolkata ->
+    ``TIMESTAMPTZ '2024-01-01 00:00:00+05:30'``. Casts, INSERT ... VALUES and
+    UPDATE ... SET of timestamptz columns; other texts are left to DuckDB.
+    """
+    if zone == "UTC":
+        return tree
+    tree = tree.copy()
+    places = [
+        c.this for c in tree.find_all(exp.Cast) if c.to.sql(dialect="duckdb").upper() in _ZONED
+    ]
+    columns = _columns(schema, tree.this.name) if isinstance(tree, exp.Update) else {}
+    if isinstance(tree, exp.Update):
+        for assignment in tree.expressions:
+            if _zoned(columns.get(assignment.this.name.lower())):
+                places.append(assignment.expression)
+    if isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Values):
+        places += _inserted(tree, schema)
+    tz = zoneinfo.ZoneInfo(zone)
+    for place in places:
+        if isinstance(place, exp.Literal) and place.is_string:
+            instant = _instant(place.this, tz)
+            if instant is not None:
+                place.replace(exp.Literal.string(instant))
+    return tree
+
+
+def _columns(schema: Mapping[str, object], table: str) -> Mapping[str, object]:
+    """A table's {column: SQL type} (empty for a table the schema does not know)."""
+    found = schema.get(table.lower())
+    return found if isinstance(found, Mapping) else {}
+
+
+def _zoned(sql_type: object) -> bool:
+    return sql_type is not None and str(sql_type).upper() in _ZONED
+
+
+def _inserted(tree: exp.Insert, schema: Mapping[str, object]) -> list[exp.Expr]:
+    """The values INSERT ... VALUES puts in timestamptz columns."""
+    target = tree.this
+    table = target.this if isinstance(target, exp.Schema) else target
+    columns = _columns(schema, table.name)
+    names = (
+        [c.name.lower() for c in target.expressions]
+        if isinstance(target, exp.Schema)
+        else list(columns)
+    )
+    places = []
+    for row in tree.expression.expressions:
+        for name, value in zip(names, row.expressions, strict=False):
+            if _zoned(columns.get(name)):
+                places.append(value)
+    return places
+
+
+def _instant(text: str, tz: dt.tzinfo) -> str | None:
+    """``text`` with the zone's offset if it is an ISO time without one; else None."""
+    try:
+        stamp = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return None if stamp.tzinfo is not None else local_instant(stamp, tz).isoformat(sep=" ")
+
+
+def zoned_parameters(tree: exp.Expr, values: list[object], zone: str) -> list[object]:
+    """Texts bound in ``CAST($n AS timestamptz)``, read in the session's ``zone``."""
+    values = list(values)
+    tz = zoneinfo.ZoneInfo(zone)
+    for cast in tree.find_all(exp.Cast):
+        param = cast.this
+        if not isinstance(param, exp.Parameter) or not param.name.isdigit():
+            continue
+        number = int(param.name)
+        value = values[number - 1] if 0 < number <= len(values) else None
+        if isinstance(value, str) and cast.to.sql(dialect="duckdb").upper() in _ZONED:
+            values[number - 1] = _instant(value, tz) or value
+    return values
+
+
+def local_instant(stamp: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
+    """A wall-clock time in ``tz`` as PostgreSQL places it: an hour the clocks repeat
+    is read in standard time (the later instant), one they skip with the offset before."""
+    first, second = stamp.replace(tzinfo=tz, fold=0), stamp.replace(tzinfo=tz, fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return first
+    repeated = second.astimezone(dt.UTC).astimezone(tz).replace(tzinfo=None) == stamp
+    return second if repeated else first
