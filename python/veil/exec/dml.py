@@ -161,9 +161,12 @@ def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Resul
     another client committed meanwhile is read into the design first.
     """
     kind = tree.key.upper()
+    # from its read to its write, no rebuild (ALTER, TRUNCATE, redesign) changes the table
+    name = _target(session, tree.this).name
     if session.backend.in_transaction:  # one statement of a larger transaction
         try:
-            return run()
+            with _locked(session, name):
+                return run()
         except SerializationError as exc:
             raise SerializationError(
                 f"another client changed rows this {kind} read before it could write them; "
@@ -173,7 +176,8 @@ def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Resul
     for attempt in range(_ATTEMPTS):
         stamp = session.design_file_stamp()
         try:
-            return run()
+            with _locked(session, name):
+                return run()
         except LayersChangedError as exc:
             session.reload_design()  # repairs the design from the server's layers table
             last = exc
@@ -364,9 +368,7 @@ def _table_locked(session: Session, table: TableDesign) -> Iterator[None]:
     lock made the rows it read stale: then nothing is written and the
     statement runs again on the new design.
     """
-    taken = session.table_locks.take(table.name)
-    try:
-        session.follow_design()
+    with _locked(session, table.name):
         current = session.design.tables.get(table.name)
         if current is None or current.server_name != table.server_name:
             raise LayersChangedError(
@@ -374,9 +376,23 @@ def _table_locked(session: Session, table: TableDesign) -> Iterator[None]:
                 "this statement ran; nothing was written: run it again"
             )
         yield
+
+
+@contextlib.contextmanager
+def _locked(session: Session, name: str) -> Iterator[None]:
+    """Hold table ``name``'s lock shared, then read the design again (a rebuild that held
+    it meanwhile changed it). An autocommit statement holds its locks until its
+    outermost write ends (a foreign key's action writes other tables inside it); a
+    transaction until it ends."""
+    session.table_locks.take(name)
+    session.writes_running += 1
+    try:
+        session.follow_design()
+        yield
     finally:
-        if taken and not session.in_transaction:  # autocommit: held for this statement only
-            session.table_locks.release(table.name)
+        session.writes_running -= 1
+        if not session.in_transaction and not session.writes_running:
+            session.table_locks.release()
 
 
 class LayersChangedError(SerializationError):

@@ -142,6 +142,7 @@ class Session:
         self._transaction = _IDLE  # an explicit transaction's state (BEGIN ... COMMIT)
         # tables this session writes in its transaction (``veil.exec.table_locks``)
         self.table_locks = SharedLocks(self.client.path)
+        self.writes_running = 0  # nested: a foreign key's action inside its statement's write
         self._owners: dict[str, TableDesign] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
