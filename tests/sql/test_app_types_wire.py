@@ -66,16 +66,19 @@ def plain(postgres_cluster: Any) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[WireServer]:
+def served(tmp_path: Path, backend_url: str) -> Iterator[WireServer]:
+    """veil serve over a client directory whose server is DuckDB or PostgreSQL."""
     source = tmp_path / "source"
     source.mkdir()
     (source / "people.csv").write_text("id,name\n1,ann\n")
-    load(str(source), f"duckdb://{tmp_path / 's.duckdb'}", str(tmp_path / "c"), progress=print)
-    server = WireServer(Engine(tmp_path / "c"), "127.0.0.1:0", None, None, True)
+    load(str(source), backend_url, str(tmp_path / "c"), progress=print)
+    engine = Engine(tmp_path / "c")
+    server = WireServer(engine, "127.0.0.1:0", None, None, True)
     try:
         yield server
     finally:
         server.stop()
+        engine.close()  # the pooled sessions' server connections
 
 
 @pytest.fixture
