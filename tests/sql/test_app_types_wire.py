@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from veil._native import WireServer
 from veil.exec.session import Session
 from veil.load.loader import load
 from veil.serve.engine import Engine
+from veil.servers.postgres import find_bin_dir
 
 pytestmark = pytest.mark.postgres
 
@@ -238,6 +240,43 @@ def test_bad_timezone_is_refused(both: list[psycopg.Connection]) -> None:
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             connection.execute("SET TimeZone = 'Mars/Olympus'")
         assert connection.execute("SHOW TimeZone").fetchone() == ("UTC",)
+
+
+PSQL_SCRIPT = r"""
+SET TIME ZONE 'America/St_Johns';
+SHOW TimeZone;
+CREATE TABLE t (id int, ts timestamptz, au uuid[], iv interval, j jsonb, b bytea, ab bytea[]);
+\copy t FROM stdin
+1\t2024-01-02 01:04:05.123456+00\t{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11,NULL}\t-1 days +00:00:01\t{"b": 1.0, "a": 1e3, "ab": [-0.0]}\t\\x00ff\t{"\\\\x01",NULL}
+2\t2024-07-01 12:00:00\t{}\t1 year 2 mons -3 days -00:00:00.0015\t[]\t\N\t\N
+\.
+SELECT * FROM t ORDER BY id;
+\copy (SELECT * FROM t ORDER BY id) TO stdout (FORMAT csv, HEADER)
+UPDATE t SET ts = '2024-11-03 01:30:00', iv = iv * 2 WHERE id = 2;
+RESET TimeZone;
+SET TimeZone = 'UTC';
+SELECT id, ts, iv FROM t ORDER BY id;
+"""
+
+
+def test_psql_script(both: list[psycopg.Connection]) -> None:
+    """psql (the simple protocol, \\copy, aligned text output) prints the same."""
+    outputs = []
+    for connection in both:
+        info = connection.info
+        options = "-c search_path=" + connection.execute("SHOW search_path").fetchone()[0]
+        environment = {
+            "PGHOST": info.host, "PGPORT": str(info.port), "PGUSER": info.user,
+            "PGDATABASE": info.dbname, "PGOPTIONS": options, "PATH": "/usr/bin:/bin",
+        }  # fmt: skip
+        done = subprocess.run(
+            [str(find_bin_dir() / "psql"), "-X", "-v", "ON_ERROR_STOP=1"],
+            input=PSQL_SCRIPT.replace("\\t", "\t"),
+            capture_output=True, text=True, env=environment, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[1] == outputs[0]
 
 
 # -- UPDATE, COPY ------------------------------------------------------------------

@@ -84,7 +84,8 @@ _FETCH = re.compile(
 _SET_TIME_ZONE = re.compile(
     r"^SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(?P<value>.*)$", re.IGNORECASE | re.DOTALL
 )
-# the settings PostgreSQL reports in ParameterStatus when they change (GUC_REPORT)
+# the settings PostgreSQL reports in ParameterStatus when they change (GUC_REPORT), by
+# the names it reports (and SHOW names its column) them
 _REPORTED = {
     "timezone": "TimeZone",
     "datestyle": "DateStyle",
@@ -556,7 +557,7 @@ class WireSession:
             return _rows(table)
         if name not in self.settings:
             raise WireError("42704", f'unrecognized configuration parameter "{name}"')
-        return _rows(pa.table({name: [self.settings[name]]}))
+        return _rows(pa.table({_REPORTED.get(name, name): [self.settings[name]]}))
 
     def _describe(self, sql: str, oids: Sequence[int]) -> tuple[list[int], list[tuple[str, int]]]:
         found = _FETCH.match(sql.strip())
@@ -588,7 +589,8 @@ class WireSession:
             for i in range(count)
         ]
         if statement.kind == "show":
-            return params, [(_setting_name(texts[0]), TEXT)]
+            name = _setting_name(texts[0])
+            return params, [(_REPORTED.get(name, name), TEXT)]
         returned = returning_query(tree) if statement.kind == "dml" and tree is not None else None
         if returned is not None:
             tree = returned  # the rows INSERT/UPDATE/DELETE ... RETURNING makes
