@@ -6,12 +6,13 @@ nonces are one-time). It can do so by one server ``UPDATE`` of the old rows
 deleting them and appending the new ones (what it did before, and what Spark
 still does). One run loads the same accounts table (a DET key, a balance
 summed by bucket, a text filler) three ways on each server — plaintext, Veil
-in place, Veil by delete + append — and times the same statements on each:
-point updates by key, updates of 1% of the rows, updates of every row, then
-point reads once the server settled (PostgreSQL's VACUUM, DuckDB's
-CHECKPOINT). It counts the bytes every server table of the side holds (side
-tables too), before and after settling, and checks the balances against the
-plaintext side.
+in place, Veil by delete + append — and times the same statements on each,
+the sides taking turns statement by statement: point updates by key, updates
+of 1% of the rows, updates of every row, then point reads. The server settles (PostgreSQL's VACUUM, DuckDB's CHECKPOINT)
+after each whole-table update and before the reads, untimed, so the sides'
+sizes do not depend on when autovacuum happened to run. Then it counts the
+bytes every server table of the side holds (side tables too) and checks the
+balances against the plaintext side.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.add_argument(
         "--backend", choices=("duckdb", "postgres"), nargs="+", default=["duckdb", "postgres"]
     )
-    parser.add_argument("--json", default="bench/updates.json", help="results (%(default)s)")
-    parser.add_argument("--png", default="bench/updates.png", help="plot (%(default)s)")
+    parser.add_argument(
+        "--json", default="bench/updates/updates.json", help="results (%(default)s)"
+    )
+    parser.add_argument("--png", default="bench/updates/updates.png", help="plot (%(default)s)")
     parser.set_defaults(handler=run_updates)
 
 
@@ -82,10 +85,9 @@ def run_updates(args: argparse.Namespace) -> int:
         source.mkdir()
         pq.write_table(accounts(args.rows), source / "accounts.parquet")
         for backend in args.backend:
+            print(f"{backend} ...", flush=True)
             with _servers(backend, work) as urls:
-                for side in SIDES:
-                    print(f"{backend}: {side} ...", flush=True)
-                    results.append(_measure(args, backend, side, urls[side], source, work))
+                results += _measure(args, backend, urls, source, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _report(args, results)
@@ -113,52 +115,69 @@ def _servers(backend: str, work: Path) -> Iterator[dict[str, str]]:
 
 
 def _measure(
-    args: argparse.Namespace, backend: str, side: str, url: str, source: Path, work: Path
-) -> dict[str, Any]:
+    args: argparse.Namespace, backend: str, urls: dict[str, str], source: Path, work: Path
+) -> list[dict[str, Any]]:
+    """Every side's figures. The sides take turns statement by statement (the
+    machine's load then weighs on each alike); each has its own server."""
     rng = random.Random(7)
-    run, close, server = _side(side, url, source, work / f"{backend}-{side.replace(' ', '_')}")
-    expected = [0] * (args.rows + 1)
+    sides = {
+        side: _side(side, urls[side], source, work / f"{backend}-{side.replace(' ', '_')}")
+        for side in SIDES
+    }
+    times: dict[str, dict[str, list[float]]] = {side: {} for side in SIDES}
+
+    def each(kind: str, statements: list[str]) -> None:
+        for sql in statements:
+            for side, (run, _, _) in sides.items():
+                start = time.perf_counter()
+                run(sql)
+                times[side].setdefault(kind, []).append(time.perf_counter() - start)
+
+    def settle() -> None:
+        """As a server settles between bursts: PostgreSQL's VACUUM frees dead rows' room
+        (autovacuum would, at its own time), DuckDB's CHECKPOINT merges updates. Untimed."""
+        for _, _, server in sides.values():
+            server.execute("VACUUM" if backend == "postgres" else "CHECKPOINT")
+
     try:
         keys = [rng.randint(1, args.rows) for _ in range(args.points)]
         buckets = [rng.randrange(BUCKETS) for _ in range(args.batches)]
-        point = _times(
-            run, [f"UPDATE accounts SET abalance = abalance + 1 WHERE aid = {k}" for k in keys]
+        each(
+            "point", [f"UPDATE accounts SET abalance = abalance + 1 WHERE aid = {k}" for k in keys]
         )
-        batch = _times(
-            run, [f"UPDATE accounts SET abalance = abalance + 2 WHERE bid = {b}" for b in buckets]
+        each(
+            "batch",
+            [f"UPDATE accounts SET abalance = abalance + 2 WHERE bid = {b}" for b in buckets],
         )
-        whole = _times(run, ["UPDATE accounts SET abalance = abalance - 1"] * args.wholes)
-        unsettled = _server_bytes(server)
-        # as a server settles between bursts: PostgreSQL's VACUUM makes dead rows' room
-        # free (autovacuum would, at its own time), DuckDB's CHECKPOINT merges updates
-        server.execute("VACUUM" if backend == "postgres" else "CHECKPOINT")
-        reads = _times(
-            run, [f"SELECT * FROM accounts WHERE aid = {k}" for k in keys[: args.points // 2]]
-        )
+        for _ in range(args.wholes):  # each a burst the servers settle after
+            each("whole", ["UPDATE accounts SET abalance = abalance - 1"])
+            settle()
+        each("read", [f"SELECT * FROM accounts WHERE aid = {k}" for k in keys[: args.points // 2]])
+        expected = [0] * (args.rows + 1)
         for k in keys:
             expected[k] += 1
         for b in buckets:
             for a in range(b or BUCKETS, args.rows + 1, BUCKETS):
                 expected[a] += 2
         total = sum(expected) - args.wholes * args.rows
-        got = run(
-            "SELECT sum(abalance) AS s, count(*) AS n, count(DISTINCT aid) AS d FROM accounts"
-        )
-        server_bytes = _server_bytes(server)
+        check = "SELECT sum(abalance) AS s, count(*) AS n, count(DISTINCT aid) AS d FROM accounts"
+        return [
+            {
+                "backend": backend,
+                "side": side,
+                "rows": args.rows,
+                "point_update_ms": 1000 * statistics.median(times[side]["point"]),
+                "batch_update_s": statistics.median(times[side]["batch"]),
+                "whole_update_s": statistics.median(times[side]["whole"]),
+                "point_read_ms": 1000 * statistics.median(times[side]["read"]),
+                "server_bytes": _server_bytes(server),
+                "balances_right": list(run(check)) == [total, args.rows, args.rows],
+            }
+            for side, (run, _, server) in sides.items()
+        ]
     finally:
-        close()
-    return {
-        "backend": backend,
-        "side": side,
-        "rows": args.rows,
-        "point_update_ms": 1000 * statistics.median(point),
-        "batch_update_s": statistics.median(batch),
-        "whole_update_s": statistics.median(whole),
-        "point_read_ms": 1000 * statistics.median(reads),
-        "server_bytes": server_bytes,
-        "server_bytes_before_settling": unsettled,
-        "balances_right": list(got) == [total, args.rows, args.rows],
-    }
+        for _, close, _ in sides.values():
+            close()
 
 
 def _side(
@@ -193,15 +212,6 @@ def _server_bytes(server: Backend) -> int:
     return sum(server.table_bytes(t) for t in server.table_names())
 
 
-def _times(run: Callable[[str], object], statements: list[str]) -> list[float]:
-    times = []
-    for sql in statements:
-        start = time.perf_counter()
-        run(sql)
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     headers = [
         "server",
@@ -210,8 +220,7 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         "1% s",
         "all s",
         "read ms",
-        "MB",
-        "MB settled",
+        "server MB",
         "right",
     ]
     rows = [
@@ -222,14 +231,13 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
             f"{r['batch_update_s']:.3f}",
             f"{r['whole_update_s']:.2f}",
             f"{r['point_read_ms']:.2f}",
-            f"{r['server_bytes_before_settling'] / 1e6:.1f}",
             f"{r['server_bytes'] / 1e6:.1f}",
             "yes" if r["balances_right"] else "NO",
         ]
         for r in results
     ]
-    print(format_table(headers, rows))
     write_json(args.json, {"rows": args.rows, "load": _load_average(), "results": results})
+    print(format_table(headers, rows))
     labels = [f"{r['backend']} {m}" for r in results[:: len(SIDES)] for m in ("point", "1%", "all")]
     series: dict[str, Sequence[float | None]] = {
         side: [
