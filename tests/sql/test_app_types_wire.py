@@ -279,6 +279,20 @@ def test_psql_script(both: list[psycopg.Connection]) -> None:
     assert outputs[1] == outputs[0]
 
 
+def test_array_literals_in_sql_text(both: list[psycopg.Connection]) -> None:
+    for connection in both:
+        connection.execute(f"CREATE TABLE app ({COLUMNS})")
+        connection.execute(
+            r"""INSERT INTO app (id, au, ab, ai, at, aiv, ats, an) VALUES (1,
+            '{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11, NULL}', '{"\\x01",NULL,"\\x"}',
+            '{1,NULL,-3}', '{"a b",NULL,"",\"q}', '{"1 day",NULL}',
+            '{"2024-01-01 00:00:00+00"}', '{1.5}')"""
+        )
+        connection.execute("UPDATE app SET ai = '{}', at = CAST('{x,\"y\"}' AS text[])")
+    same(both, "SELECT * FROM app")
+    assert same(both, "SELECT id FROM app WHERE ai = '{}' AND 'x' = ANY(at)") == [(1,)]
+
+
 # -- UPDATE, COPY ------------------------------------------------------------------
 
 

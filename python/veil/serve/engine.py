@@ -36,6 +36,7 @@ from veil.serve import catalog, copy, dialect, settings, text, users
 from veil.serve.errors import WireError, wire_error
 from veil.serve.types import (
     TEXT,
+    array_literals,
     declared_oids,
     oid_of_arrow,
     oid_of_duckdb,
@@ -354,6 +355,7 @@ class WireSession:
         tree = settings.answer_settings(tree, self.settings)
         if kind in ("query", "dml"):
             tree = pg_types.zoned_literals(tree, self.schema, self.zone)
+            tree = array_literals(tree, self.schema)
         if kind == "catalog":
             sql = self._catalog_sql(tree, values)
             table = self.veil.catalog.sql(sql).to_arrow_table()

@@ -12,13 +12,16 @@ import decimal
 import re
 import uuid
 import zoneinfo
+from collections.abc import Mapping
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
 from veil.serve.errors import WireError
 from veil.sql import pg_types
+from veil.sql.parse import literal
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, OID = 16, 17, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, DATE, TIME, TIMESTAMP, TIMESTAMPTZ = 700, 701, 1082, 1083, 1114, 1184
@@ -258,9 +261,10 @@ def parse_array(text: str, oid: int = 0) -> list[Any]:
             return "".join(chars)
         start = position
         while position < len(text) and text[position] not in ",}":
-            position += 1
+            position += 2 if text[position] == "\\" else 1
         raw = text[start:position].strip()
-        if not raw or '"' in raw or "{" in raw:
+        bare = re.sub(r"\\.", "", raw)  # what no backslash escapes
+        if not raw or '"' in bare or "{" in bare or position > len(text):
             raise fail()
         return None if raw.upper() == "NULL" else re.sub(r"\\(.)", r"\1", raw)
 
@@ -294,6 +298,32 @@ def parse_array(text: str, oid: int = 0) -> list[Any]:
     if position != len(text) or not _rectangular(found):
         raise fail()
     return found
+
+
+def array_literals(tree: exp.Expr, schema: Mapping[str, object]) -> exp.Expr:
+    """PostgreSQL's array literals in SQL text, as DuckDB's arrays of their elements' texts:
+    ``INSERT INTO t (a) VALUES ('{1,NULL}')`` into an ``integer[]`` column ->
+    ``CAST(['1', NULL] AS INTEGER[])``. Casts, INSERT ... VALUES and UPDATE ... SET."""
+    if not any(s.is_string and "{" in s.this for s in tree.find_all(exp.Literal)):
+        return tree
+    tree = tree.copy()
+    for place, sql_type in pg_types.string_places(tree, schema):
+        if sql_type.endswith("[]") and place.this.lstrip().startswith("{"):
+            blob = sql_type.split("[")[0].strip() == "BLOB"
+            array = _sql_array(parse_array(place.this), blob)
+            place.replace(exp.cast(array, exp.DataType.build(sql_type, dialect="duckdb")))
+    return tree
+
+
+def _sql_array(items: list[Any], blob: bool) -> exp.Expr:
+    return exp.Array(
+        expressions=[
+            _sql_array(i, blob)
+            if isinstance(i, list)
+            else literal(_bytea(i) if blob and i is not None else i)
+            for i in items
+        ]
+    )
 
 
 def _rectangular(items: list[Any]) -> bool:

@@ -82,23 +82,49 @@ def zoned_literals(tree: exp.Expr, schema: Mapping[str, object], zone: str) -> e
     if zone == "UTC":
         return tree
     tree = tree.copy()
-    places = [
-        c.this for c in tree.find_all(exp.Cast) if c.to.sql(dialect="duckdb").upper() in _ZONED
-    ]
-    columns = _columns(schema, tree.this.name) if isinstance(tree, exp.Update) else {}
+    tz = zoneinfo.ZoneInfo(zone)
+    for place, sql_type in string_places(tree, schema):
+        instant = _instant(place.this, tz) if sql_type in _ZONED else None
+        if instant is not None:
+            place.replace(exp.Literal.string(instant))
+    return tree
+
+
+def string_places(tree: exp.Expr, schema: Mapping[str, object]) -> list[tuple[exp.Expr, str]]:
+    """The string literals of ``tree`` that stand for values of a known type, with that
+    type (upper case): cast ones, and those INSERT ... VALUES or UPDATE ... SET put in
+    a column of ``schema`` ({table: {column: type}})."""
+    places = [(c.this, c.to.sql(dialect="duckdb").upper()) for c in tree.find_all(exp.Cast)]
     if isinstance(tree, exp.Update):
+        columns = _columns(schema, tree.this.name)
         for assignment in tree.expressions:
-            if _zoned(columns.get(assignment.this.name.lower())):
-                places.append(assignment.expression)
+            sql_type = columns.get(assignment.this.name.lower())
+            if sql_type is not None:
+                places.append((assignment.expression, str(sql_type).upper()))
     if isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Values):
         places += _inserted(tree, schema)
-    tz = zoneinfo.ZoneInfo(zone)
-    for place in places:
-        if isinstance(place, exp.Literal) and place.is_string:
-            instant = _instant(place.this, tz)
-            if instant is not None:
-                place.replace(exp.Literal.string(instant))
-    return tree
+    places += _compared(tree, schema)
+    return [(p, t) for p, t in places if isinstance(p, exp.Literal) and p.is_string]
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _compared(tree: exp.Expr, schema: Mapping[str, object]) -> list[tuple[exp.Expr, str]]:
+    """String literals compared with a column (``ai = '{}'``), with the column's type,
+    where the statement's tables name that column once."""
+    types: dict[str, set[str]] = {}
+    for table in tree.find_all(exp.Table):
+        for name, sql_type in _columns(schema, table.name).items():
+            types.setdefault(name.lower(), set()).add(str(sql_type).upper())
+    places = []
+    for comparison in tree.find_all(*_COMPARISONS):
+        left, right = comparison.this, comparison.expression
+        for column, other in ((left, right), (right, left)):
+            found = types.get(column.name.lower()) if isinstance(column, exp.Column) else None
+            if found is not None and len(found) == 1:
+                places.append((other, next(iter(found))))
+    return places
 
 
 def _columns(schema: Mapping[str, object], table: str) -> Mapping[str, object]:
@@ -107,12 +133,8 @@ def _columns(schema: Mapping[str, object], table: str) -> Mapping[str, object]:
     return found if isinstance(found, Mapping) else {}
 
 
-def _zoned(sql_type: object) -> bool:
-    return sql_type is not None and str(sql_type).upper() in _ZONED
-
-
-def _inserted(tree: exp.Insert, schema: Mapping[str, object]) -> list[exp.Expr]:
-    """The values INSERT ... VALUES puts in timestamptz columns."""
+def _inserted(tree: exp.Insert, schema: Mapping[str, object]) -> list[tuple[exp.Expr, str]]:
+    """The values INSERT ... VALUES puts in columns of known types, with their types."""
     target = tree.this
     table = target.this if isinstance(target, exp.Schema) else target
     columns = _columns(schema, table.name)
@@ -124,8 +146,8 @@ def _inserted(tree: exp.Insert, schema: Mapping[str, object]) -> list[exp.Expr]:
     places = []
     for row in tree.expression.expressions:
         for name, value in zip(names, row.expressions, strict=False):
-            if _zoned(columns.get(name)):
-                places.append(value)
+            if columns.get(name) is not None:
+                places.append((value, str(columns[name]).upper()))
     return places
 
 
