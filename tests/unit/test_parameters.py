@@ -76,8 +76,11 @@ def test_markers_bind_by_their_place_in_the_text() -> None:
 
 
 def test_unbindable_values_are_refused() -> None:
-    with pytest.raises(QueryError, match="cannot bind a parameter of type list"):
-        bind_parameters(parse_statement("SELECT ?"), [[1, 2]])
+    with pytest.raises(QueryError, match="cannot bind a parameter of type object"):
+        bind_parameters(parse_statement("SELECT ?"), [object()])
+    # a list is an array (psycopg's lists), its elements bound one by one
+    bound = bind_parameters(parse_statement("SELECT ?"), [[1, None]]).selects[0]
+    assert isinstance(bound, exp.Array) and isinstance(bound.expressions[1], exp.Null)
     assert isinstance(bind_parameters(parse_statement("SELECT ?"), [None]).selects[0], exp.Null)
 
 

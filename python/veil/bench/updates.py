@@ -26,13 +26,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from veil.backends import Backend, connect
 from veil.bench.report import bar_plot, format_table, write_json
+
+if TYPE_CHECKING:  # `veil --help` registers this command without the heavy libraries
+    import pyarrow as pa
+
+    from veil.backends import Backend
 
 SIDES = ("plaintext", "in place", "delete + append")
 BUCKETS = 100  # each bucket holds 1% of the rows
@@ -66,6 +67,8 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def accounts(rows: int) -> pa.Table:
     """``rows`` accounts: a key, a bucket of 1% of them, a balance, pgbench's filler."""
+    import pyarrow as pa
+
     ids = pa.array(range(1, rows + 1), pa.int32())
     return pa.table(
         {
@@ -78,6 +81,8 @@ def accounts(rows: int) -> pa.Table:
 
 
 def run_updates(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
     work = Path(tempfile.mkdtemp(prefix="veil-updates-"))
     results: list[dict[str, Any]] = []
     try:
@@ -184,6 +189,10 @@ def _side(
     side: str, url: str, source: Path, client: Path
 ) -> tuple[Callable[[str], tuple[Any, ...]], Callable[[], None], Backend]:
     """How to run a statement on one side (its first row back), close it, and its server."""
+    import pyarrow.parquet as pq
+
+    from veil.backends import connect
+
     if side == "plaintext":
         server = connect(url)
         server.bulk_load("accounts", pq.read_table(source / "accounts.parquet"))
