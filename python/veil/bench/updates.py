@@ -18,6 +18,7 @@ balances against the plaintext side.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import statistics
@@ -245,7 +246,7 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         ]
         for r in results
     ]
-    write_json(args.json, {"rows": args.rows, "load": _load_average(), "results": results})
+    write_json(args.json, {"rows": args.rows, "load": list(os.getloadavg()), "results": results})
     print(format_table(headers, rows))
     labels = [f"{r['backend']} {m}" for r in results[:: len(SIDES)] for m in ("point", "1%", "all")]
     series: dict[str, Sequence[float | None]] = {
@@ -264,9 +265,3 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         title=f"UPDATE of {args.rows:,} accounts: in place vs delete + append",
         ylabel="seconds (median)",
     )
-
-
-def _load_average() -> list[float]:
-    import os
-
-    return list(os.getloadavg())

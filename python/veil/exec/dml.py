@@ -406,6 +406,13 @@ class KeyRaceError(SerializationError):
 class RowsChangedError(SerializationError):
     """Another client rewrote or deleted rows between a statement's read and its write."""
 
+    @classmethod
+    def of(cls, table: TableDesign, missing: int) -> RowsChangedError:
+        return cls(
+            f"another client changed {missing} of the rows of {table.name!r} this statement "
+            "read before it wrote; nothing was written: run it again"
+        )
+
 
 def _layers_agree(session: Session, table: TableDesign) -> bool:
     if not table.layers_table or not any(e.outer for e in table.encryptions):
@@ -518,10 +525,7 @@ def _update_rows(session: Session, table: TableDesign, changed: pa.Table) -> Non
     """Set the rows ``changed[OLD_KEY]`` to ``changed``'s server rows: every one, or raise."""
     updated = session.backend.update_rows(table.server_name, table.row_id, changed)
     if updated < len(changed):
-        raise RowsChangedError(
-            f"another client changed {len(changed) - updated} of the rows of {table.name!r} "
-            "this statement read before it wrote; nothing was written: run it again"
-        )
+        raise RowsChangedError.of(table, len(changed) - updated)
 
 
 def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
@@ -532,10 +536,7 @@ def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> Non
         statement = delete_rows_statement(table, ids[start : start + _DELETE_CHUNK])
         deleted += run_remote(statement, session.backend, FetchStats()).num_rows
     if deleted < len(set(ids)):
-        raise RowsChangedError(
-            f"another client changed {len(set(ids)) - deleted} of the rows of {table.name!r} "
-            "this statement read before it wrote; nothing was written: run it again"
-        )
+        raise RowsChangedError.of(table, len(set(ids)) - deleted)
 
 
 def _delete(session: Session, tree: exp.Delete) -> Result:
