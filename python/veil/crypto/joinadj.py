@@ -13,21 +13,27 @@ equal values across the two columns. A token reveals neither key, but it is
 no one-way street: it is a public scalar the server can invert, so re-keying
 ``a`` onto ``b`` makes the two columns one equality class for good (see
 docs/security.md, "Onion layers and JOIN-ADJ").
+
+:func:`rekey` runs on the server, so it lives in the keyless
+:mod:`veil.crypto.server_ops`; it is re-exported here beside the key.
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from veil import _native
-from veil.crypto._binary import binary_array, column_buffers, map_binary_column
+from veil.crypto._binary import binary_array, column_buffers
 from veil.crypto._native_errors import native_errors
 from veil.crypto.keys import KeyLabel, MasterKey
+from veil.crypto.server_ops import rekey
 from veil.errors import DomainError, ParameterError
+
+__all__ = ["JoinAdj", "rekey"]
 
 VERSION = 1
 KEY_LABEL = f"joinadj-v{VERSION}"
@@ -105,25 +111,6 @@ class JoinAdj:
 
     def _where(self) -> str:
         return f"column {self.column!r}: " if self.column else ""
-
-
-def rekey(token: bytes, ciphertexts: Any) -> Any:
-    """Re-key JOIN-ADJ ciphertexts with a token (server side, pure; NULL stays NULL).
-
-    ``ciphertexts`` is a binary Array, ChunkedArray or numpy array of 33-byte
-    values; the result has the same form. Malformed ciphertexts and tokens
-    raise :class:`~veil.errors.MalformedCiphertextError` and
-    :class:`~veil.errors.ParameterError`.
-    """
-    token = bytes(token)
-
-    def kernel(chunk: pa.Array) -> pa.Array:
-        buffers = column_buffers(chunk)
-        with native_errors():
-            offsets, data = _native.joinadj_rekey(token, buffers.native_args())
-        return binary_array(offsets, data, buffers)
-
-    return map_binary_column(ciphertexts, kernel)
 
 
 def _value_bytes(value: int | bytes | str, column: str | None) -> bytes:

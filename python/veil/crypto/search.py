@@ -32,6 +32,9 @@ are different strings to LIKE).
 Use for ``LIKE``: SEARCH finds whole words only. ``LIKE '%cat%'`` also
 matches "concatenate", so the word "cat" must not pre-filter it; which words
 a pattern guarantees is SQL's business (``veil.sql.prefilter_like``).
+
+:func:`search_match` runs on the server, so it lives in the keyless
+:mod:`veil.crypto.server_ops`; it is re-exported here beside the key.
 """
 
 from __future__ import annotations
@@ -39,13 +42,15 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veil import _native
 from veil.crypto._binary import binary_array, column_buffers, map_binary_column
 from veil.crypto._native_errors import native_errors
 from veil.crypto.keys import KeyLabel, MasterKey
+from veil.crypto.server_ops import search_match
 from veil.errors import ParameterError
+
+__all__ = ["Search", "search_match", "tokenize"]
 
 KEY_BYTES = 32
 VERSION = 0x01
@@ -93,47 +98,3 @@ class Search:
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a Search instance holds a key and is not picklable")
-
-
-def search_match(ciphertexts: Any, token: Any) -> pa.BooleanArray:
-    """Which rows hold the token's word (server side, pure; NULL -> NULL).
-
-    ``ciphertexts`` is a binary Array or ChunkedArray of stored SEARCH values.
-    ``token`` is the bytes from :meth:`Search.token`, or — as a DuckDB
-    vectorised UDF passes a constant argument — an Arrow array repeating it
-    (rows whose token is NULL give NULL).
-    """
-    if isinstance(token, pa.Array | pa.ChunkedArray):
-        return _match_token_column(_one_chunk(ciphertexts), _one_chunk(token))
-    token = bytes(token)
-    if isinstance(ciphertexts, pa.ChunkedArray):
-        parts = [_match(chunk, token) for chunk in ciphertexts.chunks]
-        return pa.concat_arrays(parts) if parts else pa.array([], pa.bool_())
-    return _match(ciphertexts, token)
-
-
-def _match(ciphertexts: pa.Array, token: bytes) -> pa.BooleanArray:
-    buffers = column_buffers(ciphertexts)
-    with native_errors():
-        bits = _native.search_match(token, buffers.native_args())
-    return pa.Array.from_buffers(
-        pa.bool_(),
-        buffers.rows,
-        [buffers.validity_buffer, pa.py_buffer(bits)],
-        null_count=buffers.null_count,
-    )
-
-
-def _match_token_column(ciphertexts: pa.Array, tokens: pa.Array) -> pa.BooleanArray:
-    """Match against a column of tokens: one native pass per distinct token."""
-    if len(tokens) != len(ciphertexts):
-        raise ParameterError("search_match: the token column and the ciphertexts differ in length")
-    result = pa.nulls(len(ciphertexts), pa.bool_())
-    for value in pc.unique(tokens.drop_null()).to_pylist():
-        rows = pc.fill_null(pc.equal(tokens, pa.scalar(value, tokens.type)), False)
-        result = pc.if_else(rows, _match(ciphertexts, bytes(value)), result)
-    return result
-
-
-def _one_chunk(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values

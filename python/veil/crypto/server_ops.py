@@ -1,9 +1,9 @@
 """What the untrusted server computes over ciphertexts: pure functions, no master key.
 
-A backend registers these as server functions (DuckDB UDFs; the PostgreSQL
-extension has them in C). None needs a key the server is not meant to hold,
-so a backend imports this module and nothing else from :mod:`veil.crypto`:
-the server side cannot reach a secret by accident.
+A backend registers these as server functions (DuckDB UDFs, Spark's Arrow
+UDFs; the PostgreSQL extension has them in C). None needs a key the server is
+not meant to hold, so a backend imports this module and nothing else from
+:mod:`veil.crypto`: the server side cannot reach a secret by accident.
 
 * :func:`sum_ciphertext_groups` -- HOM: per list of Paillier ciphertexts, their
   product modulo n^2, which encrypts the sum of their (packed) plaintexts.
@@ -18,24 +18,30 @@ the server side cannot reach a secret by accident.
 * :func:`rekey` -- JOIN-ADJ: re-keys a column's ciphertexts onto another
   column's key with a token, making the two equi-joinable.
 
-The implementations stay beside their schemes' formats
-(:mod:`veil.crypto.paillier_wire`, :mod:`veil.crypto.search`,
-:mod:`veil.crypto.rowrnd`, :mod:`veil.crypto.joinadj`), where the client-side
-tests and the benchmarks also reach them; this module gathers what a server
-may call.
+The functions live here, and the keyed schemes import them from here
+(:mod:`veil.crypto.rowrnd` encrypts with :func:`xor_row_keystream`;
+:mod:`veil.crypto.search` and :mod:`veil.crypto.joinadj` re-export their
+server functions beside their keys), never the reverse: importing this module
+loads no module that holds or derives a key (``tests/unit/test_server_ops_keyless.py``).
+:mod:`veil.crypto.paillier_wire`, the keyless format of Paillier ciphertexts,
+keeps the HOM sums beside their format.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from veil.crypto.joinadj import rekey
+from veil import _native
+from veil.crypto._binary import binary_array, column_buffers, map_binary_column
+from veil.crypto._native_errors import native_errors
 from veil.crypto.paillier_wire import sum_ciphertext_groups
-from veil.crypto.rowrnd import RowRnd
-from veil.crypto.search import search_match
+from veil.errors import ParameterError
 
-__all__ = ["layer_xor", "rekey", "search_match", "sum_ciphertext_groups"]
+__all__ = ["layer_xor", "rekey", "search_match", "sum_ciphertext_groups", "xor_row_keystream"]
 
 
 def layer_xor(
@@ -48,4 +54,126 @@ def layer_xor(
     """
     if isinstance(ids, pa.ChunkedArray | pa.Array):
         ids = ids.to_numpy(zero_copy_only=False)
-    return RowRnd(key).decrypt(np.asarray(ids, dtype=np.int64), values)
+    with native_errors():
+        cipher = _native.RowRndKey(bytes(key))
+    return xor_row_keystream(cipher, np.asarray(ids, dtype=np.int64), values)
+
+
+def xor_row_keystream(
+    cipher: _native.RowRndKey,
+    ids: np.ndarray,
+    values: pa.Array | pa.ChunkedArray,
+    *,
+    column: str | None = None,
+) -> pa.Array:
+    """Row-bound RND's one operation: each value XOR its row id's keystream.
+
+    int64 values give int64, binary or string give binary; NULL stays NULL.
+    Encrypting and decrypting are both this (see :mod:`veil.crypto.rowrnd`);
+    ``column`` names the column in errors.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if len(ids) != len(values):
+        raise ParameterError(
+            f"{_where(column)}row-bound RND needs one row id per value; got {len(ids)} ids "
+            f"and {len(values)} values"
+        )
+    id_bits = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).view(np.uint64))
+    if pa.types.is_integer(values.type):
+        return _xor_words(cipher, id_bits, values.cast(pa.int64()), column)
+    if (
+        pa.types.is_binary(values.type)
+        or pa.types.is_string(values.type)
+        or (pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type))
+    ):
+        buffers = column_buffers(values)
+        with native_errors(column=column):
+            offsets, data = cipher.xor_column(id_bits, buffers.native_args())
+        return binary_array(offsets, data, buffers)
+    raise ParameterError(
+        f"{_where(column)}row-bound RND takes int64 or binary columns, not {values.type}"
+    )
+
+
+def _xor_words(
+    cipher: _native.RowRndKey, ids: np.ndarray, values: pa.Array, column: str | None
+) -> pa.Array:
+    bits = values.fill_null(0).to_numpy(zero_copy_only=False).view(np.uint64)
+    out = np.empty(len(bits), dtype=np.uint64)
+    with native_errors(column=column):
+        cipher.xor_words(ids, np.ascontiguousarray(bits), out)
+    validity = values.buffers()[0] if values.null_count else None
+    if values.null_count and values.offset:
+        validity = values.is_valid().buffers()[1]  # realigned to offset 0
+    return pa.Array.from_buffers(
+        pa.int64(), len(values), [validity, pa.py_buffer(out.view(np.int64))],
+        null_count=values.null_count,
+    )  # fmt: skip
+
+
+def _where(column: str | None) -> str:
+    return f"column {column!r}: " if column else ""
+
+
+def rekey(token: bytes, ciphertexts: Any) -> Any:
+    """Re-key JOIN-ADJ ciphertexts with a token (server side, pure; NULL stays NULL).
+
+    ``ciphertexts`` is a binary Array, ChunkedArray or numpy array of 33-byte
+    values; the result has the same form. Malformed ciphertexts and tokens
+    raise :class:`~veil.errors.MalformedCiphertextError` and
+    :class:`~veil.errors.ParameterError`.
+    """
+    token = bytes(token)
+
+    def kernel(chunk: pa.Array) -> pa.Array:
+        buffers = column_buffers(chunk)
+        with native_errors():
+            offsets, data = _native.joinadj_rekey(token, buffers.native_args())
+        return binary_array(offsets, data, buffers)
+
+    return map_binary_column(ciphertexts, kernel)
+
+
+def search_match(ciphertexts: Any, token: Any) -> pa.BooleanArray:
+    """Which rows hold the token's word (server side, pure; NULL -> NULL).
+
+    ``ciphertexts`` is a binary Array or ChunkedArray of stored SEARCH values.
+    ``token`` is the bytes from :meth:`~veil.crypto.search.Search.token`, or
+    -- as a DuckDB vectorised UDF passes a constant argument -- an Arrow array
+    repeating it (rows whose token is NULL give NULL).
+    """
+    if isinstance(token, pa.Array | pa.ChunkedArray):
+        return _match_token_column(_one_chunk(ciphertexts), _one_chunk(token))
+    token = bytes(token)
+    if isinstance(ciphertexts, pa.ChunkedArray):
+        parts = [_match(chunk, token) for chunk in ciphertexts.chunks]
+        return pa.concat_arrays(parts) if parts else pa.array([], pa.bool_())
+    return _match(ciphertexts, token)
+
+
+def _match(ciphertexts: pa.Array, token: bytes) -> pa.BooleanArray:
+    buffers = column_buffers(ciphertexts)
+    with native_errors():
+        bits = _native.search_match(token, buffers.native_args())
+    return pa.Array.from_buffers(
+        pa.bool_(),
+        buffers.rows,
+        [buffers.validity_buffer, pa.py_buffer(bits)],
+        null_count=buffers.null_count,
+    )
+
+
+def _match_token_column(ciphertexts: pa.Array, tokens: pa.Array) -> pa.BooleanArray:
+    """Match against a column of tokens: one native pass per distinct token."""
+    if len(tokens) != len(ciphertexts):
+        raise ParameterError("search_match: the token column and the ciphertexts differ in length")
+    result = pa.nulls(len(ciphertexts), pa.bool_())
+    for value in pc.unique(tokens.drop_null()).to_pylist():
+        rows = pc.fill_null(pc.equal(tokens, pa.scalar(value, tokens.type)), False)
+        result = pc.if_else(rows, _match(ciphertexts, bytes(value)), result)
+    return result
+
+
+def _one_chunk(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
