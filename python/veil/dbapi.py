@@ -46,7 +46,8 @@ from veil.errors import (
     VeilError,
 )
 from veil.exec.rows import column_values
-from veil.exec.session import Result, Session
+from veil.session.result import Result
+from veil.session.session import Session
 from veil.sql import pg_types
 from veil.sql.errors import InFailedTransactionError
 

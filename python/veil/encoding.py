@@ -524,7 +524,7 @@ def _int64_to_decimal(arr: pa.Array, arrow_type: pa.DataType, sql_type: SqlType)
     low = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     limit = 10**sql_type.precision
     if len(low) and (int(low.max()) >= limit or int(low.min()) <= -limit):
-        # the mark of a row whose per-row expression overflowed (veil.exec.encrypt)
+        # the mark of a row whose per-row expression overflowed (veil.ciphers.encrypt)
         raise ValueOverflowError(
             f"a stored value lies beyond {sql_type.name}: a precomputed expression that "
             "DuckDB cannot compute for that row (numeric overflow)"

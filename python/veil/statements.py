@@ -1,6 +1,6 @@
 """Any SQL statement on a session: DDL to ``veil.load.ddl``, everything else to the session.
 
-The query engine (``veil.exec.session``) runs queries and DML; creating,
+The query engine (``veil.session.session``) runs queries and DML; creating,
 changing and dropping tables loads data, which is ``veil.load``'s work, a
 layer above it. Every front end (the DB-API, ``veil query``, ``veil shell``,
 ``veil serve``) runs statements through here. Only a statement that starts
@@ -16,8 +16,9 @@ from collections.abc import Sequence
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.exec.session import Result, Session
 from veil.load.ddl import DDL, run_ddl
+from veil.session.result import Result
+from veil.session.session import Session
 from veil.sql.errors import InFailedTransactionError, UnsupportedStatementError
 from veil.sql.parse import bind_parameters, parse_statement
 

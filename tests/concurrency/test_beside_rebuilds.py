@@ -2,7 +2,7 @@
 
 A rebuild reads the table whole, loads new server tables and swaps the design;
 a row written to the old tables in between would be lost with them. Writers
-and rebuilds take the table's lock (``veil.exec.table_locks``), so every
+and rebuilds take the table's lock (``veil.session.table_locks``), so every
 increment and every insert survives any number of rebuilds.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from tests.concurrency.conftest import race, rows
 
 import veil
-from veil.exec.session import Session
 from veil.load.ddl import reencrypt
+from veil.session.session import Session
 
 
 @pytest.fixture

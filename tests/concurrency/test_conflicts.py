@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import veil.exec.dml as dml
+import veil.session.dml as dml
 from veil.errors import SerializationError
-from veil.exec.session import Session
 from veil.load.loader import load
 from veil.serve.errors import wire_error
+from veil.session.session import Session
 
 ROWS = 5
 

@@ -37,7 +37,7 @@ from tests.fuzz.harness import (
 )
 from tests.fuzz.shrink import read_regression, regression_text, shrink, write_regression
 
-from veil.exec.session import Session
+from veil.session.session import Session
 
 REGRESSIONS = Path(__file__).parent / "regressions"
 

@@ -24,8 +24,8 @@ from tests.fuzz.harness import Outcome, check, open_session, veil_warnings
 from tests.fuzz.schema import BIGINT, BOOL, DATE, DECIMAL, DOUBLE, INT, VARCHAR, Catalog, Table
 
 from veil.errors import VeilError
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 
 DML_TABLES = ("fz_items", "fz_people", "fz_empty", "nation")
 

@@ -42,8 +42,8 @@ from tests.fuzz.ties import tied, window
 
 import veil.load.loader as loader
 from veil.errors import VeilError
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 from veil.tpch.queries import query_texts
 
 # Generated queries that join the designer's workload (never used as test seeds).

@@ -29,7 +29,7 @@ from tests.fuzz.harness import (
 from tests.fuzz.shrink import read_regression, shrink
 from tests.fuzz.ties import Window, tied, window
 
-from veil.exec.session import Session
+from veil.session.session import Session
 
 HERE = Path(__file__).parent
 KNOWN_FAILURES = HERE / "known_failures.txt"

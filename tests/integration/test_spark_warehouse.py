@@ -22,9 +22,9 @@ from veil.backends import BackendError, connect
 from veil.backends.spark import SparkBackend
 from veil.backends.spark_files import HadoopFiles, LocalFiles
 from veil.backends.spark_warehouse import LOCK, RETIRED, Warehouse
-from veil.exec.session import Session
 from veil.load.loader import load
 from veil.servers.spark import local_url
+from veil.session.session import Session
 
 pytestmark = pytest.mark.spark
 

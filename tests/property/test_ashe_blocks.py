@@ -14,11 +14,12 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from veil.ciphers.ashe_sums import AsheSumsCipher, low_words
+from veil.ciphers.sources import Sources
 from veil.crypto.ashe import ASHE_FLAG_BIT, word_bits
 from veil.crypto.keys import MasterKey
 from veil.design.model import AsheSums
-from veil.exec.ashe_sums import AsheSumsCipher, _decimal128, _flags_apart, _low_words
-from veil.exec.encrypt import Sources
+from veil.exec.ashe_sums import _decimal128, _flags_apart
 
 UNTIMED = settings(deadline=None, max_examples=60)
 MASTER = MasterKey(bytes(range(32)))
@@ -94,9 +95,9 @@ def test_block_sums_decrypt_to_each_groups_sums(
 
 @UNTIMED
 @given(st.lists(st.integers(-(2**100), 2**100), min_size=1, max_size=20), st.integers(0, 5))
-def test_low_words_are_sums_mod_2_64(values: list[int], offset: int) -> None:
+def testlow_words_are_sums_mod_2_64(values: list[int], offset: int) -> None:
     array = pa.array([Decimal(v) for v in [0] * offset + values], pa.decimal128(38, 0))
-    low = _low_words(array.slice(offset))
+    low = low_words(array.slice(offset))
     assert low.tolist() == [v % 2**64 for v in values]
 
 

@@ -10,9 +10,9 @@ import pytest
 from tests.conftest import SPARK_CORES
 from tests.sql.oracle import read_fixture
 
-from veil.exec.session import Session
 from veil.load.loader import load
 from veil.servers.spark import local_url
+from veil.session.session import Session
 from veil.tpch.gen import generate
 from veil.tpch.queries import query_texts
 
@@ -127,7 +127,7 @@ def server_log(session: Session):  # type: ignore[no-untyped-def]
 @pytest.fixture()
 def first_scan_fails(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The next query's first server scan raises (as a RemoteSQL bug would); the rest run."""
-    import veil.exec.session as session_module
+    import veil.session.session as session_module
 
     real = session_module.run_scan
     calls: list[object] = []

@@ -11,9 +11,9 @@ import sqlglot
 from tests.conftest import SPARK_CORES
 
 from veil.bench.compare import difference
-from veil.exec.session import Session
 from veil.load.loader import load
 from veil.servers.spark import local_url
+from veil.session.session import Session
 from veil.sql.state import Pass
 
 FIXTURES = Path(__file__).parent / "fixtures"

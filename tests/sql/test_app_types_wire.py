@@ -25,10 +25,10 @@ from psycopg.types.json import Jsonb
 
 import veil
 from veil._native import WireServer
-from veil.exec.session import Session
 from veil.load.loader import load
 from veil.serve.engine import Engine
 from veil.servers.postgres import find_bin_dir
+from veil.session.session import Session
 
 pytestmark = pytest.mark.postgres
 

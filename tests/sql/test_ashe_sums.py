@@ -21,9 +21,9 @@ from tests.sql.test_hom import READINGS
 
 import veil.load.loader as loader
 from veil.backends import connect
-from veil.exec.row_ids import allocate
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.row_ids import allocate
+from veil.session.session import Session
 
 WIDE = f"""
 SELECT *, CASE WHEN id % 11 = 0 THEN NULL
@@ -248,9 +248,9 @@ def test_a_null_where_the_load_had_none_is_summed_exactly(
 
 def test_a_column_only_summed_under_ashe_is_stored_in_blocks() -> None:
     """TPC-H's l_tax: read only inside a sum the server adds, it never comes back per row."""
+    from veil.ciphers.columns import available_schemes
     from veil.design.model import BLOCKS, RND, Column
     from veil.designer.greedy import greedy_design
-    from veil.exec.ciphers import available_schemes
 
     schema = {
         "t": [Column("k", "INTEGER"), Column("x", "DECIMAL(15,2)"), Column("y", "DECIMAL(15,2)")]

@@ -8,8 +8,8 @@ from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import assert_same, without
 
 import veil.sql.planner as planner
-from veil.exec.session import Session
 from veil.frontend.explain import explain
+from veil.session.session import Session
 from veil.sql.passes.count_repeats import count_repeats
 from veil.sql.plan import SplitPlan
 

@@ -18,11 +18,11 @@ import pyarrow as pa
 import pytest
 from tests.sql.oracle import check_query, load_tables
 
-import veil.exec.blocks as blocks_module
+import veil.ciphers.blocks as blocks_module
 import veil.load.loader as loader
 from veil.crypto.rowblocks import BlockIntegrityError
 from veil.design.model import BLOCKS
-from veil.exec.session import Session
+from veil.session.session import Session
 
 CANARY = "zebracanary"
 TICKETS = f"""

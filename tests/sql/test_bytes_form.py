@@ -22,9 +22,9 @@ import pytest
 from tests.sql.oracle import check_query, load_tables
 
 import veil.load.loader as loader
-from veil.exec.ciphers import BYTES_FORM, as_bytes, as_int64
-from veil.exec.session import Session
+from veil.ciphers.columns import BYTES_FORM, as_bytes, as_int64
 from veil.load.loader import load
+from veil.session.session import Session
 
 VISITS = """
 SELECT i AS v_id, i % 7 AS v_site, DATE '2024-01-01' + (i % 40)::INT AS v_day,

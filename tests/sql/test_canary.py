@@ -9,7 +9,7 @@ import pytest
 from tests.sql.conftest import BACKEND_SESSIONS
 
 from veil.backends.spark_session import parse_url
-from veil.exec.session import Session
+from veil.session.session import Session
 
 # Values present in TPC-H data or written into queries below.
 CANARIES = [

@@ -20,9 +20,9 @@ from tests.sql.test_ashe_sums import QUERIES, WIDE
 import veil.load.loader as loader
 from veil.crypto.keys import MasterKey
 from veil.design.model import DET, OPE, AsheSums, Column, Encryption, TableDesign
-from veil.exec.session import Session
 from veil.load import clusters
 from veil.load.loader import load
+from veil.session.session import Session
 
 
 @pytest.fixture(scope="module")

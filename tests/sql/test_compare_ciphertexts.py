@@ -13,7 +13,7 @@ import pytest
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import check_query
 
-from veil.exec.session import Session
+from veil.session.session import Session
 from veil.sql.plan import SplitPlan
 
 TPCH = dict(tpch_queries())

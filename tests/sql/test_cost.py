@@ -14,12 +14,12 @@ import pytest
 from sqlglot import exp
 
 from veil.backends.base import Estimate
-from veil.exec.calibration import CALIBRATION_FILE, Calibration, calibration_of
-from veil.exec.cost import _skipped, estimate_plan, parse_bandwidth, plan_steps
-from veil.exec.fetch import FetchStats
-from veil.exec.session import Session
+from veil.cost.calibration import CALIBRATION_FILE, Calibration, calibration_of
+from veil.cost.model import _skipped, estimate_plan, parse_bandwidth, plan_steps
+from veil.exec.server import FetchStats
 from veil.frontend.analyze import explain_analyze
 from veil.load.loader import load
+from veil.session.session import Session
 
 ROWS = 20_000
 WORKLOAD = [

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 import veil
 from veil.dbapi import Connection
-from veil.exec.session import Session
+from veil.session.session import Session
 
 
 class _Out:

@@ -17,8 +17,8 @@ import pytest
 
 import veil
 from veil.design.model import DET, OPE
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 from veil.sql.errors import NotNullViolationError, QueryError, UnsupportedStatementError
 
 

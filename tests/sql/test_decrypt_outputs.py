@@ -17,8 +17,9 @@ import pyarrow as pa
 import pytest
 from tests.sql.oracle import assert_same, check_query, load_tables
 
-from veil.exec.session import Session, Streamed
 from veil.frontend.explain import explain
+from veil.session.result import Streamed
+from veil.session.session import Session
 from veil.sql.parse import parse_statement
 
 PEOPLE = """

@@ -10,11 +10,14 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 import pytest
+import sqlglot
 from tests.sql.oracle import assert_same
 
 import veil.sql.planner as planner
 from veil.errors import InternalError, VeilError
-from veil.exec.session import Result, Session, Streamed
+from veil.frontend.explain import explain
+from veil.session.result import Result, Streamed
+from veil.session.session import Session
 from veil.sql.errors import QueryError, QuerySyntaxError
 
 
@@ -136,7 +139,27 @@ def test_a_failing_pass_falls_back_to_the_client(
     sql = "SELECT l_returnflag, COUNT(*) FROM lineitem WHERE l_quantity < 10 GROUP BY 1"
     result = session.run(sql)
     assert result.plan is not None and not result.plan.pushdown
+    # the pass that failed is named, for the log and `veil explain`
+    assert result.plan.fallback == "pass broken failed (RuntimeError: an optimisation's bug)"
+    assert "the split planner gave up (pass broken failed" in explain(session, sql)
     assert_same(result.table, plain.execute(sql).fetchall(), False, sql)
+
+
+def test_passes_are_left_out_by_name(session: Session) -> None:
+    sql = "SELECT l_returnflag, COUNT(*) FROM lineitem GROUP BY 1"
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    grouped = planner.plan_query(tree, session.design, session)
+    assert grouped.scans[0].aggregation is not None
+    ungrouped = planner.plan_query(
+        tree, session.design, session, without=frozenset({"pushdown_aggregates"})
+    )
+    assert ungrouped.pushdown and ungrouped.scans[0].aggregation is None
+    with pytest.raises(ValueError, match="no planner pass is named pushdown_everything"):
+        planner.plan_query(
+            tree, session.design, session, without=frozenset({"pushdown_everything"})
+        )
+    # a pass's name is its module's: the names `without` and explain use are the files' names
+    assert all(p.__module__ == f"veil.sql.passes.{planner.pass_name(p)}" for p in planner.PASSES)
 
 
 def test_a_failing_server_statement_falls_back_to_the_client(
@@ -190,7 +213,7 @@ def test_explain_failures_reach_the_user_as_veil_errors(
 
 def test_a_plan_runs_twice_unchanged(session: Session, plain: duckdb.DuckDBPyConnection) -> None:
     """Execution never mutates the plan: bind filters are per run."""
-    from veil.exec.fetch import FetchStats
+    from veil.exec.server import FetchStats
     from veil.sql.parse import parse_statement
 
     sql = (

@@ -9,8 +9,8 @@ import duckdb
 import pytest
 from tests.sql.oracle import assert_same, server_url
 
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 from veil.sql.errors import QueryError
 
 WORKLOAD = [

@@ -21,8 +21,8 @@ from tests.sql.oracle import assert_same
 from veil.design.domains import DeclaredDomainError, signed_bits, type_domain
 from veil.design.model import OPE
 from veil.encoding import SqlType
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 from veil.sql.errors import QueryError
 
 TABLES = ("lineitem", "part", "customer", "orders")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.sql.conftest import tpch_queries
 
-from veil.exec.session import Session
+from veil.session.session import Session
 from veil.sql.plan import SplitPlan
 
 TPCH = dict(tpch_queries())

@@ -11,7 +11,7 @@ import pytest
 from veil.backends import ServerUnavailableError
 from veil.crypto.keys import write_key_file
 from veil.errors import KeyFileError, WrongKeyError
-from veil.exec.session import Session
+from veil.session.session import Session
 from veil.sql.errors import (
     ClientDirectoryError,
     QueryError,

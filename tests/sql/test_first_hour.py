@@ -18,8 +18,8 @@ import pytest
 import veil
 from veil.cli import main
 from veil.errors import KeyFileError
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 from veil.sql.errors import ClientDirectoryError, QueryError, QuerySyntaxError
 
 

@@ -18,11 +18,11 @@ import pytest
 import sqlglot
 from tests.sql.oracle import assert_same, server_url
 
-import veil.exec.hom_group as hom_group
+import veil.ciphers.hom_group as hom_group
 import veil.load.loader as loader
-from veil.exec.hom_group import slot_masks
-from veil.exec.session import Session
+from veil.ciphers.hom_group import slot_masks
 from veil.load.loader import load
+from veil.session.session import Session
 
 ROWS = 3000
 READINGS = f"""

@@ -13,11 +13,11 @@ from tests.sql.oracle import check_query
 
 import veil.load.redesign as redesign_module
 from veil.design.model import PhysicalDesign
-from veil.exec.session import Session
 from veil.frontend.design import design_workload
 from veil.frontend.design_report import format_changes
 from veil.load.loader import load
 from veil.load.redesign import _stored, design_changes, redesign
+from veil.session.session import Session
 
 QUERIES = [sql for _, sql in tpch_queries()]
 NEW_WORKLOAD = [QUERIES[5], QUERIES[13]]  # Q6 and Q14 only: most DET columns are not needed

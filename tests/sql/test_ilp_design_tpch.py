@@ -17,9 +17,9 @@ from veil.design.model import OPE, DesignError, PhysicalDesign
 from veil.design.policy import DET, Policy
 from veil.designer.files import chosen_design
 from veil.designer.ilp import BudgetError, Problem, Solution, solve
-from veil.exec.session import Session
 from veil.frontend.design import DesignReport, design_workload
 from veil.load.loader import load
+from veil.session.session import Session
 
 QUERIES = [sql for _, sql in tpch_queries()]
 BUDGETS = (1.5, None)

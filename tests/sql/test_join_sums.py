@@ -18,7 +18,7 @@ import pytest
 from tests.sql.oracle import check_query, load_tables
 from tests.sql.test_subquery_pushdown import PARTS
 
-from veil.exec.session import Session
+from veil.session.session import Session
 from veil.sql.plan import SplitPlan
 
 OWNERS = "SELECT i AS o_id, i % 3 AS o_region FROM range(7) t(i)"

@@ -17,8 +17,8 @@ import pytest
 from tests.sql.oracle import check_query, load_tables
 
 from veil.design.model import BLOCKS, DET
-from veil.exec.session import Session
 from veil.frontend.explain import explain
+from veil.session.session import Session
 
 NOTES = """
 SELECT i AS n_id, i % 40 AS n_owner,

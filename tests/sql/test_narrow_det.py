@@ -16,8 +16,8 @@ import pytest
 from tests.sql.oracle import check_query, load_tables
 
 from veil.design.model import DET
-from veil.exec.session import Session
 from veil.load.narrow_det import NARROW_PARAM
+from veil.session.session import Session
 
 KEYS = "SELECT i * 3 AS k_id, 'key ' || i AS k_name FROM range(30000) t(i)"
 EVENTS = "SELECT i AS e_id, (i * 7919) % 90000 AS e_key, i % 5 AS e_kind FROM range(60000) t(i)"

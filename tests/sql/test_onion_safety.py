@@ -16,16 +16,16 @@ import pytest
 from tests.sql.test_onions import _assert_forms
 
 from veil import statements
+from veil.ciphers.columns import column_cipher
 from veil.design.model import DET, JOIN, OPE, RND
 from veil.design.policy import Policy, PolicyError
 from veil.encoding import encode
-from veil.exec import dml, onions
-from veil.exec.ciphers import column_cipher
-from veil.exec.layer_commands import manual_peel, set_policy
-from veil.exec.leakage import leakage, what_if
-from veil.exec.session import Session
 from veil.load.ddl import reencrypt
 from veil.load.loader import load
+from veil.session import dml, onions
+from veil.session.layer_commands import manual_peel, set_policy
+from veil.session.leakage import leakage, what_if
+from veil.session.session import Session
 
 ROWS = 3000
 
@@ -64,9 +64,9 @@ def _crash_during_peel(client: Path, where: str) -> int:
     """Peel items.grp in a child process that dies (os._exit) at ``where``."""
     script = f"""
 import os
-import veil.exec.onions as onions
-import veil.exec.layer_commands as layer_commands
-from veil.exec.session import Session
+import veil.session.onions as onions
+import veil.session.layer_commands as layer_commands
+from veil.session.session import Session
 
 def die(*args, **kwargs):
     os._exit(9)
@@ -419,7 +419,7 @@ def test_a_failed_peel_leaves_the_query_to_the_client(
     """A server without the layer functions: the query still answers, nothing peeled."""
     from sqlglot import exp
 
-    import veil.exec.onions as onions
+    import veil.session.onions as onions
 
     missing = exp.maybe_parse("SELECT no_such_fn()")
     monkeypatch.setattr(onions, "peel_statement", lambda *_: missing.copy())

@@ -21,15 +21,15 @@ from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import assert_same, read_fixture
 from tests.sql.test_oracle import _ordered
 
+from veil.ciphers.columns import RowBoundCipher, column_cipher
+from veil.ciphers.encrypt import rnd_context
 from veil.design.model import DET, OPE, RND, Encryption, TableDesign
 from veil.design.policy import Policy
 from veil.encoding import encode
-from veil.exec.ciphers import RowBoundCipher, column_cipher
-from veil.exec.encrypt import rnd_context
-from veil.exec.fetch import decrypt_columns
-from veil.exec.session import Session
+from veil.exec.decrypt import decrypt_columns
 from veil.load.loader import load
 from veil.servers.spark import local_url
+from veil.session.session import Session
 
 FEATURES = read_fixture("features.sql")
 # OPE forbidden on every price, quantity and date column (issue 12's policy run)

@@ -9,9 +9,9 @@ from sqlglot import exp
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import assert_same, read_fixture, without
 
-import veil.exec.fetch as fetch
+import veil.exec.decrypt as fetch
 import veil.sql.planner as planner
-from veil.exec.session import Session
+from veil.session.session import Session
 from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
 from veil.sql.passes.pushdown_joins import pushdown_joins
 

@@ -19,8 +19,8 @@ import pytest
 from tests.sql.oracle import check_query, load_tables
 
 from veil.design.model import BLOCKS, DET
-from veil.exec.session import Session
 from veil.frontend.explain import explain
+from veil.session.session import Session
 
 ITEMS = """
 SELECT i AS i_id, i % 37 AS i_order,

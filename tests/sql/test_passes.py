@@ -15,7 +15,7 @@ from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import without
 
 import veil.sql.planner as planner
-from veil.exec.session import Session
+from veil.session.session import Session
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes import PASSES
 from veil.sql.passes.compare_ciphertexts import compare_ciphertexts

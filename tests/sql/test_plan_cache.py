@@ -8,9 +8,9 @@ import duckdb
 import pytest
 from tests.sql.oracle import assert_same
 
-from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.plan_cache import CachedPlan, PlanCache, plan_key
+from veil.session.session import Session
 from veil.sql import planner
 from veil.sql.plan import SplitPlan
 
@@ -33,7 +33,7 @@ def test_a_repeated_query_is_planned_once(
         plans.append(real(*args, **kwargs))  # type: ignore[arg-type]
         return plans[-1]
 
-    monkeypatch.setattr("veil.exec.plan_choice.plan_query", counted)  # queries plan there
+    monkeypatch.setattr("veil.cost.choice.plan_query", counted)  # queries plan there
     params = ["1995-01-01"]
     first, second = session.run(SQL, params), session.run(SQL, params)
     assert len(plans) == 1 and session.plans.hits == 1

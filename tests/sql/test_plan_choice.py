@@ -1,4 +1,4 @@
-"""Plans chosen by cost (``veil.exec.plan_choice``): every candidate answers right, the rules'
+"""Plans chosen by cost (``veil.cost.choice``): every candidate answers right, the rules'
 plan gives way only by a margin, never to a plan dearer than fetching everything."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from sqlglot import exp
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import assert_same
 
-import veil.exec.plan_choice as plan_choice
+import veil.cost.choice as plan_choice
+from veil.cost.calibration import CALIBRATION_FILE, calibration_of
+from veil.cost.choice import Candidate, _candidates, _cheapest, choose_plan
+from veil.cost.model import estimate_plan
 from veil.errors import ParameterError
-from veil.exec.calibration import CALIBRATION_FILE, calibration_of
-from veil.exec.cost import estimate_plan
-from veil.exec.fetch import FetchStats
-from veil.exec.plan_choice import Candidate, _candidates, _cheapest, choose_plan
-from veil.exec.session import Session
+from veil.exec.server import FetchStats
 from veil.frontend.explain import explain
+from veil.session.session import Session
 from veil.sql.parse import parse_statement
 from veil.sql.plan import SplitPlan
 

@@ -25,9 +25,9 @@ import pytest
 
 import veil
 from veil._native import WireServer
-from veil.exec.session import Session
 from veil.serve import users
 from veil.serve.engine import Engine
+from veil.session.session import Session
 from veil.sql.errors import InsufficientPrivilegeError
 from veil.sql.sandbox import CATALOG_TABLE_FUNCTIONS, TABLE_FUNCTIONS, TRUSTED_SIDE_FUNCTIONS
 

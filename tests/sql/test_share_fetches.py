@@ -7,8 +7,8 @@ import pytest
 from tests.sql.conftest import tpch_queries
 from tests.sql.oracle import check_query
 
-from veil.exec.session import Session
 from veil.frontend.explain import explain
+from veil.session.session import Session
 from veil.sql.plan import SplitPlan
 
 SHARED = [

@@ -1,4 +1,4 @@
-"""Long columns are decrypted in slices side by side (``veil.exec.fetch._parts``).
+"""Long columns are decrypted in slices side by side (``veil.exec.decrypt._parts``).
 
 Lowered to 1,000 rows here, so every scheme's decryption runs on Arrow
 slices with offsets: DET integers and text, OPE, row-bound RND (with the
@@ -14,8 +14,8 @@ import duckdb
 import pytest
 from tests.sql.oracle import check_query, load_tables
 
-import veil.exec.fetch as fetch
-from veil.exec.session import Session
+import veil.exec.decrypt as fetch
+from veil.session.session import Session
 
 ITEMS = """
 SELECT i AS i_id, CASE WHEN i % 17 = 0 THEN NULL ELSE i * 31 % 5003 END AS i_n,

@@ -15,7 +15,7 @@ import duckdb
 import pytest
 from tests.sql.oracle import check_query, load_tables
 
-from veil.exec.session import Session
+from veil.session.session import Session
 
 PARTS = """
 SELECT i AS p_id, i % 7 AS p_owner,

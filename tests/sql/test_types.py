@@ -9,8 +9,8 @@ import pytest
 import sqlglot
 from tests.sql.oracle import assert_same
 
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 
 SOURCE_SQL = """
 CREATE TABLE things AS

@@ -16,8 +16,8 @@ import duckdb
 import pytest
 from tests.sql.oracle import assert_same, server_url
 
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 
 WORKLOAD = [
     "SELECT o_orderstatus, SUM(o_totalprice), COUNT(*) FROM orders GROUP BY 1",

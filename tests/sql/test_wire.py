@@ -28,9 +28,9 @@ from tests.sql.oracle import read_fixture
 from tests.sql.wire_compare import assert_text_rows
 
 from veil._native import WireServer
-from veil.exec.session import Streamed
 from veil.serve import users
 from veil.serve.engine import Engine
+from veil.session.result import Streamed
 
 PASSWORD = "correct horse battery"
 

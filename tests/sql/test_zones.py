@@ -12,8 +12,8 @@ from sqlglot import exp
 
 import veil.load.zones as zones
 from veil.design.model import OPE
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 
 ROWS = 2_000
 ZONE = 100

@@ -22,8 +22,8 @@ import duckdb
 import pytest
 from tests.fuzz.schema import plain_connection
 
-from veil.exec.session import Session
 from veil.load.loader import load
+from veil.session.session import Session
 
 SF = 0.1
 QUERY_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "tpcds" / "queries"

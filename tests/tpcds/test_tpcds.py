@@ -19,7 +19,7 @@ from tests.tpcds.conftest import QUERY_DIR, tpcds_queries
 
 from veil.bench.compare import difference, values_equal
 from veil.exec.rows import table_rows
-from veil.exec.session import Session
+from veil.session.session import Session
 
 QUERIES = [pytest.param(name, sql, id=name) for name, sql in tpcds_queries()] or [
     pytest.param(

@@ -6,6 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from veil.ciphers.hom_group import HomGroupCipher, OverflowedRowsError
+from veil.ciphers.sources import Sources
 from veil.crypto.hom import sum_ciphertexts
 from veil.crypto.keys import MasterKey
 from veil.design.domains import (
@@ -20,8 +22,6 @@ from veil.design.domains import (
 from veil.design.model import Column, HomGroup
 from veil.encoding import SqlType, ValueOverflowError, decode
 from veil.errors import DomainError
-from veil.exec.encrypt import Sources
-from veil.exec.hom_group import HomGroupCipher, OverflowedRowsError
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from veil.crypto.hom import sum_ciphertexts
-from veil.crypto.keys import MasterKey
-from veil.design.model import HomGroup
-from veil.errors import ParameterError
-from veil.exec.hom_group import (
+from veil.ciphers.hom_group import (
     MAX_ROWS_PER_CIPHERTEXT,
     MIN_SUMMAND_BITS,
     HomGroupCipher,
@@ -19,6 +15,10 @@ from veil.exec.hom_group import (
     in_positions,
     slot_masks,
 )
+from veil.crypto.hom import sum_ciphertexts
+from veil.crypto.keys import MasterKey
+from veil.design.model import HomGroup
+from veil.errors import ParameterError
 
 
 def test_slot_masks_group_slots_by_pack() -> None:

@@ -145,6 +145,13 @@ def test_the_walk_sees_every_kind_of_import() -> None:
     assert ("veil.backends.arrow_functions", BACKEND_CRYPTO) in edges  # inside a function
 
 
+def test_a_function_level_circle_is_found() -> None:
+    # the walk sees an import inside a function, so a circle closed by one is a circle
+    edges = {(e.importer, e.imported) for e in all_edges()}
+    assert ("veil.backends.arrow_functions", BACKEND_CRYPTO) in edges
+    assert cycle_edges([*edges, (BACKEND_CRYPTO, "veil.backends.arrow_functions")])
+
+
 def test_cycle_edges_finds_exactly_the_edges_on_cycles() -> None:
     edges = [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e"), ("e", "d"), ("x", "a")]
     assert cycle_edges(edges) == {("a", "b"), ("b", "c"), ("c", "a"), ("d", "e"), ("e", "d")}
@@ -154,6 +161,23 @@ def test_cycle_edges_finds_exactly_the_edges_on_cycles() -> None:
 def test_no_cycles_between_packages() -> None:
     offending = area_cycle_edges()
     assert not offending, "import cycles between Veil's packages:" + _listing(offending)
+
+
+def module_cycle_edges() -> list[Edge]:
+    """Imports between two modules of one import circle (a package's ``__init__`` counts
+    as the module it is)."""
+    edges = [e for e in all_edges() if e.importer != e.imported]
+    cyclic = cycle_edges((e.importer, e.imported) for e in edges)
+    return [e for e in edges if (e.importer, e.imported) in cyclic]
+
+
+def test_no_cycles_between_modules() -> None:
+    # Every import counts, inside a function or under TYPE_CHECKING too: a function-level
+    # import that closes a circle hides a knot (each side needs the other) instead of
+    # untying it. Where a module needs to call back into its caller it gets a Protocol
+    # (``veil.session.context``, ``veil.cost.context``, ``veil.sql.rewrite_server``).
+    offending = module_cycle_edges()
+    assert not offending, "import cycles between Veil's modules:" + _listing(offending)
 
 
 def test_shipping_code_never_imports_tooling() -> None:

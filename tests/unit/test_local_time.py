@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from veil.exec.local_time import local_work
-from veil.exec.server_time import AGGREGATE_SHARE
+from veil.cost.local_time import local_work
+from veil.cost.server_time import AGGREGATE_SHARE
 
 
 def _work(sql: str, rows: dict[str, float], distinct: dict[tuple[str, str], float] | None = None):

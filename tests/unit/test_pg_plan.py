@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from veil.backends.pg_plan import plan_operators, relations
-from veil.exec.server_time import plan_work
+from veil.cost.server_time import plan_work
 
 
 def _scan(table: str, rows: float, cost: float, **more: object) -> dict[str, object]:

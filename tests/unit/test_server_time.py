@@ -8,7 +8,7 @@ import pytest
 
 from veil.backends.base import Operator
 from veil.backends.duckdb import DuckDBBackend
-from veil.exec.server_time import (
+from veil.cost.server_time import (
     OperatorCosts,
     Work,
     column_rows,

@@ -66,7 +66,7 @@ class DuplicateKeyError(BackendError):
     """A write would give two rows one key: the server's unique index refused it.
 
     The server's message names opaque columns and ciphertexts; the client says
-    it in the user's terms (``veil.exec.constraints``). Nothing was written.
+    it in the user's terms (``veil.session.constraints``). Nothing was written.
     """
 
 
@@ -124,17 +124,17 @@ class Estimate:
 
     rows: float
     # in the optimizer's own units (PostgreSQL's cost; DuckDB: the rows all its plan's
-    # nodes handle); ``veil.exec.calibration`` measures seconds per unit
+    # nodes handle); ``veil.cost.calibration`` measures seconds per unit
     cost: float | None
     # the part of ``cost`` each server table's scans make, where the server reads a
     # table in blocks of ``block_rows`` rows and skips the blocks whose min/max no
     # filter can match (DuckDB's row groups) but its estimate prices them all: a
     # caller that knows the table is ordered by a filtered column takes off the rest
-    # (``veil.exec.cost``). Empty: the optimizer prices that itself (PostgreSQL).
+    # (``veil.cost.model``). Empty: the optimizer prices that itself (PostgreSQL).
     scanned: dict[str, float] = field(default_factory=dict)
     block_rows: int = 0
     # the plan's operators, where the optimizer lists them with their rows (DuckDB):
-    # ``veil.exec.server_time`` prices each kind from its own calibration
+    # ``veil.cost.server_time`` prices each kind from its own calibration
     operators: Operator | None = None
     # the seconds the EXPLAIN itself took: parsing, binding and optimizing the statement,
     # which running it pays again (DuckDB: ~1 ms a join, TPC-H Q2's two statements 15 ms)

@@ -253,7 +253,7 @@ class DuckDBBackend(StagedBackend):
 
     def profile(self, sql: str, params: Params = None) -> Operator:
         """Run ``sql`` under DuckDB's profiler: its operators with the rows they returned
-        (``veil.exec.calibration`` prices each kind of operator from such runs)."""
+        (``veil.cost.calibration`` prices each kind of operator from such runs)."""
         plan = self.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
         root = json.loads(plan.column(1)[0].as_py())
         nodes = root.get("operator", root.get("children", []))

@@ -5,7 +5,7 @@ rows it guesses over ciphertexts, and a wrong guess carries up the plan:
 TPC-H Q9's join on two keys was estimated at 129 rows for 319,404, so the
 sort and aggregate above it were priced at a 2,500th of their work and the
 query at 0.03 of its time. Each node's own cost (its total less its
-inputs') lets the cost model (``veil.exec.server_time``) scale the cost of
+inputs') lets the cost model (``veil.cost.server_time``) scale the cost of
 the nodes above a corrected input by the planner's rows, as it does DuckDB's
 rows.
 """

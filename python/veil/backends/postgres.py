@@ -311,7 +311,7 @@ class PostgresBackend(StagedBackend):
 
     def profile(self, sql: str, params: Params = None) -> Operator:
         """Run ``sql`` under ``EXPLAIN ANALYZE``: its operators with the rows each returned
-        and the time each took (``veil.exec.calibration`` prices each kind of cost from such
+        and the time each took (``veil.cost.calibration`` prices each kind of cost from such
         runs)."""
         found = self.execute(f"EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) {sql}", params)
         plan = found.column(0)[0].as_py()

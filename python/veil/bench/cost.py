@@ -2,7 +2,7 @@
 
 For a client directory holding TPC-H (any design, either backend), it
 calibrates (``veil calibrate``), then for each query plans it, estimates the
-plan (``veil.exec.cost``) and runs it ``--runs`` times after one warm-up run
+plan (``veil.cost.model``) and runs it ``--runs`` times after one warm-up run
 (median wall time). It reports each query's estimate beside its time, the
 ratio, and Spearman's rank correlation across the queries (MONOMI's planner
 needs the ranks right more than the seconds: issue 13 asks for at least 0.9).
@@ -32,7 +32,7 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _bandwidth(text: str) -> float | None:
-    from veil.exec.cost import parse_bandwidth  # imported when used: `veil --help` stays light
+    from veil.cost.model import parse_bandwidth  # imported when used: `veil --help` stays light
 
     return parse_bandwidth(text)
 
@@ -41,10 +41,10 @@ def _run(args: argparse.Namespace) -> int:
     from sqlglot import exp
 
     from veil.bench.report import bar_plot, format_table, write_json
-    from veil.exec.calibration import calibration_of
-    from veil.exec.cost import estimate_plan
-    from veil.exec.fetch import FetchStats
-    from veil.exec.session import Session
+    from veil.cost.calibration import calibration_of
+    from veil.cost.model import estimate_plan
+    from veil.exec.server import FetchStats
+    from veil.session.session import Session
     from veil.tpch.queries import query_texts
 
     session = Session(args.client_dir)

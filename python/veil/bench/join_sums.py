@@ -25,7 +25,8 @@ from veil.bench.report import bar_plot, format_table, write_json
 if TYPE_CHECKING:  # ``veil --help`` imports this module: no engine or planner at import
     import duckdb
 
-    from veil.exec.session import Result, Session
+    from veil.session.result import Result
+    from veil.session.session import Session
 
 _REVENUE = "SUM(l_extendedprice * (1 - l_discount))"
 _JOIN = (
@@ -82,7 +83,7 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def run_join_sums(args: argparse.Namespace) -> int:
     import duckdb
 
-    from veil.exec.session import Session
+    from veil.session.session import Session
 
     root = Path(args.work_dir) / f"duckdb_sf{args.sf:g}"
     if not (root / "client").is_dir() or not (root / "plain.duckdb").is_file():

@@ -261,7 +261,7 @@ def empty_client_dir(path: Path, server_url: str) -> Path:
     """A client directory with no table yet over ``server_url`` (tables come by DDL)."""
     from veil.backends import connect
     from veil.design.model import PhysicalDesign
-    from veil.exec.clientdir import create_client_dir
+    from veil.session.clientdir import create_client_dir
 
     client, master = create_client_dir(path, server_url)
     PhysicalDesign(master.fingerprint()).save(client.design_path)

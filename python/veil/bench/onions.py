@@ -37,12 +37,12 @@ from veil.bench.tpch_servers import (
 )
 from veil.design.model import DET, JOIN, OPE
 from veil.design.policy import Policy, template_layers
-from veil.exec.leakage import leakage
-from veil.exec.onions import Peel, peel_layers
-from veil.exec.session import Session
 from veil.load.loader import load
 from veil.load.sources import open_source
 from veil.servers.postgres import ThrowawayCluster
+from veil.session.leakage import leakage
+from veil.session.onions import Peel, peel_layers
+from veil.session.session import Session
 from veil.tpch.queries import query_texts
 
 

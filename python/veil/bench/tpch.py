@@ -36,8 +36,8 @@ from veil.backends import Backend, connect
 from veil.bench.compare import difference
 from veil.bench.report import bar_plot, format_table, write_json
 from veil.bench.tpch_servers import BenchServers, design_of, prepare, say, server_bytes
-from veil.exec.fetch import FetchStats
-from veil.exec.session import Session
+from veil.exec.server import FetchStats
+from veil.session.session import Session
 from veil.tpch.gen import TABLES
 from veil.tpch.queries import query_texts
 

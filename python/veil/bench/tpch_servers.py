@@ -27,9 +27,9 @@ import psycopg
 from veil.backends import Backend, connect
 from veil.backends.base import quote
 from veil.design.model import DESIGN_VERSION, PhysicalDesign, TableDesign
-from veil.exec.clientdir import open_client_dir
 from veil.load.loader import load
 from veil.servers.postgres import ThrowawayCluster
+from veil.session.clientdir import open_client_dir
 from veil.tpch.gen import TABLES, generate, read_table
 from veil.tpch.queries import query_texts
 

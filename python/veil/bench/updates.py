@@ -203,8 +203,8 @@ def _side(
             return tuple(rows[0].values()) if rows else ()
 
         return plain, server.close, server
-    from veil.exec.session import Session
     from veil.load.loader import load
+    from veil.session.session import Session
 
     load(str(source), url, str(client), WORKLOAD, progress=lambda _: None)
     session = Session(client)

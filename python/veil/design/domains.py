@@ -24,7 +24,7 @@ domains of the columns it reads (``expression_domain``), intersected with the
 range of the type DuckDB computes it in: DuckDB itself fails on a row whose
 value lies beyond that type (``Overflow in multiplication of DECIMAL(18)``),
 so no other value can exist. Such rows are still stored (the row is valid):
-see ``veil.exec.encrypt`` for how their precomputed values are marked.
+see ``veil.ciphers.encrypt`` for how their precomputed values are marked.
 """
 
 from __future__ import annotations

@@ -35,15 +35,15 @@ DESIGN_FORMAT = "veil-physical-design"
 #    HOM slot is the row id; ASHE sums (``TableDesign.sums``) are the default.
 # 6: RND of table columns is row-bound (``veil.crypto.rowrnd``): 8-byte numbers.
 # 7: a DET integer column may be stored as 8-byte binaries (``params["form"]``,
-#    ``veil.exec.ciphers.BytesForm``); columns the workload never reads are
+#    ``veil.ciphers.columns.BytesForm``); columns the workload never reads are
 #    stored in sealed blocks of rows (``BLOCKS``, ``TableDesign.blocks_table``).
 #    Version 6 designs read unchanged.
-# 8: onions (adjustable encryption, ``veil.exec.onions``): a DET or OPE
+# 8: onions (adjustable encryption, ``veil.session.onions``): a DET or OPE
 #    encryption may be wrapped in a row-bound RND layer (``params["outer"]``)
 #    that the server strips when a query first needs it; the server records the
 #    layers it holds in ``TableDesign.layers_table``. Versions 6 and 7 read unchanged.
 # 9: OPE of at most 32 bits may be stored as ordered 8-byte binaries
-#    (``params["form"]``, ``veil.exec.ciphers.OrderedBytesForm``); ASHE words
+#    (``params["form"]``, ``veil.ciphers.columns.OrderedBytesForm``); ASHE words
 #    sized to the loaded data (``AsheSums.limits``, flags in ``overflow_column``);
 #    rows clustered by GROUP BY keys (``TableDesign.cluster_by``). Versions 6-8
 #    read unchanged.
@@ -115,7 +115,7 @@ class Column:
 class Reference:
     """A FOREIGN KEY: ``columns`` of this table name a row of ``parent`` by ``parent_columns``
     (a declared key of it). Checked by the client on every write of either table
-    (``veil.exec.references``)."""
+    (``veil.session.references``)."""
 
     name: str
     columns: list[str]
@@ -158,7 +158,7 @@ class Encryption:
 
         A wrapped DET or OPE column is row-bound RND of the scheme's
         ciphertexts: the server can compare nothing until the layer is
-        peeled (``veil.exec.onions``); the client still decrypts it.
+        peeled (``veil.session.onions``); the client still decrypts it.
         """
         outer = self.params.get("outer")
         return str(outer) if outer else None
@@ -296,7 +296,7 @@ class TableDesign:
     blocks_table: str = ""
     # server table of the onion layers the server holds (c, peeled): written in
     # the transaction of each peel, so a crash between the server's commit and
-    # the design's save is repaired from it (``veil.exec.onions.reconcile``)
+    # the design's save is repaired from it (``veil.session.onions.reconcile``)
     layers_table: str = ""
     # Source columns whose equal values the loader gave consecutive row ids
     # (rows ordered by a keyed hash of them): a GROUP BY on them then sums
@@ -307,7 +307,7 @@ class TableDesign:
     # its columns' DET ciphertexts, which DET's injectivity under one key makes exact
     keys: list[list[str]] = field(default_factory=list)
     # CHECK constraints: [name, DuckDB SQL of a boolean over one row], checked on the
-    # client before every write (``veil.exec.constraints``)
+    # client before every write (``veil.session.constraints``)
     checks: list[list[str]] = field(default_factory=list)
     # FOREIGN KEYs this table declares
     references: list[Reference] = field(default_factory=list)

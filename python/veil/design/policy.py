@@ -12,7 +12,7 @@ server learns:
   weakest layers, peeled at load.
 
 The designer never stores an encryption above a column's layer, and the
-runtime never peels past it (``veil.exec.onions``): a query needing more runs
+runtime never peels past it (``veil.session.onions``): a query needing more runs
 that part on the client. The policy is a JSON file in the client directory
 (``policy.json``, 0600: it names plaintext columns); templates set many
 columns by name pattern at once.

@@ -20,7 +20,7 @@ fetch-everything plan (which needs no candidate) are always among the
 alternatives, so every query stays feasible under any budget.
 
 Planning and costing are the caller's (``evaluate``: the real planner and
-``veil.exec.cost``); a plan's needs are the candidates it actually read, so
+``veil.cost.model``); a plan's needs are the candidates it actually read, so
 subsets the planner could not use collapse into one alternative. Subsets go
 from large to small, and a subset lying between a planned one and what that
 plan read is not planned again: the planner, seeing every encryption that
@@ -38,7 +38,7 @@ from sqlglot import exp
 
 from veil.design.model import DET, OPE, SEARCH
 from veil.designer.candidates import ASHE, CandidateSet, candidate_key
-from veil.designer.workload import analyse_tree
+from veil.sql.workload import analyse_tree
 
 EXHAUSTIVE_UNITS = 5
 FETCH_ALL = "fetch all"

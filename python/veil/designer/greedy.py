@@ -52,7 +52,6 @@ from veil.design.model import (
     opaque_name,
 )
 from veil.design.policy import Policy
-from veil.designer.workload import ColumnRef, WorkloadNeeds, analyse_workload
 from veil.encoding import (
     DECIMAL_KIND,
     FLOAT_KIND,
@@ -60,6 +59,7 @@ from veil.encoding import (
     STRING_KIND,
     SqlType,
 )
+from veil.sql.workload import ColumnRef, WorkloadNeeds, analyse_workload
 
 DET_INT_BITS = 64
 
@@ -265,7 +265,7 @@ def _expression_params(domain: ExpressionDomain, scheme: str) -> dict[str, objec
 
     A row whose expression DuckDB cannot compute (its value lies beyond the
     type) is stored with the mark just beyond the domain on its side
-    (``veil.exec.encrypt``), so order and equality with every value of the
+    (``veil.ciphers.encrypt``), so order and equality with every value of the
     type stay right; where int64 has no room for the marks, such a row's
     value is NULL.
     """
@@ -337,7 +337,7 @@ def _ashe_sums(summed: _Summed) -> AsheSums | None:
     """ASHE columns of the summed expressions: one word each where a block sum fits int64.
 
     The server sums blocks of ``BLOCK_ROWS`` consecutive row ids
-    (``veil.exec.ashe_sums``); a block's sum is recovered mod 2**64, so a
+    (``veil.ciphers.ashe_sums``); a block's sum is recovered mod 2**64, so a
     source whose domain could make it leave int64 is split into two words.
     """
     if not summed.sources:

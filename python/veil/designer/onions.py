@@ -8,7 +8,7 @@ Each column gets, within its policy (``veil.design.policy``):
   row-bound RND instead: it is only ever fetched;
 - a join onion for integers: JOIN-ADJ under a key of its own, wrapped in RND;
   a join between two columns re-keys one onto the other on the server
-  (``veil.exec.onions``), and they stay joinable (one join class) for good;
+  (``veil.session.onions``), and they stay joinable (one join class) for good;
 - an order onion for numbers and dates: OPE, wrapped in RND the same way;
 - a search onion for text: SWP words, which reveal nothing until a query
   sends a word's token;
@@ -17,7 +17,7 @@ Each column gets, within its policy (``veil.design.policy``):
 
 Nothing is revealed at load: the server learns equality or order of a
 column only when a query first needs it and the runtime peels the RND layer
-(``veil.exec.onions``). DET keys are per column and per load, so no two
+(``veil.session.onions``). DET keys are per column and per load, so no two
 columns are joinable on the server until a join asks for it.
 """
 
@@ -38,8 +38,8 @@ from veil.design.model import (
 )
 from veil.design.policy import PLAIN, Policy
 from veil.designer.greedy import _ashe_sums, _summed
-from veil.designer.workload import WorkloadNeeds
 from veil.encoding import DECIMAL_KIND, INT_KIND, STRING_KIND, SqlType
+from veil.sql.workload import WorkloadNeeds
 
 WRAPPED = {"onion": True, "outer": RND}
 

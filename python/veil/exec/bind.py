@@ -19,7 +19,7 @@ from veil.sql.plan import BindFilter, Scan
 from veil.sql.remote import param
 
 if TYPE_CHECKING:
-    from veil.exec.fetch import CipherCache
+    from veil.ciphers.cache import CipherCache
 
 log = logging.getLogger(__name__)
 

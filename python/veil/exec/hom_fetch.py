@@ -29,13 +29,13 @@ from veil.encoding import SqlType
 from veil.sql.plan import AggregateItem, Aggregation, Scan
 
 if TYPE_CHECKING:
-    from veil.exec.fetch import CipherCache
+    from veil.ciphers.cache import CipherCache
 
 _VIEW = "__veil_packed_sums"
 
 
 def finish_packed_sums(fetched: pa.Table, scan: Scan, ciphers: CipherCache) -> pa.Table:
-    from veil.exec.fetch import decrypt_columns
+    from veil.exec.decrypt import decrypt_columns
 
     aggregation, table = scan.aggregation, scan.table
     assert aggregation is not None and table.hom is not None

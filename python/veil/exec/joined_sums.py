@@ -24,7 +24,7 @@ from veil.exec.hom_fetch import reaggregate
 from veil.sql.plan import JOIN_ROW, Aggregation, JoinGroup, Scan
 
 if TYPE_CHECKING:
-    from veil.exec.fetch import CipherCache
+    from veil.ciphers.cache import CipherCache
 
 _KEY = "__veil_key_{}"
 

@@ -9,11 +9,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veil.exec.fetch import decrypt_values
+from veil.exec.decrypt import decrypt_values
 from veil.sql.plan import LateKeys, LateOutput, Scan
 
 if TYPE_CHECKING:
-    from veil.exec.fetch import CipherCache
+    from veil.ciphers.cache import CipherCache
 
 
 def register_late_keys(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from veil.exec.calibration import calibration_of
-from veil.exec.cost import PlanCost, estimate_plan
-from veil.exec.fetch import FetchStats, StepRun
-from veil.exec.session import Session
+from veil.cost.calibration import calibration_of
+from veil.cost.model import PlanCost, estimate_plan
+from veil.exec.server import FetchStats, StepRun
 from veil.frontend.explain import checked_query, explain_plan
 from veil.frontend.output import format_grid
+from veil.session.session import Session
 
 
 def explain_analyze(

@@ -178,7 +178,7 @@ def run_shell(args: argparse.Namespace) -> int:
 
 def run_tables(args: argparse.Namespace) -> int:
     """Each table's columns with their SQL types and the server's encryptions of them."""
-    from veil.exec.clientdir import open_client_dir
+    from veil.session.clientdir import open_client_dir
 
     client = open_client_dir(args.client_dir)
     design = client.design(client.master_key())
@@ -206,7 +206,7 @@ def _param(text: str) -> object:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    from veil.exec.session import Session
+    from veil.session.session import Session
     from veil.statements import run
 
     sql = sys.stdin.read() if args.sql == "-" else args.sql
@@ -225,7 +225,7 @@ def run_query(args: argparse.Namespace) -> int:
 
 
 def bandwidth_type(text: str) -> float | None:
-    from veil.exec.cost import parse_bandwidth
+    from veil.cost.model import parse_bandwidth
 
     try:
         return parse_bandwidth(text)
@@ -234,8 +234,8 @@ def bandwidth_type(text: str) -> float | None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from veil.exec.session import Session
     from veil.frontend.explain import explain
+    from veil.session.session import Session
 
     session = Session(args.client_dir)
     try:
@@ -258,8 +258,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from veil.exec.calibration import calibration_of
-    from veil.exec.session import Session
+    from veil.cost.calibration import calibration_of
+    from veil.session.session import Session
 
     session = Session(args.client_dir)
     try:

@@ -18,9 +18,9 @@ import duckdb
 import sqlglot
 
 from veil.bench.compare import difference
-from veil.exec.session import Session
 from veil.frontend.output import format_grid
 from veil.load.loader import load
+from veil.session.session import Session
 
 
 def demo(scale_factor: float = 0.1, workdir: str | None = None) -> bool:

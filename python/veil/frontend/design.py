@@ -6,7 +6,7 @@ It joins the designer's parts to the running system:
    taken apart, under the client directory's server names and statistics;
 2. per query, its plan alternatives (``veil.designer.enumerate``): the real
    planner (``plan_query``) under the design restricted to each subset of
-   candidates, costed by ``veil.exec.cost`` with this directory's
+   candidates, costed by ``veil.cost.model`` with this directory's
    calibration, plus the fetch-everything plan;
 3. the ILP (``veil.designer.ilp``) choosing one plan per query under the
    space budget.
@@ -30,6 +30,9 @@ from sqlglot import exp
 
 from veil.backends import Backend
 from veil.backends.base import BackendError, Estimate
+from veil.ciphers.columns import available_schemes
+from veil.cost.calibration import CLASS_PREFIX, Calibration, calibration_of
+from veil.cost.model import estimate_plan, plan_steps
 from veil.design.fresh import fresh_design
 from veil.design.model import RND, Encryption, PhysicalDesign, TableDesign
 from veil.design.policy import Policy
@@ -43,11 +46,8 @@ from veil.designer.candidates import (
 from veil.designer.enumerate import FETCH_ALL, Alternative, Evaluated, alternatives
 from veil.designer.greedy import greedy_design
 from veil.designer.ilp import Change, Problem, Solution, solve
-from veil.exec.calibration import CLASS_PREFIX, Calibration, calibration_of
-from veil.exec.ciphers import available_schemes
-from veil.exec.cost import estimate_plan, plan_steps
-from veil.exec.session import Session
 from veil.load.redesign import design_changes
+from veil.session.session import Session
 from veil.sql.parse import parse_statement
 from veil.sql.plan import JoinedFetch, SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query

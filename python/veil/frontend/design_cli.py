@@ -116,9 +116,9 @@ def workload_queries(items: list[str]) -> list[str]:
 
 def run_design(args: argparse.Namespace) -> int:
     from veil.design.model import PhysicalDesign
-    from veil.exec.session import Session
     from veil.frontend.cli import _progress_line
     from veil.frontend.design import design_workload
+    from veil.session.session import Session
 
     queries = workload_queries(args.workload)
     session = Session(args.client_dir)
@@ -151,9 +151,9 @@ def run_design(args: argparse.Namespace) -> int:
 
 def run_redesign(args: argparse.Namespace) -> int:
     from veil.design.model import PhysicalDesign
-    from veil.exec.session import Session
     from veil.frontend.cli import _progress_line
     from veil.load.redesign import redesign
+    from veil.session.session import Session
 
     target = PhysicalDesign.load(args.design)
     session = Session(args.client_dir)

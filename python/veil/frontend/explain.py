@@ -6,7 +6,7 @@ from sqlglot import exp
 
 from veil.backends import render
 from veil.design.model import BLOCKS, DET, HOM, JOIN, OPE, RND, SEARCH
-from veil.exec.session import Session
+from veil.session.session import Session
 from veil.sql.errors import UnsupportedStatementError
 from veil.sql.plan import HOM_MASK, HOM_PRODUCT, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, numbered, scan_statement
@@ -50,6 +50,9 @@ def explain_plan(session: Session, plan: SplitPlan) -> str:
     if plan.peels:
         lines.append("first peels onion layers (the server learns what each reveals, for good):")
         lines += [f"  {peel}" for peel in plan.peels]
+        lines.append("")
+    if plan.fallback is not None:
+        lines.append(f"the split planner gave up ({plan.fallback}): the client runs the query")
         lines.append("")
     if plan.choice:
         lines.append("plan chosen by cost (estimates; * = chosen, `VEIL_PLANNER=rules` to skip):")

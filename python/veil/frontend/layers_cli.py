@@ -70,8 +70,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_peel(args: argparse.Namespace) -> int:
-    from veil.exec.layer_commands import manual_peel
-    from veil.exec.session import Session
+    from veil.session.layer_commands import manual_peel
+    from veil.session.session import Session
 
     session = Session(args.client_dir)
     try:
@@ -89,7 +89,7 @@ def run_peel(args: argparse.Namespace) -> int:
 
 
 def run_policy_show(args: argparse.Namespace) -> int:
-    from veil.exec.clientdir import open_client_dir
+    from veil.session.clientdir import open_client_dir
 
     client = open_client_dir(args.client_dir)
     policy = client.policy()
@@ -101,7 +101,7 @@ def run_policy_show(args: argparse.Namespace) -> int:
 
 
 def run_policy_set(args: argparse.Namespace) -> int:
-    from veil.exec.layer_commands import set_policy
+    from veil.session.layer_commands import set_policy
 
     table, column = _column(args.column)
     stale = set_policy(
@@ -116,8 +116,8 @@ def run_policy_set(args: argparse.Namespace) -> int:
 
 
 def _reencrypt(client_dir: str, tables: list[str]) -> None:
-    from veil.exec.session import Session
     from veil.load.ddl import reencrypt
+    from veil.session.session import Session
 
     if not tables:
         return
@@ -132,8 +132,8 @@ def _reencrypt(client_dir: str, tables: list[str]) -> None:
 
 def run_policy_template(args: argparse.Namespace) -> int:
     from veil.design.policy import template_layers
-    from veil.exec.clientdir import open_client_dir
-    from veil.exec.layer_commands import set_policy
+    from veil.session.clientdir import open_client_dir
+    from veil.session.layer_commands import set_policy
 
     client = open_client_dir(args.client_dir)
     design = client.design(client.master_key())
@@ -148,9 +148,9 @@ def run_policy_template(args: argparse.Namespace) -> int:
 
 
 def run_leakage(args: argparse.Namespace) -> int:
-    from veil.exec.leakage import leakage, what_if
-    from veil.exec.session import Session
     from veil.frontend.leakage import render_text, write_png
+    from veil.session.leakage import leakage, what_if
+    from veil.session.session import Session
 
     session = Session(args.client_dir)
     try:

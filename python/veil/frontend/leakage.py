@@ -1,9 +1,9 @@
-"""``veil leakage``: the report in words and as a PNG (the data: ``veil.exec.leakage``)."""
+"""``veil leakage``: the report in words and as a PNG (the data: ``veil.session.leakage``)."""
 
 from __future__ import annotations
 
 from veil.design.model import HOM
-from veil.exec.leakage import CLASSES, Leakage, words
+from veil.session.leakage import CLASSES, Leakage, words
 
 
 def render_text(report: Leakage) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TextIO
 
 from veil.errors import VeilError
-from veil.exec.session import Session
 from veil.frontend.output import print_table
+from veil.session.session import Session
 from veil.statements import run
 
 HISTORY = Path.home() / ".veil_history"

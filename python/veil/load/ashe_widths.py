@@ -6,7 +6,7 @@ At load the loader knows the values: each source gets words sized for
 ``HEADROOM`` times its largest |value| (l_extendedprice: 33 bits, one word),
 and a row whose value falls beyond that later (INSERT, UPDATE) is stored as
 0 and flagged in the table's flags word under ASHE, so any sum over it runs
-on the client (``veil.exec.ashe_sums``): still exact, only slower.
+on the client (``veil.ciphers.ashe_sums``): still exact, only slower.
 
 What the server learns more: each word column's width, that is the bit
 length of the source's largest |value| (to a factor of ``HEADROOM``).

@@ -1,6 +1,6 @@
 """Clustered and ordered loads: the order in which the loader numbers a table's rows.
 
-ASHE sums (``veil.exec.ashe_sums``) come back per group and block of 64 row
+ASHE sums (``veil.ciphers.ashe_sums``) come back per group and block of 64 row
 ids, with the mask of the ids summed; the client removes two pads per run
 of consecutive ids. When a table's rows are loaded in source order, a
 GROUP BY on a column of few values (TPC-H Q1's l_returnflag, l_linestatus)

@@ -16,7 +16,7 @@ is atomic: the client directory's design names the new server tables only
 once they are complete, so a failure leaves the table as it was. NOT NULL,
 DEFAULT, identity columns and CHECK (``veil.load.declared``) and PRIMARY KEY /
 UNIQUE (``veil.load.keys``) are kept in the design, through every rebuild,
-and enforced on every write (``veil.exec.constraints``).
+and enforced on every write (``veil.session.constraints``).
 """
 
 from __future__ import annotations
@@ -45,20 +45,21 @@ from veil.design.model import (
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
-from veil.exec import references
-from veil.exec.defaults import restart, restart_statement
 from veil.exec.local_duckdb import local_duckdb
-from veil.exec.row_ids import counter_table
-from veil.exec.table_locks import exclusive
 from veil.load import keys
 from veil.load.declared import declared_table, table_reference
 from veil.load.loader import available_schemes, load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable, label_of
+from veil.session import references
+from veil.session.defaults import restart, restart_statement
+from veil.session.row_ids import counter_table
+from veil.session.table_locks import exclusive
 from veil.sql.errors import QueryError, UnsupportedStatementError
 
 if TYPE_CHECKING:
-    from veil.exec.session import Result, Session
+    from veil.session.result import Result
+    from veil.session.session import Session
 
 _OPTIONS = ("det", "ope", "search", "sum")
 _SOURCE = "__veil_ddl_source"
@@ -118,14 +119,14 @@ def _unreferenced(
 @contextlib.contextmanager
 def rebuilding(session: Session, tables: list[exp.Table]) -> Iterator[None]:
     """Hold ``tables``' locks alone while they are rebuilt or dropped: writers wait
-    (``veil.exec.table_locks``); the design is read again once they are held."""
+    (``veil.session.table_locks``); the design is read again once they are held."""
     with exclusive(session.client.path, [t.name.lower() for t in tables]):
         session.follow_design()
         yield
 
 
 def _done(session: Session, rows: int = 0) -> Result:
-    from veil.exec.session import Result
+    from veil.session.result import Result
 
     session.reload_design()
     return Result(pa.table({}), rows)

@@ -1,18 +1,18 @@
 """What a CREATE TABLE declares beyond its columns' types: NOT NULL, DEFAULT, identity, CHECK, keys.
 
 Each is kept in the design and enforced by the client, which alone reads
-values (``veil.exec.constraints``):
+values (``veil.session.constraints``):
 
 - ``DEFAULT expr`` (constants, ``now()``, expressions of constants): the
   client's catalogue table carries it, so an INSERT that omits the column gets
   it exactly as DuckDB computes it;
 - ``serial`` / ``bigserial`` / ``smallserial`` and ``GENERATED {BY DEFAULT |
   ALWAYS} AS IDENTITY``: an omitted value is taken from a one-row counter
-  table on the server, advanced atomically as row ids are (``veil.exec.row_ids``);
+  table on the server, advanced atomically as row ids are (``veil.session.row_ids``);
   like PostgreSQL's sequences, values a rolled-back statement took are skipped;
 - ``CHECK (expr)``, on a column or the table: evaluated on every written row;
 - ``REFERENCES`` / ``FOREIGN KEY`` (ON DELETE / ON UPDATE NO ACTION, RESTRICT,
-  CASCADE, SET NULL, SET DEFAULT): ``veil.exec.references``;
+  CASCADE, SET NULL, SET DEFAULT): ``veil.session.references``;
 - ``PRIMARY KEY`` / ``UNIQUE``: ``veil.load.keys``.
 
 The declarations are checked here on a scratch DuckDB table (an unknown

@@ -8,7 +8,7 @@ A key's columns are therefore stored DET (a table created without it is
 re-encrypted with it, as ALTER does), a primary key's are NOT NULL, and the
 design lists the keys (``TableDesign.keys``) so that later rebuilds keep them.
 Writes that would repeat a key are refused by the server, inside their
-transaction, and reported as PostgreSQL's 23505 (``veil.exec.constraints``).
+transaction, and reported as PostgreSQL's 23505 (``veil.session.constraints``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from veil.design.model import DET, Column, TableDesign, opaque_name
-from veil.exec.constraints import not_null_violation, unique_violation
+from veil.session.constraints import not_null_violation, unique_violation
 from veil.sql.errors import QueryError, UnsupportedStatementError
 
 if TYPE_CHECKING:
-    from veil.exec.session import Session
+    from veil.session.session import Session
 
 
 @dataclasses.dataclass

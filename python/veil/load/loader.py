@@ -25,6 +25,10 @@ import pyarrow as pa
 import sqlglot
 
 from veil.backends import Backend, canonical_url, connect
+from veil.ciphers.blocks import blocks_schema
+from veil.ciphers.columns import BYTES_FORM, available_schemes
+from veil.ciphers.encrypt import TableEncryptor
+from veil.ciphers.hom_group import HomGroupCipher, side_schema
 from veil.crypto.hom_pool import EncryptionPool
 from veil.crypto.keys import MasterKey
 from veil.design import SUM_SCHEMES
@@ -43,17 +47,13 @@ from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import BOOL_KIND, SqlType, encode, encode_scalar
-from veil.exec.blocks import blocks_schema
-from veil.exec.ciphers import BYTES_FORM, available_schemes
-from veil.exec.clientdir import ClientDir, create_client_dir
-from veil.exec.encrypt import TableEncryptor
-from veil.exec.hom_group import HomGroupCipher, side_schema
-from veil.exec.onions import layers_rows
-from veil.exec.row_ids import counter_table
 from veil.load import ashe_widths, clusters, narrow_det, plain_size
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 from veil.load.zones import ZoneRecorder
+from veil.session.clientdir import ClientDir, create_client_dir
+from veil.session.onions import layers_rows
+from veil.session.row_ids import counter_table
 
 BATCH_ROWS = 65536
 HOM_CHUNK_PACKS = 16384  # Paillier encryptions per progress step (a few seconds' work)

@@ -23,11 +23,11 @@ import duckdb
 
 from veil.design.fresh import fresh_design
 from veil.design.model import DesignError, PhysicalDesign, TableDesign
-from veil.exec.session import Session
-from veil.exec.table_locks import exclusive
 from veil.load.loader import load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable
+from veil.session.session import Session
+from veil.session.table_locks import exclusive
 
 _SOURCE = "__veil_redesign_source"
 

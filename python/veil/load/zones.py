@@ -6,7 +6,7 @@ those are depends on how the column's values fall along the load order, and
 not only for the column that orders the table (``TableDesign.sort_by``): in
 TPC-H, lineitem ordered by ship date keeps its receipt dates (one to thirty
 days later) in as narrow blocks, so Q12's year of receipt dates reads a
-seventh of the table. The cost model (``veil.exec.cost``) prices a scan by the
+seventh of the table. The cost model (``veil.cost.model``) prices a scan by the
 blocks it reads.
 
 While the loader encrypts a table's batches in order, this records, per

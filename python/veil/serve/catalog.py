@@ -1,7 +1,7 @@
 """Catalogue queries (``pg_catalog``, ``information_schema``, ``version()``) answered on the client.
 
 The session's catalogue DuckDB holds an empty copy of every table's
-plaintext schema (``veil.exec.session``), and DuckDB serves PostgreSQL's
+plaintext schema (``veil.session.session``), and DuckDB serves PostgreSQL's
 catalogue views over it, so psql's ``\\dt`` and ``\\d``, drivers' metadata
 calls and SQLAlchemy's reflection see the user's tables and columns. Nothing
 here reaches the untrusted server. The few functions that must answer as

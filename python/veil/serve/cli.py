@@ -52,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def start(args: argparse.Namespace) -> tuple[object, object]:
     """The running server (``veil._native.WireServer``) for ``args``, and its engine."""
     from veil._native import WireServer
-    from veil.exec.clientdir import open_client_dir
     from veil.serve.engine import Engine
+    from veil.session.clientdir import open_client_dir
 
     client = open_client_dir(args.client_dir)  # a clear error before listening
     host = args.listen.rsplit(":", 1)[0].strip("[]")
@@ -109,8 +109,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_user_add(args: argparse.Namespace) -> int:
-    from veil.exec.clientdir import open_client_dir
     from veil.serve import users
+    from veil.session.clientdir import open_client_dir
 
     client = open_client_dir(args.client_dir)
     if args.password_stdin:

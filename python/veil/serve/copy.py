@@ -2,7 +2,7 @@
 
 COPY FROM's rows arrive whole (the wire server gathers the CopyData
 messages), are split into columns by pyarrow's CSV reader as text, and are
-inserted through Veil as one INSERT (``veil.exec.dml.insert_rows``: DuckDB
+inserted through Veil as one INSERT (``veil.session.dml.insert_rows``: DuckDB
 casts each text to the column's type, exactly as a plaintext COPY would
 refuse or accept it; then the rows are encrypted). COPY TO's rows leave one
 CopyData message each, as PostgreSQL sends them, their text built a whole

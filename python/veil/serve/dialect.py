@@ -26,8 +26,8 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
-from veil.exec.defaults import calls_sequences
 from veil.serve.errors import WireError
+from veil.session.defaults import calls_sequences
 from veil.sql.catalog_queries import is_system_table
 from veil.sql.parse import literal
 from veil.sql.pg_types import rewrite_pg_types

@@ -8,7 +8,7 @@ simple protocol, one with parameters under the extended one) and
 batches)``, ``("command", tag, rowcount)`` or ``("empty",)``; errors are
 ``WireError`` with a SQLSTATE.
 
-Each session is a ``veil.exec.session.Session`` of its own (its own
+Each session is a ``veil.session.session.Session`` of its own (its own
 connection to the server, local DuckDB and plan cache), so concurrent
 clients run side by side; an embedded DuckDB server file is opened once per
 process and shared by them.
@@ -29,8 +29,6 @@ from sqlglot import exp
 
 from veil import statements
 from veil.errors import VeilError
-from veil.exec.dml import returning_query
-from veil.exec.session import Session, Streamed
 from veil.load.ddl import DDL
 from veil.serve import catalog, copy, dialect, settings, text, users
 from veil.serve.errors import WireError, wire_error
@@ -42,6 +40,9 @@ from veil.serve.types import (
     oid_of_duckdb,
     parameter_value,
 )
+from veil.session.dml import returning_query
+from veil.session.result import Streamed
+from veil.session.session import Session
 from veil.sql import pg_types
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ class WireSession:
             table = spec.table
 
             def insert() -> int:
-                from veil.exec.dml import insert_rows
+                from veil.session.dml import insert_rows
 
                 types = {c.name: c.type for c in self.veil.design.tables[table].columns}
                 rows = copy.typed_rows(copy.read_rows(spec, data, names), types, self.zone)

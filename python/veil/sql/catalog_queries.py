@@ -3,7 +3,7 @@
 ``SHOW TABLES``, ``DESCRIBE t``, ``SHOW t`` and queries that read only the
 system catalogue (``information_schema.*``, ``pg_catalog.*``,
 ``duckdb_tables()``...) run on the session's catalogue DuckDB, which holds an
-empty copy of every table (``veil.exec.session``). They never reach the
+empty copy of every table (``veil.session.session``). They never reach the
 server, and they list the user's tables instead of the client's scratch ones.
 """
 

@@ -75,7 +75,7 @@ def is_repeatable(tree: exp.Expr) -> bool:
     """Whether running ``tree`` again means the same computation (its plan may be reused).
 
     A tree whose sequence calls (``nextval``) were replaced by their values
-    (``veil.exec.defaults.with_sequence_values``) is not: the next run takes new numbers.
+    (``veil.session.defaults.with_sequence_values``) is not: the next run takes new numbers.
     """
     if tree.meta.get("veil_sequences_called"):
         return False

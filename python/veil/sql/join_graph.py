@@ -61,7 +61,7 @@ def equal_columns(
     """Server columns on which ``left_column = right_column`` can be tested, if any.
 
     DET under one key (a workload's key group), else JOIN-ADJ onions re-keyed
-    into one join class (``veil.exec.onions``).
+    into one join class (``veil.session.onions``).
     """
     for scheme in (DET, JOIN):
         a, b = left.find(left_column, scheme), right.find(right_column, scheme)

@@ -59,11 +59,11 @@ class Scan:
     kept_rows: float | None = None
     # the rows its own exact server filters keep (those with a subquery aside: a join on
     # the server), as its table's scan in any statement returns them (``estimate_rows``;
-    # the cost model's, ``veil.exec.server_time``)
+    # the cost model's, ``veil.cost.server_time``)
     filtered_rows: float | None = None
     # the share of its table's rows its range filters on the column that orders the
     # table's rows (``TableDesign.sort_by``) keep: all the server need read of a table
-    # it reads in blocks with min/max (``estimate_rows``, ``veil.exec.cost``); None: all
+    # it reads in blocks with min/max (``estimate_rows``, ``veil.cost.model``); None: all
     read_share: float | None = None
     # the share of its table's zones (blocks of rows as loaded, ``veil.load.zones``) its
     # range filters can match: what a server skipping blocks by min/max reads; None: all
@@ -164,7 +164,7 @@ class Aggregation:
     With Paillier sums the statement is two-level (``packed_sums_select``) and
     the client re-aggregates its (group, pack mask) rows (``veil.exec.hom_fetch``);
     with ASHE sums the server groups by (keys, block of row ids) and the client
-    unpads and re-aggregates those rows (``veil.exec.ashe_sums``).
+    unpads and re-aggregates those rows (``veil.ciphers.ashe_sums``).
     """
 
     keys: list[str]  # plaintext key columns
@@ -354,7 +354,9 @@ class SplitPlan:
     )
     local_sql: str = field(default="", repr=False, compare=False)
     late_outputs: list[LateOutput] = field(default_factory=list)
-    # the onion layers peeled for this plan (``veil.exec.onions``), in words, for explain
+    # the onion layers peeled for this plan (``veil.session.onions``), in words, for explain
     peels: list[str] = field(default_factory=list, repr=False, compare=False)
-    # the candidate plans it was chosen from and their estimates (``veil.exec.plan_choice``)
+    # the candidate plans it was chosen from and their estimates (``veil.cost.choice``)
     choice: list[str] = field(default_factory=list, repr=False, compare=False)
+    # why the split planner gave up and fetches everything (a pass that failed), for explain
+    fallback: str | None = field(default=None, repr=False, compare=False)

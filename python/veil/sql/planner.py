@@ -7,8 +7,13 @@ the query names and run the whole query on the client, ``plan_fetch_all``):
 
 - sqlglot cannot qualify the query, or it calls a function the planner
   cannot classify (``veil.sql.functions``);
-- a pass fails: the failure is logged and the partial plan dropped, so an
-  optimisation's bug costs speed, never a wrong answer or an error.
+- a pass fails: the failure is logged, named in the plan (``SplitPlan.fallback``,
+  shown by ``veil explain``) and the partial plan dropped, so an optimisation's
+  bug costs speed, never a wrong answer or an error.
+
+A pass is known by its name (``pass_name``: its function's, which is also its
+module's); ``without`` leaves passes out by name (``veil.cost.choice`` prices
+the plans without each of its rules).
 """
 
 from __future__ import annotations
@@ -34,28 +39,44 @@ def plan_query(
     ctx: ServerContext,
     *,
     row_ids_of: str | None = None,
-    passes: tuple[Pass, ...] | None = None,
+    without: frozenset[str] = frozenset(),
 ) -> SplitPlan:
     """The split plan of ``tree`` (not modified); ``row_ids_of``: DML's target alias.
 
-    ``passes``: the planner's passes, ``PASSES`` when None (``veil.exec.plan_choice``
-    leaves one out to price the plan without its rule)."""
+    ``without``: names of passes left out (``pass_name``)."""
+    unknown = without - PASS_NAMES
+    if unknown:
+        raise ValueError(f"no planner pass is named {', '.join(sorted(unknown))}")
     qualified = (
         qualify_query(tree, design.plaintext_schema()) if isinstance(tree, exp.Query) else None
     )
     if qualified is None:
         return plan_fetch_all(tree, design, row_ids_of=row_ids_of)
     state = PlanState(qualified, design, ctx, row_ids_of)
+    step = "checking the query's functions"
     try:
         check_functions(qualified)
-        for planner_pass in PASSES if passes is None else passes:
-            state = planner_pass(state)
+        for planner_pass in PASSES:
+            if pass_name(planner_pass) not in without:
+                step = f"pass {pass_name(planner_pass)}"
+                state = planner_pass(state)
     except Exception as exc:  # any failure of an optimisation: do it the safe way
-        log.info("split planning failed (%s: %s); the client runs the query", type(exc), exc)
-        return plan_fetch_all(tree, design, row_ids_of=row_ids_of)
+        reason = f"{step} failed ({type(exc).__name__}: {exc})"
+        log.info("split planning: %s; the client runs the query", reason)
+        fallback = plan_fetch_all(tree, design, row_ids_of=row_ids_of)
+        fallback.fallback = reason
+        return fallback
     return SplitPlan(
         list(state.scans.values()), state.query, pushdown=True, late_outputs=state.late_outputs
     )
+
+
+def pass_name(planner_pass: Pass) -> str:
+    """A pass's name: its function's (and its module's, ``veil.sql.passes``)."""
+    return planner_pass.__name__
+
+
+PASS_NAMES = frozenset(pass_name(p) for p in PASSES)
 
 
 def plan_fetch_all(

@@ -378,7 +378,7 @@ def _ashe_blocks(
     FROM t_li WHERE ... GROUP BY c_rf, c_rid >> 6
 
     Every sum adds at most 64 ciphertexts, so the client recovers it exactly
-    mod 2**64 (``veil.exec.ashe_sums``); one block's rows of a group share its
+    mod 2**64 (``veil.ciphers.ashe_sums``); one block's rows of a group share its
     mask, so each row costs the client two PRF calls per run of ids.
     """
     sums = table.sums
@@ -467,7 +467,7 @@ def _packed_sums(inner: exp.Select, aggregation: Aggregation, table: TableDesign
     Full packs of a group share the all-ones mask, so a group gets one
     product for them and one per distinct partial mask, in each chunk of
     ``2^summand_bits`` packs: no product multiplies more packs than the
-    slots' headroom allows (``veil.exec.hom_group``), and the client adds
+    slots' headroom allows (``veil.ciphers.hom_group``), and the client adds
     the chunks' sums.
     """
     group = table.hom
@@ -522,7 +522,7 @@ def delete_rows_statement(table: TableDesign, row_ids: Sequence[object]) -> exp.
     """Delete the rows with these (public) row ids; returns the ids of the rows it deleted.
 
     Fewer ids back than were asked for means another client rewrote or
-    deleted some of these rows first (``veil.exec.dml`` then writes nothing).
+    deleted some of these rows first (``veil.session.dml`` then writes nothing).
     """
     condition = exp.column(table.row_id).isin(*[param(r) for r in row_ids])
     deleted = exp.delete(exp.to_table(table.server_name)).where(condition)
@@ -534,7 +534,7 @@ def flip_row_ids_statement(table: TableDesign, row_ids: Sequence[object]) -> exp
     """Map these rows' ids to ``-id - 1`` (run twice: back), returning the ids it changed.
 
     A write that leaves rows as they were, to lock them in the transaction
-    (``veil.exec.references``): the ids never collide (live ones are >= 0), and
+    (``veil.session.references``): the ids never collide (live ones are >= 0), and
     the change is a real write, which DuckDB's conflict check sees.
     """
     row_id = exp.column(table.row_id)
@@ -545,7 +545,7 @@ def flip_row_ids_statement(table: TableDesign, row_ids: Sequence[object]) -> exp
     return update
 
 
-# -- blocks of rows (``veil.exec.blocks``) -------------------------------------------
+# -- blocks of rows (``veil.ciphers.blocks``) -------------------------------------------
 
 BLOCK_COLUMNS = ("c", "first_id", "row_count", "payload")
 

@@ -29,7 +29,7 @@ UNKNOWN = 0.5  # a filter the statistics say nothing about
 # ``IN (subquery)``: the share of rows whose key a subquery returns, guessed (its rows are
 # not estimated). A subquery used so picks few keys (TPC-H SF 1: Q20's parts 1%, Q18's
 # orders 0.004%), so its ``NOT IN`` keeps most rows (Q16's suppliers 99.95%); one tenth,
-# as the planner guesses for bind filters' keys (``veil.exec.cost.BIND_KEPT``)
+# as the planner guesses for bind filters' keys (``veil.cost.model.BIND_KEPT``)
 SUBQUERY_KEYS = 0.1
 UNKNOWN_RANK = -1.0  # ``fraction_below`` without statistics
 _FLIPPED: dict[type[exp.Expr], type[exp.Expr]] = {

@@ -1,5 +1,5 @@
 """Bytes per fetched row, estimated from the design: what the planner and the cost model
-count a statement's result by (``pushdown_joins``, ``veil.exec.cost``)."""
+count a statement's result by (``pushdown_joins``, ``veil.cost.model``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Pass: how many rows each plain scan's statement returns, from the load's statistics.
 
-The cost model (``veil.exec.cost``) prices a statement by the rows it returns.
+The cost model (``veil.cost.model``) prices a statement by the rows it returns.
 The server's optimizer estimates them over ciphertexts, where DuckDB's
 estimates of filtered scans are often far off (one row for a range on an OPE
 column); the client's statistics of the plaintext (``veil.sql.selectivity``:

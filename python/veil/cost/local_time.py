@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from sqlglot import exp
 
-from veil.exec.server_time import AGGREGATE_SHARE, Work, spilled_share
+from veil.cost.server_time import AGGREGATE_SHARE, Work, spilled_share
 
 # a GROUP BY key the load has no distinct count for (a derived table's column)
 _UNKNOWN_DISTINCT = 100.0

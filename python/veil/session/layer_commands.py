@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from veil.design.model import DET, JOIN, OPE, RND, TableDesign
 from veil.design.policy import PolicyError, checked_layer, rank
-from veil.exec.clientdir import open_client_dir
-from veil.exec.onions import REVEALS, Peel, peel_layers
+from veil.session.clientdir import open_client_dir
+from veil.session.onions import REVEALS, Peel, peel_layers
 
 if TYPE_CHECKING:
-    from veil.exec.session import Session
+    from veil.session.session import Session
 
 
 def manual_peel(session: Session, table: str, column: str, scheme: str) -> dict[str, object] | None:

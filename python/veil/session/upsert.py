@@ -9,10 +9,10 @@ query, equality pushed down), then decides here, in its local DuckDB:
 - otherwise DO NOTHING drops it, and DO UPDATE rewrites the stored row with
   the SET expressions (``excluded`` is the new row), if the WHERE clause holds.
 
-``veil.exec.dml`` then writes the updated and inserted rows in one
+``veil.session.dml`` then writes the updated and inserted rows in one
 transaction. Another client may insert one of the keys in between: the
 unique index then refuses the write, nothing is written, and the statement
-runs again, as a serialization failure (``veil.exec.dml._again``).
+runs again, as a serialization failure (``veil.session.dml._again``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.design.model import TableDesign
-from veil.exec.defaults import default_value, is_default
+from veil.session.defaults import default_value, is_default
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.parse import literal
 

@@ -11,7 +11,7 @@ does at the end of each statement:
 - a deleted (or re-keyed) parent row must not be referenced any more; the
   client asks the child table, inside the transaction, after its own delete.
 
-The hold (``veil.exec.row_locks.hold_keys``) lasts until commit. On
+The hold (``veil.session.row_locks.hold_keys``) lasts until commit. On
 PostgreSQL it is FOR KEY SHARE, as PostgreSQL's own foreign keys take: a
 concurrent delete of the parent waits and then finds the new child, while
 writers of children of one parent do not wait for each other. DuckDB has no
@@ -23,21 +23,18 @@ writers of children of one parent retry: the price of checking on the client.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
 from veil.design.model import PhysicalDesign, Reference, TableDesign
-from veil.exec.matching import matching_rows
-from veil.exec.row_locks import Locks
-from veil.exec.upsert import key_filters
+from veil.session.context import SessionContext
+from veil.session.matching import matching_rows
+from veil.session.row_locks import Locks
+from veil.session.upsert import key_filters
 from veil.sql.errors import ForeignKeyViolationError, QueryError
 from veil.sql.parse import literal
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
 
 _KEYS, _MINUS, _ORDINAL = "__veil_fk_rows", "__veil_fk_minus", "__veil_fk_n"
 _CHUNK = 500  # changed keys per statement of an action
@@ -86,7 +83,7 @@ def referencing(design: PhysicalDesign, table: str) -> list[tuple[TableDesign, R
 # -- checked (INSERT, UPDATE, DELETE) -----------------------------------------------------
 
 
-def parent_locks(session: Session, table: TableDesign, rows: pa.Table) -> Locks:
+def parent_locks(session: SessionContext, table: TableDesign, rows: pa.Table) -> Locks:
     """Refuse ``rows`` (to be written to ``table``) if one names a missing parent row;
     else the parent rows to hold in the write's transaction (``row_locks.hold_keys``)."""
     locks: Locks = []
@@ -116,7 +113,7 @@ def parent_locks(session: Session, table: TableDesign, rows: pa.Table) -> Locks:
 
 
 def check_unreferenced(
-    session: Session, table: TableDesign, old: pa.Table, new: pa.Table | None = None
+    session: SessionContext, table: TableDesign, old: pa.Table, new: pa.Table | None = None
 ) -> None:
     """Carry out the referencing tables' ON DELETE / ON UPDATE actions for the rows of
     ``table`` a write deleted (``old``, ``new`` None) or rewrote (``old``: the key columns
@@ -139,7 +136,9 @@ def check_unreferenced(
             )
 
 
-def _referenced(session: Session, child: TableDesign, reference: Reference, keys: pa.Table) -> bool:
+def _referenced(
+    session: SessionContext, child: TableDesign, reference: Reference, keys: pa.Table
+) -> bool:
     """Whether a row of ``child`` names one of ``keys`` (parent columns) by ``reference``."""
     named = keys.rename_columns(reference.columns)
     for where in key_filters([reference.columns], named):
@@ -150,7 +149,7 @@ def _referenced(session: Session, child: TableDesign, reference: Reference, keys
 
 
 def _act(
-    session: Session,
+    session: SessionContext,
     child: TableDesign,
     reference: Reference,
     action: str,
@@ -160,8 +159,6 @@ def _act(
     """CASCADE, SET NULL or SET DEFAULT on the rows of ``child`` naming a key ``old`` rows
     had: each a DELETE or UPDATE of ``child`` run through Veil in this transaction, so
     its own constraints and foreign keys (further actions) apply in turn."""
-    from veil.exec.dml import run_dml  # dml calls this module
-
     pairs = _changed(session.local, reference.parent_columns, old, new)
     if not len(pairs):
         return
@@ -176,7 +173,7 @@ def _act(
             else:
                 values = _new_values(reference, action, pairs.slice(start, _CHUNK))
                 statement = exp.update(child.name, values).where(where)
-            run_dml(session, statement)
+            session.write(statement)
 
 
 def _new_values(reference: Reference, action: str, pairs: pa.Table) -> dict[str, object]:

@@ -12,7 +12,7 @@ The server cannot compute new ciphertexts, so the client does the work:
   row ids. Every server column of a row, precomputed ones included, is
   rebuilt from the new plaintext row, so they stay consistent.
 
-Row ids come from the table's counter on the server (``veil.exec.row_ids``),
+Row ids come from the table's counter on the server (``veil.session.row_ids``),
 taken before the write's transaction begins: fresh for every row written,
 INSERT and UPDATE alike, and disjoint between clients writing at once. ASHE
 pads are one-time, so an id is never used twice. A Paillier row's slot is
@@ -39,7 +39,6 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -47,21 +46,21 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.backends.base import OLD_KEY, BackendError, DuplicateKeyError
+from veil.ciphers.encrypt import TableEncryptor
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
-from veil.exec import references, upsert
-from veil.exec.constraints import check_rows, constraint_error, unique_violation
-from veil.exec.defaults import catalog_column, default_value, is_default, number_rows
-from veil.exec.encrypt import TableEncryptor
-from veil.exec.fetch import FetchStats, run_remote
-from veil.exec.matching import matching_rows
-from veil.exec.row_ids import allocate
-from veil.exec.row_locks import hold_keys
+from veil.exec.server import FetchStats, run_remote
+from veil.session import references, upsert
+from veil.session.constraints import check_rows, constraint_error, unique_violation
+from veil.session.context import SessionContext
+from veil.session.defaults import catalog_column, default_value, is_default, number_rows
+from veil.session.matching import matching_rows
+from veil.session.onions import lock_layers
+from veil.session.result import Result
+from veil.session.row_ids import allocate
+from veil.session.row_locks import hold_keys
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.remote import delete_rows_statement
-
-if TYPE_CHECKING:
-    from veil.exec.session import Result, Session
 
 _DELETE_CHUNK = 1000
 _VALUES_VIEW = "__veil_insert_rows"
@@ -77,7 +76,7 @@ _RETURNED = "__veil_returned_rows"
 _TWIN = "__veil_upsert_rows"
 
 
-def run_dml(session: Session, tree: exp.Expr) -> Result:
+def run_dml(session: SessionContext, tree: exp.Expr) -> Result:
     ctes = tree.args.get("with_")
     if ctes is not None and any(
         c.this.find(exp.Insert, exp.Update, exp.Delete) for c in ctes.expressions
@@ -146,7 +145,7 @@ def _plain_assignments(table: TableDesign, tree: exp.Update) -> exp.Update:
     return rewritten
 
 
-def _retried(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Result:
+def _retried(session: SessionContext, tree: exp.Expr, run: Callable[[], Result]) -> Result:
     """``run()`` in the user's terms (a declared key's duplicate: 23505), see ``_again``."""
     try:
         return _again(session, tree, run)
@@ -154,7 +153,7 @@ def _retried(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Res
         raise unique_violation(_target(session, tree.this)) from None
 
 
-def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Result:
+def _again(session: SessionContext, tree: exp.Expr, run: Callable[[], Result]) -> Result:
     """``run()``, from the start again while its write collides with another client's.
 
     Each failed attempt wrote nothing (its transaction rolled back). A peel
@@ -199,7 +198,7 @@ def _again(session: Session, tree: exp.Expr, run: Callable[[], Result]) -> Resul
 
 
 def _check(
-    session: Session, tree: exp.Expr, read: str | None = None, before: str | None = None
+    session: SessionContext, tree: exp.Expr, read: str | None = None, before: str | None = None
 ) -> pa.Table | None:
     """Reject, with DuckDB's reason, every statement DuckDB itself would reject.
 
@@ -225,7 +224,7 @@ def _check(
         catalog.execute("ROLLBACK")
 
 
-def _target(session: Session, node: exp.Expr) -> TableDesign:
+def _target(session: SessionContext, node: exp.Expr) -> TableDesign:
     table = node.this if isinstance(node, exp.Schema) else node
     if not isinstance(table, exp.Table):
         raise QueryError("DML needs a plain table name as its target")
@@ -236,9 +235,7 @@ def _target(session: Session, node: exp.Expr) -> TableDesign:
     return session.design.table(table.name)
 
 
-def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -> Result:
-    from veil.exec.session import Result
-
+def _insert(session: SessionContext, tree: exp.Insert, given: pa.Table | None = None) -> Result:
     table = _target(session, tree.this)
     source = tree.expression
     stats = FetchStats()
@@ -264,11 +261,11 @@ def _insert(session: Session, tree: exp.Insert, given: pa.Table | None = None) -
     return Result(returning(session, tree, plain), len(plain), stats)
 
 
-def _upsert(session: Session, table: TableDesign, tree: exp.Insert, plain: pa.Table) -> Result:
+def _upsert(
+    session: SessionContext, table: TableDesign, tree: exp.Insert, plain: pa.Table
+) -> Result:
     """INSERT ... ON CONFLICT: the stored rows sharing a key are read, then rewritten or kept
-    (``veil.exec.upsert``), in one transaction with the rows inserted."""
-    from veil.exec.session import Result
-
+    (``veil.session.upsert``), in one transaction with the rows inserted."""
     keys = upsert.arbiters(table, tree)
     stored = _rows_sharing_keys(session, table, keys, plain)
     table = session.design.table(table.name)  # reading them may have peeled layers
@@ -296,7 +293,7 @@ def _upsert(session: Session, table: TableDesign, tree: exp.Insert, plain: pa.Ta
 
 
 def _rows_sharing_keys(
-    session: Session, table: TableDesign, keys: list[list[str]], rows: pa.Table
+    session: SessionContext, table: TableDesign, keys: list[list[str]], rows: pa.Table
 ) -> pa.Table:
     """The stored rows with one of ``keys`` equal to a row of ``rows``: columns, row id."""
     columns: list[exp.Expr] = [exp.column(c.name) for c in table.columns]
@@ -317,7 +314,7 @@ def returning_query(tree: exp.Expr) -> exp.Select | None:
     return exp.select(*(e.copy() for e in clause.expressions)).from_(source)
 
 
-def returning(session: Session, tree: exp.Expr, rows: pa.Table) -> pa.Table:
+def returning(session: SessionContext, tree: exp.Expr, rows: pa.Table) -> pa.Table:
     """What ``tree``'s RETURNING clause makes of ``rows`` (the rows it wrote); empty if none."""
     clause = tree.args.get("returning")
     if clause is None:
@@ -337,7 +334,7 @@ def returning(session: Session, tree: exp.Expr, rows: pa.Table) -> pa.Table:
 
 
 def _in_layers(
-    session: Session, table: TableDesign, rows: int, write: Callable[[int], None]
+    session: SessionContext, table: TableDesign, rows: int, write: Callable[[int], None]
 ) -> None:
     """``write(first_id)`` in one transaction, under the onion layers the server holds,
     with ``rows`` fresh row ids from ``first_id`` on, taken from the table's counter once
@@ -361,8 +358,8 @@ def _in_layers(
 
 
 @contextlib.contextmanager
-def _table_locked(session: Session, table: TableDesign) -> Iterator[None]:
-    """Hold ``table``'s write lock (``veil.exec.table_locks``) for the write's transaction.
+def _table_locked(session: SessionContext, table: TableDesign) -> Iterator[None]:
+    """Hold ``table``'s write lock (``veil.session.table_locks``) for the write's transaction.
 
     A rebuild that swapped the table's server tables before this write got the
     lock made the rows it read stale: then nothing is written and the
@@ -379,7 +376,7 @@ def _table_locked(session: Session, table: TableDesign) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _locked(session: Session, name: str) -> Iterator[None]:
+def _locked(session: SessionContext, name: str) -> Iterator[None]:
     """Hold table ``name``'s lock shared, then read the design again (a rebuild that held
     it meanwhile changed it). An autocommit statement holds its locks until its
     outermost write ends (a foreign key's action writes other tables inside it); a
@@ -414,18 +411,16 @@ class RowsChangedError(SerializationError):
         )
 
 
-def _layers_agree(session: Session, table: TableDesign) -> bool:
+def _layers_agree(session: SessionContext, table: TableDesign) -> bool:
     if not table.layers_table or not any(e.outer for e in table.encryptions):
         return True
-    from veil.exec.onions import lock_layers
-
     state = lock_layers(session, table)
     peeled = {n for n, p in zip(*(state.column(i).to_pylist() for i in (0, 1)), strict=True) if p}
     return not any(e.outer and e.name in peeled for e in table.encryptions)
 
 
 def insert_rows(
-    session: Session, table_name: str, columns: list[str] | None, rows: pa.Table
+    session: SessionContext, table_name: str, columns: list[str] | None, rows: pa.Table
 ) -> Result:
     """INSERT INTO table_name [(columns)] the rows of ``rows`` (COPY FROM's, as text)."""
     target = exp.to_table(table_name)
@@ -438,7 +433,9 @@ def insert_rows(
     return _retried(session, tree, lambda: _insert(session, tree, given=rows))
 
 
-def _rows_from(session: Session, table: TableDesign, tree: exp.Insert, rows: pa.Table) -> pa.Table:
+def _rows_from(
+    session: SessionContext, table: TableDesign, tree: exp.Insert, rows: pa.Table
+) -> pa.Table:
     """The rows ``tree`` inserts when its source returned ``rows``."""
     given = (  # positional unless BY NAME (names may repeat in a query's output)
         rows
@@ -454,7 +451,7 @@ def _rows_from(session: Session, table: TableDesign, tree: exp.Insert, rows: pa.
         session.catalog.unregister(_VALUES_VIEW)
 
 
-def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa.Table:
+def _inserted_rows(session: SessionContext, table: TableDesign, tree: exp.Insert) -> pa.Table:
     """The rows ``tree`` inserts, as DuckDB's own INSERT makes them (column lists, casts, NULLs)."""
     if tree.args.get("conflict") is not None:
         # DuckDB's ON CONFLICT may reorder the rows (and merges repeats): validated as given,
@@ -474,14 +471,14 @@ def _inserted_rows(session: Session, table: TableDesign, tree: exp.Insert) -> pa
     return rows.rename_columns([c.name for c in table.columns])
 
 
-def _fresh_ids(session: Session, table: TableDesign, count: int) -> int:
+def _fresh_ids(session: SessionContext, table: TableDesign, count: int) -> int:
     """The first of ``count`` fresh row ids (on a pack boundary for a Paillier group)."""
     align = table.hom.rows_per_ciphertext if table.hom is not None else 1
     return allocate(session.backend, table, count, align=align)
 
 
 def _write_rows(
-    session: Session,
+    session: SessionContext,
     table: TableDesign,
     plain: pa.Table,
     first_id: int,
@@ -521,14 +518,14 @@ def _write_rows(
         session.backend.append(table.blocks_table, sealed)
 
 
-def _update_rows(session: Session, table: TableDesign, changed: pa.Table) -> None:
+def _update_rows(session: SessionContext, table: TableDesign, changed: pa.Table) -> None:
     """Set the rows ``changed[OLD_KEY]`` to ``changed``'s server rows: every one, or raise."""
     updated = session.backend.update_rows(table.server_name, table.row_id, changed)
     if updated < len(changed):
         raise RowsChangedError.of(table, len(changed) - updated)
 
 
-def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
+def _delete_rows(session: SessionContext, table: TableDesign, row_ids: pa.Array) -> None:
     """Delete the rows ``row_ids`` in the current transaction: every one of them, or raise."""
     ids = row_ids.to_pylist()
     deleted = 0
@@ -539,9 +536,7 @@ def _delete_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> Non
         raise RowsChangedError.of(table, len(set(ids)) - deleted)
 
 
-def _delete(session: Session, tree: exp.Delete) -> Result:
-    from veil.exec.session import Result
-
+def _delete(session: SessionContext, tree: exp.Delete) -> Result:
     table = _target(session, tree.this)
     referenced = references.referencing(session.design, table.name)
     # what RETURNING shows, else what the referencing tables' foreign keys name
@@ -564,7 +559,7 @@ def _delete(session: Session, tree: exp.Delete) -> Result:
     return Result(returning(session, tree, deleted), len(row_ids))
 
 
-def _update(session: Session, tree: exp.Update) -> Result:
+def _update(session: SessionContext, tree: exp.Update) -> Result:
     """Read the matching rows, then rewrite them under fresh ids, in one transaction.
 
     A peel committed by another client between the read and the write may
@@ -572,8 +567,6 @@ def _update(session: Session, tree: exp.Update) -> Result:
     have changed the rows: then nothing is written (``_retried`` runs the
     statement again).
     """
-    from veil.exec.session import Result
-
     table = _target(session, tree.this)
     assigned = {a.this.name.lower(): a.expression for a in tree.expressions}  # one per column
     projections: list[exp.Expr] = [
@@ -605,7 +598,7 @@ def _update(session: Session, tree: exp.Update) -> Result:
 
 
 def rewrite_rows(
-    session: Session,
+    session: SessionContext,
     table: TableDesign,
     row_ids: pa.Array,
     rows: pa.Table,

@@ -1,6 +1,6 @@
 """What work costs on this client and this server, measured: the cost model's constants.
 
-The cost model (``veil.exec.cost``) turns a plan's estimated rows and bytes into
+The cost model (``veil.cost.model``) turns a plan's estimated rows and bytes into
 seconds. The seconds per unit come from here, not from constants in code: a
 short profile over the client directory's own server and design, run by
 ``veil calibrate CDIR`` or on first use, and kept in ``CDIR/calibration.json``.
@@ -36,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -45,19 +44,18 @@ from sqlglot import exp
 
 from veil.backends.base import Backend, quote
 from veil.backends.duckdb import DuckDBBackend
+from veil.cost.build_rate import hash_and_lookup_ns
+from veil.cost.compile_time import jit_seconds
+from veil.cost.context import CostContext
+from veil.cost.server_time import spent_by_kind, spilled_share
+from veil.cost.timing import fastest
 from veil.crypto.ashe import Ashe
 from veil.design.model import BLOCKS, DET, OPE, RND, Encryption, TableDesign, write_private
-from veil.exec.build_rate import hash_and_lookup_ns
-from veil.exec.compile_time import jit_seconds
-from veil.exec.fetch import BlockReader, FetchStats, decrypt_columns, run_remote
-from veil.exec.server_time import spent_by_kind, spilled_share
-from veil.exec.timing import fastest
+from veil.exec.decrypt import BlockReader, decrypt_columns
+from veil.exec.server import FetchStats, run_remote
 from veil.sql.errors import ClientDirectoryError
 from veil.sql.plan import RND_ROW_ID
 from veil.sql.remote import render
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
 
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_VERSION = 9  # 2: small tables' samples repeated; 3: per-operator server costs;
@@ -65,7 +63,7 @@ CALIBRATION_VERSION = 9  # 2: small tables' samples repeated; 3: per-operator se
 # 6: groups out of the caches apart; 7: probes too; 8: filters compare a stored column;
 # 9: every filter a comparison, those on bytes apart; the client's seconds per statement;
 # a result row's fetch; PostgreSQL's JIT
-SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``fetch._repeats``) to apply
+SAMPLE_ROWS = 10_000  # enough for the repeated-values path (``decrypt._repeats``) to apply
 CLASS_PREFIX = "class:"
 # what a query fetches and decrypts (SEARCH and JOIN-ADJ are matched on the server only)
 _DECRYPTABLE = (DET, OPE, RND, BLOCKS)
@@ -101,7 +99,7 @@ class Calibration:
     # nanoseconds per unit of each kind of server work (``server_time.OperatorCosts``),
     # where the backend lists its plan's operators (DuckDB); empty: priced by its cost
     operator_ns: dict[str, float] = field(default_factory=dict)
-    # the same for the local DuckDB plan (``veil.exec.local_time``), and its planning time
+    # the same for the local DuckDB plan (``veil.cost.local_time``), and its planning time
     # per node of its SQL (``local_statement_seconds`` the rest)
     local_operator_ns: dict[str, float] = field(default_factory=dict)
     local_ns_per_node: float = 0.0
@@ -171,7 +169,7 @@ def cost_class(enc: Encryption) -> str:
 
 
 def calibration_of(
-    session: Session, *, again: bool = False, progress: Callable[[str], None] | None = None
+    session: CostContext, *, again: bool = False, progress: Callable[[str], None] | None = None
 ) -> Calibration:
     """The client directory's calibration, measured now if it has none (or ``again``)."""
     path = str(session.client.path / CALIBRATION_FILE)
@@ -183,7 +181,7 @@ def calibration_of(
     return measured
 
 
-def calibrate(session: Session, progress: Callable[[str], None] | None = None) -> Calibration:
+def calibrate(session: CostContext, progress: Callable[[str], None] | None = None) -> Calibration:
     """Measure every figure of a ``Calibration`` on ``session``'s client and server."""
     say = progress or (lambda _: None)
     backend = session.backend
@@ -255,7 +253,7 @@ def calibrate(session: Session, progress: Callable[[str], None] | None = None) -
     )
 
 
-def _per_row(session: Session, per_byte: float) -> float:
+def _per_row(session: CostContext, per_byte: float) -> float:
     """Seconds per result row beyond its bytes: the largest table's row ids fetched at two
     lengths (the difference in rows, less its bytes' cost, over the rows)."""
     tables = [t for t in session.design.tables.values() if t.row_count >= 2 * SAMPLE_ROWS]
@@ -275,7 +273,7 @@ def _per_row(session: Session, per_byte: float) -> float:
     return max(extra / (rows2 - rows1), 0.0)
 
 
-def _step_seconds(session: Session) -> float:
+def _step_seconds(session: CostContext) -> float:
     """The client's seconds around one statement of a query: a one-row fetch from the
     smallest table run as a query, less the time its stats give the server, decrypting
     and the local plan (the median of a few runs)."""
@@ -312,7 +310,7 @@ def _per_byte(fetches: list[tuple[int, float]]) -> float:
     return float(seconds.sum()) / total if total else 1e-9
 
 
-def _fetchable(session: Session) -> list[tuple[TableDesign, Encryption]]:
+def _fetchable(session: CostContext) -> list[tuple[TableDesign, Encryption]]:
     """Every stored column a query may fetch and decrypt."""
     return [
         (table, enc)
@@ -322,7 +320,7 @@ def _fetchable(session: Session) -> list[tuple[TableDesign, Encryption]]:
     ]
 
 
-def _sample(session: Session, table: TableDesign, enc: Encryption) -> tuple[pa.Table, float]:
+def _sample(session: CostContext, table: TableDesign, enc: Encryption) -> tuple[pa.Table, float]:
     """Up to ``SAMPLE_ROWS`` stored values of ``enc`` (with row ids), and the fetch's seconds."""
     columns = [exp.column(table.stored_column(enc))]
     if enc.row_bound:
@@ -338,7 +336,7 @@ def _repeated(sample: pa.Table) -> pa.Table:
     Timed alone, nation's 25 keys cost 27 µs a value (the call's fixed cost
     over 25 values), and the model priced Q9's 320K joined rows of n_name at
     ten times the query; repeated, they take the dictionary path
-    (``fetch._repeats``) a joined fetch takes.
+    (``decrypt._repeats``) a joined fetch takes.
     """
     if sample.num_rows >= SAMPLE_ROWS:
         return sample
@@ -346,7 +344,7 @@ def _repeated(sample: pa.Table) -> pa.Table:
     return pa.concat_tables([sample] * copies).slice(0, SAMPLE_ROWS).combine_chunks()
 
 
-def _server_seconds_per_cost(session: Session, statement: float) -> float:
+def _server_seconds_per_cost(session: CostContext, statement: float) -> float:
     """Seconds per unit of the server's estimate, on a filtered scan of the largest table."""
     tables = [t for t in session.design.tables.values() if t.row_count > 0]
     if not tables:
@@ -367,7 +365,7 @@ def _server_seconds_per_cost(session: Session, statement: float) -> float:
     return max(seconds - statement, 1e-6) / max(cost, 1.0)
 
 
-def _operator_ns(session: Session, statement: float) -> dict[str, float]:
+def _operator_ns(session: CostContext, statement: float) -> dict[str, float]:
     """Nanoseconds per unit of each kind of server work, and per result byte (``"byte"``).
 
     Each statement is profiled: its operators' rows and the time each took
@@ -601,7 +599,7 @@ def _local_planning() -> tuple[float, float]:
         con.close()
 
 
-def _ashe_ns_per_run(session: Session) -> float:
+def _ashe_ns_per_run(session: CostContext) -> float:
     """Unpadding one word's sums of 64-id blocks, half their ids summed at random, per run of
     summed ids (a run costs its two ends' pads, whatever its length); a throwaway key."""
     blocks = np.arange(_ASHE_BLOCKS, dtype=np.int64)

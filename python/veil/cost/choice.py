@@ -7,7 +7,7 @@ decrypt an IN-subquery's keys only once grouped, keep keys that are only
 compared as ciphertexts. When the design has been calibrated (``veil calibrate``,
 or a first ``veil explain --analyze``), the planner also builds the plans in
 which one of those rules is left out, and the always-correct fetch-everything
-plan, prices each with the cost model (``veil.exec.cost``) and keeps the
+plan, prices each with the cost model (``veil.cost.model``) and keeps the
 cheapest. The rules' plan stays unless another is estimated at most
 ``_MARGIN`` of its cost: the model's errors (bind filters it cannot see, the
 server's guesses over ciphertexts) must not trade a good plan for a slightly
@@ -17,7 +17,7 @@ than fetching everything.
 Off with ``VEIL_PLANNER=rules``; without a calibration the rules' plan is
 used as it is (a first query must not wait for a calibration). Choosing costs
 one server ``EXPLAIN`` per statement of each candidate, once per query text
-(plans are cached, ``veil.exec.plan_cache``), so a rules' plan estimated
+(plans are cached, ``veil.session.plan_cache``), so a rules' plan estimated
 under ``_WORTH_CHOOSING`` (half a second) is kept without pricing the others.
 """
 
@@ -27,29 +27,17 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from veil.cost.calibration import CALIBRATION_FILE, Calibration
+from veil.cost.context import CostContext
+from veil.cost.model import estimate_plan, plan_steps
 from veil.design.model import PhysicalDesign
 from veil.errors import ParameterError
-from veil.exec.calibration import CALIBRATION_FILE, Calibration
-from veil.exec.cost import estimate_plan, plan_steps
-from veil.sql import planner
-from veil.sql.passes.compare_ciphertexts import compare_ciphertexts
-from veil.sql.passes.decrypt_late import decrypt_late
-from veil.sql.passes.plan_bind_filters import plan_bind_filters
-from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
-from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
-from veil.sql.passes.pushdown_joins import pushdown_joins
-from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
-from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.plan import JoinedFetch, SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import joined_statement, scan_statement
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +49,16 @@ _MARGIN = 0.6
 # parameter value of a query) would cost more than it could save
 _WORTH_CHOOSING = 0.5
 # the rules each candidate leaves out, in words for explain
+# (pass names: ``veil.sql.planner.pass_name``)
 _WITHOUT = {
-    "no server joins": pushdown_joins,
-    "no server aggregates": pushdown_aggregates,
-    "no grouped server joins": pushdown_join_aggregates,
-    "no server subqueries": pushdown_subqueries,
-    "no semi-join reductions": reduce_joins,
-    "no bind filters": plan_bind_filters,
-    "no late decryption": decrypt_late,
-    "keys decrypted": compare_ciphertexts,
+    "no server joins": "pushdown_joins",
+    "no server aggregates": "pushdown_aggregates",
+    "no grouped server joins": "pushdown_join_aggregates",
+    "no server subqueries": "pushdown_subqueries",
+    "no semi-join reductions": "reduce_joins",
+    "no bind filters": "plan_bind_filters",
+    "no late decryption": "decrypt_late",
+    "keys decrypted": "compare_ciphertexts",
 }
 
 
@@ -88,7 +77,7 @@ def planner_policy() -> str:
     return policy
 
 
-def choose_plan(session: Session, tree: exp.Expr, design: PhysicalDesign) -> SplitPlan:
+def choose_plan(session: CostContext, tree: exp.Expr, design: PhysicalDesign) -> SplitPlan:
     """The cheapest of the candidate plans of ``tree`` (a query), by the cost model."""
     policy = planner_policy()
     rules = plan_query(tree, design, session)
@@ -111,13 +100,13 @@ def choose_plan(session: Session, tree: exp.Expr, design: PhysicalDesign) -> Spl
     return chosen.plan
 
 
-def _calibration(session: Session) -> Calibration | None:
+def _calibration(session: CostContext) -> Calibration | None:
     found = Calibration.load(str(Path(session.client.path) / CALIBRATION_FILE))
     return found if found is not None and found.server == session.backend.dialect else None
 
 
 def _candidates(
-    session: Session,
+    session: CostContext,
     tree: exp.Expr,
     design: PhysicalDesign,
     rules: SplitPlan,
@@ -126,8 +115,7 @@ def _candidates(
 ) -> list[Candidate]:
     plans: list[tuple[str, SplitPlan]] = []
     for name, left_out in _WITHOUT.items():
-        passes = tuple(p for p in planner.PASSES if p is not left_out)
-        plan = plan_query(tree, design, session, passes=passes)
+        plan = plan_query(tree, design, session, without=frozenset({left_out}))
         if plan.pushdown and _differs(plan, rules):
             plans.append((name, plan))
     plans.append(("fetch everything", plan_fetch_all(tree, design)))

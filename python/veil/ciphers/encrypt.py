@@ -2,7 +2,7 @@
 
 Used by the loader and by DML: evaluate each server column's source (a column,
 or a per-row expression evaluated by an in-process DuckDB), encode, encrypt
-column-wise. Row ids are sequential (``veil.exec.row_ids``): the caller gives
+column-wise. Row ids are sequential (``veil.session.row_ids``): the caller gives
 the first id of the batch.
 
 Values outside a column's declared domain are refused here, before anything
@@ -13,7 +13,7 @@ precomputed DET/OPE value is the mark just beyond the expression's domain on
 the value's side (so comparisons with any value of the type stay right, and
 decoding it fails, which sends a query reading it to the client, where DuckDB
 reports its overflow), or NULL where int64 has no room for the mark; its HOM
-row sets the group's (encrypted) overflow flag (``veil.exec.hom_group``).
+row sets the group's (encrypted) overflow flag (``veil.ciphers.hom_group``).
 """
 
 from __future__ import annotations
@@ -25,28 +25,16 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from veil.ciphers.ashe_sums import AsheSumsCipher
+from veil.ciphers.blocks import block_columns, block_key, seal_blocks
+from veil.ciphers.columns import ColumnCipher, RowBoundCipher, column_cipher
+from veil.ciphers.sources import Sources
 from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, sentinels
 from veil.design.model import BLOCKS, Encryption, TableDesign
 from veil.encoding import encode
-from veil.exec.ashe_sums import AsheSumsCipher
-from veil.exec.blocks import block_columns, block_key, seal_blocks
-from veil.exec.ciphers import ColumnCipher, RowBoundCipher, column_cipher
 
 _BATCH_VIEW = "__veil_plain_batch"
-
-
-class Sources(dict[str, pa.Array | pa.ChunkedArray]):
-    """Each column and per-row expression of a batch, by source text.
-
-    ``overflow[source]`` marks the rows whose expression DuckDB could not
-    compute: +1 / -1 for a value beyond the type's top / bottom, 0 elsewhere
-    (those rows hold NULL).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.overflow: dict[str, np.ndarray] = {}
 
 
 class TableEncryptor:

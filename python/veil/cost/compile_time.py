@@ -12,12 +12,10 @@ the seconds per function are measured here.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from veil.backends.base import quote
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
+from veil.cost.context import CostContext
 
 _RUNS = 5
 # the settings that make a small statement compile as a large one would (``jit_seconds``)
@@ -31,7 +29,7 @@ _JIT_SETTINGS = {
 }
 
 
-def jit_seconds(session: Session) -> dict[str, float]:
+def jit_seconds(session: CostContext) -> dict[str, float]:
     """Seconds per function the server's JIT compiles, ``plain`` and ``optimized``: a small
     aggregate run under ``EXPLAIN ANALYZE`` with the thresholds set to compile it, its
     compile time over its functions (the least of a few runs). Empty where the server

@@ -7,22 +7,18 @@ locks the rows it read.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.design.model import TableDesign
-from veil.exec.fetch import FetchStats
+from veil.exec.server import FetchStats
+from veil.session.context import SessionContext
 from veil.sql.plan import ROW_ID
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
 
 
 def matching_rows(
-    session: Session,
+    session: SessionContext,
     table: TableDesign,
     projections: list[exp.Expr],
     where: exp.Expr | None,
@@ -59,7 +55,7 @@ def matching_rows(
     return found.take(first.take(pc.array_sort_indices(first)))
 
 
-def with_row_ids(session: Session, select: exp.Select, alias: str) -> pa.Table:
+def with_row_ids(session: SessionContext, select: exp.Select, alias: str) -> pa.Table:
     """``select``'s rows, each with the row id of its row of the FROM table ``alias``."""
     session.describe(select)
     plan = session.plan(select, row_ids_of=alias)

@@ -6,7 +6,7 @@ statement each, plus the blocks a BLOCKS column reads) of
 - server time: from the backend optimizer's own plan of the statement
   (``Backend.estimate``). Where it lists its operators and the calibration
   priced each kind of work (DuckDB), their work with the planner's rows
-  (``veil.exec.server_time``) plus the time planning it takes; else its cost
+  (``veil.cost.server_time``) plus the time planning it takes; else its cost
   units (PostgreSQL's) times the calibrated seconds per unit. Plus one
   statement's round trip;
 - transfer: the result's bytes (estimated rows times each fetched column's
@@ -17,7 +17,7 @@ statement each, plus the blocks a BLOCKS column reads) of
 plus the local DuckDB plan: the fetched rows times its calibrated cost per row.
 The rows a statement returns are the smaller of the server's estimate and the
 planner's from the load's statistics (``estimate_rows``, ``pushdown_joins``). The
-constants come from ``veil.exec.calibration``. A step thinned by run-time bind
+constants come from ``veil.cost.calibration``. A step thinned by run-time bind
 filters keeps a guessed ``BIND_KEPT`` of its rows (their keys are known only once
 their sources are fetched).
 """
@@ -25,20 +25,17 @@ their sources are fetched).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from veil.backends.base import BackendError, Estimate
+from veil.cost.calibration import Calibration
+from veil.cost.context import CostContext
+from veil.cost.local_time import local_work
+from veil.cost.server_time import OperatorCosts, Work, plan_work
 from veil.design.model import DET
-from veil.exec.calibration import Calibration
-from veil.exec.local_time import local_work
-from veil.exec.server_time import OperatorCosts, Work, plan_work
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
 from veil.sql.selectivity import ashe_pairs, ashe_runs, distinct_rows
 from veil.sql.widths import encryption_width
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
 
 # the share of a step's rows its bind filters keep, guessed: their keys exist only once
 # their sources are fetched (TPC-H SF 1: Q20's lineitem keeps 1%, Q18's orders 0.004%,
@@ -116,7 +113,7 @@ def plan_steps(plan: SplitPlan) -> list[tuple[int, str, Scan | JoinedFetch]]:
 
 
 def estimate_plan(
-    session: Session, plan: SplitPlan, calibration: Calibration, bandwidth: float | None = None
+    session: CostContext, plan: SplitPlan, calibration: Calibration, bandwidth: float | None = None
 ) -> PlanCost:
     """The estimated cost of running ``plan`` (``bandwidth``: a network link's bits/s)."""
     everywhere = _filtered(plan.scans)  # reduction partners' tables are scanned elsewhere
@@ -128,7 +125,7 @@ def estimate_plan(
 
 
 def _local_seconds(plan: SplitPlan, steps: list[StepCost], calibration: Calibration) -> float:
-    """The local plan's time (``veil.exec.local_time``): its late subqueries over their
+    """The local plan's time (``veil.cost.local_time``): its late subqueries over their
     scans' rows, then the plan over every fetched table, plus planning it."""
     costs = OperatorCosts.from_ns(calibration.local_operator_ns)
     if costs is None:  # a calibration without local operator costs: a pass per row
@@ -170,7 +167,7 @@ def _distinct(owners: dict[str, Scan], name: str, column: str) -> float | None:
 
 
 def _step_cost(
-    session: Session,
+    session: CostContext,
     key: int,
     label: str,
     step: Scan | JoinedFetch,

@@ -258,7 +258,7 @@ class BytesForm:
 
     def unpacked(self, stored: pa.Array) -> tuple[pa.Array, ColumnCipher]:
         """The int64 ciphertexts, and the cipher of those: equal exactly when the
-        binaries are, and hashed twice as fast (``veil.exec.fetch.decrypt_values``)."""
+        binaries are, and hashed twice as fast (``veil.exec.decrypt.decrypt_values``)."""
         return as_int64(stored), self._inner
 
     def encrypt_one(self, encoded: int | bytes) -> int | bytes:
@@ -275,7 +275,7 @@ class OrderedBytesForm:
     order: ranges, MIN/MAX and ORDER BY work unchanged, and a server that
     dictionary-compresses binaries stores a column of few distinct values
     (dates) in a fraction of 8 bytes a row. (Such columns repeat, so the fetch
-    path decrypts their distinct values only: ``veil.exec.fetch._repeats``.)
+    path decrypts their distinct values only: ``veil.exec.decrypt._repeats``.)
     """
 
     def __init__(self, inner: ColumnCipher):

@@ -24,7 +24,7 @@ import pyarrow as pa
 from veil.backends import Backend
 from veil.backends.base import BackendError, WriteConflictError
 from veil.design.model import TableDesign
-from veil.exec.fetch import FetchStats, run_remote
+from veil.exec.server import FetchStats, run_remote
 from veil.sql.remote import ID_COUNTER_COLUMN, allocate_ids_statement
 
 # DuckDB reports a concurrent update of the counter row as a conflict: retry.

@@ -21,22 +21,17 @@ fails with ``RowsLockedError`` (SQLSTATE 40001).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.design.model import TableDesign
 from veil.errors import SerializationError
-from veil.exec.fetch import FetchStats, run_remote
-from veil.exec.matching import with_row_ids
+from veil.exec.server import FetchStats, run_remote
+from veil.session.context import SessionContext
+from veil.session.matching import with_row_ids
 from veil.sql.errors import QueryError, UnsupportedStatementError
 from veil.sql.remote import flip_row_ids_statement, param
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
-
 
 Locks = list[tuple[TableDesign, pa.Array]]  # rows to lock: their table, their row ids
 
@@ -45,7 +40,7 @@ class RowsLockedError(SerializationError):
     """Rows a statement read were deleted or rewritten before it could lock them."""
 
 
-def lock_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
+def lock_rows(session: SessionContext, table: TableDesign, row_ids: pa.Array) -> None:
     """Lock the rows ``row_ids`` of ``table`` exclusively until the current transaction ends."""
     listed = pc.unique(row_ids).to_pylist()
     if not listed:
@@ -59,7 +54,7 @@ def lock_rows(session: Session, table: TableDesign, row_ids: pa.Array) -> None:
     run_remote(back, session.backend, FetchStats())
 
 
-def hold_keys(session: Session, locks: Locks) -> None:
+def hold_keys(session: SessionContext, locks: Locks) -> None:
     """Keep the rows ``locks`` names from being deleted or re-keyed until the current
     transaction ends: FOR KEY SHARE on PostgreSQL, else an exclusive lock."""
     for table, row_ids in locks:
@@ -90,7 +85,7 @@ def _check_found(table: TableDesign, found: pa.Table, listed: list[object]) -> N
         )
 
 
-def lock_selected(session: Session, tree: exp.Select) -> exp.Select:
+def lock_selected(session: SessionContext, tree: exp.Select) -> exp.Select:
     """``SELECT ... FOR UPDATE / FOR SHARE``: lock the rows it selects (inside a
     transaction), then return the query without its locking clause, to run."""
     query = tree.copy()

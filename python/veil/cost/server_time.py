@@ -8,7 +8,7 @@ times a scanned row's expression (Q16's ``COUNT(DISTINCT)``: 25 ms for
 ms), while a scan that zone maps let skip most of a table costs little.
 
 So each kind of work has its own calibrated seconds (``OperatorCosts``,
-measured by ``veil.exec.calibration`` from profiled statements on the
+measured by ``veil.cost.calibration`` from profiled statements on the
 client directory's own server): a row through one expression (a scan's
 filters on every row it reads, its columns on the rows they keep, a
 projection's computed items), a row probing a hash

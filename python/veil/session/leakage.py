@@ -27,8 +27,8 @@ from veil.design.model import (
     TableDesign,
 )
 from veil.design.policy import Policy
-from veil.exec.onions import REVEALS, Peel, wanted_peels
-from veil.exec.session import Session
+from veil.session.onions import REVEALS, Peel, wanted_peels
+from veil.session.session import Session
 from veil.sql.parse import parse_statement
 
 CLASSES = (RND, DET, OPE)

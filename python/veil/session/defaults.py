@@ -4,7 +4,7 @@ A DEFAULT is computed by the client's catalogue, whose table carries it
 (``catalog_column``), when it runs the INSERT to compute its
 rows; an identity column's catalogue column has none, so the rows that omit
 it come back null and ``number_rows`` gives them the next values of the
-column's server counter, taken atomically (``veil.exec.row_ids.allocate``):
+column's server counter, taken atomically (``veil.session.row_ids.allocate``):
 concurrent inserts get distinct numbers, and a statement that fails skips
 the numbers it took, as PostgreSQL's sequences do.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import weakref
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -21,14 +20,12 @@ from sqlglot import exp
 
 from veil.design.model import Column, TableDesign
 from veil.errors import DomainError
-from veil.exec.constraints import not_null_violation
-from veil.exec.fetch import FetchStats, run_remote
-from veil.exec.row_ids import allocate
+from veil.exec.server import FetchStats, run_remote
+from veil.session.constraints import not_null_violation
+from veil.session.context import SessionContext
+from veil.session.row_ids import allocate
 from veil.sql.errors import GeneratedAlwaysError, QueryError, UnsupportedStatementError
 from veil.sql.remote import ID_COUNTER_COLUMN
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
 
 
 def catalog_column(column: Column) -> str:
@@ -68,7 +65,9 @@ def default_value(table: TableDesign, column: Column) -> exp.Expr:
     return exp.maybe_parse(column.default, dialect="duckdb")
 
 
-def number_rows(session: Session, table: TableDesign, tree: exp.Insert, rows: pa.Table) -> pa.Table:
+def number_rows(
+    session: SessionContext, table: TableDesign, tree: exp.Insert, rows: pa.Table
+) -> pa.Table:
     """``rows`` (what ``tree`` inserts) with their omitted identity values numbered."""
     for column in (c for c in table.columns if c.identity):
         omitted = _omitted(tree, table, column, len(rows))
@@ -144,7 +143,7 @@ def sequence_name(table: str, column: str) -> str:
     return f"{table}_{column}_seq"
 
 
-def sequence_column(session: Session, name: str) -> tuple[TableDesign, Column]:
+def sequence_column(session: SessionContext, name: str) -> tuple[TableDesign, Column]:
     """The identity column whose sequence is ``name`` (``[public.]t_c_seq``)."""
     bare = name.split(".")[-1].strip('"').lower()
     for table in session.design.tables.values():
@@ -159,7 +158,7 @@ def calls_sequences(tree: exp.Expr) -> bool:
     return any(_sequence_call(node) for node in tree.find_all(exp.Anonymous))
 
 
-def with_sequence_values(session: Session, tree: exp.Expr) -> exp.Expr:
+def with_sequence_values(session: SessionContext, tree: exp.Expr) -> exp.Expr:
     """``tree`` with each sequence function's call replaced by its value, in the order
     PostgreSQL evaluates them (VALUES row by row), each ``nextval`` taking one number.
 
@@ -197,7 +196,7 @@ def _constant(node: exp.Expr, what: str) -> object:
     raise UnsupportedStatementError(f"{what} must be a constant (or a parameter)")
 
 
-def _sequence_value(session: Session, node: exp.Anonymous) -> exp.Expr:
+def _sequence_value(session: SessionContext, node: exp.Anonymous) -> exp.Expr:
     name = str(node.this).lower()
     args = [_constant(a, f"an argument of {name}()") for a in node.expressions]
     if name == "pg_get_serial_sequence":
@@ -224,7 +223,7 @@ def _sequence_value(session: Session, node: exp.Anonymous) -> exp.Expr:
     return exp.cast(exp.Literal.number(current[key]), exp.DataType.build("BIGINT"))
 
 
-def restart(session: Session, column: Column, next_value: int) -> None:
+def restart(session: SessionContext, column: Column, next_value: int) -> None:
     """Make ``next_value`` the next number ``column``'s counter hands out; at once, outside
     any transaction, as PostgreSQL's setval (its sequences are not transactional)."""
     backend = session.backend.autonomous() if session.backend.in_transaction else session.backend
@@ -234,7 +233,7 @@ def restart(session: Session, column: Column, next_value: int) -> None:
     run_remote(update, backend, FetchStats())
 
 
-def restart_statement(session: Session, sql: str) -> bool:
+def restart_statement(session: SessionContext, sql: str) -> bool:
     """``ALTER TABLE t ALTER [COLUMN] c RESTART [[WITH] n]`` or ``ALTER SEQUENCE s RESTART
     [[WITH] n]``, run; False if ``sql`` is neither. (Without WITH: from 1.)"""
     found = _RESTART.match(sql)

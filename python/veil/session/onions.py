@@ -33,19 +33,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends.base import BackendError, quote
+from veil.ciphers.columns import JoinCipher, column_cipher, layer_form, layer_key
+from veil.ciphers.encrypt import rnd_context
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.design.model import DET, JOIN, OPE, Encryption, PhysicalDesign, TableDesign
 from veil.design.policy import Policy
-from veil.designer.workload import analyse_tree
-from veil.exec.ciphers import JoinCipher, column_cipher, layer_form, layer_key
-from veil.exec.encrypt import rnd_context
-from veil.exec.fetch import FetchStats, run_remote
+from veil.exec.server import FetchStats, run_remote
+from veil.session.context import SessionContext
 from veil.sql.remote import (
     LAYER_COLUMN,
     LAYER_KEY,
@@ -63,9 +63,7 @@ from veil.sql.remote import (
     render,
     set_aside_index_statement,
 )
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
+from veil.sql.workload import analyse_tree
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -185,7 +183,7 @@ def peeled_view(design: PhysicalDesign, adjustments: list[Adjustment]) -> Physic
 
 
 def peel_layers(
-    session: Session, adjustments: list[Adjustment], reason: str
+    session: SessionContext, adjustments: list[Adjustment], reason: str
 ) -> list[dict[str, object]]:
     """Make the adjustments on the server, then record them in the design; returns log events.
 
@@ -226,7 +224,7 @@ def peel_layers(
 
 
 def _rekey(
-    session: Session, wanted: Rekey, reason: str, rewritten: set[str]
+    session: SessionContext, wanted: Rekey, reason: str, rewritten: set[str]
 ) -> list[dict[str, object]]:
     table = session.design.tables[wanted.table]
     enc = table.onion_of(wanted.column, JOIN)
@@ -260,7 +258,7 @@ def _event(
     }
 
 
-def reconcile(session: Session) -> list[Adjustment]:
+def reconcile(session: SessionContext) -> list[Adjustment]:
     """Repair the design where the server has adjusted a layer the design has not recorded."""
     missed: list[Adjustment] = []
     for table in session.design.tables.values():
@@ -288,7 +286,7 @@ def reconcile(session: Session) -> list[Adjustment]:
     return missed
 
 
-def _holder(session: Session, key: str) -> tuple[str, str]:
+def _holder(session: SessionContext, key: str) -> tuple[str, str]:
     """A column whose JOIN onion is under the key with id ``key``."""
     for table in session.design.tables.values():
         for enc in table.encryptions:
@@ -319,7 +317,9 @@ def layers_rows(table: TableDesign, master: MasterKey) -> pa.Table:
 
 
 @contextmanager
-def _indexes_set_aside(session: Session, table: TableDesign, columns: list[str]) -> Iterator[None]:
+def _indexes_set_aside(
+    session: SessionContext, table: TableDesign, columns: list[str]
+) -> Iterator[None]:
     """Drop the indexes over ``columns`` that the server builds faster than it updates in
     place (``Backend.indexes_to_rebuild``: DuckDB's), and build them again after the ``with``
     block, whatever happened in it. Each dropped index has a row in the layers table until it
@@ -344,7 +344,9 @@ def _indexes_set_aside(session: Session, table: TableDesign, columns: list[str])
         _retry(partial(_rebuild_indexes, session, table, indexes))
 
 
-def _rebuild_indexes(session: Session, table: TableDesign, indexes: list[tuple[str, str]]) -> None:
+def _rebuild_indexes(
+    session: SessionContext, table: TableDesign, indexes: list[tuple[str, str]]
+) -> None:
     backend = session.backend
     with backend.transaction():
         for name, create in indexes:
@@ -352,7 +354,9 @@ def _rebuild_indexes(session: Session, table: TableDesign, indexes: list[tuple[s
             run_remote(index_rebuilt_statement(table, name), backend, FetchStats())
 
 
-def lock_layers(session: Session, table: TableDesign, enc: Encryption | None = None) -> pa.Table:
+def lock_layers(
+    session: SessionContext, table: TableDesign, enc: Encryption | None = None
+) -> pa.Table:
     """Lock the layers row of ``enc`` (every row: None) until the transaction ends, and
     return the rows (column, peeled, key). Every peel and re-key of a column, and every
     write to its table, takes it first: a write and a peel then never interleave (the
@@ -362,7 +366,9 @@ def lock_layers(session: Session, table: TableDesign, enc: Encryption | None = N
     return run_remote(flip_back, session.backend, FetchStats())
 
 
-def _locked_state(session: Session, table: TableDesign, enc: Encryption) -> tuple[bool, str | None]:
+def _locked_state(
+    session: SessionContext, table: TableDesign, enc: Encryption
+) -> tuple[bool, str | None]:
     state = lock_layers(session, table, enc)
     if state.num_rows != 1:
         raise BackendError(
@@ -372,7 +378,9 @@ def _locked_state(session: Session, table: TableDesign, enc: Encryption) -> tupl
     return bool(state.column(1)[0].as_py()), state.column(2)[0].as_py()
 
 
-def _peel_on_server(session: Session, table: TableDesign, encs: list[Encryption]) -> set[str]:
+def _peel_on_server(
+    session: SessionContext, table: TableDesign, encs: list[Encryption]
+) -> set[str]:
     """One transaction: the layers come off, but for those the server says are off already.
 
     Returns the server columns this call peeled.
@@ -397,7 +405,7 @@ def _peel_on_server(session: Session, table: TableDesign, encs: list[Encryption]
 
 
 def _rekey_on_server(
-    session: Session, table: TableDesign, enc: Encryption, onto: Encryption
+    session: SessionContext, table: TableDesign, enc: Encryption, onto: Encryption
 ) -> bool:
     """One transaction: re-key ``enc`` onto ``onto``'s key unless the server says it is."""
     backend, master = session.backend, session.master
@@ -423,7 +431,7 @@ def _rekey_on_server(
 
 
 def _rewrite(
-    session: Session,
+    session: SessionContext,
     table: TableDesign,
     update: Callable[[], exp.Update],
     copy: Callable[[list[str]], exp.Select],
@@ -439,13 +447,15 @@ def _rewrite(
         run_remote(update(), backend, FetchStats())
 
 
-def _join_cipher(session: Session, enc: Encryption) -> JoinCipher:
+def _join_cipher(session: SessionContext, enc: Encryption) -> JoinCipher:
     cipher = column_cipher(session.master, dataclasses.replace(enc, params={}))
     assert isinstance(cipher, JoinCipher)
     return cipher
 
 
-def _record(session: Session, adjustments: list[Adjustment], event: dict[str, object]) -> None:
+def _record(
+    session: SessionContext, adjustments: list[Adjustment], event: dict[str, object]
+) -> None:
     """Apply the adjustments to the design on disk (under the directory's lock), then log."""
     client = session.client
     with client.design_lock():

@@ -15,20 +15,16 @@ costs a second rate, from the same join with hash joins off.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from veil.backends.base import quote
+from veil.cost.context import CostContext
+from veil.cost.server_time import plan_work
+from veil.cost.timing import fastest
 from veil.design.model import DET
-from veil.exec.server_time import plan_work
-from veil.exec.timing import fastest
-
-if TYPE_CHECKING:
-    from veil.exec.session import Session
 
 _MIN_ROWS = 100_000  # smaller tables' hash tables stay in the caches: nothing to measure
 
 
-def hash_and_lookup_ns(session: Session, statement: float, per_cost: float) -> dict[str, float]:
+def hash_and_lookup_ns(session: CostContext, statement: float, per_cost: float) -> dict[str, float]:
     """Nanoseconds per built row past the caches (``build``) and per index lookup of a
     nested loop (``lookup``: the same join with hash joins off), beyond the cost units;
     empty where the server prices no plan's nodes, or no table has a near-unique DET key
@@ -68,7 +64,9 @@ def hash_and_lookup_ns(session: Session, statement: float, per_cost: float) -> d
     return found
 
 
-def _rate(session: Session, sql: str, statement: float, per_cost: float, kind: str) -> float | None:
+def _rate(
+    session: CostContext, sql: str, statement: float, per_cost: float, kind: str
+) -> float | None:
     """Nanoseconds per unit of ``kind``'s work in ``sql`` beyond its cost units; None where
     the server prices no plan's nodes."""
     backend = session.backend

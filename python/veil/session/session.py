@@ -14,8 +14,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,20 +23,26 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends import Backend, connect_existing, n_square_bytes
+from veil.ciphers.cache import CipherCache
+from veil.cost.choice import choose_plan
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
-from veil.exec.clientdir import ClientDir, open_client_dir
-from veil.exec.defaults import catalog_column, restart_statement, with_sequence_values
-from veil.exec.fetch import CipherCache, FetchStats, run_joined, run_scan
+from veil.exec.fetch import run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
 from veil.exec.local_duckdb import local_duckdb
-from veil.exec.plan_cache import CachedPlan, PlanCache, plan_key
-from veil.exec.plan_choice import choose_plan
-from veil.exec.table_locks import SharedLocks
+from veil.exec.server import FetchStats
+from veil.session.clientdir import ClientDir, open_client_dir
+from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
+from veil.session.dml import run_dml
+from veil.session.onions import has_wrapped, peel_layers, peeled_view, reconcile, wanted_peels
+from veil.session.plan_cache import CachedPlan, PlanCache, plan_key
+from veil.session.result import STREAM_BATCH_ROWS, Result, Streamed, duckdb_message
+from veil.session.row_locks import lock_selected
+from veil.session.table_locks import SharedLocks
 from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import (
     ActiveTransactionError,
@@ -57,62 +62,6 @@ log = logging.getLogger(__name__)
 _IDLE, _OPEN, _FAILED = "idle", "open", "failed"  # an explicit transaction's states
 _UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?: Did you mean "([^"]+)"\?)?')
 T = TypeVar("T")
-
-
-@dataclass
-class Result:
-    """A statement's outcome: rows for queries, a row count for DML."""
-
-    table: pa.Table
-    rowcount: int
-    stats: FetchStats = field(default_factory=FetchStats)
-    plan: SplitPlan | None = None
-
-
-STREAM_BATCH_ROWS = 16_384
-
-
-class Streamed:
-    """A query's result as record batches; ``close`` (or reading to the end) frees the session."""
-
-    def __init__(
-        self,
-        names: list[str],
-        reader: pa.RecordBatchReader,
-        release: Callable[[], None],
-        stats: FetchStats,
-    ):
-        self.names, self.reader, self.stats = names, reader, stats
-        self._release: Callable[[], None] | None = release
-        fields = list(reader.schema)
-        if len(names) == len(fields):
-            fields = [f.with_name(n) for f, n in zip(fields, names, strict=True)]
-        self.schema = pa.schema(fields)
-        self._finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None
-
-    def finish(self, schema: pa.Schema, finish: Callable[[pa.RecordBatch], pa.RecordBatch]) -> None:
-        """Apply ``finish`` to each batch (result columns decrypted late), of ``schema``."""
-        self.schema = pa.schema(
-            [f.with_type(t.type) for f, t in zip(self.schema, schema, strict=True)]
-        )
-        self._finish = finish
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        try:
-            for batch in self.reader:
-                if self._finish is not None:
-                    batch = self._finish(batch)
-                yield pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
-        except duckdb.Error as exc:
-            raise QueryError(_duckdb_message(exc)) from None
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._release is not None:
-            self.reader.close()
-            self._release()
-            self._release = None
 
 
 class Session:
@@ -140,7 +89,7 @@ class Session:
         self.catalog = local_duckdb(external_access=external_access)
         self._views: set[str] = set()  # local views over registered tables, dropped with them
         self._transaction = _IDLE  # an explicit transaction's state (BEGIN ... COMMIT)
-        # tables this session writes in its transaction (``veil.exec.table_locks``)
+        # tables this session writes in its transaction (``veil.session.table_locks``)
         self.table_locks = SharedLocks(self.client.path)
         self.writes_running = 0  # nested: a foreign key's action inside its statement's write
         self._owners: dict[str, TableDesign] = {}
@@ -160,8 +109,6 @@ class Session:
 
     def _reconcile(self) -> None:
         """Layers a crashed peel took off on the server come off the design too."""
-        from veil.exec.onions import has_wrapped, reconcile
-
         if has_wrapped(self.design):
             reconcile(self)
 
@@ -230,7 +177,7 @@ class Session:
                 "the statement was cancelled; nothing it would have changed was changed"
             ) from None
         except duckdb.Error as exc:
-            raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
+            raise QueryError(self._in_user_terms(duckdb_message(exc))) from None
         except Exception as exc:
             log.exception("internal error running %r", sql)
             raise InternalError(
@@ -333,18 +280,13 @@ class Session:
             table = self.catalog.sql(tree.sql(dialect="duckdb")).to_arrow_table()
             return Result(table, len(table))
         if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
-            from veil.exec.dml import run_dml
-
-            self.plans.clear()  # before: a failed statement may have written some packs
-            return run_dml(self, tree)
+            return self.write(tree)
         if not isinstance(tree, exp.Query | exp.Pivot):
             raise UnsupportedStatementError(
                 f"Veil runs queries (SELECT, WITH, set operations, PIVOT) and INSERT/UPDATE/DELETE; "
                 f"not {tree.key.upper()} statements"
             )
         if isinstance(tree, exp.Select) and tree.args.get("locks"):
-            from veil.exec.row_locks import lock_selected
-
             return self.query(lock_selected(self, tree))  # never cached: it locks each time
         planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
         result = self._answer(planned)
@@ -365,6 +307,11 @@ class Session:
         """Refuse ``tree`` if it reaches for the trusted side (``veil.sql.sandbox``)."""
         catalog = catalog or reads_only_catalog(tree)
         check_tree(tree, catalog=catalog, external_access=self.external_access and not catalog)
+
+    def write(self, tree: exp.Insert | exp.Update | exp.Delete) -> Result:
+        """Run an INSERT, UPDATE or DELETE (a foreign key's action runs its own this way)."""
+        self.plans.clear()  # before: a failed statement may have written some packs
+        return run_dml(self, tree)
 
     def query(self, tree: exp.Expr) -> Result:
         return self._answer(CachedPlan(self.describe(tree), self.plan(tree), tree))
@@ -388,8 +335,6 @@ class Session:
 
     def _layers_moved(self, stamp: int) -> bool:
         """Has the design changed since ``stamp`` while it holds onions (a peel elsewhere)?"""
-        from veil.exec.onions import has_wrapped
-
         return has_wrapped(self.design) and _stamp(self.client.design_path) != stamp
 
     def _fallback(self, planned: CachedPlan, exc: Exception, stats: FetchStats) -> Result:
@@ -425,8 +370,6 @@ class Session:
         ``peel=False`` (``veil explain``) peels nothing: the plan is the one
         the query would get after its peels, which ``SplitPlan.peels`` lists.
         """
-        from veil.exec.onions import has_wrapped, peel_layers, peeled_view, wanted_peels
-
         self._encoded.clear()
         design, peels = self.design, []
         if has_wrapped(design):
@@ -455,7 +398,7 @@ class Session:
         try:
             rows = self.catalog.execute(f"DESCRIBE {tree.sql(dialect='duckdb')}").fetchall()
         except duckdb.Error as exc:
-            raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
+            raise QueryError(self._in_user_terms(duckdb_message(exc))) from None
         return [str(r[0]) for r in rows]
 
     def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
@@ -466,7 +409,7 @@ class Session:
             try:
                 table = self.local.sql(self._local_sql(plan)).to_arrow_table()
             except duckdb.Error as exc:
-                raise QueryError(self._in_user_terms(_duckdb_message(exc))) from None
+                raise QueryError(self._in_user_terms(duckdb_message(exc))) from None
             stats.local_seconds += time.perf_counter() - started
             if plan.late_outputs:
                 started, server_before = time.perf_counter(), stats.server_seconds
@@ -659,16 +602,6 @@ def _stamp(path: Path) -> int:
         return path.stat().st_mtime_ns
     except FileNotFoundError:
         return 0
-
-
-def _duckdb_message(exc: duckdb.Error) -> str:
-    """DuckDB's message without its quote of the statement it ran.
-
-    That statement is Veil's rewrite (``DESCRIBE ...``, a local plan), not the
-    user's: its ``LINE 1:`` excerpt and caret would point at the wrong text.
-    """
-    text = str(exc).split("\nLINE ")[0]
-    return " ".join(text.split())
 
 
 HOM_PUSHDOWN_CHOICES = ("auto", "always", "never")

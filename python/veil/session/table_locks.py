@@ -8,7 +8,7 @@ transactions writing the table, a rebuild holds the table's lock exclusively
 and every write holds it shared from its write until its transaction ends
 (the statement's end in autocommit). A writer that gets the lock after a
 rebuild swapped the design wrote nothing yet: it sees the new design and
-runs its statement again (``veil.exec.dml``).
+runs its statement again (``veil.session.dml``).
 
 The locks are advisory file locks (``flock``) in the client directory, so
 they order every process and thread using it (``veil serve`` connections, the

@@ -1,0 +1,69 @@
+"""A session's column ciphers, each made once (deriving keys is not free)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from veil.ciphers.ashe_sums import AsheSumsCipher
+from veil.ciphers.blocks import block_key
+from veil.ciphers.columns import ColumnCipher, column_cipher
+from veil.ciphers.encrypt import rnd_context
+from veil.ciphers.hom_group import HomGroupCipher
+from veil.crypto.keys import MasterKey
+from veil.crypto.rowblocks import RowBlocks
+from veil.design.fresh import DATA_STATISTICS
+from veil.design.model import AsheSums, Encryption, HomGroup, TableDesign
+
+
+class CipherCache:
+    """Column ciphers of one session, made once (key derivation is not free)."""
+
+    def __init__(self, master: MasterKey):
+        self._master = master
+        self._ciphers: dict[tuple[str, str, str], ColumnCipher] = {}
+        self._groups: dict[tuple[str, str], HomGroupCipher] = {}
+        self._sums: dict[tuple[str, str], AsheSumsCipher] = {}
+        self._blocks: dict[tuple[str, str], RowBlocks] = {}
+
+    def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
+        # keyed by what the cipher is made of, not only by name: a designer's candidate
+        # encryption may share a live one's name without its load-time form (narrow
+        # DET, the bytes form); a cipher made for it would encrypt the live column's
+        # constants wrongly (TPC-H Q13's LIKE flag matched no row after a design run)
+        key = (table.server_name, encryption.name, _made_of(encryption))
+        if key not in self._ciphers:
+            context = rnd_context(table, encryption)
+            self._ciphers[key] = column_cipher(self._master, encryption, context)
+        return self._ciphers[key]
+
+    def group(self, table: TableDesign) -> HomGroupCipher:
+        """The cipher of the table's packed HOM group."""
+        assert table.hom is not None
+        key = (table.server_name, _made_of(table.hom))
+        if key not in self._groups:
+            self._groups[key] = HomGroupCipher(self._master, table.hom)
+        return self._groups[key]
+
+    def blocks(self, table: TableDesign, encryption: Encryption) -> RowBlocks:
+        """The key of a BLOCKS column."""
+        key = (table.server_name, encryption.name)
+        if key not in self._blocks:
+            self._blocks[key] = block_key(self._master, table, encryption)
+        return self._blocks[key]
+
+    def ashe(self, table: TableDesign) -> AsheSumsCipher:
+        """The ASHE keys of the table's summed expressions."""
+        assert table.sums is not None
+        key = (table.server_name, _made_of(table.sums))
+        if key not in self._sums:
+            self._sums[key] = AsheSumsCipher(self._master, table.sums)
+        return self._sums[key]
+
+
+def _made_of(part: Encryption | HomGroup | AsheSums) -> str:
+    """What a cipher is derived from, as text: a design part without its statistics."""
+    if isinstance(part, Encryption):  # on every column of every query: kept cheap
+        params = sorted((k, repr(v)) for k, v in part.params.items() if k not in DATA_STATISTICS)
+        return repr((part.scheme, part.type, part.key_scope, part.source, params))
+    return json.dumps(asdict(part), sort_keys=True, default=str)

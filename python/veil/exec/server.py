@@ -1,0 +1,92 @@
+"""Running RemoteSQL statements on the server, counting each one's time and bytes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.backends import Backend
+from veil.sql.remote import render
+
+
+@dataclass
+class StepRun:
+    """What one plan step (a scan, or a server join) took and returned: its statements
+    (with the blocks they read) and the decryption of their rows."""
+
+    statements: int = 0
+    rows: int = 0
+    bytes: int = 0
+    server_seconds: float = 0.0
+    decrypt_seconds: float = 0.0
+
+
+@dataclass
+class FetchStats:
+    """Where a query's time and bytes went (``veil demo``, ``explain --analyze``, benchmarks)."""
+
+    statements: int = 0
+    bytes_received: int = 0
+    server_seconds: float = 0.0
+    decrypt_seconds: float = 0.0
+    local_seconds: float = 0.0
+    remote_sql: list[str] = field(default_factory=list)
+    steps: dict[int, StepRun] = field(default_factory=dict)  # by id of the scan / server join
+    step: int | None = None  # the step whose statements run now
+
+    def decrypted(self, started: float, server_before: float) -> None:
+        """Count the time since ``started`` as decryption, less the statements run meanwhile
+        (a BLOCKS column's blocks), which count as the server's."""
+        seconds = time.perf_counter() - started
+        self.decrypt_seconds += seconds
+        if self.step is not None:
+            during = self.server_seconds - server_before
+            self.steps[self.step].decrypt_seconds += max(0.0, seconds - during)
+
+
+# Rendered statements kept by a plan, by id of the scan or server join they fetch
+Rendered = dict[int, tuple[str, list[object]]]
+
+
+def run_remote(statement: exp.Expression, backend: Backend, stats: FetchStats) -> pa.Table:
+    """Run one RemoteSQL statement, counting its time and bytes."""
+    return _run_rendered(render(statement, backend), backend, stats)
+
+
+def run_kept(
+    key: int,
+    build: Callable[[], exp.Expression],
+    kept: Rendered | None,
+    backend: Backend,
+    stats: FetchStats,
+) -> pa.Table:
+    """Run a plan's statement, rendered once: ``kept`` (None: this run's filters change it)."""
+    if kept is None:
+        return run_remote(build(), backend, stats)
+    if key not in kept:
+        kept[key] = render(build(), backend)
+    return _run_rendered(kept[key], backend, stats)
+
+
+def _run_rendered(
+    rendered: tuple[str, list[object]], backend: Backend, stats: FetchStats
+) -> pa.Table:
+    sql, params = rendered
+    started = time.perf_counter()
+    fetched = backend.execute(sql, params or None)
+    seconds = time.perf_counter() - started
+    stats.server_seconds += seconds
+    stats.statements += 1
+    stats.bytes_received += fetched.nbytes
+    stats.remote_sql.append(sql)
+    if stats.step is not None:
+        step = stats.steps.setdefault(stats.step, StepRun())
+        step.statements += 1
+        step.rows += fetched.num_rows
+        step.bytes += fetched.nbytes
+        step.server_seconds += seconds
+    return fetched
