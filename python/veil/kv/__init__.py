@@ -1,9 +1,10 @@
 """MiniCrypt: encrypted, compressed key-value packs over unmodified stores.
 
 ``veil.kv.open(url, key_file, mode=...)`` returns a :class:`Store`; see
-:mod:`veil.kv.store` and ``docs/kv.md``.
+:mod:`veil.kv.open_store` and ``docs/kv.md``.
 """
 
-from veil.kv.store import Store, open
+from veil.kv.open_store import open
+from veil.kv.store import Store
 
 __all__ = ["Store", "open"]

@@ -69,7 +69,7 @@ from veil.kv.hooks import (
 )
 from veil.kv.keys import Key
 from veil.kv.packs import Batch, batched
-from veil.kv.store import Store, _value
+from veil.kv.store import Store, checked_value
 
 ROW_KIND = b"row"
 LIVE, TOMBSTONE = b"\x00", b"\x01"
@@ -128,7 +128,7 @@ class AppendStore(Store):
 
     # -- writes ---------------------------------------------------------------
     def put(self, key: Key, value: bytes) -> None:
-        self._append(self._encode_for_write(key), LIVE + _value(value))
+        self._append(self._encode_for_write(key), LIVE + checked_value(value))
 
     def delete(self, key: Key) -> None:
         encoded = self._encode(key, writing=False)
@@ -141,7 +141,7 @@ class AppendStore(Store):
         A table with no pack size yet takes it from this batch (merges need it).
         """
         pairs = list(items.items() if isinstance(items, Mapping) else items)
-        encoded = [(self._encode_for_write(key), _value(value)) for key, value in pairs]
+        encoded = [(self._encode_for_write(key), checked_value(value)) for key, value in pairs]
         self._prepare_batch(sorted(dict(encoded).items()))
         for key, value in encoded:
             self._append(key, LIVE + value)

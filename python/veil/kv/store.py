@@ -1,15 +1,9 @@
-"""``veil.kv.open``: a MiniCrypt store over SQLite or Cassandra.
+"""A MiniCrypt table in GENERIC mode (paper §5): the :class:`Store` that ``veil.kv.open`` returns.
 
->>> with veil.kv.open("sqlite:///tmp/kv.db", "veil.key") as store:   # doctest: +SKIP
-...     store.put(42, b"hello")
-...     store.get(42)
-b'hello'
-
-Keys are 64-bit signed integers or byte strings (one type per table); values
-are bytes. ``mode="generic"`` allows any write (paper §5); ``mode="append"``
-makes puts single inserts into epochs that clients merge into packs in the
-background (§6). See ``docs/kv.md`` for the protocols and what the server
-learns.
+Every write goes to its pack: a put or delete rewrites the pack that holds the
+key, a bulk load cuts sorted keys into packs. The APPEND mode
+(:mod:`veil.kv.append`) subclasses it; :mod:`veil.kv.open_store` opens either.
+See ``docs/kv.md`` for the protocols and what the server learns.
 
 Thread safety: a store may be shared by the threads of one process (each call
 is a self-contained protocol run; the backend serialises its connection).
@@ -21,25 +15,22 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from os import PathLike
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 
-from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
+from veil.crypto.keys import KeyLabel, MasterKey
 from veil.errors import ParameterError
 from veil.kv import catalog
-from veil.kv.backends import KVBackend, open_backend
+from veil.kv.backends import KVBackend
 from veil.kv.cache import PackCache
-from veil.kv.codec import codec_id, pad_tiers
 from veil.kv.dictionary import MIN_DICTIONARY_ROWS, Dictionaries, block_compressor, refresh
-from veil.kv.envelope import DICTIONARY_CODEC, Envelope
+from veil.kv.envelope import Envelope
 from veil.kv.keys import Key, decode_keys, encode_key, encoded_kind, key_kind
 from veil.kv.layout import Layout, bucket_bits_for
 from veil.kv.packs import Batch, PackTable
 from veil.kv.packsize import choose_blocked, choose_pack_rows
 
 DEFAULT_PACK_ROWS = 50
-DEFAULT_EPOCH_SECONDS = 10.0
 DEFAULT_PACK_CACHE = 1024  # packs; memory ~ this x one pack's plaintext
 # Range results: keys decoded per numpy pass. A pass costs ~10 us however
 # few keys it takes; a 1,000-key range of debian-packages took 1.107 ms of CPU
@@ -47,7 +38,6 @@ DEFAULT_PACK_CACHE = 1024  # packs; memory ~ this x one pack's plaintext
 DECODE_KEYS = 1024
 AUTO_COMPACT_ROWS = 10_000  # a bulk load at least this large checks the file's waste
 AUTO_COMPACT_SECONDS = 60.0  # and at most once a minute per store
-MODES = ("generic", "append")
 
 
 class Store:
@@ -127,7 +117,7 @@ class Store:
 
     def put(self, key: Key, value: bytes) -> None:
         """Set ``key`` to ``value``."""
-        encoded, value = self._encode_for_write(key), _value(value)
+        encoded, value = self._encode_for_write(key), checked_value(value)
         self._prepare_batch([(encoded, value)])
         self.packs.write(encoded, value)
 
@@ -140,7 +130,7 @@ class Store:
     def put_many(self, items: Iterable[tuple[Key, bytes]] | Mapping[Key, bytes]) -> None:
         """Bulk load: sort, cut into packs, write (later duplicates win)."""
         pairs = items.items() if isinstance(items, Mapping) else items
-        encoded = {self._encode_for_write(k): _value(v) for k, v in pairs}
+        encoded = {self._encode_for_write(k): checked_value(v) for k, v in pairs}
         if encoded:
             self._prepare_batch(sorted(encoded.items()))
             self.packs.write_many(encoded)
@@ -322,123 +312,8 @@ class Store:
         self._adopt(catalog.load_config(self.backend, self._base, wanted, self.table))
 
 
-def open(
-    url: str,
-    key_file: str | PathLike[str] | MasterKey,
-    mode: str = "generic",
-    *,
-    pack_rows: int | None = None,
-    block_rows: int | None = None,
-    compression: str = "zlib",
-    table: str = "default",
-    padding: str | Sequence[int] | None = None,
-    prf_pack_ids: bool = False,
-    partitions: int | None = None,
-    passphrase: str | None = None,
-    background: bool = True,
-    epoch_seconds: float | None = None,
-    clock: Callable[[], float] | None = None,
-    client_id: str | None = None,
-    pack_cache: int = DEFAULT_PACK_CACHE,
-    auto_compact: bool = True,
-) -> Store:
-    """Open (creating if needed) the MiniCrypt table ``table`` at ``url``.
-
-    ``pack_rows`` is the target keys per pack, fixed when the table is
-    created; packs split past 1.5 x that. ``block_rows`` (with
-    ``compression="zstd-dict"``): rows per independently compressed block of
-    a pack, the most a point read inflates (default: chosen with the pack
-    size, or ``pack_rows`` when that is given). Without ``pack_rows``, the first batch written
-    chooses it from the data: the smallest pack whose compression reaches 90%
-    of the whole batch's, within a 64 KiB read cap (:mod:`veil.kv.packsize`;
-    a first write of a single key takes the default, 50). ``padding`` pads every
-    compressed pack to a size tier (``"pow2"`` or a list of byte sizes).
-    ``prf_pack_ids`` hides keys behind pseudorandom packIDs (GENERIC mode
-    only; no range queries). ``partitions`` overrides the backend's number of
-    hash partitions for a new table. APPEND-mode options: ``epoch_seconds``
-    (epoch length, default 10, fixed when the table is created; must exceed
-    the time keys may arrive out of order plus client clock drift), ``background`` (run merges and epoch management in a
-    background thread; tests turn it off and call ``maintain()``), ``clock``
-    and ``client_id`` (for tests). ``pack_cache`` is how many opened packs
-    this client keeps in memory (0 = none; see :mod:`veil.kv.cache`).
-    ``auto_compact`` (default on): after a bulk load of 10,000 keys or more and
-    after APPEND merges, compact the database when the backend finds more than
-    15% of it free or unused (SQLite ``VACUUM``; at most once a minute).
-    """
-    if mode not in MODES:
-        raise ParameterError(f"unknown mode {mode!r}; use 'generic' or 'append'")
-    if prf_pack_ids and mode != "generic":
-        raise ParameterError("pseudorandom packIDs are supported only in GENERIC mode (§2.5)")
-    for name, rows in (("pack_rows", pack_rows), ("block_rows", block_rows)):
-        if rows is not None and rows < 1:
-            raise ParameterError(f"{name} must be at least 1, got {rows}")
-    if compression != DICTIONARY_CODEC:
-        codec_id(compression)  # reject unknown names before touching the store
-    tiers = pad_tiers(padding)
-    master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file, passphrase)
-    backend = open_backend(url)
-    try:
-        catalog.check_fingerprint(backend, master)
-        spread = (partitions or backend.default_partitions) > 1 and not prf_pack_ids
-        # Given a pack size but no data, the keys' spacing is unknown: dense keys.
-        bits = bucket_bits_for(pack_rows) if pack_rows is not None and spread else None
-        wanted = catalog.TableConfig(
-            mode=mode,
-            pack_rows=pack_rows,
-            partitions=partitions or backend.default_partitions,
-            prf_pack_ids=prf_pack_ids,
-            epoch_seconds=epoch_seconds or DEFAULT_EPOCH_SECONDS,
-            block_rows=block_rows,
-            bucket_bits=bits,
-        )
-        base = catalog.physical_base(master, table)
-        config = catalog.load_config(backend, base, wanted, table)
-        if config.pack_rows is None and pack_rows is not None:  # created without, not yet chosen
-            config = catalog.record_pack_rows(
-                backend, base, lambda: (pack_rows, block_rows, None, bits)
-            )
-        _check_fixed(table, config, pack_rows=pack_rows, epoch_seconds=epoch_seconds)
-        envelope = Envelope(master.derive(KeyLabel("kv-pack", table)), table, compression, tiers)
-        if mode == "generic":
-            return Store(
-                backend,
-                master,
-                table,
-                config,
-                envelope,
-                pack_cache=pack_cache,
-                auto_compact=auto_compact,
-            )
-        from veil.kv.append import AppendStore
-
-        return AppendStore(
-            backend,
-            master,
-            table,
-            config,
-            envelope,
-            background=background,
-            pack_cache=pack_cache,
-            auto_compact=auto_compact,
-            clock=clock,
-            client_id=client_id,
-        )
-    except BaseException:
-        backend.close()
-        raise
-
-
-def _check_fixed(table: str, config: catalog.TableConfig, **given: object) -> None:
-    """Settings every client must share: refuse an explicit different value."""
-    for name, value in given.items():
-        if value is not None and getattr(config, name) != value:
-            raise ParameterError(
-                f"key-value table {table!r} was created with {name}={getattr(config, name)}; "
-                f"every client must use the same value (omit {name} to adopt it)"
-            )
-
-
-def _value(value: object) -> bytes:
+def checked_value(value: object) -> bytes:
+    """``value`` as bytes; a value of any other type is refused."""
     if not isinstance(value, bytes | bytearray | memoryview):
         raise ParameterError(f"a value must be bytes, got {type(value).__name__}")
     return bytes(value)
