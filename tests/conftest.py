@@ -3,7 +3,7 @@
 ``backend_url`` gives each test a fresh, empty server on every backend: a DuckDB
 file under the test's tmp_path and, for tests that may use PostgreSQL, a new
 schema in one throwaway cluster started for the whole session
-(``veil.servers.postgres``; its ``read_log()`` holds every statement the
+(``veil_dev.servers.postgres``; its ``read_log()`` holds every statement the
 server received). PostgreSQL cases carry the ``postgres`` mark, so
 ``-m "not postgres"`` skips them. Spark (``spark_url``: a fresh warehouse on the
 process's one local Spark, started once by ``spark_local``) carries ``spark``; the
@@ -20,8 +20,8 @@ import pytest
 
 import veil.load.loader as loader
 from veil.crypto.keys import write_key_file
-from veil.servers.postgres import ThrowawayCluster
-from veil.servers.spark import local_url, start_local
+from veil_dev.servers.postgres import ThrowawayCluster
+from veil_dev.servers.spark import local_url, start_local
 
 SPARK_CORES = 2
 

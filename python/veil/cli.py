@@ -17,14 +17,22 @@ from veil.errors import VeilError
 # yet is skipped so the CLI works while Veil grows.
 COMMAND_MODULES = (
     "veil.crypto.cli",
-    "veil.bench.cli",
-    "veil.bench.kv.cli",
-    "veil.bench.documents.cli",
     "veil.frontend.cli",
     "veil.frontend.design_cli",
     "veil.frontend.layers_cli",
     "veil.serve.cli",
-    "veil.tpch.cli",
+)
+# Developer tooling (benchmarks, TPC-H, test servers, the demo) sits beside this
+# package in a Veil checkout (python/veil_dev) and is not in the wheel. Veil's
+# modules never import it; its commands are found here by name, and where it is
+# absent (``pip install veil``) each of them says where it runs.
+TOOLING_MODULE = "veil_dev.cli"
+TOOLING_COMMANDS = ("bench", "kv", "documents", "tpch", "demo")
+CHECKOUT_ONLY = (
+    "veil {command} runs from a Veil checkout: the tooling it belongs to (python/veil_dev: "
+    "benchmarks, TPC-H, test servers, the demo) is not part of `pip install veil`. Clone "
+    "Veil's repository and run `make setup` there (or `pip install -e '.[bench]'`), then "
+    "use that checkout's veil (.venv/bin/veil)."
 )
 
 
@@ -37,7 +45,26 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         if _installed(name):
             importlib.import_module(name).register(subparsers)
+    if _installed(TOOLING_MODULE):
+        importlib.import_module(TOOLING_MODULE).register(subparsers)
+    else:
+        for command in TOOLING_COMMANDS:
+            _register_checkout_only(subparsers, command)
     return parser
+
+
+def _register_checkout_only(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], command: str
+) -> None:
+    message = CHECKOUT_ONLY.format(command=command)
+    parser = subparsers.add_parser(command, help="(in a Veil checkout only)", description=message)
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.set_defaults(handler=lambda _args: _checkout_only(message))
+
+
+def _checkout_only(message: str) -> int:
+    print(f"veil: {message}", file=sys.stderr)
+    return 2
 
 
 def _installed(module: str) -> bool:

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from veil.backends import Backend, connect, n_square_bytes, render
 from veil.crypto import hom
-from veil.servers.postgres import ThrowawayCluster
+from veil_dev.servers.postgres import ThrowawayCluster
 
 ROWS = 1_000_000
 HOM_ROWS = 100_000

@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from veil.backends.postgres import PostgresBackend
 from veil.load.loader import load
-from veil.servers.postgres import ThrowawayCluster
-from veil.tpch.gen import generate
+from veil_dev.servers.postgres import ThrowawayCluster
+from veil_dev.tpch.gen import generate
 
 
 def largest_table(backend: PostgresBackend) -> tuple[str, int]:

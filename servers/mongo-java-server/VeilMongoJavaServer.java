@@ -1,7 +1,7 @@
 // Veil's launcher for mongo-java-server (de.bwaldvogel) over its H2 MVStore backend:
 // a second MongoDB-wire server beside FerretDB, for Veil's tests and benchmarks.
 // Usage: java -cp 'classes:lib/*' VeilMongoJavaServer MVSTORE_FILE PORT
-// Started and stopped by veil.servers.mongojava; it prints one ready line once it listens.
+// Started and stopped by veil_dev.servers.mongojava; it prints one ready line once it listens.
 
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;

@@ -36,8 +36,8 @@ import pyarrow as pa
 import pytest
 
 import veil
-from veil.bench.oltp import served
 from veil.errors import SerializationError
+from veil_dev.bench.oltp import served
 
 ACCOUNTS = 1_000
 BALANCE = 100

@@ -13,7 +13,7 @@ runs, so its rows count every transaction since ``-i``.
 After each run, read through the same server with psycopg: sum(abalance) =
 sum(tbalance) = sum(bbalance) = sum(delta), branches = scale, tellers = 10 *
 scale, accounts = 100,000 * scale, history = the transactions pgbench reports
-as done, no duplicated key. Failures are reported by kind (``veil.bench.oltp``).
+as done, no duplicated key. Failures are reported by kind (``veil_dev.bench.oltp``).
 A transaction pgbench gave up on after ``--max-tries`` is not an anomaly (it was
 rolled back, and the invariants say so); a client pgbench aborted on another
 error is.
@@ -36,7 +36,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from veil.bench.oltp import (
+from veil_dev.bench.oltp import (
     Run,
     anomalies,
     empty_client_dir,

@@ -37,9 +37,9 @@ def server_url(url: str | None, kind: str, root: Path) -> Iterator[str]:
         yield url.rstrip("/") + "/"
         return
     if kind == "ferretdb":
-        from veil.servers.ferretdb import FerretDBServer as Server
+        from veil_dev.servers.ferretdb import FerretDBServer as Server
     else:
-        from veil.servers.mongojava import MongoJavaServer as Server  # type: ignore[assignment]
+        from veil_dev.servers.mongojava import MongoJavaServer as Server  # type: ignore[assignment]
     server = Server(root / kind)
     server.start()
     try:

@@ -11,9 +11,9 @@ from typing import TypeVar
 import pymongo
 import pytest
 
-from veil.servers.ferretdb import FerretDBServer
-from veil.servers.mongojava import MongoJavaServer
-from veil.servers.process import ServerProcess
+from veil_dev.servers.ferretdb import FerretDBServer
+from veil_dev.servers.mongojava import MongoJavaServer
+from veil_dev.servers.process import ServerProcess
 
 _databases = itertools.count(1)
 # tests/concurrency imports this module under another name than pytest's conftest, so two

@@ -11,7 +11,7 @@ import pytest
 from documents_wire import RecordingProxy
 
 import veil.documents
-from veil.servers.ferretdb import FerretDBServer
+from veil_dev.servers.ferretdb import FerretDBServer
 
 INT_CANARY = 0x1D2C3B4A59687756
 STRING_CANARY = "Quokka-Zanzibar-91"

@@ -115,14 +115,14 @@ def test_tampered_ciphertext(movies, ferretdb, database_name):
 
 
 def test_server_down(key_file):
-    from veil.servers.ports import free_port
+    from veil_dev.servers.ports import free_port
 
     with pytest.raises(ServerError, match="did not answer"):
         veil.documents.connect(f"mongodb://127.0.0.1:{free_port()}/x", key_file, timeout_ms=300)
 
 
 def test_server_stopped_midway(tmp_path, key_file):
-    from veil.servers.ferretdb import FerretDBServer
+    from veil_dev.servers.ferretdb import FerretDBServer
 
     server = FerretDBServer(tmp_path / "server").start()
     try:

@@ -12,8 +12,8 @@ import pytest
 
 import veil.documents
 from veil.cli import main
-from veil.servers.ferretdb import FerretDBServer
-from veil.servers.mongojava import MongoJavaServer, MongoJavaServerError
+from veil_dev.servers.ferretdb import FerretDBServer
+from veil_dev.servers.mongojava import MongoJavaServer, MongoJavaServerError
 
 
 def test_reports_mongodb_4_4_for_pymongo(mongo_java):

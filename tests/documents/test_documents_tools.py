@@ -8,9 +8,9 @@ import subprocess
 import sys
 from typing import Any
 
-from veil.bench.documents.bench import run
-from veil.bench.documents.report import overheads, table
 from veil.cli import main
+from veil_dev.bench.documents.bench import run
+from veil_dev.bench.documents.report import overheads, table
 
 
 def test_server_commands(tmp_path, capsys):
@@ -60,7 +60,7 @@ def test_small_bench(ferretdb):
 
 
 def test_group_probe(ferretdb):
-    from veil.bench.documents.probe import probe
+    from veil_dev.bench.documents.probe import probe
 
     result = probe(ferretdb.url, 130, 1, 1)
     assert result["chunk_bitmaps"]["rows"] == 26  # 10 keys in each full chunk of 62, 6 in the last

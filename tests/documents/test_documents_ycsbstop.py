@@ -13,7 +13,7 @@ import numpy as np
 import pymongo
 import pytest
 
-from veil.bench.documents.ycsbrun import Stopped, run_slot, stop_on_signals
+from veil_dev.bench.documents.ycsbrun import Stopped, run_slot, stop_on_signals
 
 #: Generous bounds, not timings: a run that ignores the signal goes on for far longer
 #: (a million operations a workload).

@@ -54,7 +54,7 @@ def server(backend: str, root: Path) -> Iterator[Callable[[str], str]]:
         yield fresh
         return
     if backend == "spark":
-        from veil.servers.spark import local_url, start_local
+        from veil_dev.servers.spark import local_url, start_local
 
         start_local()
 
@@ -65,7 +65,7 @@ def server(backend: str, root: Path) -> Iterator[Callable[[str], str]]:
 
         yield warehouse
         return
-    from veil.servers.postgres import ThrowawayCluster
+    from veil_dev.servers.postgres import ThrowawayCluster
 
     cluster = ThrowawayCluster(Path(tempfile.mkdtemp(prefix="veil-fuzz-pg-")))
     cluster.start()

@@ -44,7 +44,7 @@ import veil.load.loader as loader
 from veil.errors import VeilError
 from veil.load.loader import load
 from veil.session.session import Session
-from veil.tpch.queries import query_texts
+from veil_dev.tpch.queries import query_texts
 
 # Generated queries that join the designer's workload (never used as test seeds).
 WORKLOAD_SEEDS = range(1_000_000, 1_000_300)

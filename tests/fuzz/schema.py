@@ -19,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-from veil.tpch.gen import generate
+from veil_dev.tpch.gen import generate
 
 TPCH_SF = 0.01
 

@@ -118,7 +118,7 @@ def postgres_fuzz(fuzz_root: Path, postgres_cluster: object) -> FuzzEnv:
 
 @pytest.fixture(scope="session")
 def spark_fuzz(fuzz_root: Path, spark_local: None) -> FuzzEnv:
-    from veil.servers.spark import local_url
+    from veil_dev.servers.spark import local_url
 
     return build_env(fuzz_root, local_url(fuzz_root / "spark-warehouse"), "spark")
 
@@ -181,7 +181,7 @@ def test_dml_sequences(request: pytest.FixtureRequest, fuzz_root: Path, backend:
             return str(cluster.create_schema(f"veil_fuzz_dml_{seed}"))
 
     elif backend == "spark":
-        from veil.servers.spark import local_url
+        from veil_dev.servers.spark import local_url
 
         request.getfixturevalue("spark_local")
 

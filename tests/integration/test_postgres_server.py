@@ -10,7 +10,7 @@ import pytest
 from veil.backends import n_square_bytes
 from veil.backends.postgres import PostgresBackend
 from veil.crypto import hom
-from veil.servers.postgres import ThrowawayCluster
+from veil_dev.servers.postgres import ThrowawayCluster
 
 pytestmark = pytest.mark.postgres
 
@@ -63,7 +63,7 @@ def test_server_log_records_every_statement(
 
 def test_server_that_is_down_gives_a_clear_error() -> None:
     from veil.backends import ServerUnavailableError, connect
-    from veil.servers.ports import free_port
+    from veil_dev.servers.ports import free_port
 
     with pytest.raises(ServerUnavailableError, match="check that it is running"):
         connect(f"postgresql://veil@127.0.0.1:{free_port()}/postgres")

@@ -23,8 +23,8 @@ from veil.backends.spark import SparkBackend
 from veil.backends.spark_files import HadoopFiles, LocalFiles
 from veil.backends.spark_warehouse import LOCK, RETIRED, Warehouse
 from veil.load.loader import load
-from veil.servers.spark import local_url
 from veil.session.session import Session
+from veil_dev.servers.spark import local_url
 
 pytestmark = pytest.mark.spark
 

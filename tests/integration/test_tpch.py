@@ -10,8 +10,8 @@ import pytest
 import sqlglot
 
 from veil.cli import main
-from veil.tpch.gen import TABLES, read_table
-from veil.tpch.queries import QUERY_NUMBERS, query_text, query_texts
+from veil_dev.tpch.gen import TABLES, read_table
+from veil_dev.tpch.queries import QUERY_NUMBERS, query_text, query_texts
 
 # Rows each query returns at SF 0.01 (tpchgen-cli data).
 ROW_COUNTS = {1: 4, 2: 4, 3: 10, 4: 5, 5: 5, 6: 1, 7: 4, 8: 2, 9: 173, 10: 20, 11: 359,

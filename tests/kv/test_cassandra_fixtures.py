@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.servers import cassandra as cassandra_server
+from veil_dev.servers import cassandra as cassandra_server
 
 _SERVER: dict[str, str] = {}
 SINGLE_PARTITION_MODULES = ("test_split", "test_pack_format")

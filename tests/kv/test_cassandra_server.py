@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from veil.cli import main
-from veil.servers import cassandra as cassandra_server
-from veil.servers.cassandra import CassandraServerError
+from veil_dev.servers import cassandra as cassandra_server
+from veil_dev.servers.cassandra import CassandraServerError
 
 
 def test_yaml_binds_to_loopback_on_the_given_ports(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The in-process A/B harness of issue 14's rounds (veil.bench.kv.inprocess)."""
+"""The in-process A/B harness of issue 14's rounds (veil_dev.bench.kv.inprocess)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.bench.kv.inprocess import Timings, alternate, main, run
+from veil_dev.bench.kv.inprocess import Timings, alternate, main, run
 
 
 class Counting:
@@ -65,7 +65,7 @@ def test_the_command_line_prints_one_line_a_store(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     values = [b"record %d\n" % i for i in range(200)]
-    monkeypatch.setattr("veil.bench.kv.datasets.load_records", lambda name, limit: values)
+    monkeypatch.setattr("veil_dev.bench.kv.datasets.load_records", lambda name, limit: values)
     assert main(["any", "--records", "200", "--blocks", "5", "--rounds", "2", "--gets", "10"]) == 0
     out = capsys.readouterr().out
     assert "veil_5" in out and "UTC, load" in out
@@ -75,7 +75,7 @@ def test_the_command_line_appends_its_figures_to_a_json_list(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     values = [b"record %d\n" % i for i in range(200)]
-    monkeypatch.setattr("veil.bench.kv.datasets.load_records", lambda name, limit: values)
+    monkeypatch.setattr("veil_dev.bench.kv.datasets.load_records", lambda name, limit: values)
     out = tmp_path / "ab.json"
     argv = ["any", "--blocks", "5", "--rounds", "2", "--gets", "10", "--ranges", "1"]
     for _ in range(2):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from veil.backends.base import ServerUnavailableError
-from veil.bench.kv import datasets, postgres_log
-from veil.bench.kv.postgres_log import PostgresLogError
-from veil.servers.postgres import ThrowawayCluster
+from veil_dev.bench.kv import datasets, postgres_log
+from veil_dev.bench.kv.postgres_log import PostgresLogError
+from veil_dev.servers.postgres import ThrowawayCluster
 
 LOG = b"""\
 2026-11-27 00:25:39.608 UTC [14672] [unknown]@[unknown] LOG:  connection received: host=127.0.0.1 port=49760

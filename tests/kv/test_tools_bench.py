@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from veil.bench.kv import ycsb
 from veil.cli import main
 from veil.errors import ParameterError
+from veil_dev.bench.kv import ycsb
 
 
 def _dataset(tmp_path: Path, count: int = 1200) -> Path:
@@ -121,7 +121,7 @@ def test_parallel_reads_split_the_operations_between_threads() -> None:
 
 
 def test_sweep_measures_every_configuration(tmp_path: Path) -> None:
-    from veil.bench.kv import sweep
+    from veil_dev.bench.kv import sweep
 
     out = tmp_path / "s.json"
     result = sweep.run(str(_dataset(tmp_path, 900)), records=900, reads=5, json_path=out)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from veil.bench.kv import datasets, packsize
-from veil.bench.kv.datasets import DatasetError
 from veil.cli import main
+from veil_dev.bench.kv import datasets, packsize
+from veil_dev.bench.kv.datasets import DatasetError
 
 
 def _records(count: int = 600) -> list[bytes]:

@@ -11,10 +11,10 @@ from tests.conftest import SPARK_CORES
 from tests.sql.oracle import read_fixture
 
 from veil.load.loader import load
-from veil.servers.spark import local_url
 from veil.session.session import Session
-from veil.tpch.gen import generate
-from veil.tpch.queries import query_texts
+from veil_dev.servers.spark import local_url
+from veil_dev.tpch.gen import generate
+from veil_dev.tpch.queries import query_texts
 
 SF = 0.01
 

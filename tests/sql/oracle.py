@@ -10,11 +10,11 @@ import pytest
 import sqlglot
 from tests.conftest import SPARK_CORES
 
-from veil.bench.compare import difference
 from veil.load.loader import load
-from veil.servers.spark import local_url
 from veil.session.session import Session
 from veil.sql.state import Pass
+from veil_dev.bench.compare import difference
+from veil_dev.servers.spark import local_url
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

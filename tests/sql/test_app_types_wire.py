@@ -27,8 +27,8 @@ import veil
 from veil._native import WireServer
 from veil.load.loader import load
 from veil.serve.engine import Engine
-from veil.servers.postgres import find_bin_dir
 from veil.session.session import Session
+from veil_dev.servers.postgres import find_bin_dir
 
 pytestmark = pytest.mark.postgres
 

@@ -217,7 +217,7 @@ def test_bandwidths() -> None:
 
 
 def test_spearman_ranks() -> None:
-    from veil.bench.cost import spearman
+    from veil_dev.bench.cost import spearman
 
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.frontend.demo import demo
+from veil_dev.demo import demo
 
 
 @pytest.mark.slow

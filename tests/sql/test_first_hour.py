@@ -209,7 +209,7 @@ def test_load_progress_meter_shows_totals_rate_and_eta() -> None:
 def test_demo_says_where_its_files_are_and_what_next(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from veil.frontend.demo import _next_steps
+    from veil_dev.demo import _next_steps
 
     (tmp_path / "server.duckdb").write_bytes(b"x" * 1000)
     _next_steps(tmp_path, tmp_path / "client")

@@ -28,8 +28,8 @@ from veil.design.policy import Policy
 from veil.encoding import encode
 from veil.exec.decrypt import decrypt_columns
 from veil.load.loader import load
-from veil.servers.spark import local_url
 from veil.session.session import Session
+from veil_dev.servers.spark import local_url
 
 FEATURES = read_fixture("features.sql")
 # OPE forbidden on every price, quantity and date column (issue 12's policy run)

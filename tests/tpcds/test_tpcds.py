@@ -1,6 +1,6 @@
 """Every TPC-DS query, through Veil and on plaintext DuckDB: identical answers.
 
-Rows compare as the TPC-H oracle compares them (``veil.bench.compare``: numbers
+Rows compare as the TPC-H oracle compares them (``veil_dev.bench.compare``: numbers
 to 1e-9 relative, in order only under an ORDER BY). A difference is excused
 only when it is a float tie at the edge of an ORDER BY ... LIMIT window, as the
 fuzzer excuses it (``tests.fuzz.ties``): two groups whose float key differs in
@@ -17,9 +17,9 @@ from sqlglot import exp
 from tests.fuzz.ties import tied, window
 from tests.tpcds.conftest import QUERY_DIR, tpcds_queries
 
-from veil.bench.compare import difference, values_equal
 from veil.exec.rows import table_rows
 from veil.session.session import Session
+from veil_dev.bench.compare import difference, values_equal
 
 QUERIES = [pytest.param(name, sql, id=name) for name, sql in tpcds_queries()] or [
     pytest.param(

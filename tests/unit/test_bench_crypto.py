@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from veil.bench.crypto import TARGETS
 from veil.cli import main as veil_main
+from veil_dev.bench.crypto import TARGETS
 
 
 def test_bench_crypto_writes_every_figure(tmp_path, capsys):

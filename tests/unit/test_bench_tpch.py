@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from veil.bench.tpch import QueryTimeout, deadline
-from veil.bench.tpch_servers import design_of, plain_index_sql, veil_index_sql
 from veil.cli import main
 from veil.design.model import PhysicalDesign
+from veil_dev.bench.tpch import QueryTimeout, deadline
+from veil_dev.bench.tpch_servers import design_of, plain_index_sql, veil_index_sql
 
 
 def test_bench_tpch_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

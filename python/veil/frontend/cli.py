@@ -1,4 +1,4 @@
-"""``veil load``, ``veil query``, ``veil explain`` and ``veil demo``."""
+"""``veil load``, ``query``, ``shell``, ``tables``, ``explain`` and ``calibrate``."""
 
 from __future__ import annotations
 
@@ -128,13 +128,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     calibrate.add_argument("client_dir")
     calibrate.add_argument("--json", action="store_true", help="print the figures as JSON")
     calibrate.set_defaults(handler=run_calibrate)
-
-    demo = subparsers.add_parser(
-        "demo", help="TPC-H through Veil on an embedded DuckDB server, checked against plaintext"
-    )
-    demo.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
-    demo.add_argument("--dir", default=None, help="working directory (default: a temporary one)")
-    demo.set_defaults(handler=run_demo)
 
 
 def run_load(args: argparse.Namespace) -> int:
@@ -299,9 +292,3 @@ def _progress_line(message: str) -> None:
     """A progress message on one rewritten terminal line (nothing when not a terminal)."""
     if sys.stderr.isatty():
         print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from veil.frontend.demo import demo
-
-    return 0 if demo(args.sf, args.dir) else 1
