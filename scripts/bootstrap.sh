@@ -16,7 +16,7 @@ command -v psql >/dev/null || need_apt+=(postgresql-client)
 # JVM server functions for Spark (veil.backends.spark_jvm; without it, Python UDFs)
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 # Maven: fetches from Maven Central the jars of the JVM servers the tests start
-# (veil.servers.cassandra; veil.servers.mongojava, whose launcher javac compiles)
+# (veil_dev.servers.cassandra; veil_dev.servers.mongojava, whose launcher javac compiles)
 command -v mvn >/dev/null || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_apt[*]}"
@@ -45,7 +45,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "bootstrap: installing Veil and its dependencies into .venv (builds the Rust core)"
-.venv/bin/python -m pip install -q -e '.[dev,spark]'
+.venv/bin/python -m pip install -q -e '.[dev,spark,bench]'
 .venv/bin/python -c 'import veil._native' && echo "bootstrap: ok"
 
 # `veil` and `veil-python` (this environment's interpreter) on the user's PATH,

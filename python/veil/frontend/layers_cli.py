@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 # the policy layers, least revealing first (veil.design.policy.LAYERS; not imported:
@@ -54,7 +55,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     leakage.add_argument("client_dir")
     leakage.add_argument("--json", action="store_true", help="the report as JSON")
-    leakage.add_argument("--png", metavar="FILE", help="also draw the totals (SEEED Figure 7)")
+    leakage.add_argument(
+        "--png",
+        metavar="FILE",
+        help="also draw the totals (SEEED Figure 7; needs matplotlib: veil[plot])",
+    )
     leakage.add_argument(
         "--what-if", metavar="SQL", help="what running this query would reveal (runs nothing)"
     )
@@ -152,6 +157,14 @@ def run_leakage(args: argparse.Namespace) -> int:
     from veil.session.leakage import leakage, what_if
     from veil.session.session import Session
 
+    if args.png and importlib.util.find_spec("matplotlib") is None:
+        # an optional dependency: `pip install veil` leaves plotting out
+        print(
+            "veil: error: --png draws with matplotlib, which is not installed: "
+            "pip install 'veil[plot]' (or matplotlib)",
+            file=sys.stderr,
+        )
+        return 2
     session = Session(args.client_dir)
     try:
         if args.what_if:
