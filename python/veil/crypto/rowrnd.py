@@ -1,6 +1,6 @@
 """Row-bound RND: a table column's values encrypted under their row's id.
 
-A Veil table's row ids are never used twice (``veil.exec.row_ids``), so the
+A Veil table's row ids are never used twice (``veil.session.row_ids``), so the
 row id can serve as the nonce of a stream cipher: a value is stored as
 ``value XOR keystream(row id)`` (AES-256 in counter mode, the construction in
 ``rust/veil-kernels/src/rowrnd.rs``). An encoded number stays an 8-byte
