@@ -49,12 +49,12 @@ def test_many_increments_sum_right(url, key_file, sums):
 def _nest(database, id_, oldest=False):
     """Rewrite document ``id_``'s flat ASHE form as an earlier nested one, server-side."""
     cipher = database.t.codec.ciphers["v"]
-    stored = database.t._server.find_one({"_id": id_})
+    stored = database.t.server_collection.find_one({"_id": id_})
     nested = {p: stored[cipher.name + p] for p in ("h", "i", "j") if cipher.name + p in stored}
     nested["l"] = stored[cipher.name]
     if oldest:
         nested = {"v": 1, "l": nested["l"], "h": nested["h"], "i": [nested["i"]]}
-    database.t._server.update_one(
+    database.t.server_collection.update_one(
         {"_id": id_},
         {"$set": {cipher.name: nested}, "$unset": dict.fromkeys(cipher.stored_names[1:], "")},
     )
@@ -75,7 +75,7 @@ def test_h_add_forms_flat_nested_and_created_by_inc(url, key_file, sums):
         database.t.update_one({"_id": 2}, {"$inc": {"v": 1}})
         database.t.update_one({"_id": 3}, {"$inc": {"v": 100}})
         cipher = database.t.codec.ciphers["v"]
-        flat = database.t._server.find_one({"_id": 1})
+        flat = database.t.server_collection.find_one({"_id": 1})
         assert isinstance(flat[cipher.name], int) and isinstance(flat[cipher.name + "i"], int)
         _nest(database, 3)
         _nest(database, 4, oldest=True)
@@ -84,7 +84,7 @@ def test_h_add_forms_flat_nested_and_created_by_inc(url, key_file, sums):
         rows = {row["_id"]: (row["s"], row["a"]) for row in database.t.aggregate(pipeline)}
         assert rows == {1: (16, 8.0), 2: (103, 51.5)}
         database.t.update_one({"_id": 3}, {"$set": {"v": 2}})
-        stored = database.t._server.find_one({"_id": 3})
+        stored = database.t.server_collection.find_one({"_id": 3})
         assert set(stored) == {
             "_id",
             database.t.codec.version,
@@ -140,7 +140,7 @@ def test_client_side_increment_retries_when_another_writer_came_first(url, key_f
     unchanged; a writer that came first makes it read again and re-apply. (Concurrent
     writers on FerretDB 1.24 lose updates even through plain pymongo: its updates are not
     atomic, see docs/documents.md, so the interleaving is forced here.)"""
-    from veil.documents.collection import Collection
+    from veil.documents.updates import Updates
 
     schema = {"c": {"n": "index", "h": "h_add"}}
     with (
@@ -148,7 +148,7 @@ def test_client_side_increment_retries_when_another_writer_came_first(url, key_f
         veil.documents.connect(url, key_file, schema) as other,
     ):
         database.c.insert_one({"_id": "x", "n": 0, "h": 0})
-        original = Collection._client_update
+        original = Updates.client_update
         interleaved = []
 
         def late(self, document, client_ops, server_update):
@@ -157,7 +157,7 @@ def test_client_side_increment_retries_when_another_writer_came_first(url, key_f
                 other.c.update_one({"_id": "x"}, {"$inc": {"n": 10}})
             return original(self, document, client_ops, server_update)
 
-        monkeypatch.setattr(Collection, "_client_update", late)
+        monkeypatch.setattr(Updates, "client_update", late)
         result = database.c.update_one({"_id": "x"}, {"$inc": {"n": 1, "h": 2}})
         assert result.matched_count == 1
         assert database.c.find_one({"_id": "x"}) == {"_id": "x", "n": 11, "h": 2}

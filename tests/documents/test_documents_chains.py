@@ -11,7 +11,7 @@ import pytest
 from documents_processes import run_writers
 
 import veil.documents
-from veil.documents.chains import ChainLayout
+from veil.documents.chainlayout import ChainLayout
 from veil.documents.errors import FieldTypeError, SchemaError
 
 DOMAIN = [-1000, 1000]
@@ -87,13 +87,10 @@ def expected(plain_collection, pipeline):
 
 
 def count_aggregations(collection):
-    """How many server aggregations and finds the next query sends (wraps the collection)."""
+    """How many server aggregations and finds the next query sends (wraps its reads)."""
     calls = {"aggregate": 0, "find": 0}
-    aggregate, find, raw = (
-        collection.server_aggregate,
-        collection.find_projected,
-        collection.find_raw,
-    )
+    reads = collection.reads
+    aggregate, find, raw = reads.aggregate, reads.find_projected, reads.find_raw
 
     def counted_aggregate(pipeline):
         calls["aggregate"] += 1
@@ -107,8 +104,11 @@ def count_aggregations(collection):
         calls["find"] += 1
         return raw(query, projection)
 
-    collection.server_aggregate, collection.find_projected = counted_aggregate, counted_find
-    collection.find_raw = counted_raw
+    reads.aggregate, reads.find_projected, reads.find_raw = (
+        counted_aggregate,
+        counted_find,
+        counted_raw,
+    )
     return calls
 
 
@@ -271,7 +271,7 @@ def test_chains_longer_than_their_capacity_sum_in_sub_chains(url, key_file, plai
         for at in range(0, len(documents), 7):
             database.c.insert_many([dict(d) for d in documents[at : at + 7]])
         plain.c.insert_many(documents)
-        stored = database.c.find_projected({}, {cipher.name + "p": 1, cipher.name + "s": 1})
+        stored = database.c.reads.find_projected({}, {cipher.name + "p": 1, cipher.name + "s": 1})
         assert {(d[cipher.name + "p"] - 1) // 3 for d in stored} == {
             d.get(cipher.name + "s", 0) for d in stored
         }
@@ -298,7 +298,7 @@ def test_chains_begun_before_sub_chains_are_fetched_past_their_capacity(
     """Their words past the capacity carry no sub-chain: their sums must not be trusted."""
     with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
         cipher = _tiny_chains(database.c, monkeypatch)
-        claims = database.c._chains[cipher.name]
+        claims = database.c.positions.of(cipher)
         claims.epoch()
         claims.collection.update_one({"_id": "epoch"}, {"$unset": {"v": ""}})
     with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
@@ -306,7 +306,7 @@ def test_chains_begun_before_sub_chains_are_fetched_past_their_capacity(
         documents = _long_chains()
         database.c.insert_many([dict(d) for d in documents])
         plain.c.insert_many(documents)
-        stored = database.c.find_projected({}, {cipher.name + "s": 1, "_id": 0})
+        stored = database.c.reads.find_projected({}, {cipher.name + "s": 1, "_id": 0})
         assert not any(stored)  # no sub-chain stored
         calls = count_aggregations(database.c)
         assert grouped(database.c, SUM_BY_G) == expected(plain.c, SUM_BY_G)
@@ -337,7 +337,7 @@ def test_concurrent_writer_processes_lose_nothing_and_never_reuse_a_position(
         documents = database.c.find().to_list()
         assert len(documents) == workers * (count + count // 4)
         cipher = database.c.codec.ciphers["v"]
-        stored = database.c.find_projected({}, {cipher.name + "c": 1, cipher.name + "p": 1})
+        stored = database.c.reads.find_projected({}, {cipher.name + "c": 1, cipher.name + "p": 1})
         positions = [(d[cipher.name + "c"], d[cipher.name + "p"]) for d in stored]
         assert len(set(positions)) == len(positions)  # one-time pads: no position twice
         for chain in {c for c, _ in positions}:
@@ -355,10 +355,10 @@ def test_a_dropped_collection_starts_new_chains(url, key_file):
     with veil.documents.connect(url, key_file, {"c": SCHEMA}) as database:
         database.c.insert_many([{"g": 1, "v": 5}, {"g": 1, "v": 6}])
         cipher = database.c.codec.ciphers["v"]
-        before = database.c.find_projected({}, {cipher.name + "c": 1, "_id": 0})
+        before = database.c.reads.find_projected({}, {cipher.name + "c": 1, "_id": 0})
         database.c.drop()
         database.c.insert_many([{"g": 1, "v": 7}])
-        after = database.c.find_projected({}, {cipher.name + "c": 1, cipher.name + "p": 1})
+        after = database.c.reads.find_projected({}, {cipher.name + "c": 1, cipher.name + "p": 1})
         assert after[0][cipher.name + "c"] != before[0][cipher.name + "c"]  # a new epoch
         assert after[0][cipher.name + "p"] == 1
         assert grouped(database.c, SUM_BY_G) == [(1, 7)]

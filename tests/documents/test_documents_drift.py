@@ -11,7 +11,7 @@ from test_documents_chains import count_aggregations, expected, grouped, rows
 
 import veil.documents
 from veil.documents import drift
-from veil.documents.chains import ChainLayout
+from veil.documents.chainlayout import ChainLayout
 from veil.documents.errors import SchemaError
 
 DOMAIN = [-1000, 1000]
@@ -40,13 +40,13 @@ def loaded(url, key_file, plain):
 def rewrites(collection):
     """Counts the read-modify-write updates the next operations take."""
     calls = {"rmw": 0}
-    original = collection._update_on_client
+    original = collection.updates.read_modify_write
 
     def counted(*args, **kwargs):
         calls["rmw"] += 1
         return original(*args, **kwargs)
 
-    collection._update_on_client = counted
+    collection.updates.read_modify_write = counted
     return calls
 
 
@@ -119,9 +119,9 @@ def test_the_server_sees_the_increment_and_nothing_else_changes(loaded):
     cipher = veil_c.codec.ciphers["v"]
     names = {cipher.name: 1, cipher.name + "c": 1, cipher.name + "p": 1}
     id_ = next(d["_id"] for d in plain_c.find({"g": 1}) if isinstance(d.get("v"), int))
-    (before,) = veil_c.find_projected({"_id": id_}, names)
+    (before,) = veil_c.reads.find_projected({"_id": id_}, names)
     veil_c.update_one({"_id": id_}, {"$inc": {"v": -3}})
-    (after,) = veil_c.find_projected({"_id": id_}, names)
+    (after,) = veil_c.reads.find_projected({"_id": id_}, names)
     k = cipher.chained.layout.count_bits
     assert after[cipher.name] - before[cipher.name] == -3 << k
     assert after[cipher.name + "p"] == before[cipher.name + "p"]

@@ -122,7 +122,7 @@ def test_inc_of_null_is_refused_and_writes_nothing(pair, field, many):
     null_id = {"k": 3, "c": 2, "p": 2, "a": 2, "n.i": 4}[field]
     query = {"_id": {"$in": [1, null_id, 5]}} if many else {"_id": null_id}
     method = "update_many" if many else "update_one"
-    server = veil_collection._server
+    server = veil_collection.server_collection
     before = list(server.find({}, sort=[("_id", 1)]))
     with pytest.raises(pymongo.errors.WriteError):
         getattr(plain_collection, method)(query, {"$inc": {field: 1}})
@@ -143,7 +143,7 @@ def test_inc_past_what_a_field_stores_writes_nothing(pair, field, start, delta):
     refused before any matched document is written."""
     veil_collection, _ = pair
     veil_collection.update_one({"_id": 4}, {"$set": {field: start}})
-    server = veil_collection._server
+    server = veil_collection.server_collection
     before = list(server.find({}, sort=[("_id", 1)]))
     with pytest.raises(FieldTypeError):
         veil_collection.update_many({"_id": {"$in": [1, 4, 5]}}, {"$inc": {field: delta}})

@@ -158,7 +158,7 @@ def test_min_max_and_explain(loaded):
     assert plan["client"]["filter"] is None  # ints: the tree walk is exact
 
 
-def _write_documents(url: str, key_file: str, worker: int, count: int, report: str) -> None:
+def write_documents(url: str, key_file: str, worker: int, count: int, report: str) -> None:
     oretree.CAPACITY = SMALL_NODES
     # a loaded machine can deschedule the other writers for long: this test is about
     # losing nothing, not about how soon a writer gives up (``WRITE_PATIENCE``)
@@ -182,7 +182,7 @@ ORE_INT = {"attr": "index", "scheme": "ore"}
 
 def test_concurrent_writer_processes_lose_nothing(url, key_file, small_nodes, tmp_path):
     workers, count = 4, 60
-    run_writers(_write_documents, url, key_file, workers, count, tmp_path)
+    run_writers(write_documents, url, key_file, workers, count, tmp_path)
     with veil.documents.connect(url, key_file, {"c": {"fields": {"x": ORE_INT}}}) as database:
         documents = database.c.find().to_list()
         assert len(documents) == workers * count

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from documents_processes import run_writers
-from test_documents_ore import ORE_INT, SMALL_NODES, _write_documents
+from test_documents_ore import ORE_INT, SMALL_NODES, write_documents
 
 import veil.documents
 from veil.crypto.keys import MasterKey
@@ -200,7 +200,7 @@ def test_concurrent_writers_after_a_bulk_load_lose_nothing(url, key_file, small_
         database.c.insert_many([{"_id": f"bulk-{v}", "x": v} for v in loaded])
         assert _tree(database.c)._fetch([oretree.ROOT])[0].level >= 2
     workers, count = 4, 60
-    run_writers(_write_documents, url, key_file, workers, count, tmp_path)
+    run_writers(write_documents, url, key_file, workers, count, tmp_path)
     with veil.documents.connect(url, key_file, SCHEMA) as database:
         documents = database.c.find().to_list()
         assert len(documents) == len(loaded) + workers * count

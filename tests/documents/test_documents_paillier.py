@@ -13,8 +13,8 @@ import pytest
 import veil.documents
 from veil.documents import FieldTypeError, SchemaError
 from veil.documents import paillier as documents_paillier
-from veil.documents.collection import Collection
 from veil.documents.paillier import FOLD_AT, PENDING
+from veil.documents.updates import Updates
 from veil.errors import DomainError, MalformedCiphertextError
 
 SCHEMA = {
@@ -143,7 +143,7 @@ def test_bad_input(pair, url, key_file):
     with pytest.raises(DomainError):
         veil_collection.insert_one({"gross": 2**3000})
     name = veil_collection.codec.ciphers["gross"].name
-    veil_collection._server.update_one({"_id": 3}, {"$set": {name: b"\x01short"}})
+    veil_collection.server_collection.update_one({"_id": 3}, {"$set": {name: b"\x01short"}})
     with pytest.raises(MalformedCiphertextError):
         veil_collection.find_one({"_id": 3})
     with pytest.raises(SchemaError, match="paillier"):
@@ -195,10 +195,10 @@ def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch, 
         first.counters.insert_one({"_id": "c", "n": 5})
         for _ in range(FOLD_AT if pinned else 0):
             first.counters.update_one({"_id": "c"}, {"$inc": {"n": 1}})
-        original = Collection._paillier_update
+        original = Updates.paillier_update
         calls: list[str] = []
 
-        def interleaved(self: Collection, *args: Any) -> dict[str, Any]:
+        def interleaved(self: Updates, *args: Any) -> dict[str, Any]:
             update = original(self, *args)
             calls.append("write")
             if len(calls) == 1:  # the other client's $inc lands first
@@ -206,7 +206,7 @@ def test_blind_inc_retries_after_a_concurrent_write(url, key_file, monkeypatch, 
             return update
 
         query = {"_id": "c"} if pinned else {"_id": {"$in": ["c"]}}
-        monkeypatch.setattr(Collection, "_paillier_update", interleaved)
+        monkeypatch.setattr(Updates, "paillier_update", interleaved)
         assert first.counters.update_one(query, {"$inc": {"n": 7}}).modified_count == 1
         assert len(calls) == 3  # first try, the other client's, the retry
         assert first.counters.find_one({"_id": "c"})["n"] == 5 + (FOLD_AT if pinned else 0) + 107
@@ -226,7 +226,7 @@ def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
     numeric = [d["_id"] for d in plain_collection.find({"gross": {"$type": "number"}})]
     absent = [d["_id"] for d in plain_collection.find({"gross": {"$exists": False}})]
     null = [d["_id"] for d in plain_collection.find({"gross": None, "_id": {"$nin": absent}})]
-    stored = veil_collection._server
+    stored = veil_collection.server_collection
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a pinned Paillier $inc read the document")
@@ -234,7 +234,7 @@ def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
     rng = random.Random(8)
     hot = numeric[0]
     with monkeypatch.context() as patched:
-        patched.setattr(Collection, "_update_paillier", refuse)
+        patched.setattr(Updates, "multiply_paillier", refuse)
         patched.setattr(documents_paillier.PaillierField, "decrypt", refuse)
         for target in [hot] * FOLD_AT + numeric[1:20]:
             change = {"$inc": {"gross": rng.randrange(-(10**6), 10**6)}}
@@ -249,7 +249,7 @@ def test_inc_by_id_is_one_push_until_the_pending_fold(pair, monkeypatch):
     plain_collection.update_one({"_id": hot}, both)
     assert name + PENDING not in stored.find_one({"_id": hot})
     with monkeypatch.context() as patched:
-        patched.setattr(Collection, "_update_paillier", refuse)
+        patched.setattr(Updates, "multiply_paillier", refuse)
         for collection in (veil_collection, plain_collection):
             collection.update_one({"_id": hot}, {"$inc": {"gross": -4}})
     for target in absent[:3]:

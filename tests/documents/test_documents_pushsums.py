@@ -106,14 +106,14 @@ def test_a_refused_aggregation_takes_the_other_server_path(url, key_file, plain,
         database.t.insert_many([dict(d) for d in documents])
         plain.t.insert_many(documents)
         calls = count_aggregations(database.t)
-        counted = database.t.server_aggregate
+        counted = database.t.reads.aggregate
 
         def refuse_pushes(pipeline):
             if any("$push" in str(stage) for stage in pipeline):
                 raise ServerRefusedError("aggregate: the server refused it: BSONObjectTooLarge")
             return counted(pipeline)
 
-        monkeypatch.setattr(database.t, "server_aggregate", refuse_pushes)
+        monkeypatch.setattr(database.t.reads, "aggregate", refuse_pushes)
         pipeline = [{"$match": {"f": {"$gte": 2}}}, *SUM_BY_G]
         assert grouped(database.t, pipeline) == expected(plain.t, pipeline)
         assert calls["find"] == 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import bson
 import numpy as np
@@ -29,25 +29,34 @@ from veil.documents.errors import DocumentsError, ServerRefusedError
 from veil.documents.fetchsums import fetched_groups, fetched_groups_raw
 from veil.documents.fields import additive_ids
 from veil.documents.match import MISSING, get_path, matches
+from veil.documents.positions import Positions
 from veil.documents.query import translate_filter
+from veil.documents.reads import Reads
+from veil.documents.server import DatabaseContext
 from veil.documents.stages import run_client_stages
 
-if TYPE_CHECKING:
-    from veil.documents.collection import Collection
 
-
-def run_pipeline(collection: Collection, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return Pipeline(collection, pipeline).run()
+def run_pipeline(
+    reads: Reads, positions: Positions, database: DatabaseContext, pipeline: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    return Pipeline(reads, positions, database, pipeline).run()
 
 
 class Pipeline:
-    def __init__(self, collection: Collection, pipeline: list[dict[str, Any]]):
+    """One aggregation of one collection: the server's prefix, then the client's rest."""
+
+    def __init__(
+        self, reads: Reads, positions: Positions, database: DatabaseContext,
+        pipeline: list[dict[str, Any]],
+    ) -> None:  # fmt: skip
         if not isinstance(pipeline, list) or not all(
             isinstance(s, dict) and len(s) == 1 for s in pipeline
         ):
             raise DocumentsError("a pipeline is a list of one-key stage documents")
-        self.collection = collection
-        self.codec = collection.codec
+        self.reads = reads
+        self.positions = positions
+        self.database = database
+        self.codec = reads.codec
         lead = 0
         while lead < len(pipeline) and "$match" in pipeline[lead]:
             lead += 1
@@ -68,7 +77,7 @@ class Pipeline:
         if group is not None:
             documents = self._grouped_on_server(*group)
             return run_client_stages(documents, self.rest[1:])
-        stored = self.collection._find_stored(self.server_filter.document(), None, 0, 0)
+        stored = self.reads.find(self.server_filter.document(), None, 0, 0)
         documents = self.codec.decode_many(list(stored))
         if not self.server_filter.exact:
             documents = [d for d in documents if matches(d, self.query)]
@@ -163,7 +172,7 @@ class Pipeline:
         # products, Paillier and chained values (whose words the id path cannot open)
         fetched = any(kind not in ("sum", "avg", "count") for _, kind, _ in outputs)
         if self._all_chained(outputs):
-            if self.collection.database.groups_push(self.collection.server_collection):
+            if self.database.groups_push(self.reads.server):
                 chained = self._chained_runs(group, outputs)
             elif _filter_paths(self.query) <= set(self._key_paths):
                 chained = self._chained_documents(group, outputs)
@@ -171,7 +180,7 @@ class Pipeline:
                 chained = None
             if chained is not None:
                 return chained
-        if self.collection.database.sums == "fetch" or fetched:
+        if self.database.sums == "fetch" or fetched:
             rows, ids = self._fetched_rows(group, outputs)
         else:
             rows, ids = self._server_sums(group, outputs)
@@ -229,16 +238,16 @@ class Pipeline:
         by_sub = {
             output: f"${cipher.name}s"
             for output, kind, cipher in outputs
-            if kind != "count" and (split or self.collection.chains_known_longer(cipher))
+            if kind != "count" and (split or self.positions.known_longer(cipher))
         }
         rows = self._server_rows(group, by_sub)
         plain = [self._plain_key(row.get("_id")) for row in rows.values()]
         lengths, drifts = {}, {}
         for cipher in chained:
-            lengths[cipher.name], drifts[cipher.name] = self.collection.chain_lengths(cipher, plain)
+            lengths[cipher.name], drifts[cipher.name] = self.positions.lengths(cipher, plain)
         unsplit = [c for o, kind, c in outputs if kind != "count" and o not in by_sub]
         if any(
-            length > cipher.chained.layout.capacity and self.collection.chains_split(cipher)
+            length > cipher.chained.layout.capacity and self.positions.split(cipher)
             for cipher in unsplit
             for _, length in lengths[cipher.name]
         ):  # a field's chain found past its capacity: its sums again, by sub-chain
@@ -267,7 +276,7 @@ class Pipeline:
         server's ``$group`` computes several accumulators and ``$push`` (MongoDB), else
         one per accumulator and a find of the summed ids (FerretDB 1.24)."""
         ciphers = [cipher for _, _, cipher in outputs if cipher is not None]
-        if ciphers and self.collection.database.groups_push(self.collection.server_collection):
+        if ciphers and self.database.groups_push(self.reads.server):
             pushed = self._pushed_rows(group, outputs)
             if pushed is not None:
                 return pushed
@@ -288,7 +297,7 @@ class Pipeline:
         averaged = {cipher.name for _, kind, cipher in outputs if kind == "avg"}
         for cipher in {c.name: c for _, _, c in outputs if c is not None}.values():
             name = cipher.name
-            if self.collection.holds_nested_forms(cipher):
+            if self.reads.holds_nested_forms(cipher):
                 return None
             parts: dict[str, Any] = {"i": {"$push": f"${name}i"}, "j": {"$push": f"${name}j"}}
             if name in averaged:  # a value always has its high half, an absent one not
@@ -326,7 +335,7 @@ class Pipeline:
         server_filter = self.server_filter.document()
         pipeline = [{"$match": server_filter}] if server_filter else []
         try:
-            return self.collection.server_aggregate([*pipeline, {"$group": stage}])
+            return self.reads.aggregate([*pipeline, {"$group": stage}])
         except ServerRefusedError:
             return None
 
@@ -350,7 +359,7 @@ class Pipeline:
         sub_field = None
         if len(chained) == 1:
             (only,) = chained.values()
-            if split or self.collection.chains_known_longer(only):
+            if split or self.positions.known_longer(only):
                 sub_field = f"${only.name}s"
         stage = dict(group)
         if sub_field:
@@ -377,7 +386,7 @@ class Pipeline:
         plain = [self._plain_key(raw_key) for raw_key, _ in groups.values()]
         numbers, drifts = {}, {}  # runs need no chain length: the drift counter alone
         for name, cipher in chained.items():
-            numbers[name], drifts[name] = self.collection.chain_numbers(cipher, plain)
+            numbers[name], drifts[name] = self.positions.numbers(cipher, plain)
         results = []
         for j, (key, (_, subs)) in enumerate(zip(plain, groups.values(), strict=True)):
             parts = list(subs.values())
@@ -395,8 +404,8 @@ class Pipeline:
                     if not isinstance(first, int) or not isinstance(last, int):
                         return None
                     longer = last - first + 1 > layout.capacity and not sub_field
-                    if longer and len(chained) == 1 and self.collection.chains_split(cipher):
-                        self.collection.chains_summed_longer(cipher)
+                    if longer and len(chained) == 1 and self.positions.split(cipher):
+                        self.positions.summed_longer(cipher)
                         return self._chained_runs(group, outputs, split=True)
                     opened = cipher.chained.group_sum(
                         part[output], numbers[cipher.name][j], first, last, drifts[cipher.name]
@@ -421,7 +430,7 @@ class Pipeline:
         match = [{"$match": server_filter}] if server_filter else []
         accumulators = [(k, v) for k, v in group.items() if k != "_id"] or [("_n", {"$sum": 1})]
         stages: list[tuple[str | None, dict[str, Any]]] = []
-        together = self.collection.database.groups_push(self.collection.server_collection)
+        together = self.database.groups_push(self.reads.server)
         for output, accumulator in accumulators:
             sub_field = (by_sub or {}).get(output)
             joined = [s for f, s in stages if f == sub_field] if together else []
@@ -432,7 +441,7 @@ class Pipeline:
             stages.append((sub_field, {"_id": key, output: accumulator}))
         for sub_field, stage in stages:
             outputs = [output for output in stage if output != "_id"]
-            for row in self.collection.server_aggregate([*match, {"$group": stage}]):
+            for row in self.reads.aggregate([*match, {"$group": stage}]):
                 raw_key, sub = row.get("_id"), None
                 if sub_field:  # {k, s}; a missing key and a null one are apart here
                     parts = raw_key if isinstance(raw_key, dict) else {}
@@ -457,13 +466,13 @@ class Pipeline:
         projection = _only({e[1:]: 1 for e in keys.values()} | dict.fromkeys(names, 1))
         shape = self._column_shape(group, outputs)
         if shape is None:
-            stored = self.collection.find_projected(self.server_filter.document(), projection)
+            stored = self.reads.find_projected(self.server_filter.document(), projection)
         else:  # raw batches read by one native call; decoded only for another shape
-            batches = self.collection.find_raw(self.server_filter.document(), projection)
+            batches = self.reads.find_raw(self.server_filter.document(), projection)
             columns = fetched_groups_raw(batches, *shape)
             if columns is not None:
                 return columns
-            stored = self.collection.decode_raw(batches)
+            stored = self.reads.decode_raw(batches)
             columns = fetched_groups(stored, *shape)
             if columns is not None:
                 return columns
@@ -534,7 +543,7 @@ class Pipeline:
         ids = {f"{c.name}{part}": 1 for c in ciphers for part in ("i", "j")}
         ids |= {f"{c.name}.{part}": 1 for c in ciphers for part in ("l", "h", "i", "j")}
         projection = _only({e[1:]: 1 for e in keys.values()} | ids)
-        stored = self.collection.find_projected(self.server_filter.document(), projection)
+        stored = self.reads.find_projected(self.server_filter.document(), projection)
         out: dict[bytes, dict[str, Any]] = {}
         for document in stored:
             values = {k: get_path(document, e[1:]) for k, e in keys.items()}

@@ -38,7 +38,7 @@ collection. A writer that loses reads the winner's claim and tries at its
 end; a hint document ``"<chain>"`` remembers roughly where the chain ends so
 claims and readers start near it. Every write of a chained value claims its
 position in its group's chain, inserts and updates alike (an update reads the
-document for its group; ``veil.documents.update``), so each word in a group's
+document for its group; ``veil.documents.updates``), so each word in a group's
 row is one of that chain's positions and the count check above is exact. An
 update leaves a hole where the old value was: that group's sums are fetched
 from then on.
@@ -52,7 +52,6 @@ import hmac
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import bson
@@ -63,8 +62,9 @@ from pymongo.collection import Collection as ServerCollection
 
 from veil.crypto.ashe import Ashe
 from veil.crypto.keys import KeyLabel, MasterKey
-from veil.documents import drift as _drift
-from veil.documents.errors import DocumentsError, FieldTypeError, SchemaError, ServerError
+from veil.documents.chainlayout import ChainLayout
+from veil.documents.drift import budget, sum_is_exact
+from veil.documents.errors import DocumentsError, FieldTypeError, ServerError
 from veil.documents.values import order_key
 from veil.errors import MalformedCiphertextError
 
@@ -73,62 +73,7 @@ from veil.errors import MalformedCiphertextError
 EPOCH = "epoch"
 #: The epoch's version from which words past a chain's capacity store their sub-chain.
 SUB_CHAINS = 2
-_MOD64 = 2**64
 _READERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="veil-chains")
-
-
-@dataclass(frozen=True)
-class ChainLayout:
-    """The bit layout of a chained field's words for values in ``[lo, hi]``."""
-
-    lo: int
-    hi: int
-    count_bits: int  # k
-    sum_bits: int  # M
-
-    @classmethod
-    def for_domain(cls, path: str, lo: int, hi: int) -> ChainLayout:
-        """The layout with the longest chains whose words still sum below ``2**63``."""
-        span = hi - lo
-        for k in range(31, 0, -1):
-            capacity = (1 << k) - 1
-            sum_bits = max(1, (capacity * span).bit_length())
-            if capacity * ((((1 << sum_bits) - 1) << k) + 1) < 2**63:
-                return cls(lo, hi, k, sum_bits)
-        raise SchemaError(
-            f"field {path!r}: the domain [{lo}, {hi}] is too wide for a chained h_add "
-            "(its sums cannot fit one int64 word); narrow it or drop the chain"
-        )
-
-    @property
-    def capacity(self) -> int:
-        """Documents a chain sums exactly; a longer chain's sums are fetched."""
-        return (1 << self.count_bits) - 1
-
-    def sub_chain(self, position: int) -> int:
-        """The sub-chain of a position (1-based): each sums ``capacity`` positions."""
-        return (position - 1) // self.capacity
-
-    def check(self, path: str, value: int) -> None:
-        if not self.lo <= value <= self.hi:
-            raise FieldTypeError(
-                f"field {path!r}: {value} is outside the domain [{self.lo}, {self.hi}] the "
-                "schema declares for this chained h_add field; widen the domain or store "
-                "the value in another field"
-            )
-
-    def word(self, value: int, pad: int) -> int:
-        shifted = (value - self.lo + pad) % (1 << self.sum_bits)
-        return (shifted << self.count_bits) + 1
-
-    def open(self, total: int, pads: int, count: int, drift: int = 0) -> int:
-        """The plaintext sum of ``count`` words whose summed pads are ``pads``, their
-        shifted sum in ``[-drift, 2**M - drift)`` (blind increments: veil.documents.drift)."""
-        shifted = ((total >> self.count_bits) - pads + drift) % (1 << self.sum_bits) - drift
-        return shifted + count * self.lo
-
-    def count(self, total: int) -> int:
-        return total & self.capacity
 
 
 class ChainKeys:
@@ -188,7 +133,7 @@ class ChainedField:
         #: The drift any one value may carry: a value's decoding window (veil.documents.drift).
         #: Every chained field decodes in it and reads its drift counter, revealing or not,
         #: so a schema that stops revealing still reads values written while it did.
-        self.drift_budget = _drift.budget(self.layout)
+        self.drift_budget = budget(self.layout)
 
     def encrypt(self, values: list[Any], slots: list[Slot] | None = None) -> list[Any]:
         """Forms of ``values`` at ``slots`` of their non-null values, claimed in the
@@ -255,7 +200,7 @@ class ChainedField:
             return None  # an int64 overflow comes back as a double
         length = last - first + 1
         drift = min(drift, self.drift_budget)  # increments past the budget were not sent
-        if drift and not _drift.sum_is_exact(self.layout, length, drift):
+        if drift and not sum_is_exact(self.layout, length, drift):
             return None
         if length <= 0:  # no value claimed: an empty sum, unless values moved in
             return 0 if total == 0 else None

@@ -20,9 +20,10 @@ import pymongo.errors
 from pymongo.uri_parser import parse_uri
 
 from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
-from veil.documents.collection import CATALOG, Collection, server_errors
+from veil.documents.collection import Collection
 from veil.documents.errors import DocumentsError, ServerRefusedError
 from veil.documents.schema import Schema, load_schema
+from veil.documents.server import CATALOG, server_errors
 from veil.documents.versions import MODES
 from veil.errors import WrongKeyError
 

@@ -1,7 +1,7 @@
 """Blind ``$inc`` of a chained ``h_add`` field: the increment in clear, its drift bounded.
 
 A chained word is ``w = E·2^k + 1`` with ``E = (v − lo + pad) mod 2^M``
-(:mod:`veil.documents.chains`). Adding ``δ·2^k`` on the server (``$inc`` of
+(:mod:`veil.documents.chainlayout`). Adding ``δ·2^k`` on the server (``$inc`` of
 the stored word) leaves the low ``k`` bits, the count of the group's proof,
 untouched, and adds ``δ`` to the sums of the upper parts: one command, no read,
 no new position, so no hole in the chain. The price: the server sees ``δ``.
@@ -34,10 +34,7 @@ value ``v = v0 + d`` may leave the declared domain. What stays exact, and why:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from veil.documents.chains import ChainLayout
+from veil.documents.chainlayout import ChainLayout
 
 #: The drift counter's chain number in a field's claims collection (chain numbers
 #: of group values are non-negative).

@@ -50,7 +50,8 @@ from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.ope import Ope
 from veil.crypto.paillier import PaillierKey
 from veil.crypto.rnd import Rnd
-from veil.documents.chains import ChainedField, ChainLayout
+from veil.documents.chainlayout import ChainLayout
+from veil.documents.chains import ChainedField
 from veil.documents.elgamal import ElGamal
 from veil.documents.errors import FieldTypeError
 from veil.documents.match import MISSING

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -48,7 +48,7 @@ def get_path(document: Any, path: str) -> Any:
     return value
 
 
-def matches(document: dict[str, Any], query: dict[str, Any]) -> bool:
+def matches(document: dict[str, Any], query: Mapping[str, Any]) -> bool:
     """Does ``document`` satisfy the MongoDB filter ``query``?"""
     for key, condition in query.items():
         if key == "$and":
@@ -186,7 +186,7 @@ def _compare_pairs(x: tuple[str, Any], y: tuple[str, Any]) -> int:
     return compare(x[0], y[0]) or compare(x[1], y[1])
 
 
-def sort_documents(documents: list[dict[str, Any]], sort: list[tuple[str, int]]) -> None:
+def sort_documents(documents: list[dict[str, Any]], sort: Sequence[tuple[str, int]]) -> None:
     """Sort in place as MongoDB does (arrays by their least/greatest element)."""
 
     def order(x: dict[str, Any], y: dict[str, Any]) -> int:
@@ -211,7 +211,7 @@ def _sort_value(document: dict[str, Any], path: str, direction: int) -> Any:
     return value
 
 
-def project(document: dict[str, Any], projection: dict[str, Any] | None) -> dict[str, Any]:
+def project(document: dict[str, Any], projection: Mapping[str, Any] | None) -> dict[str, Any]:
     """Apply an inclusion or exclusion projection of field paths."""
     if not projection:
         return document

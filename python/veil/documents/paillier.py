@@ -37,6 +37,7 @@ from pymongo.database import Database as ServerDatabase
 from veil.crypto.paillier import PaillierKey, PaillierPublicKey
 from veil.crypto.paillier_wire import add_ciphertexts, sum_ciphertexts
 from veil.documents.errors import FieldTypeError
+from veil.documents.server import CATALOG
 from veil.errors import MalformedCiphertextError
 
 CATALOG_PREFIX = "paillier:"
@@ -103,8 +104,6 @@ class PaillierField:
 def public_key(database: ServerDatabase[Any], collection: str, name: str) -> PaillierPublicKey:
     """The public key of the stored field ``name`` of the server collection ``collection``
     (both opaque names), read from the catalog: all a party needs to :func:`add`."""
-    from veil.documents.collection import CATALOG
-
     found = database[CATALOG].find_one({"_id": f"{CATALOG_PREFIX}{collection}.{name}"})
     if found is None:
         raise MalformedCiphertextError(f"no Paillier public key for {collection}.{name}")

@@ -19,6 +19,7 @@ field, the operator and the attribute that would allow it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ def conjunction(clauses: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def translate_filter(codec: DocumentCodec, query: dict[str, Any] | None) -> ServerFilter:
+def translate_filter(codec: DocumentCodec, query: Mapping[str, Any] | None) -> ServerFilter:
     result = ServerFilter([])
     for key, condition in (query or {}).items():
         if key == "$and":
@@ -225,6 +226,14 @@ def _index_clause(codec: DocumentCodec, path: str, op: str, arg: Any) -> tuple[A
     return {cipher.order_path: {RANGES[op]: ciphertext}}, False
 
 
+def pins_one(query: dict[str, Any]) -> bool:
+    """Whether ``query`` is an ``_id`` equality: it matches one document at most."""
+    if set(query) != {"_id"}:
+        return False
+    value = query["_id"]
+    return not (isinstance(value, dict) and any(str(k).startswith("$") for k in value))
+
+
 def normalise_sort(sort: Any, direction: int | None = None) -> list[tuple[str, int]]:
     """pymongo's sort forms (a key, a key and a direction, a list of pairs) as pairs."""
     if sort is None:
@@ -242,7 +251,7 @@ class ServerSort:
     exact: bool
 
 
-def translate_sort(codec: DocumentCodec, sort: list[tuple[str, int]]) -> ServerSort:
+def translate_sort(codec: DocumentCodec, sort: Sequence[tuple[str, int]]) -> ServerSort:
     """The server's sort keys; ``exact`` when the server's order is the plaintext's."""
     keys: list[tuple[str, int]] = []
     exact = True
@@ -260,3 +269,21 @@ def translate_sort(codec: DocumentCodec, sort: list[tuple[str, int]]) -> ServerS
         keys.append((codec.ciphers[path].order_path, direction))
         exact &= spec.exact_order
     return ServerSort(keys, exact)
+
+
+def translate_index(codec: DocumentCodec, keys: Any, unique: bool) -> list[tuple[str, Any]]:
+    """A server index's keys: the stored form of each key (``index`` and ``do_nothing``
+    fields; a unique string index on the equality hashes, which are one-to-one)."""
+    server_keys: list[tuple[str, Any]] = []
+    for path, direction in normalise_sort(keys):
+        spec = codec.schema.spec(path)
+        if path == "_id" or (spec is not None and spec.attr == "do_nothing"):
+            server_keys.append((path, direction))
+        elif spec is not None and spec.attr == "index" and spec.path == path:
+            cipher = codec.ciphers[path]
+            string_key = unique and spec.type == "string"
+            server_keys.append((f"{cipher.name}.e" if string_key else cipher.order_path, direction))
+        else:
+            attr = "static (not in the schema)" if spec is None else spec.attr
+            raise UnsupportedQueryError(path, "create_index", attr, "index")
+    return server_keys
