@@ -3,7 +3,7 @@
 //!
 //! Every row of a Veil table has an id that is never used twice (ids are
 //! sequential, taken from a counter on the server, and an UPDATE writes fresh
-//! ids; see `veil/exec/row_ids.py`). That id is the nonce: a value `m` of the
+//! ids; see `veil/session/row_ids.py`). That id is the nonce: a value `m` of the
 //! row with id `i` is stored as `m XOR keystream(i)`, where, version 1,
 //!
 //! ```text
