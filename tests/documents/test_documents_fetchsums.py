@@ -10,7 +10,7 @@ import pytest
 from bson.int64 import Int64
 
 import veil.documents
-from veil.documents import aggregate
+from veil.documents import fetchgroups
 
 SCHEMA = {"c": {"fields": {"g": "do_nothing", "k": "index", "v": "h_add", "w": "h_add"}}}
 PIPELINES = [
@@ -82,9 +82,9 @@ def test_column_reads_equal_the_general_walk_and_plain(loaded, monkeypatch):
     for pipeline in PIPELINES:
         native = sorted(collection.aggregate(pipeline), key=repr)
         with monkeypatch.context() as patched:
-            patched.setattr(aggregate, "fetched_groups_raw", lambda *_: None)
+            patched.setattr(fetchgroups, "fetched_groups_raw", lambda *_: None)
             decoded = sorted(collection.aggregate(pipeline), key=repr)
-            patched.setattr(aggregate, "fetched_groups", lambda *_: None)
+            patched.setattr(fetchgroups, "fetched_groups", lambda *_: None)
             walked = sorted(collection.aggregate(pipeline), key=repr)
         assert native == decoded == walked == expected(rows, pipeline), pipeline
 
@@ -92,14 +92,14 @@ def test_column_reads_equal_the_general_walk_and_plain(loaded, monkeypatch):
 def test_the_column_path_is_taken_for_the_common_shape(loaded, monkeypatch):
     collection, _ = loaded
     taken = []
-    real = aggregate.fetched_groups_raw
+    real = fetchgroups.fetched_groups_raw
 
     def spied(*args):
         out = real(*args)
         taken.append(out is not None)
         return out
 
-    monkeypatch.setattr(aggregate, "fetched_groups_raw", spied)
+    monkeypatch.setattr(fetchgroups, "fetched_groups_raw", spied)
     collection.aggregate(PIPELINES[2])  # OPE keys, sums and counts
     collection.aggregate(PIPELINES[0])  # keys of several types: bytes, str, ints, null
     assert taken == [True, True]

@@ -88,11 +88,11 @@ class Reads:
                 return int(self.server.count_documents(server_filter.document()))
         return sum(1 for _ in self.matching(query, many=True))
 
-    def find_projected(self, query: dict[str, Any], projection: dict[str, Any]) -> list[Any]:
+    def find_projected(self, query: Mapping[str, Any], projection: dict[str, Any]) -> list[Any]:
         with server_errors("find", self.codec):
             return list(self.server.find(query, projection, batch_size=FETCH_BATCH))
 
-    def find_raw(self, query: dict[str, Any], projection: dict[str, Any]) -> list[bytes]:
+    def find_raw(self, query: Mapping[str, Any], projection: dict[str, Any]) -> list[bytes]:
         """The matches as the server's raw BSON batches (each a run of documents)."""
         with server_errors("find", self.codec):
             found = self.server.find_raw_batches(query, projection, batch_size=FETCH_BATCH)
