@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,6 @@ def _schemas(schema: dict[str, Any] | str | os.PathLike[str] | None) -> dict[str
     if schema is None:
         return {}
     if isinstance(schema, (str, os.PathLike)):
-        import json
-
         schema = json.loads(Path(schema).read_text())
     assert isinstance(schema, dict)
     return {name: load_schema(value) for name, value in schema.items()}
