@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "veil.frontend.design_cli",
     "veil.frontend.layers_cli",
     "veil.serve.cli",
+    "veil.audit.cli",
 )
 # Developer tooling (benchmarks, TPC-H, test servers, the demo) sits beside this
 # package in a Veil checkout (python/veil_dev) and is not in the wheel. Veil's

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import getpass
 import json
 import os
 import re
 import uuid
 import zoneinfo
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -50,6 +51,10 @@ from veil.session.result import Result
 from veil.session.session import Session
 from veil.sql import pg_types
 from veil.sql.errors import InFailedTransactionError
+from veil.sqlstates import sqlstate
+
+if TYPE_CHECKING:
+    from veil.audit.observe import Observer
 
 apilevel = "2.0"
 threadsafety = 1  # threads may share the module, not connections
@@ -59,7 +64,11 @@ Error = VeilError
 
 
 def connect(
-    client_dir: str | os.PathLike[str], *, external_access: bool = False, autocommit: bool = True
+    client_dir: str | os.PathLike[str],
+    *,
+    external_access: bool = False,
+    autocommit: bool = True,
+    audit: bool = False,
 ) -> Connection:
     """Open the Veil client directory ``client_dir`` and its server.
 
@@ -67,16 +76,32 @@ def connect(
     machine through DuckDB's table functions (``read_csv``, ``read_parquet``...),
     as plaintext DuckDB would. It is off by default: statements then reach only
     the tables of the client directory, as they do through ``veil serve``.
+
+    ``audit=True`` logs each statement to the client directory's audit log
+    (``audit.jsonl``, read with ``veil audit``; ``veil.audit``), under this
+    process's user name: its shape without values, the tables and columns it
+    decrypted, its rows, outcome and duration.
     """
-    connection = Connection(Session(client_dir, external_access=external_access))
+    if not audit:
+        connection = Connection(Session(client_dir, external_access=external_access))
+    else:
+        from veil.audit.log import AuditLog
+        from veil.audit.observe import ObservedSession, Observer
+
+        session = ObservedSession(client_dir, external_access=external_access)
+        log = AuditLog(session.client.path)
+        connection = Connection(session, Observer([log], "duckdb"), log)
     connection.autocommit = autocommit
     return connection
 
 
 class Connection:
-    def __init__(self, session: Session):
+    def __init__(self, session: Session, observer: Observer | None = None, log: Any = None):
         self._session: Session | None = session
         self._autocommit = True
+        self._observer = observer  # the audit log's, with ``audit=True``
+        self._audit_log = log
+        self._user = _user_name() if observer is not None else ""
         # PostgreSQL's TimeZone setting: timestamptz values come back as aware
         # datetimes in it (``SET TimeZone = '...'``, ``SHOW TimeZone``)
         self.timezone = "UTC"
@@ -137,6 +162,8 @@ class Connection:
             finally:
                 self._session.close()
                 self._session = None
+                if self._audit_log is not None:
+                    self._audit_log.close()
 
     def __enter__(self) -> Connection:
         return self
@@ -148,6 +175,14 @@ class Connection:
                 self.commit()
         finally:
             self.close()
+
+
+def _user_name() -> str:
+    """This process's user, as the audit log names the DB-API's statements."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return f"uid {os.getuid()}"
 
 
 class Cursor:
@@ -173,6 +208,22 @@ class Cursor:
         return -1 if self._result is None else self._result.rowcount
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
+        observer = self.connection._observer
+        if observer is None:
+            return self._execute(sql, params)
+        watch = observer.watch(self.connection.session, self.connection._user, "dbapi", sql, None)
+        try:
+            self._execute(sql, params)
+        except VeilError as exc:
+            watch.failed(sqlstate(exc))
+            raise
+        except BaseException:
+            watch.failed("XX000")
+            raise
+        watch.done(self.rowcount)
+        return self
+
+    def _execute(self, sql: str, params: Sequence[Any] | None) -> Cursor:
         from veil.statements import run
 
         connection = self.connection

@@ -36,6 +36,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="no passwords: any user and database name is accepted (loopback addresses only)",
     )
+    serve.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="do not log statements to CLIENT_DIR/audit.jsonl (`veil audit` reads it)",
+    )
+    serve.add_argument(
+        "--metrics",
+        metavar="ADDR:PORT",
+        help="serve Prometheus metrics over HTTP there (e.g. 127.0.0.1:9187), at /metrics",
+    )
     serve.set_defaults(handler=run_serve)
 
     user = subparsers.add_parser("user", help="users of `veil serve`")
@@ -66,10 +76,16 @@ def start(args: argparse.Namespace) -> tuple[object, object]:
         raise ServeError("--tls-cert and --tls-key go together")
     cert = Path(args.tls_cert).read_bytes() if args.tls_cert else None
     key = Path(args.tls_key).read_bytes() if args.tls_key else None
-    engine = Engine(client.path)
+    metrics = None
+    if getattr(args, "metrics", None):
+        from veil.serve.metrics import Metrics
+
+        metrics = Metrics(args.metrics)
+    engine = Engine(client.path, audit=not getattr(args, "no_audit", False), metrics=metrics)
     try:
         return WireServer(engine, args.listen, cert, key, args.insecure_local), engine
     except OSError as exc:
+        engine.close()
         raise ServeError(f"cannot serve on {args.listen}: {exc}") from None
 
 
@@ -89,6 +105,12 @@ def run_serve(args: argparse.Namespace) -> int:
     auth = "no passwords (--insecure-local)" if args.insecure_local else "SCRAM-SHA-256"
     print(f"veil: serving {args.client_dir} on {address} ({auth}); Ctrl-C stops", flush=True)
     print(f"      psql -h {host.strip('[]')} -p {port} -U USER veil", flush=True)
+    audit = engine.audit  # type: ignore[attr-defined]
+    if audit is not None:
+        print(f"veil: audit log {audit.path} (`veil audit {args.client_dir}`)", flush=True)
+    metrics = engine.metrics  # type: ignore[attr-defined]
+    if metrics is not None:
+        print(f"veil: metrics on http://{metrics.address}/metrics", flush=True)
     if args.insecure_local:
         print(
             "veil: WARNING: --insecure-local: anyone who can open a connection on this machine "

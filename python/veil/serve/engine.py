@@ -28,10 +28,13 @@ import pyarrow as pa
 from sqlglot import exp
 
 from veil import statements
+from veil.audit.log import AuditLog
+from veil.audit.observe import ObservedSession, Observer, Watch
 from veil.errors import VeilError
 from veil.load.ddl import DDL
 from veil.serve import catalog, copy, dialect, settings, text, users
 from veil.serve.errors import WireError, wire_error
+from veil.serve.metrics import Metrics
 from veil.serve.types import (
     TEXT,
     array_literals,
@@ -109,23 +112,42 @@ class Engine:
     plan cache) goes back to the pool for the next connection, so a BI tool
     or notebook that reconnects often reuses the server connection and the
     plans; at most ``idle`` wait there, the rest are closed.
+
+    ``audit``: each statement leaves a line in the client directory's audit
+    log (``veil.audit``; ``veil serve`` turns it on unless ``--no-audit``).
+    ``metrics``: each statement counts in ``veil serve --metrics``. With
+    neither, sessions are plain ``Session``s and nothing is measured.
     """
 
-    def __init__(self, client_dir: str | os.PathLike[str], *, idle: int = 8):
+    def __init__(
+        self,
+        client_dir: str | os.PathLike[str],
+        *,
+        idle: int = 8,
+        audit: bool = False,
+        metrics: Metrics | None = None,
+    ):
         self.client_dir = os.fspath(client_dir)
         self.idle = idle
         self._pool: list[Session] = []
         self._pool_lock = threading.Lock()
+        self.audit = AuditLog(self.client_dir) if audit else None
+        self.metrics = metrics
+        sinks = [s for s in (self.audit, metrics) if s is not None]
+        self.observer = Observer(sinks, dialect.READ) if sinks else None
+        self._session_class = ObservedSession if sinks else Session
 
     def open(self, user: str, database: str) -> WireSession:
         with self._pool_lock:
             session = self._pool.pop() if self._pool else None
         if session is None:
             try:
-                session = Session(self.client_dir)
+                session = self._session_class(self.client_dir)
             except VeilError as exc:
                 raise wire_error(exc) from None
             catalog.install(session.catalog)  # once per session: pooled ones have them
+        if self.metrics is not None:
+            self.metrics.opened()
         return WireSession(session, user, database, self)
 
     def release(self, session: Session) -> None:
@@ -141,6 +163,10 @@ class Engine:
             idle, self._pool = self._pool, []
         for session in idle:
             session.close()
+        if self.audit is not None:
+            self.audit.close()
+        if self.metrics is not None:
+            self.metrics.stop()
 
     def verifier(self, user: str) -> tuple[bytes, bytes] | None:
         return users.verifier(self.client_dir, user)
@@ -199,6 +225,8 @@ class WireSession:
         except VeilError:
             log.warning("rolling back a closed connection's transaction failed", exc_info=True)
         if self.engine is not None:
+            if self.engine.metrics is not None:
+                self.engine.metrics.closed()
             self.engine.release(self.veil)
         else:
             self.veil.close()
@@ -267,11 +295,46 @@ class WireSession:
             return [("empty",)]
         if params and len(texts) > 1:
             raise WireError("42601", "cannot insert multiple commands into a prepared statement")
-        statements = [self._classified(t) for t in texts]
+        observer = self.engine.observer if self.engine is not None else None
+        if observer is None:
+            statements = [self._classified(t) for t in texts]
+        else:
+            statements = [
+                self._observed(observer, t, None, lambda t=t: self._classified(t)) for t in texts
+            ]
         values = self._values(statements[0], params) if params else []
         # one statement streams its rows; several are answered whole, one after another
         single = len(texts) == 1
-        return [self._statement(s, values, stream=single) for s in statements]
+        if observer is None:
+            return [self._statement(s, values, stream=single) for s in statements]
+        return [
+            _watched(
+                *self._observed(
+                    observer,
+                    s.text,
+                    s.kind,
+                    lambda s=s: self._statement(s, values, stream=single),
+                    watch=True,
+                )
+            )
+            for s in statements
+        ]
+
+    def _observed(
+        self, observer: Observer, text: str, kind: str | None, work: Any, *, watch: bool = False
+    ) -> Any:
+        """``work()`` for statement ``text``, recorded by ``observer`` if it fails (and
+        with ``watch``, returned with the ``Watch`` that records it when it ends)."""
+        seen = observer.watch(self.veil, self.user, "serve", text, kind)
+        try:
+            done = self._answer(text, work)
+        except WireError as error:
+            seen.failed(error.sqlstate)
+            raise
+        except BaseException:
+            seen.failed("XX000")
+            raise
+        return (done, seen) if watch else done
 
     def _values(
         self, statement: dialect.Statement, params: Sequence[tuple[str | None, int]]
@@ -672,6 +735,21 @@ def _streamed(answer: Streamed, oids: list[int] | None = None, *, zone: str = "U
             raise wire_error(exc) from None
 
     return ("rows", fields, batches())
+
+
+def _watched(outcome: Outcome, watch: Watch) -> Outcome:
+    """``outcome``, recorded by ``watch``: at once, or once its rows or lines are sent."""
+    if outcome[0] == "rows":
+        return (
+            outcome[0],
+            outcome[1],
+            watch.counted(outcome[2], lambda batch: batch[0]),
+            *outcome[3:],
+        )
+    if outcome[0] == "copy_out":
+        return (outcome[0], outcome[1], watch.counted(outcome[2], lambda _line: 1))
+    watch.done(outcome[2] if outcome[0] == "command" else None)
+    return outcome
 
 
 def _rows(table: pa.Table, oids: list[int] | None = None, *, zone: str = "UTC") -> Outcome:

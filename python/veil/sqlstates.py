@@ -1,0 +1,62 @@
+"""The SQLSTATE of each of Veil's error classes, as PostgreSQL names the same failures.
+
+``veil serve`` sends them to its clients (``veil.serve.errors``) and the audit
+log records them for the DB-API's statements too (``veil.dbapi``).
+"""
+
+from __future__ import annotations
+
+from veil.errors import (
+    AuthenticationError,
+    DomainError,
+    InternalError,
+    KeyFileError,
+    ParameterError,
+    SerializationError,
+    VeilError,
+    WrongKeyError,
+)
+from veil.sql.errors import (
+    ActiveTransactionError,
+    CheckViolationError,
+    ClientDirectoryError,
+    ForeignKeyViolationError,
+    GeneratedAlwaysError,
+    InFailedTransactionError,
+    InsufficientPrivilegeError,
+    NotNullViolationError,
+    QueryCancelledError,
+    QueryError,
+    QuerySyntaxError,
+    UniqueViolationError,
+    UnsupportedStatementError,
+)
+
+# https://www.postgresql.org/docs/current/errcodes-appendix.html
+SQLSTATES: list[tuple[type[VeilError], str]] = [
+    (QueryCancelledError, "57014"),  # query_canceled
+    (InsufficientPrivilegeError, "42501"),  # insufficient_privilege
+    (InFailedTransactionError, "25P02"),  # in_failed_sql_transaction
+    (ActiveTransactionError, "25001"),  # active_sql_transaction
+    (NotNullViolationError, "23502"),  # not_null_violation
+    (UniqueViolationError, "23505"),  # unique_violation
+    (CheckViolationError, "23514"),  # check_violation
+    (ForeignKeyViolationError, "23503"),  # foreign_key_violation
+    (GeneratedAlwaysError, "428C9"),  # generated_always
+    (SerializationError, "40001"),  # serialization_failure
+    (QuerySyntaxError, "42601"),  # syntax_error
+    (UnsupportedStatementError, "0A000"),  # feature_not_supported
+    (ParameterError, "22023"),  # invalid_parameter_value
+    (DomainError, "22003"),  # numeric_value_out_of_range
+    (QueryError, "42000"),  # syntax_error_or_access_rule_violation
+    (ClientDirectoryError, "58000"),  # system_error
+    (KeyFileError, "58000"),
+    (WrongKeyError, "58000"),
+    (AuthenticationError, "XX001"),  # data_corrupted
+    (InternalError, "XX000"),
+]
+
+
+def sqlstate(exc: VeilError) -> str:
+    """``exc``'s SQLSTATE (XX000, internal_error, for a class without one)."""
+    return next((c for cls, c in SQLSTATES if isinstance(exc, cls)), "XX000")
