@@ -20,7 +20,7 @@ hash of the collection and path):
   ``$sum`` cannot overflow below 2**31 documents. A blind ``$inc`` adds the
   halves of the increment's ciphertext and appends its id to a list at the
   name + ``j``. The form is flat because FerretDB parses every stored document
-  of every query and nested documents cost it more (``veil.bench.documents.probe``:
+  of every query and nested documents cost it more (``veil_dev.bench.documents.probe``:
   20-44% less for a ``$group`` ``$sum`` than the nested form). Its version is
   its layout: an integer at the name (the earlier forms, a document there,
   ``{"l", "h", "i": id, "j": [ids]}`` and ``{"v": 1, "l", "h", "i": [ids]}``,
