@@ -8,6 +8,9 @@ server received). PostgreSQL cases carry the ``postgres`` mark, so
 ``-m "not postgres"`` skips them. Spark (``spark_url``: a fresh warehouse on the
 process's one local Spark, started once by ``spark_local``) carries ``spark``; the
 suites that run on it ask for it by name (``any_session``, the DML suite, canaries).
+
+The TPC-H fixtures (``session``, ``plain``, ``any_session``, ...) are in
+``tests/support/tpch.py``, a plugin of this file, so every test folder sees them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ from veil_dev.servers.postgres import ThrowawayCluster
 from veil_dev.servers.spark import local_url, start_local
 
 SPARK_CORES = 2
+# The server backends in turn, as fixture params: PostgreSQL and Spark carry their marks.
+SERVERS = [
+    "duckdb",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("spark", marks=pytest.mark.spark),
+]
+
+pytest_plugins = ("tests.support.tpch",)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -78,13 +89,7 @@ def backend_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 
 
-@pytest.fixture(
-    params=[
-        "duckdb",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("spark", marks=pytest.mark.spark),
-    ]
-)
+@pytest.fixture(params=SERVERS)
 def server_url(request: pytest.FixtureRequest) -> str:
     """A fresh, empty server on each backend in turn, Spark included (the backend tests)."""
     return str(request.getfixturevalue(f"{request.param}_url"))

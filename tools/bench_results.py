@@ -5,7 +5,7 @@ latest JSON (and PNG) of its benchmarks and a ``meta.toml`` that says, per bench
 what it is, the command that made it, the goal, the paper's figure, the date of the run
 and which JSON fields are its headline figures. This script reads every area and writes
 one short table per area, so the page says where Veil stands today and cannot drift from
-the files (``tests/unit/test_bench_results.py`` checks that the committed page is what
+the files (``tests/tooling/test_bench_results.py`` checks that the committed page is what
 this script writes). How the figures got there is ``bench/HISTORY.md`` and git's log.
 
     python tools/bench_results.py            # rewrite bench/RESULTS.md

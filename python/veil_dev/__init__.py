@@ -14,6 +14,6 @@ extra). The editable install that ``make setup`` makes (``pip install -e
 - ``demo``: ``veil demo``, TPC-H through Veil checked against plaintext DuckDB.
 
 The tooling imports ``veil``; ``veil`` never imports the tooling
-(tests/unit/test_imports.py). ``veil.cli`` finds the commands of
+(tests/structure/test_imports.py). ``veil.cli`` finds the commands of
 :mod:`veil_dev.cli` by name when this package is importable.
 """

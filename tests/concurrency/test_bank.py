@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+
 from tests.concurrency.conftest import connected, race, rows
 
 ACCOUNTS = 6

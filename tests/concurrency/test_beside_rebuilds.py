@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tests.concurrency.conftest import race, rows
 
 import veil
+from tests.concurrency.conftest import race, rows
 from veil.load.ddl import reencrypt
 from veil.session.session import Session
 

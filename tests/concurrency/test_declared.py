@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tests.concurrency.conftest import race, rows
 
 import veil
+from tests.concurrency.conftest import race, rows
 from veil.errors import SerializationError
 from veil.sql.errors import (
     CheckViolationError,

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.documents.conftest import database_name, ferretdb, mongo_java  # noqa: F401
 
 import veil.documents
+from tests.documents.conftest import database_name, ferretdb, mongo_java  # noqa: F401
 from veil.documents import oretree, versions
 from veil.documents.client import Database
 from veil.documents.versions import claim_key

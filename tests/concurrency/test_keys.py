@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tests.concurrency.conftest import rows
 
 import veil
+from tests.concurrency.conftest import rows
 from veil.errors import SerializationError
 from veil.sql.errors import NotNullViolationError, UniqueViolationError
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+
 from tests.concurrency.conftest import race, rows
 
 CLIENTS = 4

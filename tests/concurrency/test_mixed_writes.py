@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+
 from tests.concurrency.conftest import race, rows
 
 ACCOUNTS = 10

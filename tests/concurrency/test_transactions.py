@@ -20,9 +20,9 @@ from pathlib import Path
 import psycopg
 import pyarrow as pa
 import pytest
-from tests.concurrency.conftest import rows
 
 import veil
+from tests.concurrency.conftest import rows
 from veil._native import WireServer
 from veil.errors import SerializationError
 from veil.serve.engine import Engine

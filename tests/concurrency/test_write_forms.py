@@ -14,9 +14,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
-from tests.concurrency.conftest import rows
 
 import veil
+from tests.concurrency.conftest import rows
 from veil.errors import SerializationError
 from veil.sql.errors import QueryError
 

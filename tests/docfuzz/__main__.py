@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pymongo
-from tests.docfuzz.generator import SCHEMA, make_case
-from tests.docfuzz.harness import Failure, run_case
 
 import veil.documents
+from tests.docfuzz.generator import SCHEMA, make_case
+from tests.docfuzz.harness import Failure, run_case
 from veil.crypto.keys import write_key_file
 
 SUMS = ("auto", "server", "fetch")

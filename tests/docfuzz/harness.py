@@ -19,9 +19,9 @@ from typing import Any
 
 import pymongo.errors
 from pymongo.collection import Collection
+
 from tests.docfuzz.generator import Case, Op
 from tests.docfuzz.reference import expected_rows
-
 from veil.errors import VeilError
 
 WRITES = {"insert_one", "insert_many", "update_one", "update_many", "replace_one",

@@ -36,7 +36,6 @@ from tests.fuzz.harness import (
     run_queries,
 )
 from tests.fuzz.shrink import read_regression, regression_text, shrink, write_regression
-
 from veil.session.session import Session
 
 REGRESSIONS = Path(__file__).parent / "regressions"

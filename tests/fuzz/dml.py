@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+
 from tests.fuzz.generator import Query, sql_literal
 from tests.fuzz.harness import Outcome, check, open_session, veil_warnings
 from tests.fuzz.schema import BIGINT, BOOL, DATE, DECIMAL, DOUBLE, INT, VARCHAR, Catalog, Table
-
 from veil.errors import VeilError
 from veil.load.loader import load
 from veil.session.session import Session

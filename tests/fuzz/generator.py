@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import duckdb
+
 from tests.fuzz.schema import (
     BIGINT,
     BOOL,

@@ -36,11 +36,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+
+import veil.load.loader as loader
 from tests.fuzz.generator import Query, generate, workload
 from tests.fuzz.schema import Catalog, plain_connection, read_catalog, write_source
 from tests.fuzz.ties import tied, window
-
-import veil.load.loader as loader
 from veil.errors import VeilError
 from veil.load.loader import load
 from veil.session.session import Session
@@ -52,7 +52,7 @@ HOM_MODES = ("auto", "always")
 PLAIN_TIMEOUT = 5.0
 VEIL_TIMEOUT = 30.0
 REL_TOL = 1e-9
-FEATURES = Path(__file__).parents[1] / "sql" / "fixtures" / "features.sql"
+FEATURES = Path(__file__).parents[1] / "support" / "fixtures" / "features.sql"
 
 
 # -- the fuzz database ----------------------------------------------------------

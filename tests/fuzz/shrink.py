@@ -24,6 +24,7 @@ from pathlib import Path
 
 import sqlglot
 from sqlglot import exp
+
 from tests.fuzz.generator import Query, sql_literal
 from tests.fuzz.params import decode_params, encode_params
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.fuzz.dml import run_dml
 from tests.fuzz.generator import Query
 from tests.fuzz.harness import (
@@ -28,7 +29,6 @@ from tests.fuzz.harness import (
 )
 from tests.fuzz.shrink import read_regression, shrink
 from tests.fuzz.ties import Window, tied, window
-
 from veil.session.session import Session
 
 HERE = Path(__file__).parent

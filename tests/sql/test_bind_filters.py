@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from tests.sql.conftest import tpch_queries
-from tests.sql.oracle import assert_same, without
 
 import veil.sql.planner as planner
+from tests.support.oracle import assert_same, without
+from tests.support.tpch import tpch_queries
 from veil.frontend.explain import explain
 from veil.session.session import Session
 from veil.sql.passes.count_repeats import count_repeats

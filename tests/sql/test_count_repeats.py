@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from tests.sql.conftest import tpch_queries
-from tests.sql.oracle import check_query
 
+from tests.support.oracle import check_query
+from tests.support.tpch import tpch_queries
 from veil.frontend.explain import explain
 from veil.session.session import Session
 from veil.sql.plan import SplitPlan

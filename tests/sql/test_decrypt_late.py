@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import duckdb
 import pytest
-from tests.sql.conftest import tpch_queries
-from tests.sql.oracle import check_query, load_tables
 
+from tests.support.oracle import check_query, load_tables
+from tests.support.tpch import tpch_queries
 from veil.frontend.explain import explain
 from veil.session.session import Session
 from veil.sql.plan import SplitPlan

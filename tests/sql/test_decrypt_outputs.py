@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import duckdb
 import pyarrow as pa
 import pytest
-from tests.sql.oracle import assert_same, check_query, load_tables
 
+from tests.support.oracle import assert_same, check_query, load_tables
 from veil.frontend.explain import explain
 from veil.session.result import Streamed
 from veil.session.session import Session

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tests.sql.conftest import tpch_queries
-
+from tests.support.tpch import tpch_queries
 from veil.session.session import Session
 from veil.sql.plan import SplitPlan
 

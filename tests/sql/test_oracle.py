@@ -6,11 +6,11 @@ import duckdb
 import pytest
 import sqlglot
 from sqlglot import exp
-from tests.sql.conftest import tpch_queries
-from tests.sql.oracle import assert_same, read_fixture, without
 
 import veil.exec.decrypt as fetch
 import veil.sql.planner as planner
+from tests.support.oracle import assert_same, read_fixture, without
+from tests.support.tpch import tpch_queries
 from veil.session.session import Session
 from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
 from veil.sql.passes.pushdown_joins import pushdown_joins

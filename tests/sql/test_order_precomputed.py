@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import duckdb
 import pytest
-from tests.sql.oracle import check_query, load_tables
 
+from tests.support.oracle import check_query, load_tables
 from veil.design.model import BLOCKS, DET
 from veil.frontend.explain import explain
 from veil.session.session import Session

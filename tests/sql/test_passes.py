@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 from sqlglot import exp
-from tests.sql.conftest import tpch_queries
-from tests.sql.oracle import without
 
 import veil.sql.planner as planner
+from tests.support.oracle import without
+from tests.support.tpch import tpch_queries
 from veil.session.session import Session
 from veil.sql.parse import parse_statement, qualify_query
 from veil.sql.passes import PASSES

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from tests.sql.conftest import tpch_queries
-from tests.sql.test_passes import state_before
 
+from tests.sql.test_passes import state_before
+from tests.support.tpch import tpch_queries
 from veil.session.session import Session
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.selectivity import ashe_pairs, ashe_runs, group_count, kept_share, quantile_rank

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import duckdb
 import pytest
-from tests.sql.oracle import check_query, load_tables
 
+from tests.support.oracle import check_query, load_tables
 from veil.session.session import Session
 
 PARTS = """

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from tests.fuzz.schema import plain_connection
 
+from tests.fuzz.schema import plain_connection
 from veil.load.loader import load
 from veil.session.session import Session
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 import sqlglot
 from sqlglot import exp
+
 from tests.fuzz.ties import tied, window
 from tests.tpcds.conftest import QUERY_DIR, tpcds_queries
-
 from veil.exec.rows import table_rows
 from veil.session.session import Session
 from veil_dev.bench.compare import difference, values_equal

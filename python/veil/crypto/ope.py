@@ -25,7 +25,7 @@ Each instance caches plaintext/ciphertext pairs, so repeated values cost a hash
 lookup; new values of a column are walked through the tree in sorted order,
 each resuming where it leaves the previous one's path, so clustered data (say
 prices in a 64-bit column) shares most of its work. BCLO defines no test vectors;
-``tests/vectors/ope_regression.json`` is Veil's own guard against changes of
+``tests/crypto/vectors/ope_regression.json`` is Veil's own guard against changes of
 the map.
 """
 

@@ -22,7 +22,7 @@ The functions live here, and the keyed schemes import them from here
 (:mod:`veil.crypto.rowrnd` encrypts with :func:`xor_row_keystream`;
 :mod:`veil.crypto.search` and :mod:`veil.crypto.joinadj` re-export their
 server functions beside their keys), never the reverse: importing this module
-loads no module that holds or derives a key (``tests/unit/test_server_ops_keyless.py``).
+loads no module that holds or derives a key (``tests/structure/test_server_ops_keyless.py``).
 :mod:`veil.crypto.paillier_wire`, the keyless format of Paillier ciphertexts,
 keeps the HOM sums beside their format.
 """

@@ -9,7 +9,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
-const NIST_SAMPLES: &str = include_str!("../../../tests/vectors/ff1_nist_sp800_38g.json");
+const NIST_SAMPLES: &str = include_str!("../../../tests/crypto/vectors/ff1_nist_sp800_38g.json");
 
 fn to_numerals(alphabet: &str, text: &str) -> Vec<u16> {
     text.chars()

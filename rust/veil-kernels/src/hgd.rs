@@ -31,7 +31,7 @@
 //!
 //! The arithmetic here is frozen: OPE ciphertexts are functions of these
 //! samples, so rewriting even an equivalent formula could move some stored
-//! ciphertexts. `tests/vectors/ope_regression.json` guards against that.
+//! ciphertexts. `tests/crypto/vectors/ope_regression.json` guards against that.
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};

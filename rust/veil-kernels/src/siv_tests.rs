@@ -4,7 +4,7 @@
 use super::*;
 use serde_json::Value;
 
-const RFC5297: &str = include_str!("../../../tests/vectors/aes_siv_rfc5297.json");
+const RFC5297: &str = include_str!("../../../tests/crypto/vectors/aes_siv_rfc5297.json");
 const KEY: [u8; 32] = [7; 32];
 
 fn unhex(v: &Value) -> Vec<u8> {

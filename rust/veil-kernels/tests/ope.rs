@@ -193,11 +193,11 @@ fn timing_probe() {
     }
 }
 
-/// The cases of tests/vectors/ope_regression.json (also run by pytest), read
+/// The cases of tests/crypto/vectors/ope_regression.json (also run by pytest), read
 /// with a scanner for that file's fixed layout rather than a JSON dependency.
 #[test]
 fn regression_vectors_still_hold() {
-    let text = include_str!("../../../tests/vectors/ope_regression.json");
+    let text = include_str!("../../../tests/crypto/vectors/ope_regression.json");
     let key = hex::decode(field(text, "key_hex").trim_matches('"')).unwrap();
     let cases: Vec<&str> = text.split("\"bits\":").skip(1).collect();
     assert_eq!(cases.len(), 8);

@@ -1,11 +1,11 @@
-//! ASHE tests: the known answers in `tests/vectors/ashe.json` (produced by
+//! ASHE tests: the known answers in `tests/crypto/vectors/ashe.json` (produced by
 //! the independent Python reference that pytest also checks them against),
 //! and the algebra the fast paths must preserve.
 
 use super::*;
 use serde_json::Value;
 
-const VECTORS: &str = include_str!("../../../../tests/vectors/ashe.json");
+const VECTORS: &str = include_str!("../../../../tests/crypto/vectors/ashe.json");
 const KEY: [u8; 32] = [9; 32];
 
 fn u64s(value: &Value) -> Vec<u64> {

@@ -5,7 +5,7 @@ use super::*;
 use crate::binary::layout;
 use serde_json::Value;
 
-const RFC9496: &str = include_str!("../../../../tests/vectors/ristretto255_rfc9496.json");
+const RFC9496: &str = include_str!("../../../../tests/crypto/vectors/ristretto255_rfc9496.json");
 
 fn key(byte: u8) -> JoinAdjKey {
     JoinAdjKey::new(&[byte; KEY_LEN]).unwrap()

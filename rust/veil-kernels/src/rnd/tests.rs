@@ -1,7 +1,7 @@
 use super::*;
 use crate::binary::{layout, non_empty_rows, BinaryColumn};
 
-const VECTORS: &str = include_str!("../../../../tests/vectors/aes_gcm_256.json");
+const VECTORS: &str = include_str!("../../../../tests/crypto/vectors/aes_gcm_256.json");
 
 fn hex_field(case: &serde_json::Value, name: &str) -> Vec<u8> {
     hex::decode(case[name].as_str().expect("hex string")).expect("valid hex")

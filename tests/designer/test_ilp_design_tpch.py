@@ -1,0 +1,186 @@
+"""``veil design`` end to end: TPC-H SF 0.01 designed at budgets 1.5 and unbounded from the
+greedily loaded client directory, loaded under each design, and all 22 queries checked
+against plaintext DuckDB; the budget, the policy and fetch-all as the yardstick."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.support.oracle import check_query
+from tests.support.tpch import tpch_queries
+from veil.backends.base import BackendError, Estimate
+from veil.cli import main
+from veil.design.model import OPE, DesignError, PhysicalDesign
+from veil.design.policy import DET, Policy
+from veil.designer.files import chosen_design
+from veil.designer.ilp import BudgetError, Problem, Solution, solve
+from veil.frontend.design import DesignReport, design_workload
+from veil.load.loader import load
+from veil.session.session import Session
+
+QUERIES = [sql for _, sql in tpch_queries()]
+BUDGETS = (1.5, None)
+HELD_OUT = "held out"  # designed for Q1, Q3, ..., Q21 only (unbounded); all 22 must still run
+
+
+@pytest.fixture(scope="module")
+def designs(session: Session) -> dict[float | str | None, DesignReport]:
+    found: dict[float | str | None, DesignReport] = {
+        budget: design_workload(session, QUERIES, budget) for budget in BUDGETS
+    }
+    found[HELD_OUT] = design_workload(session, QUERIES[::2], None)
+    return found
+
+
+def test_budgets_are_kept_and_cost_buys_space(
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    """The unbounded optimum is solved over the budgeted design's own problem: each
+    ``design_workload`` call measures the server (EXPLAIN's time, the bytes on disk), and
+    the suite's two calls priced plans apart twice in CI (by 0.9%), so the other call's
+    design answers another problem."""
+    tight = designs[1.5]
+    assert tight.space_factor <= 1.5
+    free = solve(tight.problem, None)
+    assert free.seconds <= tight.solution.seconds * (1 + 1e-5)  # within the solver's gap
+    # cost buys space: an unbounded design smaller than the tight one fits its budget too,
+    # so it costs no less than the tight one. The cost the solver minimises counts the
+    # rebuilds of loaded tables (the problem is a change from the loaded design): a design
+    # whose queries run faster may rebuild more (CI saw 0.2125 s against 0.2140 s)
+    if free.space_factor(tight.problem) < tight.space_factor:
+        assert _cost(tight.problem, tight.solution) <= _cost(tight.problem, free) * (1 + 1e-5)
+    assert tight.seconds["ilp"] < 5  # the solver itself; planning dominates the rest
+
+
+def _cost(problem: Problem, solution: Solution) -> float:
+    """What the solver minimises: the workload's seconds and the rebuilds' (ties aside)."""
+    change = problem.change
+    if change is None:
+        return solution.seconds
+    rebuilt = sum(change.table_bytes[t] for t in solution.rebuilt)
+    return solution.seconds + change.seconds_per_byte * rebuilt
+
+
+def test_designing_leaves_the_session_answering_right(
+    session: Session,
+    plain: duckdb.DuckDBPyConnection,
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    """The designer plans under candidate designs with the live session; a candidate's
+    encryption shares a live one's name without its load-time form, and its cipher must
+    not stand in for the live one's (Q13's precomputed LIKE then matched no row)."""
+    for sql in QUERIES:
+        check_query(session, plain, sql)
+
+
+def test_every_candidate_statement_is_explained_by_the_server(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate plan's statements read the loaded server columns (ASHE words as fit to
+    the data at load, not the greedy design's names), so the server prices each one: a
+    statement it cannot explain is priced as a scan of every row (PostgreSQL: TPC-H Q1's
+    ASHE sums at 25 s, so the ILP fetched its six million rows instead)."""
+    backend = session.backend
+    explain = backend.estimate
+    failed: list[str] = []
+
+    def recording(sql: str, params: list[object] | None = None) -> Estimate:
+        try:
+            return explain(sql, params)
+        except BackendError as exc:
+            failed.append(f"{exc}: {sql}")
+            raise
+
+    monkeypatch.setattr(backend, "estimate", recording)
+    design_workload(session, QUERIES, None)
+    assert not failed, failed[0]
+
+
+def test_chosen_plans_never_estimated_worse_than_fetch_all(
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    for report in designs.values():
+        for query in report.queries:
+            assert query.chosen.seconds <= query.fetch_all_seconds, query.sql
+
+
+@pytest.mark.parametrize("budget", [*BUDGETS, HELD_OUT], ids=["budget 1.5", "unbounded", HELD_OUT])
+def test_tpch_runs_right_under_the_design(
+    budget: float | str | None,
+    designs: dict[float | str | None, DesignReport],
+    tpch_dir: Path,
+    plain: duckdb.DuckDBPyConnection,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "design.json"
+    designs[budget].design.save(path)
+    url = f"duckdb:///{tmp_path / 'server.duckdb'}"
+    load(str(tpch_dir), url, str(tmp_path / "client"), design=PhysicalDesign.load(path),
+         progress=lambda _: None)  # fmt: skip
+    session = Session(str(tmp_path / "client"))
+    try:
+        for sql in QUERIES:
+            check_query(session, plain, sql)
+    finally:
+        session.close()
+
+
+def test_design_file_round_trip(
+    designs: dict[float | str | None, DesignReport], tmp_path: Path
+) -> None:
+    design = designs[1.5].design
+    design.save(tmp_path / "design.json")
+    assert PhysicalDesign.load(tmp_path / "design.json").to_json() == design.to_json()
+
+
+def test_an_infeasible_budget_names_the_smallest(session: Session) -> None:
+    with pytest.raises(BudgetError, match=r"smallest design that still runs every query takes"):
+        design_workload(session, QUERIES[:2], 0.5)
+
+
+def test_the_policy_is_honoured_and_checked_at_load(
+    session: Session, designs: dict[float | str | None, DesignReport]
+) -> None:
+    policy = Policy({"lineitem.l_shipdate": DET})
+    report = design_workload(session, [QUERIES[5]], None, policy=policy)  # Q6 ranges shipdate
+    lineitem = report.design.tables["lineitem"]
+    assert lineitem.encryptions_of("l_shipdate", OPE) == []
+    assert lineitem.encryptions_of("l_discount", OPE)  # others still ordered on the server
+    schema = {name: t.columns for name, t in designs[None].design.tables.items()}
+    with pytest.raises(DesignError, match=r"policy forbids: OPE lineitem\.l_shipdate"):
+        chosen_design(designs[None].design, schema, policy, "fingerprint")
+
+
+def test_veil_design_command(
+    veil_env: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # in this process: the session fixture's embedded server file is open here
+    out = tmp_path / "d.json"
+    # lineitem's 60,000 rows at SF 0.01: over orders' 15,000 the range on the server and
+    # its rows counted on the client were estimated within a tenth of a millisecond
+    query = "SELECT count(*) FROM lineitem WHERE l_shipdate < DATE '1995-01-01'"
+    argv = ["design", str(veil_env["client"]), "--workload", query, "--budget", "none"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "design for 1 queries, budget unbounded" in capsys.readouterr().out
+    assert PhysicalDesign.load(out).tables["lineitem"].encryptions_of("l_shipdate", OPE)
+
+
+def test_a_design_for_other_tables_is_refused(
+    designs: dict[float | str | None, DesignReport],
+) -> None:
+    schema = {name: t.columns for name, t in designs[None].design.tables.items()}
+    del schema["region"]
+    with pytest.raises(DesignError, match="other tables or columns than the source"):
+        chosen_design(designs[None].design, schema, Policy(), "fingerprint")
+
+
+def test_an_infeasible_budget_from_the_command_line(
+    veil_env: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["design", str(veil_env["client"]), "--workload", QUERIES[0], "--budget", "0.5"]
+    assert main([*argv, "--out", str(tmp_path / "d.json")]) == 2
+    assert "give --budget" in capsys.readouterr().err
+    assert not (tmp_path / "d.json").exists()
