@@ -1,8 +1,9 @@
-"""docs/ARCHITECTURE.md matches the tree: its package list and its pass list are checked.
+"""docs/ARCHITECTURE.md matches the tree: its package list, test folders and pass list are checked.
 
 The source tree block names every package (a folder with ``__init__.py``)
 and every top-level module of each Python root it lists, and every folder it
-names exists; the pass list is ``PASSES``, in order.
+names exists; the tests block names exactly the folders of ``tests/``; the
+pass list is ``PASSES``, in order.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from veil.sql.passes import PASSES
 from veil.sql.planner import pass_name
+
+pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "ARCHITECTURE.md"
@@ -25,12 +30,12 @@ def _block(marker: str) -> list[str]:
     return text[opening : text.index("```", opening)].splitlines()
 
 
-def _tree() -> dict[str, set[str]]:
-    """Each root of the tree block (``python/veil/``, ``rust/``) -> the names listed under it
+def _tree(marker: str = "tree") -> dict[str, set[str]]:
+    """Each root of a tree block (``python/veil/``, ``rust/``) -> the names listed under it
     (``sql/passes/``, ``cli.py``): the first words of entry lines, which sit two spaces in."""
     roots: dict[str, set[str]] = {}
     root = ""
-    for line in _block("tree"):
+    for line in _block(marker):
         found = re.match(r"^(\S+/)(\s|$)", line)
         if found:
             root = found.group(1)
@@ -65,6 +70,19 @@ def test_every_folder_the_tree_names_exists() -> None:
         if not (REPO / root / name).exists()
     ]
     assert not stale, f"docs/ARCHITECTURE.md names what is not in the tree: {stale}"
+
+
+def test_the_tests_block_names_every_test_folder() -> None:
+    listed = _tree("tests")["tests/"]
+    folders = {
+        f"{p.name}/"
+        for p in (REPO / "tests").iterdir()
+        if p.is_dir() and not p.name.startswith((".", "__"))
+    }
+    assert listed == folders, (
+        f"docs/ARCHITECTURE.md's tests block lacks {sorted(folders - listed)} "
+        f"and names what is not in tests/: {sorted(listed - folders)}"
+    )
 
 
 def test_the_pass_list_is_passes_in_order() -> None:
