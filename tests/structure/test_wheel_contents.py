@@ -211,8 +211,17 @@ def install_into_clean_venv(wheel: Path, directory: Path) -> str:
 
 
 def run(python: str, code: str, env: dict[str, str] | None = None) -> str:
+    """``code`` run by the clean venv's ``python`` away from the checkout, in ``env`` or
+    else this run's environment less PYTHONPATH: the Spark backend puts the checkout's
+    python/ there for its workers, where the tooling would be found."""
+    clean = env or {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     done = subprocess.run(
-        [python, "-c", code], capture_output=True, text=True, env=env, check=False
+        [python, "-c", code],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=Path(python).parents[1],
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
