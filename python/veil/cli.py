@@ -28,7 +28,7 @@ COMMAND_MODULES = (
 # modules never import it; its commands are found here by name, and where it is
 # absent (``pip install veil``) each of them says where it runs.
 TOOLING_MODULE = "veil_dev.cli"
-TOOLING_COMMANDS = ("bench", "kv", "documents", "tpch", "demo")
+TOOLING_COMMANDS = ("bench", "kv", "documents", "tpch", "tpcds", "demo")
 CHECKOUT_ONLY = (
     "veil {command} runs from a Veil checkout: the tooling it belongs to (python/veil_dev: "
     "benchmarks, TPC-H, test servers, the demo) is not part of `pip install veil`. Clone "

@@ -1,4 +1,4 @@
-"""The commands the tooling adds to ``veil``: bench, kv, documents, tpch and demo.
+"""The commands the tooling adds to ``veil``: bench, kv, documents, tpch, tpcds and demo.
 
 ``veil.cli`` calls :func:`register` when ``veil_dev`` is importable (a checkout);
 elsewhere it registers the same names (``veil.cli.TOOLING_COMMANDS``) as pointers
@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "veil_dev.bench.kv.cli",
     "veil_dev.bench.documents.cli",
     "veil_dev.tpch.cli",
+    "veil_dev.tpcds.cli",
 )
 
 

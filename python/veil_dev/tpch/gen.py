@@ -26,16 +26,17 @@ class TpchError(VeilError):
     anchor = "tpch"
 
 
-def generator() -> str:
-    """The ``tpchgen-cli`` executable: on PATH, or beside this Python's interpreter."""
-    found = shutil.which("tpchgen-cli")
-    beside = Path(sys.executable).parent / "tpchgen-cli"
+def generator(name: str = "tpchgen-cli") -> str:
+    """A generator's executable (``tpchgen-cli``, ``tpcgen-cli``): on PATH, or beside this
+    Python's interpreter (a venv's bin, not on PATH when the venv is not activated)."""
+    found = shutil.which(name)
+    beside = Path(sys.executable).parent / name
     if found:
         return found
     if beside.exists():
         return str(beside)
     raise TpchError(
-        "tpchgen-cli not found; install the bench extra (`make setup`, or pip install -e '.[bench]')"
+        f"{name} not found; install the bench extra (`make setup`, or pip install -e '.[bench]')"
     )
 
 

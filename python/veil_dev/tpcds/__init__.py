@@ -1,0 +1,1 @@
+"""TPC-DS data (``veil tpcds gen``) and the shared query set the benchmark runs."""
