@@ -6,6 +6,8 @@ log records them for the DB-API's statements too (``veil.dbapi``).
 
 from __future__ import annotations
 
+import re
+
 from veil.errors import (
     AuthenticationError,
     DomainError,
@@ -57,6 +59,22 @@ SQLSTATES: list[tuple[type[VeilError], str]] = [
 ]
 
 
+# A QueryError comes from DuckDB's binder or catalogue, whose exception classes do
+# not say which name was unknown: its message does (Veil's own wording or DuckDB's).
+# Drivers and ORMs branch on these codes (SQLAlchemy's "has_table", psql's scripts).
+_QUERY_SQLSTATES = [
+    (re.compile(r"^table \S+ does not exist|Table with name .* does not exist"), "42P01"),
+    (re.compile(r"Referenced column .* not found|does not have a column named"), "42703"),
+    (re.compile(r"Function with name .* does not exist"), "42883"),
+]
+
+
 def sqlstate(exc: VeilError) -> str:
     """``exc``'s SQLSTATE (XX000, internal_error, for a class without one)."""
-    return next((c for cls, c in SQLSTATES if isinstance(exc, cls)), "XX000")
+    code = next((c for cls, c in SQLSTATES if isinstance(exc, cls)), "XX000")
+    return query_sqlstate(str(exc)) if code == "42000" else code
+
+
+def query_sqlstate(message: str) -> str:
+    """A query error's SQLSTATE from its message: 42P01, 42703, 42883, else 42000."""
+    return next((c for pattern, c in _QUERY_SQLSTATES if pattern.search(message)), "42000")

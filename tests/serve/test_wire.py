@@ -167,16 +167,36 @@ def test_postgres_semantics_and_names(con: psycopg.Connection) -> None:
     cur = con.execute("SELECT count(*), 7 / 2, sum(l_quantity) FROM lineitem WHERE l_quantity < 2")
     assert [d.name for d in cur.description] == ["count", "?column?", "sum"]
     assert cur.fetchone()[1] == 3  # type: ignore[index]
+    # DuckDB reads CURRENT_DATE as a column first, so an alias of its own name clashed
+    cur = con.execute("SELECT now(), current_date, current_timestamp, 1 + 1")
+    assert [d.name for d in cur.description] == [
+        "now",
+        "current_date",
+        "current_timestamp",
+        "?column?",
+    ]
+    now, today, stamp, two = cur.fetchone()  # type: ignore[misc]
+    assert today in (dt.date.today(), dt.datetime.now(dt.UTC).date()) and two == 2 and now == stamp
+    cur = con.execute("SELECT current_date, r_name FROM region ORDER BY r_name DESC LIMIT 2")
+    assert [row[1] for row in cur.fetchall()] == ["MIDDLE EAST", "EUROPE"]
 
 
 def test_errors_carry_sqlstate_and_position(con: psycopg.Connection) -> None:
     with pytest.raises(psycopg.errors.SyntaxError) as syntax:
         con.execute("SELECT o_orderkey FROM orders WHERE")
     assert syntax.value.diag.sqlstate == "42601"
-    with pytest.raises(psycopg.Error) as unknown:
+    with pytest.raises(psycopg.errors.UndefinedTable) as unknown:
         con.execute("SELECT * FROM no_such_table")
-    assert unknown.value.diag.sqlstate == "42000"
     assert "no_such_table" in str(unknown.value)
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        con.execute("SELECT * FROM no_such_schema.no_such_table")
+    with pytest.raises(psycopg.errors.UndefinedColumn) as column:
+        con.execute("SELECT no_such_column FROM region")
+    assert "no_such_column" in str(column.value)
+    with pytest.raises(psycopg.errors.UndefinedFunction):
+        con.execute("SELECT no_such_function(1)")
+    with pytest.raises(psycopg.errors.UndefinedFunction):
+        con.execute("SELECT no_such_function(r_name) FROM region")
     assert con.execute("SELECT 1").fetchone() == (1,)  # the session goes on
 
 
@@ -259,7 +279,7 @@ def test_sqlalchemy_and_pandas(trusting: str, plain: duckdb.DuckDBPyConnection) 
 def test_psql(trusting: str) -> None:
     script = (
         "SELECT count(*) AS n FROM orders WHERE o_orderdate < DATE '1993-01-01';\n"
-        "\\dt\n\\d region\n"
+        "\\dt\n\\d region\n\\l\n"
     )
     done = subprocess.run(
         ["psql", "-h", "127.0.0.1", "-p", trusting, "-U", "carol", "-d", "veil", "-X", "-A"],
@@ -273,6 +293,7 @@ def test_psql(trusting: str) -> None:
     assert lines[0] == "n" and lines[1].isdigit() and int(lines[1]) > 0
     assert "main|lineitem|table|veil" in lines
     assert "r_regionkey|int8|||" in lines  # \\d region: name|type|collation|nullable|default
+    assert "veil|veil|UTF8|C.UTF-8|C.UTF-8||libc|" in lines  # \\l: the one database
 
 
 PSQL_SCRIPT = r"""

@@ -77,6 +77,18 @@ _PG_ATTRIBUTE = """
    ON t.typname = split_part(pg_catalog.format_type(a.atttypid, -1), '(', 1))
 """
 
+# pg_database as PostgreSQL has it (psql's \\l reads its collations and ACLs; DuckDB's
+# view has four columns): one database, the one this session connected to
+_PG_DATABASE = """
+(SELECT CAST(1 AS INTEGER) AS oid, {name} AS datname, CAST(10 AS INTEGER) AS datdba,
+        CAST(6 AS INTEGER) AS encoding, 'c' AS datlocprovider, false AS datistemplate,
+        true AS datallowconn, CAST(-1 AS INTEGER) AS datconnlimit,
+        CAST(0 AS INTEGER) AS dattablespace, 'C.UTF-8' AS datcollate, 'C.UTF-8' AS datctype,
+        CAST(NULL AS VARCHAR) AS daticulocale, CAST(NULL AS VARCHAR) AS daticurules,
+        CAST(NULL AS VARCHAR) AS datlocale, CAST(NULL AS VARCHAR) AS datcollversion,
+        CAST(NULL AS VARCHAR[]) AS datacl)
+"""
+
 # pg_class columns DuckDB's view lacks, as constants
 _MISSING_COLUMNS = {"relforcerowsecurity": "false"}
 
@@ -155,6 +167,9 @@ def prepare(tree: exp.Expr, user: str, database: str) -> exp.Expr:
         if _missing_table(node):
             assert isinstance(node, exp.Table)
             return _empty_table(node)
+        if _catalog_table(node, "pg_database"):
+            assert isinstance(node, exp.Table)
+            return _derived(_PG_DATABASE.format(name=exp.Literal.string(database).sql()), node)
         if _catalog_table(node, "pg_attribute"):
             assert isinstance(node, exp.Table)
             return _derived(_PG_ATTRIBUTE, node)

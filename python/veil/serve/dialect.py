@@ -185,12 +185,34 @@ def output_names(tree: exp.Expr) -> exp.Expr:
         select = select.this
     if not isinstance(select, exp.Select):
         return tree
+    named, clash = [], False
     for i, item in enumerate(select.expressions):
         if isinstance(item, exp.Alias | exp.Star | exp.Column) or item.find(exp.Star) is item:
+            named.append(item.alias_or_name)
             continue
-        select.expressions[i] = exp.alias_(item, _pg_name(item), quoted=True)
+        name = _pg_name(item)
+        # DuckDB reads CURRENT_DATE (and its kin) as a column first, and would find
+        # the alias "current_date" beside it: a Binder Error for PostgreSQL's plain
+        # SELECT current_date. Such a query is named from outside, by a column list.
+        clash = clash or item.sql(WRITE).lower() == name
+        select.expressions[i] = exp.alias_(item, name, quoted=True)
         select.expressions[i].parent = select
+        named.append(name)
+    if clash and not any(isinstance(item, exp.Star) for item in select.expressions):
+        return _renamed(tree, select, named)
     return tree
+
+
+def _renamed(tree: exp.Expr, select: exp.Select, names: list[str]) -> exp.Expr:
+    """``SELECT * FROM (tree) AS _(names)``, the select list's own aliases made unique."""
+    unique = [
+        exp.alias_(item.unalias().copy(), f"column{i}", quoted=True)
+        for i, item in enumerate(select.expressions)
+    ]
+    select.set("expressions", unique)
+    columns = [exp.to_identifier(name, quoted=True) for name in names]
+    alias = exp.TableAlias(this=exp.to_identifier("_"), columns=columns)
+    return exp.select("*").from_(exp.Subquery(this=tree, alias=alias))
 
 
 def _pg_name(node: exp.Expr) -> str:
@@ -205,6 +227,8 @@ def _pg_name(node: exp.Expr) -> str:
         return node.name.lower()
     if isinstance(node, exp.Case):
         return "case"
+    if isinstance(node, exp.CurrentTimestamp) and "start" in node.meta:
+        return "now"  # sqlglot reads now() as CURRENT_TIMESTAMP; only a call has a position
     if isinstance(node, exp.Func):
         return node.sql_name().lower()
     return "?column?"

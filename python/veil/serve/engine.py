@@ -47,6 +47,7 @@ from veil.session.dml import returning_query
 from veil.session.result import Streamed
 from veil.session.session import Session
 from veil.sql import pg_types
+from veil.sqlstates import query_sqlstate
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,8 @@ class WireSession:
         except duckdb.InterruptException:
             raise WireError("57014", "canceling statement due to user request") from None
         except duckdb.Error as exc:  # a catalogue query the catalogue DuckDB refused
-            raise WireError("42000", str(exc).split("\n")[0]) from None
+            message = str(exc).split("\n")[0]
+            raise WireError(query_sqlstate(message), message) from None
         except Exception as exc:
             log.exception("internal error serving %r", sql)
             raise WireError(
