@@ -1,4 +1,4 @@
-"""``veil serve`` and ``veil user add``."""
+"""``veil serve`` and ``veil user add|list|remove``."""
 
 from __future__ import annotations
 
@@ -57,6 +57,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--password-stdin", action="store_true", help="read the password from standard input"
     )
     add.set_defaults(handler=run_user_add)
+    listed = actions.add_parser("list", help="list the users `veil serve` accepts")
+    listed.add_argument("client_dir")
+    listed.set_defaults(handler=run_user_list)
+    remove = actions.add_parser(
+        "remove", help="remove a user (its next connection is refused; open ones go on)"
+    )
+    remove.add_argument("client_dir")
+    remove.add_argument("name")
+    remove.set_defaults(handler=run_user_remove)
 
 
 def start(args: argparse.Namespace) -> tuple[object, object]:
@@ -143,4 +152,30 @@ def run_user_add(args: argparse.Namespace) -> int:
             raise ServeError("the two passwords differ; nothing was changed")
     users.add(client.path, args.name, password)
     print(f"veil: user {args.name} can now connect to `veil serve {args.client_dir}`")
+    return 0
+
+
+def run_user_list(args: argparse.Namespace) -> int:
+    from veil.serve import users
+    from veil.session.clientdir import open_client_dir
+
+    known = users.names(open_client_dir(args.client_dir).path)
+    for name in known:
+        print(name)
+    if not known:
+        print(
+            f"veil: no users yet; add one with `veil user add {args.client_dir} NAME`",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def run_user_remove(args: argparse.Namespace) -> int:
+    from veil.serve import users
+    from veil.session.clientdir import open_client_dir
+
+    users.remove(open_client_dir(args.client_dir).path, args.name)
+    print(
+        f"veil: user {args.name} removed; `veil serve {args.client_dir}` refuses its next connection"
+    )
     return 0

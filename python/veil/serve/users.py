@@ -49,11 +49,36 @@ def add(client_dir: str | os.PathLike[str], name: str, password: str) -> None:
     salt = secrets.token_bytes(16)
     salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, SCRAM_ITERATIONS)
     users[name] = {"salt": salt.hex(), "salted_password": salted.hex()}
+    _save(client_dir, users)
+
+
+def names(client_dir: str | os.PathLike[str]) -> list[str]:
+    """The users ``veil serve`` accepts, by name."""
+    return sorted(load(client_dir))
+
+
+def remove(client_dir: str | os.PathLike[str], name: str) -> None:
+    """Remove user ``name``: a running ``veil serve`` refuses its next connection.
+
+    Connections it has open go on until they end (PostgreSQL's DROP ROLE waits
+    for none either; stop the server to cut them)."""
+    users = load(client_dir)
+    if name not in users:
+        known = ", ".join(sorted(users)) or "none yet"
+        raise UserError(f"there is no user {name!r} in {client_dir}; the users are: {known}")
+    del users[name]
+    _save(client_dir, users)
+
+
+def _save(client_dir: str | os.PathLike[str], users: dict[str, dict[str, str]]) -> None:
+    """Write ``users`` atomically (a new file renamed over the old), mode 0600."""
     path = users_path(client_dir)
     temporary = path.with_suffix(".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         json.dump(users, out, indent=1)
+        out.flush()
+        os.fsync(out.fileno())
     os.replace(temporary, path)
 
 
