@@ -18,6 +18,8 @@ command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 # Maven: fetches from Maven Central the jars of the JVM servers the tests start
 # (veil_dev.servers.cassandra; veil_dev.servers.mongojava, whose launcher javac compiles)
 command -v mvn >/dev/null || need_apt+=(maven)
+# SoftHSM2: the HSM behind the tests of the pkcs11: key provider (tests/keys)
+command -v softhsm2-util >/dev/null || need_apt+=(softhsm2)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_apt[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -45,7 +47,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "bootstrap: installing Veil and its dependencies into .venv (builds the Rust core)"
-.venv/bin/python -m pip install -q -e '.[dev,spark,bench]'
+.venv/bin/python -m pip install -q -e '.[dev,spark,bench,keys]'
 .venv/bin/python -c 'import veil._native' && echo "bootstrap: ok"
 
 # `veil` and `veil-python` (this environment's interpreter) on the user's PATH,
