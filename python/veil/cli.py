@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "veil.frontend.cli",
     "veil.frontend.design_cli",
     "veil.frontend.layers_cli",
+    "veil.frontend.config_cli",
     "veil.serve.cli",
     "veil.audit.cli",
 )

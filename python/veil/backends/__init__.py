@@ -59,7 +59,8 @@ def connect_existing(url: str) -> Backend:
         if not is_hadoop_url(warehouse) and not Path(warehouse).is_dir():
             raise ServerUnavailableError(
                 f"the Spark warehouse {warehouse} (server {url}) does not exist: it was moved "
-                "or deleted, or the client directory belongs to another machine; restore it, "
+                "or deleted, or the client directory belongs to another machine; restore it "
+                "(or point the directory at where it is now: `veil config CDIR --server URL`), "
                 "or load the data again"
             )
     if url.startswith("duckdb:"):
@@ -70,7 +71,8 @@ def connect_existing(url: str) -> Backend:
             raise ServerUnavailableError(
                 f"the server file {path} (server {url}) does not exist: it was moved or "
                 "deleted, or the client directory belongs to another machine; restore the "
-                "file, or load the data again"
+                "file (or point the directory at where it is now: `veil config CDIR --server "
+                "URL`), or load the data again"
             )
     return connect(url)
 
