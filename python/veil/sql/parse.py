@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import re
+import threading
 import uuid
 from collections.abc import Sequence
 
+import duckdb
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, TokenError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.parser import Parser
 from sqlglot.tokens import Token, TokenType
 
 from veil.sql.errors import QueryError, QuerySyntaxError
@@ -54,7 +58,11 @@ def parse_statement(sql: str) -> exp.Expr:
     dialect = sqlglot.Dialect.get_or_raise(DIALECT)
     try:
         tokens = _numbered_markers(dialect.tokenize(sql))
-        statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
+        statements = [
+            s
+            for s in _parser_class(dialect.parser_class)(dialect=dialect).parse(tokens, sql)
+            if s is not None
+        ]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         description = str(first.get("description", exc)).split(". Line")[0]
@@ -78,7 +86,43 @@ def parse_statement(sql: str) -> exp.Expr:
         raise QuerySyntaxError(str(exc)) from None
     if len(statements) != 1:
         raise QuerySyntaxError(f"expected exactly one SQL statement, got {len(statements)}")
+    check_duckdb_syntax(sql)
     return rewrite_pg_types(normalize_functions(statements[0]))
+
+
+def check_duckdb_syntax(sql: str) -> None:
+    """Refuse what DuckDB's own parser refuses, with its message.
+
+    sqlglot is lenient where DuckDB is not: it reads ``a JOIN b`` without a
+    condition, or ``a JOIN b BY (TYPE bogus)``, as a cross product (``BY`` an
+    alias), which plaintext DuckDB refuses. DuckDB's parser (no catalog, no
+    binding: ``?`` markers and unknown names pass) is the judge of syntax.
+    """
+    connection = getattr(_duckdb_parser, "connection", None)
+    if connection is None:
+        connection = _duckdb_parser.connection = duckdb.connect()
+    try:
+        connection.extract_statements(sql)
+    except duckdb.ParserException as exc:
+        message = str(exc).removeprefix("Parser Error: ").split("\n")[0].strip()
+        message = message.removeprefix("syntax error ")
+        raise QuerySyntaxError(message) from None
+
+
+# DuckDB's parser, one in-memory connection per thread (a connection is not shared)
+_duckdb_parser = threading.local()
+
+
+@functools.cache
+def _parser_class(base: type[Parser]) -> type[Parser]:
+    """DuckDB's parser without ``:name`` placeholders, which DuckDB does not have.
+
+    sqlglot reads a colon before a name as a named parameter, so the slice
+    ``l[:n]`` became a marker (a query "with 1 parameter") instead of the list
+    ``l`` up to the column ``n``; without that rule, ``:`` is a slice's colon.
+    """
+    parsers = {k: v for k, v in base.PLACEHOLDER_PARSERS.items() if k != TokenType.COLON}
+    return type("VeilParser", (base,), {"PLACEHOLDER_PARSERS": parsers})
 
 
 def _numbered_markers(tokens: list[Token]) -> list[Token]:
@@ -219,7 +263,7 @@ def qualify_query(tree: exp.Expr, schema: dict[str, dict[str, str]]) -> exp.Expr
     """
     try:
         return qualify(
-            tree.copy(),
+            _aliased_subqueries(tree.copy()),
             schema=dict(schema),
             dialect=DIALECT,
             quote_identifiers=False,
@@ -227,3 +271,20 @@ def qualify_query(tree: exp.Expr, schema: dict[str, dict[str, str]]) -> exp.Expr
         )
     except (OptimizeError, ValueError, KeyError):
         return None
+
+
+def _aliased_subqueries(tree: exp.Expr) -> exp.Expr:
+    """``SELECT (SELECT 1) ... ORDER BY 1`` with the subquery under an alias node.
+
+    sqlglot's qualifier names an unaliased scalar subquery of a select list
+    by setting the subquery's own alias (``(SELECT 1) AS _col_0`` as one
+    node), and then a positional ORDER BY or GROUP BY that points at it
+    fails an assertion that the item is an alias node. The same name, given
+    here as an alias node, is what the qualifier would have given it.
+    """
+    for select in tree.find_all(exp.Select):
+        for position, item in enumerate(select.expressions):
+            if isinstance(item, exp.Subquery) and not item.alias:
+                name = exp.to_identifier(f"_col_{position}")
+                item.replace(exp.Alias(this=item.copy(), alias=name))
+    return tree
