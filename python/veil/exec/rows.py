@@ -41,7 +41,56 @@ def column_values(column: pa.ChunkedArray | pa.Array) -> list[object]:
         )
     if pa.types.is_interval(column.type):
         return _timedeltas(column)
-    return column.to_pylist(maps_as_pydicts="strict")
+    return duckdb_maps(column).to_pylist(maps_as_pydicts="strict")
+
+
+def duckdb_maps(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """``column`` with each MAP whose keys are lists, structs or maps (no Python dict
+    can hold them) as DuckDB's Python API gives it: ``{'key': [...], 'value': [...]}``.
+
+    Other MAPs stay MAPs (dicts); the change is of whole arrays, at any depth.
+    """
+    if not _unhashable_maps(column.type):
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([_as_duckdb(chunk) for chunk in column.chunks])
+    return _as_duckdb(column)
+
+
+def _unhashable_maps(kind: pa.DataType) -> bool:
+    if isinstance(kind, pa.MapType) and _unhashable(kind.key_type):
+        return True
+    return any(_unhashable_maps(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _unhashable(kind: pa.DataType) -> bool:
+    nested = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_struct(kind)
+    return nested or pa.types.is_fixed_size_list(kind) or isinstance(kind, pa.MapType)
+
+
+def _as_duckdb(array: pa.Array) -> pa.Array:
+    """One array of ``duckdb_maps``, children first (a copy with offset 0 makes the
+    children's offsets line up with the parent's)."""
+    kind = array.type
+    if not _unhashable_maps(kind):
+        return array
+    array = pa.concat_arrays([array]) if array.offset else array
+    mask = array.is_null() if array.null_count else None
+    if isinstance(kind, pa.MapType):
+        keys, items = _as_duckdb(array.keys), _as_duckdb(array.items)
+        if not _unhashable(kind.key_type):
+            return pa.MapArray.from_arrays(array.offsets, keys, items, mask=mask)
+        lists = [pa.ListArray.from_arrays(array.offsets, part) for part in (keys, items)]
+        return pa.StructArray.from_arrays(lists, names=["key", "value"], mask=mask)
+    if pa.types.is_struct(kind):
+        fields = [_as_duckdb(array.field(i)) for i in range(kind.num_fields)]
+        names = [kind.field(i).name for i in range(kind.num_fields)]
+        return pa.StructArray.from_arrays(fields, names=names, mask=mask)
+    if pa.types.is_fixed_size_list(kind):
+        values = _as_duckdb(array.values)
+        return pa.FixedSizeListArray.from_arrays(values, kind.list_size, mask=mask)
+    builder = pa.LargeListArray if pa.types.is_large_list(kind) else pa.ListArray
+    return builder.from_arrays(array.offsets, _as_duckdb(array.values), mask=mask)
 
 
 _MICROS_A_DAY = 86_400_000_000
