@@ -2,8 +2,8 @@
 
 The text format is read back with prometheus_client's own parser, during and
 after statements sent with psycopg: statements by kind and outcome, latency
-histograms per phase, plan-cache hits, peels, open sessions and errors by
-SQLSTATE. The last test starts ``veil serve`` itself, as a user would.
+histograms per phase, plan-cache hits, peels, open sessions, errors by
+SQLSTATE and fallbacks by shape. The last test starts ``veil serve`` itself, as a user would.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import veil.sql.planner as planner
 from veil._native import WireServer
 from veil.audit.log import AUDIT_FILE, read_records
 from veil.load.loader import load
@@ -101,6 +102,27 @@ def test_statements_phases_and_errors(served: tuple[str, Metrics, Path]) -> None
         assert value(grew, "veil_phase_seconds_sum", phase=phase) > 0, phase
     assert value(grew, "veil_statement_seconds_count", kind="query") == 4
     assert not (client / AUDIT_FILE).exists()  # Engine's audit log is the CLI's choice
+
+
+@pytest.mark.fallback_expected
+def test_fallbacks_are_counted_by_stage_and_shape(
+    served: tuple[str, Metrics, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, metrics, _ = served
+
+    def broken(state: object) -> object:
+        raise RuntimeError("an optimisation's bug")
+
+    monkeypatch.setattr(planner, "PASSES", (*planner.PASSES[:3], broken, *planner.PASSES[3:]))
+    before = scrape(metrics.address)
+    with psycopg.connect(f"host=127.0.0.1 port={port} user=eve dbname=veil") as con:
+        con.autocommit = True
+        rows = con.execute("SELECT count(*) FROM accounts WHERE owner = 'owner 3'").fetchall()
+    assert rows == [(6,)]  # right, by fetching the whole table
+    grew = value(
+        scrape(metrics.address), "veil_fallbacks_total", stage="plan", reason="pass broken"
+    )
+    assert grew == value(before, "veil_fallbacks_total", stage="plan", reason="pass broken") + 1
 
 
 def test_a_bad_address_is_a_clear_error() -> None:

@@ -18,6 +18,7 @@ from veil.errors import InternalError, VeilError
 from veil.frontend.explain import explain
 from veil.session.result import Result, Streamed
 from veil.session.session import Session
+from veil.sql import fallbacks
 from veil.sql.errors import QueryError, QuerySyntaxError
 
 
@@ -128,6 +129,7 @@ def test_in_subqueries_over_ctes_and_derived_tables(
     check(any_session, plain, sql)
 
 
+@pytest.mark.fallback_expected
 def test_a_failing_pass_falls_back_to_the_client(
     session: Session, plain: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,7 +142,8 @@ def test_a_failing_pass_falls_back_to_the_client(
     result = session.run(sql)
     assert result.plan is not None and not result.plan.pushdown
     # the pass that failed is named, for the log and `veil explain`
-    assert result.plan.fallback == "pass broken failed (RuntimeError: an optimisation's bug)"
+    assert str(result.plan.fallback) == "pass broken failed (RuntimeError: an optimisation's bug)"
+    assert (result.plan.fallback.stage, result.plan.fallback.shape) == ("plan", "pass broken")
     assert "the split planner gave up (pass broken failed" in explain(session, sql)
     assert_same(result.table, plain.execute(sql).fetchall(), False, sql)
 
@@ -162,14 +165,22 @@ def test_passes_are_left_out_by_name(session: Session) -> None:
     assert all(p.__module__ == f"veil.sql.passes.{planner.pass_name(p)}" for p in planner.PASSES)
 
 
+@pytest.mark.fallback_expected
 def test_a_failing_server_statement_falls_back_to_the_client(
     session: Session, plain: duckdb.DuckDBPyConnection, first_scan_fails: list[object]
 ) -> None:
     sql = "SELECT COUNT(*) FROM orders WHERE o_orderdate < DATE '1995-01-01'"
-    assert_same(session.run(sql).table, plain.execute(sql).fetchall(), False, sql)
+    before = fallbacks.counts()
+    result = session.run(sql)
+    assert_same(result.table, plain.execute(sql).fetchall(), False, sql)
     assert first_scan_fails
+    # the result says it fell back, and why; the process counts it by stage and shape
+    assert result.plan is not None and result.plan.fallback is not None
+    assert result.plan.fallback.stage == "run" and "split plan failed" in str(result.plan.fallback)
+    assert [f[:3] for f in fallbacks.since(before)] == [("run", result.plan.fallback.shape, 1)]
 
 
+@pytest.mark.fallback_expected
 def test_a_streamed_query_falls_back_to_the_client_too(
     session: Session, plain: duckdb.DuckDBPyConnection, first_scan_fails: list[object]
 ) -> None:

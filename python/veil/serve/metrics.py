@@ -12,9 +12,13 @@ answers in Prometheus' text format:
 - ``veil_plan_cache_hits_total``, ``veil_peels_total``, ``veil_rows_total``
   (rows returned or written), ``veil_errors_total{sqlstate}``
 - ``veil_open_sessions``: connections open now
+- ``veil_fallbacks_total{stage, reason}``: queries answered by fetching whole
+  tables because the split plan failed at planning or when it ran, by shape
+  (``veil.sql.fallbacks``; docs/sql.md "Fallbacks" lists the expected ones)
 
 The registry is this server's own (two servers in one process, as in the
-tests, count apart). Metrics carry no statement text and no value.
+tests, count apart), but for the fallbacks: those are the process's, counted
+where the session runs a plan. Metrics carry no statement text and no value.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
 
 from veil.errors import VeilError
+from veil.sql import fallbacks
 
 # from 100 µs (a cached point query's parse) to a minute (a big scan)
 _BUCKETS = (
@@ -62,6 +68,7 @@ class Metrics:
             "veil_errors", "Failed statements, by SQLSTATE", ["sqlstate"], registry=registry
         )
         self.open_sessions = Gauge("veil_open_sessions", "Connections open now", registry=registry)
+        registry.register(_Fallbacks())
         self._server, self._thread = _serve(address, registry)
 
     @property
@@ -92,6 +99,20 @@ class Metrics:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+class _Fallbacks:
+    """``veil_fallbacks_total``, read from the process's counts when scraped."""
+
+    def collect(self) -> list[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "veil_fallbacks",
+            "Queries answered by fetching whole tables, by stage and shape",
+            labels=["stage", "reason"],
+        )
+        for (stage, shape), count in sorted(fallbacks.counts().items()):
+            family.add_metric([stage, shape], count)
+        return [family]
 
 
 def _serve(address: str, registry: CollectorRegistry) -> tuple[Any, Any]:

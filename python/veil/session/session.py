@@ -43,6 +43,7 @@ from veil.session.plan_cache import CachedPlan, PlanCache, plan_key
 from veil.session.result import STREAM_BATCH_ROWS, Result, Streamed, duckdb_message
 from veil.session.row_locks import lock_selected
 from veil.session.table_locks import SharedLocks
+from veil.sql import fallbacks
 from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import (
     ActiveTransactionError,
@@ -352,8 +353,9 @@ class Session:
             self.plans.clear()
             replanned = CachedPlan(planned.names, self.plan(planned.tree), planned.tree)
             return self._answer(replanned, again=False)
-        log.info("split plan failed (%s: %s); the client runs the query", type(exc), exc)
         plan = plan_fetch_all(planned.tree, self.design)
+        plan.fallback = fallbacks.failed_run(planned.tree, exc)
+        log.info("%s; the client runs the query", plan.fallback)
         return self._named(planned, self.execute_plan(plan, stats), stats, plan)
 
     @staticmethod
@@ -415,6 +417,7 @@ class Session:
                 started, server_before = time.perf_counter(), stats.server_seconds
                 table = decrypt_outputs(table, plan.late_outputs, self.ciphers)
                 stats.decrypted(started, server_before)
+            _count_fallback(plan)
             return table
         finally:
             self._unregister(registered)
@@ -520,6 +523,7 @@ class Session:
                 raise
             self.plans.clear()  # it may have been cached above
             return self._fallback(planned, exc, stats)
+        _count_fallback(planned.plan)
         streamed = Streamed(planned.names, reader, lambda: self._unregister(registered), stats)
         if planned.plan.late_outputs:
             outputs, ciphers = planned.plan.late_outputs, self.ciphers
@@ -595,6 +599,15 @@ class Session:
         if not any(f in str(row[2]) for f in CONSTANT_FAMILIES[sql_type.kind]):
             return None
         return row[0]
+
+
+def _count_fallback(plan: SplitPlan) -> None:
+    """Count a plan that fetched whole tables in place of a failed split, once it answers.
+
+    Not before: a query whose fetch-everything plan raises too (``error('boom')``,
+    a cast of a bad value) failed on its own terms, not the split planner's."""
+    if plan.fallback is not None:
+        fallbacks.record(plan.fallback)
 
 
 def _stamp(path: Path) -> int:

@@ -14,10 +14,14 @@ A predicate the server evaluates exactly leaves the local plan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from veil.design.model import Encryption, TableDesign
+
+if TYPE_CHECKING:
+    from veil.sql.fallbacks import Fallback
 
 ROW_ID = "__veil_row_id"  # the local name of a scan's row-id column (DML only)
 RND_ROW_ID = "__veil_rnd_row_id"  # the row ids fetched to decrypt RND columns (then dropped)
@@ -358,5 +362,6 @@ class SplitPlan:
     peels: list[str] = field(default_factory=list, repr=False, compare=False)
     # the candidate plans it was chosen from and their estimates (``veil.cost.choice``)
     choice: list[str] = field(default_factory=list, repr=False, compare=False)
-    # why the split planner gave up and fetches everything (a pass that failed), for explain
-    fallback: str | None = field(default=None, repr=False, compare=False)
+    # why this plan fetches everything although the query asked for a split (a pass
+    # failed, or the split plan failed when it ran): explain shows it, the session counts it
+    fallback: Fallback | None = field(default=None, repr=False, compare=False)

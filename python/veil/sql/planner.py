@@ -7,9 +7,11 @@ the query names and run the whole query on the client, ``plan_fetch_all``):
 
 - sqlglot cannot qualify the query, or it calls a function the planner
   cannot classify (``veil.sql.functions``);
-- a pass fails: the failure is logged, named in the plan (``SplitPlan.fallback``,
-  shown by ``veil explain``) and the partial plan dropped, so an optimisation's
-  bug costs speed, never a wrong answer or an error.
+- a pass fails: the partial plan is dropped, so an optimisation's bug costs
+  speed, never a wrong answer or an error.
+
+Either way the plan says why (``SplitPlan.fallback``, a ``veil.sql.fallbacks.Fallback``:
+``veil explain`` shows it, and the session counts it when the plan runs).
 
 A pass is known by its name (``pass_name``: its function's, which is also its
 module's); ``without`` leaves passes out by name (``veil.cost.choice`` prices
@@ -23,6 +25,8 @@ import logging
 from sqlglot import exp
 
 from veil.design.model import PhysicalDesign
+from veil.sql import fallbacks
+from veil.sql.fallbacks import Fallback
 from veil.sql.functions import check_functions
 from veil.sql.parse import qualify_query
 from veil.sql.passes import PASSES
@@ -51,7 +55,7 @@ def plan_query(
         qualify_query(tree, design.plaintext_schema()) if isinstance(tree, exp.Query) else None
     )
     if qualified is None:
-        return plan_fetch_all(tree, design, row_ids_of=row_ids_of)
+        return _fallback(tree, design, row_ids_of, fallbacks.unqualified(tree))
     state = PlanState(qualified, design, ctx, row_ids_of)
     step = "checking the query's functions"
     try:
@@ -61,14 +65,19 @@ def plan_query(
                 step = f"pass {pass_name(planner_pass)}"
                 state = planner_pass(state)
     except Exception as exc:  # any failure of an optimisation: do it the safe way
-        reason = f"{step} failed ({type(exc).__name__}: {exc})"
-        log.info("split planning: %s; the client runs the query", reason)
-        fallback = plan_fetch_all(tree, design, row_ids_of=row_ids_of)
-        fallback.fallback = reason
-        return fallback
+        return _fallback(tree, design, row_ids_of, fallbacks.failed_pass(step, exc))
     return SplitPlan(
         list(state.scans.values()), state.query, pushdown=True, late_outputs=state.late_outputs
     )
+
+
+def _fallback(
+    tree: exp.Expr, design: PhysicalDesign, row_ids_of: str | None, why: Fallback
+) -> SplitPlan:
+    log.info("split planning: %s; the client runs the query", why)
+    plan = plan_fetch_all(tree, design, row_ids_of=row_ids_of)
+    plan.fallback = why
+    return plan
 
 
 def pass_name(planner_pass: Pass) -> str:
