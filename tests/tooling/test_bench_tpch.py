@@ -11,7 +11,7 @@ import pytest
 
 from veil.cli import main
 from veil.design.model import PhysicalDesign
-from veil_dev.bench.tpch import QueryTimeout, deadline
+from veil_dev.bench.limits import QueryTimeout, deadline
 from veil_dev.bench.tpch_servers import design_of, plain_index_sql, veil_index_sql
 
 pytestmark = pytest.mark.unit

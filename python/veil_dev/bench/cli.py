@@ -10,7 +10,7 @@ from veil_dev.bench.report import bar_plot, format_table, write_json
 
 # Further benchmark areas add ``register(bench_subparsers)`` in these modules.
 BENCH_MODULES = (
-    "veil_dev.bench.tpch_cli",
+    "veil_dev.bench.analytic_cli",
     "veil_dev.bench.wire",
     "veil_dev.bench.onions_cli",
     "veil_dev.bench.cost",

@@ -1,4 +1,4 @@
-"""The two databases ``veil bench tpch`` compares: plaintext TPC-H and Veil's ciphertexts.
+"""The two databases ``veil bench tpch|tpcds`` compares: plaintext and Veil's ciphertexts.
 
 Both live in the same engine (two DuckDB files, two PostgreSQL databases in
 one cluster, or two Spark warehouses of Parquet files) and get the same indexes
@@ -9,6 +9,8 @@ index covers the DET ciphertext column of each indexed column (the server can
 only look up equal ciphertexts), and each table's row id (sequential), which the
 semi-join reductions and DML select by.
 
+TPC-DS gets its tables' primary keys (``suite.TPCDS_PRIMARY_KEYS``) on both sides.
+
 DuckDB databases and Spark warehouses are cached in the work directory (a marker
 file records a finished load); a throwaway PostgreSQL cluster is loaded afresh each run.
 """
@@ -16,11 +18,13 @@ file records a finished load); a throwaway PostgreSQL cluster is loaded afresh e
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -29,24 +33,11 @@ from veil.backends.base import quote
 from veil.design.model import DESIGN_VERSION, PhysicalDesign, TableDesign
 from veil.load.loader import load
 from veil.session.clientdir import open_client_dir
+from veil_dev.bench.suite import PRIMARY_KEYS, SECONDARY_INDEXES, Suite
 from veil_dev.servers.postgres import ThrowawayCluster
-from veil_dev.tpch.gen import TABLES, generate, read_table
-from veil_dev.tpch.queries import query_texts
+from veil_dev.servers.toxiproxy import Link
+from veil_dev.tpch.gen import read_table
 
-PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
-    "region": ("r_regionkey",),
-    "nation": ("n_nationkey",),
-    "part": ("p_partkey",),
-    "supplier": ("s_suppkey",),
-    "partsupp": ("ps_partkey", "ps_suppkey"),
-    "customer": ("c_custkey",),
-    "orders": ("o_orderkey",),
-    "lineitem": ("l_orderkey", "l_linenumber"),
-}
-SECONDARY_INDEXES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("lineitem", ("l_partkey", "l_suppkey")),
-    ("lineitem", ("l_suppkey",)),
-)
 MARKER = "loaded.json"
 
 
@@ -60,62 +51,92 @@ class BenchServers:
     data_dir: Path
     load_seconds: dict[str, float] = field(default_factory=dict)
     cluster: ThrowawayCluster | None = None
+    link: Link | None = None
+    # where queries reach the servers when they differ from the load's URLs (a link proxy)
+    plain_query_url: str | None = None
+    veil_query_dir: Path | None = None
 
     def close(self) -> None:
+        if self.link is not None:
+            self.link.close()
         if self.cluster is not None:
             self.cluster.stop()
 
 
 def prepare(
+    suite: Suite,
     backend: str,
     scale_factor: float,
     work_dir: Path,
     server: str | None = None,
     design: str | None = None,
+    link: str | None = None,
 ) -> BenchServers:
     """Generate (cached), then load both sides into fresh or cached databases.
 
     ``design``: a design file (``veil design``) to load Veil's side under; without it,
-    the greedy design of the 22 queries.
+    the greedy design of the suite's queries. ``link`` (PostgreSQL): a preset of
+    ``veil_dev.servers.toxiproxy.LINKS`` the queries cross; loads go direct.
     """
     data = work_dir / f"data_sf{scale_factor:g}"
-    if not all((data / f"{t}.parquet").exists() for t in TABLES):
-        say(f"generating TPC-H SF {scale_factor:g} in {data}")
-        generate(scale_factor, data, overwrite=True)
+    if not all((data / f"{t}.parquet").exists() for t in suite.tables):
+        say(f"generating {suite.title} SF {scale_factor:g} in {data}")
+        suite.generate(scale_factor, data)
     root = work_dir / f"{backend}_sf{scale_factor:g}"
     if backend == "duckdb":
-        return _cached(
-            root, data, ("plain.duckdb", "veil.duckdb"), lambda p: f"duckdb:///{p}", design
-        )
+        files = ("plain.duckdb", "veil.duckdb")
+        return _cached(suite, root, data, files, lambda p: f"duckdb:///{p}", design)
     if backend == "spark":
         # ``server``: a standalone master (spark://HOST:PORT); each master its own warehouses
         master = server or "spark-local[2]"
         if server is not None:
             root = work_dir / f"spark_{server.split('//')[-1].replace(':', '_')}_sf{scale_factor:g}"
-        return _cached(root, data, ("plain", "veil"), lambda p: f"{master}?warehouse={p}", design)
+        url_of: Callable[[Path], str] = lambda p: f"{master}?warehouse={p}"  # noqa: E731
+        return _cached(suite, root, data, ("plain", "veil"), url_of, design)
     if server is not None:
-        plain_url, veil_url = (_fresh_schema(server, f"veil_bench_{s}") for s in ("plain", "veil"))
+        plain_url, veil_url = (
+            _fresh_schema(server, f"veil_bench_{suite.name}_{s}") for s in ("plain", "veil")
+        )
         servers = BenchServers(plain_url, veil_url, root / "client", data)
     else:
         cluster = ThrowawayCluster()
         cluster.start()
         servers = BenchServers(
-            cluster.create_database("tpch_plain"),
-            cluster.create_database("tpch_veil"),
+            cluster.create_database(f"{suite.name}_plain"),
+            cluster.create_database(f"{suite.name}_veil"),
             root / "client",
             data,
             cluster=cluster,
         )
     _remove(root / "client")
     try:
-        _load_both(servers, design)
+        _load_both(suite, servers, design)
+        if link is not None:
+            _route_through(servers, link, root / "client_link")
     except BaseException:
         servers.close()
         raise
     return servers
 
 
+def _route_through(servers: BenchServers, preset: str, client_copy: Path) -> None:
+    """Send both sides' queries through a Toxiproxy link: plaintext's URL, and a copy of
+    Veil's client directory whose server URL names the proxy (the load used the original)."""
+    plain, veil = urlsplit(servers.plain_url), urlsplit(servers.veil_url)
+    if (plain.hostname, plain.port) != (veil.hostname, veil.port):
+        raise SystemExit("--link needs both databases on one server")
+    servers.link = Link.start(preset, f"{plain.hostname}:{plain.port}")
+    servers.plain_query_url = servers.link.route(servers.plain_url)
+    _remove(client_copy)
+    shutil.copytree(servers.client_dir, client_copy)
+    (client_copy / "server.json").write_text(
+        json.dumps({"url": servers.link.route(servers.veil_url)}) + "\n"
+    )
+    servers.veil_query_dir = client_copy
+
+
 def _cached(
+    suite: Suite,
     root: Path,
     data: Path,
     files: tuple[str, str],
@@ -133,7 +154,7 @@ def _cached(
     for old in (*files, "client"):
         _remove(root / old)
     root.mkdir(parents=True, exist_ok=True)
-    _load_both(servers, design)
+    _load_both(suite, servers, design)
     marker.write_text(json.dumps(servers.load_seconds))
     return servers
 
@@ -147,15 +168,15 @@ def _design_is_current(client_dir: Path) -> bool:
     return bool(version == DESIGN_VERSION)
 
 
-def _load_both(servers: BenchServers, design: str | None = None) -> None:
+def _load_both(suite: Suite, servers: BenchServers, design: str | None = None) -> None:
     started = time.perf_counter()
     plain = connect(servers.plain_url)
     try:
-        for table in TABLES:
+        for table in suite.tables:
             plain.bulk_load(table, read_table(servers.data_dir, table))
         servers.load_seconds["plain_load"] = time.perf_counter() - started
         started = time.perf_counter()
-        for statement in plain_index_sql():
+        for statement in plain_index_sql(suite.primary_keys, suite.secondary_indexes):
             plain.execute(statement)
         analyze(plain)
         servers.load_seconds["plain_index"] = time.perf_counter() - started
@@ -163,7 +184,7 @@ def _load_both(servers: BenchServers, design: str | None = None) -> None:
         plain.close()
     say(f"plaintext loaded in {sum(servers.load_seconds.values()):.1f} s")
     started = time.perf_counter()
-    queries = list(query_texts().values()) if design is None else []
+    queries = list(suite.queries.values()) if design is None else []
     chosen = PhysicalDesign.load(design) if design is not None else None
     load(str(servers.data_dir), servers.veil_url, str(servers.client_dir), queries, _quiet,
          design=chosen)  # fmt: skip
@@ -171,7 +192,8 @@ def _load_both(servers: BenchServers, design: str | None = None) -> None:
     started = time.perf_counter()
     veil = connect(servers.veil_url)
     try:
-        for statement in veil_index_sql(design_of(servers.client_dir)):
+        keys, secondary = suite.primary_keys, suite.secondary_indexes
+        for statement in veil_index_sql(design_of(servers.client_dir), keys, secondary):
             veil.execute(statement)
         analyze(veil)
     finally:
@@ -180,20 +202,27 @@ def _load_both(servers: BenchServers, design: str | None = None) -> None:
     say(f"Veil loaded in {servers.load_seconds['veil_load']:.1f} s (+ indexes)")
 
 
-def plain_index_sql() -> list[str]:
+def plain_index_sql(
+    primary_keys: dict[str, tuple[str, ...]] = PRIMARY_KEYS,
+    secondary: tuple[tuple[str, tuple[str, ...]], ...] = SECONDARY_INDEXES,
+) -> list[str]:
     statements = [
         f"CREATE UNIQUE INDEX {table}_pk ON {table} ({', '.join(columns)})"
-        for table, columns in PRIMARY_KEYS.items()
+        for table, columns in primary_keys.items()
     ]
-    for number, (table, columns) in enumerate(SECONDARY_INDEXES):
+    for number, (table, columns) in enumerate(secondary):
         statements.append(f"CREATE INDEX {table}_ix{number} ON {table} ({', '.join(columns)})")
     return statements
 
 
-def veil_index_sql(design: PhysicalDesign) -> list[str]:
+def veil_index_sql(
+    design: PhysicalDesign,
+    primary_keys: dict[str, tuple[str, ...]] = PRIMARY_KEYS,
+    secondary: tuple[tuple[str, tuple[str, ...]], ...] = SECONDARY_INDEXES,
+) -> list[str]:
     """The same indexes over DET ciphertext columns (and one per row id)."""
     statements = []
-    wanted = [*PRIMARY_KEYS.items(), *SECONDARY_INDEXES]
+    wanted = [*primary_keys.items(), *secondary]
     for number, (name, columns) in enumerate(wanted):
         table = design.tables.get(name)
         if table is None:
@@ -254,8 +283,6 @@ def _fresh_schema(url: str, name: str) -> str:
 
 
 def _remove(path: Path) -> None:
-    import shutil
-
     if path.is_dir():
         shutil.rmtree(path)
     else:

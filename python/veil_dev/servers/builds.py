@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "target"
+GO_CANDIDATES = ("/usr/local/go/bin/go", "/usr/lib/go/bin/go")
 
 
 @contextlib.contextmanager
@@ -32,3 +34,15 @@ def current(built: Path, sources: Iterable[Path]) -> bool:
     if not built.exists():
         return False
     return built.stat().st_mtime >= max(p.stat().st_mtime for p in sources)
+
+
+def go_command(building: str, error: type[Exception]) -> str:
+    """The ``go`` command: on PATH, or Go's usual install directories; else ``error``."""
+    on_path = shutil.which("go")
+    for candidate in ([on_path] if on_path else []) + list(GO_CANDIDATES):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise error(
+        f"Go is needed to build {building} but no `go` command was found (looked on PATH and "
+        f"in {', '.join(GO_CANDIDATES)}); install Go 1.24 or later"
+    )

@@ -14,19 +14,17 @@ server, so ``veil documents server stop DIR`` can find it again.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from veil.errors import VeilError
-from veil_dev.servers.builds import ROOT, TARGET, current, locked
+from veil_dev.servers.builds import ROOT, TARGET, current, go_command, locked
 from veil_dev.servers.process import ServerProcess
 
 FERRETDB_VERSION = "1.24.2"
 GO_SOURCES = ROOT / "servers" / "ferretdb"
 BUILD_DIR = TARGET / "ferretdb"
 BINARY = BUILD_DIR / f"veil-ferretdb-{FERRETDB_VERSION}"
-GO_CANDIDATES = ("/usr/local/go/bin/go", "/usr/lib/go/bin/go")
 START_TIMEOUT_S = 30.0
 BUILD_TIMEOUT_S = 1500.0
 
@@ -38,15 +36,8 @@ class FerretDBUnavailableError(VeilError):
 
 
 def find_go() -> str:
-    """The ``go`` command: on PATH, or Go's usual install directories."""
-    on_path = shutil.which("go")
-    for candidate in ([on_path] if on_path else []) + list(GO_CANDIDATES):
-        if candidate and Path(candidate).exists():
-            return candidate
-    raise FerretDBUnavailableError(
-        "Go is needed to build FerretDB but no `go` command was found (looked on PATH and in "
-        f"{', '.join(GO_CANDIDATES)}); install Go 1.24 or later"
-    )
+    """The ``go`` command, or FerretDBUnavailableError saying that building it needs Go."""
+    return go_command("FerretDB", FerretDBUnavailableError)
 
 
 def build(force: bool = False) -> Path:
