@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -423,9 +424,43 @@ def _connect(path: str) -> duckdb.DuckDBPyConnection:
     try:
         con = duckdb.connect(path)
     except duckdb.Error as exc:
+        holder = _lock_holder(str(exc))
+        if holder is not None:
+            through = "psql or any PostgreSQL client against it" if "serve" in holder else "it"
+            raise ServerUnavailableError(
+                f"the DuckDB server file {path} is open in another process ({holder}): an "
+                f"embedded DuckDB server is opened by one process at a time. Query through "
+                f"{through}, or stop it first; a server many processes share is PostgreSQL "
+                "(`veil load --server postgresql://...`)"
+            ) from exc
         raise ServerUnavailableError(f"cannot open DuckDB server {path}: {exc}") from exc
     duckdb_functions.register(con)
     return con
+
+
+_LOCK_HELD = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
+
+
+def _lock_holder(message: str) -> str | None:
+    """Who holds a DuckDB file's lock, from DuckDB's message: a ``veil serve`` and its
+    address where /proc shows its command line, else the program and PID."""
+    found = _LOCK_HELD.search(message)
+    if found is None:
+        return None
+    program, pid = found.groups()
+    try:
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:  # not Linux, or the process has just ended
+        return f"{program}, PID {pid}"
+    if "serve" not in arguments or not any(a.endswith("veil") for a in arguments[:3]):
+        return f"{program}, PID {pid}"
+    listen = "127.0.0.1:5433"  # veil serve's default
+    for i, argument in enumerate(arguments):
+        if argument == "--listen" and i + 1 < len(arguments):
+            listen = arguments[i + 1]
+        elif argument.startswith("--listen="):
+            listen = argument.split("=", 1)[1]
+    return f"`veil serve`, PID {pid}, listening on {listen}"
 
 
 _DATABASES = _Databases()
