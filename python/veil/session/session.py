@@ -354,7 +354,7 @@ class Session:
             replanned = CachedPlan(planned.names, self.plan(planned.tree), planned.tree)
             return self._answer(replanned, again=False)
         plan = plan_fetch_all(planned.tree, self.design)
-        plan.fallback = fallbacks.failed_run(planned.tree, exc)
+        plan.fallback = fallbacks.failed_run(exc)
         log.info("%s; the client runs the query", plan.fallback)
         return self._named(planned, self.execute_plan(plan, stats), stats, plan)
 

@@ -43,11 +43,18 @@ def block_conjuncts(select: exp.Select) -> list[exp.Expr]:
 
 
 def conjunct_list(condition: exp.Expr) -> list[exp.Expr]:
-    """The conjuncts of ``condition`` (through nested ANDs and parenthesised ANDs)."""
+    """The conjuncts of ``condition``, through nested and parenthesised ANDs.
+
+    A conjunct is the node inside its parentheses: ``x = 1 AND (a OR b)`` has
+    the conjuncts ``x = 1`` and ``a OR b``. Every pass takes its conjuncts here,
+    so a node a pass pushed to the server is the node ``drop_conjuncts`` finds
+    (a pass that took the parenthesised one left ``a OR b`` in the local plan
+    while the server join stopped fetching its columns: a binder error).
+    """
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
     if isinstance(condition, exp.And):
         return conjunct_list(condition.this) + conjunct_list(condition.expression)
-    if isinstance(condition, exp.Paren) and isinstance(condition.this, exp.And):
-        return conjunct_list(condition.this)
     return [condition]
 
 

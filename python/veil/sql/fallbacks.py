@@ -35,10 +35,10 @@ from veil.sql.functions import UnknownFunctionError
 
 # The shapes Veil cannot split, each with why (docs/sql.md "Fallbacks" explains them).
 DOCUMENTED: dict[str, str] = {
-    "pivot statement": "a PIVOT/UNPIVOT statement's output columns depend on the data",
+    "pivot": "PIVOT's output columns are the values of a column; UNPIVOT's are unresolved",
     "unqualified query": "sqlglot cannot say which table each column comes from",
     "unclassified aggregate": "an aggregate sqlglot reads as a per-row function",
-    "columns expression": "COLUMNS(...) picks its columns by pattern when DuckDB binds it",
+    "columns expression": "COLUMNS(pattern) picks its columns when DuckDB binds it",
 }
 
 
@@ -90,10 +90,25 @@ def since(before: dict[tuple[str, str], int]) -> list[tuple[str, str, int, str]]
 
 def unqualified(tree: exp.Expr) -> Fallback:
     """The planner cannot analyse ``tree`` at all: qualify failed, or it is not a query."""
-    if not isinstance(tree, exp.Query):
-        kind = tree.key.upper()
-        return Fallback("plan", "pivot statement", f"a {kind} statement is not analysed")
+    if not isinstance(tree, exp.Query) or tree.find(exp.Pivot) is not None:
+        return _pivot()
     return Fallback("plan", "unqualified query", "sqlglot cannot qualify the query's columns")
+
+
+def unsplittable(qualified: exp.Expr) -> Fallback | None:
+    """A documented shape the passes cannot split (found before they run), or None."""
+    if qualified.find(exp.Pivot) is not None:
+        return _pivot()
+    for node in qualified.find_all(exp.Columns):
+        if not isinstance(node.this, exp.Star):
+            pattern = node.sql("duckdb")
+            detail = f"{pattern}: DuckDB's binder decides which columns it reads"
+            return Fallback("plan", "columns expression", detail)
+    return None
+
+
+def _pivot() -> Fallback:
+    return Fallback("plan", "pivot", "PIVOT / UNPIVOT: its columns come from the data or its list")
 
 
 def failed_pass(step: str, exc: Exception) -> Fallback:
@@ -107,10 +122,8 @@ def failed_pass(step: str, exc: Exception) -> Fallback:
 _ERROR_KIND = re.compile(r"^([A-Z][A-Za-z ]*? Error):")
 
 
-def failed_run(tree: exp.Expr, exc: Exception) -> Fallback:
-    """The split plan of ``tree`` raised ``exc`` when it ran."""
+def failed_run(exc: Exception) -> Fallback:
+    """The split plan raised ``exc`` when it ran."""
     detail = f"the split plan failed ({type(exc).__name__}: {exc})"
-    if tree.find(exp.Columns) is not None:
-        return Fallback("run", "columns expression", detail)
     kind = _ERROR_KIND.match(str(exc))
     return Fallback("run", kind.group(1) if kind else type(exc).__name__, detail)

@@ -33,6 +33,8 @@ def implied_conjuncts(predicate: exp.Expr, resolved: dict[int, BaseColumn]) -> l
     implied += [_copy(p, resolved) for p in parts[0] if p.sql() in common]
     by_owner = [_by_owner(branch, resolved) for branch in parts]
     for owner in set.intersection(*(set(groups) for groups in by_owner)):
+        if all(len(g[owner]) == len(p) for g, p in zip(by_owner, parts, strict=True)):
+            continue  # an OR over one table's columns implies only itself, already pushed
         ands = [
             exp.and_(*[_copy(p, resolved) for p in groups[owner]], copy=False)
             for groups in by_owner

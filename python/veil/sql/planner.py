@@ -56,6 +56,9 @@ def plan_query(
     )
     if qualified is None:
         return _fallback(tree, design, row_ids_of, fallbacks.unqualified(tree))
+    unsplittable = fallbacks.unsplittable(qualified)
+    if unsplittable is not None:
+        return _fallback(tree, design, row_ids_of, unsplittable)
     state = PlanState(qualified, design, ctx, row_ids_of)
     step = "checking the query's functions"
     try:

@@ -27,7 +27,7 @@ from sqlglot.optimizer.scope import Scope
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import BLOCKS, DET, OPE, SEARCH, HomGroup, TableDesign
 from veil.sql.columns import BaseColumn, row_expression
-from veil.sql.conjuncts import subqueries_outside_where
+from veil.sql.conjuncts import conjunct_list, subqueries_outside_where
 from veil.sql.plan import ASHE_WORD, Aggregation, Scan
 from veil.sql.remote import hom_ciphertexts, id_bit_position
 from veil.sql.rewrite_server import ServerContext
@@ -91,8 +91,7 @@ def _filters_all_pushed(select: exp.Select, scan: Scan) -> bool:
     if where is None:
         return True
     exact = {p.original for p in scan.predicates if SEARCH not in p.schemes}
-    conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
-    return all(c.sql("duckdb") in exact for c in conjuncts)
+    return all(c.sql("duckdb") in exact for c in conjunct_list(where.this))
 
 
 def _aggregation(

@@ -20,7 +20,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.sql.columns import BaseColumn
-from veil.sql.conjuncts import aliases_of, is_part_of, nullable_aliases
+from veil.sql.conjuncts import aliases_of, conjunct_list, is_part_of, nullable_aliases
 from veil.sql.implied_predicates import implied_conjuncts
 from veil.sql.join_graph import join_edge
 from veil.sql.plan import JoinEdge, Scan, ServerPredicate
@@ -78,17 +78,14 @@ def _conjuncts(select: exp.Select) -> list[tuple[exp.Expr, set[str] | None]]:
     preserved = aliases_of(select) - nullable
     where = select.args.get("where")
     if where is not None:
-        found += [(c, preserved) for c in where.this.flatten() if isinstance(where.this, exp.And)]
-        if not isinstance(where.this, exp.And):
-            found.append((where.this, preserved))
+        found += [(c, preserved) for c in conjunct_list(where.this)]
     for join in joins:
         on = join.args.get("on")
         if on is None or join.args.get("kind") in ("ANTI", "SEMI", "ASOF"):
             continue
         side = join.args.get("side")
         target = {join.this.alias_or_name} if side == "LEFT" else preserved if not side else set()
-        parts = list(on.flatten()) if isinstance(on, exp.And) else [on]
-        found += [(c, target) for c in parts]
+        found += [(c, target) for c in conjunct_list(on)]
     return found
 
 
