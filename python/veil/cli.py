@@ -16,7 +16,7 @@ from veil.errors import VeilError
 # Modules that define ``register(subparsers)``; an area that is not installed
 # yet is skipped so the CLI works while Veil grows.
 COMMAND_MODULES = (
-    "veil.crypto.cli",
+    "veil.frontend.keys_cli",
     "veil.frontend.cli",
     "veil.frontend.design_cli",
     "veil.frontend.layers_cli",

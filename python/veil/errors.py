@@ -75,6 +75,13 @@ class KeyFileError(OperationalError):
     anchor = "key-file"
 
 
+class KeyProviderError(KeyFileError):
+    """The key provider (KMIP server, HSM) holding the key-encryption key cannot be used."""
+
+    docs = "docs/keys.md"
+    anchor = "when-the-provider-cannot-be-reached"
+
+
 class WrongKeyError(OperationalError):
     """The key (or passphrase) does not match what the data was encrypted with."""
 

@@ -13,6 +13,7 @@ from veil.errors import (
     DomainError,
     InternalError,
     KeyFileError,
+    KeyProviderError,
     ParameterError,
     SerializationError,
     VeilError,
@@ -52,6 +53,8 @@ SQLSTATES: list[tuple[type[VeilError], str]] = [
     (DomainError, "22003"),  # numeric_value_out_of_range
     (QueryError, "42000"),  # syntax_error_or_access_rule_violation
     (ClientDirectoryError, "58000"),  # system_error
+    # the session cannot open: its key provider is unreachable or refuses
+    (KeyProviderError, "08001"),  # sqlclient_unable_to_establish_sqlconnection
     (KeyFileError, "58000"),
     (WrongKeyError, "58000"),
     (AuthenticationError, "XX001"),  # data_corrupted

@@ -9,6 +9,10 @@ The file is JSON so that an operator can see what it is without a tool; the key
 inside is base64, optionally wrapped with AES-256-GCM under a key stretched
 from a passphrase by Argon2id (memory-hard, so guessing passphrases offline is
 expensive). The file is written with mode 0600 and never overwritten.
+
+A key file of version 2 holds the master key wrapped by a key provider (a
+KMIP server, an HSM): ``veil.keys`` reads and writes those, and reads
+version 1 through this module.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -32,12 +38,15 @@ from veil.errors import KeyFileError, WrongKeyError
 MASTER_KEY_BYTES = 32
 KEY_FILE_FORMAT = "veil-keyfile"
 KEY_FILE_VERSION = 1
+# Version 2: the key wrapped by a key provider (veil.keys.envelope).
+KEY_FILE_VERSIONS = (1, 2)
 PASSPHRASE_ENV = "VEIL_PASSPHRASE"
 
 # Argon2id parameters: RFC 9106's second recommended option (64 MiB, 3 passes).
 ARGON2_MEMORY_KIB = 64 * 1024
 ARGON2_ITERATIONS = 3
 ARGON2_LANES = 4
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,14 @@ class MasterKey:
             self._cache[(label, length)] = cached
         return cached
 
+    def sealed_by(self, seal: Callable[[bytes], T]) -> T:
+        """``seal(secret)``: hand the key to a function that wraps it (a key provider).
+
+        The one way the secret leaves this object, so that a wrapped copy can
+        be made without the plain key ever being returned as a value.
+        """
+        return seal(self._secret)
+
     def fingerprint(self) -> str:
         """A public identifier of this key, stored beside data it encrypted.
 
@@ -104,7 +121,7 @@ def write_key_file(path: str | os.PathLike[str], passphrase: str | None = None) 
     Refuses to overwrite an existing file: losing a key loses the data.
     """
     key = MasterKey.generate()
-    document = _key_document(key, passphrase)
+    document = key_document(key, passphrase)
     target = Path(path)
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -129,7 +146,12 @@ def load_key_file(path: str | os.PathLike[str], passphrase: str | None = None) -
     ``VEIL_PASSPHRASE`` environment variable.
     """
     target = Path(path)
-    document = _read_document(target)
+    document = read_key_document(target)
+    if document.get("version") != KEY_FILE_VERSION:
+        raise KeyFileError(
+            f"{target} holds a key wrapped by a key provider; open it with "
+            "veil.keys.load_key (docs/keys.md)"
+        )
     key_b64 = document.get("key")
     if not isinstance(key_b64, str):
         raise KeyFileError(f"{target} has no key; it is not a Veil key file")
@@ -146,7 +168,8 @@ def load_key_file(path: str | os.PathLike[str], passphrase: str | None = None) -
     return MasterKey(_unwrap(raw, kdf, passphrase, target))
 
 
-def _key_document(key: MasterKey, passphrase: str | None) -> dict[str, object]:
+def key_document(key: MasterKey, passphrase: str | None) -> dict[str, object]:
+    """The version-1 key file of ``key``: plain, or wrapped under ``passphrase``."""
     document: dict[str, object] = {
         "format": KEY_FILE_FORMAT,
         "version": KEY_FILE_VERSION,
@@ -194,7 +217,8 @@ def _unwrap(raw: bytes, kdf: object, passphrase: str, target: Path) -> bytes:
         raise WrongKeyError(f"wrong passphrase for key file {target}") from None
 
 
-def _read_document(target: Path) -> dict[str, object]:
+def read_key_document(target: Path) -> dict[str, object]:
+    """A key file's JSON, after checking its mode, format and version (1 or 2)."""
     try:
         mode = target.stat().st_mode
         text = target.read_bytes().decode("utf-8", errors="replace")
@@ -215,10 +239,10 @@ def _read_document(target: Path) -> dict[str, object]:
         raise KeyFileError(f"{target} is not a Veil key file (not JSON)") from None
     if not isinstance(document, dict) or document.get("format") != KEY_FILE_FORMAT:
         raise KeyFileError(f"{target} is not a Veil key file")
-    if document.get("version") != KEY_FILE_VERSION:
+    if document.get("version") not in KEY_FILE_VERSIONS:
         raise KeyFileError(
             f"{target} has key-file version {document.get('version')}; "
-            f"this Veil reads version {KEY_FILE_VERSION}"
+            f"this Veil reads versions {', '.join(map(str, KEY_FILE_VERSIONS))}"
         )
     return document
 

@@ -20,13 +20,14 @@ import pymongo
 import pymongo.errors
 from pymongo.uri_parser import parse_uri
 
-from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
+from veil.crypto.keys import KeyLabel, MasterKey
 from veil.documents.collection import Collection
 from veil.documents.errors import DocumentsError, ServerRefusedError
 from veil.documents.schema import Schema, load_schema
 from veil.documents.server import CATALOG, server_errors
 from veil.documents.versions import MODES
 from veil.errors import WrongKeyError
+from veil.keys import load_key
 
 DEFAULT_DATABASE = "veil"
 DEFAULT_TIMEOUT_MS = 5000
@@ -72,7 +73,7 @@ def connect(
         raise DocumentsError(f'sums is "auto", "server" or "fetch", not {sums!r}')
     if writes not in ("auto", *MODES):
         raise DocumentsError(f'writes is "auto", "claimed" or "conditional", not {writes!r}')
-    master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file)
+    master = key_file if isinstance(key_file, MasterKey) else load_key(key_file)
     schemas = _schemas(schema)
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
         url,

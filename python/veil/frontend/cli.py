@@ -38,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--key", help="a key file from `veil keygen` to encrypt with (default: a new key)"
     )
     load.add_argument(
+        "--key-provider",
+        metavar="URI",
+        help="keep the new key wrapped by a key provider: kmip://HOST:PORT?ca=..&cert=..&key=.. "
+        "or pkcs11:token=LABEL?module-path=.. (docs/keys.md); the client directory then holds "
+        "only the wrapped key",
+    )
+    load.add_argument(
         "--workload", nargs="*", default=[], help="SQL files whose queries the design should serve"
     )
     load.add_argument(
@@ -153,6 +160,7 @@ def run_load(args: argparse.Namespace) -> int:
         sums=args.sums,
         domains=args.domain,
         key_file=args.key,
+        key_provider=args.key_provider,
         design=design,
     )
     from veil.backends import canonical_url

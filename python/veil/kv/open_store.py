@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from os import PathLike
 
-from veil.crypto.keys import KeyLabel, MasterKey, load_key_file
+from veil.crypto.keys import KeyLabel, MasterKey
 from veil.errors import ParameterError
+from veil.keys import load_key
 from veil.kv import catalog
 from veil.kv.append import AppendStore
 from veil.kv.backends import open_backend
@@ -85,7 +86,7 @@ def open(
     if compression != DICTIONARY_CODEC:
         codec_id(compression)  # reject unknown names before touching the store
     tiers = pad_tiers(padding)
-    master = key_file if isinstance(key_file, MasterKey) else load_key_file(key_file, passphrase)
+    master = key_file if isinstance(key_file, MasterKey) else load_key(key_file, passphrase)
     backend = open_backend(url)
     try:
         catalog.check_fingerprint(backend, master)

@@ -89,6 +89,7 @@ def load(
     sums: str = "ashe",
     domains: Domains | None = None,
     key_file: str | None = None,
+    key_provider: str | None = None,
     policy: Policy | None = None,
     design: PhysicalDesign | None = None,
 ) -> list[LoadReport]:
@@ -112,7 +113,8 @@ def load(
     narrower OPE and HOM widths, and later INSERT/UPDATE of a value outside
     the domain is refused. A source value outside its declared domain fails
     the load before anything is written. ``key_file`` (from ``veil keygen``)
-    is the key to encrypt with; without it the client directory gets a new one.
+    is the key to encrypt with; without it the client directory gets a new one,
+    kept by ``key_provider`` (``kmip://...``, ``pkcs11:...``; docs/keys.md) if given.
     ``design`` (from ``veil design``) is the design to load under instead of
     one made here; it must name the source's tables and columns and stay
     within ``policy``.
@@ -129,7 +131,7 @@ def load(
     declare_domains(schema, declared)
     for table in tables:
         _check_declared_domains(table, con, schema[table.name])
-    client, master = create_client_dir(client_dir, server_url, key_file)
+    client, master = create_client_dir(client_dir, server_url, key_file, key_provider)
     if sums not in SUM_SCHEMES:
         raise DesignError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     if policy is None:

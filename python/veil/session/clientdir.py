@@ -2,7 +2,9 @@
 
 ```
 CDIR/            mode 0700
-  key.json       the master key (veil.crypto.keys format, mode 0600)
+  key.json       the master key (veil.crypto.keys format, mode 0600), or, with a key
+                 provider, only the key wrapped under the provider's KEK and the
+                 provider's reference (veil.keys.envelope)
   design.json    the physical design (plaintext schema + server columns)
   server.json    {"url": "duckdb:///..."}
   policy.json    per-column security policy (veil.design.policy; optional, 0600)
@@ -24,10 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from veil.crypto.keys import MasterKey, load_key_file, write_key_file
+from veil.crypto.keys import MasterKey
 from veil.design.model import PhysicalDesign
 from veil.design.policy import Policy
 from veil.errors import WrongKeyError
+from veil.keys import create_key, kept_by, load_key
+from veil.keys.providers import FILE
 from veil.sql.errors import ClientDirectoryError
 
 KEY_FILE = "key.json"
@@ -102,7 +106,8 @@ class ClientDir:
             ) from None
 
     def master_key(self) -> MasterKey:
-        return load_key_file(self.key_path)
+        """The master key, unwrapped by its key provider if it has one (docs/keys.md)."""
+        return load_key(self.key_path)
 
     def design(self, master: MasterKey) -> PhysicalDesign:
         """The design, after checking that ``master`` is the key it was made with."""
@@ -134,19 +139,38 @@ def open_client_dir(path: str | os.PathLike[str]) -> ClientDir:
 
 
 def create_client_dir(
-    path: str | os.PathLike[str], server_url: str, key_file: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    server_url: str,
+    key_file: str | os.PathLike[str] | None = None,
+    key_provider: str | None = None,
 ) -> tuple[ClientDir, MasterKey]:
     """Create (or reuse) a client directory for ``server_url``; returns it and its key.
 
-    ``key_file`` (from ``veil keygen``) becomes the directory's key; without
-    it a fresh key is made. A directory holding no loaded table yet (a load
-    that failed) may be pointed at another server.
+    ``key_file`` (from ``veil keygen``, plain or wrapped by a provider) becomes
+    the directory's key; without it a fresh key is made, kept by
+    ``key_provider`` (``kmip://...``, ``pkcs11:...``; default: the file). A
+    directory holding no loaded table yet (a load that failed) may be pointed
+    at another server.
     """
+    if key_file is not None and key_provider is not None:
+        raise ClientDirectoryError(
+            "give --key (a key file, which names its own provider) or --key-provider "
+            "(a new key kept there), not both"
+        )
     target = Path(path)
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
     client = ClientDir(target)
+    if (
+        key_provider is not None
+        and client.key_path.exists()
+        and not kept_by(client.key_path, key_provider)
+    ):
+        raise ClientDirectoryError(
+            f"{target} already has its key ({client.key_path}); `veil rotate {target} --rewrap "
+            f"--provider {key_provider}` moves it to another provider"
+        )
     if key_file is not None:
-        given = load_key_file(key_file)
+        given = load_key(key_file)
         if client.key_path.exists() and client.master_key().fingerprint() != given.fingerprint():
             raise ClientDirectoryError(
                 f"{target} already has another key ({client.key_path}); give the same key "
@@ -156,7 +180,10 @@ def create_client_dir(
             fd = os.open(client.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as out:
                 out.write(Path(key_file).read_bytes())
-    master = client.master_key() if client.key_path.exists() else write_key_file(client.key_path)
+    if client.key_path.exists():
+        master = client.master_key()
+    else:
+        master = create_key(client.key_path, key_provider or FILE)
     changed = client.server_path.exists() and client.server_url() != server_url
     if changed and client.has_design():
         raise ClientDirectoryError(

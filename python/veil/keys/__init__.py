@@ -1,0 +1,175 @@
+"""Key providers and envelope encryption of the master key (docs/keys.md).
+
+The master key (``veil.crypto.keys.MasterKey``) is a *data key*: every
+working key is derived from it, so it never changes while data is encrypted
+under it. Where it is kept is the *provider*'s business:
+
+- ``file``: in the key file itself, plain or under a passphrase (key files
+  of version 1, as Veil always wrote them);
+- ``kmip://...`` or ``pkcs11:...``: wrapped under a key-encryption key (KEK)
+  that a KMIP server or an HSM holds; the key file (version 2) holds only the
+  wrapped key and the KEK's reference (``veil.keys.envelope``).
+
+``load_key`` opens either kind; ``create_key`` makes a new one;
+``rewrap_key`` puts the same data key under a new KEK or another provider
+(re-wrap rotation: no data is touched); ``key_status`` says what wraps a key
+without asking the provider.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from veil.crypto.keys import (
+    KEY_FILE_VERSION,
+    MasterKey,
+    key_document,
+    load_key_file,
+    read_key_document,
+)
+from veil.errors import KeyFileError, KeyProviderError, WrongKeyError
+from veil.keys.envelope import (
+    WrappedKeyFile,
+    associated_data,
+    refuse_existing,
+    write_atomically,
+)
+from veil.keys.providers import FILE, describe, kind_of, provider_for, provider_of, reference
+
+__all__ = ["KeyStatus", "create_key", "kept_by", "key_status", "load_key", "rewrap_key"]
+
+
+@dataclass(frozen=True)
+class KeyStatus:
+    """What wraps a key file's master key (nothing secret)."""
+
+    provider: str  # file | kmip | pkcs11
+    wrapped_by: str  # "passphrase (Argon2id)", "nothing (plain key file)", a provider's URI and key
+    kek_version: int
+    fingerprint: str
+
+    def describe(self) -> str:
+        return f"{self.provider}: {self.wrapped_by}, key-encryption key version {self.kek_version}"
+
+
+def load_key(path: str | os.PathLike[str], passphrase: str | None = None) -> MasterKey:
+    """The master key of the key file at ``path``, unwrapped by its provider if it has one.
+
+    A provider that cannot be reached raises ``KeyProviderError`` before
+    anything else is opened.
+    """
+    target = Path(path)
+    document = read_key_document(target)
+    if document.get("version") == KEY_FILE_VERSION:
+        return load_key_file(target, passphrase)
+    wrapped = WrappedKeyFile.from_document(document, target)
+    provider = provider_of(wrapped.provider)
+    secret = provider.open(wrapped.provider["key_id"], wrapped.envelope, wrapped.aad())
+    key = MasterKey(secret)
+    if key.fingerprint() != wrapped.fingerprint:
+        raise WrongKeyError(
+            f"{target}: the key {describe(wrapped.provider)} unwrapped is not the key this file "
+            "was made for"
+        )
+    return key
+
+
+def create_key(
+    path: str | os.PathLike[str], provider: str = FILE, passphrase: str | None = None
+) -> MasterKey:
+    """A fresh master key in a new key file at ``path``, kept by ``provider``.
+
+    With a KMIP or PKCS#11 provider a new KEK is made there and the file gets
+    only the wrapped key. Refuses to overwrite a file.
+    """
+    target = Path(path)
+    if kind_of(provider) == FILE:
+        from veil.crypto.keys import write_key_file
+
+        return write_key_file(target, passphrase)
+    if passphrase is not None:
+        raise KeyProviderError(
+            "a passphrase protects file keys only; a provider's KEK wraps this key"
+        )
+    refuse_existing(target)  # before a KEK is made for nothing
+    key = MasterKey.generate()
+    write_atomically(target, _wrap(key, provider, kek_version=1).document(), replace=False)
+    return key
+
+
+def rewrap_key(
+    path: str | os.PathLike[str],
+    provider: str | None = None,
+    *,
+    passphrase: str | None = None,
+    new_passphrase: str | None = None,
+) -> KeyStatus:
+    """Wrap the same master key under a new KEK: re-wrap rotation, no data touched.
+
+    ``provider`` (default: the one wrapping it now) makes the new KEK; for
+    ``file`` the new KEK is ``new_passphrase`` stretched under a fresh salt.
+    The new file is checked (unwrapped again) before it atomically replaces
+    the old: a process killed meanwhile leaves the old file or the new one.
+    """
+    target = Path(path)
+    key = load_key(target, passphrase)
+    before = key_status(target)
+    target_provider = provider or (FILE if before.provider == FILE else _uri_of(target))
+    version = before.kek_version + 1
+    if kind_of(target_provider) == FILE:
+        if new_passphrase is None:
+            raise KeyFileError(
+                "re-wrapping a file key needs a new passphrase (a plain key file has no "
+                "key-encryption key to change); or give --provider kmip://... or pkcs11:..."
+            )
+        document = {**key_document(key, new_passphrase), "kek_version": version}
+    else:
+        if new_passphrase is not None:
+            raise KeyProviderError("a new passphrase protects file keys only")
+        document = _wrap(key, target_provider, kek_version=version).document()
+    write_atomically(target, document, replace=True)
+    if load_key(target, new_passphrase).fingerprint() != key.fingerprint():
+        raise WrongKeyError(f"{target}: the re-wrapped key does not open to the same key")
+    return key_status(target)
+
+
+def key_status(path: str | os.PathLike[str]) -> KeyStatus:
+    """What wraps the key at ``path``, read from the file alone (no provider is asked)."""
+    target = Path(path)
+    document = read_key_document(target)
+    fingerprint = str(document.get("fingerprint", ""))
+    kek_version = document.get("kek_version", 1)
+    version = kek_version if isinstance(kek_version, int) else 1
+    if document.get("version") == KEY_FILE_VERSION:
+        wrapped_by = "passphrase (Argon2id)" if document.get("kdf") else "nothing (plain key file)"
+        return KeyStatus(FILE, wrapped_by, version, fingerprint)
+    wrapped = WrappedKeyFile.from_document(document, target)
+    return KeyStatus(wrapped.provider["kind"], describe(wrapped.provider), version, fingerprint)
+
+
+def kept_by(path: str | os.PathLike[str], provider: str) -> bool:
+    """Whether the key at ``path`` is wrapped by ``provider`` (a URI, or ``file``)."""
+    status = key_status(path)
+    if kind_of(provider) == FILE or status.provider == FILE:
+        return kind_of(provider) == status.provider
+    return _uri_of(Path(path)) == provider_for(provider).uri
+
+
+def _wrap(key: MasterKey, provider_uri: str, kek_version: int) -> WrappedKeyFile:
+    provider = provider_for(provider_uri)
+    ref = reference(provider, provider.new_kek())
+    aad = associated_data(ref)
+    envelope = key.sealed_by(lambda secret: provider.seal(ref["key_id"], secret, aad))
+    # Open it once before it is written: a provider that seals but cannot open
+    # (no right to decrypt with the new KEK) must not be left holding the only copy.
+    opened = MasterKey(provider.open(ref["key_id"], envelope, aad))
+    if opened.fingerprint() != key.fingerprint():
+        raise WrongKeyError(f"{provider.uri} did not give back the key it wrapped")
+    return WrappedKeyFile(ref, key.fingerprint(), envelope, kek_version)
+
+
+def _uri_of(target: Path) -> str:
+    wrapped = WrappedKeyFile.from_document(read_key_document(target), target)
+    return wrapped.provider["uri"]
