@@ -34,6 +34,7 @@ from veil.exec.fetch import run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
 from veil.exec.local_duckdb import local_duckdb
+from veil.exec.one_table import joined_tables, one_table_per_join
 from veil.exec.server import FetchStats
 from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
@@ -459,15 +460,22 @@ class Session:
                     )
             for scan in plan.scans:
                 if scan.same_rows is not None and not scan.unread:
-                    self.local.register(scan.local_name, tables[scan.same_rows.local_name])
+                    tables[scan.local_name] = tables[scan.same_rows.local_name]
+                    self.local.register(scan.local_name, tables[scan.local_name])
                     registered.append(scan.local_name)
+            for name, table in joined_tables(plan.scans, tables).items():
+                self.local.register(name, table)  # what the local SQL reads (``_local_sql``)
+                registered.append(name)
         except BaseException:
             self._unregister(registered)
             raise
         return registered
 
     def _local_sql(self, plan: SplitPlan) -> str:
-        plan.local_sql = plan.local_sql or plan.local.sql(dialect="duckdb")
+        """The local plan's SQL, each server join read as the one table it is, not as a
+        positional join DuckDB cannot estimate (``veil.exec.one_table``)."""
+        if not plan.local_sql:
+            plan.local_sql = one_table_per_join(plan.local, plan.scans).sql(dialect="duckdb")
         return plan.local_sql
 
     def _unregister(self, names: list[str]) -> None:
