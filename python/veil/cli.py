@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "veil.frontend.design_cli",
     "veil.frontend.layers_cli",
     "veil.frontend.config_cli",
+    "veil.frontend.backup_cli",
     "veil.serve.cli",
     "veil.audit.cli",
 )
