@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "veil.frontend.layers_cli",
     "veil.frontend.config_cli",
     "veil.frontend.backup_cli",
+    "veil.frontend.init_cli",
     "veil.serve.cli",
     "veil.audit.cli",
 )
