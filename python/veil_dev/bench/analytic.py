@@ -310,6 +310,9 @@ def summarise(bench: Bench) -> dict[str, Any]:
         "correct": sum(1 for f in figures if f.correct),
         "wrong": [f.query for f in figures if f.correct is False],
         "fallbacks": [f.query for f in figures if f.fallback],
+        "undocumented_fallbacks": [
+            f.query for f in figures if f.fallback and "(documented)" not in f.fallback
+        ],
         "timeouts": [f.query for f in figures if f.status.startswith("timeout")],
         "memory": [f.query for f in figures if f.status.startswith("memory")],
         "errors": [f.query for f in figures if f.status.startswith("error")],
@@ -318,6 +321,7 @@ def summarise(bench: Bench) -> dict[str, Any]:
     if peaks:
         worst = max(figures, key=lambda f: f.peak_client_bytes or 0)
         summary["peak_client_bytes"] = {"query": worst.query, "value": max(peaks)}
+        summary["peak_client_mib"] = max(peaks) / 2**20
     for key in ("ratio", "link_ratio"):
         values = [getattr(f, key) for f in ok if getattr(f, key) is not None]
         if values:

@@ -144,5 +144,15 @@ def _one_run(session: Any, sql: str, timeout: float) -> tuple[str, object]:
     except Exception as exc:  # the benchmark records a failure and goes on
         kind = "memory" if "out of memory" in str(exc).lower() else "error"
         return kind, f"{type(exc).__name__}: {exc}"[:300]
-    fallback = getattr(result.plan, "fallback", None)
+    fallback = describe(getattr(result.plan, "fallback", None))
     return "ok", VeilRun(seconds, result.table, result.stats, fallback, peak_bytes())
+
+
+def describe(fallback: object) -> str | None:
+    """A plan's fallback in words, for the JSON: ``run/binder: <detail>``, and whether its
+    shape is on the planner's documented list of shapes Veil cannot split."""
+    if fallback is None:
+        return None
+    stage, shape = getattr(fallback, "stage", "?"), getattr(fallback, "shape", "?")
+    documented = " (documented)" if getattr(fallback, "documented", False) else ""
+    return f"{stage}/{shape}{documented}: {fallback}"[:300]
