@@ -38,6 +38,8 @@ from veil.keys.envelope import (
 )
 from veil.keys.providers import FILE, describe, kind_of, provider_for, provider_of, reference
 
+PLAIN = "nothing (plain key file)"
+
 __all__ = ["KeyStatus", "create_key", "kept_by", "key_status", "load_key", "rewrap_key"]
 
 
@@ -51,6 +53,8 @@ class KeyStatus:
     fingerprint: str
 
     def describe(self) -> str:
+        if self.wrapped_by == PLAIN:
+            return f"{self.provider}: {self.wrapped_by}"
         return f"{self.provider}: {self.wrapped_by}, key-encryption key version {self.kek_version}"
 
 
@@ -143,7 +147,7 @@ def key_status(path: str | os.PathLike[str]) -> KeyStatus:
     kek_version = document.get("kek_version", 1)
     version = kek_version if isinstance(kek_version, int) else 1
     if document.get("version") == KEY_FILE_VERSION:
-        wrapped_by = "passphrase (Argon2id)" if document.get("kdf") else "nothing (plain key file)"
+        wrapped_by = "passphrase (Argon2id)" if document.get("kdf") else PLAIN
         return KeyStatus(FILE, wrapped_by, version, fingerprint)
     wrapped = WrappedKeyFile.from_document(document, target)
     return KeyStatus(wrapped.provider["kind"], describe(wrapped.provider), version, fingerprint)

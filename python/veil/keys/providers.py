@@ -50,7 +50,7 @@ def kind_of(uri: str) -> str:
     if scheme not in KINDS or ":" not in uri:
         raise KeyProviderError(
             f"unknown key provider {uri!r}: give `file`, `kmip://HOST:PORT?ca=...&cert=...&key=...` "
-            "or `pkcs11:token=LABEL?module-path=...` (docs/keys.md)"
+            "or `pkcs11:token=LABEL?module-path=...`"
         )
     return scheme
 
@@ -90,8 +90,10 @@ def unreachable(uri: str, doing: str) -> Iterator[None]:
         raise
     except OSError as exc:  # refused, timed out, TLS failed, module missing
         reason = exc.strerror or str(exc) or type(exc).__name__
+        if exc.filename:  # a certificate, key or module file
+            reason = f"{reason}: {exc.filename}"
         raise KeyProviderError(
             f"cannot reach the key provider {uri} to {doing} ({reason}); the master key is "
             "wrapped by it, so nothing was opened: start the provider, or check its "
-            "address, certificates or PIN (docs/keys.md)"
+            "address, certificates or PIN"
         ) from None
