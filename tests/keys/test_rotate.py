@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from tests.keys.servers import KmipServer
 from veil._native import WireServer
 from veil.cli import main
 from veil.errors import KeyFileError, KeyProviderError
-from veil.keys import key_status, load_key, rewrap_key
+from veil.keys import create_key, key_status, load_key, rewrap_key
 from veil.load.loader import load
 from veil.serve.engine import Engine
 
@@ -42,7 +43,7 @@ COUNT = "SELECT count(*), sum(amount) FROM payments WHERE id > 10"
 EXPECTED = [(40, sum(range(11, 51)) * 3)]
 
 
-def load_payments(root: Path, **key: str) -> Path:
+def load_payments(root: Path, key_file: str | None = None, key_provider: str | None = None) -> Path:
     table = pa.table(
         {"id": pa.array(range(1, 51), pa.int64()), "amount": [i * 3 for i in range(1, 51)]}
     )
@@ -53,7 +54,8 @@ def load_payments(root: Path, **key: str) -> Path:
         f"duckdb:///{root / 'server.duckdb'}",
         str(cdir),
         progress=lambda _: None,
-        **key,
+        key_file=key_file,
+        key_provider=key_provider,
     )
     return cdir
 
@@ -141,7 +143,7 @@ def test_a_rotation_cut_before_or_after_its_rename(
 
     with monkeypatch.context() as patch:
         patch.setattr(os, "replace", crash)
-        with pytest.raises(OSError):
+        with pytest.raises(KeyFileError, match="the old key file, if any, is unchanged"):
             rewrap_key(key_file)
     assert key_file.read_bytes() == before  # the old file, whole
     assert (cdir / ".key.json.new").exists()  # the new one never took its place
@@ -195,3 +197,25 @@ def test_serve_answers_08001_when_the_provider_is_down(tmp_path: Path) -> None:
         engine.close()
     with pytest.raises(KeyProviderError):
         veil.connect(cdir)
+
+
+def test_concurrent_rotations_take_turns(kmip_server: KmipServer, tmp_path: Path) -> None:
+    key_file = tmp_path / "client.key"
+    fingerprint = create_key(key_file, kmip_server.uri()).fingerprint()
+    errors: list[BaseException] = []
+
+    def rotate_twice() -> None:
+        try:
+            for _ in range(2):
+                rewrap_key(key_file)
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rotate_twice) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert key_status(key_file).kek_version == 9  # each of the 8 rotations counted once
+    assert load_key(key_file).fingerprint() == fingerprint

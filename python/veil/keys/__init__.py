@@ -34,6 +34,7 @@ from veil.keys.envelope import (
     WrappedKeyFile,
     associated_data,
     refuse_existing,
+    rotation_lock,
     write_atomically,
 )
 from veil.keys.providers import FILE, describe, kind_of, provider_for, provider_of, reference
@@ -118,6 +119,14 @@ def rewrap_key(
     the old: a process killed meanwhile leaves the old file or the new one.
     """
     target = Path(path)
+    read_key_document(target)  # a missing or unreadable file says so before any lock
+    with rotation_lock(target):
+        return _rewrap(target, provider, passphrase, new_passphrase)
+
+
+def _rewrap(
+    target: Path, provider: str | None, passphrase: str | None, new_passphrase: str | None
+) -> KeyStatus:
     key = load_key(target, passphrase)
     before = key_status(target)
     target_provider = provider or (FILE if before.provider == FILE else _uri_of(target))

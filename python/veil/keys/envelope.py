@@ -30,10 +30,12 @@ before.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +153,16 @@ def write_atomically(target: Path, document: Mapping[str, object], *, replace: b
     complete, at ``target``. Without ``replace`` an existing file is refused
     (Veil never overwrites a key file except by a rotation).
     """
+    try:
+        _write_atomically(target, document, replace=replace)
+    except OSError as exc:
+        raise KeyFileError(
+            f"cannot write key file {target}: {exc.strerror or exc}; the old key file, if "
+            "any, is unchanged"
+        ) from None
+
+
+def _write_atomically(target: Path, document: Mapping[str, object], *, replace: bool) -> None:
     staging = target.with_name(f".{target.name}.new")
     staging.unlink(missing_ok=True)  # a rotation killed before its rename left it
     text = json.dumps(dict(document), indent=2) + "\n"
@@ -178,6 +190,18 @@ def refuse_existing(target: Path) -> None:
             f"{target} already exists; Veil never overwrites a key file "
             "(move it away first if you really mean to replace it)"
         )
+
+
+@contextmanager
+def rotation_lock(target: Path) -> Iterator[None]:
+    """Exclusive among processes rotating the key file at ``target`` (readers need none:
+    the file is only ever replaced whole)."""
+    fd = os.open(target.with_name(f".{target.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(path: Path) -> None:

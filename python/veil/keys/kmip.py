@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -98,20 +99,27 @@ class KmipProvider:
                 client.close()
 
 
+# One KMIP operation at a time in a process: _quiet changes process-wide state
+# (a logger's level, the warning filters), which threads opening sessions at
+# once (veil serve) would otherwise restore in the wrong order.
+_KMIP_LOCK = threading.Lock()
+
+
 @contextmanager
 def _quiet() -> Iterator[None]:
     """PyKMIP logs connection errors itself (Veil reports them) and warns of its own
     deprecated calls (ssl.PROTOCOL_TLS, SQLAlchemy 1.x names): neither is the user's."""
     logger = logging.getLogger("kmip")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", PendingDeprecationWarning)
-            yield
-    finally:
-        logger.setLevel(level)
+    with _KMIP_LOCK:
+        level = logger.level
+        logger.setLevel(logging.CRITICAL)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", PendingDeprecationWarning)
+                yield
+        finally:
+            logger.setLevel(level)
 
 
 def _kmip_enums() -> Any:

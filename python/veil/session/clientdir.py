@@ -5,6 +5,7 @@ CDIR/            mode 0700
   key.json       the master key (veil.crypto.keys format, mode 0600), or, with a key
                  provider, only the key wrapped under the provider's KEK and the
                  provider's reference (veil.keys.envelope)
+  .key.json.lock held while `veil rotate` replaces key.json
   design.json    the physical design (plaintext schema + server columns)
   server.json    {"url": "duckdb:///..."}
   policy.json    per-column security policy (veil.design.policy; optional, 0600)
