@@ -3,7 +3,9 @@
 ``kmip://HOST:PORT?ca=CA.pem&cert=CLIENT.pem&key=CLIENT.key`` names the
 server and the TLS files that authenticate both sides (mutual TLS, as KMIP
 servers require); ``username=NAME`` adds KMIP credentials, whose password is
-read from ``VEIL_KMIP_PASSWORD`` and never stored. Relative paths are made
+read from ``VEIL_KMIP_PASSWORD`` and never stored; ``version=1.0`` (to 1.4)
+speaks an older protocol version to a server that knows no later one (the
+default is PyKMIP's, 1.2). Relative paths are made
 absolute when the key is made, so the client directory works from anywhere.
 
 A KEK is an AES-256 symmetric key made with KMIP's Create (named
@@ -34,16 +36,27 @@ DEFAULT_PORT = 5696
 TLS_FILES = ("ca", "cert", "key")
 TIMEOUT_SECONDS = 10.0
 KEK_NAME = "veil-kek"
+VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 
 
 class KmipProvider:
     kind = "kmip"
 
-    def __init__(self, host: str, port: int, files: dict[str, str], username: str | None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        files: dict[str, str],
+        username: str | None,
+        version: str | None = None,
+    ):
         self.host, self.port, self.files, self.username = host, port, files, username
+        self.version = version
         query = dict(sorted(files.items()))
         if username:
             query["username"] = username
+        if version:
+            query["version"] = version
         self.uri = f"kmip://{host}:{port}" + (f"?{urlencode(query, safe='/')}" if query else "")
 
     def new_kek(self) -> str:
@@ -86,6 +99,9 @@ class KmipProvider:
                 username=self.username,
                 password=os.environ.get(PASSWORD_ENV) if self.username else None,
                 config_file=os.devnull,  # no /etc/pykmip settings: only what the URI says
+                kmip_version=_kmip_enums().KMIPVersion(float(self.version))
+                if self.version
+                else None,
             )
             client.proxy.timeout = TIMEOUT_SECONDS
             client.open()
@@ -137,14 +153,17 @@ def from_uri(uri: str) -> KmipProvider:
     if not parts.hostname:
         raise KeyProviderError(f"{uri!r} names no host: kmip://HOST:PORT?ca=...&cert=...&key=...")
     query = dict(parse_qsl(parts.query))
-    unknown = set(query) - {*TLS_FILES, "username"}
+    unknown = set(query) - {*TLS_FILES, "username", "version"}
     if unknown:
         raise KeyProviderError(
             f"{uri!r}: unknown parameter(s) {', '.join(sorted(unknown))}; a kmip:// URI takes "
-            "ca, cert, key and username (the password comes from "
+            "ca, cert, key, username and version (the password comes from "
             f"{PASSWORD_ENV}, never the URI)"
         )
+    version = query.get("version")
+    if version is not None and version not in VERSIONS:
+        raise KeyProviderError(f"{uri!r}: version is one of {', '.join(VERSIONS)}")
     files = {
         name: str(Path(query[name]).expanduser().resolve()) for name in TLS_FILES if name in query
     }
-    return KmipProvider(parts.hostname, port, files, query.get("username"))
+    return KmipProvider(parts.hostname, port, files, query.get("username"), version)
