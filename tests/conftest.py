@@ -11,6 +11,11 @@ suites that run on it ask for it by name (``any_session``, the DML suite, canari
 
 The TPC-H fixtures (``session``, ``plain``, ``any_session``, ...) are in
 ``tests/support/tpch.py``, a plugin of this file, so every test folder sees them.
+
+In the SQL suites (``FALLBACK_CHECKED``) a test fails when a query it ran fell back
+to fetching whole tables (``veil.sql.fallbacks``) for a shape not on the documented
+list; a test that provokes one on purpose says so with ``@pytest.mark.fallback_expected``.
+The fuzzer counts them per seed (``tests.fuzz.harness``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import pytest
 
 import veil.load.loader as loader
 from veil.crypto.keys import write_key_file
+from veil.sql import fallbacks
 from veil_dev.servers.postgres import ThrowawayCluster
 from veil_dev.servers.spark import local_url, start_local
 
@@ -44,6 +50,28 @@ def small_tables_take_the_bytes_form() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loader, "BYTES_FORM_MIN_ROWS", 0)
         yield
+
+
+# the folders whose tests may not fall back outside docs/sql.md's list of shapes
+FALLBACK_CHECKED = frozenset({"sql", "session", "tpcds"})
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_fallback(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test if a query it ran fell back for a shape Veil should split."""
+    folder = request.node.path.parent.name
+    if folder not in FALLBACK_CHECKED or request.node.get_closest_marker("fallback_expected"):
+        yield
+        return
+    before = fallbacks.counts()
+    yield
+    found = [f for f in fallbacks.since(before) if f[1] not in fallbacks.DOCUMENTED]
+    if found:
+        pytest.fail(
+            "fell back to fetching whole tables (not a documented shape, docs/sql.md):\n"
+            + "\n".join(f"  {n} x {stage}/{shape}: {detail}" for stage, shape, n, detail in found),
+            pytrace=False,
+        )
 
 
 _schema_numbers = itertools.count(1)

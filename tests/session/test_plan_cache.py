@@ -111,6 +111,7 @@ def test_least_recently_used_plans_leave_first() -> None:
     assert cache.get(keys[1]) is None and cache.get(keys[0]) is entry and len(cache) == 2
 
 
+@pytest.mark.fallback_expected
 def test_a_plan_that_fell_back_is_not_kept(
     session: Session, first_scan_fails: list[object]
 ) -> None:

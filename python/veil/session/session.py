@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from veil.backends import Backend, connect_existing, n_square_bytes
 from veil.ciphers.cache import CipherCache
+from veil.ciphers.hom_group import OverflowedRowsError
 from veil.cost.choice import choose_plan
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 _IDLE, _OPEN, _FAILED = "idle", "open", "failed"  # an explicit transaction's states
 _UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?: Did you mean "([^"]+)"\?)?')
 T = TypeVar("T")
+# the passes that sum on the server (ASHE, packed HOM, sums over server joins)
+_SERVER_SUMS = frozenset({"pushdown_aggregates", "pushdown_join_aggregates"})
 
 
 class Session:
@@ -354,6 +357,13 @@ class Session:
             self.plans.clear()
             replanned = CachedPlan(planned.names, self.plan(planned.tree), planned.tree)
             return self._answer(replanned, again=False)
+        if isinstance(exc, OverflowedRowsError):
+            # rows written since the load whose summed expression the stored sums could
+            # not hold: this query sums on the client, from its split plan's fetched rows
+            log.info("%s; planning this query without server sums", exc)
+            plan = plan_query(planned.tree, self.design, self, without=_SERVER_SUMS)
+            if plan.pushdown:
+                return self._named(planned, self.execute_plan(plan, stats), stats, plan)
         plan = plan_fetch_all(planned.tree, self.design)
         plan.fallback = fallbacks.failed_run(exc)
         log.info("%s; the client runs the query", plan.fallback)

@@ -36,8 +36,6 @@ from veil.sql.functions import UnknownFunctionError
 # The shapes Veil cannot split, each with why (docs/sql.md "Fallbacks" explains them).
 DOCUMENTED: dict[str, str] = {
     "pivot": "PIVOT's output columns are the values of a column; UNPIVOT's are unresolved",
-    "unqualified query": "sqlglot cannot say which table each column comes from",
-    "unclassified aggregate": "an aggregate sqlglot reads as a per-row function",
     "columns expression": "COLUMNS(pattern) picks its columns when DuckDB binds it",
 }
 

@@ -1,0 +1,60 @@
+"""Fallbacks to fetching whole tables: the documented shapes, named and counted.
+
+docs/sql.md "Fallbacks" lists the shapes Veil cannot split; everything else that
+falls back fails the SQL suites (``tests/conftest.py``) and the fuzzer.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.support.oracle import check_query
+from veil.frontend.explain import explain
+from veil.session.session import Session
+from veil.sql import fallbacks
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
+
+SHAPES = [
+    ("pivot", "PIVOT orders ON o_orderstatus USING count(*) GROUP BY o_orderpriority"),
+    (
+        "pivot",
+        "SELECT k, count(*) FROM (SELECT n_name, n_comment FROM nation) "
+        "UNPIVOT (v FOR k IN (n_name, n_comment)) GROUP BY k ORDER BY k",
+    ),
+    ("columns expression", "SELECT max(COLUMNS('l_.*date')) FROM lineitem"),
+    (
+        "columns expression",
+        "SELECT COLUMNS(lambda c: c LIKE 'n_%key') FROM nation WHERE n_regionkey = 1 ORDER BY 1",
+    ),
+]
+
+
+def test_the_docs_list_the_documented_shapes() -> None:
+    section = DOCS.read_text().split("### Fallbacks", 1)[1].split("\n### ", 1)[0]
+    listed = re.findall(r"^\| `([^`]+)` \|", section, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(fallbacks.DOCUMENTED)
+
+
+@pytest.mark.parametrize(("shape", "sql"), SHAPES)
+def test_a_documented_shape_falls_back_named_and_counted(
+    session: Session, plain: duckdb.DuckDBPyConnection, shape: str, sql: str
+) -> None:
+    before = fallbacks.counts()
+    check_query(session, plain, sql)
+    assert [f[:3] for f in fallbacks.since(before)] == [("plan", shape, 1)]
+    if sql.startswith("SELECT"):  # veil explain shows queries
+        assert "the split planner gave up" in explain(session, sql)
+
+
+@pytest.mark.fallback_expected  # the fallbacks it records by hand are not documented
+def test_counts_are_per_stage_and_shape() -> None:
+    before = fallbacks.counts()
+    fallbacks.record(fallbacks.Fallback("run", "Binder Error", "the split plan failed (...)"))
+    fallbacks.record(fallbacks.Fallback("run", "Binder Error", "the split plan failed (again)"))
+    assert fallbacks.since(before) == [("run", "Binder Error", 2, "the split plan failed (again)")]
+    assert fallbacks.counts()[("run", "Binder Error")] == before.get(("run", "Binder Error"), 0) + 2
