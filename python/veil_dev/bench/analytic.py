@@ -17,7 +17,9 @@ planning) and the bytes received. Without a real link, the time over a
 bytes / bandwidth + client, plaintext paying its result's bytes on the same
 link. With ``--link`` (PostgreSQL), both sides' queries cross a Toxiproxy link
 shaped in both directions (``veil_dev.servers.toxiproxy``), so the measured
-times are the link's, round trips included, and no link time is computed.
+times are the link's, round trips included, and no link time is computed; Veil's
+cost model is calibrated over that link first (``worker``), so the planner
+chooses by cost for it (without a link the planner's rules choose, as before).
 
 Every Veil answer is checked against plaintext DuckDB over the same Parquet
 files (``veil_dev.bench.compare``: numbers to 1e-9 relative). The JSON records
@@ -111,7 +113,7 @@ def run_bench(args: argparse.Namespace, suite: Suite) -> int:
         servers.close()
     document = to_document(bench, servers, space, load_before)
     print(format_table(*table_rows(bench)))
-    print(summary_line(document["summary"], space))
+    print(summary_line(document["summary"], space, suite.label))
     json_path, png_path = args.json or f"{stem}.json", args.png or f"{stem}.png"
     write_json(json_path, document)
     plot(png_path, bench)
@@ -142,7 +144,7 @@ def run_queries(bench: Bench, servers: BenchServers, names: list[QueryName]) -> 
     reference = _reference(bench.suite, servers.data_dir)
     plain = connect(servers.plain_query_url or servers.plain_url)
     worker = VeilWorker(servers.veil_query_dir or servers.client_dir, bench.timeout,
-                        bench.memory_cap)  # fmt: skip
+                        bench.memory_cap, calibrate=bench.link is not None)  # fmt: skip
     try:
         for name in names:
             figures = measure_query(bench, name, plain, worker, reference)
@@ -288,6 +290,7 @@ def to_document(
         "scale_factor": bench.scale_factor,
         "runs": bench.runs,
         "link": bench.link,
+        "planner": "cost, calibrated over the link" if bench.link else "rules (no calibration)",
         "bandwidth_mbit": bench.bandwidth_mbit,
         "timeout_seconds": bench.timeout,
         "memory_cap_bytes": bench.memory_cap,
@@ -366,14 +369,16 @@ def table_rows(bench: Bench) -> tuple[list[str], list[list[object]]]:
     return headers, rows
 
 
-def summary_line(summary: dict[str, Any], space: dict[str, Any]) -> str:
+def summary_line(
+    summary: dict[str, Any], space: dict[str, Any], label: Callable[[QueryName], str] = str
+) -> str:
     parts = [f"{summary['correct']}/{summary['queries']} correct"]
-    for key, name in (("ratio", "local"), ("link_ratio", "link")):
+    for key, name in (("ratio", "ratio"), ("link_ratio", "computed link ratio")):
         if f"median_{key}" in summary:
             worst = summary[f"worst_{key}"]
             parts.append(
-                f"{name} ratio median {summary[f'median_{key}']:.2f}, "
-                f"worst {worst['value']:.2f} ({worst['query']})"
+                f"{name} median {summary[f'median_{key}']:.2f}, "
+                f"worst {worst['value']:.2f} ({label(worst['query'])})"
             )
     for key in ("wrong", "fallbacks", "timeouts", "memory", "errors"):
         if summary[key]:

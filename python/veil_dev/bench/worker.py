@@ -17,6 +17,11 @@ parent watches it:
   decrypted columns, the local DuckDB.
 
 A killed child is replaced by a fresh one (a new session) for the next query.
+
+With ``calibrate`` (a benchmark over a link) the child first calibrates the cost
+model through the session's own server URL (``veil calibrate``'s measures: a
+statement's round trip, the fetch rate, decryption): the link's round trips and
+bandwidth become the model's, and the planner chooses plans by cost for that link.
 """
 
 from __future__ import annotations
@@ -58,8 +63,11 @@ class VeilRun:
 class VeilWorker:
     """A child process holding one Veil session over ``client_dir``."""
 
-    def __init__(self, client_dir: Path, timeout: float, memory_cap: int) -> None:
+    def __init__(
+        self, client_dir: Path, timeout: float, memory_cap: int, *, calibrate: bool = False
+    ) -> None:
         self.client_dir, self.timeout, self.memory_cap = client_dir, timeout, memory_cap
+        self.calibrate = calibrate
         self._context = multiprocessing.get_context("spawn")
         self._process: Any = None
         self._conn: Connection | None = None
@@ -68,7 +76,8 @@ class VeilWorker:
         if self._conn is not None:
             return self._conn
         parent, child = self._context.Pipe()
-        args = (child, str(self.client_dir), self.timeout, self.memory_cap * 3 // 4)
+        limit = self.memory_cap * 3 // 4
+        args = (child, str(self.client_dir), self.timeout, limit, self.calibrate)
         self._process = self._context.Process(target=_serve, args=args, daemon=True)
         self._process.start()
         child.close()
@@ -117,11 +126,16 @@ class VeilWorker:
         self._kill()
 
 
-def _serve(conn: Connection, client_dir: str, timeout: float, local_limit: int) -> None:
+def _serve(
+    conn: Connection, client_dir: str, timeout: float, local_limit: int, calibrate: bool
+) -> None:
     """The child: one session, one query at a time, until None arrives."""
+    from veil.cost.calibration import calibration_of
     from veil.session.session import Session
 
     session = Session(client_dir)
+    if calibrate:  # once per client directory: a restarted child finds it saved
+        calibration_of(session)
     with contextlib.suppress(Exception):  # a limit DuckDB refuses leaves its default
         session.local.execute(f"SET memory_limit = '{local_limit // 2**20}MiB'")
     try:
