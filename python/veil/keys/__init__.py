@@ -28,6 +28,7 @@ from veil.crypto.keys import (
     key_document,
     load_key_file,
     read_key_document,
+    write_key_file,
 )
 from veil.errors import KeyFileError, KeyProviderError, WrongKeyError
 from veil.keys.envelope import (
@@ -91,8 +92,6 @@ def create_key(
     """
     target = Path(path)
     if kind_of(provider) == FILE:
-        from veil.crypto.keys import write_key_file
-
         return write_key_file(target, passphrase)
     if passphrase is not None:
         raise KeyProviderError(
@@ -115,8 +114,9 @@ def rewrap_key(
 
     ``provider`` (default: the one wrapping it now) makes the new KEK; for
     ``file`` the new KEK is ``new_passphrase`` stretched under a fresh salt.
-    The new file is checked (unwrapped again) before it atomically replaces
-    the old: a process killed meanwhile leaves the old file or the new one.
+    A provider's new envelope is opened once before it is written, and the
+    written file once more; it replaces the old atomically, so a process
+    killed meanwhile leaves the old file or the new one.
     """
     target = Path(path)
     read_key_document(target)  # a missing or unreadable file says so before any lock
