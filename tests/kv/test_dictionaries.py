@@ -107,7 +107,9 @@ def test_a_missing_dictionary_version_is_a_clear_error(open_store: StoreFactory)
     store = open_store(compression="zstd-dict")
     store.put_many(_logs(3000))
     store.backend.delete(CATALOG_TABLE, 0, _dict_row(store, 1))
-    reader = open_store(pack_cache=0)
+    with pytest.raises(MissingDictionaryError, match="dictionary version 1"):
+        open_store(pack_cache=0)  # the table's own codec: it would write with that dictionary
+    reader = open_store(pack_cache=0, compression="zlib")  # opens; its reads cannot
     with pytest.raises(MissingDictionaryError, match="dictionary version 1"):
         reader.get(10)
     with pytest.raises(MissingDictionaryError):

@@ -67,7 +67,7 @@ def test_too_small_a_sample_takes_the_default() -> None:
 
 def test_first_batch_chooses_and_the_catalogue_records_it(open_store: StoreFactory) -> None:
     records = _records(3000)
-    store = open_store()
+    store = open_store(compression="zlib")
     assert store.config.pack_rows is None
     store.put_many(enumerate(records))
     # Chosen on the batch in pack order: by hash partition, then key.
@@ -130,7 +130,34 @@ def test_catalogue_entry_is_json_with_the_choice(tmp_path: Path, key_file: Path)
     assert row is not None
     stored = json.loads(row.value)
     assert stored["pack_rows"] == stored["pack_choice"]["pack_rows"]
-    assert stored["pack_choice"]["codec"] == "zlib"
+    assert stored["pack_choice"]["codec"] == stored["compression"] == "zstd-dict"
+
+
+def test_the_default_codec_is_the_tables_own(tmp_path: Path, key_file: Path) -> None:
+    """New tables get zstd-dict; a table keeps what it was made with; older tables
+    (no recorded codec) are zlib; an explicit codec wins and is read back by all."""
+    import veil.kv
+
+    url = f"sqlite:///{tmp_path}/c.db"
+    with veil.kv.open(url, key_file, table="new") as store:
+        assert store.packs.envelope.codec_name == "zstd-dict"
+    with veil.kv.open(url, key_file, table="made-zlib", compression="zlib") as store:
+        store.put_many(enumerate(_records(400)))
+    with veil.kv.open(url, key_file, table="made-zlib") as store:
+        assert store.packs.envelope.codec_name == "zlib"
+        store.put(7, b"rewritten")
+    with veil.kv.open(url, key_file, table="made-zlib", compression="lz4") as store:
+        store.put(8, b"by an lz4 client")
+        assert store.get(7) == b"rewritten" and store.get(9) == _records(400)[9]
+    with veil.kv.open(url, key_file, table="old") as store:  # as a Veil before the record
+        key = f"table/{store._base}".encode()
+        row = store.backend.get(catalog.CATALOG_TABLE, 0, key)
+        assert row is not None
+        entry = json.loads(row.value)
+        del entry["compression"]
+        store.backend.upsert(catalog.CATALOG_TABLE, 0, key, json.dumps(entry).encode(), b"t")
+    with veil.kv.open(url, key_file, table="old") as store:
+        assert store.packs.envelope.codec_name == "zlib"
 
 
 def test_the_curve_is_charged_the_servers_page_slack(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,6 +52,9 @@ class TableConfig:
     pack_choice: dict[str, Any] | None = None
     block_rows: int | None = None  # rows per block of blocked packs (None: one block a pack)
     bucket_bits: int | None = None  # integer keys share a partition per 2**bits (None: per key)
+    # the compression a client uses when not told (set at creation; None: a table made
+    # before it was recorded, when the default was zlib). Every pack names its own codec.
+    compression: str | None = None
 
     @property
     def max_keys(self) -> int:
