@@ -28,6 +28,7 @@ from veil.sql.errors import (
     InFailedTransactionError,
     InsufficientPrivilegeError,
     NotNullViolationError,
+    OutOfMemoryError,
     QueryCancelledError,
     QueryError,
     QuerySyntaxError,
@@ -38,6 +39,7 @@ from veil.sql.errors import (
 # https://www.postgresql.org/docs/current/errcodes-appendix.html
 SQLSTATES: list[tuple[type[VeilError], str]] = [
     (QueryCancelledError, "57014"),  # query_canceled
+    (OutOfMemoryError, "53200"),  # out_of_memory
     (InsufficientPrivilegeError, "42501"),  # insufficient_privilege
     (InFailedTransactionError, "25P02"),  # in_failed_sql_transaction
     (ActiveTransactionError, "25001"),  # active_sql_transaction

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -9,7 +10,7 @@ import duckdb
 import pyarrow as pa
 
 from veil.exec.server import FetchStats
-from veil.sql.errors import QueryError
+from veil.sql.errors import OutOfMemoryError, QueryError
 from veil.sql.plan import SplitPlan
 
 
@@ -58,7 +59,7 @@ class Streamed:
                     batch = self._finish(batch)
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
         except duckdb.Error as exc:
-            raise QueryError(duckdb_message(exc)) from None
+            raise local_error(exc) from None
         finally:
             self.close()
 
@@ -77,3 +78,24 @@ def duckdb_message(exc: duckdb.Error) -> str:
     """
     text = str(exc).split("\nLINE ")[0]
     return " ".join(text.split())
+
+
+def local_error(exc: duckdb.Error, message: str | None = None) -> QueryError | OutOfMemoryError:
+    """A local DuckDB failure in the user's terms (``message``: its text, already reworded).
+
+    Running out of the local engine's memory is no fault of the query's SQL: the
+    error says what the limit is and how to raise it (``veil.exec.local_duckdb``).
+    """
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        used = _USED.search(str(exc))
+        limit = f" ({used.group(1)} of {used.group(2)} in use)" if used else ""
+        return OutOfMemoryError(
+            "the client ran out of memory finishing this query: its local DuckDB spills "
+            f"what it can to disk and keeps within its limit{limit}, and this plan needs "
+            "more at once. Raise VEIL_MEMORY_LIMIT (e.g. 8GB, or 75% of the machine) or "
+            "make the query need less (filters, fewer groups); nothing was changed"
+        )
+    return QueryError(message if message is not None else duckdb_message(exc))
+
+
+_USED = re.compile(r"\(([\d.]+ \w+)/([\d.]+ \w+) used\)")

@@ -34,7 +34,7 @@ from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.fetch import run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
-from veil.exec.local_duckdb import local_duckdb
+from veil.exec.local_duckdb import local_duckdb, local_engine, memory_limit_bytes
 from veil.exec.one_table import joined_tables, one_table_per_join
 from veil.exec.server import FetchStats
 from veil.session.clientdir import ClientDir, open_client_dir
@@ -42,7 +42,13 @@ from veil.session.defaults import catalog_column, restart_statement, with_sequen
 from veil.session.dml import run_dml
 from veil.session.onions import has_wrapped, peel_layers, peeled_view, reconcile, wanted_peels
 from veil.session.plan_cache import CachedPlan, PlanCache, plan_key
-from veil.session.result import STREAM_BATCH_ROWS, Result, Streamed, duckdb_message
+from veil.session.result import (
+    STREAM_BATCH_ROWS,
+    Result,
+    Streamed,
+    duckdb_message,
+    local_error,
+)
 from veil.session.row_locks import lock_selected
 from veil.session.table_locks import SharedLocks
 from veil.sql import fallbacks
@@ -50,6 +56,7 @@ from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import (
     ActiveTransactionError,
     InFailedTransactionError,
+    OutOfMemoryError,
     QueryCancelledError,
     QueryError,
     UnsupportedStatementError,
@@ -67,6 +74,8 @@ _UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?: Did you m
 T = TypeVar("T")
 # the passes that sum on the server (ASHE, packed HOM, sums over server joins)
 _SERVER_SUMS = frozenset({"pushdown_aggregates", "pushdown_join_aggregates"})
+# the user asked to stop, or the local engine is out of memory (fetching all needs more)
+_NO_FALLBACK = (duckdb.InterruptException, duckdb.OutOfMemoryException, OutOfMemoryError)
 
 
 class Session:
@@ -76,9 +85,20 @@ class Session:
     SQL (``read_csv``, ``read_parquet``...) in the local engine; off by
     default, and never for ``veil serve``, whose users must not reach the
     trusted side's files (``veil.sql.sandbox``).
+
+    ``memory_limit``: what the process's local engine may use to finish plans
+    (``4GB``, ``25%``; by default ``VEIL_MEMORY_LIMIT``, else half the machine's
+    memory: ``veil.exec.local_duckdb``). Past it DuckDB spills to disk, and what
+    cannot spill fails with ``OutOfMemoryError``.
     """
 
-    def __init__(self, client_dir: str | os.PathLike[str], *, external_access: bool = False):
+    def __init__(
+        self,
+        client_dir: str | os.PathLike[str],
+        *,
+        external_access: bool = False,
+        memory_limit: str | None = None,
+    ):
         self.client: ClientDir = open_client_dir(client_dir)
         self.master: MasterKey = self.client.master_key()
         self.design: PhysicalDesign = self.client.design(self.master)
@@ -90,7 +110,9 @@ class Session:
         self.hom_pushdown = _hom_pushdown()
         self.join_sums = True  # until a server join repeats a summed row
         self.external_access = external_access
-        self.local = local_duckdb(external_access=external_access)
+        # the process's local engine, under its memory limit (``veil.exec.local_duckdb``)
+        self.memory_limit = memory_limit_bytes(memory_limit)
+        self.local = local_engine(external_access=external_access, memory_limit=memory_limit)
         self.catalog = local_duckdb(external_access=external_access)
         self._views: set[str] = set()  # local views over registered tables, dropped with them
         self._transaction = _IDLE  # an explicit transaction's state (BEGIN ... COMMIT)
@@ -182,7 +204,12 @@ class Session:
                 "the statement was cancelled; nothing it would have changed was changed"
             ) from None
         except duckdb.Error as exc:
-            raise QueryError(self._in_user_terms(duckdb_message(exc))) from None
+            raise local_error(exc, self._in_user_terms(duckdb_message(exc))) from None
+        except MemoryError:
+            raise OutOfMemoryError(
+                "the client ran out of memory for this query's fetched rows; nothing was "
+                "changed. Make the query fetch less (filters, fewer columns)"
+            ) from None
         except Exception as exc:
             log.exception("internal error running %r", sql)
             raise InternalError(
@@ -327,8 +354,8 @@ class Session:
         try:
             table = self.execute_plan(plan, stats)
         except Exception as exc:
-            if not plan.pushdown or isinstance(exc, duckdb.InterruptException):
-                raise  # nothing to fall back from, or the user asked to stop
+            if not plan.pushdown or isinstance(exc, _NO_FALLBACK):
+                raise  # nothing to fall back from, or no use falling back
             return self._fallback(planned, exc, stats)
         if again and self._layers_moved(stamp):
             # another session peeled a layer this plan fetched through: its rows may have
@@ -422,7 +449,7 @@ class Session:
             try:
                 table = self.local.sql(self._local_sql(plan)).to_arrow_table()
             except duckdb.Error as exc:
-                raise QueryError(self._in_user_terms(duckdb_message(exc))) from None
+                raise local_error(exc, self._in_user_terms(duckdb_message(exc))) from None
             stats.local_seconds += time.perf_counter() - started
             if plan.late_outputs:
                 started, server_before = time.perf_counter(), stats.server_seconds
@@ -537,7 +564,7 @@ class Session:
                 self._unregister(registered)
                 raise
         except Exception as exc:
-            if not planned.plan.pushdown or isinstance(exc, duckdb.InterruptException):
+            if not planned.plan.pushdown or isinstance(exc, _NO_FALLBACK):
                 raise
             self.plans.clear()  # it may have been cached above
             return self._fallback(planned, exc, stats)

@@ -87,3 +87,9 @@ class QueryCancelledError(OperationalError):
     """The statement was cancelled while it ran (a cancel request, Ctrl-C)."""
 
     anchor = "cancelled"
+
+
+class OutOfMemoryError(OperationalError):
+    """The client's local engine needed more than its memory limit (``VEIL_MEMORY_LIMIT``)."""
+
+    anchor = "out-of-memory"

@@ -1,0 +1,80 @@
+"""The client's local DuckDB keeps a stated memory limit, and past it fails in the user's terms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import pytest
+
+from tests.support.oracle import check_query
+from veil.errors import ParameterError
+from veil.exec.local_duckdb import DEFAULT_SHARE, machine_memory, memory_limit_bytes
+from veil.session.session import Session
+from veil.sql.errors import OutOfMemoryError
+from veil.sqlstates import sqlstate
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def small(veil_env: dict[str, object]) -> Iterator[Session]:
+    """A session whose local engine may use 32 MiB."""
+    opened = Session(str(veil_env["client"]), memory_limit="32MiB")
+    yield opened
+    opened.close()
+
+
+def _limit(session: Session) -> str:
+    return str(session.local.sql("SELECT current_setting('memory_limit')").fetchall()[0][0])
+
+
+@pytest.mark.unit
+def test_the_limit_is_stated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VEIL_MEMORY_LIMIT", raising=False)
+    assert memory_limit_bytes() == int(machine_memory() * DEFAULT_SHARE)
+    monkeypatch.setenv("VEIL_MEMORY_LIMIT", "25%")
+    assert memory_limit_bytes() == int(machine_memory() * 0.25)
+    assert memory_limit_bytes("4GB") == 4 * 10**9 and memory_limit_bytes("512MiB") == 2**29
+    for wrong in ("lots", "4 parsecs", "1MB"):
+        with pytest.raises(ParameterError, match="memory limit"):
+            memory_limit_bytes(wrong)
+
+
+def test_a_session_runs_under_its_limit(small: Session, plain: duckdb.DuckDBPyConnection) -> None:
+    assert small.memory_limit == 32 * 2**20 and _limit(small) == "32.0 MiB"
+    # sorting and grouping every lineitem row: DuckDB spills what does not fit
+    check_query(
+        small,
+        plain,
+        "SELECT l_orderkey, l_comment, sum(l_quantity) FROM lineitem "
+        "GROUP BY l_orderkey, l_comment ORDER BY l_comment, l_orderkey LIMIT 5",
+    )
+
+
+def test_past_the_limit_is_a_clear_error(small: Session) -> None:
+    """What cannot spill (lists being gathered) fails, and the session goes on."""
+    with pytest.raises(OutOfMemoryError, match="VEIL_MEMORY_LIMIT") as raised:
+        small.run(
+            "SELECT max(len(l)) FROM (SELECT list(range(0, 20000 + l_linenumber)) AS l "
+            "FROM lineitem GROUP BY l_orderkey % 7)"
+        )
+    assert "MiB of 32.0 MiB in use" in str(raised.value) and sqlstate(raised.value) == "53200"
+    assert small.run("SELECT count(*) FROM nation").table.column(0).to_pylist() == [25]
+
+
+def test_sessions_of_a_process_share_one_engine(
+    veil_env: dict[str, object], small: Session
+) -> None:
+    """One limit for the process however many sessions it opens (``veil serve``)."""
+    other = Session(str(veil_env["client"]), memory_limit="32MiB")
+    try:
+        small.local.execute("CREATE TABLE engine_probe AS SELECT 1 AS x")  # the engine's
+        small.local.execute("CREATE TEMP VIEW mine AS SELECT 1")  # the connection's
+        assert other.local.sql("SELECT x FROM engine_probe").fetchall() == [(1,)]
+        with pytest.raises(duckdb.CatalogException):  # what a session registers is its own
+            other.local.sql("SELECT * FROM mine")
+    finally:
+        small.local.execute("DROP VIEW mine")
+        small.local.execute("DROP TABLE engine_probe")
+        other.close()
