@@ -41,6 +41,7 @@ distinct value, on writes only); NULL stays NULL.
 from __future__ import annotations
 
 import decimal
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -50,6 +51,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb.sqltypes import DuckDBPyType
 
 from veil.errors import VeilError
 
@@ -67,12 +69,15 @@ JSON_KIND = "json"
 BLOB_KIND = "blob"
 INTERVAL_KIND = "interval"
 LIST_KIND = "list"
+HUGE_INT_KIND = "huge_int"  # HUGEINT, UHUGEINT, UBIGINT: beyond int64
+BIT_KIND = "bit"
+NESTED_KIND = "nested"  # STRUCT, MAP, fixed-size arrays, lists of the kinds above
 
 INTEGRAL_KINDS = frozenset(
     {INT_KIND, DECIMAL_KIND, DATE_KIND, TIMESTAMP_KIND, TIMESTAMPTZ_KIND, BOOL_KIND, FLOAT_KIND}
 )
 # equal values may have different encodings: no DET, filtered on the client
-_UNEQUAL_KINDS = frozenset({INTERVAL_KIND, LIST_KIND})
+_UNEQUAL_KINDS = frozenset({INTERVAL_KIND, LIST_KIND, NESTED_KIND})
 _NUMBERS = ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "HUGEINT")
 _MOMENTS = ("DATE", "TIMESTAMP", "VARCHAR")
 # the DuckDB types of constants that compare exactly with a column of each kind
@@ -91,6 +96,9 @@ CONSTANT_FAMILIES: dict[str, tuple[str, ...]] = {
     BLOB_KIND: ("BLOB",),
     INTERVAL_KIND: (),
     LIST_KIND: (),
+    HUGE_INT_KIND: _NUMBERS,
+    BIT_KIND: ("BIT",),
+    NESTED_KIND: (),
 }
 
 _INT_TYPES = {
@@ -103,6 +111,7 @@ _INT_TYPES = {
     "USMALLINT",
     "UINTEGER",
 }
+_HUGE_INT_TYPES = {"HUGEINT", "UHUGEINT", "UBIGINT"}
 _FLOAT_TYPES = {"DOUBLE", "REAL", "FLOAT"}
 _STRING_TYPES = {"VARCHAR", "TEXT", "STRING"}
 # PostgreSQL's (and DuckDB's) other spellings, without spaces
@@ -122,9 +131,21 @@ _ALIASES = {
     "TIMESTAMPWITHOUTTIMEZONE": "TIMESTAMP",
     "BYTEA": "BLOB",
     "JSONB": "JSON",
+    "INT128": "HUGEINT",
+    "UINT128": "UHUGEINT",
+    "UINT64": "UBIGINT",
+    "UINT32": "UINTEGER",
+    "UINT16": "USMALLINT",
+    "UINT8": "UTINYINT",
+    "BITSTRING": "BIT",
 }
+# a type whose name has parts (field names, keys' types): DuckDB's own spelling is kept
+_NESTED = re.compile(r"(?:STRUCT|MAP|ROW)\s*\(|.*\[\s*\d+\s*\]\s*\Z", re.IGNORECASE | re.DOTALL)
 _DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\((\d+),\s*(\d+)\)\Z")
 _SIGN_FLIP = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+# kinds decoded by DuckDB into its lossless Arrow types (arrow_lossless_conversion): a
+# HUGEINT as DuckDB's 16 bytes, not a DECIMAL(38, 0) that cannot hold 2^127 - 1
+LOSSLESS_KINDS = frozenset({HUGE_INT_KIND, BIT_KIND, NESTED_KIND})
 
 
 class EncodingError(VeilError):
@@ -178,6 +199,8 @@ class SqlType:
 
     def arrow_type(self) -> pa.DataType:
         kind = self.kind
+        if kind in LOSSLESS_KINDS:
+            return _lossless_arrow_type(self.name)
         if kind in (DECIMAL_KIND, WIDE_DECIMAL_KIND):
             return pa.decimal128(self.precision, self.scale)
         if kind == INT_KIND:
@@ -202,6 +225,8 @@ class SqlType:
 
 def normalize_type(name: str) -> str:
     """DuckDB's spelling of a type, checked to be one Veil can encode."""
+    if _NESTED.match(name.strip()):
+        return _duckdb_spelling(name.strip())
     text = name.strip().upper().replace(" ", "")
     if text.endswith("[]"):
         return normalize_type(text[:-2]) + "[]"
@@ -212,17 +237,51 @@ def normalize_type(name: str) -> str:
     return text
 
 
+@functools.cache
+def _duckdb_spelling(name: str) -> str:
+    """A nested type as DuckDB spells it, every field name quoted
+    (``STRUCT("x" BIGINT, "Y" VARCHAR)``: DuckDB's own spelling leaves ``Y`` bare,
+    which a parser folds to ``y``), or an error."""
+    with duckdb.connect() as connection:
+        try:
+            [kind] = connection.sql(f"SELECT CAST(NULL AS {name})").types
+        except duckdb.Error:
+            raise EncodingError(f"SQL type {name} is not a type DuckDB knows") from None
+    return _spelled(kind)
+
+
+def _spelled(kind: DuckDBPyType) -> str:
+    if kind.id not in ("struct", "map", "list", "array"):
+        return str(kind)
+    children = dict(kind.children)
+    types = {n: t for n, t in children.items() if isinstance(t, DuckDBPyType)}
+    if kind.id == "struct":
+        fields = (f'"{n.replace(chr(34), 2 * chr(34))}" {_spelled(t)}' for n, t in types.items())
+        return f"STRUCT({', '.join(fields)})"
+    if kind.id == "map":
+        return f"MAP({_spelled(types['key'])}, {_spelled(types['value'])})"
+    size = f"[{children['size']}]" if kind.id == "array" else "[]"
+    return _spelled(types["child"]) + size
+
+
 def _kind_of(name: str) -> str:
+    if _NESTED.match(name):
+        return NESTED_KIND
     if name in _INT_TYPES:
         return INT_KIND
+    if name in _HUGE_INT_TYPES:
+        return HUGE_INT_KIND
+    if name == "BIT":
+        return BIT_KIND
     match = _DECIMAL.match(name)
     if match:
         if int(match.group(1)) > 38:
             raise EncodingError(f"{name} has more digits than DECIMAL's 38")
         return DECIMAL_KIND if int(match.group(1)) <= 18 else WIDE_DECIMAL_KIND
     if name.endswith("[]"):
-        _kind_of(name[:-2])
-        return LIST_KIND
+        element = _kind_of(name[:-2])
+        # lists of the kinds DuckDB's Arrow output loses (HUGEINT, BIT) travel as nested
+        return NESTED_KIND if element in LOSSLESS_KINDS else LIST_KIND
     if name == "DATE":
         return DATE_KIND
     if name in ("TIMESTAMP", "DATETIME"):
@@ -239,8 +298,8 @@ def _kind_of(name: str) -> str:
         return STRING_KIND
     raise EncodingError(
         f"SQL type {name} has no Veil encoding; cast the column to one of INTEGER, BIGINT, "
-        "NUMERIC(p,s), DATE, TIMESTAMP, TIMESTAMPTZ, BOOLEAN, DOUBLE, VARCHAR, UUID, JSON, "
-        "BYTEA, INTERVAL or an array of these"
+        "HUGEINT, UBIGINT, NUMERIC(p,s), DATE, TIMESTAMP, TIMESTAMPTZ, BOOLEAN, DOUBLE, VARCHAR, "
+        "UUID, JSON, BYTEA, INTERVAL, BIT, a STRUCT or MAP, or an array of these"
     )
 
 
@@ -263,8 +322,10 @@ def _combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def encode(array: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
     """Plaintext column -> encoded column (int64 or binary), NULLs kept."""
-    arr = _combined(array)
     kind = sql_type.kind
+    if kind in LOSSLESS_KINDS:  # DuckDB reads any chunks (even none of an extension type)
+        return _encode_by_duckdb(array, sql_type)
+    arr = _combined(array)
     if kind in _BYTES_ENCODERS:
         return _BYTES_ENCODERS[kind](arr, sql_type)
     if kind == DECIMAL_KIND:
@@ -455,6 +516,58 @@ def _decode_list(arr: pa.Array, sql_type: SqlType) -> pa.Array:
     return values
 
 
+def _lossless() -> duckdb.DuckDBPyConnection:
+    connection = duckdb.connect()
+    connection.execute("SET arrow_lossless_conversion = true")
+    return connection
+
+
+@functools.cache
+def _lossless_arrow_type(name: str) -> pa.DataType:
+    with _lossless() as connection:
+        return connection.sql(f"SELECT CAST(NULL AS {name}) AS v").to_arrow_table().schema[0].type
+
+
+def _duckdb_readable(
+    arr: pa.Array | pa.ChunkedArray, sql_type: SqlType
+) -> pa.Array | pa.ChunkedArray:
+    """``arr`` as DuckDB reads back a value of ``sql_type``: DuckDB's plain Arrow output
+    of a BIT is its storage bytes, which only the BIT extension type names as bits."""
+    bit = pa.opaque(pa.binary(), "bit", "DuckDB")
+    if sql_type.kind == BIT_KIND and pa.types.is_binary(arr.type):
+        return pa.ExtensionArray.from_storage(bit, _combined(arr))
+    return arr
+
+
+def _encode_by_duckdb(arr: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
+    """A value's text as DuckDB casts it, which DuckDB casts back exactly: one text per
+    value for HUGEINT, UBIGINT and BIT (so DET answers ``=``). Nested values holding
+    JSON go as JSON (DuckDB's text of a JSON element is not JSON's)."""
+    as_text = (
+        "CAST(to_json(CAST(v AS {0})) AS VARCHAR)"
+        if _as_json(sql_type)
+        else "CAST(CAST(v AS {0}) AS VARCHAR)"
+    )
+    if pa.types.is_decimal256(arr.type):  # exact_arrow's HUGEINT: DuckDB reads no decimal256
+        arr = pc.cast(arr, pa.string())
+    with _lossless() as connection:
+        connection.register("frame", pa.table({"v": _duckdb_readable(arr, sql_type)}))
+        found = connection.sql(f"SELECT {as_text.format(sql_type.name)} FROM frame")
+        return _binary(found.to_arrow_table().column(0).combine_chunks())
+
+
+def _as_json(sql_type: SqlType) -> bool:
+    return sql_type.kind == NESTED_KIND and "JSON" in sql_type.name.upper()
+
+
+def _decode_by_duckdb(arr: pa.Array, sql_type: SqlType) -> pa.Array:
+    from_text = "CAST(CAST(v AS JSON) AS {0})" if _as_json(sql_type) else "CAST(v AS {0})"
+    with _lossless() as connection:
+        connection.register("frame", pa.table({"v": pc.cast(arr, pa.string())}))
+        found = connection.sql(f"SELECT {from_text.format(sql_type.name)} FROM frame")
+        return found.to_arrow_table().column(0).combine_chunks()
+
+
 _Coder = Callable[[pa.Array, SqlType], pa.Array]
 _BYTES_ENCODERS: dict[str, _Coder] = {
     STRING_KIND: _encode_string,
@@ -473,13 +586,51 @@ _BYTES_DECODERS: dict[str, _Coder] = {
     INTERVAL_KIND: _decode_interval,
     JSON_KIND: _decode_json,
     LIST_KIND: _decode_list,
+    HUGE_INT_KIND: _decode_by_duckdb,
+    BIT_KIND: _decode_by_duckdb,
+    NESTED_KIND: _decode_by_duckdb,
 }
+
+
+# result types DuckDB's Arrow output loses: a UHUGEINT above 2^127 wraps in DECIMAL(38, 0),
+# a BIT comes out as its storage bytes (HUGEINT only as a Decimal, where Python has an int)
+_RESULT_TEXT = {"HUGEINT": pa.decimal256(39, 0), "UHUGEINT": pa.decimal256(39, 0), "BIT": None}
+
+
+def exact_arrow(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """The rows of ``sql`` as Arrow, exact for every type: a HUGEINT or UHUGEINT as
+    decimal256(39, 0) (each one whole), a BIT as the text of its bits."""
+    relation = connection.sql(sql)
+    kinds = [str(t) for t in relation.types]
+    if not any(kind in _RESULT_TEXT for kind in kinds):
+        return relation.to_arrow_table()
+    items = [
+        f"CAST(#{i} AS VARCHAR)" if kind in _RESULT_TEXT else f"#{i}"
+        for i, kind in enumerate(kinds, start=1)
+    ]  # by position: a result's column names may repeat
+    table = connection.sql(f"SELECT {', '.join(items)} FROM ({sql})").to_arrow_table()
+    columns = [
+        pc.cast(column, _RESULT_TEXT[kind]) if _RESULT_TEXT.get(kind) else column
+        for column, kind in zip(table.columns, kinds, strict=True)
+    ]
+    return pa.Table.from_arrays(columns, names=relation.columns)
+
+
+def no_values(sql_type: SqlType) -> pa.Array | pa.ChunkedArray:
+    """An empty array of ``sql_type`` (pyarrow builds none of an extension type directly)."""
+    if sql_type.kind in LOSSLESS_KINDS:  # DuckDB's extension types, at any depth
+        with _lossless() as connection:
+            empty = connection.sql(f"SELECT CAST(NULL AS {sql_type.name}) LIMIT 0")
+            return empty.to_arrow_table().column(0)
+    return pa.array([], type=sql_type.arrow_type())
 
 
 def encode_scalar(value: object, sql_type: SqlType) -> int | bytes | None:
     """One plaintext value (as DuckDB returns it to Python) -> its encoding."""
     if value is None:
         return None
+    if sql_type.kind in (HUGE_INT_KIND, BIT_KIND) and isinstance(value, (int, str)):
+        return str(value).encode()  # DuckDB's text of an integer or of a BIT's bits
     try:
         arrow_value = pa.array([value], type=sql_type.arrow_type())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):

@@ -406,6 +406,10 @@ class Generator:
             ),
             lambda: f"CAST({self._narrow_number(scope, (DECIMAL, DOUBLE))} AS BIGINT)",
             lambda: f"sign({a})",
+            # a list slice up to a column: ``[:c]`` once read as a ``:c`` parameter (issue 40)
+            lambda: "len([{0}, {1}, {0}][{2}:{3}])".format(
+                a, self.literal(INT), self.pick(["", "2"]), self._narrow_number(scope, (INT,))
+            ),
         ]
         return makers[self.r.randrange(len(makers))]()
 
@@ -439,6 +443,11 @@ class Generator:
             lambda: f"strftime({self.expr(scope, DATE, depth)}, '%Y-%m')",
             lambda: f"left({a}, {self.pick(['1', '3'])})",
             lambda: f"concat_ws('-', {a}, {self.expr(scope, VARCHAR, depth + 1)})",
+            lambda: "({})[{}:{}]".format(  # a string slice, its bounds columns or constants
+                a,
+                self.pick(["", "2", "-3"]),
+                self.pick(["", "3", self._narrow_number(scope, (INT,))]),
+            ),
         ]
         return makers[self.r.randrange(len(makers))]()
 
@@ -1031,7 +1040,11 @@ class Generator:
             with_text = self.with_clause()
         elif roll < 0.2:
             with_text = self.recursive_cte()
-        shape = self.r.choices(["select", "setop", "pushable", "star"], [6, 1, 3, 2])[0]
+        shape = self.r.choices(
+            ["select", "setop", "pushable", "star", "positional"], [6, 1, 3, 2, 1]
+        )[0]
+        if shape == "positional" and not with_text:
+            return self.finish(self.positional_query(), shape)
         if shape == "setop":
             body = self.set_operation()
         elif shape == "pushable" and not with_text:
@@ -1042,6 +1055,27 @@ class Generator:
             body = self.select_block(None, 0, None, top=True)
         sql = with_text + body.sql + self.order_limit(body)
         return self.finish(sql, shape)
+
+    def positional_query(self) -> str:
+        """Unaliased scalar subqueries of a select list that ORDER BY or GROUP BY
+        point at by position: ``SELECT (SELECT 1) FROM t1 ORDER BY 1`` (issue 40).
+        The ORDER BY ends with the table's key, so the order is total."""
+        source = self.base_source(self.pick_table())
+        scope = Scope([source], None, source.rows)
+        kind = self.pick([INT, BIGINT, VARCHAR, DATE, DECIMAL])
+        where = f" WHERE {self.simple_pred(scope, 1)}" if self.chance(0.5) else ""
+        if self.chance(0.3) or not source.key:  # grouped: an uncorrelated subquery
+            alone = Scope([], None, 1)
+            sub = f"({self.scalar_subquery(alone, kind, 1)})"
+            return f"SELECT {sub}, count(*) FROM {source.sql_from}{where} GROUP BY 1 ORDER BY 1, 2"
+        items = [f"({self.scalar_subquery(scope, kind, 1)})"]
+        if self.chance(0.5):
+            items.append(self.expr(scope, self.pick([INT, VARCHAR]), 1))
+        items += [f"{source.alias}.{k}" for k in source.key]
+        order = [f"{i}{self.pick(['', ' DESC'])}" for i in range(1, len(items) + 1)]
+        return (
+            f"SELECT {', '.join(items)} FROM {source.sql_from}{where} ORDER BY {', '.join(order)}"
+        )
 
     def pushable_block(self) -> Block:
         """A shape the planner sends to the server whole: one table (or a foreign-key

@@ -21,6 +21,7 @@ _EPOCH = dt.date(1970, 1, 1)
 # DuckDB's infinities as Arrow stores them (days for DATE, microseconds for TIMESTAMP)
 _DATE_INFINITY = 2**31 - 1
 _TIMESTAMP_INFINITY = 2**63 - 1
+_WHOLE_128 = pa.decimal256(39, 0)
 _DAYS = ((dt.date.min - _EPOCH).days, (dt.date.max - _EPOCH).days)
 
 
@@ -41,6 +42,11 @@ def column_values(column: pa.ChunkedArray | pa.Array) -> list[object]:
         )
     if pa.types.is_interval(column.type):
         return _timedeltas(column)
+    if pa.types.is_fixed_size_list(column.type):  # DuckDB's ARRAY: a tuple, as duckdb gives it
+        values = duckdb_maps(column).to_pylist(maps_as_pydicts="strict")
+        return [None if v is None else tuple(v) for v in values]
+    if column.type == _WHOLE_128:  # a HUGEINT or UHUGEINT (veil.encoding.exact_arrow)
+        return [None if v is None else int(v) for v in column.to_pylist()]
     return duckdb_maps(column).to_pylist(maps_as_pydicts="strict")
 
 

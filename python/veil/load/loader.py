@@ -46,7 +46,7 @@ from veil.design.policy import Policy, check_policy_columns
 from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
-from veil.encoding import BOOL_KIND, SqlType, encode, encode_scalar
+from veil.encoding import BOOL_KIND, SqlType, encode, encode_scalar, no_values
 from veil.load import ashe_widths, clusters, narrow_det, plain_size
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
@@ -569,4 +569,4 @@ def _as_int(value: pa.Array) -> int | None:
 
 
 def _empty(columns: list[Column]) -> pa.Table:
-    return pa.table({c.name: pa.array([], type=c.sql_type.arrow_type()) for c in columns})
+    return pa.table({c.name: no_values(c.sql_type) for c in columns})

@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from veil.design.model import Column
-from veil.encoding import normalize_type
+from veil.encoding import LOSSLESS_KINDS, SqlType, normalize_type
 from veil.sql.errors import ClientDirectoryError
 
 _DATABASES = (".duckdb", ".db")
@@ -49,15 +49,28 @@ class SourceTable:
         Rows ``order`` ranks equal keep their source order (the scan's
         position breaks ties: DuckDB's sort alone is not stable).
         """
+        replace = self._as_text(con)
         if order is None:
-            query = f"SELECT * FROM {self.relation_sql}"
+            query = f"SELECT *{replace} FROM {self.relation_sql}"
         else:
             query = (
-                f"SELECT * EXCLUDE (__veil_position) FROM (SELECT *, row_number() OVER () "
+                f"SELECT * EXCLUDE (__veil_position){replace} FROM (SELECT *, row_number() OVER () "
                 f"AS __veil_position FROM {self.relation_sql}) ORDER BY {order}, __veil_position"
             )
         reader = con.sql(query).to_arrow_reader(batch_rows)
         yield from reader
+
+    def _as_text(self, con: duckdb.DuckDBPyConnection) -> str:
+        """A ``*``'s REPLACE clause: the columns DuckDB's Arrow output would change, as text.
+
+        A HUGEINT beyond 38 digits has no DECIMAL(38, 0), a UHUGEINT's comes out
+        wrong, and a BIT's is its storage bytes; the text of each is exact, and
+        DuckDB casts it back (``veil.encoding``)."""
+        lossy = [c for c in self.columns(con) if SqlType(c.type).kind in LOSSLESS_KINDS]
+        if not lossy:
+            return ""
+        names = [(c.label or c.name).replace('"', '""') for c in lossy]
+        return " REPLACE (" + ", ".join(f'CAST("{n}" AS VARCHAR) AS "{n}"' for n in names) + ")"
 
     def profile(
         self, con: duckdb.DuckDBPyConnection, columns: list[str]

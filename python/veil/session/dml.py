@@ -48,6 +48,7 @@ from sqlglot import exp
 from veil.backends.base import OLD_KEY, BackendError, DuplicateKeyError
 from veil.ciphers.encrypt import TableEncryptor
 from veil.design.model import TableDesign
+from veil.encoding import exact_arrow
 from veil.errors import SerializationError
 from veil.exec.server import FetchStats, run_remote
 from veil.session import references, upsert
@@ -215,7 +216,7 @@ def _check(
         if before is not None:
             catalog.execute(before)
         catalog.execute(tree.sql(dialect="duckdb")).fetchall()  # RETURNING: read to the end
-        return None if read is None else catalog.sql(f'SELECT * FROM "{read}"').to_arrow_table()
+        return None if read is None else exact_arrow(catalog, f'SELECT * FROM "{read}"')
     except duckdb.ConstraintException as exc:  # NOT NULL, in PostgreSQL's terms
         raise constraint_error(_target(session, tree.this), exc) from None
     except duckdb.Error as exc:

@@ -28,7 +28,7 @@ from veil.ciphers.hom_group import OverflowedRowsError
 from veil.cost.choice import choose_plan
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
-from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar
+from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_arrow
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.fetch import run_joined, run_scan
@@ -447,7 +447,7 @@ class Session:
         try:
             started = time.perf_counter()
             try:
-                table = self.local.sql(self._local_sql(plan)).to_arrow_table()
+                table = exact_arrow(self.local, self._local_sql(plan))
             except duckdb.Error as exc:
                 raise local_error(exc, self._in_user_terms(duckdb_message(exc))) from None
             stats.local_seconds += time.perf_counter() - started

@@ -86,27 +86,62 @@ def parse_statement(sql: str) -> exp.Expr:
         raise QuerySyntaxError(str(exc)) from None
     if len(statements) != 1:
         raise QuerySyntaxError(f"expected exactly one SQL statement, got {len(statements)}")
-    check_duckdb_syntax(sql)
-    return rewrite_pg_types(normalize_functions(statements[0]))
+    check_join_conditions(sql, tokens, statements[0])
+    return rewrite_pg_types(normalize_functions(_struct_keys_quoted(statements[0])))
 
 
-def check_duckdb_syntax(sql: str) -> None:
-    """Refuse what DuckDB's own parser refuses, with its message.
+def _struct_keys_quoted(tree: exp.Expr) -> exp.Expr:
+    """``{'Y': 1}`` keeps its key's case: sqlglot reads a struct literal's keys as
+    identifiers, which qualifying folds to lower case (``{'y': 1}``, even quoted: DuckDB's
+    names are case-insensitive), while DuckDB's keys are strings, as here."""
+    for struct in tree.find_all(exp.Struct):
+        for item in struct.expressions:
+            if isinstance(item, exp.PropertyEQ) and isinstance(item.this, exp.Identifier):
+                item.set("this", exp.Literal.string(item.this.name))
+    return tree
 
-    sqlglot is lenient where DuckDB is not: it reads ``a JOIN b`` without a
-    condition, or ``a JOIN b BY (TYPE bogus)``, as a cross product (``BY`` an
-    alias), which plaintext DuckDB refuses. DuckDB's parser (no catalog, no
-    binding: ``?`` markers and unknown names pass) is the judge of syntax.
+
+def check_join_conditions(sql: str, tokens: list[Token], tree: exp.Expr) -> None:
+    """Refuse a JOIN without ON or USING, as DuckDB does, with DuckDB's message.
+
+    sqlglot reads ``a JOIN b`` and ``a LEFT JOIN b`` (and ``a JOIN b BY ...``,
+    ``BY`` an alias) as a cross product, which plaintext DuckDB refuses. A JOIN
+    keyword that is not CROSS, NATURAL or POSITIONAL needs a condition; the
+    tree's joins with one are counted against those keywords.
     """
+    needed = sum(
+        1
+        for i, token in enumerate(tokens)
+        if token.token_type == TokenType.JOIN and not _unconditioned(tokens, i)
+    )
+    given = sum(1 for j in tree.find_all(exp.Join) if j.args.get("on") or j.args.get("using"))
+    if needed <= given:
+        return
+    try:
+        _parses_in_duckdb(sql)
+    except duckdb.ParserException as exc:
+        message = str(exc).removeprefix("Parser Error: ").split("\n")[0].strip()
+        raise QuerySyntaxError(message.removeprefix("syntax error ")) from None
+    raise QuerySyntaxError("a JOIN needs ON or USING (or CROSS JOIN, NATURAL JOIN)")
+
+
+_JOIN_SIDES = (TokenType.LEFT, TokenType.RIGHT, TokenType.FULL, TokenType.OUTER, TokenType.INNER)
+_JOINS_WITHOUT_CONDITION = (TokenType.CROSS, TokenType.NATURAL, TokenType.POSITIONAL)
+
+
+def _unconditioned(tokens: list[Token], join: int) -> bool:
+    """Is the JOIN at ``tokens[join]`` one that takes no condition (CROSS, NATURAL...)?"""
+    before = join - 1
+    while before >= 0 and tokens[before].token_type in _JOIN_SIDES:
+        before -= 1
+    return before >= 0 and tokens[before].token_type in _JOINS_WITHOUT_CONDITION
+
+
+def _parses_in_duckdb(sql: str) -> None:
     connection = getattr(_duckdb_parser, "connection", None)
     if connection is None:
         connection = _duckdb_parser.connection = duckdb.connect()
-    try:
-        connection.extract_statements(sql)
-    except duckdb.ParserException as exc:
-        message = str(exc).removeprefix("Parser Error: ").split("\n")[0].strip()
-        message = message.removeprefix("syntax error ")
-        raise QuerySyntaxError(message) from None
+    connection.extract_statements(sql)
 
 
 # DuckDB's parser, one in-memory connection per thread (a connection is not shared)
@@ -230,7 +265,7 @@ def _integer(value: int) -> exp.Expr:
     for low, high, sql_type in _INTEGER_TYPES:
         if low <= value < high:
             return _typed(str(value), sql_type)
-    raise QueryError(f"the integer parameter {value} is beyond HUGEINT's range")
+    raise QueryError(f"the integer parameter {value} is beyond UHUGEINT's range")
 
 
 _INTEGER_TYPES = (
@@ -238,6 +273,7 @@ _INTEGER_TYPES = (
     (-(2**63), 2**63, "BIGINT"),
     (2**63, 2**64, "UBIGINT"),
     (-(2**127), 2**127, "HUGEINT"),
+    (2**127, 2**128, "UHUGEINT"),
 )
 
 
