@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -86,6 +87,13 @@ class VeilWorker:
 
     def run(self, sql: str) -> VeilRun:
         """One run of ``sql``; QueryTimeout, MemoryCapExceeded or RuntimeError when it fails."""
+        try:
+            return self._run(sql)
+        except (OSError, EOFError) as exc:  # the child died at start or mid-answer
+            self._kill()
+            raise RuntimeError(f"the client process failed: {exc}") from exc
+
+    def _run(self, sql: str) -> VeilRun:
         conn = self._start()
         conn.send(sql)
         started = time.monotonic()
@@ -94,7 +102,9 @@ class VeilWorker:
             if rss is None or not self._process.is_alive():
                 code = self._process.exitcode
                 self._kill()
-                raise MemoryCapExceeded(f"the client process died (exit {code})")
+                if code == -signal.SIGKILL:  # not ours: the kernel's out-of-memory killer
+                    raise MemoryCapExceeded("the client process was killed (out of memory?)")
+                raise RuntimeError(f"the client process died (exit {code})")
             if rss > self.memory_cap:
                 self._kill()
                 raise MemoryCapExceeded(f"client over {self.memory_cap / 2**30:g} GiB")
