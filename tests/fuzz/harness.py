@@ -6,8 +6,10 @@ relative) with the same Arrow column types (Veil's local DuckDB should type a
 result as DuckDB does: a DECIMAL(38,0) where DuckDB gives DOUBLE shows up in a
 UNION or a CAST sooner or later); a Veil error where plaintext succeeds is a
 failure, and so is any exception that is not a ``veil.errors.VeilError`` (a
-crash). Warnings Veil logs (a split plan that fell back to running everything
-on the client) are counted as notes, not failures. Each failure gets
+crash). So is a right answer that Veil found by falling back to fetching whole
+tables (``veil.sql.fallbacks``) for a shape not on docs/sql.md's list: a
+planner failure the answers alone would hide. Other warnings Veil logs are
+counted as notes, not failures. Each failure gets
 a *signature* (its class with names and numbers blanked out), so that a batch
 reports each distinct problem once.
 
@@ -44,6 +46,7 @@ from tests.fuzz.ties import tied, window
 from veil.errors import VeilError
 from veil.load.loader import load
 from veil.session.session import Session
+from veil.sql import fallbacks
 from veil_dev.tpch.queries import query_texts
 
 # Generated queries that join the designer's workload (never used as test seeds).
@@ -215,9 +218,15 @@ def check(
     expected = plain_result(plain, query.sql, query.params, timeouts[0])
     if expected is None:
         return Outcome("discard")
+    before = fallbacks.counts()
     with veil_warnings() as notes:
         outcome = _veil_outcome(session, query, expected, timeouts[1])
     outcome.notes += [note_signature(n) for n in notes]
+    unexpected = [f for f in fallbacks.since(before) if f[1] not in fallbacks.DOCUMENTED]
+    if unexpected and outcome.status == "ok":  # a right answer, by fetching whole tables
+        stage, shape, _, detail = unexpected[0]
+        outcome.status, outcome.signature = "fail", f"fallback:{stage}:{_blank(shape)}"
+        outcome.detail = f"fell back to fetching whole tables: {detail}"
     got = outcome.got
     ties = outcome.signature == "wrong-result:values" and got is not None
     if ties and _float_ties(plain, query, got, expected):
