@@ -26,11 +26,17 @@ loaded, and it preserves what the schemes are used for:
 | BLOB (bytea)          | bytes: the value itself                   |
 | INTERVAL              | bytes: months, days, nanoseconds (Arrow)  |
 | T[] (arrays)          | bytes: the array's JSON text              |
+| HUGEINT, UHUGEINT,    | bytes: DuckDB's text of the value (one    |
+| UBIGINT, BIT          | text per value)                           |
+| STRUCT, MAP, T[n] and | bytes: DuckDB's text of the value (JSON   |
+| lists of any of these | where it holds JSON), cast back by DuckDB |
 
-Byte-string kinds take DET (AES-SIV) and RND, never OPE or sums. Intervals
+Byte-string kinds take DET (AES-SIV) and RND, never OPE or sums (so a range over a
+HUGEINT runs on the client). Intervals
 and arrays are fetched and filtered on the client: equal values may have
 different encodings (``INTERVAL '1 month' = INTERVAL '30 days'``), so DET
-could not answer ``=`` over them. JSON is stored as PostgreSQL's jsonb keeps
+could not answer ``=`` over them; so are STRUCTs, MAPs and fixed-size arrays
+(``-0.0`` and ``0.0`` inside them have two texts). JSON is stored as PostgreSQL's jsonb keeps
 it (keys sorted shortest first, the last of duplicate keys, no insignificant
 whitespace), so DET of it answers jsonb's ``=``.
 
@@ -44,7 +50,7 @@ import decimal
 import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import duckdb
@@ -600,20 +606,45 @@ _RESULT_TEXT = {"HUGEINT": pa.decimal256(39, 0), "UHUGEINT": pa.decimal256(39, 0
 def exact_arrow(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     """The rows of ``sql`` as Arrow, exact for every type: a HUGEINT or UHUGEINT as
     decimal256(39, 0) (each one whole), a BIT as the text of its bits."""
+    return exact_reader(connection, sql, None).read_all()
+
+
+def exact_reader(
+    connection: duckdb.DuckDBPyConnection, sql: str, batch_rows: int | None
+) -> pa.RecordBatchReader:
+    """``exact_arrow``'s rows in batches of ``batch_rows`` (all at once: None), read as
+    the query runs."""
     relation = connection.sql(sql)
     kinds = [str(t) for t in relation.types]
     if not any(kind in _RESULT_TEXT for kind in kinds):
-        return relation.to_arrow_table()
+        return _reader(relation, batch_rows)
     items = [
         f"CAST(#{i} AS VARCHAR)" if kind in _RESULT_TEXT else f"#{i}"
         for i, kind in enumerate(kinds, start=1)
     ]  # by position: a result's column names may repeat
-    table = connection.sql(f"SELECT {', '.join(items)} FROM ({sql})").to_arrow_table()
-    columns = [
-        pc.cast(column, _RESULT_TEXT[kind]) if _RESULT_TEXT.get(kind) else column
-        for column, kind in zip(table.columns, kinds, strict=True)
+    texts = _reader(connection.sql(f"SELECT {', '.join(items)} FROM ({sql})"), batch_rows)
+    targets = [_RESULT_TEXT.get(kind) for kind in kinds]
+    fields = [
+        pa.field(name, target or field.type)
+        for name, target, field in zip(relation.columns, targets, texts.schema, strict=True)
     ]
-    return pa.Table.from_arrays(columns, names=relation.columns)
+
+    def exact() -> Iterator[pa.RecordBatch]:
+        for batch in texts:
+            columns = [
+                pc.cast(column, target) if target else column
+                for column, target in zip(batch.columns, targets, strict=True)
+            ]
+            yield pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+
+    return pa.RecordBatchReader.from_batches(pa.schema(fields), exact())
+
+
+def _reader(relation: duckdb.DuckDBPyRelation, batch_rows: int | None) -> pa.RecordBatchReader:
+    if batch_rows is None:
+        table = relation.to_arrow_table()
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    return relation.to_arrow_reader(batch_rows)
 
 
 def no_values(sql_type: SqlType) -> pa.Array | pa.ChunkedArray:

@@ -28,7 +28,7 @@ from veil.ciphers.hom_group import OverflowedRowsError
 from veil.cost.choice import choose_plan
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
-from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_arrow
+from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_arrow, exact_reader
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.fetch import run_joined, run_scan
@@ -557,9 +557,7 @@ class Session:
                 self.plans.clear()
                 return self._run(sql, params)
             try:
-                reader = self.local.sql(self._local_sql(planned.plan)).to_arrow_reader(
-                    STREAM_BATCH_ROWS
-                )
+                reader = exact_reader(self.local, self._local_sql(planned.plan), STREAM_BATCH_ROWS)
             except BaseException:
                 self._unregister(registered)
                 raise
