@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support.tpch import copy_veil_env
 from veil.dbapi import connect
 from veil.errors import VeilError
 
@@ -20,12 +20,7 @@ from veil.errors import VeilError
 @pytest.fixture
 def copied(veil_env: dict[str, object], tmp_path: Path) -> Path:
     """A copy of the TPC-H client directory and its server file; returns the directory."""
-    source = Path(str(veil_env["root"]))
-    shutil.copytree(source / "client", tmp_path / "client")
-    shutil.copy(source / "server.duckdb", tmp_path / "server.duckdb")
-    settings = (tmp_path / "client" / "server.json").read_text()
-    (tmp_path / "client" / "server.json").write_text(settings.replace(str(source), str(tmp_path)))
-    return tmp_path / "client"
+    return copy_veil_env(veil_env, tmp_path)
 
 
 def _free_port() -> int:

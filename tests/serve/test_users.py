@@ -57,7 +57,10 @@ def test_users_are_listed_added_and_removed_while_the_server_runs(
     for name in ("bob", "alice"):
         added = _veil("user", "add", str(client_dir), name, "--password-stdin", stdin=PASSWORD)
         assert added.returncode == 0, added.stderr
-    assert _veil("user", "list", str(client_dir)).stdout.split() == ["alice", "bob"]
+    assert _veil("user", "list", str(client_dir)).stdout.splitlines() == [
+        "alice\tadmin",
+        "bob\tadmin",
+    ]
     with _connect(port, "bob") as open_connection:  # a new user connects at once
         removed = _veil("user", "remove", str(client_dir), "bob")
         assert removed.returncode == 0, removed.stderr

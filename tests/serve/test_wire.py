@@ -25,7 +25,7 @@ import pytest
 import sqlglot
 
 from tests.support.oracle import read_fixture
-from tests.support.tpch import tpch_queries
+from tests.support.tpch import copy_veil_env, tpch_queries
 from tests.support.wire_compare import assert_text_rows
 from veil._native import WireServer
 from veil.serve import users
@@ -39,11 +39,7 @@ PASSWORD = "correct horse battery"
 def wire_dir(veil_env: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the shared client directory and server: these tests write to it."""
     root = tmp_path_factory.mktemp("wire")
-    source = Path(str(veil_env["root"]))
-    shutil.copytree(source / "client", root / "client")
-    shutil.copy(source / "server.duckdb", root / "server.duckdb")
-    settings = (root / "client" / "server.json").read_text()
-    (root / "client" / "server.json").write_text(settings.replace(str(source), str(root)))
+    copy_veil_env(veil_env, root)
     users.add(root / "client", "alice", PASSWORD)
     return root
 

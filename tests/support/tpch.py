@@ -9,6 +9,7 @@ Each is made once per run, on first use.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,17 @@ from veil_dev.tpch.gen import generate
 from veil_dev.tpch.queries import query_texts
 
 SF = 0.01
+
+
+def copy_veil_env(veil_env: dict[str, object], root: Path) -> Path:
+    """A writable copy of the shared TPC-H client directory and server under ``root``;
+    returns the client directory (its server.json names the copied server)."""
+    source = Path(str(veil_env["root"]))
+    shutil.copytree(source / "client", root / "client")
+    shutil.copy(source / "server.duckdb", root / "server.duckdb")
+    settings = (root / "client" / "server.json").read_text()
+    (root / "client" / "server.json").write_text(settings.replace(str(source), str(root)))
+    return root / "client"
 
 
 def tpch_queries() -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ import ipaddress
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from veil.errors import VeilError
 
@@ -55,6 +56,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.add_argument("name")
     add.add_argument(
         "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+    add.add_argument(
+        "--restricted",
+        action="store_true",
+        help="a new user with no rights until an administrator GRANTs them (default: an "
+        "administrator, with every right, DDL and GRANT)",
     )
     add.set_defaults(handler=run_user_add)
     listed = actions.add_parser("list", help="list the users `veil serve` accepts")
@@ -150,24 +157,42 @@ def run_user_add(args: argparse.Namespace) -> int:
         password = getpass.getpass(f"password for {args.name}: ")
         if getpass.getpass("again: ") != password:
             raise ServeError("the two passwords differ; nothing was changed")
-    users.add(client.path, args.name, password)
+    users.add(client.path, args.name, password, admin=not args.restricted)
     print(f"veil: user {args.name} can now connect to `veil serve {args.client_dir}`")
     return 0
 
 
 def run_user_list(args: argparse.Namespace) -> int:
     from veil.serve import users
+    from veil.serve.grants import rights_of
     from veil.session.clientdir import open_client_dir
 
-    known = users.names(open_client_dir(args.client_dir).path)
+    entries = users.load(open_client_dir(args.client_dir).path)
+    known = sorted(entries)
     for name in known:
-        print(name)
+        print(f"{name}\t{_rights_text(rights_of(entries[name]))}")
     if not known:
         print(
             f"veil: no users yet; add one with `veil user add {args.client_dir} NAME`",
             file=sys.stderr,
         )
     return 0
+
+
+def _rights_text(rights: Any) -> str:
+    """``admin``, or each table's grants: ``orders: SELECT, UPDATE(status)``."""
+    if rights.admin:
+        return "admin"
+    if not rights.grants:
+        return "no rights"
+    tables = []
+    for table, held in sorted(rights.grants.items()):
+        parts = [
+            name if "*" in columns else f"{name}({', '.join(columns)})"
+            for name, columns in sorted(held.items())
+        ]
+        tables.append(f"{table}: {', '.join(parts)}")
+    return "; ".join(tables)
 
 
 def run_user_remove(args: argparse.Namespace) -> int:

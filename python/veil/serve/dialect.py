@@ -54,6 +54,8 @@ _KINDS = {
     "DEALLOCATE": "ignore",
     "LISTEN": "ignore",
     "DECLARE": "declare",
+    "GRANT": "grant",
+    "REVOKE": "grant",
     "FETCH": "fetch",
     "MOVE": "fetch",
     "CLOSE": "close",

@@ -32,7 +32,7 @@ from veil.audit.log import AuditLog
 from veil.audit.observe import ObservedSession, Observer, Watch
 from veil.errors import VeilError
 from veil.load.ddl import DDL
-from veil.serve import catalog, copy, dialect, settings, text, users
+from veil.serve import catalog, copy, dialect, grants, settings, text, users
 from veil.serve.errors import WireError, wire_error
 from veil.serve.metrics import Metrics
 from veil.serve.types import (
@@ -190,6 +190,7 @@ class WireSession:
         self._translations: dict[tuple[str, int], dialect.Statement] = {}
         self._descriptions: dict[tuple[str, tuple[int, ...], int], Any] = {}
         self._lock = threading.Lock()
+        self._rights: tuple[tuple[int, int] | None, grants.Rights] | None = None
 
     @property
     def zone(self) -> str:
@@ -203,6 +204,26 @@ class WireSession:
             name: {c.name: c.type for c in table.columns}
             for name, table in self.veil.design.tables.items()
         }
+
+    @property
+    def rights(self) -> grants.Rights:
+        """This user's rights, read again whenever users.json changes (a GRANT elsewhere)."""
+        client_dir = self.engine.client_dir if self.engine is not None else None
+        if client_dir is None:
+            return grants.Rights(admin=True)
+        path = users.users_path(client_dir)
+        try:
+            stat = path.stat()
+            stamp: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if self._rights is None or self._rights[0] != stamp:
+            entry = users.load(client_dir).get(self.user) if stamp is not None else None
+            self._rights = (stamp, grants.rights_of(entry))
+        return self._rights[1]
+
+    def _authorize(self, tree: exp.Expr) -> None:
+        grants.check(self.rights, tree, self.schema, self.user)
 
     # -- called by veil_wire --------------------------------------------------
 
@@ -417,7 +438,11 @@ class WireSession:
             return ("command", "CLOSE CURSOR", None)
         if kind == "ignore":
             return ("command", statement.text.split(None, 1)[0].upper(), None)
+        if kind == "grant":
+            return self._grant(statement.text)
         assert tree is not None
+        if kind != "catalog":  # before anything is fetched or decrypted for this user
+            self._authorize(tree)
         tree = settings.answer_settings(tree, self.settings)
         if kind in ("query", "dml"):
             tree = pg_types.zoned_literals(tree, self.schema, self.zone)
@@ -473,8 +498,40 @@ class WireSession:
             raise WireError(refusal, "this needs a query (SELECT, WITH, VALUES)")
         if statement.kind == "catalog":
             return self.veil.catalog.sql(self._catalog_sql(tree, values)).to_arrow_table()
+        self._authorize(tree)
         table: pa.Table = self.veil.run(dialect.bind(tree, values)).table
         return table
+
+    def _grant(self, sql: str) -> Outcome:
+        """GRANT or REVOKE (``veil.serve.grants``): administrators only, as table owners."""
+        if not self.rights.admin:
+            raise WireError(
+                "42501",
+                f'permission denied: only an administrator grants, and "{self.user}" is not one',
+            )
+        statement = grants.parse_grant(sql, self.schema)
+        client_dir = self.engine.client_dir if self.engine is not None else None
+        known = users.load(client_dir) if client_dir is not None else {}
+        for name in statement.users:
+            if name not in known:
+                raise WireError("42704", f'role "{name}" does not exist (veil user add)')
+        for name in statement.users:
+
+            def changed(entry: dict[str, object] | None) -> dict[str, object]:
+                rights = grants.rights_of(entry)
+                if rights.admin:
+                    return dict(entry or {})  # an administrator has every right already
+                for table in statement.tables:
+                    for privilege, columns in statement.privileges:
+                        if statement.grant:
+                            rights.grant(privilege, table, columns)
+                        else:
+                            rights.revoke(privilege, table, columns)
+                return {**(entry or {}), **rights.to_json()}
+
+            assert client_dir is not None
+            users.change(client_dir, name, changed)
+        return ("command", "GRANT" if statement.grant else "REVOKE", None)
 
     def _catalog_sql(self, tree: exp.Expr, values: list[object]) -> str:
         """A catalogue query as the catalogue DuckDB runs it, for this session's user."""
@@ -507,6 +564,12 @@ class WireSession:
             if table is None:
                 raise WireError("42P01", f'relation "{spec.table}" does not exist')
             names = spec.columns or [c.name for c in table.columns]
+            for name in names:
+                if not self.rights.allows("INSERT", table.name, name):
+                    raise WireError(
+                        "42501",
+                        f"permission denied for column {name} of table {table.name} (INSERT)",
+                    )
             self.pending_copy = (spec, names)
             return ("copy_in", len(names))
         query = spec.query or f"SELECT {', '.join(spec.columns or ['*'])} FROM {spec.table}"
