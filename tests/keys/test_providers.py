@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.keys.conftest import pkcs11_uri
+from tests.keys.conftest import pkcs11_uri, require
 from tests.keys.servers import KmipServer, make_certificates
 from veil.crypto.keys import MasterKey, load_key_file, write_key_file
 from veil.errors import KeyFileError, KeyProviderError, WrongKeyError
@@ -74,7 +74,7 @@ def test_kmip_protocol_versions(kmip_server: KmipServer, key_path: Path, version
 
 
 def test_kmip_unreachable_is_a_clear_error(tmp_path: Path, key_path: Path) -> None:
-    pytest.importorskip("kmip")
+    require("kmip", "PyKMIP is not installed (pip install -e '.[keys]')")
     (tmp_path / "kmip").mkdir()
     server = KmipServer(tmp_path / "kmip")
     server.start()
