@@ -8,7 +8,8 @@ directory needs to protect exactly one file, and two purposes never share a key.
 The file is JSON so that an operator can see what it is without a tool; the key
 inside is base64, optionally wrapped with AES-256-GCM under a key stretched
 from a passphrase by Argon2id (memory-hard, so guessing passphrases offline is
-expensive). The file is written with mode 0600 and never overwritten.
+expensive). The file is written with mode 0600 and never overwritten (``veil
+rotate --rewrap`` replaces it whole, atomically, with the same key inside).
 
 A key file of version 2 holds the master key wrapped by a key provider (a
 KMIP server, an HSM): ``veil.keys`` reads and writes those, and reads
