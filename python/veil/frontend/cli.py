@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     load.add_argument(
         "--source",
         required=True,
-        help="a directory of .parquet/.csv files, one file, or a .duckdb file",
+        help="a directory of .parquet/.csv files, one file, a .duckdb file, or a live "
+        "PostgreSQL database (postgresql://user@host:port/db; its schema's tables, in one "
+        "snapshot)",
     )
     load.add_argument(
         "--server",

@@ -126,7 +126,7 @@ def load(
         if isinstance(domains, Mapping)
         else parse_domain_specs([domains] if isinstance(domains, str) else domains or [])
     )
-    con, tables = open_source(source)
+    con, tables = open_source(source, say.say)
     schema = {t.name: t.columns(con) for t in tables}
     declare_domains(schema, declared)
     for table in tables:

@@ -1,4 +1,5 @@
-"""Plaintext sources for ``veil load``: Parquet or CSV files, or a DuckDB database.
+"""Plaintext sources for ``veil load``: Parquet or CSV files, a DuckDB database, or a
+live PostgreSQL database (``veil.load.pg_source``).
 
 A directory holds one file per table (the file's stem names the table); a
 single file is one table; a ``.duckdb``/``.db`` file contributes all its
@@ -7,7 +8,7 @@ tables. The source is read by an in-process DuckDB, so its types are DuckDB's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 from veil.design.model import Column
 from veil.encoding import LOSSLESS_KINDS, SqlType, normalize_type
+from veil.load.pg_source import open_postgres_source
 from veil.sql.errors import ClientDirectoryError
 
 _DATABASES = (".duckdb", ".db")
@@ -100,8 +102,15 @@ class SourceTable:
         return [f'"{c}"' if c in names else f"({c})" for c in columns]
 
 
-def open_source(path: str) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:
-    """A DuckDB connection that can read the source, and the tables it holds."""
+def open_source(
+    path: str, say: Callable[[str], None] = lambda _: None
+) -> tuple[duckdb.DuckDBPyConnection, list[SourceTable]]:
+    """A DuckDB connection that can read the source, and the tables it holds.
+
+    ``say`` hears what a PostgreSQL source reports (its reading, lossy types)."""
+    if path.startswith(("postgresql://", "postgres://")):
+        con, read = open_postgres_source(path, say)
+        return con, [SourceTable(name.lower(), relation) for name, relation in read]
     source = Path(path)
     con = duckdb.connect()
     if source.is_dir():
