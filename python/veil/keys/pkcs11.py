@@ -34,6 +34,18 @@ MODULE_ENV = "VEIL_PKCS11_MODULE"
 DEFAULT_OBJECT = "veil-kek"
 PATH_ATTRIBUTES = ("token", "serial", "object")
 QUERY_ATTRIBUTES = ("module-path", "pin-source")
+# python-pkcs11's names of the failures a user can fix, in the user's terms
+REASONS = {
+    "PinIncorrect": f"the user PIN is wrong (from {PIN_ENV} or pin-source)",
+    "PinLocked": "the token's user PIN is locked (too many wrong PINs): its security officer "
+    "must reset it",
+    "PinExpired": "the token's user PIN has expired: set a new one",
+    "NoSuchToken": "no token with that label or serial is present (softhsm2-util --show-slots "
+    "or the HSM's tools list them)",
+    "MultipleTokensReturned": "several tokens match: add serial= to the URI",
+    "TokenNotPresent": "the token is not present",
+    "DeviceRemoved": "the token was removed",
+}
 
 
 class Pkcs11Provider:
@@ -113,9 +125,10 @@ class Pkcs11Provider:
                 with token.open(user_pin=self._pin(), rw=True) as session:
                     yield session, pkcs11
             except pkcs11.PKCS11Error as exc:
+                name = type(exc).__name__
+                reason = REASONS.get(name, f"{name} {exc}".rstrip())
                 raise KeyProviderError(
-                    f"the PKCS#11 token of {self.uri} refused to {doing}: "
-                    f"{type(exc).__name__} {exc}".rstrip()
+                    f"the PKCS#11 token of {self.uri} refused to {doing}: {reason}"
                 ) from None
             except RuntimeError as exc:  # the module cannot be loaded
                 raise KeyProviderError(
