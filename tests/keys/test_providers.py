@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,25 @@ def test_kmip_protocol_versions(kmip_server: KmipServer, key_path: Path, version
     key = create_key(key_path, f"{kmip_server.uri()}&version={version}")
     assert f"version={version}" in key_status(key_path).wrapped_by
     assert load_key(key_path).fingerprint() == key.fingerprint()
+
+
+def test_a_destroyed_kmip_kek_is_named(kmip_server: KmipServer, key_path: Path) -> None:
+    create_key(key_path, kmip_server.uri())
+    key_id = json.loads(key_path.read_text())["provider"]["key_id"]
+    c = kmip_server.certs
+    with warnings.catch_warnings():  # PyKMIP's own deprecated calls
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kmip.core import enums
+        from kmip.pie.client import ProxyKmipClient
+
+        with ProxyKmipClient(
+            hostname="127.0.0.1", port=kmip_server.port, cert=str(c.client_cert),
+            key=str(c.client_key), ca=str(c.ca), config_file=os.devnull,
+        ) as client:  # fmt: skip
+            client.revoke(enums.RevocationReasonCode.KEY_COMPROMISE, key_id)
+            client.destroy(key_id)
+    with pytest.raises(KeyProviderError, match="the server has no such key"):
+        load_key(key_path)
 
 
 def test_kmip_unreachable_is_a_clear_error(tmp_path: Path, key_path: Path) -> None:

@@ -37,6 +37,15 @@ TLS_FILES = ("ca", "cert", "key")
 TIMEOUT_SECONDS = 10.0
 KEK_NAME = "veil-kek"
 VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+# KMIP's result reasons a user can act on, in the user's terms
+REASONS = {
+    "ITEM_NOT_FOUND": "the server has no such key (destroyed, or this is another server); "
+    "without it the master key cannot be unwrapped",
+    "PERMISSION_DENIED": "this client certificate (or user) may not use that key",
+    "OBJECT_ARCHIVED": "the key is archived: recover it on the server first",
+    "AUTHENTICATION_NOT_SUCCESSFUL": "the server did not accept the client's credentials",
+    "OPERATION_NOT_SUPPORTED": "the server does not support this operation",
+}
 
 
 class KmipProvider:
@@ -108,8 +117,9 @@ class KmipProvider:
             try:
                 yield client
             except KmipOperationFailure as exc:
+                reason = REASONS.get(exc.reason.name, f"{exc.reason.name}: {exc.message}")
                 raise KeyProviderError(
-                    f"the KMIP server {self.uri} refused to {doing}: {exc.reason}: {exc.message}"
+                    f"the KMIP server {self.uri} refused to {doing}: {reason}"
                 ) from None
             finally:
                 client.close()
