@@ -89,7 +89,7 @@ def test_load_with_a_key_from_keygen(small: Path, tmp_path: Path) -> None:
     assert main([*args, "--key", str(tmp_path / "my.key")]) == 0
     assert (tmp_path / "c" / "key.json").read_bytes() == (tmp_path / "my.key").read_bytes()
     assert main(["keygen", str(tmp_path / "other.key")]) == 0
-    assert main([*args, "--key", str(tmp_path / "other.key")]) == 2  # not the data's key
+    assert main([*args, "--replace", "--key", str(tmp_path / "other.key")]) == 2  # not its key
 
 
 @pytest.fixture(scope="module")

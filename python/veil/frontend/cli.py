@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from veil.design import SUM_SCHEMES
 
@@ -38,6 +39,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     load.add_argument(
         "--key", help="a key file from `veil keygen` to encrypt with (default: a new key)"
+    )
+    again = load.add_mutually_exclusive_group()
+    again.add_argument(
+        "--replace",
+        action="store_true",
+        help="load tables the client directory holds already anew (rows written to them "
+        "since are lost); without it such a load is refused",
+    )
+    again.add_argument(
+        "--append",
+        action="store_true",
+        help="add the source's rows to tables the client directory holds (as INSERTs, in "
+        "one transaction); other tables of the source are loaded as new ones",
     )
     load.add_argument(
         "--key-provider",
@@ -140,7 +154,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_load(args: argparse.Namespace) -> int:
-    from veil.load.loader import load, read_workload
+    from veil.load.loader import LoadReport, load, read_workload
 
     if sum(map(bool, (args.adaptive, args.workload, args.design))) > 1:
         print(
@@ -154,7 +168,19 @@ def run_load(args: argparse.Namespace) -> int:
         from veil.design.model import PhysicalDesign
 
         design = PhysicalDesign.load(args.design)
-    reports = load(
+    new_key = args.key is None and not (Path(args.client_dir) / "key.json").exists()
+    reports: list[LoadReport] = []
+    skip: list[str] = []
+    if args.append:
+        from veil.frontend.append import append_source
+
+        reports, others = append_source(args.source, args.client_dir, _say)
+        skip = [r.table for r in reports]
+        if not others:
+            rows = sum(r.rows for r in reports)
+            print(f"appended {rows:,} rows to {len(reports)} table(s) of {args.client_dir}")
+            return 0
+    reports += load(
         args.source,
         args.server,
         args.client_dir,
@@ -164,13 +190,26 @@ def run_load(args: argparse.Namespace) -> int:
         key_file=args.key,
         key_provider=args.key_provider,
         design=design,
+        replace=args.replace,
+        skip=skip,
     )
     from veil.backends import canonical_url
 
     rows = sum(r.rows for r in reports)
     print(f"loaded {len(reports)} table(s), {rows:,} rows, into {canonical_url(args.server)}")
+    if new_key:
+        print(
+            f"veil: the data is encrypted under a new master key, {args.client_dir}/key.json: "
+            "keep it safe and apart from the server; losing it loses the data "
+            "(`veil backup` leaves it out; docs/keys.md)",
+            file=sys.stderr,
+        )
     print(f'next: veil query {args.client_dir} "SHOW TABLES"', file=sys.stderr)
     return 0
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def run_shell(args: argparse.Namespace) -> int:

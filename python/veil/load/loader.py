@@ -14,8 +14,9 @@ against the whole source before anything is written.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,9 +52,10 @@ from veil.load import ashe_widths, clusters, narrow_det, plain_size
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 from veil.load.zones import ZoneRecorder
-from veil.session.clientdir import ClientDir, create_client_dir
+from veil.session.clientdir import DESIGN_FILE, ClientDir, create_client_dir
 from veil.session.onions import layers_rows
 from veil.session.row_ids import counter_table
+from veil.sql.errors import ClientDirectoryError
 
 BATCH_ROWS = 65536
 HOM_CHUNK_PACKS = 16384  # Paillier encryptions per progress step (a few seconds' work)
@@ -92,8 +94,15 @@ def load(
     key_provider: str | None = None,
     policy: Policy | None = None,
     design: PhysicalDesign | None = None,
+    replace: bool = True,
+    skip: Collection[str] = (),
 ) -> list[LoadReport]:
-    """Load every table of ``source``; returns what was loaded.
+    """Load every table of ``source`` (but those named in ``skip``); returns what was loaded.
+
+    A table the client directory holds already is loaded anew, losing rows
+    written to it since, only with ``replace``; without it the load is refused
+    before anything is written (``veil load`` refuses unless ``--replace``;
+    ``--append`` skips such tables here and inserts their rows instead).
 
     Without a ``workload`` every column is stored as onions whose layers come
     off when queries first need them (``veil.designer.onions``); with one,
@@ -127,6 +136,15 @@ def load(
         else parse_domain_specs([domains] if isinstance(domains, str) else domains or [])
     )
     con, tables = open_source(source, say.say)
+    tables = [t for t in tables if t.name not in {name.lower() for name in skip}]
+    again = sorted(loaded_tables(client_dir) & {t.name for t in tables})
+    if again and not replace:
+        con.close()
+        raise ClientDirectoryError(
+            f"{client_dir} holds table(s) {', '.join(again)} already: loading again would "
+            "replace them, losing every row written to them since; give --replace to load "
+            "them anew, or --append to add the source's rows to them"
+        )
     schema = {t.name: t.columns(con) for t in tables}
     declare_domains(schema, declared)
     for table in tables:
@@ -153,6 +171,12 @@ def load(
     finally:
         backend.close()
         con.close()
+
+
+def loaded_tables(client_dir: str | os.PathLike[str]) -> set[str]:
+    """The tables a client directory holds (none for a new one); read without the key."""
+    path = Path(client_dir) / DESIGN_FILE
+    return set(PhysicalDesign.load(path).tables) if path.exists() else set()
 
 
 def load_into(
