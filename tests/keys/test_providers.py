@@ -200,3 +200,14 @@ def test_unknown_provider_is_refused(key_path: Path) -> None:
     with pytest.raises(KeyProviderError, match="unknown key provider"):
         create_key(key_path, "vault://somewhere")
     assert not key_path.exists()
+
+
+def test_key_value_store_opens_with_a_provider_key(softhsm: str, tmp_path: Path) -> None:
+    import veil.kv
+
+    key_file = tmp_path / "kv.key"
+    create_key(key_file, pkcs11_uri(softhsm))
+    with veil.kv.open(f"sqlite:{tmp_path / 'store.db'}", key_file) as store:
+        store.put(42, b"value")
+    with veil.kv.open(f"sqlite:{tmp_path / 'store.db'}", key_file) as store:
+        assert store.get(42) == b"value"
