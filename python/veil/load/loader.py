@@ -15,6 +15,7 @@ against the whole source before anything is written.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -149,7 +150,35 @@ def load(
     declare_domains(schema, declared)
     for table in tables:
         _check_declared_domains(table, con, schema[table.name])
-    client, master = create_client_dir(client_dir, server_url, key_file, key_provider)
+    made = _new_directory(client_dir)
+    try:
+        client, master = create_client_dir(client_dir, server_url, key_file, key_provider)
+        return _designed_and_loaded(
+            con, tables, schema, client, master, server_url, say,
+            workload=workload, sums=sums, policy=policy, design=design,
+        )  # fmt: skip
+    except BaseException:
+        if made is not None:  # a first load that failed leaves no half-made directory
+            _remove_made(made)
+        raise
+    finally:
+        con.close()
+
+
+def _designed_and_loaded(
+    con: duckdb.DuckDBPyConnection,
+    tables: list[SourceTable],
+    schema: dict[str, list[Column]],
+    client: ClientDir,
+    master: MasterKey,
+    server_url: str,
+    say: Reporter,
+    *,
+    workload: list[str] | None,
+    sums: str,
+    policy: Policy | None,
+    design: PhysicalDesign | None,
+) -> list[LoadReport]:
     if sums not in SUM_SCHEMES:
         raise DesignError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     if policy is None:
@@ -170,7 +199,25 @@ def load(
         return load_into(con, tables, fresh, client, master, backend, say)
     finally:
         backend.close()
-        con.close()
+
+
+def _new_directory(client_dir: str) -> tuple[Path, bool] | None:
+    """(the directory, whether it exists) when a load would make it; None if it has files."""
+    path = Path(client_dir)
+    if not path.exists():
+        return path, False
+    return (path, True) if path.is_dir() and not any(path.iterdir()) else None
+
+
+def _remove_made(made: tuple[Path, bool]) -> None:
+    """Undo what a failed first load made in the client directory (the directory too,
+    unless it was there, empty, before)."""
+    path, existed = made
+    if existed:
+        for child in path.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def loaded_tables(client_dir: str | os.PathLike[str]) -> set[str]:

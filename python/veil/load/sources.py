@@ -137,8 +137,13 @@ def open_source(
 
 
 def _file_table(path: Path) -> SourceTable:
-    reader = "read_parquet" if path.suffix.lower() == ".parquet" else "read_csv_auto"
-    return SourceTable(path.stem.lower(), f"{reader}('{_sql_string(str(path))}')")
+    quoted = _sql_string(str(path))
+    if path.suffix.lower() == ".parquet":
+        return SourceTable(path.stem.lower(), f"read_parquet('{quoted}')")
+    # Types inferred over the whole file, not DuckDB's first 20,480 rows: a column whose
+    # values change kind past the sample (an id that turns alphanumeric) would fail the
+    # load half-way with a conversion error. One more pass over the file.
+    return SourceTable(path.stem.lower(), f"read_csv_auto('{quoted}', sample_size = -1)")
 
 
 def label_of(name: str) -> str | None:
