@@ -554,7 +554,7 @@ def _encode_by_duckdb(arr: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.
         if _as_json(sql_type)
         else "CAST(CAST(v AS {0}) AS VARCHAR)"
     )
-    if pa.types.is_decimal256(arr.type):  # exact_arrow's HUGEINT: DuckDB reads no decimal256
+    if pa.types.is_decimal256(arr.type):  # exact_arrow's UHUGEINT: DuckDB reads no decimal256
         arr = pc.cast(arr, pa.string())
     with _lossless() as connection:
         connection.register("frame", pa.table({"v": _duckdb_readable(arr, sql_type)}))
@@ -599,13 +599,14 @@ _BYTES_DECODERS: dict[str, _Coder] = {
 
 
 # result types DuckDB's Arrow output loses: a UHUGEINT above 2^127 wraps in DECIMAL(38, 0),
-# a BIT comes out as its storage bytes (HUGEINT only as a Decimal, where Python has an int)
-_RESULT_TEXT = {"HUGEINT": pa.decimal256(39, 0), "UHUGEINT": pa.decimal256(39, 0), "BIT": None}
+# a BIT comes out as its storage bytes (a HUGEINT's DECIMAL(38, 0) holds all of its 128
+# bits, and is what plaintext DuckDB gives)
+_RESULT_TEXT = {"UHUGEINT": pa.decimal256(39, 0), "BIT": None}
 
 
 def exact_arrow(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """The rows of ``sql`` as Arrow, exact for every type: a HUGEINT or UHUGEINT as
-    decimal256(39, 0) (each one whole), a BIT as the text of its bits."""
+    """The rows of ``sql`` as Arrow, exact for every type: a UHUGEINT as decimal256(39, 0)
+    (each one whole), a BIT as the text of its bits."""
     return exact_reader(connection, sql, None).read_all()
 
 
@@ -645,6 +646,25 @@ def _reader(relation: duckdb.DuckDBPyRelation, batch_rows: int | None) -> pa.Rec
         table = relation.to_arrow_table()
         return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
     return relation.to_arrow_reader(batch_rows)
+
+
+def result_array(arr: pa.Array, sql_type: SqlType) -> pa.Array:
+    """A decoded column as a query's result holds it (``exact_arrow``'s types): the local
+    plan reads a UHUGEINT as DuckDB's 16 bytes, a result gives it as decimal256(39, 0)."""
+    if sql_type.kind not in LOSSLESS_KINDS:
+        return arr.cast(sql_type.arrow_type())
+    with duckdb.connect() as connection:
+        connection.register("frame", pa.table({"v": arr}))
+        return exact_arrow(connection, "SELECT v FROM frame").column(0).combine_chunks()
+
+
+@functools.cache
+def result_type(sql_type: SqlType) -> pa.DataType:
+    """The Arrow type of ``result_array``."""
+    if sql_type.kind not in LOSSLESS_KINDS:
+        return sql_type.arrow_type()
+    with duckdb.connect() as connection:
+        return exact_arrow(connection, f"SELECT CAST(NULL AS {sql_type.name})").schema[0].type
 
 
 def no_values(sql_type: SqlType) -> pa.Array | pa.ChunkedArray:

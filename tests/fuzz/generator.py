@@ -1041,10 +1041,12 @@ class Generator:
         elif roll < 0.2:
             with_text = self.recursive_cte()
         shape = self.r.choices(
-            ["select", "setop", "pushable", "star", "positional"], [6, 1, 3, 2, 1]
+            ["select", "setop", "pushable", "star", "positional", "nested"], [6, 1, 3, 2, 1, 1]
         )[0]
         if shape == "positional" and not with_text:
             return self.finish(self.positional_query(), shape)
+        if shape == "nested" and not with_text and "fz_nested" in self.catalog.tables:
+            return self.finish(self.nested_query(), shape)
         if shape == "setop":
             body = self.set_operation()
         elif shape == "pushable" and not with_text:
@@ -1076,6 +1078,38 @@ class Generator:
         return (
             f"SELECT {', '.join(items)} FROM {source.sql_from}{where} ORDER BY {', '.join(order)}"
         )
+
+    def nested_query(self) -> str:
+        """LIST, STRUCT, MAP, UBIGINT and DECIMAL(38, 2) columns (issue 40): slices,
+        fields, lookups and equality on the wide numbers, in order of the key."""
+        table = self.catalog.tables["fz_nested"]
+        ub, d38 = (self.pick(table.column(c).samples or [0]) for c in ("ub", "d38"))
+        k = self.pick(["", "1", "2", "-1"])
+        outputs = [
+            f"n.li[:{k}]", f"n.li[{self.pick(['1', '2', '-1'])}]", "len(n.li)", "n.st.a",
+            "n.st['b']", f"n.mp['{self.pick(['k0', 'k1', 'z'])}']", "n.ub", "n.d38", "n.st",
+            "n.mp", "n.li", f"list_contains(n.li, {self.pick([0, 1, 2])})", "n.li[n.st.a:]",
+            "cardinality(n.mp)", "n.ub // 7", "-n.d38",
+        ]  # fmt: skip
+        predicates = [
+            f"n.ub = {self._lit_or_param(int(str(ub)))}", f"n.d38 = {d38}",
+            f"n.st.a > {self.pick([0, 2])}", "n.li IS NULL", "n.st IS NOT NULL",
+            f"n.mp['k1'] = {self.pick([1, 4])}", f"n.ub > {self.pick([0, 3 * 10**18])}",
+            f"n.d38 BETWEEN -1 AND {self.pick([1, 10**30])}", "len(n.li) >= 2",
+            f"n.st = {{'a': {self.pick([1, 2, 3])}, 'b': {self.pick(['x', 'Zoë', ''])!r}}}",
+        ]  # fmt: skip
+        items = ["n.nid", *self.r.sample(outputs, self.r.randint(1, 4))]
+        where = ""
+        if self.chance(0.7):
+            chosen = self.r.sample(predicates, self.r.randint(1, 2))
+            where = " WHERE " + f" {self.pick(['AND', 'OR'])} ".join(chosen)
+        if self.chance(0.25):
+            group = self.pick(["n.st.a", "n.ub", "n.d38", "len(n.li)", "n.mp['z']"])
+            return (
+                f"SELECT {group}, count(*), max(n.ub), min(n.d38) FROM fz_nested AS n{where} "
+                "GROUP BY 1 ORDER BY 1 NULLS FIRST"
+            )
+        return f"SELECT {', '.join(items)} FROM fz_nested AS n{where} ORDER BY n.nid"
 
     def pushable_block(self) -> Block:
         """A shape the planner sends to the server whole: one table (or a foreign-key

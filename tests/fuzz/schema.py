@@ -78,6 +78,23 @@ SELECT
     CASE WHEN i % 10 = 0 THEN NULL ELSE (i * 13) % 70 + 1 END::INTEGER AS owner
 FROM range(1, 401) t(i)
 """,
+    # the nested and wide types (issue 40): what survives Parquet of them
+    "fz_nested": """
+SELECT
+    i AS nid,
+    CASE WHEN i % 5 = 0 THEN NULL WHEN i % 7 = 0 THEN []
+         ELSE [i % 4, NULL, i % 3, -i][1:i % 4 + 1] END::INTEGER[] AS li,
+    CASE WHEN i % 6 = 0 THEN NULL
+         ELSE {'a': CASE WHEN i % 4 = 0 THEN NULL ELSE i % 5 END,
+               'b': ['x', 'Zoë', '', 'O''Brien', NULL][i % 5 + 1]} END AS st,
+    CASE WHEN i % 4 = 0 THEN NULL
+         ELSE MAP {'k' || (i % 3): i % 7, 'z': -1} END::MAP(VARCHAR, INTEGER) AS mp,
+    CASE WHEN i % 8 = 0 THEN NULL WHEN i % 9 = 1 THEN 18446744073709551615
+         ELSE (i % 6) * 1000000000000000000 END::UBIGINT AS ub,
+    CASE WHEN i % 7 = 0 THEN NULL WHEN i % 11 = 2 THEN 999999999999999999999999999999999999.99
+         ELSE (i % 5) * 1.25 - 2 END::DECIMAL(38,2) AS d38
+FROM range(1, 81) t(i)
+""",
     "fz_empty": """
 SELECT 1::INTEGER AS eid, 1.5::DECIMAL(12,2) AS val, 'x'::VARCHAR AS txt, DATE '2000-01-01' AS d,
        true AS b, 1.0::DOUBLE AS f, 1::BIGINT AS k
@@ -97,6 +114,7 @@ TPCH_KEYS = {
     "fz_people": ["pid"],
     "fz_items": ["id"],
     "fz_empty": ["eid"],
+    "fz_nested": ["nid"],
 }
 
 # (table, column, referenced table, referenced column)

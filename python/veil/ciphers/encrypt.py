@@ -32,9 +32,10 @@ from veil.ciphers.sources import Sources
 from veil.crypto.keys import MasterKey
 from veil.design.domains import check_declared, sentinels
 from veil.design.model import BLOCKS, Encryption, TableDesign
-from veil.encoding import encode
+from veil.encoding import LOSSLESS_KINDS, encode
 
 _BATCH_VIEW = "__veil_plain_batch"
+_RAW_BATCH = "__veil_plain_batch_raw"
 
 
 class TableEncryptor:
@@ -121,7 +122,7 @@ class TableEncryptor:
         sources.update({name: plain.column(name) for name in plain.column_names})
         if not expressions:
             return sources
-        self._local.register(_BATCH_VIEW, plain)
+        self._register_typed(plain)
         try:
             select = ", ".join(f"CAST({expr} AS {self._type_of(expr)})" for expr in expressions)
             try:
@@ -133,8 +134,27 @@ class TableEncryptor:
                     if signs.any():
                         sources.overflow[expr] = signs
         finally:
-            self._local.unregister(_BATCH_VIEW)
+            self._local.execute(f"DROP VIEW IF EXISTS {_BATCH_VIEW}")
+            self._local.unregister(_RAW_BATCH)
         return sources
+
+    def _register_typed(self, plain: pa.Table) -> None:
+        """The batch as ``_BATCH_VIEW``, with each column of its own SQL type: a source
+        reads HUGEINT, BIT and nested columns as DuckDB's text of them (``load.sources``),
+        which per-row expressions (``st.a``, ``hu + 1``) cannot read."""
+        self._local.register(_RAW_BATCH, plain)
+        texts = [
+            c
+            for c in self.table.columns
+            if c.sql_type.kind in LOSSLESS_KINDS
+            and c.name in plain.column_names
+            and pa.types.is_string(plain.column(c.name).type)
+        ]
+        casts = ", ".join(f'CAST("{c.name}" AS {c.sql_type.name}) AS "{c.name}"' for c in texts)
+        replace = f" REPLACE ({casts})" if texts else ""
+        self._local.execute(
+            f"CREATE OR REPLACE TEMP VIEW {_BATCH_VIEW} AS SELECT *{replace} FROM {_RAW_BATCH}"
+        )
 
     def _computed_or_marked(self, expr: str) -> tuple[pa.Array, np.ndarray]:
         """The expression where DuckDB computes it (else NULL), and the overflow signs."""

@@ -9,6 +9,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from veil.encoding import result_array, result_type
 from veil.exec.decrypt import decrypt_values
 from veil.sql.plan import LateKeys, LateOutput, Scan
 
@@ -87,7 +88,7 @@ def decrypt_outputs(rows: Rows, outputs: list[LateOutput], ciphers: CipherCache)
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
         plain = decrypt_values(column, ciphers.get(out.scan.table, out.enc), out.enc, None)
-        plain = plain.cast(out.enc.sql_type.arrow_type())
+        plain = result_array(plain, out.enc.sql_type)
         rows = rows.set_column(out.position, rows.schema.field(out.position).name, plain)
     return rows
 
@@ -96,5 +97,5 @@ def decrypted_schema(schema: pa.Schema, outputs: list[LateOutput]) -> pa.Schema:
     """``schema`` of the local plan's result, as ``decrypt_outputs`` returns it."""
     for out in outputs:
         field = schema.field(out.position)
-        schema = schema.set(out.position, field.with_type(out.enc.sql_type.arrow_type()))
+        schema = schema.set(out.position, field.with_type(result_type(out.enc.sql_type)))
     return schema

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,12 +43,29 @@ def column_values(column: pa.ChunkedArray | pa.Array) -> list[object]:
         )
     if pa.types.is_interval(column.type):
         return _timedeltas(column)
+    if _holds_duckdb_types(column.type):
+        return _as_duckdb_gives(column)
     if pa.types.is_fixed_size_list(column.type):  # DuckDB's ARRAY: a tuple, as duckdb gives it
         values = duckdb_maps(column).to_pylist(maps_as_pydicts="strict")
         return [None if v is None else tuple(v) for v in values]
-    if column.type == _WHOLE_128:  # a HUGEINT or UHUGEINT (veil.encoding.exact_arrow)
+    if column.type == _WHOLE_128:  # a UHUGEINT (veil.encoding.exact_arrow)
         return [None if v is None else int(v) for v in column.to_pylist()]
     return duckdb_maps(column).to_pylist(maps_as_pydicts="strict")
+
+
+def _holds_duckdb_types(kind: pa.DataType) -> bool:
+    """Does ``kind`` hold DuckDB's own Arrow types (HUGEINT, BIT: decrypted late)?"""
+    if isinstance(kind, pa.OpaqueType) and kind.vendor_name == "DuckDB":
+        return True
+    return any(_holds_duckdb_types(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _as_duckdb_gives(column: pa.ChunkedArray | pa.Array) -> list[object]:
+    """The values as DuckDB's Python API gives them, by DuckDB itself: a HUGEINT as an
+    int, a BIT as the text of its bits, at any depth."""
+    with duckdb.connect() as connection:
+        connection.register("frame", pa.table({"v": column}))
+        return [row[0] for row in connection.execute("SELECT v FROM frame").fetchall()]
 
 
 def duckdb_maps(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
