@@ -5,22 +5,34 @@ are per-run extras), and every plan is correct whatever the server's rows are
 (the rows only steer choices between correct plans). So the plan of a query
 can run again as long as the physical design is the one it was made for.
 
+The plans are shared by the sessions of one process over one client
+directory (``PlanCache.shared``): a new session (a new ``veil.connect``, a
+``veil serve`` connection) runs a statement another already planned without
+planning it (TPC-DS: a new session cost twice a warm one). The key is the
+statement's text, its parameter values with their types (the planner
+encrypts constants, parameters included, into the plan, so other values
+need another plan) and the planner's settings: ``VEIL_HOM_PUSHDOWN``, whether
+sums over server joins are on, and the design file's version, so a plan made
+before a peel, a redesign or DDL is never found after it. Sessions that may
+read the trusted side's files (``external_access``) keep theirs apart: a
+cached plan skips the sandbox's checks. A transaction's plans stay its own
+(peels wait outside it; its writes steer its statistics).
+
 A statement whose value may change between runs (``now()``, ``current_date``,
 ``random()``, table functions: ``veil.sql.functions.is_repeatable``) is
 planned every time: the planner may have evaluated such a call into a
-pushed constant. The key is the statement's text, its parameter values
-with their types (the planner encrypts constants, parameters included, into
-the plan, so other values need another plan) and the session's planner
-settings (``VEIL_HOM_PUSHDOWN``). The cache is per session, bounded (least recently
-used out), and emptied by every INSERT/UPDATE/DELETE the session runs and by
-``Session.refresh_catalog``.
+pushed constant. The cache is bounded (least recently used out) and emptied
+by every INSERT/UPDATE/DELETE and DDL a session runs, and by a design change
+a session follows.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlglot import exp
 
@@ -46,29 +58,63 @@ def plan_key(sql: str, params: Sequence[object] | None, settings: str) -> Key:
     return sql, tuple((type(p).__qualname__, repr(p)) for p in params or ()), settings
 
 
-class PlanCache:
-    def __init__(self, size: int = DEFAULT_SIZE):
+class _Plans:
+    """The cached plans themselves, under a lock: sessions in several threads share them."""
+
+    def __init__(self, size: int):
         self.size = size
+        self.lock = threading.Lock()
+        self.entries: OrderedDict[Key, CachedPlan] = OrderedDict()
+
+
+_SHARED: dict[tuple[str, bool], _Plans] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+class PlanCache:
+    """A session's view of cached plans: its own hit count over plans it may share."""
+
+    def __init__(self, size: int = DEFAULT_SIZE, plans: _Plans | None = None):
+        self._plans = plans if plans is not None else _Plans(size)
         self.hits = 0
-        self._plans: OrderedDict[Key, CachedPlan] = OrderedDict()
+
+    @classmethod
+    def shared(cls, client_dir: Path, external_access: bool) -> PlanCache:
+        """The plans of ``client_dir`` shared by this process's sessions (of the same access)."""
+        key = (str(client_dir.resolve()), external_access)
+        with _SHARED_LOCK:
+            plans = _SHARED.setdefault(key, _Plans(DEFAULT_SIZE))
+        return cls(plans=plans)
+
+    @property
+    def size(self) -> int:
+        return self._plans.size
 
     def get(self, key: Key) -> CachedPlan | None:
-        cached = self._plans.get(key)
-        if cached is not None:
-            self._plans.move_to_end(key)
-            self.hits += 1
+        with self._plans.lock:
+            cached = self._plans.entries.get(key)
+            if cached is not None:
+                self._plans.entries.move_to_end(key)
+                self.hits += 1
         return cached
 
     def put(self, key: Key, cached: CachedPlan) -> None:
         if self.size <= 0:
             return
-        self._plans[key] = cached
-        self._plans.move_to_end(key)
-        while len(self._plans) > self.size:
-            self._plans.popitem(last=False)
+        with self._plans.lock:
+            entries = self._plans.entries
+            entries[key] = cached
+            entries.move_to_end(key)
+            while len(entries) > self.size:
+                entries.popitem(last=False)
+
+    def discard(self, key: Key) -> None:
+        with self._plans.lock:
+            self._plans.entries.pop(key, None)
 
     def clear(self) -> None:
-        self._plans.clear()
+        with self._plans.lock:
+            self._plans.entries.clear()
 
     def __len__(self) -> int:
-        return len(self._plans)
+        return len(self._plans.entries)

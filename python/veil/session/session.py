@@ -41,7 +41,7 @@ from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
 from veil.session.dml import run_dml
 from veil.session.onions import has_wrapped, peel_layers, peeled_view, reconcile, wanted_peels
-from veil.session.plan_cache import CachedPlan, PlanCache, plan_key
+from veil.session.plan_cache import CachedPlan, Key, PlanCache, plan_key
 from veil.session.result import (
     STREAM_BATCH_ROWS,
     Result,
@@ -122,7 +122,11 @@ class Session:
         self._owners: dict[str, TableDesign] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
-        self.plans = PlanCache()
+        # plans shared by this process's sessions of the directory (``plan_cache``), and
+        # an open transaction's own
+        self.plans = PlanCache.shared(self.client.path, external_access)
+        self._transaction_plans = PlanCache()
+        self._transaction_wrote = False
         self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
         self._reconcile()
@@ -131,6 +135,7 @@ class Session:
         """Read the design again (DDL here, or another session, changed it)."""
         self.design = self.client.design(self.master)
         self._design_stamp = _stamp(self.client.design_path)
+        self.plans.clear()  # their key holds the version too: this only frees them
         self.refresh_catalog()
         self._reconcile()
 
@@ -150,7 +155,7 @@ class Session:
 
     def refresh_catalog(self) -> None:
         """Rebuild the empty plaintext schema the binder checks queries against."""
-        self.plans.clear()
+        self._transaction_plans.clear()
         self._owners.clear()
         for (name,) in self.catalog.sql("SELECT table_name FROM duckdb_tables()").fetchall():
             if name not in self.design.tables:
@@ -237,6 +242,7 @@ class Session:
             raise ActiveTransactionError("there is already a transaction in progress")
         self._guarded("BEGIN", self.backend.begin)
         self._transaction = _OPEN
+        self._transaction_plans, self._transaction_wrote = PlanCache(), False
 
     def commit(self) -> bool:
         """End the transaction, keeping its writes; False if it had failed (then rolled back)."""
@@ -245,6 +251,8 @@ class Session:
             return False
         if self._transaction == _OPEN:
             self._transaction = _IDLE
+            if self._transaction_wrote:  # as a write outside a transaction does
+                self.plans.clear()
             try:
                 self._guarded("COMMIT", self.backend.commit)
             finally:
@@ -256,7 +264,7 @@ class Session:
         if self._transaction == _IDLE:
             return
         self._transaction = _IDLE
-        self.plans.clear()  # plans made inside saw its writes' statistics
+        self._transaction_plans.clear()  # plans made inside saw its writes' statistics
         try:
             self._guarded("ROLLBACK", self.backend.rollback)
         finally:
@@ -268,7 +276,7 @@ class Session:
             self._transaction = _OPEN  # the savepoint's state comes back, as in PostgreSQL
         self.guarded(verb, lambda: self.backend.savepoint(name, verb))
         if verb.startswith("ROLLBACK"):
-            self.plans.clear()
+            self._transaction_plans.clear()
 
     def savepoint_restored(self) -> None:
         """A ROLLBACK TO a savepoint with nothing to undo (a server without savepoints)."""
@@ -303,8 +311,8 @@ class Session:
         self.follow_design()
         if restart_statement(self, sql):  # ALTER ... RESTART: a statement sqlglot cannot read
             return Result(pa.table({}), -1)
-        key = plan_key(sql, params, self.hom_pushdown)
-        cached = self.plans.get(key)
+        key = self._plan_key(sql, params)
+        cached = self._cached(key)
         if cached is not None:
             return self._answer(cached)
         tree = self.admitted(sql, params)
@@ -325,8 +333,30 @@ class Session:
         # kept only if it ran as planned (a fallback may have been transient) and
         # means the same next time (now(), random(): planned every run)
         if result.plan is planned.plan and is_repeatable(tree):
-            self.plans.put(key, CachedPlan(result.table.column_names, planned.plan, tree))
+            self._keep(key, CachedPlan(result.table.column_names, planned.plan, tree))
         return result
+
+    def _plan_key(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Key:
+        """The plan cache's key: the planner's settings and the design's version too."""
+        settings = f"{self.hom_pushdown};join sums {self.join_sums};design {self._design_stamp}"
+        return plan_key(sql, params, settings)
+
+    def _cached(self, key: Key) -> CachedPlan | None:
+        """The plan of ``key`` this session may run: in a transaction its own, or a shared
+        one until it writes (then plans are made on its writes' statistics)."""
+        if self.in_transaction:
+            found = self._transaction_plans.get(key)
+            if found is not None or self._transaction_wrote:
+                return found
+        return self.plans.get(key)
+
+    def _keep(self, key: Key, planned: CachedPlan) -> None:
+        # a transaction's plans may have skipped peels (they commit on their own)
+        (self._transaction_plans if self.in_transaction else self.plans).put(key, planned)
+
+    def _forget(self, key: Key) -> None:
+        self._transaction_plans.discard(key)
+        self.plans.discard(key)
 
     def admitted(self, sql: str, params: list[object] | tuple[object, ...] | None) -> exp.Expr:
         """``sql`` parsed with its parameters bound, if a session may run it (else refused)."""
@@ -342,7 +372,12 @@ class Session:
 
     def write(self, tree: exp.Insert | exp.Update | exp.Delete) -> Result:
         """Run an INSERT, UPDATE or DELETE (a foreign key's action runs its own this way)."""
-        self.plans.clear()  # before: a failed statement may have written some packs
+        # before: a failed statement may have written some packs
+        if self.in_transaction:
+            self._transaction_plans.clear()
+            self._transaction_wrote = True
+        else:
+            self.plans.clear()
         return run_dml(self, tree)
 
     def query(self, tree: exp.Expr) -> Result:
@@ -540,15 +575,15 @@ class Session:
         self, sql: str, params: list[object] | tuple[object, ...] | None
     ) -> Result | Streamed:
         self.follow_design()
-        key = plan_key(sql, params, self.hom_pushdown)
-        planned = self.plans.get(key)
+        key = self._plan_key(sql, params)
+        planned = self._cached(key)
         if planned is None:
             tree = self.admitted(sql, params)
             if not isinstance(tree, exp.Query) or reads_only_catalog(tree):
                 return self._run(sql, params)
             planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
             if is_repeatable(tree):
-                self.plans.put(key, planned)
+                self._keep(key, planned)
         stats, stamp = FetchStats(), self._design_stamp
         try:
             registered = self._fetch_scans(planned.plan, stats)
@@ -564,7 +599,7 @@ class Session:
         except Exception as exc:
             if not planned.plan.pushdown or isinstance(exc, _NO_FALLBACK):
                 raise
-            self.plans.clear()  # it may have been cached above
+            self._forget(key)  # it may have been cached above
             return self._fallback(planned, exc, stats)
         _count_fallback(planned.plan)
         streamed = Streamed(planned.names, reader, lambda: self._unregister(registered), stats)
