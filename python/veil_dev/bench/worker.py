@@ -10,8 +10,9 @@ parent watches it:
   server statement and the local plan); a child that does not answer within
   the deadline and a grace period is killed: ``timeout``;
 - the child's resident memory is read every 50 ms; past ``memory_cap`` bytes
-  it is killed: ``memory``. The child's local DuckDB gets a ``memory_limit`` of
-  three quarters of the cap, so that it spills or fails (also ``memory``) before;
+  it is killed: ``memory``. The child's session gets a memory limit of three
+  quarters of the cap (``Session(memory_limit=)``), so that its local DuckDB spills
+  or fails (Veil's OutOfMemoryError: also ``memory``) before;
 - each run reports the child's peak resident memory during that run (its
   ``VmHWM``, reset before the run), the client's whole footprint: keys,
   decrypted columns, the local DuckDB.
@@ -143,11 +144,9 @@ def _serve(
     from veil.cost.calibration import calibration_of
     from veil.session.session import Session
 
-    session = Session(client_dir)
+    session = Session(client_dir, memory_limit=f"{local_limit}B")
     if calibrate:  # once per client directory: a restarted child finds it saved
         calibration_of(session)
-    with contextlib.suppress(Exception):  # a limit DuckDB refuses leaves its default
-        session.local.execute(f"SET memory_limit = '{local_limit // 2**20}MiB'")
     try:
         while (sql := conn.recv()) is not None:
             conn.send(_one_run(session, sql, timeout))
@@ -166,7 +165,8 @@ def _one_run(session: Any, sql: str, timeout: float) -> tuple[str, object]:
     except QueryTimeout as exc:
         return "timeout", str(exc)
     except Exception as exc:  # the benchmark records a failure and goes on
-        kind = "memory" if "out of memory" in str(exc).lower() else "error"
+        memory = type(exc).__name__ in ("OutOfMemoryError", "MemoryError")
+        kind = "memory" if memory or "out of memory" in str(exc).lower() else "error"
         return kind, f"{type(exc).__name__}: {exc}"[:300]
     fallback = describe(getattr(result.plan, "fallback", None))
     return "ok", VeilRun(seconds, result.table, result.stats, fallback, peak_bytes())
