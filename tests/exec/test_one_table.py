@@ -110,3 +110,15 @@ def test_what_cannot_be_told_apart_stays_positional(sql: str) -> None:
 def test_another_joins_tables_stay() -> None:
     """A chain of other tables than one server join's read members is left as it is."""
     assert "POSITIONAL JOIN" in _rewritten("SELECT a.x FROM t0 AS a POSITIONAL JOIN t9 AS b")
+
+
+@pytest.mark.unit
+def test_two_server_joins_of_one_select() -> None:
+    scans = _scans(("a", "t0"), ("b", "t1")) + _scans(("c", "t2"), ("d", "t3"))
+    sql = "SELECT a.x, c.z FROM t0 AS a POSITIONAL JOIN t1 AS b, t2 AS c POSITIONAL JOIN t3 AS d WHERE b.y = d.w"
+    got = one_table_per_join(sqlglot.parse_one(sql, read="duckdb"), scans).sql("duckdb")
+    assert got == (
+        'SELECT "t0__joined"."t0.x" AS "x", "t2__joined"."t2.z" AS "z" '
+        'FROM t0__joined AS "t0__joined", t2__joined AS "t2__joined" '
+        'WHERE "t0__joined"."t1.y" = "t2__joined"."t3.w"'
+    )

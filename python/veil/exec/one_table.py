@@ -82,7 +82,7 @@ def one_table_per_join(local: exp.Expr, scans: list[Scan]) -> exp.Expr:
         return local
     local = local.copy()
     for select in list(local.find_all(exp.Select)):
-        for chain in _chains(select):
+        for chain in list(_chains(select)):  # before the rewrite changes its FROM
             members = groups.get(frozenset(t.name for t in chain))
             if members is not None and len(chain) == len(members):
                 _rewrite(select, chain, joined_name(members))
