@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 
 from sqlglot import exp
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
 
 from veil.design.model import PhysicalDesign
 from veil.sql import fallbacks
@@ -52,7 +53,9 @@ def plan_query(
     if unknown:
         raise ValueError(f"no planner pass is named {', '.join(sorted(unknown))}")
     qualified = (
-        qualify_query(tree, design.plaintext_schema()) if isinstance(tree, exp.Query) else None
+        qualify_query(_without_unused_ctes(tree), design.plaintext_schema())
+        if isinstance(tree, exp.Query)
+        else None
     )
     if qualified is None:
         return _fallback(tree, design, row_ids_of, fallbacks.unqualified(tree))
@@ -72,6 +75,19 @@ def plan_query(
     return SplitPlan(
         list(state.scans.values()), state.query, pushdown=True, late_outputs=state.late_outputs
     )
+
+
+def _without_unused_ctes(tree: exp.Expr) -> exp.Expr:
+    """``tree`` without the CTEs no part of it reads (a copy; ``tree`` if sqlglot cannot say).
+
+    DuckDB never binds an unused CTE, so one may name what does not exist
+    (``WITH c AS (SELECT inf) SELECT 1`` answers): qualifying it would fail and
+    the whole query fall back, for a part that is never run.
+    """
+    try:
+        return eliminate_ctes(tree.copy())
+    except Exception:  # sqlglot's scopes cannot read it: qualify will say
+        return tree
 
 
 def _fallback(
