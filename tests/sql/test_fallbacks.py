@@ -75,3 +75,18 @@ def test_an_unused_cte_does_not_make_the_query_fall_back(
     assert fallbacks.since(before) == []
     plan = session.run(sql).plan
     assert plan is not None and plan.pushdown and "unused" not in plan.local.sql("duckdb")
+
+
+def test_a_repeated_group_key_is_one_server_key(
+    session: Session, plain: duckdb.DuckDBPyConnection
+) -> None:
+    # GROUP BY a, a fetched a twice from the server-grouped rows, and decrypting them
+    # gave a column of twice the rows: ArrowInvalid, and a fallback (fuzzer seed 6826)
+    sql = (
+        "SELECT l_returnflag, l_returnflag, count(*) FROM lineitem "
+        "GROUP BY l_returnflag, l_returnflag ORDER BY 1"
+    )
+    check_query(session, plain, sql)
+    plan = session.run(sql).plan
+    assert plan is not None and plan.scans[0].aggregation is not None
+    assert plan.scans[0].aggregation.keys == ["l_returnflag"]

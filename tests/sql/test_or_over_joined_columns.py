@@ -101,3 +101,17 @@ def test_an_or_over_both_tables_stays_local_and_splits(
     star: tuple[Session, duckdb.DuckDBPyConnection],
 ) -> None:
     assert "ss_qty = 3" in split_local_sql(star, ACROSS)
+
+
+def test_a_repeated_group_key_of_a_server_join_is_one_key(
+    star: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    # GROUP BY a, a over a grouped server join sent a twice, and the client's split of
+    # the joined rows made columns of twice the rows: ArrowInvalid, and a fallback
+    sql = (
+        "SELECT p_channel_email, p_channel_email, count(*) FROM store_sales, promotion "
+        "WHERE ss_promo_sk = p_promo_sk GROUP BY p_channel_email, p_channel_email ORDER BY 1"
+    )
+    split_local_sql(star, sql)
+    plan = star[0].run(sql).plan
+    assert plan is not None and any(s.joined and s.joined.groups for s in plan.scans)

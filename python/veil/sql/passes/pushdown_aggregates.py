@@ -106,7 +106,8 @@ def _aggregation(
             ref = resolved.get(id(key)) if isinstance(key, exp.Column) else None
             if ref is None or scan.table.find(ref.column, DET) is None:
                 return None
-            keys.append(ref.column)
+            if ref.column not in keys:  # GROUP BY a, a: one key (a second fetched a twice)
+                keys.append(ref.column)
     aggregates = [a for a in select.find_all(exp.AggFunc)]
     if not aggregates:
         return None

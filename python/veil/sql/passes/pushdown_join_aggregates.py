@@ -34,7 +34,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from veil.design.model import DET, OPE
+from veil.design.model import DET, OPE, Encryption
 from veil.sql.conjuncts import (
     block_conjuncts,
     drop_conjuncts,
@@ -107,14 +107,15 @@ def _join_group(
         return None
     aliases = {id(s): joined_alias(i) for i, s in enumerate(members)}
     by_alias = {s.alias: s for s in members}
-    keys = []
+    keys: list[tuple[Scan, str, Encryption]] = []
     for key in group.expressions if group is not None else []:
         ref = state.resolved.get(id(key)) if isinstance(key, exp.Column) else None
         scan = by_alias.get(ref.alias) if ref is not None else None
         enc = scan.table.find(ref.column, DET) if scan is not None and ref is not None else None
         if scan is None or enc is None or ref is None:
             return None
-        keys.append((scan, ref.column, enc))
+        if not any(k[0] is scan and k[1] == ref.column for k in keys):  # GROUP BY a, a
+            keys.append((scan, ref.column, enc))
     # its own: a pushed MIN/MAX subquery in WHERE has one too, and leaves with WHERE
     aggregates = [a for a in select.find_all(exp.AggFunc) if a.find_ancestor(exp.Select) is select]
     if not aggregates:
