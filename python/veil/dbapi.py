@@ -69,6 +69,7 @@ def connect(
     external_access: bool = False,
     autocommit: bool = True,
     audit: bool = False,
+    memory_limit: str | None = None,
 ) -> Connection:
     """Open the Veil client directory ``client_dir`` and its server.
 
@@ -81,14 +82,22 @@ def connect(
     (``audit.jsonl``, read with ``veil audit``; ``veil.audit``), under this
     process's user name: its shape without values, the tables and columns it
     decrypted, its rows, outcome and duration.
+
+    ``memory_limit`` (``4GB``, ``25%``): what the client's local DuckDB may use to
+    finish queries, by default ``VEIL_MEMORY_LIMIT`` or half the machine's memory;
+    past it DuckDB spills to disk, and what cannot spill raises ``OutOfMemoryError``
+    (docs/sql.md, "The client's memory").
     """
     if not audit:
-        connection = Connection(Session(client_dir, external_access=external_access))
+        session = Session(client_dir, external_access=external_access, memory_limit=memory_limit)
+        connection = Connection(session)
     else:
         from veil.audit.log import AuditLog
         from veil.audit.observe import ObservedSession, Observer
 
-        session = ObservedSession(client_dir, external_access=external_access)
+        session = ObservedSession(
+            client_dir, external_access=external_access, memory_limit=memory_limit
+        )
         log = AuditLog(session.client.path)
         connection = Connection(session, Observer([log], "duckdb"), log)
     connection.autocommit = autocommit

@@ -78,3 +78,13 @@ def test_sessions_of_a_process_share_one_engine(
         small.local.execute("DROP VIEW mine")
         small.local.execute("DROP TABLE engine_probe")
         other.close()
+
+
+def test_the_dbapi_takes_a_limit(veil_env: dict[str, object]) -> None:
+    import veil
+
+    connection = veil.connect(str(veil_env["client"]), memory_limit="48MiB")
+    try:
+        assert _limit(connection.session) == "48.0 MiB"
+    finally:
+        connection.close()
