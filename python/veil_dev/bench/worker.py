@@ -84,7 +84,21 @@ class VeilWorker:
         self._process.start()
         child.close()
         self._conn = parent
+        self._ready(parent)
         return parent
+
+    def _ready(self, conn: Connection) -> None:
+        """Wait for the child's session (and calibration) outside any query's deadline:
+        calibrating over a slow link takes longer than a query may."""
+        while not conn.poll(POLL_SECONDS):
+            if not self._process.is_alive():
+                code = self._process.exitcode
+                self._kill()
+                raise RuntimeError(f"the client process died at start (exit {code})")
+        kind, value = conn.recv()
+        if kind != "ready":
+            self._kill()
+            raise RuntimeError(value)
 
     def run(self, sql: str) -> VeilRun:
         """One run of ``sql``; QueryTimeout, MemoryCapExceeded or RuntimeError when it fails."""
@@ -113,6 +127,9 @@ class VeilWorker:
                 self._kill()
                 raise QueryTimeout(f"over {self.timeout:g} s (killed)")
         kind, value = conn.recv()
+        if kind == "ok" and value.peak_bytes > self.memory_cap:  # between two looks
+            self._kill()
+            raise MemoryCapExceeded(f"client peaked over {self.memory_cap / 2**30:g} GiB")
         if kind == "ok":
             return value
         if kind == "timeout":
@@ -144,9 +161,14 @@ def _serve(
     from veil.cost.calibration import calibration_of
     from veil.session.session import Session
 
-    session = Session(client_dir, memory_limit=f"{local_limit}B")
-    if calibrate:  # once per client directory: a restarted child finds it saved
-        calibration_of(session)
+    try:
+        session = Session(client_dir, memory_limit=f"{local_limit}B")
+        if calibrate:  # once per client directory: a restarted child finds it saved
+            calibration_of(session)
+    except Exception as exc:
+        conn.send(("error", f"the session could not start: {type(exc).__name__}: {exc}"[:300]))
+        return
+    conn.send(("ready", None))
     try:
         while (sql := conn.recv()) is not None:
             conn.send(_one_run(session, sql, timeout))
