@@ -10,8 +10,13 @@ Each column gets, within its policy (``veil.design.policy``):
   a join between two columns re-keys one onto the other on the server
   (``veil.session.onions``), and they stay joinable (one join class) for good;
 - an order onion for numbers and dates: OPE, wrapped in RND the same way;
-- a search onion for text: SWP words, which reveal nothing until a query
-  sends a word's token;
+- a search onion for free text: SWP words, which reveal nothing until a
+  query sends a word's token. Not for a text column of a short fixed
+  vocabulary (flags, modes, codes: ``vocabulary``): SEARCH only ever
+  pre-filters a LIKE the client checks again (``veil.sql.prefilter_like``),
+  and over a handful of values it would keep a large share of the rows while
+  its words were the largest layer stored (TPC-H's four such lineitem columns:
+  65 of 592 MB at SF 0.1); such a LIKE runs on the client instead;
 - an additive onion for exact numbers: ASHE words (``AsheSums``), which
   the server sums blind.
 
@@ -22,6 +27,8 @@ columns are joinable on the server until a join asks for it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from veil.design.domains import column_domain, signed_bits
 from veil.design.model import (
@@ -43,6 +50,20 @@ from veil.sql.workload import WorkloadNeeds
 
 WRAPPED = {"onion": True, "outer": RND}
 
+# A text column is a vocabulary when its distinct values are at most the square
+# root of its rows, in a table of at least this many rows (a small table's SWP
+# words cost little, and its few values say nothing about the column).
+VOCABULARY_MIN_ROWS = 10_000
+
+
+def vocabulary(distinct: int, rows: int) -> bool:
+    """Does a text column of ``rows`` rows and ``distinct`` values hold a short fixed vocabulary?
+
+    TPC-H SF 0.1: l_shipmode (7 of 600,000), o_orderpriority (5 of 150,000) and
+    c_mktsegment are; every comment, name, address and phone column is not.
+    """
+    return rows >= VOCABULARY_MIN_ROWS and distinct * distinct <= rows
+
 
 def onion_design(
     schema: dict[str, list[Column]],
@@ -51,15 +72,22 @@ def onion_design(
     policy: Policy | None = None,
     *,
     sums: bool = True,
+    vocabularies: Collection[tuple[str, str]] = (),
 ) -> PhysicalDesign:
-    """Onions for every column of ``schema``, within ``policy`` (default: OPE allowed)."""
+    """Onions for every column of ``schema``, within ``policy`` (default: OPE allowed).
+
+    ``vocabularies``: the ``(table, column)`` text columns the data shows to be
+    short fixed vocabularies (``vocabulary``), stored without a search onion.
+    """
     policy = policy or Policy()
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
     for table, columns in schema.items():
         load = opaque_name("k")  # per load: a reload's columns share no key with the old ones
         encryptions: list[Encryption] = []
         for column in columns:
-            encryptions += _onions(table, column, policy.layer(table, column.name), schemes, load)
+            searchable = (table, column.name) not in vocabularies
+            highest = policy.layer(table, column.name)
+            encryptions += _onions(table, column, highest, schemes, load, searchable=searchable)
         summed = WorkloadNeeds(sums={(table, c.name) for c in columns if _additive(c)})
         design.tables[table] = TableDesign(
             name=table,
@@ -75,7 +103,13 @@ def onion_design(
 
 
 def _onions(
-    table: str, column: Column, highest: str, schemes: frozenset[str], load: str
+    table: str,
+    column: Column,
+    highest: str,
+    schemes: frozenset[str],
+    load: str,
+    *,
+    searchable: bool = True,
 ) -> list[Encryption]:
     kind = SqlType(column.type).kind
     chosen: list[Encryption] = []
@@ -100,7 +134,7 @@ def _onions(
         domain = column_domain(column)
         assert domain is not None
         add(OPE, f"ope:{where}", bits=signed_bits(*domain), **layers)
-    if kind == STRING_KIND and SEARCH in schemes:
+    if kind == STRING_KIND and SEARCH in schemes and searchable:
         add(SEARCH, f"search:{where}", onion=True)
     return chosen
 

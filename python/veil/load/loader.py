@@ -47,8 +47,8 @@ from veil.design.model import (
 from veil.design.policy import Policy, check_policy_columns
 from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
-from veil.designer.onions import onion_design
-from veil.encoding import BOOL_KIND, SqlType, encode, encode_scalar, no_values
+from veil.designer.onions import onion_design, vocabulary
+from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, encode, encode_scalar, no_values
 from veil.load import ashe_widths, clusters, narrow_det, plain_size
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
@@ -192,8 +192,9 @@ def _designed_and_loaded(
         )
     else:
         fresh = onion_design(
-            schema, available_schemes(), master.fingerprint(), policy, sums=sums == "ashe"
-        )
+            schema, available_schemes(), master.fingerprint(), policy, sums=sums == "ashe",
+            vocabularies=_vocabularies(con, tables, schema),
+        )  # fmt: skip
     backend = connect(server_url)
     try:
         return load_into(con, tables, fresh, client, master, backend, say)
@@ -510,6 +511,25 @@ def _data_profile(
         sums if summed else None,
         {id(e): (low, high) for e, (low, high, _) in zip(keys, ranges, strict=True)},
     )
+
+
+def _vocabularies(
+    con: duckdb.DuckDBPyConnection, tables: list[SourceTable], schema: dict[str, list[Column]]
+) -> set[tuple[str, str]]:
+    """The text columns holding a short fixed vocabulary (``veil.designer.onions.vocabulary``),
+    one scan of each table with text columns."""
+    found: set[tuple[str, str]] = set()
+    for table in tables:
+        texts = [c.name for c in schema[table.name] if SqlType(c.type).kind == STRING_KIND]
+        if not texts:
+            continue
+        counts = "".join(f', approx_count_distinct("{c}")' for c in texts)
+        sql = f"SELECT count(*){counts} FROM {table.relation_sql}"
+        rows, *distinct = con.execute(sql).fetchall()[0]
+        found |= {
+            (table.name, c) for c, d in zip(texts, distinct, strict=True) if vocabulary(d, rows)
+        }
+    return found
 
 
 def _distinct_counts(
