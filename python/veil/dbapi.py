@@ -360,8 +360,9 @@ def _declared(
     session: Session, sql: str, params: Sequence[Any] | None, table: pa.Table
 ) -> list[str | None]:
     """Each result column's DuckDB type where Arrow shows strings (UUID and JSON leave
-    DuckDB as text), from the plaintext catalogue; None where Arrow's type tells."""
-    textual = [_holds_text(f.type) for f in table.schema]
+    DuckDB as text) or DECIMAL(38, 0) (a HUGEINT leaves it so), from the plaintext
+    catalogue; None where Arrow's type tells."""
+    textual = [_holds_text(f.type) or _holds_whole_decimal(f.type) for f in table.schema]
     if not any(textual):
         return [None] * table.num_columns
     try:
@@ -371,6 +372,13 @@ def _declared(
     if len(rows) != table.num_columns:
         return [None] * table.num_columns
     return [str(r[1]).upper() if t else None for r, t in zip(rows, textual, strict=True)]
+
+
+def _holds_whole_decimal(kind: pa.DataType) -> bool:
+    """DECIMAL(38, 0), as Arrow holds a HUGEINT too (a SUM of integers: DuckDB gives ints)."""
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        kind = kind.value_type
+    return kind == pa.decimal128(38, 0)
 
 
 def _holds_text(kind: pa.DataType) -> bool:
@@ -400,6 +408,8 @@ def _converter(kind: pa.DataType, declared: str | None, tz: dt.tzinfo) -> Any:
         inner = inner.value_type
     if isinstance(inner, pa.JsonType) or base == "JSON":
         return lambda v: json.loads(v) if isinstance(v, str) else v
+    if base == "HUGEINT" and pa.types.is_decimal(inner):  # an integer SUM: an int, as DuckDB's
+        return int
     if isinstance(inner, pa.UuidType) or base == "UUID":
         return lambda v: uuid.UUID(v) if isinstance(v, str) else v
     if pa.types.is_timestamp(inner) and inner.tz is not None:
