@@ -170,6 +170,9 @@ class Backend(Protocol):
     # as a subplan per row where the planner cannot hash it (PostgreSQL: TPC-H Q16 took
     # 1.8 times as long with its NOT IN on the server)
     hashes_not_in: bool
+    # Whether a subquery may refer to a scope more than one level out (DuckDB,
+    # PostgreSQL); Spark's analyser resolves outer references one level out only
+    correlates_deeply: bool
     # Whether ``update_rows`` changes rows where they are (DuckDB, PostgreSQL): a table
     # keeps its size, row order and indexes. Spark's Parquet tables change only by new
     # versions, so Veil rewrites a row there as a delete and an append.

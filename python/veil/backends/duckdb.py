@@ -79,6 +79,7 @@ class DuckDBBackend(StagedBackend):
     skips_row_blocks = True  # row groups of 122,880 rows, each with min/max per column
     savepoints = False  # DuckDB has no SAVEPOINT
     hashes_not_in = True
+    correlates_deeply = True
     rewrites_by_copy = False  # an UPDATE without indexes over its columns is as fast
 
     def __init__(self, url: str) -> None:

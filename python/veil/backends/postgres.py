@@ -91,6 +91,7 @@ class PostgresBackend(StagedBackend):
     skips_row_blocks = False  # heap pages carry no min/max (no BRIN indexes here)
     load_in_one_transaction = True
     hashes_not_in = False
+    correlates_deeply = True
     rewrites_by_copy = True
 
     def __init__(self, url: str) -> None:

@@ -57,6 +57,7 @@ class SparkBackend:
     skips_row_blocks = True  # Parquet row groups, each with min/max per column
     # a table changes only by writing a new version, so a peel copies the table anyway
     hashes_not_in = True
+    correlates_deeply = False  # UNRESOLVED_COLUMN for a reference two subqueries out
     rewrites_by_copy = True
     updates_in_place = False  # a table changes only by a new version of its files
 

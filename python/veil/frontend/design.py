@@ -325,6 +325,9 @@ class DesignContext:
     def hashes_not_in(self) -> bool:
         return self.session.hashes_not_in()
 
+    def correlates_deeply(self) -> bool:
+        return self.session.correlates_deeply()
+
     def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
         return self.session.wrapping_sum(value)
 

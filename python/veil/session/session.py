@@ -652,6 +652,9 @@ class Session:
     def hashes_not_in(self) -> bool:
         return self.backend.hashes_not_in
 
+    def correlates_deeply(self) -> bool:
+        return self.backend.correlates_deeply
+
     def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
         return self.backend.wrapping_sum(value)  # type: ignore[arg-type]
 

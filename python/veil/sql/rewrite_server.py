@@ -42,6 +42,10 @@ class ServerContext(Protocol):
         """Whether the server runs ``NOT IN (subquery)`` as a hash anti-join."""
         ...
 
+    def correlates_deeply(self) -> bool:
+        """Whether the server resolves a reference more than one subquery out."""
+        ...
+
     def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
         """The constant's ciphertext under ``enc``, or None if it cannot be exact."""
         ...

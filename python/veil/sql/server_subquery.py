@@ -89,6 +89,8 @@ class _Translation:
     scopes: list[Scope] = field(default_factory=list)
     outer_scans: dict[int, Scan] = field(default_factory=dict)
     outer_uses: int = 0  # references to the outer scope's columns
+    depth: int = 0  # subquery blocks open around the conjunct being rewritten
+    depths: dict[ScanKey, int] = field(default_factory=dict)  # each alias's block depth
 
 
 def pushed_subquery(
@@ -232,6 +234,7 @@ def _block(
             return None  # a CTE or derived table: the client runs it
         name = f"s{next(work.numbers)}"
         work.aliases[(id(scope), alias)] = name
+        work.depths[(id(scope), alias)] = work.depth + 1
         tables.append(exp.alias_(exp.to_table(scan.table.server_name), name, table=True))
     work.scopes.append(scope)
     outputs = projection(scope)
@@ -241,11 +244,15 @@ def _block(
     for table in tables[1:]:
         server = server.join(table)
     exact = _exact_predicates(state, scope)
-    for conjunct in block_conjuncts(select):
-        condition = _condition(work, conjunct, exact)
-        if condition is None:
-            return None
-        server = server.where(condition, copy=False)
+    work.depth += 1
+    try:
+        for conjunct in block_conjuncts(select):
+            condition = _condition(work, conjunct, exact)
+            if condition is None:
+                return None
+            server = server.where(condition, copy=False)
+    finally:
+        work.depth -= 1
     return server
 
 
@@ -333,6 +340,10 @@ def _column(
     scan = work.state.scans.get(key)
     enc = scan.table.find(ref.column, scheme) if scan is not None else None
     if scan is None or enc is None:
+        return None
+    # a reference more than one block out, which Spark cannot resolve
+    out = work.depth - work.depths.get(key, 0)
+    if out > 1 and not work.state.ctx.correlates_deeply():
         return None
     work.schemes.add(scheme)
     if key in work.aliases:
