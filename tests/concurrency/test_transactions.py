@@ -200,7 +200,7 @@ def test_wire_transactions(served_bank: str, bank: Path) -> None:
         assert con.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
         with pytest.raises(psycopg.Error) as aborted:
             con.execute("SELECT 1 FROM acc")
-        assert failed.value.sqlstate == "42000" and aborted.value.sqlstate == "25P02"
+        assert failed.value.sqlstate == "42703" and aborted.value.sqlstate == "25P02"
         con.rollback()
         con.execute("CREATE TABLE t3 (a INTEGER)")  # DDL commits the transaction, runs alone
         con.execute("INSERT INTO t3 VALUES (3)")

@@ -333,6 +333,8 @@ class Session:
         # kept only if it ran as planned (a fallback may have been transient) and
         # means the same next time (now(), random(): planned every run)
         if result.plan is planned.plan and is_repeatable(tree):
+            # under the design it was planned on: a peel while planning moved the version
+            key = self._plan_key(sql, params)
             self._keep(key, CachedPlan(result.table.column_names, planned.plan, tree))
         return result
 
@@ -582,8 +584,8 @@ class Session:
             if not isinstance(tree, exp.Query) or reads_only_catalog(tree):
                 return self._run(sql, params)
             planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
-            if is_repeatable(tree):
-                self._keep(key, planned)
+            if is_repeatable(tree):  # under the design it was planned on (after its peels)
+                self._keep(self._plan_key(sql, params), planned)
         stats, stamp = FetchStats(), self._design_stamp
         try:
             registered = self._fetch_scans(planned.plan, stats)
