@@ -204,12 +204,7 @@ def _copy_server(url: str, design: PhysicalDesign, dest: Path) -> str:
 
 def _server_tables(url: str, design: PhysicalDesign) -> tuple[str, list[str]]:
     """The server's current schema and every server table of the design."""
-    server = connect_existing(url)
-    try:
-        schema = str(server.execute("SELECT current_schema()").column(0)[0].as_py())
-        present = set(server.table_names())
-    finally:
-        server.close()
+    schema, present = _schema_and_tables(url)
     tables = []
     for table in design.tables.values():
         counters = [c.sequence for c in table.columns if c.sequence]
@@ -221,6 +216,16 @@ def _server_tables(url: str, design: PhysicalDesign) -> tuple[str, list[str]]:
             "client directory's server.json right (`veil config`)?"
         )
     return schema, tables
+
+
+def _schema_and_tables(url: str) -> tuple[str, set[str]]:
+    """A PostgreSQL server's current schema and the tables in it."""
+    server = connect_existing(url)
+    try:
+        schema = str(server.execute("SELECT current_schema()").column(0)[0].as_py())
+        return schema, set(server.table_names())
+    finally:
+        server.close()
 
 
 def _restore_server(file: Path, kind: str, url: str, manifest: dict[str, object]) -> None:
@@ -235,12 +240,7 @@ def _restore_server(file: Path, kind: str, url: str, manifest: dict[str, object]
         shutil.copyfile(file, partial)
         partial.rename(path)
         return
-    server = connect_existing(url)
-    try:
-        schema = str(server.execute("SELECT current_schema()").column(0)[0].as_py())
-        present = set(server.table_names())
-    finally:
-        server.close()
+    schema, present = _schema_and_tables(url)
     dumped = _dumped_tables(_pg_tool(["pg_restore", "--list", str(file)]))
     dumped_schema = dumped[0][0] if dumped else schema
     if dumped_schema != schema:
