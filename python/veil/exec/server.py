@@ -34,6 +34,12 @@ class FetchStats:
     server_seconds: float = 0.0
     decrypt_seconds: float = 0.0
     local_seconds: float = 0.0
+    # the client's work before the server's (``veil bench point``, issue 41): parsing and
+    # binding the statement, planning it (or finding its plan), encrypting its values
+    parse_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    plan_hit: bool | None = None  # None: no plan (DDL, catalog reads)
+    encrypt_seconds: float = 0.0
     remote_sql: list[str] = field(default_factory=list)
     steps: dict[int, StepRun] = field(default_factory=dict)  # by id of the scan / server join
     step: int | None = None  # the step whose statements run now

@@ -311,16 +311,18 @@ class Session:
         self.follow_design()
         if restart_statement(self, sql):  # ALTER ... RESTART: a statement sqlglot cannot read
             return Result(pa.table({}), -1)
+        started = time.perf_counter()
         key = self._plan_key(sql, params)
         cached = self._cached(key)
         if cached is not None:
-            return self._answer(cached)
+            return _timed(self._answer(cached), plan=time.perf_counter() - started, hit=True)
         tree = self.admitted(sql, params)
+        parsed = time.perf_counter()
         if reads_only_catalog(tree):
             table = self.catalog.sql(tree.sql(dialect="duckdb")).to_arrow_table()
             return Result(table, len(table))
         if isinstance(tree, exp.Insert | exp.Update | exp.Delete):
-            return self.write(tree)
+            return _timed(self.write(tree), parse=parsed - started)
         if not isinstance(tree, exp.Query | exp.Pivot):
             raise UnsupportedStatementError(
                 f"Veil runs queries (SELECT, WITH, set operations, PIVOT) and INSERT/UPDATE/DELETE; "
@@ -329,7 +331,8 @@ class Session:
         if isinstance(tree, exp.Select) and tree.args.get("locks"):
             return self.query(lock_selected(self, tree))  # never cached: it locks each time
         planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
-        result = self._answer(planned)
+        plan_seconds = time.perf_counter() - parsed
+        result = _timed(self._answer(planned), parse=parsed - started, plan=plan_seconds, hit=False)
         # kept only if it ran as planned (a fallback may have been transient) and
         # means the same next time (now(), random(): planned every run)
         if result.plan is planned.plan and is_repeatable(tree):
@@ -682,6 +685,17 @@ class Session:
         if not any(f in str(row[2]) for f in CONSTANT_FAMILIES[sql_type.kind]):
             return None
         return row[0]
+
+
+def _timed(
+    result: Result, *, parse: float = 0.0, plan: float = 0.0, hit: bool | None = None
+) -> Result:
+    """``result`` with the client's time before the server's (its parse, its plan) recorded."""
+    result.stats.parse_seconds += parse
+    result.stats.plan_seconds += plan
+    if hit is not None:
+        result.stats.plan_hit = hit
+    return result
 
 
 def _count_fallback(plan: SplitPlan) -> None:

@@ -18,6 +18,7 @@ BENCH_MODULES = (
     "veil_dev.bench.join_sums",
     "veil_dev.bench.oltp",
     "veil_dev.bench.updates",
+    "veil_dev.bench.point",
 )
 
 
