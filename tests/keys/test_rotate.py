@@ -114,8 +114,14 @@ def test_commands(
     assert main(["rotate", str(cdir), "--rewrap"]) == 0
     out = capsys.readouterr().out
     assert "now: kmip:" in out and "version 2" in out and "no data was touched" in out
-    assert main(["rotate", str(cdir), "--rekey"]) == 2
-    assert "not built yet" in capsys.readouterr().err
+    # a re-key of a KMIP-kept key: the new key sealed under the same KEK
+    assert main(["rotate", str(cdir), "--rekey"]) == 0
+    assert "every table is under generation 2" in capsys.readouterr().out
+    after = key_status(cdir / "key.json")
+    assert (after.provider, after.kek_version, after.generation) == ("kmip", 2, 2)
+    assert query(cdir) == EXPECTED
+    assert main(["rotate", str(cdir), "--rekey", "--provider", kmip_server.uri()]) == 2
+    assert "--rekey keeps the key where it is" in capsys.readouterr().err
     assert main(["load", "--source", str(tmp_path / "payments.parquet"), "--server",
                  f"duckdb:///{tmp_path / 'other.duckdb'}", "--client-dir", str(tmp_path / "c2"),
                  "--key", str(key_file), "--key-provider", kmip_server.uri()]) == 2  # fmt: skip

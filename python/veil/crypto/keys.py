@@ -153,6 +153,14 @@ def load_key_file(path: str | os.PathLike[str], passphrase: str | None = None) -
             f"{target} holds a key wrapped by a key provider; open it with "
             "veil.keys.load_key (docs/keys.md)"
         )
+    return key_from_document(document, target, passphrase)
+
+
+def key_from_document(
+    document: dict[str, object], target: Path, passphrase: str | None = None
+) -> MasterKey:
+    """The key of a version-1 key document (a key file's, or the next key of a re-key
+    that a key file holds beside it: ``veil.keys``)."""
     key_b64 = document.get("key")
     if not isinstance(key_b64, str):
         raise KeyFileError(f"{target} has no key; it is not a Veil key file")

@@ -11,9 +11,13 @@ import getpass
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from veil.crypto.keys import PASSPHRASE_ENV
 from veil.errors import KeyFileError
+
+if TYPE_CHECKING:
+    from veil.keys import KeyStatus
 
 NEW_PASSPHRASE_ENV = "VEIL_NEW_PASSPHRASE"
 PROVIDER_HELP = (
@@ -44,16 +48,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     rotate = subparsers.add_parser(
         "rotate",
-        help="rotate a client directory's key: --rewrap puts it under a new key-encryption key",
+        help="rotate a client directory's key: --rewrap (new key-encryption key) or "
+        "--rekey (new master key, every table re-encrypted online)",
         description="--rewrap: wrap the same master key under a new key-encryption key of "
         "its provider, or of another with --provider (for a file key: under a new "
         "passphrase). Instant: no data is touched. The new key file replaces the old "
-        "atomically. --rekey (a new master key, every table re-encrypted) is not built yet.",
+        "atomically. --rekey: a new master key (the next generation, kept as the current "
+        "one is), every table re-encrypted under it one at a time while queries and writes "
+        "go on, then the old key destroyed. A re-key cut short continues when run again. "
+        "KV packs and documents stores are not re-keyed (docs/keys.md#re-key).",
     )
-    rotate.add_argument("client_dir", help="the client directory (or a key file)")
+    rotate.add_argument("client_dir", help="the client directory (or, for --rewrap, a key file)")
     kind = rotate.add_mutually_exclusive_group(required=True)
     kind.add_argument("--rewrap", action="store_true", help="new key-encryption key, same key")
-    kind.add_argument("--rekey", action="store_true", help="new master key (not yet)")
+    kind.add_argument(
+        "--rekey", action="store_true", help="new master key, every table re-encrypted"
+    )
     rotate.add_argument("--provider", metavar="URI", help=PROVIDER_HELP)
     rotate.add_argument(
         "--passphrase",
@@ -89,17 +99,10 @@ def run_rotate(args: argparse.Namespace) -> int:
     from veil.keys import key_status, rewrap_key
 
     if args.rekey:
-        print(
-            "veil: error: --rekey (a new master key, every table re-encrypted online) is not "
-            "built yet; --rewrap puts the same master key under a new key-encryption key",
-            file=sys.stderr,
-        )
-        return 2
+        return _run_rekey(args)
     path = _key_path(args.client_dir)
     before = key_status(path)
-    current = None
-    if before.wrapped_by.startswith("passphrase") and not os.environ.get(PASSPHRASE_ENV):
-        current = getpass.getpass("current passphrase: ")
+    current = _current_passphrase(before.wrapped_by)
     new = _ask_new_passphrase(NEW_PASSPHRASE_ENV) if args.passphrase else None
     after = rewrap_key(path, args.provider, passphrase=current, new_passphrase=new)
     print(f"re-wrapped the master key of {args.client_dir} (fingerprint {after.fingerprint})")
@@ -112,6 +115,52 @@ def run_rotate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_rekey(args: argparse.Namespace) -> int:
+    from veil.keys import key_status
+    from veil.load.progress import to_stderr
+    from veil.load.rekey import rekey
+    from veil.session.clientdir import open_client_dir
+
+    if args.provider or args.passphrase:
+        print(
+            "veil: error: --rekey keeps the key where it is (the same provider's KEK, or the "
+            "same passphrase, wraps the new key); change that with --rewrap, before or after",
+            file=sys.stderr,
+        )
+        return 2
+    path = open_client_dir(args.client_dir).key_path
+    before = key_status(path)
+    print(
+        f"re-keying {args.client_dir}: a new master key, every table re-encrypted under it "
+        "(queries and writes go on; a table's writes wait while it is copied). "
+        "KV packs and documents stores opened with this key file are not re-keyed: "
+        "docs/keys.md#re-key",
+        file=sys.stderr,
+    )
+    report = rekey(
+        args.client_dir,
+        to_stderr,
+        passphrase=_current_passphrase(before.wrapped_by),
+        bars=True,
+    )
+    print(
+        f"re-keyed {args.client_dir}: {len(report.tables)} table(s) re-encrypted in "
+        f"{report.seconds:.1f} s; every table is under generation {report.generation} "
+        f"(fingerprint {report.new})"
+    )
+    print(
+        f"the old key (fingerprint {report.old}) is gone from the key file; copies of the "
+        "old key file (backups) still open the old data's copies: destroy them too"
+    )
+    return 0
+
+
+def _current_passphrase(wrapped_by: str) -> str | None:
+    if wrapped_by.startswith("passphrase") and not os.environ.get(PASSPHRASE_ENV):
+        return getpass.getpass("current passphrase: ")
+    return None
+
+
 def run_status(args: argparse.Namespace) -> int:
     from veil.keys import key_status
     from veil.session.clientdir import open_client_dir
@@ -120,22 +169,48 @@ def run_status(args: argparse.Namespace) -> int:
     status = key_status(client.key_path)
     print(f"client directory  {client.path}")
     print(f"server            {client.server_url()}")
-    print(f"master key        fingerprint {status.fingerprint}")
+    print(f"master key        fingerprint {status.fingerprint} (generation {status.generation})")
     print(f"wrapped by        {status.describe()}")
-    print(f"tables            {_tables_on_key(client.design_path, status.fingerprint)}")
+    if status.next_fingerprint:
+        print(
+            f"re-key            under way to generation {status.generation + 1} (fingerprint "
+            f"{status.next_fingerprint}); `veil rotate {args.client_dir} --rekey` finishes it"
+        )
+    for number, line in enumerate(_tables_by_key(client.design_path, status)):
+        print(f"{'tables' if number == 0 else '':<18}{line}")
     return 0
 
 
-def _tables_on_key(design_path: Path, fingerprint: str) -> str:
+def _tables_by_key(design_path: Path, status: KeyStatus) -> list[str]:
+    """One line per key generation: the tables under it."""
     if not design_path.exists():
-        return "none loaded"
+        return ["none loaded"]
     from veil.design.model import PhysicalDesign
+    from veil.keys.generations import table_keys
 
     design = PhysicalDesign.load(design_path)
-    names = ", ".join(sorted(design.tables)) or "none"
-    if design.key_fingerprint != fingerprint:
-        return f"{names}: under another key (fingerprint {design.key_fingerprint})!"
-    return f"{names}: all under this master key"
+    if not design.tables:
+        return ["none"]
+    generations = {status.fingerprint: status.generation}
+    if status.next_fingerprint:
+        generations[status.next_fingerprint] = status.generation + 1
+    under: dict[str, list[str]] = {}
+    for name, table in sorted(design.tables.items()):
+        for fingerprint in table_keys(table, design.key_fingerprint):
+            under.setdefault(fingerprint, []).append(name)
+    if list(under) == [status.fingerprint] and not status.next_fingerprint:
+        listed = ", ".join(under[status.fingerprint])
+        return [f"{listed}: all under this master key (generation {status.generation})"]
+    lines = []
+    for fingerprint, names in sorted(under.items(), key=lambda i: generations.get(i[0], 0)):
+        generation = generations.get(fingerprint)
+        where = (
+            f"generation {generation}"
+            if generation is not None
+            else f"another key (fingerprint {fingerprint}), not in the key file!"
+        )
+        lines.append(f"{where}: {', '.join(names)}")
+    return lines
 
 
 def _key_path(client_dir: str) -> Path:

@@ -346,6 +346,17 @@ def _sums(session: Session) -> str:
 
 
 def _drop_tables(session: Session, tree: exp.Drop) -> Result:
+    with session.client.design_lock():  # others' changes meanwhile are kept
+        doomed = _dropped(session, tree)
+    for table in doomed:
+        counters = [c.sequence for c in table.columns if c.sequence]
+        for server_table in [table.server_name, *table.side_tables(), *counters]:
+            session.backend.drop_table(server_table)
+    return _done(session)
+
+
+def _dropped(session: Session, tree: exp.Drop) -> list[TableDesign]:
+    """Take the tables ``tree`` drops off the design, and save it."""
     design: PhysicalDesign = session.client.design(session.master)
     doomed = []
     for table in tree.args.get("tables") or []:
@@ -363,11 +374,7 @@ def _drop_tables(session: Session, tree: exp.Drop) -> Result:
             f"table {child.name} references it; drop {child.name} (or its key) first"
         )
     design.save(session.client.design_path)  # first: a crash then leaves only garbage
-    for table in doomed:
-        counters = [c.sequence for c in table.columns if c.sequence]
-        for server_table in [table.server_name, *table.side_tables(), *counters]:
-            session.backend.drop_table(server_table)
-    return _done(session)
+    return doomed
 
 
 def _alter(session: Session, tree: exp.Alter) -> Result:

@@ -299,16 +299,25 @@ def _load_table(
     if table.hom is not None:
         _load_hom_group(source, con, table, master, backend, say)
     # The new tables have fresh random names: until the design names them,
-    # the old design (and its tables) stay valid, so the swap is atomic.
-    previous = design.tables.get(table.name)
-    design.tables[table.name] = table
-    design.save(client.design_path)
+    # the old design (and its tables) stay valid, so the swap is atomic. The
+    # design is read again under its lock, so that what other sessions changed
+    # meanwhile (peels, DDL, a re-key's other tables) is kept.
+    with client.design_lock():
+        design = _current(client, master, design)
+        previous = design.tables.get(table.name)
+        design.tables[table.name] = table
+        design.save(client.design_path)
     if previous is not None and previous.server_name != table.server_name:
         for name in [previous.server_name, *previous.side_tables()]:
             backend.drop_table(name)
     seconds = time.perf_counter() - started
     say.say(f"{table.name}: {rows:,} rows loaded in {seconds:.1f} s")
     return LoadReport(table.name, rows, seconds)
+
+
+def _current(client: ClientDir, master: MasterKey, design: PhysicalDesign) -> PhysicalDesign:
+    """The design on disk now (``design`` for a first load, which has none yet)."""
+    return client.design(master) if client.has_design() else design
 
 
 def _encrypted_batches(

@@ -31,8 +31,10 @@ from veil.crypto.keys import MasterKey
 from veil.design.model import PhysicalDesign
 from veil.design.policy import Policy
 from veil.errors import WrongKeyError
-from veil.keys import create_key, kept_by, load_key
+from veil.keys import create_key, kept_by, load_key, load_keys
+from veil.keys.generations import scope_keys
 from veil.keys.providers import FILE
+from veil.keys.ring import holds
 from veil.sql.errors import ClientDirectoryError
 
 KEY_FILE = "key.json"
@@ -41,6 +43,7 @@ SERVER_FILE = "server.json"
 POLICY_FILE = "policy.json"
 PEELS_FILE = "peels.jsonl"
 LOCK_FILE = "design.lock"
+_ATTEMPTS = 3
 
 
 @dataclass
@@ -107,8 +110,32 @@ class ClientDir:
             ) from None
 
     def master_key(self) -> MasterKey:
-        """The master key, unwrapped by its key provider if it has one (docs/keys.md)."""
-        return load_key(self.key_path)
+        """The master key, unwrapped by its key provider if it has one (docs/keys.md).
+
+        While a re-key runs it is a ring of the old key and the new
+        (``veil.keys.ring``), based on the key the design names.
+        """
+        base = PhysicalDesign.load(self.design_path).key_fingerprint if self.has_design() else None
+        return load_keys(self.key_path, base)
+
+    def following(self, master: MasterKey | None = None) -> tuple[MasterKey, PhysicalDesign]:
+        """The design now, and ``master`` or, if the design moved to keys it does not
+        hold (a re-key began or ended since it was opened), the key file's keys again."""
+        for _ in range(_ATTEMPTS):
+            design = PhysicalDesign.load(self.design_path)
+            needed = {design.key_fingerprint, *scope_keys(design)}
+            if (
+                master is None
+                or master.fingerprint() != design.key_fingerprint
+                or not all(holds(master, fingerprint) for fingerprint in needed)
+            ):
+                master = load_keys(self.key_path, design.key_fingerprint)
+            if master.fingerprint() == design.key_fingerprint:
+                return master, design
+            # a re-key ended between the two reads (design first, then the key file):
+            # read the design again
+        assert master is not None
+        return master, self.design(master)  # WrongKeyError: not the data's key
 
     def design(self, master: MasterKey) -> PhysicalDesign:
         """The design, after checking that ``master`` is the key it was made with."""

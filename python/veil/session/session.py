@@ -100,8 +100,10 @@ class Session:
         memory_limit: str | None = None,
     ):
         self.client: ClientDir = open_client_dir(client_dir)
-        self.master: MasterKey = self.client.master_key()
-        self.design: PhysicalDesign = self.client.design(self.master)
+        # the key (both keys while a re-key runs: ``veil.keys.ring``) and the design
+        self.master: MasterKey
+        self.design: PhysicalDesign
+        self.master, self.design = self.client.following()
         # a connection of its own (an embedded DuckDB file is opened once per
         # process and shared by its connections: ``veil.backends.duckdb``), so
         # sessions in several threads each run their own statements and transactions
@@ -133,7 +135,9 @@ class Session:
 
     def reload_design(self) -> None:
         """Read the design again (DDL here, or another session, changed it)."""
-        self.design = self.client.design(self.master)
+        master, self.design = self.client.following(self.master)
+        if master is not self.master:  # a re-key began or ended: its keys, and their ciphers
+            self.master, self.ciphers = master, CipherCache(master)
         self._design_stamp = _stamp(self.client.design_path)
         self.plans.clear()  # their key holds the version too: this only frees them
         self.refresh_catalog()
@@ -394,6 +398,12 @@ class Session:
         try:
             table = self.execute_plan(plan, stats)
         except Exception as exc:
+            if again and not self.in_transaction and self.design_file_stamp() != stamp:
+                # the design moved under the plan (a rebuild or re-key swapped a table in
+                # and dropped the server tables it read): plan and run again on the new one
+                self.follow_design()
+                replanned = CachedPlan(planned.names, self.plan(planned.tree), planned.tree)
+                return self._answer(replanned, again=False)
             if not plan.pushdown or isinstance(exc, _NO_FALLBACK):
                 raise  # nothing to fall back from, or no use falling back
             return self._fallback(planned, exc, stats)

@@ -1,0 +1,206 @@
+"""``veil rotate --rekey``: a new master key, every table re-encrypted under it, online.
+
+The steps, each of which a crash may cut and a second run finishes:
+
+1. ``veil.keys.begin_rekey`` adds the next generation's key to the key file,
+   beside the current one (kept as it is: same passphrase or KEK). From then
+   on every session opens both (``veil.keys.ring``).
+2. Table by table, as ``veil redesign`` rebuilds one: under the table's lock
+   held alone (writers wait: ``veil.session.table_locks``), the table is read
+   back through Veil, loaded under fresh server names with its scopes marked
+   for the new key (``veil.keys.generations``), and swapped in by the design
+   file, atomically; then the old server tables are dropped. Sessions follow
+   the design file; one whose query lost its tables to the swap plans it again
+   on the new design (``Session._answer``).
+3. Once no table is under the old key, the design's markers come off and the
+   new key becomes its base (one atomic design write, no data touched), and
+   ``veil.keys.finish_rekey`` rewrites the key file with the new key alone:
+   the old key is destroyed.
+
+Which tables are done is read from the design itself, so a second run
+simply continues; a table created meanwhile is re-keyed too. The server
+tables a killed run was writing (or had not yet dropped) are listed in
+``rekey.json`` in the client directory before they exist, and dropped by the
+next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from veil.design.fresh import fresh_design
+from veil.design.model import PhysicalDesign, TableDesign, write_private
+from veil.keys import begin_rekey, finish_rekey
+from veil.keys.generations import mark_table, table_keys, unmark_design
+from veil.load import keys as declared
+from veil.load.loader import load_into
+from veil.load.progress import Reporter
+from veil.load.sources import SourceTable
+from veil.session.clientdir import KEY_FILE, open_client_dir
+from veil.session.session import Session
+from veil.session.table_locks import exclusive
+from veil.sql.errors import ClientDirectoryError
+
+_SOURCE = "__veil_rekey_source"
+PENDING_FILE = "rekey.json"
+LOCK_FILE = "rekey.lock"
+
+
+@dataclass
+class RekeyReport:
+    old: str  # fingerprints
+    new: str
+    generation: int  # the new key's
+    tables: list[str]  # re-encrypted by this run
+    seconds: float
+
+
+def rekey(
+    client_dir: str | os.PathLike[str],
+    progress: Callable[[str], None] | None = None,
+    *,
+    passphrase: str | None = None,
+    bars: bool = False,
+) -> RekeyReport:
+    """Move every table of ``client_dir`` to a new master key, then destroy the old one.
+
+    Resumes a re-key a crash cut short. Sessions may query and write all along.
+    """
+    cdir = open_client_dir(client_dir).path
+    with _alone(cdir):
+        return _rekey(cdir, Reporter(progress or (lambda _: None), bars=bars), passphrase)
+
+
+def _rekey(cdir: Path, say: Reporter, passphrase: str | None) -> RekeyReport:
+    started = time.perf_counter()
+    keys = begin_rekey(cdir / KEY_FILE, passphrase)
+    new = keys.new.fingerprint()
+    done: list[str] = []
+    session = Session(cdir)
+    try:
+        _clear_leftovers(session)
+        while session.design.key_fingerprint != new:
+            base = session.design.key_fingerprint
+            todo = [n for n, t in sorted(session.design.tables.items()) if _on_old(t, base, new)]
+            if not todo and _finish_design(session, new):
+                break
+            for number, name in enumerate(todo, 1):
+                say.say(f"re-key: {name} ({number} of {len(todo)} under the old key)")
+                if _rekey_table(session, name, new, say):
+                    done.append(name)
+            session.follow_design()
+    finally:
+        session.close()
+    finish_rekey(cdir / KEY_FILE, passphrase)
+    (cdir / PENDING_FILE).unlink(missing_ok=True)
+    seconds = time.perf_counter() - started
+    return RekeyReport(keys.old.fingerprint(), new, keys.generation, done, seconds)
+
+
+def _on_old(table: TableDesign, base: str, new: str) -> bool:
+    return table_keys(table, base) != {new}
+
+
+def _rekey_table(session: Session, name: str, new: str, say: Reporter) -> bool:
+    """Re-encrypt table ``name`` under the key ``new``; False if it needed none any more."""
+    client = session.client
+    with exclusive(client.path, [name]):  # writers wait (table_locks)
+        session.follow_design()
+        table = session.design.tables.get(name)
+        base = session.design.key_fingerprint
+        if table is None or not _on_old(table, base, new):
+            return False  # dropped, or re-keyed by another run, meanwhile
+        data = session.run(f'SELECT * FROM "{name}"').table
+        fresh = fresh_design(PhysicalDesign(base, {name: table}), base)
+        rebuilt = fresh.tables[name]
+        mark_table(rebuilt, new)
+        _note_pending(session, name, table, rebuilt)
+        source = duckdb.connect()
+        try:
+            source.register(_SOURCE, data.rename_columns([c.name for c in table.columns]))
+            load_into(
+                source,
+                [SourceTable(name, _SOURCE)],
+                fresh,
+                client,
+                session.master,
+                session.backend,
+                say,
+            )
+        finally:
+            source.close()
+        session.follow_design()
+        kept = [declared.Key(k, k == table.primary_key()) for k in table.keys]
+        declared.install(session, name, kept)  # the unique indexes, on the new tables
+        (client.path / PENDING_FILE).unlink(missing_ok=True)
+    session.reload_design()
+    return True
+
+
+def _finish_design(session: Session, new: str) -> bool:
+    """With every table under ``new``: make it the design's base key (False: a table
+    under the old key appeared meanwhile)."""
+    client = session.client
+    with client.design_lock():
+        design = client.design(session.master)
+        base = design.key_fingerprint
+        if any(_on_old(t, base, new) for t in design.tables.values()):
+            return False
+        unmark_design(design, new)
+        design.save(client.design_path)
+    session.reload_design()
+    return True
+
+
+def _note_pending(session: Session, name: str, old: TableDesign, new: TableDesign) -> None:
+    """Name the server tables this table's rebuild makes and drops, before it starts."""
+    pending = {
+        "table": name,
+        "new": [new.server_name, *new.side_tables()],
+        "old": [old.server_name, *old.side_tables()],
+        "new_main": new.server_name,
+    }
+    write_private(session.client.path / PENDING_FILE, json.dumps(pending) + "\n")
+
+
+def _clear_leftovers(session: Session) -> None:
+    """Drop the server tables a killed run left: the new ones it had not swapped in, or
+    the old ones it had swapped out but not dropped."""
+    path = session.client.path / PENDING_FILE
+    if not path.exists():
+        return
+    pending = json.loads(path.read_text())
+    table = session.design.tables.get(pending["table"])
+    if table is None:  # dropped since: whatever the run made or left is garbage
+        doomed = pending["new"] + pending["old"]
+    else:
+        doomed = pending["old" if table.server_name == pending["new_main"] else "new"]
+    for server_table in doomed:
+        session.backend.drop_table(server_table, if_exists=True)
+    path.unlink()
+
+
+@contextlib.contextmanager
+def _alone(client_dir: Path) -> Iterator[None]:
+    """One re-key of a client directory at a time (across processes)."""
+    fd = os.open(client_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ClientDirectoryError(
+                f"another `veil rotate --rekey` is running on {client_dir}; wait for it "
+                "(a killed one holds nothing: run it again)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
