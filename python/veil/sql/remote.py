@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 _VALUE = "veil_param"  # meta key of a placeholder's value
 OUTER = "__veil_outer"  # in a pushed subquery, qualifies the columns of the scan it filters
+_TARGET_ALIAS = "r0"  # the target scan in a reduction's row-id form
 _INNER, _SIDE = "g", "h"
 HOM_PACK_COLUMN = "pack"  # the HOM side table's pack number column
 HOM_CT_COLUMN = "ct"  # ... and its ciphertext column
@@ -189,14 +190,22 @@ def reduction_filter(
     exactly). ``extras``: run-time filters of scans fetched before.
     """
     extras = extras or {}
-    filters: list[exp.Expr] = []
+    keyed: list[tuple[Reduction, str]] = []
+    joined: list[Reduction] = []
     for branch in _branches(reduction, target):
         keys = {c for edge in branch.edges if (c := edge_column(edge, target)) is not None}
         if len(keys) == 1:
-            filters.append(_key_semi_join(branch, target, keys.pop(), outer, extras))
+            keyed.append((branch, keys.pop()))
         else:
-            row_id = exp.column(target.table.row_id, table=outer)
-            filters.append(row_id.isin(query=_reduction_rows(branch, target, extras)))
+            joined.append(branch)
+    filters = [_key_semi_join(branch, target, key, outer, extras) for branch, key in keyed]
+    for branch in joined:
+        # the key semi-joins also filter the target inside the row-id form: there the
+        # engine joins the target's surviving rows only (TPC-DS q72: catalog_sales to
+        # inventory after the demographics' filters, 6.4 -> 0.9 s at SF 1)
+        inner = [_key_semi_join(b, target, key, _TARGET_ALIAS, extras) for b, key in keyed]
+        row_id = exp.column(target.table.row_id, table=outer)
+        filters.append(row_id.isin(query=_reduction_rows(branch, target, extras, inner)))
     return exp.and_(*filters) if filters else exp.true()
 
 
@@ -252,9 +261,15 @@ def _partner(edge: JoinEdge, target: Scan, aliases: dict[int, str]) -> exp.Colum
     return None
 
 
-def _reduction_rows(reduction: Reduction, target: Scan, extras: Extras) -> exp.Select:
+def _reduction_rows(
+    reduction: Reduction, target: Scan, extras: Extras, target_filters: list[exp.Expr]
+) -> exp.Select:
+    """The target's row ids that join with the branch (the target is ``r0``)."""
     aliases = {id(scan): f"r{i}" for i, scan in enumerate(reduction.scans)}
+    assert aliases[id(target)] == _TARGET_ALIAS
     select = exp.select(exp.column(target.table.row_id, table=aliases[id(target)]))
+    for condition in target_filters:
+        select = select.where(condition, copy=False)
     select = _from_joined(select, reduction.scans, aliases)
     for edge in reduction.edges:
         select = select.where(_edge(edge, aliases), copy=False)
