@@ -104,7 +104,7 @@ def query_mode(args: argparse.Namespace, root: Path) -> int:
                     flush=True,
                 )
 
-            report = run_queries(session, env.plain, env.catalog, seeds, progress)
+            report = run_queries(session, env.plain, env.catalog, seeds, progress, args.fresh)
             print(f"{args.backend}/{mode}: {report.summary()}")
             for failure in report.failures if args.verbose else []:
                 print(failure.line())
@@ -191,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("workload", "onions"),
         default="workload",
         help="load with the designer's workload, or as onions the queries peel (query mode)",
+    )
+    parser.add_argument(
+        "--fresh",
+        type=int,
+        default=0,
+        help="run each query again this many times with fresh parameter values (query mode)",
     )
     parser.add_argument("--out", default=str(REGRESSIONS), help="folder for shrunk regressions")
     parser.add_argument("--no-shrink", dest="shrink", action="store_false")

@@ -167,6 +167,16 @@ class Query:
     params: list[object]
     # Informational: the generator's idea of the shape ("agg", "setop", ...).
     shape: str = ""
+    # each parameter's maker of another value of its kind (the fresh-parameter mode)
+    makers: list[Callable[[random.Random], object]] = field(
+        default_factory=list, repr=False, compare=False
+    )
+
+    def fresh(self, r: random.Random) -> Query:
+        """The same statement with new parameter values (as an application sends them)."""
+        if len(self.makers) != len(self.params):
+            return self
+        return Query(self.seed, self.sql, [make(r) for make in self.makers], self.shape)
 
     def inline(self) -> str:
         """The SQL with each ``?`` replaced by the literal of its parameter."""
@@ -280,6 +290,7 @@ class Generator:
         self.seed = seed
         self.r = random.Random(seed)
         self.params: list[object] = []
+        self.makers: list[Callable[[random.Random], object]] = []
         self.aliases = 0
         self.param_rate = self.r.choice([0.0, 0.0, 0.15, 0.4])
         self.depth_budget = self.r.choice([1, 2, 2, 3])
@@ -298,19 +309,32 @@ class Generator:
         self.aliases += 1
         return f"{prefix}{self.aliases}"
 
-    def param(self, value: object) -> str:
+    def param(self, value: object, make: Callable[[random.Random], object] | None = None) -> str:
         self.params.append(value)
+        self.makers.append(make or (lambda _: value))
         return f"\x00P{len(self.params) - 1}\x00"
 
     def finish(self, sql: str, shape: str) -> Query:
         order: list[object] = []
+        makers: list[Callable[[random.Random], object]] = []
 
         def take(match: re.Match[str]) -> str:
             order.append(self.params[int(match.group(1))])
+            makers.append(self.makers[int(match.group(1))])
             return "?"
 
         text = _MARKER.sub(take, sql)
-        return Query(self.seed, text, order, shape)
+        return Query(self.seed, text, order, shape, makers)
+
+    def _maker(self, kind: str, origin: Column | None) -> Callable[[random.Random], object]:
+        """Another value of ``kind`` (from ``origin``'s samples too), drawn from ``r``."""
+
+        def make(r: random.Random) -> object:
+            other = Generator(self.catalog, self.seed)
+            other.r = r
+            return other.value(kind, origin)
+
+        return make
 
     # -- literals -----------------------------------------------------------------
 
@@ -337,7 +361,7 @@ class Generator:
     def literal(self, kind: str, origin: Column | None = None, allow_param: bool = True) -> str:
         value = self.value(kind, origin)
         if allow_param and self.chance(self.param_rate):
-            return self.param(value)
+            return self.param(value, self._maker(kind, origin))
         if kind == DOUBLE and isinstance(value, float):
             return repr(value) if self.chance(0.5) else f"{value!r}::DOUBLE"
         return sql_literal(value)

@@ -27,6 +27,7 @@ import decimal
 import logging
 import math
 import os
+import random
 import re
 import shutil
 import threading
@@ -501,7 +502,11 @@ def run_queries(
     catalog: Catalog,
     seeds: range | Sequence[int],
     progress: object = None,
+    fresh: int = 0,
 ) -> Report:
+    """Each seed's query checked against plaintext; ``fresh``: then run again that many
+    times with new parameter values, each answer checked (a plan made for one value
+    must answer the next: ``veil.session.templates``)."""
     report = Report()
     started = time.perf_counter()
     for n, seed in enumerate(seeds):
@@ -516,6 +521,12 @@ def run_queries(
             report.notes.setdefault(note, []).append(seed)
         if outcome.status == "fail":
             report.failures.append(Failure(seed, query, outcome))
+        values = random.Random(seed)
+        for again in [query.fresh(values) for _ in range(fresh if query.params else 0)]:
+            outcome = check(session, plain, again)
+            if outcome.status == "fail":
+                report.failures.append(Failure(seed, again, outcome))
+                break
         if callable(progress) and (n + 1) % 100 == 0:
             progress(n + 1, report)
     report.seconds = time.perf_counter() - started

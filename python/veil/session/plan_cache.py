@@ -11,7 +11,9 @@ directory (``PlanCache.shared``): a new session (a new ``veil.connect``, a
 planning it (TPC-DS: a new session cost twice a warm one). The key is the
 statement's text, its parameter values with their types (the planner
 encrypts constants, parameters included, into the plan, so other values
-need another plan) and the planner's settings: ``VEIL_HOM_PUSHDOWN``, whether
+need another plan; a plan that answers any value is kept under the
+statement's shape instead, its parameters' types: ``veil.session.templates``)
+and the planner's settings: ``VEIL_HOM_PUSHDOWN``, whether
 sums over server joins are on, and the design file's version, so a plan made
 before a peel, a redesign or DDL is never found after it. Sessions that may
 read the trusted side's files (``external_access``) keep theirs apart: a
@@ -33,10 +35,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from veil.sql.plan import SplitPlan
+
+if TYPE_CHECKING:
+    from veil.session.templates import Template
 
 DEFAULT_SIZE = 256
 
@@ -48,6 +54,9 @@ class CachedPlan:
     names: list[str]  # output column names (DESCRIBE on the plaintext schema)
     plan: SplitPlan
     tree: exp.Expr  # the bound statement, for the fetch-everything fallback
+    # kept under the statement's shape: the plan answers other parameter values
+    # (``veil.session.templates``)
+    template: Template | None = None
 
 
 def plan_key(sql: str, params: Sequence[object] | None, settings: str) -> Key:
@@ -56,6 +65,11 @@ def plan_key(sql: str, params: Sequence[object] | None, settings: str) -> Key:
     The type is part of a value (1, 1.0 and True differ).
     """
     return sql, tuple((type(p).__qualname__, repr(p)) for p in params or ()), settings
+
+
+def shape_key(sql: str, shape: tuple[tuple[str, str], ...], settings: str) -> Key:
+    """The key of ``sql``'s template: its parameters' types, not their values."""
+    return sql, tuple((kind, f"?{literal}") for kind, literal in shape), settings
 
 
 class _Plans:
@@ -90,13 +104,19 @@ class PlanCache:
     def size(self) -> int:
         return self._plans.size
 
-    def get(self, key: Key) -> CachedPlan | None:
+    def get(self, key: Key, *, count: bool = True) -> CachedPlan | None:
+        """The plan of ``key``; ``count``: a hit (else the caller counts it if it runs it)."""
         with self._plans.lock:
             cached = self._plans.entries.get(key)
             if cached is not None:
                 self._plans.entries.move_to_end(key)
-                self.hits += 1
+                self.hits += count
         return cached
+
+    def peek(self, key: Key) -> CachedPlan | None:
+        """The plan of ``key``, not counted as a hit."""
+        with self._plans.lock:
+            return self._plans.entries.get(key)
 
     def put(self, key: Key, cached: CachedPlan) -> None:
         if self.size <= 0:

@@ -10,6 +10,7 @@ plaintext results in the local DuckDB and run the local plan there.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -41,7 +42,7 @@ from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
 from veil.session.dml import run_dml
 from veil.session.onions import has_wrapped, peel_layers, peeled_view, reconcile, wanted_peels
-from veil.session.plan_cache import CachedPlan, Key, PlanCache, plan_key
+from veil.session.plan_cache import CachedPlan, Key, PlanCache, plan_key, shape_key
 from veil.session.result import (
     STREAM_BATCH_ROWS,
     Result,
@@ -51,6 +52,14 @@ from veil.session.result import (
 )
 from veil.session.row_locks import lock_selected
 from veil.session.table_locks import SharedLocks
+from veil.session.templates import (
+    Recorder,
+    Template,
+    fast_exact,
+    fingerprint,
+    shape,
+    substituted,
+)
 from veil.sql import fallbacks
 from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.errors import (
@@ -67,6 +76,7 @@ from veil.sql.plan import SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
 from veil.sql.sandbox import check_text, check_tree
+from veil.sql.slots import PARAM, bound
 
 log = logging.getLogger(__name__)
 _IDLE, _OPEN, _FAILED = "idle", "open", "failed"  # an explicit transaction's states
@@ -124,6 +134,8 @@ class Session:
         self._owners: dict[str, TableDesign] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
+        # while a statement with parameters is planned: the slots it hands out (``templates``)
+        self._recorder: Recorder | None = None
         # plans shared by this process's sessions of the directory (``plan_cache``), and
         # an open transaction's own
         self.plans = PlanCache.shared(self.client.path, external_access)
@@ -320,6 +332,12 @@ class Session:
         cached = self._cached(key)
         if cached is not None:
             return _timed(self._answer(cached), plan=time.perf_counter() - started, hit=True)
+        kinds = shape(params)
+        shaped = None if kinds is None else self._shape_key(sql, kinds)
+        if shaped is not None:
+            answered = self._from_template(shaped, params or (), started)
+            if answered is not None:
+                return answered
         tree = self.admitted(sql, params)
         parsed = time.perf_counter()
         if reads_only_catalog(tree):
@@ -334,7 +352,12 @@ class Session:
             )
         if isinstance(tree, exp.Select) and tree.args.get("locks"):
             return self.query(lock_selected(self, tree))  # never cached: it locks each time
-        planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
+        recorder = None if shaped is None else Recorder(_markers(tree))
+        self._recorder = recorder
+        try:
+            planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
+        finally:
+            self._recorder = None
         plan_seconds = time.perf_counter() - parsed
         result = _timed(self._answer(planned), parse=parsed - started, plan=plan_seconds, hit=False)
         # kept only if it ran as planned (a fallback may have been transient) and
@@ -342,22 +365,101 @@ class Session:
         if result.plan is planned.plan and is_repeatable(tree):
             # under the design it was planned on: a peel while planning moved the version
             key = self._plan_key(sql, params)
-            self._keep(key, CachedPlan(result.table.column_names, planned.plan, tree))
+            kept = CachedPlan(result.table.column_names, planned.plan, tree)
+            self._keep(key, kept)
+            if shaped is not None and recorder is not None and recorder.complete:
+                self._template(
+                    self._shape_key(sql, kinds or ()), kept, recorder, result, params or ()
+                )
         return result
+
+    def _shape_key(self, sql: str, kinds: tuple[tuple[str, str], ...]) -> Key:
+        return shape_key(sql, kinds, self._plan_key(sql, None)[2])
+
+    def _template(
+        self,
+        key: Key,
+        kept: CachedPlan,
+        recorder: Recorder,
+        result: Result,
+        params: list[object] | tuple[object, ...],
+    ) -> None:
+        """Offer a plan just run as its shape's template, or check the one kept against it."""
+        plan = kept.plan
+        if not plan.pushdown or plan.fallback is not None or plan.peels:
+            return
+        made = fingerprint(plan, result.stats.remote_sql, recorder.uses)
+        found = (self._transaction_plans if self.in_transaction else self.plans).peek(key)
+        if found is None or found.template is None:
+            template = Template(recorder.uses, made, tuple(params))
+            self._keep(key, CachedPlan(kept.names, plan, kept.tree, template))
+        else:
+            found.template.check(made, params)
+
+    def _from_template(
+        self, key: Key, params: list[object] | tuple[object, ...], started: float
+    ) -> Result | None:
+        """The answer of the shape's trusted template with ``params`` (None: plan for them)."""
+        found = self._cached(key, count=False)
+        if found is None or found.template is None or not found.template.verified:
+            return None
+        encrypting = time.perf_counter()
+        values = self._bound(found.template, params)
+        if values is None:
+            return None
+        stats, stamp = FetchStats(), self._design_stamp
+        stats.plan_hit = True
+        stats.encrypt_seconds = time.perf_counter() - encrypting
+        stats.plan_seconds = encrypting - started
+        self._local_sql(found.plan)  # once, on the kept plan: every run's copy reads it
+        plan = dataclasses.replace(found.plan, rendered={})  # statements carry this run's values
+        try:
+            with bound(values):
+                table = self.execute_plan(plan, stats)
+        except Exception as exc:
+            if isinstance(exc, _NO_FALLBACK):
+                raise
+            log.info("template of %r failed (%s); planning for these values", key[0], exc)
+            return None  # a query changes nothing: the usual path answers it again
+        if self._layers_moved(stamp):
+            return None
+        self.plans.hits += 1
+        return self._named(found, table, stats, plan)
+
+    def _bound(
+        self, template: Template, params: list[object] | tuple[object, ...]
+    ) -> list[object] | None:
+        """Each slot's ciphertext of ``params``; None if a value's type cannot hold it exactly."""
+        values: list[object] = []
+        for use in template.uses:
+            node = use.node
+            value = params[node.meta[PARAM][1]] if PARAM in node.meta else None
+            exact = fast_exact(node, value, use.enc.sql_type.name)
+            if exact is False:
+                return None
+            if exact:
+                encoded: int | bytes | None = encode_scalar(value, use.enc.sql_type)
+            else:
+                encoded = self.encoded_constant(substituted(node, params), use.enc)
+            if encoded is None:
+                return None
+            cipher = self.ciphers.get(self._owners[use.enc.name], use.enc)
+            values.append(cipher.encrypt_one(encoded))
+        return values
 
     def _plan_key(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Key:
         """The plan cache's key: the planner's settings and the design's version too."""
         settings = f"{self.hom_pushdown};join sums {self.join_sums};design {self._design_stamp}"
         return plan_key(sql, params, settings)
 
-    def _cached(self, key: Key) -> CachedPlan | None:
+    def _cached(self, key: Key, *, count: bool = True) -> CachedPlan | None:
         """The plan of ``key`` this session may run: in a transaction its own, or a shared
         one until it writes (then plans are made on its writes' statistics)."""
         if self.in_transaction:
-            found = self._transaction_plans.get(key)
+            found = self._transaction_plans.get(key, count=count)
             if found is not None or self._transaction_wrote:
                 return found
-        return self.plans.get(key)
+        return self.plans.get(key, count=count)
 
     def _keep(self, key: Key, planned: CachedPlan) -> None:
         # a transaction's plans may have skipped peels (they commit on their own)
@@ -633,7 +735,10 @@ class Session:
         encoded = self.encoded_constant(node, enc)
         if encoded is None:
             return None
-        return self.ciphers.get(self._owners[enc.name], enc).encrypt_one(encoded)
+        ciphertext = self.ciphers.get(self._owners[enc.name], enc).encrypt_one(encoded)
+        if self._recorder is not None:  # made from a parameter: a slot of the plan
+            return self._recorder.record(node, enc, ciphertext)
+        return ciphertext
 
     def encoded_constant(self, node: exp.Expr, enc: Encryption) -> int | bytes | None:
         """The constant's encoding under ``enc``'s type (None: not exactly representable)."""
@@ -706,6 +811,11 @@ def _timed(
     if hit is not None:
         result.stats.plan_hit = hit
     return result
+
+
+def _markers(tree: exp.Expr) -> int:
+    """How many parameter markers the statement had."""
+    return len({n.meta[PARAM][0] for n in tree.walk() if PARAM in n.meta})
 
 
 def _count_fallback(plan: SplitPlan) -> None:

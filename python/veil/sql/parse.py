@@ -27,6 +27,7 @@ from sqlglot.tokens import Token, TokenType
 from veil.sql.errors import QueryError, QuerySyntaxError
 from veil.sql.functions import normalize_functions
 from veil.sql.pg_types import rewrite_pg_types
+from veil.sql.slots import PARAM
 
 DIALECT = "duckdb"
 _MARKERS = (TokenType.PLACEHOLDER, TokenType.QDCOLON)
@@ -204,6 +205,7 @@ def bind_parameters(tree: exp.Expr, params: Sequence[object] | None) -> exp.Expr
     if not placeholders:
         return tree
     values = [literal(value) for value in given]
+    places = iter(range(len(placeholders)))
 
     def bind(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Placeholder):
@@ -211,7 +213,10 @@ def bind_parameters(tree: exp.Expr, params: Sequence[object] | None) -> exp.Expr
         number = str(node.name)
         if not number.isdigit() or not 1 <= int(number) <= len(values):
             raise QueryError(f"unexpected parameter marker {node.sql(DIALECT)}; use ?")
-        return values[int(number) - 1].copy()
+        bound = values[int(number) - 1].copy()
+        # which marker it was: a plan made for these values may take others (``veil.sql.slots``)
+        bound.meta[PARAM] = (next(places), int(number) - 1)
+        return bound
 
     return tree.transform(bind, copy=False)
 

@@ -36,6 +36,7 @@ from sqlglot import exp
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import Encryption, TableDesign
 from veil.sql.plan import ASHE_WORD, REPEATS, Reduction
+from veil.sql.slots import filled
 
 if TYPE_CHECKING:
     from veil.backends.base import Backend
@@ -109,7 +110,7 @@ def numbered(statement: exp.Expression) -> tuple[exp.Expression, list[object]]:
 
     def number(node: exp.Expr) -> exp.Expr:
         if _is_param(node):
-            values.append(node.meta[_VALUE].value)
+            values.append(filled(node.meta[_VALUE].value))  # a parameter's slot: this run's
             return exp.Placeholder(this=str(len(values)))
         return node
 
