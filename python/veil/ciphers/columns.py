@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veil.crypto.keys import MasterKey
-from veil.design.model import DET, HOM, JOIN, OPE, RND, SEARCH, Encryption
-from veil.errors import ParameterError
+from veil.design.model import DET, HOM, JOIN, OPE, RND, RND_BITS, SEARCH, Encryption
+from veil.errors import DomainError, ParameterError
 
 _MODULES = {
     HOM: "veil.crypto.hom",
@@ -65,7 +65,9 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
     column's row-bound RND layer (``layer_key``).
     """
     if encryption.scheme == RND:
-        return RowBoundCipher(_row_rnd(master, encryption, context), None)
+        bits = encryption.params.get(RND_BITS)
+        narrow = bits if isinstance(bits, int) and encryption.sql_type.is_integral else None
+        return RowBoundCipher(_row_rnd(master, encryption, context), None, bits=narrow)
     inner = _scheme_cipher(master, encryption)
     if encryption.outer is not None:
         return RowBoundCipher(_layer(master, encryption, context), inner)
@@ -355,19 +357,49 @@ class RowBoundCipher:
     (None: the RND column of the plain encoding). Integers stay 8-byte BIGINTs
     and strings keep their length; both need the rows' ids to encrypt and
     decrypt, so the column-only methods refuse.
+
+    ``bits`` (a number's RND only): the value's low ``bits`` bits XOR as many
+    of the keystream, stored as a non-negative BIGINT below ``2**bits``. The
+    width is the column's domain's (``veil.design.domains.rnd_bits``), so every
+    valid value fits and the ciphertext is as uniform over ``bits`` bits as
+    the full one over 64, while DuckDB bit-packs it (DECIMAL(7,2): 25 bits a
+    row where 8 random bytes stay uncompressed). A value beyond the width is
+    refused, never cut.
     """
 
-    def __init__(self, layer: Any, inner: ColumnCipher | None):
+    def __init__(self, layer: Any, inner: ColumnCipher | None, *, bits: int | None = None):
+        if bits is not None and not 1 <= bits < 64:
+            raise ParameterError(f"narrow RND needs 1 <= bits < 64; got {bits}")
         self._layer = layer
         self._inner = inner
+        self._bits = bits
 
     def encrypt_rows(self, ids: np.ndarray, encoded: pa.Array) -> pa.Array:
         stored = encoded if self._inner is None else self._inner.encrypt(encoded)
-        return self._layer.encrypt(ids, stored)
+        if self._bits is None:
+            return self._layer.encrypt(ids, stored)
+        self._check_width(stored)
+        return pc.bit_wise_and(self._layer.encrypt(ids, stored), _mask(self._bits))
 
     def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
         opened = self._layer.decrypt(ids, stored)
+        if self._bits is not None:  # the low bits are the value's; sign-extend them
+            top = pa.scalar(1 << (self._bits - 1), pa.int64())
+            low = pc.bit_wise_and(opened, _mask(self._bits))
+            opened = pc.subtract(pc.bit_wise_xor(low, top), top)
         return opened if self._inner is None else self._inner.decrypt(opened)
+
+    def _check_width(self, encoded: pa.Array) -> None:
+        assert self._bits is not None
+        extremes = pc.min_max(encoded.cast(pa.int64()))
+        low, high = extremes["min"].as_py(), extremes["max"].as_py()
+        limit = 1 << (self._bits - 1)
+        if low is not None and high is not None and (low < -limit or high >= limit):
+            column = getattr(self._layer, "column", None)
+            raise DomainError(
+                f"a value of {column or 'a column'} lies outside its type's {self._bits}-bit "
+                "domain; it cannot be stored"
+            )
 
     def encrypt(self, encoded: pa.Array) -> pa.Array:
         raise ParameterError("row-bound RND encrypts a column with its rows' ids: encrypt_rows()")
@@ -379,3 +411,7 @@ class RowBoundCipher:
         raise ParameterError(
             "RND ciphertexts are randomised; constants cannot be compared with them"
         )
+
+
+def _mask(bits: int) -> pa.Scalar:
+    return pa.scalar((1 << bits) - 1, pa.int64())

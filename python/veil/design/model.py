@@ -63,6 +63,10 @@ JOIN = "JOIN"
 # (``veil.crypto.rowblocks``): for columns the workload never reads on the server.
 BLOCKS = "BLOCKS"
 SCHEMES = (RND, DET, OPE, HOM, SEARCH)
+# ``Encryption.params`` of a number's RND: the bits its ciphertexts keep
+# (``veil.design.domains.rnd_bits``, ``veil.ciphers.columns.RowBoundCipher``);
+# without it, 64. Designs without it read unchanged.
+RND_BITS = "bits"
 OPE_INT64_BITS = 32  # OPE over at most this many bits stores BIGINT ciphertexts
 # Schemes whose ciphertexts the client can decrypt back to single values.
 DECRYPTABLE = (DET, RND, OPE, BLOCKS)

@@ -29,12 +29,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, replace
 
+from veil.design.domains import rnd_bits
 from veil.design.fresh import DATA_STATISTICS, STORED_FORMS
 from veil.design.model import (
     BLOCKS,
     DET,
     OPE,
     RND,
+    RND_BITS,
     SEARCH,
     AsheSums,
     Column,
@@ -127,6 +129,9 @@ class CandidateSet:
     @staticmethod
     def _fetch_form(table: str, det: Encryption) -> Encryption:
         params = {k: v for k, v in det.params.items() if k in ("mean_bytes", "column")}
+        bits = rnd_bits(det.sql_type)
+        if bits is not None:
+            params[RND_BITS] = bits
         scope = f"rnd:{table}.{det.source}"
         return Encryption(det.name, det.source, RND, det.type, scope, params, origin="ilp")
 
@@ -387,13 +392,19 @@ def stored_width(enc: Encryption) -> float:
         return mean / 3 if not enc.sql_type.is_integral else 3  # zstd over sealed blocks
     if enc.scheme == OPE and enc.ope_binary:
         return 1 + int(str(enc.params.get("bits", 64))) * 2 / 8  # OPE doubles the bits
+    if enc.scheme == RND:
+        return _rnd_width(enc)
     if enc.sql_type.is_integral:
         return 8
     return mean + _CIPHERTEXT_BYTES
 
 
 def _rnd_width(enc: Encryption) -> float:
-    return 8 if enc.sql_type.is_integral else _mean_bytes(enc) + _CIPHERTEXT_BYTES
+    """A number's RND: its domain's bits, as DuckDB bit-packs them; a text's: its length + 17."""
+    if not enc.sql_type.is_integral:
+        return _mean_bytes(enc) + _CIPHERTEXT_BYTES
+    bits = enc.params.get(RND_BITS, rnd_bits(enc.sql_type))
+    return int(str(bits)) / 8 if bits is not None else 8
 
 
 def _mean_bytes(enc: Encryption | None) -> float:

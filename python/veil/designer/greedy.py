@@ -31,6 +31,7 @@ from veil.design.domains import (
     ExpressionDomain,
     column_domain,
     expression_domain,
+    rnd_bits,
     sentinels,
     signed_bits,
 )
@@ -42,6 +43,7 @@ from veil.design.model import (
     MAX_NULL_FIELDS,
     OPE,
     RND,
+    RND_BITS,
     SEARCH,
     AsheSums,
     Column,
@@ -217,15 +219,16 @@ def _column_encryptions(
     sql_type = SqlType(column.type)
     wants_ope = ref in needs.ope and OPE in schemes and sql_type.is_integral
     # OPE of the whole value already shows which values are equal, so a DET
-    # copy reveals nothing more; it is what the client fetches (8 bytes, fast
-    # to decrypt) instead of a 37-byte RND ciphertext.
+    # copy reveals nothing more; it is what the client fetches (fast to decrypt,
+    # its distinct values once; narrow DET is no wider than the type's RND).
     if (ref in needs.det or wants_ope) and DET in schemes and sql_type.has_equality:
         add(DET, f"det:{groups.get(ref, f'{table}.{column.name}')}")
     elif needs.queries and ref not in needs.read:
         # no query of the workload reads it: it only comes back whole, in blocks
         add(BLOCKS, f"blocks:{table}.{column.name}")
     else:
-        add(RND, f"rnd:{table}.{column.name}")
+        bits = rnd_bits(sql_type, column.bounds)  # a number's RND: its domain's bits, not 64
+        add(RND, f"rnd:{table}.{column.name}", **({RND_BITS: bits} if bits else {}))
     if wants_ope:
         domain = column_domain(column)
         assert domain is not None
