@@ -24,6 +24,8 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
+from veil.cache_dir import cache_dir
+
 SOURCES = Path(__file__).with_name("jvm")
 HOM_SUM_CLASS = "veil.spark.Functions"
 _BUILD_SECONDS = 300
@@ -48,7 +50,7 @@ def jar() -> Path | None:
     for source in sources:
         digest.update(source.relative_to(SOURCES).as_posix().encode())
         digest.update(source.read_bytes())
-    target = _cache_dir() / f"veil-spark-{_spark_version()}-{digest.hexdigest()[:16]}.jar"
+    target = cache_dir() / f"veil-spark-{_spark_version()}-{digest.hexdigest()[:16]}.jar"
     if target.exists():
         return target
     try:
@@ -95,8 +97,3 @@ def _spark_version() -> str:
     import pyspark
 
     return str(pyspark.__version__)
-
-
-def _cache_dir() -> Path:
-    configured = os.environ.get("VEIL_CACHE_DIR")
-    return Path(configured) if configured else Path.home() / ".cache" / "veil"

@@ -23,11 +23,16 @@ the client, the always-correct split).
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import duckdb
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
+
+from veil.cache_dir import cache_dir, write_cache_file
 
 
 class UnknownFunctionError(Exception):
@@ -37,7 +42,7 @@ class UnknownFunctionError(Exception):
 @functools.cache
 def aggregate_names() -> frozenset[str]:
     """Lower-case names of every aggregate function and aggregate macro DuckDB knows."""
-    return _with_macros("function_type = 'aggregate'", aggregates=True)
+    return _with_macros(lambda f: f.kind == "aggregate", aggregates=True)
 
 
 @functools.cache
@@ -47,14 +52,14 @@ def table_function_names() -> frozenset[str]:
     (``histogram`` is an aggregate too, ``repeat`` a string function: only a
     call in a FROM clause says which is meant.)
     """
-    others = _catalog_names("function_type NOT IN ('table', 'table_macro', 'pragma')")
-    return _catalog_names("function_type IN ('table', 'table_macro')") - others
+    others = _catalog_names(lambda f: f.kind not in ("table", "table_macro", "pragma"))
+    return _catalog_names(lambda f: f.kind in ("table", "table_macro")) - others
 
 
 @functools.cache
 def volatile_names() -> frozenset[str]:
     """Lower-case names of functions that may return a new value on every call."""
-    return _catalog_names("stability = 'VOLATILE'")
+    return _catalog_names(lambda f: f.stability == "VOLATILE")
 
 
 @functools.cache
@@ -66,7 +71,10 @@ def varying_names() -> frozenset[str]:
     and macros calling any of them.
     """
     return _with_macros(
-        "stability IN ('VOLATILE', 'CONSISTENT_WITHIN_QUERY') OR function_type IN ('table', 'table_macro')",
+        lambda f: (
+            f.stability in ("VOLATILE", "CONSISTENT_WITHIN_QUERY")
+            or f.kind in ("table", "table_macro")
+        ),
         aggregates=False,
     )
 
@@ -91,41 +99,95 @@ def is_repeatable(tree: exp.Expr) -> bool:
     return not any(isinstance(t.this, exp.Func) for t in tree.find_all(exp.Table))
 
 
-def _catalog_names(condition: str) -> frozenset[str]:
-    with duckdb.connect() as con:
-        rows = con.sql(
-            f"SELECT DISTINCT function_name FROM duckdb_functions() WHERE {condition}"
-        ).fetchall()
-    return frozenset(str(r[0]).lower() for r in rows)
+def _catalog_names(condition: Callable[[_Function], bool]) -> frozenset[str]:
+    return frozenset(f.name for f in _catalog() if condition(f))
 
 
-def _with_macros(condition: str, *, aggregates: bool) -> frozenset[str]:
+def _with_macros(condition: Callable[[_Function], bool], *, aggregates: bool) -> frozenset[str]:
     """The functions meeting ``condition`` and the macros whose body calls one."""
     names = set(_catalog_names(condition))
-    with duckdb.connect() as con:
-        macros = con.sql(
-            "SELECT DISTINCT function_name, macro_definition FROM duckdb_functions() "
-            "WHERE function_type = 'macro' AND macro_definition IS NOT NULL"
-        ).fetchall()
+    macros = [f for f in _catalog() if f.kind == "macro" and f.calls is not None]
     # macros may call macros: repeat until nothing changes
     changed = True
     while changed:
         changed = False
-        for name, body in macros:
-            if str(name).lower() not in names and _calls_any(str(body), names, aggregates):
-                names.add(str(name).lower())
+        for macro in macros:
+            if macro.name in names:
+                continue
+            if (
+                macro.unreadable
+                or (aggregates and macro.aggregates)
+                or (macro.calls or frozenset()) & names
+            ):
+                names.add(macro.name)
                 changed = True
     return frozenset(names)
 
 
-def _calls_any(body: str, names: set[str], aggregates: bool) -> bool:
+@dataclass(frozen=True)
+class _Function:
+    """One row of ``duckdb_functions()``, a macro's body read by sqlglot."""
+
+    name: str  # lower case
+    kind: str  # function_type
+    stability: str
+    calls: frozenset[str] | None = None  # a macro's: the names its body calls
+    aggregates: bool = False  # a macro body's call sqlglot knows as an aggregate
+    unreadable: bool = False  # sqlglot cannot parse the macro's body: assume the worst
+
+
+@functools.cache
+def _catalog() -> tuple[_Function, ...]:
+    """DuckDB's functions, from the cache file of these versions if there is one.
+
+    Reading the catalog and parsing ~600 macro bodies with sqlglot took 1.5-3 s
+    of a fresh process's first query; the answer depends only on DuckDB's and
+    sqlglot's versions, so one process computes it and later ones read it
+    (``$VEIL_CACHE_DIR/functions-<duckdb>-<sqlglot>.json``).
+    """
+    path = cache_dir() / f"functions-{duckdb.__version__}-{sqlglot.__version__}.json"
+    try:
+        return tuple(
+            _Function(n, k, s, None if c is None else frozenset(c), bool(a), bool(u))
+            for n, k, s, c, a, u in json.loads(path.read_text())
+        )
+    except (OSError, ValueError, TypeError):
+        pass  # no cache yet, or unreadable: compute it
+    with duckdb.connect() as con:
+        rows = con.sql(
+            "SELECT DISTINCT function_name, function_type, stability, macro_definition "
+            "FROM duckdb_functions()"
+        ).fetchall()
+    functions = tuple(
+        _parsed_macro(str(n).lower(), str(k), str(s), body)
+        if k == "macro" and body is not None
+        else _Function(str(n).lower(), str(k), str(s))
+        for n, k, s, body in rows
+    )
+    document = [
+        [f.name, f.kind, f.stability, _sorted(f.calls), f.aggregates, f.unreadable]
+        for f in functions
+    ]
+    write_cache_file(path, json.dumps(document))
+    return functions
+
+
+def _sorted(calls: frozenset[str] | None) -> list[str] | None:
+    return None if calls is None else sorted(calls)
+
+
+def _parsed_macro(name: str, kind: str, stability: str, body: str) -> _Function:
     try:
         tree = sqlglot.parse_one(body, read="duckdb")
     except ParseError:
-        return True  # unreadable: assume the worst
-    return any(
-        (aggregates and isinstance(node, exp.AggFunc)) or function_name(node) in names
-        for node in tree.find_all(exp.Func)
+        return _Function(name, kind, stability, frozenset(), unreadable=True)
+    calls = list(tree.find_all(exp.Func))
+    return _Function(
+        name,
+        kind,
+        stability,
+        frozenset(function_name(node) for node in calls),
+        aggregates=any(isinstance(node, exp.AggFunc) for node in calls),
     )
 
 
