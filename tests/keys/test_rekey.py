@@ -25,13 +25,25 @@ import pytest
 import veil
 from tests.concurrency.conftest import connected, rows
 from veil.cli import main
+from veil.crypto.keys import KeyLabel
 from veil.design.model import PhysicalDesign
-from veil.errors import SerializationError, WrongKeyError
-from veil.keys import key_status, load_key
+from veil.errors import KeyFileError, SerializationError, WrongKeyError
+from veil.keys import (
+    begin_rekey,
+    create_key,
+    finish_rekey,
+    key_status,
+    load_key,
+    load_keys,
+    rewrap_key,
+)
 from veil.keys.generations import scope_keys, table_keys
+from veil.keys.ring import KeyRing, marked
 from veil.load.loader import load
 from veil.load.rekey import rekey
+from veil.session.clientdir import create_client_dir
 from veil.session.session import Session
+from veil.sql.errors import ClientDirectoryError
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +167,7 @@ def test_rekey_while_other_sessions_query_and_write(backend_url: str, tmp_path: 
     assert any(m.startswith("re-key: orders") for m in messages)  # the progress shown
 
     # nothing lost: every increment and insert the writer saw succeed is there
-    stored = rows(client, "SELECT id, n FROM counters ORDER BY id")
+    stored = [(int(str(i)), int(str(n))) for i, n in rows(client, "SELECT id, n FROM counters")]
     assert sum(n for i, n in stored if i < 4) == len(increments)
     assert {i for i, _ in stored if i >= 100} == set(inserts)
     assert answers(client) == expected
@@ -254,3 +266,38 @@ def test_rekey_of_a_passphrase_key(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("VEIL_PASSPHRASE", "another")
     with pytest.raises(WrongKeyError):
         veil.connect(client)
+
+
+def test_key_file_generations(tmp_path: Path) -> None:
+    path = tmp_path / "client.key"
+    old = create_key(path)
+    rotation = begin_rekey(path)
+    assert (rotation.old.fingerprint(), rotation.generation) == (old.fingerprint(), 2)
+    assert begin_rekey(path).new.fingerprint() == rotation.new.fingerprint()  # resumed, not new
+    status = key_status(path)
+    assert (status.generation, status.next_fingerprint) == (1, rotation.new.fingerprint())
+    assert load_key(path).fingerprint() == old.fingerprint()  # KV and documents: the old key
+    ring = load_keys(path)
+    assert isinstance(ring, KeyRing) and ring.fingerprint() == old.fingerprint()
+    assert load_keys(path, rotation.new.fingerprint()).fingerprint() == rotation.new.fingerprint()
+    # a marked scope derives what the unmarked scope derives under the key it names
+    label = KeyLabel("det", marked("orders.o_id", rotation.new.fingerprint()))
+    assert ring.derive(label) == rotation.new.derive(KeyLabel("det", "orders.o_id"))
+    assert ring.derive(KeyLabel("det", "orders.o_id")) == old.derive(KeyLabel("det", "orders.o_id"))
+    with pytest.raises(KeyFileError, match="middle of a re-key"):
+        rewrap_key(path, "file", new_passphrase="a long passphrase")
+    after = finish_rekey(path)
+    assert (after.fingerprint, after.generation, after.next_fingerprint) == (
+        rotation.new.fingerprint(),
+        2,
+        "",
+    )
+    assert not isinstance(load_keys(path), KeyRing)
+    assert old.fingerprint() not in path.read_text()
+
+
+def test_nothing_loaded_nothing_to_rekey(tmp_path: Path) -> None:
+    client, _ = create_client_dir(tmp_path / "client", f"duckdb:///{tmp_path / 's.duckdb'}")
+    with pytest.raises(ClientDirectoryError, match="nothing to re-key"):
+        rekey(client.path)
+    assert key_status(client.key_path).next_fingerprint == ""

@@ -75,7 +75,13 @@ def rekey(
 
     Resumes a re-key a crash cut short. Sessions may query and write all along.
     """
-    cdir = open_client_dir(client_dir).path
+    client = open_client_dir(client_dir)
+    if not client.has_design():
+        raise ClientDirectoryError(
+            f"{client.path} holds no table yet (no design.json): nothing is encrypted under its "
+            "key, so there is nothing to re-key; `veil keygen` makes a new key"
+        )
+    cdir = client.path
     with _alone(cdir):
         return _rekey(cdir, Reporter(progress or (lambda _: None), bars=bars), passphrase)
 
