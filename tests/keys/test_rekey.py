@@ -39,11 +39,12 @@ from veil.keys import (
 )
 from veil.keys.generations import scope_keys, table_keys
 from veil.keys.ring import KeyRing, marked
+from veil.load import rekey as rekey_module
 from veil.load.loader import load
 from veil.load.rekey import rekey
 from veil.session.clientdir import create_client_dir
 from veil.session.session import Session
-from veil.sql.errors import ClientDirectoryError
+from veil.sql.errors import ClientDirectoryError, UniqueViolationError
 
 pytestmark = pytest.mark.integration
 
@@ -301,3 +302,34 @@ def test_nothing_loaded_nothing_to_rekey(tmp_path: Path) -> None:
     with pytest.raises(ClientDirectoryError, match="nothing to re-key"):
         rekey(client.path)
     assert key_status(client.key_path).next_fingerprint == ""
+
+
+class Killed(BaseException):
+    """Stands for a SIGKILL at one exact point of a re-key."""
+
+
+def test_a_rekey_cut_between_a_swap_and_its_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": pa.array(range(20), pa.int64())}), source)
+    client = tmp_path / "client"
+    load(str(source), f"duckdb:///{tmp_path / 's.duckdb'}", str(client), progress=lambda _: None)
+    with veil.connect(client) as con:
+        con.execute("CREATE TABLE people (id INT PRIMARY KEY, n INT)")
+        con.execute("INSERT INTO people VALUES (1, 1), (2, 2)")
+        con.commit()
+
+    def killed(*_: object) -> None:
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(rekey_module.declared, "install", killed)
+        with pytest.raises(Killed):
+            rekey(client)
+    assert (client / "rekey.json").exists()  # people swapped in, its indexes not yet made
+    rekey(client)
+    assert server_tables(client) == named_by_design(client)
+    with veil.connect(client) as con, pytest.raises(UniqueViolationError, match="people"):
+        con.execute("INSERT INTO people VALUES (1, 9)")
+    assert rows(client, "SELECT id, n FROM people ORDER BY id") == [(1, 1), (2, 2)]

@@ -145,8 +145,7 @@ def _rekey_table(session: Session, name: str, new: str, say: Reporter) -> bool:
         finally:
             source.close()
         session.follow_design()
-        kept = [declared.Key(k, k == table.primary_key()) for k in table.keys]
-        declared.install(session, name, kept)  # the unique indexes, on the new tables
+        _install_keys(session, table)
         (client.path / PENDING_FILE).unlink(missing_ok=True)
     session.reload_design()
     return True
@@ -186,13 +185,23 @@ def _clear_leftovers(session: Session) -> None:
         return
     pending = json.loads(path.read_text())
     table = session.design.tables.get(pending["table"])
+    swapped = table is not None and table.server_name == pending["new_main"]
     if table is None:  # dropped since: whatever the run made or left is garbage
         doomed = pending["new"] + pending["old"]
     else:
-        doomed = pending["old" if table.server_name == pending["new_main"] else "new"]
+        doomed = pending["old" if swapped else "new"]
     for server_table in doomed:
         session.backend.drop_table(server_table, if_exists=True)
+    if swapped and table is not None:  # killed between the swap and the unique indexes
+        with exclusive(session.client.path, [table.name]):
+            _install_keys(session, table)
     path.unlink()
+
+
+def _install_keys(session: Session, table: TableDesign) -> None:
+    """The table's PRIMARY KEY and UNIQUE indexes on its (new) server table."""
+    kept = [declared.Key(k, k == table.primary_key()) for k in table.keys]
+    declared.install(session, table.name, kept)
 
 
 @contextlib.contextmanager
