@@ -32,6 +32,7 @@ from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_arrow, exact_reader
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
+from veil.exec.direct import projected, projection
 from veil.exec.fetch import run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
@@ -595,6 +596,13 @@ class Session:
 
     def execute_plan(self, plan: SplitPlan, stats: FetchStats) -> pa.Table:
         """Run a plan (never changing it): fetch and decrypt its scans, run its local plan."""
+        found = projection(plan)
+        if found is not None:  # the answer may be the fetched rows (``veil.exec.direct``)
+            scan, pairs = found
+            fetched = run_scan(scan, {}, self.backend, self.ciphers, stats, plan.rendered)
+            table = projected(fetched, pairs, whole=scan.aggregation is not None)
+            if table is not None:
+                return self._finished(plan, table, stats)
         registered = self._fetch_scans(plan, stats)
         try:
             started = time.perf_counter()
@@ -603,14 +611,18 @@ class Session:
             except duckdb.Error as exc:
                 raise local_error(exc, self._in_user_terms(duckdb_message(exc))) from None
             stats.local_seconds += time.perf_counter() - started
-            if plan.late_outputs:
-                started, server_before = time.perf_counter(), stats.server_seconds
-                table = decrypt_outputs(table, plan.late_outputs, self.ciphers)
-                stats.decrypted(started, server_before)
-            _count_fallback(plan)
-            return table
+            return self._finished(plan, table, stats)
         finally:
             self._unregister(registered)
+
+    def _finished(self, plan: SplitPlan, table: pa.Table, stats: FetchStats) -> pa.Table:
+        """The local plan's answer with its late outputs decrypted."""
+        if plan.late_outputs:
+            started, server_before = time.perf_counter(), stats.server_seconds
+            table = decrypt_outputs(table, plan.late_outputs, self.ciphers)
+            stats.decrypted(started, server_before)
+        _count_fallback(plan)
+        return table
 
     def _fetch_scans(self, plan: SplitPlan, stats: FetchStats) -> list[str]:
         """Fetch and decrypt the plan's scans into the local DuckDB; their names there."""

@@ -1,0 +1,58 @@
+"""A local plan that only projects one scan's columns answers from the fetched rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.support.oracle import assert_same
+from veil.exec.direct import projection
+from veil.load.loader import load
+from veil.session.session import Session
+
+pytestmark = pytest.mark.integration
+
+WORKLOAD = [
+    "SELECT * FROM orders WHERE o_orderkey = 1",
+    "SELECT o_orderkey FROM orders WHERE o_orderpriority = '1-URGENT'",
+    "SELECT count(*) FROM orders WHERE o_custkey = 1",
+]
+
+
+@pytest.fixture(scope="module")
+def session(tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    work = tmp_path_factory.mktemp("direct")
+    source = work / "src"
+    source.mkdir()
+    (source / "orders.parquet").symlink_to(tpch_dir / "orders.parquet")
+    load(str(source), f"duckdb:///{work}/s.duckdb", str(work / "c"), WORKLOAD, progress=print)
+    opened = Session(work / "c")
+    yield opened
+    opened.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "direct"),
+    [
+        ("SELECT * FROM orders WHERE o_orderkey = 7", True),
+        ("SELECT o_totalprice, o_totalprice AS again FROM orders WHERE o_orderkey = 7", True),
+        ("SELECT o_comment, o_orderdate FROM orders WHERE o_orderkey = -1", True),  # no row
+        ("SELECT o_orderkey FROM orders WHERE o_orderpriority = '2-HIGH' ORDER BY 1", False),
+        ("SELECT o_totalprice + 1 AS p FROM orders WHERE o_orderkey = 7", False),
+        ("SELECT count(*) FROM orders WHERE o_custkey = 7", True),
+        ("SELECT count(*) AS n, count(*) FROM orders WHERE o_custkey = -7", True),
+        ("SELECT count(*) + 1 FROM orders WHERE o_custkey = 7", False),
+        ("SELECT DISTINCT o_orderstatus FROM orders WHERE o_orderkey < 100", False),
+    ],
+)
+def test_projections_answer_from_the_fetched_rows(
+    session: Session, plain: duckdb.DuckDBPyConnection, sql: str, direct: bool
+) -> None:
+    result = session.run(sql)
+    assert_same(result.table, plain.execute(sql).fetchall(), "ORDER BY" in sql, sql)
+    assert result.table.column_names == [d[0] for d in plain.execute(sql).description]
+    assert result.plan is not None and (projection(result.plan) is not None) == direct
+    assert result.stats.statements == 1
