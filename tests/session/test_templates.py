@@ -23,13 +23,22 @@ WORKLOAD = [
 ]
 
 
-@pytest.fixture(scope="module")
-def session(tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def session(
+    request: pytest.FixtureRequest, tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Session]:
+    """Orders on each server: PostgreSQL's statements take a slot as a parameter where
+    they otherwise write ciphertexts into the text."""
     work = tmp_path_factory.mktemp("templates")
     source = work / "src"
     source.mkdir()
     (source / "orders.parquet").symlink_to(tpch_dir / "orders.parquet")
-    load(str(source), f"duckdb:///{work}/s.duckdb", str(work / "c"), WORKLOAD, progress=print)
+    url = (
+        f"duckdb:///{work}/s.duckdb"
+        if request.param == "duckdb"
+        else request.getfixturevalue("postgres_cluster").create_schema("veil_templates")
+    )
+    load(str(source), url, str(work / "c"), WORKLOAD, progress=print)
     opened = Session(work / "c")
     yield opened
     opened.close()

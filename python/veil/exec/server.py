@@ -11,6 +11,7 @@ from sqlglot import exp
 
 from veil.backends import Backend
 from veil.sql.remote import render
+from veil.sql.slots import sent
 
 
 @dataclass
@@ -82,6 +83,7 @@ def _run_rendered(
     rendered: tuple[str, list[object]], backend: Backend, stats: FetchStats
 ) -> pa.Table:
     sql, params = rendered
+    params = sent(params)  # a kept plan's parameter slots: this run's values
     started = time.perf_counter()
     fetched = backend.execute(sql, params or None)
     seconds = time.perf_counter() - started

@@ -87,6 +87,8 @@ T = TypeVar("T")
 _SERVER_SUMS = frozenset({"pushdown_aggregates", "pushdown_join_aggregates"})
 # the user asked to stop, or the local engine is out of memory (fetching all needs more)
 _NO_FALLBACK = (duckdb.InterruptException, duckdb.OutOfMemoryException, OutOfMemoryError)
+# servers whose statements take parameters (not written into the text) when one is a slot
+_PARAMETERS_SENT = frozenset({"duckdb", "postgres"})
 
 
 class Session:
@@ -413,9 +415,13 @@ class Session:
         stats.encrypt_seconds = time.perf_counter() - encrypting
         stats.plan_seconds = encrypting - started
         self._local_sql(found.plan)  # once, on the kept plan: every run's copy reads it
-        plan = dataclasses.replace(found.plan, rendered={})  # statements carry this run's values
+        # servers that take parameters run the statements rendered once, filled as sent;
+        # Spark's are written with their values, so rendered each run
+        pending = self.backend.dialect in _PARAMETERS_SENT
+        rendered = found.template.rendered if pending else {}
+        plan = dataclasses.replace(found.plan, rendered=rendered)
         try:
-            with bound(values):
+            with bound(values, pending=pending):
                 table = self.execute_plan(plan, stats)
         except Exception as exc:
             if isinstance(exc, _NO_FALLBACK):

@@ -85,6 +85,8 @@ class Template:
     values: tuple[object, ...]  # the parameters it was planned with
     verified: bool = False
     refused: bool = False
+    # its statements rendered once, each slot's place kept (``veil.sql.slots.Pending``)
+    rendered: dict[int, tuple[str, list[object]]] = field(default_factory=dict, repr=False)
 
     def check(self, fingerprint: tuple[object, ...], values: Sequence[object]) -> None:
         """A second planning, with ``values``, made ``fingerprint``: trust or refuse."""

@@ -18,7 +18,8 @@ from contextvars import ContextVar
 
 PARAM = "veil_param"  # meta key of a bound ``?``: (its place among the markers, its parameter)
 
-_BOUND: ContextVar[Sequence[object] | None] = ContextVar("veil_slots", default=None)
+# this run's ciphertexts, and whether statements keep a slot's place (``Pending``) for them
+_BOUND: ContextVar[tuple[Sequence[object], bool] | None] = ContextVar("veil_slots", default=None)
 
 
 class SlotInt(int):
@@ -46,18 +47,43 @@ def slot(ciphertext: object, number: int) -> object | None:
     return marked
 
 
+class Pending:
+    """A rendered statement's parameter that is slot ``number``: filled as it is sent
+    (``sent``), so the rendered text serves every run of its plan."""
+
+    __slots__ = ("number",)
+
+    def __init__(self, number: int):
+        self.number = number
+
+
 def filled(value: object) -> object:
-    """What a statement sends for ``value``: this run's ciphertext if it is a slot."""
+    """What a statement rendered now holds for ``value``: if it is a slot, this run's
+    ciphertext, or its ``Pending`` place when statements are kept for later runs."""
     if isinstance(value, SlotInt | SlotBytes):
-        values = _BOUND.get()
-        return value if values is None else values[value.number]
+        found = _BOUND.get()
+        if found is None:
+            return value
+        values, pending = found
+        return Pending(value.number) if pending else values[value.number]
     return value
 
 
+def sent(params: list[object]) -> list[object]:
+    """A rendered statement's parameters with each ``Pending`` slot's ciphertext of this run."""
+    if not any(isinstance(p, Pending) for p in params):
+        return params
+    found = _BOUND.get()
+    if found is None:
+        raise RuntimeError("a kept statement with parameter slots runs outside its binding")
+    return [found[0][p.number] if isinstance(p, Pending) else p for p in params]
+
+
 @contextlib.contextmanager
-def bound(values: Sequence[object]) -> Iterator[None]:
-    """Statements rendered inside send ``values[n]`` for slot ``n``."""
-    token = _BOUND.set(values)
+def bound(values: Sequence[object], *, pending: bool = False) -> Iterator[None]:
+    """Statements rendered inside hold ``values[n]`` for slot ``n`` (``pending``: their
+    place, filled from ``values`` as each is sent; for servers that take parameters)."""
+    token = _BOUND.set((values, pending))
     try:
         yield
     finally:
