@@ -264,6 +264,7 @@ def begin_rekey(path: str | os.PathLike[str], passphrase: str | None = None) -> 
             wrapped = WrappedKeyFile.from_document(document, target)
             sealed = _wrap_under(new, wrapped.provider, wrapped.kek_version).document()
         sealed["generation"] = generation
+        sealed["kek_version"] = _integer(document, "kek_version")  # the same KEK still wraps it
         write_atomically(target, {**document, NEXT: sealed}, replace=True)
         ring = load_keys(target, passphrase=passphrase)  # read back: both keys open
         if ring.fingerprint() != old.fingerprint() or not holds(ring, new.fingerprint()):
