@@ -18,12 +18,14 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import veil
 from tests.concurrency.conftest import connected, rows
+from veil._native import WireServer
 from veil.cli import main
 from veil.crypto.keys import KeyLabel
 from veil.design.model import PhysicalDesign
@@ -42,6 +44,7 @@ from veil.keys.ring import KeyRing, marked
 from veil.load import rekey as rekey_module
 from veil.load.loader import load
 from veil.load.rekey import rekey
+from veil.serve.engine import Engine
 from veil.session.clientdir import create_client_dir
 from veil.session.session import Session
 from veil.sql.errors import ClientDirectoryError, UniqueViolationError
@@ -333,3 +336,44 @@ def test_a_rekey_cut_between_a_swap_and_its_keys(
     with veil.connect(client) as con, pytest.raises(UniqueViolationError, match="people"):
         con.execute("INSERT INTO people VALUES (1, 9)")
     assert rows(client, "SELECT id, n FROM people ORDER BY id") == [(1, 1), (2, 2)]
+
+
+def test_veil_serve_answers_through_a_rekey(tmp_path: Path) -> None:
+    """A psql-like client of ``veil serve``, connected before the re-key, keeps reading
+    right answers and writing through it (its session picks up the new key itself)."""
+    client = load_shop(tmp_path, f"duckdb:///{tmp_path / 'server.duckdb'}")
+    expected = answers(client)
+    engine = Engine(client)
+    server = WireServer(engine, "127.0.0.1:0", None, None, True)
+    stop = threading.Event()
+    wrong: list[object] = []
+    written: list[int] = []
+
+    def serve_client() -> None:
+        port = server.address.rsplit(":", 1)[1]
+        url = f"host=127.0.0.1 port={port} user=alice dbname=veil"
+        try:
+            with psycopg.connect(url, autocommit=True) as pg:
+                step = 0
+                while not stop.is_set() or step < 3:
+                    got = [[tuple(r) for r in pg.execute(sql).fetchall()] for sql in READS]
+                    if got != expected:
+                        wrong.append(step)
+                    pg.execute(f"INSERT INTO counters VALUES ({1000 + step}, {step})")
+                    written.append(1000 + step)
+                    step += 1
+        except BaseException as exc:
+            wrong.append(exc)
+
+    thread = threading.Thread(target=serve_client)
+    thread.start()
+    try:
+        rekey(client)
+    finally:
+        stop.set()
+        thread.join()
+        server.stop()
+        engine.close()
+    assert wrong == []
+    stored = rows(client, "SELECT id FROM counters WHERE id >= 1000")
+    assert sorted(int(str(i)) for (i,) in stored) == written
