@@ -17,7 +17,16 @@ from __future__ import annotations
 from typing import TypeAlias
 
 from veil.crypto.ashe import BLOCK_ROWS, sum_fits, word_bits
-from veil.design.model import FLAG_FIELD_BITS, MAX_NULL_FIELDS, TableDesign, opaque_name
+from veil.design.model import (
+    BLOCKS,
+    FLAG_FIELD_BITS,
+    MAX_NULL_FIELDS,
+    AsheSums,
+    DesignError,
+    TableDesign,
+    opaque_name,
+)
+from veil.designer.greedy import summed_columns
 
 # how far beyond the loaded data a later value may go before its sums leave the server
 HEADROOM = 4
@@ -51,5 +60,41 @@ def fit(table: TableDesign, profile: Profile | None) -> None:
         sums.overflow_column = opaque_name("c")
     fields = iter(range(1, MAX_NULL_FIELDS + 1))
     sums.null_fields = [next(fields, None) if n else 0 for n in missing]
-    counters = sum(1 for f in sums.null_fields if f)
+    _size_flags(sums)
+
+
+def count_on_columns(table: TableDesign) -> None:
+    """Drop the flags word's NULL counters of sources the server can count by their columns.
+
+    Only where the server bit-packs integers (DuckDB; ``veil.load.narrow_det``),
+    so the flags word costs its bits a row: a source whose every column has a
+    per-row server column then gets no counter, and the server counts its rows
+    by testing those (``veil.sql.sums.count_present``; a COUNT beside each sum).
+    TPC-DS's store_sales has NULLs in all its summed columns: 8 counters made a
+    63-bit word, 8 random bytes a row (23 of its 456 MB at SF 1), where the
+    overflow flags alone take 7 bits. Sources read only inside sums (sealed in
+    blocks, as TPC-H's l_tax) keep theirs. PostgreSQL stores 8 bytes a BIGINT
+    whatever its bits, so there a counter is free and a COUNT is not.
+    """
+    sums = table.sums
+    if sums is None or sums.null_fields is None or sums.limits is None:
+        return  # a designer's words, not fitted to the data: their fields stay
+    fields = iter(range(1, MAX_NULL_FIELDS + 1))
+    sums.null_fields = [
+        0 if field == 0 else None if _per_row(table, source) else next(fields, None)
+        for field, source in zip(sums.null_fields, sums.sources, strict=True)
+    ]
+    _size_flags(sums)
+
+
+def _size_flags(sums: AsheSums) -> None:
+    counters = sum(1 for f in sums.null_fields or [] if f)
     sums.overflow_bits = FLAG_FIELD_BITS * (1 + counters)
+
+
+def _per_row(table: TableDesign, source: str) -> bool:
+    """Has every column ``source`` reads a per-row server column (not sealed blocks)?"""
+    try:
+        return all(table.fetchable(c).scheme != BLOCKS for c in summed_columns(source))
+    except DesignError:
+        return False

@@ -17,6 +17,7 @@ from __future__ import annotations
 from veil.crypto.det_narrow import MAX_BITS, MIN_BITS
 from veil.design.model import DET, Encryption, PhysicalDesign
 from veil.encoding import BOOL_KIND
+from veil.load import ashe_widths
 
 NARROW_PARAM = "narrow_bits"
 
@@ -41,6 +42,7 @@ def choose(
 
     ``ranges`` holds the encoded (min, max) of each candidate, by id(encryption);
     run after the bytes form is chosen (bytes-form scopes stay as they are).
+    The ASHE flags words of ``fresh`` narrow too (``ashe_widths.count_on_columns``).
     """
     members: dict[str, list[Encryption]] = {}
     for table in fresh.tables.values():
@@ -59,6 +61,8 @@ def choose(
         if isinstance(bits, int):
             for enc in encs:
                 enc.params[NARROW_PARAM] = bits
+    for table in fresh.tables.values():  # the ASHE flags word, as narrow as it may be
+        ashe_widths.count_on_columns(table)
 
 
 def _width(encs: list[Encryption], ranges: dict[int, tuple[int | None, int | None]]) -> int | None:
