@@ -34,7 +34,9 @@ def test_only_sources_sealed_in_blocks_keep_a_counter() -> None:
     assert sums is not None
     assert {e.scheme for e in table.encryptions_of("y")} == {BLOCKS}
     # fitted to data where every source had NULLs but w
-    profile = [(-5 if s != "w" else 0, 5, 0 if s == "w" else 3) for s in sums.sources]
+    profile: ashe_widths.Profile = [
+        (-5 if s != "w" else 0, 5, 0 if s == "w" else 3) for s in sums.sources
+    ]
     ashe_widths.fit(table, profile)
     assert sums.null_fields is not None and sorted(f for f in sums.null_fields if f) == [1, 2]
     ashe_widths.count_on_columns(table)
