@@ -11,7 +11,8 @@ into the parts Veil records (``FetchStats``: parse, plan and whether the plan
 cache hit, encrypt, server, decrypt, local), medians over the run.
 
 Veil's table is loaded with these statements as its workload, so the
-designer stores what they use per row (nothing in BLOCKS). The statements run
+designer stores what they use per row (nothing in BLOCKS); both sides get
+the same indexes (the key, the customer), Veil's on the DET columns. The statements run
 in blocks, one kind after another, the UPDATEs last: a write empties the plan
 cache, which would otherwise make every SELECT after it plan again.
 """
@@ -34,7 +35,7 @@ from typing import Any
 from veil_dev.bench.report import bar_plot, format_table, write_json
 
 STATEMENTS = {
-    "select *": "SELECT * FROM orders WHERE o_orderkey = ?",
+    "select all": "SELECT * FROM orders WHERE o_orderkey = ?",
     "select price": "SELECT o_totalprice FROM orders WHERE o_orderkey = ?",
     "count by customer": "SELECT count(*) FROM orders WHERE o_custkey = ?",
     "update comment": "UPDATE orders SET o_comment = ? WHERE o_orderkey = ?",
@@ -45,6 +46,11 @@ WORKLOAD = [
     "SELECT o_totalprice FROM orders WHERE o_orderkey = 1",
     "SELECT count(*) FROM orders WHERE o_custkey = 1",
     "UPDATE orders SET o_comment = 'x' WHERE o_orderkey = 1",
+]
+# the same indexes on both sides: the key, and the customer the count filters on
+INDEXES = [
+    "CREATE INDEX orders_key ON orders (o_orderkey)",
+    "CREATE INDEX orders_customer ON orders (o_custkey)",
 ]
 PARTS = ("parse", "plan", "encrypt", "server", "decrypt", "local", "other")
 DATA = Path.home() / ".cache" / "veil" / "bench-point"
@@ -187,7 +193,8 @@ def _sides(
     if backend == "duckdb":
         plain_db = duckdb.connect(str(work / "plain.duckdb"))
         plain_db.execute(f"CREATE TABLE orders AS SELECT * FROM '{orders}'")
-        plain_db.execute("ALTER TABLE orders ADD PRIMARY KEY (o_orderkey)")
+        for index in INDEXES:
+            plain_db.execute(index)
 
         def plain(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
             return plain_db.execute(sql, params).fetchall()
@@ -215,6 +222,8 @@ def _sides(
     try:
         load(str(source), veil_url, str(work / "client"), WORKLOAD, progress=lambda _: None)
         connection = veil.connect(work / "client")
+        for index in INDEXES:  # on the DET columns (``veil.load.ddl``)
+            connection.execute(index)
         try:
             yield plain, connection, keys, customers
         finally:
@@ -226,7 +235,7 @@ def _sides(
 
 
 def _pg_orders(pg: Any, orders: Path) -> None:
-    """Plaintext ``orders`` on PostgreSQL, typed as the Parquet file is, with its key."""
+    """Plaintext ``orders`` on PostgreSQL, typed as the Parquet file is, indexed."""
     import duckdb
     import pyarrow.parquet as pq
 
@@ -234,11 +243,13 @@ def _pg_orders(pg: Any, orders: Path) -> None:
     with duckdb.connect() as scratch:
         columns = scratch.sql(f"DESCRIBE SELECT * FROM '{orders}'").fetchall()
     ddl = ", ".join(f"{name} {kind}" for name, kind, *_ in columns)
-    pg.execute(f"CREATE TABLE orders ({ddl}, PRIMARY KEY (o_orderkey))")
+    pg.execute(f"CREATE TABLE orders ({ddl})")
     names = ", ".join(table.column_names)
     with pg.cursor().copy(f"COPY orders ({names}) FROM STDIN") as copy:
         for row in table.to_pylist():
             copy.write_row(list(row.values()))
+    for index in INDEXES:
+        pg.execute(index)
     pg.execute("ANALYZE orders")
 
 
