@@ -17,10 +17,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.support.oracle import check_query
+from tests.support.oracle import checked_plan
 from veil.load.loader import load
 from veil.session.session import Session
-from veil.sql import fallbacks
 
 pytestmark = pytest.mark.integration
 
@@ -80,13 +79,7 @@ def star(
 
 def split_local_sql(star: tuple[Session, duckdb.DuckDBPyConnection], sql: str) -> str:
     """The local plan of ``sql``, after checking its answer and that nothing fell back."""
-    session, plain = star
-    before = fallbacks.counts()
-    check_query(session, plain, sql)
-    assert fallbacks.since(before) == []
-    plan = session.run(sql).plan
-    assert plan is not None and plan.pushdown and plan.fallback is None
-    return plan.local.sql(dialect="duckdb")
+    return checked_plan(*star, sql).local.sql(dialect="duckdb")
 
 
 @pytest.mark.parametrize("sql", QUERIES)

@@ -12,6 +12,8 @@ import sqlglot
 from tests.conftest import SPARK_CORES
 from veil.load.loader import load
 from veil.session.session import Session
+from veil.sql import fallbacks
+from veil.sql.plan import SplitPlan
 from veil.sql.state import Pass
 from veil_dev.bench.compare import difference
 from veil_dev.servers.spark import local_url
@@ -46,6 +48,16 @@ def check_query(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) ->
     """Veil's answer to ``sql`` is plaintext DuckDB's (in order if the query orders)."""
     ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
     assert_same(session.run(sql).table, plain.execute(sql).fetchall(), ordered, sql)
+
+
+def checked_plan(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> SplitPlan:
+    """The split plan of ``sql``, after checking its answer and that nothing fell back."""
+    before = fallbacks.counts()
+    check_query(session, plain, sql)
+    assert fallbacks.since(before) == []
+    plan = session.run(sql).plan
+    assert plan is not None and plan.pushdown and plan.fallback is None
+    return plan
 
 
 def server_url(request: pytest.FixtureRequest, root: Path, schema: str) -> str:

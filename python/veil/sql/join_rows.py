@@ -23,8 +23,35 @@ def joined_rows(members: list[Scan], edges: list[JoinEdge], state: PlanState) ->
     """The largest member's rows, thinned by every member's filters and every join that
     closes a cycle."""
     largest = max(members, key=lambda s: s.table.row_count)
-    kept = prod(kept_share_of(s, state) for s in members)
+    kept = prod(
+        min(1.0, kept_share_of(s, state) * referenced_keys_factor(s, edges)) for s in members
+    )
     return largest.table.row_count * kept * cycles_share(edges)
+
+
+def referenced_keys_factor(scan: Scan, edges: list[JoinEdge]) -> float:
+    """How much more of its partners' rows a scan's filter keeps than of its own (>= 1).
+
+    A partner that holds fewer distinct keys than the scan joins only those: TPC-DS
+    SF 1's store_sales holds 1,823 of date_dim's 73,049 dates. A filter on the scan
+    is taken to pick keys the partner holds (a query asks about the years with
+    sales), so ``d_year = 2001``, 1/200 of date_dim, keeps 1/5 of store_sales, not
+    1/200 of it: priced uniformly, q04's joins were estimated at 7,004 rows for
+    91,612 and its reductions at 46 rows for 2,473 (q05). The largest ratio over the
+    scan's joins; 1 when a count is unknown.
+    """
+    factor = 1.0
+    for edge in edges:
+        if edge.left is scan:
+            near, far, other = edge.left_column, edge.right_column, edge.right
+        elif edge.right is scan:
+            near, far, other = edge.right_column, edge.left_column, edge.left
+        else:
+            continue
+        mine, theirs = _distinct_of(scan, near), _distinct_of(other, far)
+        if mine is not None and theirs is not None and 0 < theirs < mine:
+            factor = max(factor, mine / theirs)
+    return factor
 
 
 def cycles_share(edges: list[JoinEdge]) -> float:
@@ -171,7 +198,9 @@ def _partners_share(scan: Scan, edges: list[JoinEdge], seen: set[int], state: Pl
             if id(other) in seen:
                 continue
             seen.add(id(other))
-            kept = kept_share_of(other, state) * _partners_share(other, edges, seen, state)
+            referenced = referenced_keys_factor(other, [edge])
+            kept = min(1.0, kept_share_of(other, state) * referenced)
+            kept *= _partners_share(other, edges, seen, state)
             fanout = other.table.row_count / max(scan.table.row_count, 1)
             share *= -math.expm1(max(fanout, 1.0) * math.log1p(-min(kept, 1.0 - 1e-12)))
             share *= _covered(scan, near, other, far)

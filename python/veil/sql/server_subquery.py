@@ -258,7 +258,7 @@ def _block(
 
 def _plain_block(select: exp.Select, aggregate: bool) -> bool:
     """Inner joins only; no grouping, limits, windows or aggregates (but the one MIN/MAX)."""
-    if any(select.args.get(k) for k in ("group", "having", "limit", "offset", "qualify", "with")):
+    if any(select.args.get(k) for k in ("group", "having", "limit", "offset", "qualify", "with_")):
         return False
     if select.args.get("distinct") is not None and select.args["distinct"].args.get("on"):
         return False

@@ -35,6 +35,12 @@ class PlanState:
     edges: list[tuple[Scope, list[JoinEdge]]] = field(default_factory=list)
     # per SELECT scope: its equi-joins with scans of outer scopes (correlated)
     correlated: list[list[JoinEdge]] = field(default_factory=list)
+    # per SELECT scope: a derived table's (UNION ALL, CTE) inner scans equi-joined with
+    # its scans (``veil.sql.derived_edges``; left inner, right this scope's)
+    derived: list[list[JoinEdge]] = field(default_factory=list)
+    # ``t.col = derived.col`` conjuncts: (the derived column, its derived table's or CTE's
+    # scope, the scan of t, t.col) (``plan_bind_filters``: the derived table's keys filter t)
+    derived_joins: list[tuple[exp.Column, Scope, Scan, BaseColumn]] = field(default_factory=list)
     # ``col IN (subquery)`` conjuncts on one scan's column
     in_subqueries: list[tuple[exp.In, Scan]] = field(default_factory=list)
     # result columns decrypted after the local plan (``decrypt_outputs``)

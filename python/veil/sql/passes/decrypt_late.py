@@ -140,7 +140,7 @@ def _late_keys(query: exp.Expr, state: PlanState) -> tuple[Scan, str, Encryption
 def _one_scan(query: exp.Select, state: PlanState) -> Scan | None:
     """The one plain scan ``query`` reads, if it reads no more, is not correlated and has
     no ORDER BY, LIMIT, window or nested query."""
-    if any(query.args.get(k) for k in ("order", "limit", "offset", "qualify", "with")):
+    if any(query.args.get(k) for k in ("order", "limit", "offset", "qualify", "with_")):
         return None
     if any(isinstance(n, (exp.Window, exp.Subquery, exp.Select)) for n in _below(query)):
         return None

@@ -40,6 +40,7 @@ from sqlglot.optimizer.scope import Scope
 from veil.design.model import DET
 from veil.sql.columns import BaseColumn
 from veil.sql.conjuncts import is_part_of
+from veil.sql.derived_edges import output_position
 from veil.sql.plan import BindFilter, JoinEdge, Scan
 from veil.sql.state import PlanState, ScanKey
 
@@ -55,6 +56,8 @@ def plan_bind_filters(state: PlanState) -> PlanState:
             _bind_join(edge.right, edge.right_column, edge.left, edge.left_column)
     for node, target in state.in_subqueries:
         _bind_subquery(node, target, state.scopes, state.scans, state.resolved)
+    for column_node, derived_scope, joined, ref in state.derived_joins:
+        _bind_derived(column_node, derived_scope, joined, ref, state)
     for _, edges in state.edges:
         _propagate(edges)
     # a scan those keys thin is small once fetched: its keys thin its join partners
@@ -67,9 +70,16 @@ def plan_bind_filters(state: PlanState) -> PlanState:
             ):
                 if id(source) in thinned and id(target) not in thinned:
                     _bind_join(source, column, target, other, thinned=True)
-    # scopes come innermost first: carry keys into correlated subqueries outside-in
-    for outer_edges in reversed(state.correlated):
-        for edge in outer_edges:
+    # a dimension filtered on the client filters the scans behind a derived table's
+    # column joined with it (``veil.sql.derived_edges``; never the other way round:
+    # one branch's keys do not cover the others')
+    for derived in state.derived:
+        for edge in derived:
+            _bind_join(edge.right, edge.right_column, edge.left, edge.left_column)
+    # scopes come innermost first: carry keys into correlated subqueries (and derived
+    # tables' scans) outside-in
+    for outer_edges, derived in reversed(list(zip(state.correlated, state.derived, strict=True))):
+        for edge in outer_edges + derived:
             _into_subquery(edge)
     _drop_cycles(list(state.scans.values()))
     return state
@@ -130,18 +140,60 @@ def _bind_subquery(
     target.binds.append(BindFilter(sources, target_enc, query, "its IN-subquery"))
 
 
+def _bind_derived(
+    column: exp.Column, source: Scope, target: Scan, ref: BaseColumn, state: PlanState
+) -> None:
+    """Key filter on ``target`` from the rows of the derived table (or CTE) it joins.
+
+    TPC-DS q54: ``my_customers`` (a few hundred customers who bought one category in
+    one month) joins store_sales on ``c_customer_sk = ss_customer_sk``; store_sales was
+    fetched for every customer. The derived table's rows are worked out on the client
+    first (its own scans, fetched with their own filters), and its keys sent as a
+    filter on store_sales, as an IN-subquery's are. Sound as an inner join's semi-join
+    is: a target row whose key no derived row has joins nothing. The derived column
+    must be its first output (the key query is the derived table's own query, whose
+    first column the executor reads); a CTE read by others gives its keys the same.
+    Only into a target at least four times the rows the derived table's scans fetch.
+    """
+    body = source.expression
+    enc = target.table.find(ref.column, DET)
+    if enc is None or target.aggregation is not None or target.with_row_id:
+        return
+    if not isinstance(body, exp.Query) or output_position(body, column.name) != 0:
+        return
+    inside = [s for s in state.scopes if is_part_of(s.expression, body)]
+    if not inside or not _self_contained(inside, state.scans):
+        return
+    ids = {id(s) for s in inside}
+    sources = [scan for (scope_id, _), scan in state.scans.items() if scope_id in ids]
+    if not sources or any(s.with_row_id for s in sources) or target in sources:
+        return
+    if any(b.keys is body for b in target.binds):
+        return
+    # worth it when the derived table's inputs are small beside the target: its keys
+    # are few then, and the target is not made to wait for large fetches
+    fetched = sum(s.estimated_rows or s.table.row_count for s in sources)
+    if fetched > _SMALL_FRACTION * target.table.row_count:
+        return
+    name = column.table
+    target.binds.append(BindFilter(sources, enc, body, f"{name}.{column.name}"))
+
+
 def _self_contained(inside: list[Scope], scans: dict[ScanKey, Scan]) -> bool:
     """Whether the scopes of a subquery can run alone over their scans' local tables.
 
     Every column must resolve within those scopes, and every source must be
     one of their scans or one of their own subqueries: a reference to the
     outer row, to a CTE of the outer WITH or to an outer derived table
-    would fail (or mean something else) when the subquery runs alone.
+    would fail (or mean something else) when the subquery runs alone. Only the
+    sources it reads count: a CTE the WITH defines before the one holding the
+    subquery is among its scope's sources, unread (TPC-DS q58's second and third
+    CTEs kept their fact tables whole).
     """
     ids = {id(s) for s in inside}
     expressions = {id(s.expression) for s in inside}
     for scope in inside:
-        for alias, source in scope.sources.items():
+        for alias, (_, source) in scope.selected_sources.items():
             if isinstance(source, exp.Table):
                 if (id(scope), alias) not in scans:
                     return False  # a CTE name or a table Veil does not hold

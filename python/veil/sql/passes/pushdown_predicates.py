@@ -10,8 +10,11 @@ exactly goes to that scan's server predicates (MONOMI Algorithm 1, lines
 Conjuncts over the nullable side of an outer join are not pushed from WHERE,
 since pre-filtering there would turn a matched row into a NULL-extended one.
 Also collected, for later passes: DET equi-joins between scans (join edges,
-``veil.sql.join_graph``) and ``col IN (subquery)`` conjuncts on one scan's
-column. The local plan is not changed here (``drop_pushed_filters`` does).
+``veil.sql.join_graph``; through derived tables, ``veil.sql.derived_edges``) and
+``col IN (subquery)`` conjuncts on one scan's column. What the readers of a
+derived table or CTE keep of its rows also filters the scans behind its columns
+(``derived_edges.reader_filters``). The local plan is not changed here
+(``drop_pushed_filters`` does).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.sql.columns import BaseColumn
 from veil.sql.conjuncts import aliases_of, conjunct_list, is_part_of, nullable_aliases
+from veil.sql.derived_edges import derived_edges, derived_join, reader_filters
 from veil.sql.implied_predicates import implied_conjuncts
 from veil.sql.join_graph import join_edge
 from veil.sql.plan import JoinEdge, Scan, ServerPredicate
@@ -37,6 +41,7 @@ def pushdown_predicates(state: PlanState) -> PlanState:
             continue
         edges: list[JoinEdge] = []
         correlated: list[JoinEdge] = []
+        derived: list[JoinEdge] = []
         conjuncts = _conjuncts(select)
         conjuncts += [(i, a) for p, a in conjuncts for i in implied_conjuncts(p, resolved)]
         for predicate, allowed in conjuncts:
@@ -44,6 +49,8 @@ def pushdown_predicates(state: PlanState) -> PlanState:
             if edge is not None:
                 (correlated if edge.correlated else edges).append(edge)
                 continue
+            derived += derived_edges(predicate, allowed, scope, state)
+            state.derived_joins += derived_join(predicate, allowed, scope, state)
             target = _in_subquery_target(predicate, scope, scans, resolved)
             if target is not None and (allowed is None or target.alias in allowed):
                 state.in_subqueries.append((predicate, target))  # type: ignore[arg-type]
@@ -53,7 +60,22 @@ def pushdown_predicates(state: PlanState) -> PlanState:
             _push(predicate, scan, select, state)
         state.edges.append((scope, edges))
         state.correlated.append(correlated)
+        state.derived.append(derived)
+    # what a derived table's (CTE's) readers keep, as filters on the scans behind it
+    selects = {id(scope): scope.expression for scope in state.scopes}
+
+    def can_push(predicate: exp.Expr, scan: Scan) -> bool:
+        return rewrite_server(predicate, scan, state.resolved, state.ctx) is not None
+
+    for scan, implied in reader_filters(state, can_push):
+        select = selects[_scope_of(scan, state)]
+        if isinstance(select, exp.Select):
+            _push(implied, scan, select, state)
     return state
+
+
+def _scope_of(scan: Scan, state: PlanState) -> int:
+    return next(key[0] for key, s in state.scans.items() if s is scan)
 
 
 def _push(predicate: exp.Expr, scan: Scan, select: exp.Select, state: PlanState) -> None:

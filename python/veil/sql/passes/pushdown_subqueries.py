@@ -53,10 +53,11 @@ def _forget(state: PlanState, absorbed: set[int]) -> None:
     gone = {id(s) for key, s in state.scans.items() if key[0] in absorbed}
     state.scans = {k: s for k, s in state.scans.items() if k[0] not in absorbed}
     state.edges = [(scope, edges) for scope, edges in state.edges if id(scope) not in absorbed]
-    state.correlated = [
-        [e for e in edges if id(e.left) not in gone and id(e.right) not in gone]
-        for edges in state.correlated
-    ]
+    state.correlated, state.derived = (
+        [[e for e in edges if id(e.left) not in gone and id(e.right) not in gone] for edges in kind]
+        for kind in (state.correlated, state.derived)
+    )
+    state.derived_joins = [j for j in state.derived_joins if id(j[2]) not in gone]
     state.in_subqueries = [
         (node, target)
         for node, target in state.in_subqueries

@@ -15,7 +15,10 @@ later drops the reductions that cost more than they save).
 
 Sound because every row of the scope's result satisfies every conjunct used,
 and the local plan re-evaluates them all anyway. A correlated subquery's scan
-is also reduced by the outer scan it is correlated with (``reduce_correlated``).
+is also reduced by the outer scan it is correlated with (``reduce_correlated``),
+and so is a scan behind a derived table's (UNION ALL branch's, CTE's) column
+equi-joined with an outer scan (``veil.sql.derived_edges``; TPC-DS q05's fact
+tables by date_dim's date range).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ def reduce_joins(state: PlanState) -> PlanState:
     """Reduce each scope's joined scans, then subqueries by their outer scans."""
     for _, edges in state.edges:
         _reduce_scope(edges)
-    # scopes come innermost first; reduce subqueries by their outer scans outside-in
-    for outer_edges in reversed(state.correlated):
-        for edge in outer_edges:
+    # scopes come innermost first; reduce subqueries (and the scans behind a derived
+    # table's columns, ``veil.sql.derived_edges``) by their outer scans outside-in
+    for outer_edges, derived in reversed(list(zip(state.correlated, state.derived, strict=True))):
+        for edge in outer_edges + derived:
             _reduce_correlated(edge)
     return state
 
