@@ -55,3 +55,20 @@ def test_a_distinct_aggregate_groups_its_rows_again() -> None:
     distinct = _work("SELECT f.a, count(DISTINCT f.b) FROM f GROUP BY f.a", {"f": 1000})[0]
     assert distinct.group_input == pytest.approx(plain.group_input + 1000)
     assert distinct.group == pytest.approx(plain.group + 1000 * 2)
+
+
+def test_a_cte_is_walked_and_its_readers_read_its_rows() -> None:
+    # sqlglot keeps the WITH under ``with_``: it was never walked, and each reader of a CTE
+    # counted 1,000 rows (TPC-DS q05's fact tables, unioned in CTEs, priced at nothing)
+    sql = (
+        "WITH u AS (SELECT f.a AS a FROM f UNION ALL SELECT g.a FROM g) "
+        "SELECT count(*) FROM u JOIN d ON u.a = d.k"
+    )
+    work, out = _work(sql, {"f": 100_000, "g": 50_000, "d": 10})
+    assert out == 1
+    assert (work.probe, work.build) == (150_000, 10)
+    union = _work(
+        "WITH u AS (SELECT f.a FROM f) SELECT u.a FROM u UNION ALL SELECT u.a FROM u",
+        {"f": 100_000},
+    )[1]
+    assert union == 200_000
