@@ -58,3 +58,22 @@ def test_each_columns_share_of_its_tables_blocks(tmp_path: Path) -> None:
         assert columns["few"] < columns["scattered"] / 10
     finally:
         backend.close()
+
+
+def test_tables_measured_together_as_apart(tmp_path: Path) -> None:
+    """A load measures all its tables in one scratch file: each as it measures alone."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE a AS SELECT range AS k, range % 7 AS g FROM range({_ROWS})")
+    con.execute("CREATE TABLE b AS SELECT 'word ' || (range % 50) AS s FROM range(3000)")
+    con.execute("CREATE TABLE e AS SELECT 1 AS k WHERE false")
+    together = [_table(), _table(), _table()]
+    sources = [SourceTable("a", "a"), SourceTable("b", "b"), SourceTable("e", "e")]
+    plain_size.measure_all(
+        [(s, t, n) for s, t, n in zip(sources, together, [_ROWS, 3000, 0], strict=True)], con
+    )
+    for source, measured, rows in zip(sources, together, [_ROWS, 3000, 0], strict=True):
+        alone = _table()
+        plain_size.measure(source, con, alone, rows)
+        assert measured.plain_bytes == pytest.approx(alone.plain_bytes, rel=0.25)
+    assert together[2].plain_bytes == 0.0
+    con.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from tests.conftest import SPARK_CORES
@@ -28,6 +29,7 @@ from veil.design.policy import Policy
 from veil.encoding import encode
 from veil.exec.decrypt import decrypt_columns
 from veil.load.loader import load
+from veil.session.onions import unbuilt
 from veil.session.session import Session
 from veil_dev.servers.spark import local_url
 
@@ -157,14 +159,19 @@ def _assert_forms(session: Session) -> None:
     for table in session.design.tables.values():
         for enc in [e for e in table.encryptions if e.onion and e.scheme in (DET, OPE)]:
             ids, stored, plain = _read_back(session, table, enc)
+            wrapped = column_cipher(session.master, enc, rnd_context(table, enc))
+            if unbuilt(enc):  # left for its first peel to build: NULL but in rows written since
+                assert isinstance(wrapped, RowBoundCipher)
+                written = pc.if_else(stored.is_valid(), wrapped.encrypt_rows(ids, plain), None)
+                assert written.equals(stored), (table.name, enc.source, enc.scheme)
+                continue
             bare = dataclasses.replace(
-                enc, params={k: v for k, v in enc.params.items() if k != "outer"}
+                enc, params={k: v for k, v in enc.params.items() if k not in ("outer", "lazy")}
             )
             expected = column_cipher(session.master, bare).encrypt(plain)
             if enc.outer is None:
                 assert stored.equals(expected), (table.name, enc.source, enc.scheme)
                 continue
-            wrapped = column_cipher(session.master, enc, rnd_context(table, enc))
             assert isinstance(wrapped, RowBoundCipher)
             assert wrapped.encrypt_rows(ids, plain).equals(stored), (table.name, enc.source)
             assert len(stored) < 2 or not stored.equals(expected), (table.name, enc.source)

@@ -14,6 +14,7 @@ against the whole source before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -50,11 +51,12 @@ from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design, vocabulary
 from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, encode, encode_scalar, no_values
 from veil.load import ashe_widths, clusters, narrow_det, plain_size
+from veil.load.prefetch import prefetched
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 from veil.load.zones import ZoneRecorder
 from veil.session.clientdir import DESIGN_FILE, ClientDir, create_client_dir
-from veil.session.onions import layers_rows
+from veil.session.onions import defer_layers, layers_rows
 from veil.session.row_ids import counter_table
 from veil.sql.errors import ClientDirectoryError
 
@@ -256,8 +258,9 @@ def load_into(
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design, counts)
         narrow_det.choose(fresh, design, ranges)
-        for table in tables:  # the space budget's unit: the plaintext as this server stores it
-            plain_size.measure(table, con, fresh.tables[table.name], counts[table.name])
+        # the space budget's unit: the plaintext as this server stores it
+        measured = [(t, fresh.tables[t.name], counts[t.name]) for t in tables]
+        plain_size.measure_all(measured, con)
     return [
         _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
         for t in tables
@@ -275,15 +278,17 @@ def _load_table(
     say: Reporter,
 ) -> LoadReport:
     started = time.perf_counter()
-    encryptor = TableEncryptor(master, table)
+    schema = TableEncryptor(master, table).server_schema(_empty(table.columns))
+    # the JOIN-ADJ and OPE onions are built by their first peel, if any (most
+    # never are): the load stores NULLs in their columns
+    deferred = {e.name for e in defer_layers(table)}
+    built = [e for e in table.encryptions if e.name not in deferred]
+    encryptor = TableEncryptor(master, dataclasses.replace(table, encryptions=built))
     blocks: list[pa.Table] = []
     zones = ZoneRecorder(table) if backend.skips_row_blocks else None
     order = clusters.order_by(table, master)
-    rows = backend.bulk_load(
-        table.server_name,
-        _encrypted_batches(source, con, encryptor, say, blocks, order, zones),
-        schema=encryptor.server_schema(_empty(table.columns)),
-    )
+    encrypted = _encrypted_batches(source, con, encryptor, say, blocks, order, zones, schema)
+    rows = backend.bulk_load(table.server_name, prefetched(encrypted), schema=schema)
     table.row_count = rows
     if zones is not None:
         zones.finish()
@@ -328,11 +333,14 @@ def _encrypted_batches(
     blocks: list[pa.Table],
     order: str | None,
     zones: ZoneRecorder | None,
+    schema: pa.Schema,
 ) -> Iterator[pa.RecordBatch]:
     """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``.
 
     ``order`` clusters the rows (``veil.load.clusters``); the ids follow it, and
     ``zones`` records each block's span of the range-filtered columns in it.
+    The batches have the columns of ``schema``: NULL for those ``encryptor``
+    leaves out (``defer_layers``).
     """
     done = 0
     meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
@@ -341,7 +349,7 @@ def _encrypted_batches(
             [c.lower() for c in batch.schema.names]
         )
         # row i of the source gets row id i (and is in Paillier pack i // R)
-        yield from encryptor.encrypt(plain, first_id=done).to_batches()
+        yield from _with_nulls(encryptor.encrypt(plain, first_id=done), schema).to_batches()
         sealed = encryptor.blocks(plain, first_id=done)
         if sealed is not None:
             blocks.append(sealed)
@@ -350,6 +358,19 @@ def _encrypted_batches(
         done += batch.num_rows
         meter.advance(batch.num_rows)
     meter.close()
+
+
+def _with_nulls(encrypted: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``encrypted`` with the columns of ``schema`` in its order, NULL where it has none."""
+    if encrypted.num_columns == len(schema):
+        return encrypted
+    have = set(encrypted.column_names)
+    return pa.table(
+        {
+            f.name: encrypted.column(f.name) if f.name in have else pa.nulls(len(encrypted), f.type)
+            for f in schema
+        }
+    )
 
 
 def _load_hom_group(
@@ -372,7 +393,7 @@ def _load_hom_group(
     with EncryptionPool(master, group.key_scope) as pool:
         backend.bulk_load(
             group.server_name,
-            _hom_batches(source, con, encryptor, cipher, pool, say),
+            prefetched(_hom_batches(source, con, encryptor, cipher, pool, say)),
             schema=side_schema(),
         )
 

@@ -14,6 +14,16 @@ column's policy allows to come off. ``peel`` then, per layer:
 2. after the commit, under the client directory's lock, drops the layer
    from the design (read fresh from disk), saves it and logs the peel.
 
+The JOIN-ADJ and OPE onions of a load are not built at load
+(``defer_layers``: ``params["lazy"]``; most columns are never joined or
+ranged, and those layers were most of an onion load's time and space): the
+server holds NULLs in their columns, which the planner never reads while
+they are wrapped. Their first peel builds them instead of XORing (in step
+1, under the same lock): it fetches the column's DET onion with the row ids,
+decrypts it on the client, encrypts the values under the layer's scheme and
+writes the ciphertexts, without the RND layer, to every row. The server sees
+what an XOR peel would have shown it, and no plaintext.
+
 A crash between 1 and 2 leaves the server peeled and the design wrapped;
 ``reconcile`` (run whenever a session reads the design) repairs the design
 from the layers table. Peeling is idempotent: a layer already off is not
@@ -35,11 +45,18 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.backends.base import BackendError, quote
-from veil.ciphers.columns import JoinCipher, column_cipher, layer_form, layer_key
+from veil.backends.base import OLD_KEY, BackendError, quote
+from veil.ciphers.columns import (
+    JoinCipher,
+    RowBoundCipher,
+    column_cipher,
+    layer_form,
+    layer_key,
+)
 from veil.ciphers.encrypt import rnd_context
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.design.model import DET, JOIN, OPE, Encryption, PhysicalDesign, TableDesign
@@ -75,6 +92,8 @@ REVEALS = {
     JOIN: "which rows hold equal values (re-keyable for joins)",
 }
 LAYERED = (DET, OPE, JOIN)  # the onions wrapped in RND at load
+DEFERRED = (OPE, JOIN)  # the onions a load leaves for their first peel to build
+LAZY = "lazy"  # ``Encryption.params`` key: a wrapped layer not built on the server yet
 _CONFLICT = "onflict"  # DuckDB: another transaction wrote the layers row first
 _ATTEMPTS = 100
 
@@ -303,6 +322,29 @@ def join_key_id(master: MasterKey, scope: str) -> str:
     return master.derive(KeyLabel("join-key-id-v1", scope), 8).hex()
 
 
+def defer_layers(table: TableDesign) -> list[Encryption]:
+    """Mark the wrapped JOIN-ADJ and OPE onions of ``table`` that the load need not build
+    (``params["lazy"]``), and return them: those of a column whose DET onion holds the
+    same values, from which their first peel builds them (``_build_on_server``)."""
+    deferred = [
+        e
+        for e in table.encryptions
+        if e.onion
+        and e.outer is not None
+        and e.scheme in DEFERRED
+        and not e.is_expression
+        and table.onion_of(e.source, DET) is not None
+    ]
+    for enc in deferred:
+        enc.params[LAZY] = True
+    return deferred
+
+
+def unbuilt(enc: Encryption) -> bool:
+    """Is ``enc`` a layer the load left unbuilt (NULL on the server until its first peel)?"""
+    return bool(enc.params.get(LAZY))
+
+
 def layers_rows(table: TableDesign, master: MasterKey) -> pa.Table:
     """The layers table at load: one row per onion layer, peeled where it is not wrapped."""
     onions = [e for e in table.encryptions if e.onion and e.scheme in LAYERED]
@@ -390,18 +432,64 @@ def _peel_on_server(
         wrapped = [e for e in encs if not _locked_state(session, table, e)[0]]
         if not wrapped:
             return set()
+        built = [e for e in wrapped if unbuilt(e)]
+        if built:
+            _build_on_server(session, table, built)
         layers = [
-            (e, layer_form(e), layer_key(session.master, e, rnd_context(table, e))) for e in wrapped
+            (e, layer_form(e), layer_key(session.master, e, rnd_context(table, e)))
+            for e in wrapped
+            if not unbuilt(e)
         ]
-        _rewrite(
-            session,
-            table,
-            partial(peel_statement, table, layers),
-            partial(peeled_rows_statement, table, layers),
-        )
+        if layers:
+            _rewrite(
+                session,
+                table,
+                partial(peel_statement, table, layers),
+                partial(peeled_rows_statement, table, layers),
+            )
         for enc in wrapped:
             run_remote(mark_peeled_statement(table, enc), backend, FetchStats())
     return {e.name for e in wrapped}
+
+
+def _build_on_server(session: SessionContext, table: TableDesign, encs: list[Encryption]) -> None:
+    """Build the unbuilt layers ``encs`` (``defer_layers``), peeled, in every row of ``table``,
+    inside the caller's transaction (which holds their layers rows' locks).
+
+    The values come from each column's DET onion: fetched with the row ids (ciphertexts
+    only), decrypted and encrypted under the layer's scheme on the client; the server
+    gets the layer's ciphertexts, as an XOR peel would have left them.
+    """
+    backend, master = session.backend, session.master
+    onions = {e.source: table.onion_of(e.source, DET) for e in encs}
+    fetched = [table.row_id, *dict.fromkeys(d.name for d in onions.values() if d is not None)]
+    stored = backend.execute(
+        f"SELECT {', '.join(quote(c) for c in fetched)} FROM {quote(table.server_name)}"
+    )
+    ids = _plain_column(stored.column(0))
+    rows = ids.to_numpy(zero_copy_only=False).astype(np.int64)
+    written: dict[str, pa.Array] = {OLD_KEY: ids}
+    for enc in encs:
+        det = onions[enc.source]
+        assert det is not None  # defer_layers defers only columns with a DET onion
+        values = _plain_column(stored.column(fetched.index(det.name)))
+        cipher = column_cipher(master, det, rnd_context(table, det))
+        encoded = (
+            cipher.decrypt_rows(rows, values)
+            if isinstance(cipher, RowBoundCipher)
+            else cipher.decrypt(values)
+        )
+        peeled = {k: v for k, v in enc.params.items() if k not in ("outer", LAZY)}
+        written[enc.name] = column_cipher(master, dataclasses.replace(enc, params=peeled)).encrypt(
+            encoded
+        )
+    backend.update_rows(table.server_name, table.row_id, pa.table(written))
+
+
+def _plain_column(column: pa.ChunkedArray) -> pa.Array:
+    """One Arrow array of a fetched column; DuckDB's binary views as plain binaries."""
+    array = column.combine_chunks()
+    return array.cast(pa.binary()) if pa.types.is_binary_view(array.type) else array
 
 
 def _rekey_on_server(
@@ -481,6 +569,7 @@ def _apply(design: PhysicalDesign, wanted: Adjustment) -> None:
         enc = table.onion_of(wanted.column, wanted.scheme)
         if enc is not None:
             enc.params.pop("outer", None)
+            enc.params.pop(LAZY, None)  # a peel of an unbuilt layer builds it
         return
     enc = table.onion_of(wanted.column, JOIN)
     onto_table = design.tables.get(wanted.onto[0])
