@@ -1,25 +1,37 @@
 # Veil's two user-facing commands are `make demo` and `make test`; both create
-# .venv and install everything they need on first use.
+# .venv and install what they need on first use: `make demo` what the demo and the
+# README's examples use, `make test` (and setup, lint, fuzz, bench) everything.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.veil-installed
+DEMO_STAMP := $(VENV)/.veil-installed-demo
 RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
+# rustup's directory, where the bootstrap installs Rust for a user who has none
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: demo test bench results lint setup clean pgext fuzz
 
 setup: $(STAMP)
 
 $(STAMP): $(RUST_SOURCES)
-	@bash scripts/bootstrap.sh
-	@touch $(STAMP)
+	@bash scripts/bootstrap.sh all
+	@touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+# A full install serves the demo too: only without a current one does the demo install its part.
+$(DEMO_STAMP): $(RUST_SOURCES)
+	@if [ -f $(STAMP) ] && [ -z "$$(find $(RUST_SOURCES) -newer $(STAMP))" ]; then :; \
+	else bash scripts/bootstrap.sh demo; fi
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/veil demo
 
 # Rust kernel tests first, so that the run closes on pytest's summary line.
+# FerretDB (the documents tests' server) is built here, where its progress shows, not under pytest.
 test: $(STAMP)
 	cargo test --release -p veil-kernels -p veil-wire -q
+	$(PY) -c 'from veil_dev.servers.ferretdb import build; build()'
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Differential SQL fuzzer: N generated queries from SEED through Veil and plaintext

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import shutil
+import sys
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -27,6 +30,34 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def announced(what: str, expected: str, every_s: float = 30.0) -> Iterator[None]:
+    """Say on stderr that ``what`` is being built, every ``every_s`` that it still is, and its time.
+
+    A first build runs for minutes with its tool's output captured; without these lines
+    a newcomer's `veil documents server start` or `make test` looked hung.
+    """
+    start = time.monotonic()
+    print(f"veil: building {what} (first use only; {expected})...", file=sys.stderr, flush=True)
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(every_s):
+            elapsed = time.monotonic() - start
+            print(
+                f"veil:   ... still building {what}, {elapsed:.0f} s", file=sys.stderr, flush=True
+            )
+
+    beat = threading.Thread(target=heartbeat, name=f"build {what}", daemon=True)
+    beat.start()
+    try:
+        yield
+    finally:
+        done.set()
+        beat.join()
+    print(f"veil: built {what} in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 def current(built: Path, sources: Iterable[Path]) -> bool:

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from veil.errors import VeilError
-from veil_dev.servers.builds import ROOT, TARGET, current, go_command, locked
+from veil_dev.servers.builds import ROOT, TARGET, announced, current, go_command, locked
 from veil_dev.servers.process import ServerProcess
 
 FERRETDB_VERSION = "1.24.2"
@@ -49,10 +49,11 @@ def build(force: bool = False) -> Path:
         env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "auto"))
         partial = BINARY.with_suffix(".partial")
         command = [find_go(), "build", "-trimpath", "-buildvcs=false", "-o", str(partial), "."]
-        result = subprocess.run(
-            command, cwd=GO_SOURCES, env=env, capture_output=True, text=True,
-            timeout=BUILD_TIMEOUT_S, check=False,
-        )  # fmt: skip
+        with announced(f"FerretDB {FERRETDB_VERSION} with Go", "about 1-4 minutes"):
+            result = subprocess.run(
+                command, cwd=GO_SOURCES, env=env, capture_output=True, text=True,
+                timeout=BUILD_TIMEOUT_S, check=False,
+            )  # fmt: skip
         if result.returncode != 0:
             raise FerretDBUnavailableError(
                 f"building FerretDB failed (exit {result.returncode}): {result.stderr[-2000:]}"
