@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlglot import exp
 
@@ -28,7 +28,10 @@ from veil.audit.shape import Shapes
 from veil.design.model import Encryption
 from veil.exec.server import FetchStats
 from veil.session.session import Session
-from veil.sql.plan import SplitPlan
+from veil.sql.plan import Scan, SplitPlan
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 Record = dict[str, Any]
@@ -87,6 +90,14 @@ class ObservedSession(Session):
         started = time.perf_counter()
         try:
             return super()._fetch_scans(plan, stats)
+        finally:
+            self.seen.add("fetch", started)
+
+    def _fetch_direct(self, plan: SplitPlan, scan: Scan, stats: FetchStats) -> pa.Table:
+        self.seen.fetched.append((plan, stats))
+        started = time.perf_counter()
+        try:
+            return super()._fetch_direct(plan, scan, stats)
         finally:
             self.seen.add("fetch", started)
 

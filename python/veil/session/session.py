@@ -73,7 +73,7 @@ from veil.sql.errors import (
 )
 from veil.sql.functions import is_repeatable
 from veil.sql.parse import bind_parameters, parse_statement
-from veil.sql.plan import SplitPlan
+from veil.sql.plan import Scan, SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
 from veil.sql.sandbox import check_text, check_tree
@@ -605,7 +605,7 @@ class Session:
         found = projection(plan)
         if found is not None:  # the answer may be the fetched rows (``veil.exec.direct``)
             scan, pairs = found
-            fetched = run_scan(scan, {}, self.backend, self.ciphers, stats, plan.rendered)
+            fetched = self._fetch_direct(plan, scan, stats)
             table = projected(fetched, pairs, whole=scan.aggregation is not None)
             if table is not None:
                 return self._finished(plan, table, stats)
@@ -620,6 +620,10 @@ class Session:
             return self._finished(plan, table, stats)
         finally:
             self._unregister(registered)
+
+    def _fetch_direct(self, plan: SplitPlan, scan: Scan, stats: FetchStats) -> pa.Table:
+        """The one scan of a plan answered from its fetched rows, decrypted."""
+        return run_scan(scan, {}, self.backend, self.ciphers, stats, plan.rendered)
 
     def _finished(self, plan: SplitPlan, table: pa.Table, stats: FetchStats) -> pa.Table:
         """The local plan's answer with its late outputs decrypted."""
