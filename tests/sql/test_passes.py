@@ -34,6 +34,7 @@ from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
+from veil.sql.passes.reduce_outer_joins import reduce_outer_joins
 from veil.sql.passes.rename_scans import rename_scans
 from veil.sql.passes.share_fetches import share_fetches
 from veil.sql.passes.trim_reductions import trim_reductions
@@ -95,6 +96,7 @@ def test_passes_are_in_order() -> None:
         pushdown_predicates,
         pushdown_subqueries,
         reduce_joins,
+        reduce_outer_joins,
         pushdown_aggregates,
         pushdown_join_aggregates,
         pushdown_joins,

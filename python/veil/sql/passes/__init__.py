@@ -28,6 +28,7 @@ from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
+from veil.sql.passes.reduce_outer_joins import reduce_outer_joins
 from veil.sql.passes.rename_scans import rename_scans
 from veil.sql.passes.share_fetches import share_fetches
 from veil.sql.passes.trim_reductions import trim_reductions
@@ -39,6 +40,7 @@ PASSES: tuple[Pass, ...] = (
     pushdown_predicates,  # exact server filters; join edges; IN-subqueries
     pushdown_subqueries,  # [NOT] EXISTS / IN / MIN-MAX subqueries as server filters
     reduce_joins,  # semi-join reductions by joined and outer scans
+    reduce_outer_joins,  # a LEFT JOIN's nullable side by the preserved side's rows
     pushdown_aggregates,  # GROUP BY / COUNT / MIN / MAX / HOM SUM on the server
     pushdown_join_aggregates,  # a whole joined block grouped and counted on the server
     pushdown_joins,  # inner DET equi-joins as one server statement

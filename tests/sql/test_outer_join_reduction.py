@@ -1,0 +1,111 @@
+"""A LEFT JOIN's nullable side is reduced by the preserved side's rows (issue 40).
+
+TPC-DS q40, q72 and q80 fetched every return beside the filtered sales, q05
+every web sale beside the returns of two weeks: the ON conjuncts of an outer
+join do not filter the result, so ``reduce_joins`` leaves them alone. They do
+filter the nullable side, which ``reduce_outer_joins`` now reduces by the
+preserved side's filtered rows. Each answer is checked against plain DuckDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import pytest
+
+from tests.support.oracle import check_query, load_tables
+from veil.session.session import Session
+from veil.sql import fallbacks
+from veil.sql.plan import Scan, SplitPlan
+
+pytestmark = pytest.mark.integration
+
+TABLES = {
+    "sales": "SELECT i::INT AS s_id, (i % 400)::INT AS s_date, (i % 13)::INT AS s_item, "
+    "(i % 97)::DECIMAL(7, 2) AS s_amt FROM range(4000) t(i)",
+    "returns": "SELECT (i * 3)::INT AS r_id, (i * 3 % 13)::INT AS r_item, "
+    "(i % 31)::DECIMAL(7, 2) AS r_amt FROM range(1200) t(i)",
+    "dates": "SELECT i::INT AS d_sk, (2000 + i // 100)::INT AS d_year FROM range(400) t(i)",
+}
+
+REDUCED = {
+    "by the preserved side's own filter": "SELECT count(*), count(r_id), sum(r_amt) FROM sales "
+    "LEFT JOIN returns ON r_id = s_id WHERE s_amt < 10",
+    "by the preserved side's inner partners": "SELECT d_year, count(*), sum(r_amt) FROM sales "
+    "LEFT OUTER JOIN returns ON r_id = s_id AND r_item = s_item, dates "
+    "WHERE s_date = d_sk AND d_year = 2001 GROUP BY d_year",
+    "ON with a condition the server cannot test": "SELECT count(*), count(r_id) FROM sales "
+    "LEFT JOIN returns ON r_id = s_id AND r_amt + 1 > s_amt WHERE s_item = 4",
+    "anti-join": "SELECT count(*) FROM sales LEFT JOIN returns ON r_id = s_id "
+    "WHERE s_item = 5 AND r_id IS NULL",
+    "the nullable side's own ON filter": "SELECT count(*), count(r_id) FROM sales "
+    "LEFT JOIN returns ON r_id = s_id AND r_item = 2 WHERE s_amt = 3",
+}
+
+NOT_REDUCED = {
+    # the preserved side keeps every row: nothing to reduce by
+    "unfiltered preserved side": "SELECT count(*), count(r_id) FROM sales "
+    "LEFT JOIN returns ON r_id = s_id",
+    # both sides are preserved
+    "full join": "SELECT count(*), count(s_id), count(r_id) FROM sales "
+    "FULL JOIN returns ON r_id = s_id WHERE s_amt < 10 OR s_amt IS NULL",
+}
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def shop(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
+    root = tmp_path_factory.mktemp("outer")
+    workload = [*REDUCED.values(), *NOT_REDUCED.values()]
+    session, plain = load_tables(request, root, TABLES, workload)
+    try:
+        yield session, plain
+    finally:
+        session.close()
+        plain.close()
+
+
+def checked_plan(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> SplitPlan:
+    """``sql``'s split plan, once its answer is checked and nothing fell back."""
+    before = fallbacks.counts()
+    check_query(session, plain, sql)
+    assert fallbacks.since(before) == []
+    plan = session.run(sql).plan
+    assert plan is not None and plan.pushdown and plan.fallback is None
+    return plan
+
+
+def returns_scan(shop: tuple[Session, duckdb.DuckDBPyConnection], sql: str) -> Scan:
+    plan = checked_plan(*shop, sql)
+    (scan,) = [s for s in plan.scans if s.table.name == "returns"]
+    return scan
+
+
+@pytest.mark.parametrize("sql", REDUCED.values(), ids=REDUCED.keys())
+def test_the_nullable_side_is_reduced_on_the_server(
+    shop: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    scan = returns_scan(shop, sql)
+    assert scan.reduction is not None
+    session, _ = shop
+    server_name = session.design.table("returns").server_name
+    statements = [s for s in session.run(sql).stats.remote_sql if f"FROM {server_name}" in s]
+    assert statements and all(" IN (SELECT" in s for s in statements)
+
+
+@pytest.mark.parametrize("sql", NOT_REDUCED.values(), ids=NOT_REDUCED.keys())
+def test_shapes_that_keep_every_nullable_row(
+    shop: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    assert returns_scan(shop, sql).reduction is None
+
+
+def test_the_preserved_side_is_never_reduced_by_the_nullable_side(
+    shop: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    sql = "SELECT count(*), count(r_id) FROM sales LEFT JOIN returns ON r_id = s_id AND r_amt = 7"
+    plan = checked_plan(*shop, sql)
+    (sales,) = [s for s in plan.scans if s.table.name == "sales"]
+    assert sales.reduction is None
