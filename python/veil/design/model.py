@@ -47,8 +47,13 @@ DESIGN_FORMAT = "veil-physical-design"
 #    sized to the loaded data (``AsheSums.limits``, flags in ``overflow_column``);
 #    rows clustered by GROUP BY keys (``TableDesign.cluster_by``). Versions 6-8
 #    read unchanged.
-DESIGN_VERSION = 9
-READABLE_VERSIONS = (6, 7, 8, 9)
+# 10: a number's row-bound RND keeps its type's bits (``params["bits"]``, 64 when
+#    absent), and on servers that bit-pack integers the ASHE flags word counts
+#    NULLs only for sources sealed in blocks (``veil.load.ashe_widths``). A Veil
+#    of version 9 would read those wrongly, so it must refuse them; versions 6-9
+#    read unchanged.
+DESIGN_VERSION = 10
+READABLE_VERSIONS = (6, 7, 8, 9, 10)
 
 RND = "RND"
 DET = "DET"
