@@ -49,9 +49,11 @@ DESIGN_FORMAT = "veil-physical-design"
 #    read unchanged.
 # 10: a number's row-bound RND keeps its type's bits (``params["bits"]``, 64 when
 #    absent), and on servers that bit-pack integers the ASHE flags word counts
-#    NULLs only for sources sealed in blocks (``veil.load.ashe_widths``). A Veil
-#    of version 9 would read those wrongly, so it must refuse them; versions 6-9
-#    read unchanged.
+#    NULLs only for sources sealed in blocks (``veil.load.ashe_widths``); an onion
+#    load leaves its JOIN-ADJ and OPE layers unbuilt (``params["lazy"]``) for their
+#    first peel to build (``veil.session.onions.defer_layers``). A Veil of version 9
+#    would read those wrongly (it would XOR-peel an unbuilt layer's NULLs and use
+#    them), so it must refuse them; versions 6-9 read unchanged.
 DESIGN_VERSION = 10
 READABLE_VERSIONS = (6, 7, 8, 9, 10)
 
