@@ -13,7 +13,7 @@ use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
 use pgwire::api::cancel::DefaultCancelHandler;
-use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers};
+use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers, METADATA_USER};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -58,12 +58,17 @@ impl AuthSource for Verifiers {
         let name = user.clone();
         match blocking(move || engine.verifier(&name)).await? {
             Some(v) => Ok(Password::new(Some(v.salt), v.salted_password)),
-            None => Err(user_error(WireError::new(
-                "28P01",
-                format!("password authentication failed for user \"{user}\""),
-            ))),
+            None => Err(bad_password(&user)),
         }
     }
+}
+
+/// PostgreSQL's refusal of a login, naming the user of the startup packet.
+fn bad_password(user: &str) -> PgWireError {
+    user_error(WireError::new(
+        "28P01",
+        format!("password authentication failed for user \"{user}\""),
+    ))
 }
 
 fn parameters() -> Arc<DefaultServerParameterProvider> {
@@ -131,7 +136,17 @@ impl StartupHandler for Startup {
     {
         match self {
             Startup::Trust(t) => t.on_startup(client, message).await,
-            Startup::Scram(s) => s.on_startup(client, message).await,
+            // pgwire names the user of SCRAM's first message, which libpq leaves empty
+            // (PostgreSQL reads the startup packet's): a wrong password said `user ""`.
+            Startup::Scram(s) => s.on_startup(client, message).await.map_err(|e| match e {
+                PgWireError::InvalidPassword(_) => bad_password(
+                    client
+                        .metadata()
+                        .get(METADATA_USER)
+                        .map_or("", String::as_str),
+                ),
+                other => other,
+            }),
         }
     }
 }
