@@ -14,10 +14,9 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-from tests.support.oracle import check_query, load_tables
+from tests.support.oracle import checked_plan, load_tables
 from veil.session.session import Session
-from veil.sql import fallbacks
-from veil.sql.plan import Scan, SplitPlan
+from veil.sql.plan import Scan
 
 pytestmark = pytest.mark.integration
 
@@ -65,16 +64,6 @@ def shop(
     finally:
         session.close()
         plain.close()
-
-
-def checked_plan(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> SplitPlan:
-    """``sql``'s split plan, once its answer is checked and nothing fell back."""
-    before = fallbacks.counts()
-    check_query(session, plain, sql)
-    assert fallbacks.since(before) == []
-    plan = session.run(sql).plan
-    assert plan is not None and plan.pushdown and plan.fallback is None
-    return plan
 
 
 def returns_scan(shop: tuple[Session, duckdb.DuckDBPyConnection], sql: str) -> Scan:
