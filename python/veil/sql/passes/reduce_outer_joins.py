@@ -47,15 +47,13 @@ def reduce_outer_joins(state: PlanState) -> PlanState:
             nullable = state.scans.get((id(scope), join.this.alias_or_name))
             if nullable is None or nullable.reduction is not None:
                 continue
-            edges = [
-                edge
-                for conjunct in conjunct_list(on)
-                if (edge := join_edge(conjunct, None, id(scope), state.scans, state.resolved))
-                is not None
-                and not edge.correlated
-                and _partner(edge, nullable, preserved) is not None
-            ]
-            nullable.reduction = _by_partners(nullable, edges, preserved)
+            pairs = []  # (edge, the preserved scan it joins ``nullable`` with)
+            for conjunct in conjunct_list(on):
+                edge = join_edge(conjunct, None, id(scope), state.scans, state.resolved)
+                partner = None if edge is None else _partner(edge, nullable, preserved)
+                if edge is not None and partner is not None and not edge.correlated:
+                    pairs.append((edge, partner))
+            nullable.reduction = _by_partners(nullable, pairs)
     return state
 
 
@@ -67,13 +65,11 @@ def _partner(edge: JoinEdge, nullable: Scan, preserved: set[str]) -> Scan | None
     return None
 
 
-def _by_partners(nullable: Scan, edges: list[JoinEdge], preserved: set[str]) -> Reduction | None:
+def _by_partners(nullable: Scan, pairs: list[tuple[JoinEdge, Scan]]) -> Reduction | None:
     """``nullable`` with each partner's own reduction (or pushed filters), if any filter."""
     scans: dict[int, Scan] = {id(nullable): nullable}
     kept: dict[int, JoinEdge] = {}
-    for edge in edges:
-        partner = _partner(edge, nullable, preserved)
-        assert partner is not None
+    for edge, partner in pairs:
         part = partner.reduction or (Reduction([partner], []) if partner.predicates else None)
         if part is None:
             continue  # the partner's every row may match: nothing to reduce by
