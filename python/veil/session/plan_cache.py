@@ -24,8 +24,9 @@ A statement whose value may change between runs (``now()``, ``current_date``,
 ``random()``, table functions: ``veil.sql.functions.is_repeatable``) is
 planned every time: the planner may have evaluated such a call into a
 pushed constant. The cache is bounded (least recently used out) and emptied
-by every INSERT/UPDATE/DELETE and DDL a session runs, and by a design change
-a session follows.
+by DDL and by a design change a session follows. Rows written (INSERT, UPDATE,
+DELETE) leave it as it is: a plan's answer depends on the design, never on the
+rows, which only steer its choices (the load's statistics, kept in the design).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -143,7 +143,6 @@ class Session:
         # an open transaction's own
         self.plans = PlanCache.shared(self.client.path, external_access)
         self._transaction_plans = PlanCache()
-        self._transaction_wrote = False
         self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
         self._reconcile()
@@ -261,7 +260,7 @@ class Session:
             raise ActiveTransactionError("there is already a transaction in progress")
         self._guarded("BEGIN", self.backend.begin)
         self._transaction = _OPEN
-        self._transaction_plans, self._transaction_wrote = PlanCache(), False
+        self._transaction_plans = PlanCache()
 
     def commit(self) -> bool:
         """End the transaction, keeping its writes; False if it had failed (then rolled back)."""
@@ -270,8 +269,6 @@ class Session:
             return False
         if self._transaction == _OPEN:
             self._transaction = _IDLE
-            if self._transaction_wrote:  # as a write outside a transaction does
-                self.plans.clear()
             try:
                 self._guarded("COMMIT", self.backend.commit)
             finally:
@@ -356,11 +353,8 @@ class Session:
         if isinstance(tree, exp.Select) and tree.args.get("locks"):
             return self.query(lock_selected(self, tree))  # never cached: it locks each time
         recorder = None if shaped is None else Recorder(_markers(tree))
-        self._recorder = recorder
-        try:
+        with self.recording(recorder):
             planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
-        finally:
-            self._recorder = None
         plan_seconds = time.perf_counter() - parsed
         result = _timed(self._answer(planned), parse=parsed - started, plan=plan_seconds, hit=False)
         # kept only if it ran as planned (a fallback may have been transient) and
@@ -406,32 +400,51 @@ class Session:
         found = self._cached(key, count=False)
         if found is None or found.template is None or not found.template.verified:
             return None
-        encrypting = time.perf_counter()
-        values = self._bound(found.template, params)
-        if values is None:
-            return None
         stats, stamp = FetchStats(), self._design_stamp
         stats.plan_hit = True
-        stats.encrypt_seconds = time.perf_counter() - encrypting
-        stats.plan_seconds = encrypting - started
-        self._local_sql(found.plan)  # once, on the kept plan: every run's copy reads it
-        # servers that take parameters run the statements rendered once, filled as sent;
-        # Spark's are written with their values, so rendered each run
-        pending = self.backend.dialect in _PARAMETERS_SENT
-        rendered = found.template.rendered if pending else {}
-        plan = dataclasses.replace(found.plan, rendered=rendered)
+        stats.plan_seconds = time.perf_counter() - started
         try:
-            with bound(values, pending=pending):
-                table = self.execute_plan(plan, stats)
+            ran = self.run_template(found.template, found.plan, params, stats)
         except Exception as exc:
             if isinstance(exc, _NO_FALLBACK):
                 raise
             log.info("template of %r failed (%s); planning for these values", key[0], exc)
             return None  # a query changes nothing: the usual path answers it again
-        if self._layers_moved(stamp):
+        if ran is None or self._layers_moved(stamp):
             return None
         self.plans.hits += 1
-        return self._named(found, table, stats, plan)
+        return self._named(found, ran[1], stats, ran[0])
+
+    def run_template(
+        self,
+        template: Template,
+        plan: SplitPlan,
+        params: list[object] | tuple[object, ...],
+        stats: FetchStats,
+    ) -> tuple[SplitPlan, pa.Table] | None:
+        """``plan`` (``template``'s) run with ``params`` encrypted into its slots: the plan as
+        run and its answer; None if a value's type cannot hold it exactly."""
+        encrypting = time.perf_counter()
+        values = self._bound(template, params)
+        if values is None:
+            return None
+        stats.encrypt_seconds += time.perf_counter() - encrypting
+        self._local_sql(plan)  # once, on the kept plan: every run's copy reads it
+        # servers that take parameters run the statements rendered once, filled as sent;
+        # Spark's are written with their values, so rendered each run
+        pending = self.backend.dialect in _PARAMETERS_SENT
+        plan = dataclasses.replace(plan, rendered=template.rendered if pending else {})
+        with bound(values, pending=pending):
+            return plan, self.execute_plan(plan, stats)
+
+    @contextlib.contextmanager
+    def recording(self, recorder: Recorder | None) -> Iterator[None]:
+        """Plan under ``recorder``: each ciphertext made from a parameter becomes a slot."""
+        self._recorder = recorder
+        try:
+            yield
+        finally:
+            self._recorder = None
 
     def _bound(
         self, template: Template, params: list[object] | tuple[object, ...]
@@ -460,11 +473,11 @@ class Session:
         return plan_key(sql, params, settings)
 
     def _cached(self, key: Key, *, count: bool = True) -> CachedPlan | None:
-        """The plan of ``key`` this session may run: in a transaction its own, or a shared
-        one until it writes (then plans are made on its writes' statistics)."""
+        """The plan of ``key`` this session may run: in a transaction its own, else a shared
+        one (rows written meanwhile change no plan's answer: only the design does)."""
         if self.in_transaction:
             found = self._transaction_plans.get(key, count=count)
-            if found is not None or self._transaction_wrote:
+            if found is not None:
                 return found
         return self.plans.get(key, count=count)
 
@@ -490,12 +503,7 @@ class Session:
 
     def write(self, tree: exp.Insert | exp.Update | exp.Delete) -> Result:
         """Run an INSERT, UPDATE or DELETE (a foreign key's action runs its own this way)."""
-        # before: a failed statement may have written some packs
-        if self.in_transaction:
-            self._transaction_plans.clear()
-            self._transaction_wrote = True
-        else:
-            self.plans.clear()
+        # rows never invalidate a plan (``plan_cache``): only a design change does
         return run_dml(self, tree)
 
     def query(self, tree: exp.Expr) -> Result:
