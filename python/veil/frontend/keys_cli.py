@@ -178,6 +178,13 @@ def run_status(args: argparse.Namespace) -> int:
         )
     for number, line in enumerate(_tables_by_key(client.design_path, status)):
         print(f"{'tables' if number == 0 else '':<18}{line}")
+    from veil.load.pending import orphans
+
+    if left := len(orphans(client)):
+        print(
+            f"interrupted       {left} load(s) killed part-way left server tables; the next "
+            "load, DDL statement or redesign drops them"
+        )
     return 0
 
 

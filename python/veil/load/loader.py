@@ -50,7 +50,7 @@ from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design, vocabulary
 from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, encode, encode_scalar, no_values
-from veil.load import ashe_widths, clusters, narrow_det, plain_size
+from veil.load import ashe_widths, clusters, narrow_det, pending, plain_size
 from veil.load.prefetch import prefetched
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
@@ -245,6 +245,10 @@ def load_into(
     the way DDL creates and rebuilds tables (``veil.load.ddl``).
     """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
+    if not backend.in_transaction:  # a rollback would bring back what it drops
+        cleared = pending.sweep(client, backend, design)
+        if cleared:
+            say.say(f"dropped {cleared} server tables an interrupted load had left")
     ranges: dict[int, tuple[int | None, int | None]] = {}  # DET integers', by id(encryption)
     counts: dict[str, int | None] = {}
     for table in tables:
@@ -288,33 +292,37 @@ def _load_table(
     zones = ZoneRecorder(table) if backend.skips_row_blocks else None
     order = clusters.order_by(table, master)
     encrypted = _encrypted_batches(source, con, encryptor, say, blocks, order, zones, schema)
-    rows = backend.bulk_load(table.server_name, prefetched(encrypted), schema=schema)
-    table.row_count = rows
-    if zones is not None:
-        zones.finish()
-    backend.bulk_load(table.id_counter, counter_table(rows))
-    if table.layers_table:
-        backend.bulk_load(table.layers_table, layers_rows(table, master))
-    if table.blocks_table:
-        backend.bulk_load(
-            table.blocks_table,
-            (b for sealed in blocks for b in sealed.to_batches()),
-            schema=blocks_schema(),
-        )
-    if table.hom is not None:
-        _load_hom_group(source, con, table, master, backend, say)
-    # The new tables have fresh random names: until the design names them,
-    # the old design (and its tables) stay valid, so the swap is atomic. The
-    # design is read again under its lock, so that what other sessions changed
-    # meanwhile (peels, DDL, a re-key's other tables) is kept.
-    with client.design_lock():
-        design = _current(client, master, design)
-        previous = design.tables.get(table.name)
-        design.tables[table.name] = table
-        design.save(client.design_path)
-    if previous is not None and previous.server_name != table.server_name:
-        for name in [previous.server_name, *previous.side_tables()]:
-            backend.drop_table(name)
+    # a pending record names the new tables until the design does (``veil.load.pending``)
+    with pending.creating(client, table) as record:
+        rows = backend.bulk_load(table.server_name, prefetched(encrypted), schema=schema)
+        table.row_count = rows
+        if zones is not None:
+            zones.finish()
+        backend.bulk_load(table.id_counter, counter_table(rows))
+        if table.layers_table:
+            backend.bulk_load(table.layers_table, layers_rows(table, master))
+        if table.blocks_table:
+            backend.bulk_load(
+                table.blocks_table,
+                (b for sealed in blocks for b in sealed.to_batches()),
+                schema=blocks_schema(),
+            )
+        if table.hom is not None:
+            _load_hom_group(source, con, table, master, backend, say)
+        # The new tables have fresh random names: until the design names them,
+        # the old design (and its tables) stay valid, so the swap is atomic. The
+        # design is read again under its lock, so that what other sessions changed
+        # meanwhile (peels, DDL, a re-key's other tables) is kept.
+        with client.design_lock():
+            design = _current(client, master, design)
+            previous = design.tables.get(table.name)
+            design.tables[table.name] = table
+            design.save(client.design_path)
+        if previous is not None and previous.server_name != table.server_name:
+            old = [previous.server_name, *previous.side_tables()]
+            record.dropping(old)
+            for name in old:
+                backend.drop_table(name)
     seconds = time.perf_counter() - started
     say.say(f"{table.name}: {rows:,} rows loaded in {seconds:.1f} s")
     return LoadReport(table.name, rows, seconds)
