@@ -8,16 +8,22 @@ structurally; mypy checks that wherever one is passed.
 
 from __future__ import annotations
 
-from typing import Protocol
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
+import pyarrow as pa
 from sqlglot import exp
 
 from veil.cost.context import CostContext
+from veil.exec.server import FetchStats
 from veil.session.clientdir import ClientDir
 from veil.session.result import Result
 from veil.session.table_locks import SharedLocks
 from veil.sql.plan import SplitPlan
+
+if TYPE_CHECKING:
+    from veil.session.templates import Recorder, Template
 
 
 class SessionContext(CostContext, Protocol):
@@ -56,6 +62,24 @@ class SessionContext(CostContext, Protocol):
     def query(self, tree: exp.Expr) -> Result: ...
 
     def describe(self, tree: exp.Expr) -> list[str]: ...
+
+    def admitted(self, sql: str, params: list[object] | tuple[object, ...] | None) -> exp.Expr:
+        """``sql`` parsed with its parameters bound, if the session may run it."""
+        ...
+
+    def recording(self, recorder: Recorder | None) -> AbstractContextManager[None]:
+        """Plan under ``recorder`` (``veil.session.templates``)."""
+        ...
+
+    def run_template(
+        self,
+        template: Template,
+        plan: SplitPlan,
+        params: list[object] | tuple[object, ...],
+        stats: FetchStats,
+    ) -> tuple[SplitPlan, pa.Table] | None:
+        """``plan`` run with ``params`` in its slots (None: a value does not fit one)."""
+        ...
 
     def plan(
         self, tree: exp.Expr, *, row_ids_of: str | None = None, peel: bool = True

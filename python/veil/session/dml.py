@@ -92,8 +92,8 @@ def run_dml(session: SessionContext, tree: exp.Expr) -> Result:
         insert = upsert.alternative_as_conflict(_target(session, tree.this), tree)
         return _retried(session, insert, lambda: _insert(session, insert))
     if isinstance(tree, exp.Update):
-        tree = _plain_assignments(_target(session, tree.this), tree)
-    _check(session, tree)
+        tree = plain_assignments(_target(session, tree.this), tree)
+    check(session, tree)
     if isinstance(tree, exp.Delete):
         return _retried(session, tree, lambda: _delete(session, tree))
     assert isinstance(tree, exp.Update)
@@ -114,7 +114,7 @@ def _ctes_into_source(tree: exp.Insert) -> exp.Insert:
     return moved
 
 
-def _plain_assignments(table: TableDesign, tree: exp.Update) -> exp.Update:
+def plain_assignments(table: TableDesign, tree: exp.Update) -> exp.Update:
     """``tree`` with one ``column = value`` per column: ``SET (a, b) = (1, 2)`` split,
     ``DEFAULT`` replaced by the column's default."""
     assigned: dict[str, exp.Expr] = {}
@@ -147,22 +147,27 @@ def _plain_assignments(table: TableDesign, tree: exp.Update) -> exp.Update:
 
 
 def _retried(session: SessionContext, tree: exp.Expr, run: Callable[[], Result]) -> Result:
-    """``run()`` in the user's terms (a declared key's duplicate: 23505), see ``_again``."""
-    try:
-        return _again(session, tree, run)
-    except DuplicateKeyError:
-        raise unique_violation(_target(session, tree.this)) from None
+    """``run()`` in the user's terms (a declared key's duplicate: 23505), see ``retried``."""
+    return retried(session, tree.key.upper(), _target(session, tree.this), run)
 
 
-def _again(session: SessionContext, tree: exp.Expr, run: Callable[[], Result]) -> Result:
-    """``run()``, from the start again while its write collides with another client's.
+def retried(
+    session: SessionContext, kind: str, table: TableDesign, run: Callable[[], Result]
+) -> Result:
+    """``run()``, a ``kind`` (UPDATE, ...) of ``table``, from the start again while its write
+    collides with another client's; a declared key's duplicate in the user's terms (23505).
 
     Each failed attempt wrote nothing (its transaction rolled back). A peel
     another client committed meanwhile is read into the design first.
     """
-    kind = tree.key.upper()
+    try:
+        return _again(session, kind, table.name, run)
+    except DuplicateKeyError:
+        raise unique_violation(session.design.tables.get(table.name, table)) from None
+
+
+def _again(session: SessionContext, kind: str, name: str, run: Callable[[], Result]) -> Result:
     # from its read to its write, no rebuild (ALTER, TRUNCATE, redesign) changes the table
-    name = _target(session, tree.this).name
     if session.backend.in_transaction:  # one statement of a larger transaction
         try:
             with _locked(session, name):
@@ -198,7 +203,7 @@ def _again(session: SessionContext, tree: exp.Expr, run: Callable[[], Result]) -
     ) from last
 
 
-def _check(
+def check(
     session: SessionContext, tree: exp.Expr, read: str | None = None, before: str | None = None
 ) -> pa.Table | None:
     """Reject, with DuckDB's reason, every statement DuckDB itself would reject.
@@ -457,16 +462,16 @@ def _inserted_rows(session: SessionContext, table: TableDesign, tree: exp.Insert
     if tree.args.get("conflict") is not None:
         # DuckDB's ON CONFLICT may reorder the rows (and merges repeats): validated as given,
         # the rows are made without it, in order, in a key-less twin of the table
-        _check(session, tree)
+        check(session, tree)
         tree = tree.copy()
         tree.set("conflict", None)
         tree.set("returning", None)
         target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
         target.replace(exp.to_table(_TWIN))
         twin = ", ".join(catalog_column(c) for c in table.columns)
-        rows = _check(session, tree, read=_TWIN, before=f'CREATE TEMP TABLE "{_TWIN}" ({twin})')
+        rows = check(session, tree, read=_TWIN, before=f'CREATE TEMP TABLE "{_TWIN}" ({twin})')
     else:
-        rows = _check(session, tree, read=table.name)
+        rows = check(session, tree, read=table.name)
     assert rows is not None
     # the catalogue spells columns as the source did ("Order ID"); the design lower-cases
     return rows.rename_columns([c.name for c in table.columns])
@@ -553,11 +558,19 @@ def _delete(session: SessionContext, tree: exp.Delete) -> Result:
     )
     row_ids = matched.column(matched.num_columns - 1).combine_chunks()
     deleted = matched.select(list(range(len(columns)))).rename_columns(columns)
+    delete_rows(session, table, row_ids, deleted if referenced else None)
+    return Result(returning(session, tree, deleted), len(row_ids))
+
+
+def delete_rows(
+    session: SessionContext, table: TableDesign, row_ids: pa.Array, keys: pa.Table | None = None
+) -> None:
+    """Delete the rows ``row_ids`` in one transaction: every one of them, or raise.
+    ``keys``: their values of the columns other tables' foreign keys name, to check."""
     with _table_locked(session, table), session.backend.transaction():
         _delete_rows(session, table, row_ids)
-        if referenced:
-            references.check_unreferenced(session, table, deleted)
-    return Result(returning(session, tree, deleted), len(row_ids))
+        if keys is not None:
+            references.check_unreferenced(session, table, keys)
 
 
 def _update(session: SessionContext, tree: exp.Update) -> Result:
@@ -591,11 +604,24 @@ def _update(session: SessionContext, tree: exp.Update) -> Result:
     if old_keys:
         at = list(range(len(names), len(names) + len(old_keys)))
         old = matched.select(at).rename_columns(old_keys)
-    check_rows(session.local, table, plain)  # refuse before writing
-    TableEncryptor(session.master, table).check_domains(plain)
-    named = {c for r in table.references for c in r.columns} & set(assigned)
-    rewrite_rows(session, table, row_ids, plain, old, check_parents=bool(named))
+    update_rows(session, table, row_ids, plain, set(assigned), old)
     return Result(returning(session, tree, plain), len(row_ids))
+
+
+def update_rows(
+    session: SessionContext,
+    table: TableDesign,
+    row_ids: pa.Array,
+    plain: pa.Table,
+    assigned: set[str],
+    old: pa.Table | None = None,
+) -> None:
+    """Replace the rows ``row_ids`` by their new values ``plain`` (the columns ``assigned``
+    changed), refusing values the table does not take before writing anything."""
+    check_rows(session.local, table, plain)
+    TableEncryptor(session.master, table).check_domains(plain)
+    named = {c for r in table.references for c in r.columns} & assigned
+    rewrite_rows(session, table, row_ids, plain, old, check_parents=bool(named))
 
 
 def rewrite_rows(

@@ -39,6 +39,7 @@ from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late
 from veil.exec.local_duckdb import local_duckdb, local_engine, memory_limit_bytes
 from veil.exec.one_table import joined_tables, one_table_per_join
 from veil.exec.server import FetchStats
+from veil.session import point_writes
 from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
 from veil.session.dml import run_dml
@@ -336,6 +337,9 @@ class Session:
         shaped = None if kinds is None else self._shape_key(sql, kinds)
         if shaped is not None:
             answered = self._from_template(shaped, params or (), started)
+            if answered is None:  # an UPDATE/DELETE of a shape planned before
+                scope = (str(self.client.path), self.external_access)
+                answered = point_writes.answer(self, sql, params or (), shaped, scope)
             if answered is not None:
                 return answered
         tree = self.admitted(sql, params)

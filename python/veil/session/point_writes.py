@@ -1,0 +1,333 @@
+"""UPDATE and DELETE planned once per statement shape (issue 41).
+
+``UPDATE accounts SET balance = balance + ? WHERE id = ?`` used to plan its
+row match every run: the match was one query whose local plan computed the
+SET values, so each new value made a new plan (~10-25 ms). Here a write's
+shape (its text and its parameters' types, under one design version) keeps:
+
+- the match: ``SELECT <columns> FROM t WHERE <where>`` with each row's id,
+  with no SET value in it, planned as a template of the SELECTs'
+  (``veil.session.templates``): while planned, each ciphertext made from a
+  parameter becomes a slot; a second planning with other values must make
+  the same plan but for the slots, and from then on each run encrypts the
+  new values into the slots (``Session.run_template``) and, where the
+  answer is the fetched rows, never touches the local DuckDB
+  (``veil.exec.direct``). A WHERE without parameters plans once;
+- the SET values: one local statement over the matched rows, rendered once
+  with a mark in place of each parameter, each run writing the values in as
+  the literals plaintext DuckDB binds them as (``literal``);
+- then the write of ``veil.session.dml``, unchanged: fresh row ids, one
+  transaction under the onion layers, every row read still there or the
+  statement runs again (``dml.retried``), locks and constraints as before.
+
+Only the shapes whose write needs nothing more are kept: one target table,
+no FROM/USING, WITH, RETURNING or subquery, no DEFAULT or sequence call, no
+other table's foreign key naming a column written (or, for DELETE, the
+table at all). Everything else, a value a slot's type cannot hold exactly,
+and a template the second planning refuses, runs the general path of
+``veil.session.dml`` as before. A peel while planning, or any design change
+(its version is in the key), plans again.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from veil.design.model import Reference, TableDesign
+from veil.encoding import exact_arrow
+from veil.exec.server import FetchStats
+from veil.session import dml, references
+from veil.session.context import SessionContext
+from veil.session.defaults import is_default
+from veil.session.plan_cache import Key
+from veil.session.result import Result
+from veil.session.templates import Recorder, Template, fingerprint
+from veil.sql.errors import QueryError
+from veil.sql.functions import is_repeatable
+from veil.sql.parse import literal
+from veil.sql.plan import ROW_ID, SplitPlan
+from veil.sql.slots import PARAM
+
+_ROWS = "__veil_point_rows"
+_MARK = "__veil_param_"
+_MARKS = re.compile(rf'"?{_MARK}(\d+)"?')
+_KEPT_SIZE = 256
+_VERBS = ("UPDATE", "DELETE")
+
+
+@dataclass
+class PointWrite:
+    """A write's shape: its match's plan and how its new rows are made."""
+
+    kind: str  # UPDATE or DELETE
+    table: TableDesign  # as planned (its server tables: a rebuild makes another)
+    stamp: int  # the design file's version it was planned on
+    match: exp.Select  # bound to the values it was first planned with
+    new_rows: str  # UPDATE: the SET values' local SQL over _ROWS, parameters marked
+    assigned: set[str] = field(default_factory=set)
+    plan: SplitPlan | None = None  # kept once a run planned it reusably
+    template: Template | None = None  # None: the WHERE has no parameter
+
+
+class _Kept:
+    """The shapes of this process, by client directory, access and shape key."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.writes: OrderedDict[tuple[object, ...], PointWrite | None] = OrderedDict()
+
+    def get(self, key: tuple[object, ...]) -> tuple[bool, PointWrite | None]:
+        with self.lock:
+            if key not in self.writes:
+                return False, None
+            self.writes.move_to_end(key)
+            return True, self.writes[key]
+
+    def put(self, key: tuple[object, ...], write: PointWrite | None) -> None:
+        with self.lock:
+            self.writes[key] = write
+            self.writes.move_to_end(key)
+            while len(self.writes) > _KEPT_SIZE:
+                self.writes.popitem(last=False)
+
+    def discard(self, key: tuple[object, ...]) -> None:
+        with self.lock:
+            self.writes.pop(key, None)
+
+
+_KEPT = _Kept()
+
+
+class _Replan(Exception):
+    """The kept shape no longer fits (design moved, value not exact): nothing was written."""
+
+
+def answer(
+    session: SessionContext, sql: str, params: Sequence[object], shape: Key, scope: object
+) -> Result | None:
+    """The statement run as its kept shape; None: the general path runs it (nothing written).
+
+    ``shape``: the session's key of ``sql``'s shape (text, parameter types, design
+    version); ``scope``: what else a session's plans are kept apart by (its client
+    directory and access to files).
+    """
+    if sql.lstrip()[:6].upper() not in _VERBS:
+        return None
+    key = (scope, *shape)
+    known, write = _KEPT.get(key)
+    if known and write is None:
+        return None  # a shape this path does not take
+    if write is None:
+        tree = session.admitted(sql, list(params))
+        write = prepared(session, tree)
+        if write is None:
+            _KEPT.put(key, None)
+            return None
+        return _run(session, write, params, key, planned=True)
+    return _run(session, write, params, key, planned=False)
+
+
+def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
+    """``tree``'s point write, planned with its values; None if its shape is not one."""
+    if not isinstance(tree, exp.Update | exp.Delete) or not _plain(tree):
+        return None
+    target = tree.this
+    table = session.design.tables.get(target.name.lower())
+    if table is None:
+        return None
+    if isinstance(tree, exp.Update):
+        tree = dml.plain_assignments(table, tree)
+        if any(is_default(a.expression) for a in tree.expressions):
+            return None
+    referenced = references.referencing(session.design, table.name)
+    assigned = {a.this.name.lower() for a in tree.expressions} if tree.key == "update" else set()
+    if referenced and (tree.key == "delete" or assigned & _parent_columns(referenced)):
+        return None
+    dml.check(session, tree)  # DuckDB's binder: the shape's errors, in the user's terms
+    alias = target.alias_or_name
+    columns: list[exp.Expr] = (
+        [exp.column(c.name, table=alias) for c in table.columns]
+        if tree.key == "update"
+        else [exp.Literal.number(1)]
+    )
+    match = exp.select(*columns).from_(target.copy())
+    where = tree.args.get("where")
+    if where is not None:
+        match = match.where(where.this.copy())
+    return PointWrite(
+        kind=tree.key.upper(),
+        table=table,
+        stamp=session.design_file_stamp(),
+        match=match,
+        new_rows=_new_rows_sql(table, tree) if isinstance(tree, exp.Update) else "",
+        assigned=assigned,
+    )
+
+
+def _plain(tree: exp.Update | exp.Delete) -> bool:
+    """One target table, nothing but SET and WHERE, no subquery, same each run."""
+    if any(tree.args.get(k) for k in ("from_", "using", "with_", "returning", "order", "limit")):
+        return False
+    if not isinstance(tree.this, exp.Table) or tree.this.args.get("db"):
+        return False
+    if any(tree.find_all(exp.Subquery, exp.Select, exp.Exists)):
+        return False
+    return is_repeatable(tree)
+
+
+def _parent_columns(referenced: list[tuple[TableDesign, Reference]]) -> set[str]:
+    return {c for _, r in referenced for c in r.parent_columns}
+
+
+def _new_rows_sql(table: TableDesign, tree: exp.Update) -> str:
+    """The SET values' SQL over the matched rows, each parameter a mark ``_MARK<n>``."""
+    alias = tree.this.alias_or_name
+    assigned = {a.this.name.lower(): a.expression for a in tree.expressions}
+    items: list[exp.Expr] = []
+    for column in table.columns:
+        value = assigned.get(column.name)
+        if value is None:
+            items.append(exp.column(column.name, table=alias))
+            continue
+        marked = value.copy().transform(_marked)
+        items.append(exp.alias_(exp.cast(marked, column.type), column.name))
+    select = exp.select(*items).from_(exp.to_table(_ROWS).as_(alias))
+    return select.sql(dialect="duckdb")
+
+
+def _marked(node: exp.Expr) -> exp.Expr:
+    if PARAM in node.meta:
+        return exp.column(f"{_MARK}{node.meta[PARAM][1]}")
+    return node
+
+
+def _run(
+    session: SessionContext,
+    write: PointWrite,
+    params: Sequence[object],
+    key: tuple[object, ...],
+    *,
+    planned: bool,
+) -> Result | None:
+    """``write`` with ``params``; None if the kept shape no longer fits (nothing written)."""
+    stats = FetchStats()
+    stats.plan_hit = not planned
+
+    def attempt() -> Result:
+        if session.design_file_stamp() != write.stamp:
+            raise _Replan  # a peel, DDL, a redesign: plan on the new design
+        matched = _matched(session, write, params, stats, key, planned)
+        table = session.design.table(write.table.name)
+        row_ids = matched.column(matched.num_columns - 1).combine_chunks()
+        if not len(row_ids):
+            return Result(pa.table({}), 0, stats)
+        if write.kind == "DELETE":
+            dml.delete_rows(session, table, row_ids)
+        else:
+            names = [c.name for c in table.columns]
+            rows = matched.select(list(range(len(names)))).rename_columns(names)
+            plain = _new_values(session, write, rows, params)
+            dml.update_rows(session, table, row_ids, plain, write.assigned)
+        return Result(pa.table({}), len(row_ids), stats)
+
+    try:
+        return dml.retried(session, write.kind, write.table, attempt)
+    except _Replan:
+        _KEPT.discard(key)
+        return None
+
+
+def _matched(
+    session: SessionContext,
+    write: PointWrite,
+    params: Sequence[object],
+    stats: FetchStats,
+    key: tuple[object, ...],
+    planned: bool,
+) -> pa.Table:
+    """The rows the write changes (its columns, then each row's id)."""
+    template = write.template
+    kept = write.plan
+    if not planned and kept is not None and (template is None or template.verified):
+        if template is None:
+            return session.execute_plan(kept, stats)
+        ran = session.run_template(template, kept, tuple(params), stats)
+        if ran is None:
+            raise _Replan  # a value its slot's type cannot hold exactly
+        return ran[1]
+    # plan with these values: the first run, or the second that checks the first's plan
+    match = write.match if planned else _rebound(session, key, params)
+    places = len({n.meta[PARAM][0] for n in match.walk() if PARAM in n.meta})
+    recorder = Recorder(places) if places else None
+    with session.recording(recorder):
+        plan = session.plan(match, row_ids_of=match.args["from_"].this.alias_or_name)
+    source = plan.local.args["from_"].this
+    plan.local.append("expressions", exp.column(ROW_ID, table=source.alias_or_name))
+    table = session.execute_plan(plan, stats)
+    _remember(write, plan, recorder, stats, params, key)
+    return table
+
+
+def _rebound(
+    session: SessionContext, key: tuple[object, ...], params: Sequence[object]
+) -> exp.Select:
+    """The match bound to ``params`` (the statement parsed again)."""
+    tree = session.admitted(str(key[1]), list(params))
+    again = prepared(session, tree)
+    if again is None:
+        raise _Replan
+    return again.match
+
+
+def _remember(
+    write: PointWrite,
+    plan: SplitPlan,
+    recorder: Recorder | None,
+    stats: FetchStats,
+    params: Sequence[object],
+    key: tuple[object, ...],
+) -> None:
+    """Keep ``plan`` as the shape's match, or check the kept one against it."""
+    if not plan.pushdown or plan.fallback is not None or plan.peels:
+        return  # planned on a design that is no longer the key's, or not reusable
+    if recorder is None:  # the WHERE has no parameter: one plan answers every run
+        write.plan = plan
+        _KEPT.put(key, write)
+        return
+    if not recorder.complete:
+        _KEPT.put(key, None)  # a parameter did not reach the server as a slot
+        return
+    made = fingerprint(plan, stats.remote_sql, recorder.uses)
+    if write.template is None:
+        write.template = Template(recorder.uses, made, tuple(params))
+        write.plan = plan
+        _KEPT.put(key, write)
+        return
+    write.template.check(made, params)
+    if write.template.refused:
+        _KEPT.put(key, None)
+
+
+def _new_values(
+    session: SessionContext, write: PointWrite, rows: pa.Table, params: Sequence[object]
+) -> pa.Table:
+    """The matched rows with the SET values in place, as DuckDB computes them."""
+    sql = _MARKS.sub(
+        lambda m: f"({literal(params[int(m.group(1))]).sql(dialect='duckdb')})", write.new_rows
+    )
+    session.local.register(_ROWS, rows)
+    try:
+        table = exact_arrow(session.local, sql)
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).replace("\n", " ").strip()) from None
+    finally:
+        session.local.unregister(_ROWS)
+    return table.rename_columns([c.name for c in write.table.columns])
