@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -111,13 +111,20 @@ class _Replan(Exception):
 
 
 def answer(
-    session: SessionContext, sql: str, params: Sequence[object], shape: Key, scope: object
+    session: SessionContext,
+    sql: str,
+    params: Sequence[object],
+    shape: Key,
+    scope: object,
+    fits: Callable[[], bool] | None = None,
 ) -> Result | None:
     """The statement run as its kept shape; None: the general path runs it (nothing written).
 
     ``shape``: the session's key of ``sql``'s shape (text, parameter types, design
     version); ``scope``: what else a session's plans are kept apart by (its client
-    directory and access to files).
+    directory and access to files); ``fits``: whether ``sql`` with ``params`` means what
+    the statement as written does (its literals made parameters: ``veil.sql.literals``),
+    asked before a new shape is kept.
     """
     if sql.lstrip()[:6].upper() not in _VERBS:
         return None
@@ -126,6 +133,8 @@ def answer(
     if known and write is None:
         return None  # a shape this path does not take
     if write is None:
+        if fits is not None and not fits():
+            return None
         tree = session.admitted(sql, list(params))
         write = prepared(session, tree)
         if write is None:
