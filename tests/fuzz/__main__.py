@@ -104,7 +104,9 @@ def query_mode(args: argparse.Namespace, root: Path) -> int:
                     flush=True,
                 )
 
-            report = run_queries(session, env.plain, env.catalog, seeds, progress, args.fresh)
+            report = run_queries(
+                session, env.plain, env.catalog, seeds, progress, args.fresh, args.literals
+            )
             print(f"{args.backend}/{mode}: {report.summary()}")
             for failure in report.failures if args.verbose else []:
                 print(failure.line())
@@ -197,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="run each query again this many times with fresh parameter values (query mode)",
+    )
+    parser.add_argument(
+        "--literals",
+        action="store_true",
+        help="write each query's parameter values into its text (query mode)",
     )
     parser.add_argument("--out", default=str(REGRESSIONS), help="folder for shrunk regressions")
     parser.add_argument("--no-shrink", dest="shrink", action="store_false")

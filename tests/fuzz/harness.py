@@ -503,16 +503,24 @@ def run_queries(
     seeds: range | Sequence[int],
     progress: object = None,
     fresh: int = 0,
+    literals: bool = False,
 ) -> Report:
     """Each seed's query checked against plaintext; ``fresh``: then run again that many
     times with new parameter values, each answer checked (a plan made for one value
-    must answer the next: ``veil.session.templates``)."""
+    must answer the next: ``veil.session.templates``); ``literals``: every value written
+    into the text, as pgbench -M simple and psql send them (``veil.sql.literals``)."""
     report = Report()
     started = time.perf_counter()
+
+    def sent(query: Query) -> Query:
+        if not literals or query.sql.count("?") != len(query.params):
+            return query  # a ? of a string's own: sent with its markers
+        return Query(query.seed, query.inline(), [], query.shape)
+
     for n, seed in enumerate(seeds):
         query = generate(catalog, seed)
         report.generated += 1
-        outcome = check(session, plain, query)
+        outcome = check(session, plain, sent(query))
         if outcome.status == "discard":
             report.discarded += 1
             continue
@@ -523,7 +531,7 @@ def run_queries(
             report.failures.append(Failure(seed, query, outcome))
         values = random.Random(seed)
         for again in [query.fresh(values) for _ in range(fresh if query.params else 0)]:
-            outcome = check(session, plain, again)
+            outcome = check(session, plain, sent(again))
             if outcome.status == "fail":
                 report.failures.append(Failure(seed, again, outcome))
                 break

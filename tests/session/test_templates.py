@@ -97,3 +97,42 @@ def test_every_value_answers_as_plaintext(
 ) -> None:
     for params in values:
         _check(session, plain, sql, params)
+
+
+def test_literals_meet_the_plan_of_their_shape(
+    session: Session, plain: duckdb.DuckDBPyConnection
+) -> None:
+    """A statement with its values written in (pgbench -M simple, psql) runs the template
+    of its shape: after two plannings, no parsing or planning (``veil.sql.literals``)."""
+    runs = []
+    for key in (1, 3, 4, 5, 7, 999_999_999):
+        sql = f"SELECT o_totalprice, o_orderstatus FROM orders WHERE o_orderkey = {key}"
+        runs.append(_check(session, plain, sql, []))
+    assert [r.stats.plan_hit for r in runs] == [False, False, True, True, True, True]
+    # a literal the shape's plan cannot take (LIMIT's count) stays in the text
+    for limit in (1, 2, 3):
+        sql = f"SELECT o_orderkey FROM orders WHERE o_custkey = 1 ORDER BY 1 LIMIT {limit}"
+        _check(session, plain, sql, [])
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT count(*) FROM orders WHERE o_orderpriority = '{}'",
+        "SELECT o_orderkey FROM orders WHERE o_orderdate < '{}' ORDER BY 1 LIMIT 4",
+        "SELECT count(*) FROM orders WHERE o_custkey IN ({}, 7) AND o_orderkey > -{}",
+    ],
+)
+def test_every_literal_answers_as_plaintext(
+    session: Session, plain: duckdb.DuckDBPyConnection, sql: str
+) -> None:
+    values = {
+        "'{}'": ["1-URGENT", "5-LOW", "2-HIGH", "it''s"],
+        "< '{}'": ["1993-01-01", "1994-03-01", "1998-01-01"],
+    }
+    if "IN (" in sql:
+        for key in (1, 2, 4, 10):
+            _check(session, plain, sql.format(key, key), [])
+        return
+    for value in values["< '{}'" if "<" in sql else "'{}'"]:
+        _check(session, plain, sql.format(value), [])

@@ -15,6 +15,7 @@ plaintext schema) becomes DuckDB's ``//``, which truncates the same way.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -258,6 +259,39 @@ def bind(tree: exp.Expr, params: Sequence[object]) -> str:
 
     bound = tree.copy().transform(replace, copy=False)
     return bound.sql(dialect=WRITE)
+
+
+def marked(tree: exp.Expr) -> tuple[str, list[int]]:
+    """The statement in DuckDB's dialect with each ``$n`` a ``?`` marker, and the ``n`` of
+    each marker in the text's order (``ordered`` lists the values for them).
+
+    Bound by the session rather than written in, the values meet the plan of the
+    statement's shape (``veil.session.templates``): a prepared statement is planned
+    once per design, each Bind only encrypts its values.
+    """
+    text = tree.sql(dialect=WRITE)
+    tokens = sqlglot.Dialect.get_or_raise(WRITE).tokenize(text)
+    pieces, order, start = [], [], 0
+    for token, following in itertools.pairwise(tokens):
+        if token.token_type != TokenType.PARAMETER or following.token_type != TokenType.NUMBER:
+            continue
+        if following.start != token.end + 1:
+            continue
+        pieces.append(text[start : token.start] + "?")
+        order.append(int(following.text))
+        start = following.end + 1
+    pieces.append(text[start:])
+    return "".join(pieces), order
+
+
+def ordered(order: list[int], params: Sequence[object]) -> list[object]:
+    """The values of ``marked``'s markers, in their order."""
+    for number in order:
+        if not 1 <= number <= len(params):
+            raise WireError(
+                "08P01", f"there is no parameter ${number}: the statement was given {len(params)}"
+            )
+    return [params[number - 1] for number in order]
 
 
 def placeholders(tree: exp.Expr) -> int:

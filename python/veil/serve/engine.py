@@ -189,6 +189,9 @@ class WireSession:
         # per connection: the statements drivers send again and again
         self._translations: dict[tuple[str, int], dialect.Statement] = {}
         self._descriptions: dict[tuple[str, tuple[int, ...], int], Any] = {}
+        # statements with parameters as the session runs them (``_prepared``)
+        self._marked: dict[tuple[object, ...], tuple[exp.Expr, str, list[int]]] = {}
+        self._types: dict[tuple[object, ...], dict[int, str]] = {}
         self._lock = threading.Lock()
         self._rights: tuple[tuple[int, int] | None, grants.Rights] | None = None
 
@@ -368,15 +371,7 @@ class WireSession:
         text: ``abalance + $1`` must add the integer 4045, not the string '4045'.
         """
         untyped = any(oid in _UNTYPED for _, oid in params)
-        inferred = (
-            dialect.parameter_types(statement.tree, self.schema)
-            if untyped and statement.tree is not None
-            else {}
-        )
-        if untyped and statement.tree is not None:  # CAST($1 AS uuid[]): the cast's type
-            for cast in statement.tree.find_all(exp.Cast):
-                if isinstance(cast.this, exp.Parameter) and cast.this.name.isdigit():
-                    inferred.setdefault(int(cast.this.name), cast.to.sql(dialect="duckdb"))
+        inferred = self._inferred(statement) if untyped and statement.tree is not None else {}
         values = [
             parameter_value(
                 value, oid if oid not in _UNTYPED else _oid(inferred.get(number)), self.zone
@@ -386,6 +381,21 @@ class WireSession:
         if statement.tree is not None and self.zone != "UTC":
             return pg_types.zoned_parameters(statement.tree, values, self.zone)
         return values
+
+    def _inferred(self, statement: dialect.Statement) -> dict[int, str]:
+        """The types of the statement's parameters, from where each stands (once per design)."""
+        key = ("types", statement.text, self.veil.design_file_stamp())
+        found = self._types.get(key)
+        if found is None:
+            assert statement.tree is not None
+            found = dialect.parameter_types(statement.tree, self.schema)
+            for cast in statement.tree.find_all(exp.Cast):  # CAST($1 AS uuid[]): the cast's
+                if isinstance(cast.this, exp.Parameter) and cast.this.name.isdigit():
+                    found.setdefault(int(cast.this.name), cast.to.sql(dialect="duckdb"))
+            if len(self._types) >= _CACHED_STATEMENTS:
+                self._types.clear()
+            self._types[key] = found
+        return found
 
     def _classified(self, text: str) -> dialect.Statement:
         """``text`` parsed, and for queries translated, once per design (drivers repeat SQL)."""
@@ -443,6 +453,10 @@ class WireSession:
         assert tree is not None
         if kind != "catalog":  # before anything is fetched or decrypted for this user
             self._authorize(tree)
+        if kind in ("query", "dml") and values:  # the extended protocol's Bind
+            translated, sql, order = self._prepared(statement)
+            args = dialect.ordered(order, values)
+            return self._sent(kind, translated, sql, args, values, stream=stream)
         tree = settings.answer_settings(tree, self.settings)
         if kind in ("query", "dml"):
             tree = pg_types.zoned_literals(tree, self.schema, self.zone)
@@ -456,18 +470,39 @@ class WireSession:
         if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
             statements.run_tree(self.veil, tree, statement.text)
             return ("command", _ddl_tag(tree), None)
+        return self._sent(kind, tree, dialect.bind(tree, values), [], values, stream=stream)
+
+    def _sent(
+        self,
+        kind: str,
+        tree: exp.Expr,
+        sql: str,
+        args: list[object],
+        values: list[object],
+        *,
+        stream: bool,
+    ) -> Outcome:
+        """A query or DML statement run by the session: ``sql`` in DuckDB's dialect, its
+        ``?`` markers bound to ``args`` (or its values written in: ``args`` empty).
+
+        Bound by the session rather than written in, values meet the plan of the
+        statement's shape (``veil.session.templates``): a prepared statement is planned
+        once per design, and each Bind only encrypts its values.
+        """
+
+        def bound() -> str:  # for DESCRIBE, only when Arrow lost a column's type
+            return dialect.bind(tree, values) if args else sql
+
         if kind == "query" and stream:  # rows leave as the local plan makes them
             self._close_stream()
-            bound = dialect.bind(tree, values)
-            answer = self.veil.stream(bound)
+            answer = self.veil.stream(sql, args or None)
             if isinstance(answer, Streamed):
                 self._stream = answer
                 oids = declared_oids(self.veil.catalog, bound, answer.schema)
                 return _streamed(answer, oids, zone=self.zone)
             oids = declared_oids(self.veil.catalog, bound, answer.table.schema)
             return _rows(answer.table, oids, zone=self.zone)
-        bound = dialect.bind(tree, values)
-        result = self.veil.run(bound)
+        result = self.veil.run(sql, args or None)
         if kind == "dml":
             self.written += self.veil.in_transaction
             returned = returning_query(tree)
@@ -479,6 +514,28 @@ class WireSession:
             return ("command", tree.key.upper(), result.rowcount)
         oids = declared_oids(self.veil.catalog, bound, result.table.schema)
         return _rows(result.table, oids, zone=self.zone)
+
+    def _prepared(self, statement: dialect.Statement) -> tuple[exp.Expr, str, list[int]]:
+        """``statement`` translated to DuckDB's dialect with its parameters as ``?`` markers."""
+        key = (
+            statement.text,
+            self.veil.design_file_stamp(),
+            self.zone,
+            tuple(self.settings.items()),
+        )
+        found = self._marked.get(key)
+        if found is None:
+            assert statement.tree is not None
+            tree = settings.answer_settings(statement.tree, self.settings)
+            tree = pg_types.zoned_literals(tree, self.schema, self.zone)
+            tree = array_literals(tree, self.schema)
+            if statement.kind != "query":  # a query's tree comes translated (_classified)
+                tree = dialect.integer_divisions(tree, self.schema)
+            found = (tree, *dialect.marked(tree))
+            if len(self._marked) >= _CACHED_STATEMENTS:
+                self._marked.clear()
+            self._marked[key] = found
+        return found
 
     def _declare(self, sql: str, values: list[object]) -> Outcome:
         """DECLARE name CURSOR FOR query: the answer is kept for FETCH to read in parts."""

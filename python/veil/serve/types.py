@@ -12,7 +12,7 @@ import decimal
 import re
 import uuid
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import duckdb
@@ -336,12 +336,16 @@ def _rectangular(items: list[Any]) -> bool:
     return all(_rectangular(i) for i in inner)
 
 
-def declared_oids(catalog: duckdb.DuckDBPyConnection, sql: str, schema: pa.Schema) -> list[int]:
-    """Each result column's OID, told by the query's DuckDB types where Arrow lost them."""
+def declared_oids(
+    catalog: duckdb.DuckDBPyConnection, sql: str | Callable[[], str], schema: pa.Schema
+) -> list[int]:
+    """Each result column's OID, told by the query's DuckDB types where Arrow lost them
+    (``sql`` may be made only then: the text with its values bound)."""
     described: list[int | None] = [None] * len(schema)
     if may_lose_types(schema):
         try:
-            rows = catalog.execute(f"DESCRIBE {sql}").fetchall()
+            text = sql if isinstance(sql, str) else sql()
+            rows = catalog.execute(f"DESCRIBE {text}").fetchall()
         except duckdb.Error:
             rows = []
         if len(rows) == len(schema):

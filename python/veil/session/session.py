@@ -57,6 +57,7 @@ from veil.session.table_locks import SharedLocks
 from veil.session.templates import (
     Recorder,
     Template,
+    binds_as_written,
     fast_exact,
     fingerprint,
     shape,
@@ -73,6 +74,7 @@ from veil.sql.errors import (
     UnsupportedStatementError,
 )
 from veil.sql.functions import is_repeatable
+from veil.sql.literals import normalized
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import Scan, SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
@@ -324,7 +326,13 @@ class Session:
         listing = ", ".join(tables) if tables else "none yet"
         return f"table {name} does not exist; the tables are: {listing}"
 
-    def _run(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Result:
+    def _run(
+        self,
+        sql: str,
+        params: list[object] | tuple[object, ...] | None,
+        *,
+        as_written: bool = False,
+    ) -> Result:
         self.follow_design()
         if restart_statement(self, sql):  # ALTER ... RESTART: a statement sqlglot cannot read
             return Result(pa.table({}), -1)
@@ -333,15 +341,27 @@ class Session:
         cached = self._cached(key)
         if cached is not None:
             return _timed(self._answer(cached), plan=time.perf_counter() - started, hit=True)
+        # literals as parameters (``veil.sql.literals``): the plan of the statement's shape
+        normal = None if params or as_written else normalized(sql)
+        original = sql
+        if normal is not None:
+            sql, params = normal.text, normal.values
+            key = self._plan_key(sql, params)
+            cached = self._cached(key)
+            if cached is not None:
+                return _timed(self._answer(cached), plan=time.perf_counter() - started, hit=True)
         kinds = shape(params)
         shaped = None if kinds is None else self._shape_key(sql, kinds)
         if shaped is not None:
             answered = self._from_template(shaped, params or (), started)
             if answered is None:  # an UPDATE/DELETE of a shape planned before
                 scope = (str(self.client.path), self.external_access)
-                answered = point_writes.answer(self, sql, params or (), shaped, scope)
+                written = None if normal is None else lambda: binds_as_written(original, normal)
+                answered = point_writes.answer(self, sql, params or (), shaped, scope, written)
             if answered is not None:
                 return answered
+        if normal is not None and not binds_as_written(original, normal):
+            return self._run(original, None, as_written=True)
         tree = self.admitted(sql, params)
         parsed = time.perf_counter()
         if reads_only_catalog(tree):
@@ -370,7 +390,7 @@ class Session:
             self._keep(key, kept)
             if shaped is not None and recorder is not None and recorder.complete:
                 self._template(
-                    self._shape_key(sql, kinds or ()), kept, recorder, result, params or ()
+                    self._shape_key(sql, kinds or ()), kept, recorder, result.stats, params or ()
                 )
         return result
 
@@ -382,14 +402,14 @@ class Session:
         key: Key,
         kept: CachedPlan,
         recorder: Recorder,
-        result: Result,
+        stats: FetchStats,
         params: list[object] | tuple[object, ...],
     ) -> None:
         """Offer a plan just run as its shape's template, or check the one kept against it."""
         plan = kept.plan
         if not plan.pushdown or plan.fallback is not None or plan.peels:
             return
-        made = fingerprint(plan, result.stats.remote_sql, recorder.uses)
+        made = fingerprint(plan, stats.remote_sql, recorder.uses)
         found = (self._transaction_plans if self.in_transaction else self.plans).peek(key)
         if found is None or found.template is None:
             template = Template(recorder.uses, made, tuple(params))
@@ -398,11 +418,19 @@ class Session:
             found.template.check(made, params)
 
     def _from_template(
-        self, key: Key, params: list[object] | tuple[object, ...], started: float
+        self,
+        key: Key,
+        params: list[object] | tuple[object, ...],
+        started: float,
+        *,
+        direct: bool = False,
     ) -> Result | None:
-        """The answer of the shape's trusted template with ``params`` (None: plan for them)."""
+        """The answer of the shape's trusted template with ``params`` (None: plan for them;
+        ``direct``: also when the template's answer is not its fetched rows)."""
         found = self._cached(key, count=False)
         if found is None or found.template is None or not found.template.verified:
+            return None
+        if direct and projection(found.plan) is None:
             return None
         stats, stamp = FetchStats(), self._design_stamp
         stats.plan_hit = True
@@ -723,18 +751,45 @@ class Session:
         return self.guarded(sql, lambda: self._stream(sql, params))
 
     def _stream(
-        self, sql: str, params: list[object] | tuple[object, ...] | None
+        self,
+        sql: str,
+        params: list[object] | tuple[object, ...] | None,
+        *,
+        as_written: bool = False,
     ) -> Result | Streamed:
         self.follow_design()
+        started = time.perf_counter()
+        normal = None if params or as_written else normalized(sql)
+        original = sql
+        if normal is not None:  # literals as parameters (``veil.sql.literals``)
+            sql, params = normal.text, normal.values
         key = self._plan_key(sql, params)
         planned = self._cached(key)
+        kinds = shape(params)
+        recorder = None
+        if planned is None and kinds is not None:
+            # a template whose answer is its fetched rows (a point query): whole, as
+            # those rows are held whole anyway; others stream from their local plan
+            shaped = self._shape_key(sql, kinds)
+            answered = self._from_template(shaped, params or (), started, direct=True)
+            if answered is not None:
+                return answered
         if planned is None:
+            if normal is not None and not binds_as_written(original, normal):
+                return self._stream(original, None, as_written=True)
             tree = self.admitted(sql, params)
             if not isinstance(tree, exp.Query) or reads_only_catalog(tree):
                 return self._run(sql, params)
-            planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
+            recorder = None if kinds is None else Recorder(_markers(tree))
+            self._recorder = recorder
+            try:
+                planned = CachedPlan(self.describe(tree), self.plan(tree), tree)
+            finally:
+                self._recorder = None
             if is_repeatable(tree):  # under the design it was planned on (after its peels)
                 self._keep(self._plan_key(sql, params), planned)
+            else:
+                recorder = None
         stats, stamp = FetchStats(), self._design_stamp
         try:
             registered = self._fetch_scans(planned.plan, stats)
@@ -754,6 +809,8 @@ class Session:
             return self._fallback(planned, exc, stats)
         _count_fallback(planned.plan)
         streamed = Streamed(planned.names, reader, lambda: self._unregister(registered), stats)
+        if recorder is not None and recorder.complete and kinds is not None:
+            self._template(self._shape_key(sql, kinds), planned, recorder, stats, params or ())
         if planned.plan.late_outputs:
             outputs, ciphers = planned.plan.late_outputs, self.ciphers
             streamed.finish(

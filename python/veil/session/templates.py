@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from veil.design.model import Encryption
+from veil.errors import VeilError
 from veil.sql.errors import QueryError
-from veil.sql.parse import literal
+from veil.sql.literals import Normalized
+from veil.sql.parse import bind_parameters, literal, parse_statement
 from veil.sql.plan import SplitPlan
 from veil.sql.slots import PARAM, slot
 
@@ -191,3 +193,14 @@ def fast_exact(node: exp.Expr, value: object, type_name: str) -> bool | None:
     if bits is not None and isinstance(value, int) and not isinstance(value, bool):
         return -(2**bits) <= value < 2**bits
     return None
+
+
+def binds_as_written(original: str, normal: Normalized) -> bool:
+    """Does ``normal`` (``veil.sql.literals``) bound with its values parse to the very tree
+    of the text as written? Checked before a normalised statement is planned: a literal
+    the token scan misread leaves its statement planned as written."""
+    try:
+        bound = bind_parameters(parse_statement(normal.text), list(normal.values))
+        return bound == parse_statement(original)
+    except VeilError:
+        return False

@@ -26,6 +26,7 @@ from sqlglot.tokens import Token, TokenType
 
 from veil.sql.errors import QueryError, QuerySyntaxError
 from veil.sql.functions import normalize_functions
+from veil.sql.literals import TextInt
 from veil.sql.pg_types import rewrite_pg_types
 from veil.sql.slots import PARAM
 
@@ -231,6 +232,8 @@ def literal(value: object) -> exp.Expr:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
+    if isinstance(value, TextInt):  # a literal of the text (``veil.sql.literals``): as written
+        return exp.Literal.number(value.text)
     if isinstance(value, int):
         return _integer(value)
     if isinstance(value, float):

@@ -1,0 +1,145 @@
+"""A statement's literals as plan parameters, read off its tokens (issue 41).
+
+``SELECT abalance FROM pgbench_accounts WHERE aid = 31337`` (pgbench ``-M
+simple``, psql, an ORM that writes values in) names one key in its text, so a
+plan cached under the text answers that key only. ``normalized`` rewrites
+the text's literals where a value may stand as ``?`` markers and returns
+their values, so the statement meets the plan of its parameterised shape
+(``veil.session.templates``) without being parsed: the scan is one regular
+expression over the text.
+
+    SELECT a FROM t WHERE k = 31337 AND s = 'x''y' LIMIT 10
+ -> SELECT a FROM t WHERE k = ? AND s = ? LIMIT 10      values (31337, "x'y")
+
+Only integer and plain string literals are taken, and only in a filter's or
+a write's clause (WHERE, HAVING, ON, QUALIFY, SET, VALUES) right after an
+operator, a comma, an opening parenthesis or a keyword of a comparison. Left
+in the key: LIMIT and OFFSET counts, ORDER BY and GROUP BY positions,
+select-list constants, a type's arguments (``DECIMAL(10, 2)``), typed
+literals (``DATE '...'``, ``INTERVAL '1' DAY``), prefixed strings (``E'..'``),
+numbers with a point or an exponent, and anything after ``::``.
+
+A value binds as the very node the parser made of the literal
+(``TextInt`` binds as the number as written, a string as a string), and the
+session plans a normalised statement only after checking that its bound tree
+equals the text's own; a literal whose value steers the plan never becomes a
+template's slot (``Recorder.complete``), so such statements keep planning per
+value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_MAX_LITERALS = 64  # more (a long IN list, a bulk VALUES): left as written
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+|--[^\n]*|/\*.*?\*/)
+  | (?P<string>'(?:[^']|'')*')
+  | (?P<quoted>"(?:[^"]|"")*")
+  | (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?(?![\w.]))
+  | (?P<word>[A-Za-z_][\w$]*)
+  | (?P<marker>\?|\$\d)
+  | (?P<dollar>\$(?:[A-Za-z_]\w*)?\$)
+  | (?P<op><>|!=|<=|>=|::|\|\||->>|->|[-+*/%=<>(),;\[\]{}:.&|^~!@#])
+  | (?P<other>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_INTEGER = re.compile(r"\d+")
+# the statements whose literals are taken: queries, UPDATE and DELETE (an INSERT's
+# VALUES are often many rows: planned as written)
+_STATEMENTS = re.compile(r"\s*(?:\(\s*)*(?:SELECT|WITH|FROM|UPDATE|DELETE)\b", re.IGNORECASE)
+
+# clauses whose literals may be values: a filter's or a written row's
+_VALUE_CLAUSES = frozenset({"WHERE", "HAVING", "ON", "QUALIFY", "SET", "VALUES"})
+_CLAUSES = _VALUE_CLAUSES | frozenset(
+    {"SELECT", "FROM", "GROUP", "ORDER", "LIMIT", "OFFSET", "WINDOW", "PARTITION", "USING",
+     "RETURNING", "UNION", "INTERSECT", "EXCEPT", "FETCH"}
+)  # fmt: skip
+# what may come right before a value
+_BEFORE_OPS = frozenset({"=", "<>", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "(", ","})
+_BEFORE_WORDS = frozenset(
+    {"AND", "OR", "NOT", "BETWEEN", "IN", "LIKE", "ILIKE", "THEN", "ELSE", "WHEN"}
+)
+# a parenthesis after these holds a type's arguments, never values
+_TYPES = frozenset(
+    {"DECIMAL", "NUMERIC", "DEC", "VARCHAR", "CHAR", "CHARACTER", "VARYING", "BIT",
+     "TIMESTAMP", "TIME", "FLOAT", "DOUBLE", "INTERVAL", "STRUCT", "MAP", "UNION", "ENUM"}
+)  # fmt: skip
+
+
+class TextInt(int):
+    """An integer literal taken out of a statement's text: it binds as the number as
+    written (``veil.sql.parse.literal``), as the parser read it, not as a typed parameter."""
+
+    text: str
+
+    def __new__(cls, text: str) -> TextInt:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+@dataclass(frozen=True)
+class Normalized:
+    text: str  # the statement with each value a ``?`` marker
+    values: tuple[object, ...]  # TextInt or str, in the markers' order
+
+
+def normalized(sql: str) -> Normalized | None:
+    """``sql`` with its value literals as ``?`` markers; None if it has none to take (or
+    markers of its own, or text this scan does not follow)."""
+    if not _STATEMENTS.match(sql):
+        return None
+    pieces: list[str] = []
+    values: list[object] = []
+    clauses: list[str] = [""]  # the clause each open parenthesis is in
+    typed: list[bool] = [False]  # whether it holds a type's arguments
+    before = ""  # the last token that was not space, upper-cased
+    start = 0
+    for found in _TOKEN.finditer(sql):
+        kind, token = found.lastgroup, found.group()
+        if kind == "space":
+            continue
+        if kind in ("marker", "dollar", "other"):
+            return None  # parameters of its own, or quoting this scan does not follow
+        upper = token.upper() if kind == "word" else token
+        if kind in ("string", "number") and _is_value(token, kind, before, clauses, typed):
+            if found.start() > 0 and sql[found.start() - 1] in "'\"":
+                return None  # glued to a quote: not a literal this scan understands
+            pieces.append(sql[start : found.start()] + "?")
+            start = found.end()
+            values.append(TextInt(token) if kind == "number" else token[1:-1].replace("''", "'"))
+            if len(values) > _MAX_LITERALS:
+                return None
+        elif kind == "string" and before and before[-1].isalnum() and _glued(sql, found.start()):
+            return None  # E'...', X'...': a prefixed string
+        if token == "(":
+            clauses.append(clauses[-1])
+            typed.append(before in _TYPES)
+        elif token == ")" and len(clauses) > 1:
+            clauses.pop()
+            typed.pop()
+        elif kind == "word" and upper in _CLAUSES:
+            clauses[-1] = upper
+        before = upper
+    if not values:
+        return None
+    pieces.append(sql[start:])
+    return Normalized("".join(pieces), tuple(values))
+
+
+def _is_value(token: str, kind: str, before: str, clauses: list[str], typed: list[bool]) -> bool:
+    if clauses[-1] not in _VALUE_CLAUSES or typed[-1]:
+        return False
+    if kind == "number" and not _INTEGER.fullmatch(token):
+        return False
+    return before in _BEFORE_OPS or before in _BEFORE_WORDS
+
+
+def _glued(sql: str, at: int) -> bool:
+    """Does the string at ``at`` follow a word with no space (a prefix: ``E'...'``)?"""
+    return at > 0 and (sql[at - 1].isalnum() or sql[at - 1] == "_")
