@@ -10,6 +10,14 @@ Arrow column by column. Bulk loads stream Arrow batches
 as ``COPY ... FROM STDIN (FORMAT BINARY)`` (``veil.backends.pg_copy``) into a
 staging table that replaces the target in one transaction.
 
+A statement run again with parameters (a cached plan's, filled with each
+run's ciphertexts: issue 41) whose last run returned few rows is prepared on
+the server (psycopg's ``prepare=True``): PostgreSQL parses and plans it once
+per connection, and each later run is one round trip of Bind/Execute. Its
+text names only opaque tables and columns and its parameters are
+ciphertexts, as before; a design change writes other text, so another
+statement (``_Repeated``).
+
 Veil's server functions come from the ``veil`` C extension
 (``veil/backends/pgext``); the backend creates it in each database it opens.
 """
@@ -20,6 +28,7 @@ import contextlib
 import gc
 import itertools
 import json
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -78,6 +87,15 @@ _SETTING_WORDS = ("SET", "RESET")
 _CONFLICT_STATES = ("40001", "40P01")
 
 
+# a statement with parameters whose last run returned at most this many rows runs as
+# a server-side prepared statement (larger results read faster through ADBC's COPY)
+_PREPARED_ROWS = 1024
+_REPEATED_TEXTS = 512  # statements remembered for that, least recently run out
+_PREPARED_MAX = 256  # psycopg's prepared statements per connection (it deallocates the rest)
+# cached plan must not change result type: a prepared statement over a table another
+# connection altered since
+_STALE_PREPARED = "0A000"
+
 # ``update_rows``: up to this many rows go as array parameters, more through COPY
 _UNNEST_ROWS = 512
 _CHANGED = "__veil_changed_rows"
@@ -108,6 +126,8 @@ class PostgresBackend(StagedBackend):
         # and `$1 * 1000` with a smallint parameter overflows on the server.
         self._con.adapters.register_dumper(int, Int8Dumper)
         self._con.adapters.register_dumper(int, Int8BinaryDumper)
+        self._con.prepared_max = _PREPARED_MAX
+        self._repeated = _Repeated()
         self._arrow = pg_read.ArrowReader(url, _CONNECT_SECONDS) if pg_read.available() else None
         self.has_wrapping_sum = False
         self.has_extension = self._create_extension()
@@ -128,17 +148,23 @@ class PostgresBackend(StagedBackend):
     # -- statements ---------------------------------------------------------
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
-        arrow = self._arrow_reader(sql, params)
+        prepare = bool(params) and self._repeated.small(sql)
+        arrow = None if prepare else self._arrow_reader(sql, params)
         if arrow is not None:
             self._log.emit(sql, params)
             try:
-                return arrow.read(sql, params)
+                table = arrow.read(sql, params)
             except pg_read.NotPlainArrow:
                 pass  # a column type ADBC gives differently: read it again through psycopg
-        return self._execute_rows(sql, params)
+            else:
+                self._repeated.ran(sql, params, table.num_rows)
+                return table
+        table = self._execute_rows(sql, params, prepare=prepare)
+        self._repeated.ran(sql, params, table.num_rows)
+        return table
 
-    def _execute_rows(self, sql: str, params: Params) -> pa.Table:
-        with self._cursor(sql, params) as cursor:
+    def _execute_rows(self, sql: str, params: Params, *, prepare: bool = False) -> pa.Table:
+        with self._cursor(sql, params, prepare=prepare) as cursor:
             description = cursor.description
             if description is None:
                 return pa.table({})
@@ -204,13 +230,21 @@ class PostgresBackend(StagedBackend):
                 except psycopg.Error as exc:
                     raise _backend_error(exc) from exc
 
-    def _cursor(self, sql: str, params: Params) -> Any:
+    def _cursor(self, sql: str, params: Params, *, prepare: bool = False) -> Any:
+        """``sql`` run on a new cursor (``prepare``: as the connection's prepared statement,
+        planned by the server once; None lets psycopg prepare what runs five times)."""
         self._log.emit(sql, params)
         cursor = psycopg.RawCursor(self._con)
         try:
-            return cursor.execute(sql, params, binary=True)
+            return cursor.execute(sql, params, binary=True, prepare=True if prepare else None)
         except psycopg.Error as exc:
-            raise _backend_error(exc) from exc
+            if not (exc.sqlstate == _STALE_PREPARED and prepare) or self._transactions.active:
+                raise _backend_error(exc) from exc
+        # another connection changed a table under the prepared statement: psycopg
+        # forgets its statements when it sees DEALLOCATE ALL; run this one afresh
+        self._repeated.forget(sql)
+        self._run_quiet("DEALLOCATE ALL")
+        return self._cursor(sql, params)
 
     def _run_quiet(self, sql: str) -> None:
         self._cursor(sql, None).close()
@@ -417,6 +451,29 @@ class PostgresBackend(StagedBackend):
         if self._arrow is not None:
             self._arrow.close()
         self._con.close()
+
+
+class _Repeated:
+    """How many rows each statement with parameters returned when it last ran."""
+
+    def __init__(self) -> None:
+        self._rows: OrderedDict[str, int] = OrderedDict()
+
+    def small(self, sql: str) -> bool:
+        """Has ``sql`` run before and returned few rows (then it runs prepared)?"""
+        rows = self._rows.get(sql)
+        return rows is not None and rows <= _PREPARED_ROWS
+
+    def ran(self, sql: str, params: Params, rows: int) -> None:
+        if not params:
+            return  # its text holds its values: it rarely runs again as it is
+        self._rows[sql] = rows
+        self._rows.move_to_end(sql)
+        if len(self._rows) > _REPEATED_TEXTS:
+            self._rows.popitem(last=False)
+
+    def forget(self, sql: str) -> None:
+        self._rows.pop(sql, None)
 
 
 def _inlinable(value: object) -> bool:
