@@ -228,7 +228,7 @@ def _run(
 ) -> Result | None:
     """``write`` with ``params``; None if the kept shape no longer fits (nothing written)."""
     stats = FetchStats()
-    stats.plan_hit = not planned
+    stats.plan_hit = True  # until the match is planned
 
     def attempt() -> Result:
         if session.design_file_stamp() != write.stamp:
@@ -273,6 +273,7 @@ def _matched(
             raise _Replan  # a value its slot's type cannot hold exactly
         return ran[1]
     # plan with these values: the first run, or the second that checks the first's plan
+    stats.plan_hit = False
     match = write.match if planned else _rebound(session, key, params)
     places = len({n.meta[PARAM][0] for n in match.walk() if PARAM in n.meta})
     recorder = Recorder(places) if places else None
