@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 from veil.ciphers.ashe_sums import AsheSumsCipher
 from veil.ciphers.blocks import block_key
@@ -11,20 +12,32 @@ from veil.ciphers.columns import ColumnCipher, column_cipher
 from veil.ciphers.encrypt import rnd_context
 from veil.ciphers.hom_group import HomGroupCipher
 from veil.crypto.keys import MasterKey
+from veil.crypto.paillier import KeyStore, keys_kept_by
 from veil.crypto.rowblocks import RowBlocks
 from veil.design.fresh import DATA_STATISTICS
 from veil.design.model import AsheSums, Encryption, HomGroup, TableDesign
+from veil.keys.derivations import SealedDerivations
 
 
 class CipherCache:
-    """Column ciphers of one session, made once (key derivation is not free)."""
+    """Column ciphers of one session, made once (key derivation is not free).
 
-    def __init__(self, master: MasterKey):
+    ``derivations``: the client directory's sealed store, where the Paillier
+    keys an earlier process derived are read instead of derived again (``veil.keys.derivations``).
+    """
+
+    def __init__(self, master: MasterKey, derivations: KeyStore | None = None):
         self._master = master
+        self._derivations = derivations
         self._ciphers: dict[tuple[str, str, str], ColumnCipher] = {}
         self._groups: dict[tuple[str, str], HomGroupCipher] = {}
         self._sums: dict[tuple[str, str], AsheSumsCipher] = {}
         self._blocks: dict[tuple[str, str], RowBlocks] = {}
+
+    @classmethod
+    def of_client_dir(cls, client_dir: Path, master: MasterKey) -> CipherCache:
+        """A session's cache, with its client directory's sealed derivations."""
+        return cls(master, SealedDerivations(client_dir, master))
 
     def get(self, table: TableDesign, encryption: Encryption) -> ColumnCipher:
         # keyed by what the cipher is made of, not only by name: a designer's candidate
@@ -42,7 +55,8 @@ class CipherCache:
         assert table.hom is not None
         key = (table.server_name, _made_of(table.hom))
         if key not in self._groups:
-            self._groups[key] = HomGroupCipher(self._master, table.hom)
+            with keys_kept_by(self._derivations):
+                self._groups[key] = HomGroupCipher(self._master, table.hom)
         return self._groups[key]
 
     def blocks(self, table: TableDesign, encryption: Encryption) -> RowBlocks:

@@ -12,7 +12,8 @@ Choices, and why:
   (so ``n`` has exactly ``bits`` bits), confirmed by a BPSW test. (Taking the
   next prime favours primes after long gaps slightly; that is the usual
   incremental search and no known attack uses it.) Deriving takes 0.1-1 s,
-  so keys are cached per process.
+  so keys are cached per process, and, inside ``keys_kept_by``, in the
+  client directory, sealed under the master key (``veil.keys.derivations``).
 * **g = n + 1**, so ``g^m = 1 + m*n (mod n^2)`` costs one multiplication.
 * **Short-exponent randomness** (the "DJN" variant: Damgård, Jurik, Nielsen,
   "A generalization of Paillier's public-key system with applications to
@@ -35,9 +36,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 import gmpy2
 import pyarrow as pa
@@ -301,8 +304,49 @@ class _CrtDecryptor:
         return mq + q * ((mp - mq) * self.q_inv_p % p)
 
 
+class KeyStore(Protocol):
+    """Where a process finds the keys another process derived (``veil.keys.derivations``).
+
+    A key is its primes ``p``, ``q`` and the DJN base ``h_s``, the two slow
+    steps of deriving it from its seed.
+    """
+
+    def paillier_key(self, seed: bytes, bits: int) -> tuple[int, int, int] | None: ...
+
+    def remember_paillier_key(self, seed: bytes, bits: int, p: int, q: int, h_s: int) -> None: ...
+
+
+_KEY_STORE: ContextVar[KeyStore | None] = ContextVar("veil_paillier_key_store", default=None)
+
+
+@contextmanager
+def keys_kept_by(store: KeyStore | None) -> Iterator[None]:
+    """Keys derived inside are looked up in ``store`` first, and new ones added to it.
+
+    The prime search and ``h^n mod n^2`` are the slow steps of deriving a key
+    (0.1-1 s a key); a client directory's sealed store spares a new process
+    from repeating them.
+    """
+    token = _KEY_STORE.set(store)
+    try:
+        yield
+    finally:
+        _KEY_STORE.reset(token)
+
+
 @lru_cache(maxsize=64)
 def _derive(seed: bytes, bits: int) -> PaillierKey:
+    store = _KEY_STORE.get()
+    known = store.paillier_key(seed, bits) if store is not None else None
+    if known is not None:
+        return PaillierKey(*known)
+    p, q, h_s = _searched(seed, bits)
+    if store is not None:
+        store.remember_paillier_key(seed, bits, int(p), int(q), int(h_s))
+    return PaillierKey(p, q, h_s)
+
+
+def _searched(seed: bytes, bits: int) -> tuple[mpz, mpz, mpz]:
     p, q = _primes(seed, bits)
     n = p * q
     stream = _SeedStream(seed, "djn-h")
@@ -311,4 +355,4 @@ def _derive(seed: bytes, bits: int) -> PaillierKey:
         if x > 1 and gmpy2.gcd(x, n) == 1:
             break
     h = (-x * x) % n
-    return PaillierKey(p, q, gmpy2.powmod(h, n, n * n))
+    return p, q, gmpy2.powmod(h, n, n * n)

@@ -124,7 +124,7 @@ class Session:
         # process and shared by its connections: ``veil.backends.duckdb``), so
         # sessions in several threads each run their own statements and transactions
         self.backend: Backend = connect_existing(self.client.server_url())
-        self.ciphers = CipherCache(self.master)
+        self.ciphers = CipherCache.of_client_dir(self.client.path, self.master)
         self.hom_pushdown = _hom_pushdown()
         self.join_sums = True  # until a server join repeats a summed row
         self.external_access = external_access
@@ -154,7 +154,8 @@ class Session:
         """Read the design again (DDL here, or another session, changed it)."""
         master, self.design = self.client.following(self.master)
         if master is not self.master:  # a re-key began or ended: its keys, and their ciphers
-            self.master, self.ciphers = master, CipherCache(master)
+            self.master = master
+            self.ciphers = CipherCache.of_client_dir(self.client.path, master)
         self._design_stamp = _stamp(self.client.design_path)
         self.plans.clear()  # their key holds the version too: this only frees them
         self.refresh_catalog()
