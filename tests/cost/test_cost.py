@@ -143,6 +143,9 @@ def test_explain_analyze_runs_the_query_and_shows_both_figures(client: Path) -> 
         expected = session.run(WORKLOAD[0]).table.num_rows
         assert f"estimated vs actual ({expected:,} result rows" in out
         assert "RemoteSQL 1:" in out and "whole query" in out
+        phases = out.split("where a statement's time goes")[1].splitlines()
+        assert "plan cache | parse | plan | encrypt | server | decrypt | local" in phases[1]
+        assert phases[4].split("|")[1].strip() == "hit"  # the last run found its plan cached
         plan = session.plan(exp.maybe_parse(WORKLOAD[1], dialect="duckdb"))
         stats = FetchStats()
         session.execute_plan(plan, stats)

@@ -25,7 +25,15 @@ def explain_analyze(
     The query really runs (and peels what it needs, as any run would); its
     rows are not shown. Any failure is a ``VeilError``.
     """
-    return session.guarded(sql, lambda: _analyze(session, sql, params, bandwidth, progress))
+    analyzed = session.guarded(sql, lambda: _analyze(session, sql, params, bandwidth, progress))
+    return "\n".join(
+        [
+            analyzed,
+            "",
+            "where a statement's time goes, run as an application runs it (ms):",
+            _phases(session, sql, params),  # Session.run guards itself
+        ]
+    )
 
 
 def _analyze(
@@ -52,6 +60,29 @@ def _analyze(
         _figures(estimated, stats, wall),
     ]
     return "\n".join(lines)
+
+
+PHASES = ("parse", "plan", "encrypt", "server", "decrypt", "local")
+
+
+def _phases(session: Session, sql: str, params: list[object] | None) -> str:
+    """The statement run twice more through ``Session.run``: its parts of the time, the
+    second with its plan from the plan cache (when the plan can be cached)."""
+    rows: list[list[object]] = []
+    for label in ("again", "once more"):
+        started = time.perf_counter()
+        stats = session.run(sql, params).stats
+        wall = time.perf_counter() - started
+        parts = [getattr(stats, f"{phase}_seconds") for phase in PHASES]
+        hit = {True: "hit", False: "miss", None: "-"}[stats.plan_hit]
+        other = max(0.0, wall - sum(parts))
+        rows.append([label, hit, *(_ms(p) for p in parts), _ms(other), _ms(wall)])
+    header = ["run", "plan cache", *PHASES, "other", "total"]
+    grid = format_grid(header, rows).rsplit("\n", 1)[0]
+    return (
+        "  " + grid.replace("\n", "\n  ") + "\n  (server: its statements and their transfer; "
+        "other: binding, result assembly and Python between the parts)"
+    )
 
 
 def _figures(estimated: PlanCost, stats: FetchStats, wall: float) -> str:
