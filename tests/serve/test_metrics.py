@@ -157,3 +157,30 @@ def test_veil_serve_audits_by_default_and_serves_metrics(tmp_path: Path) -> None
         ("frank", "SELECT COUNT(*) FROM accounts"),
         ("frank", "COMMIT"),
     ]
+
+
+def test_log_level_debug_shows_each_statements_phases(tmp_path: Path) -> None:
+    client = make_client_dir(tmp_path)
+    command = [sys.executable, "-m", "veil.cli", "serve", str(client), "--listen", "127.0.0.1:0"]
+    with subprocess.Popen(
+        [*command, "--insecure-local", "--no-audit", "--log-level", "debug"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as server:
+        try:
+            line = server.stdout.readline()  # type: ignore[union-attr]
+            port = line.split(" on ")[1].split()[0].rsplit(":", 1)[1]
+            with psycopg.connect(
+                f"host=127.0.0.1 port={port} user=frank dbname=veil", autocommit=True
+            ) as con:
+                for _ in range(2):
+                    con.execute("SELECT count(*) FROM accounts WHERE id < %s", [7]).fetchall()
+        finally:
+            server.terminate()
+            _, err = server.communicate(timeout=30)
+    logged = [line for line in err.splitlines() if "veil.statements" in line]
+    assert len(logged) == 2, err
+    assert all("SELECT COUNT(*) FROM accounts WHERE id < ?" in line for line in logged), logged
+    assert all("server " in line and "plan " in line for line in logged), logged
+    assert "7" not in logged[0].split("): ")[1]  # the shape, its value redacted

@@ -47,6 +47,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ADDR:PORT",
         help="serve Prometheus metrics over HTTP there (e.g. 127.0.0.1:9187), at /metrics",
     )
+    serve.add_argument(
+        "--log-level",
+        choices=("warning", "info", "debug"),
+        default="warning",
+        help="what Veil logs to standard error; debug: one line per statement with its time "
+        "by phase (parse, plan and whether it was cached, encrypt, server, fetch, decrypt, "
+        "local) and its shape, parameters redacted (default %(default)s)",
+    )
     serve.set_defaults(handler=run_serve)
 
     user = subparsers.add_parser("user", help="users of `veil serve`")
@@ -77,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def start(args: argparse.Namespace) -> tuple[object, object]:
     """The running server (``veil._native.WireServer``) for ``args``, and its engine."""
+    _log_to_stderr(getattr(args, "log_level", "warning"))
     from veil._native import WireServer
     from veil.serve.engine import Engine
     from veil.session.clientdir import open_client_dir
@@ -103,6 +112,21 @@ def start(args: argparse.Namespace) -> tuple[object, object]:
     except OSError as exc:
         engine.close()
         raise ServeError(f"cannot serve on {args.listen}: {exc}") from None
+
+
+def _log_to_stderr(level: str) -> None:
+    """Veil's own loggers (not the libraries': a driver's debug lines are not ours to show)."""
+    import logging
+
+    if level == "warning":
+        return  # Python's own: warnings and errors reach standard error
+    logger = logging.getLogger("veil")
+    logger.setLevel(level.upper())
+    if not any(getattr(h, "_veil_serve", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler._veil_serve = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
 
 
 def _loopback(host: str) -> bool:

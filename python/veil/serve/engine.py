@@ -30,6 +30,8 @@ from sqlglot import exp
 from veil import statements
 from veil.audit.log import AuditLog
 from veil.audit.observe import ObservedSession, Observer, Watch
+from veil.audit.timings import PhaseLog
+from veil.audit.timings import wanted as timings_wanted
 from veil.errors import VeilError
 from veil.load.ddl import DDL
 from veil.serve import catalog, copy, dialect, grants, settings, text, users
@@ -134,7 +136,8 @@ class Engine:
         self._pool_lock = threading.Lock()
         self.audit = AuditLog(self.client_dir) if audit else None
         self.metrics = metrics
-        sinks = [s for s in (self.audit, metrics) if s is not None]
+        timings = PhaseLog() if timings_wanted() else None  # --log-level debug
+        sinks = [s for s in (self.audit, metrics, timings) if s is not None]
         self.observer = Observer(sinks, dialect.READ) if sinks else None
         self._session_class = ObservedSession if sinks else Session
 
