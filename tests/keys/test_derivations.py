@@ -29,16 +29,24 @@ def _no_search(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paillier, "_searched", refuse)
 
 
+def _sealed_once(directory: Path) -> tuple[MasterKey, PaillierKey, Path]:
+    """A key derived with the directory's store: the master key, the key, the sealed file."""
+    master = MasterKey.generate()
+    return (
+        master,
+        _derive_fresh(master, SealedDerivations(directory, master)),
+        directory / FILE_NAME,
+    )
+
+
 def test_a_later_process_reads_the_primes_instead_of_searching(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    master = MasterKey.generate()
-    first = _derive_fresh(master, SealedDerivations(tmp_path, master))
-    sealed = tmp_path / FILE_NAME
+    master, first, sealed = _sealed_once(tmp_path)
     assert stat.S_IMODE(sealed.stat().st_mode) == 0o600
     body = sealed.read_bytes()
     assert body[0] == 1  # the version byte
-    assert f"{int(first.public.n):x}".encode() not in body and b"paillier" not in body
+    assert f"{int(first._p):x}".encode() not in body and b"paillier" not in body  # sealed
     _no_search(monkeypatch)
     again = _derive_fresh(master, SealedDerivations(tmp_path, master))
     assert again.public == first.public
@@ -47,9 +55,7 @@ def test_a_later_process_reads_the_primes_instead_of_searching(
 def test_a_tampered_file_is_ignored_and_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    master = MasterKey.generate()
-    first = _derive_fresh(master, SealedDerivations(tmp_path, master))
-    sealed = tmp_path / FILE_NAME
+    master, first, sealed = _sealed_once(tmp_path)
     body = bytearray(sealed.read_bytes())
     body[-1] ^= 1
     sealed.write_bytes(bytes(body))
@@ -61,9 +67,7 @@ def test_a_tampered_file_is_ignored_and_replaced(
 
 
 def test_another_version_byte_is_ignored(tmp_path: Path) -> None:
-    master = MasterKey.generate()
-    _derive_fresh(master, SealedDerivations(tmp_path, master))
-    sealed = tmp_path / FILE_NAME
+    master, _, sealed = _sealed_once(tmp_path)
     sealed.write_bytes(b"\x02" + sealed.read_bytes()[1:])
     assert SealedDerivations(tmp_path, master)._read() == {}
 
