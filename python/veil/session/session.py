@@ -340,8 +340,9 @@ class Session:
         started = time.perf_counter()
         key = self._plan_key(sql, params)
         cached = self._cached(key)
-        if cached is not None:
-            return _timed(self._answer(cached), plan=time.perf_counter() - started, hit=True)
+        if cached is not None:  # the lookup is the plan's time, not the answer after it
+            looked = time.perf_counter() - started
+            return _timed(self._answer(cached), plan=looked, hit=True)
         # literals as parameters (``veil.sql.literals``): the plan of the statement's shape
         normal = None if params or as_written else normalized(sql)
         original = sql
@@ -350,7 +351,8 @@ class Session:
             key = self._plan_key(sql, params)
             cached = self._cached(key)
             if cached is not None:
-                return _timed(self._answer(cached), plan=time.perf_counter() - started, hit=True)
+                looked = time.perf_counter() - started
+                return _timed(self._answer(cached), plan=looked, hit=True)
         kinds = shape(params)
         shaped = None if kinds is None else self._shape_key(sql, kinds)
         if shaped is not None:
