@@ -161,3 +161,18 @@ def test_in_a_transaction_a_kept_write_sees_and_rolls_back_with_it(
     assert session.run(read, [keys[60]]).table.column(0)[0].as_py() == expected
     session.rollback()
     assert session.run(CHECK).table.equals(before)
+
+
+def test_set_values_over_several_rows_and_awkward_text(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    """Values read from each matched row; text that looks like the statement's own marks."""
+    customers = [c for (c,) in pair[1].execute("SELECT DISTINCT o_custkey FROM orders").fetchall()]
+    sql = (
+        "UPDATE orders SET o_totalprice = o_totalprice * ?, "
+        "o_comment = o_orderstatus || ? || o_comment WHERE o_custkey = ?"
+    )
+    texts = ["__veil_param_0", "__veil_point_rows", "'; x", 'é"q']
+    for n, customer in enumerate(customers[:8]):
+        _both(pair, sql, [2, texts[n % len(texts)], customer])
+    _same_rows(pair)
