@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.load.ddl import DDL, run_ddl
 from veil.session.result import Result
 from veil.session.session import Session
 from veil.sql.errors import InFailedTransactionError, UnsupportedStatementError
@@ -44,6 +43,9 @@ def run(
     if control is not None:
         return _control(session, control[1].upper(), sql)
     if _DDL_HEAD.match(sql):
+        # here, not at the top: the loader behind DDL is 25-60 ms of a first query's imports
+        from veil.load.ddl import DDL
+
         tree = session.guarded(sql, lambda: bind_parameters(parse_statement(sql), params))
         if isinstance(tree, DDL):
             return run_tree(session, tree, sql)
@@ -73,6 +75,8 @@ def _control(session: Session, verb: str, sql: str) -> Result:
 
 def run_tree(session: Session, tree: exp.Expr, sql: str) -> Result:
     """A parsed DDL statement (``veil serve`` parses PostgreSQL's dialect itself)."""
+
+    from veil.load.ddl import run_ddl
 
     def ddl() -> Result:
         session.admit(tree)  # CREATE TABLE ... AS SELECT reads what any query may
