@@ -19,11 +19,6 @@ from veil.errors import (
     VeilError,
     Warning,
 )
-from veil.pandas_deferred import defer_pandas
-
-# pyarrow would import pandas (0.3 s) on Veil's first conversion, for nothing:
-# ``veil.pandas_deferred`` says why and how any other import of it still works.
-defer_pandas()
 
 if TYPE_CHECKING:
     from veil.dbapi import apilevel, connect, paramstyle, threadsafety

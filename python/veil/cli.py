@@ -79,6 +79,10 @@ def _installed(module: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the `veil` command itself, not a caller in its own process
+        from veil.pandas_deferred import defer_pandas
+
+        defer_pandas()  # pyarrow would import pandas (0.3 s) for nothing
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)

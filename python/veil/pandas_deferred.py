@@ -1,22 +1,24 @@
-"""pyarrow does not import pandas on Veil's behalf: 0.25-0.35 s of a fresh process's first query.
+"""The ``veil`` command does not import pandas: 0.25-0.35 s of its first query.
 
 pyarrow imports pandas the first time it converts Python objects (``pa.array``
-of a list or an ndarray, ``pa.scalar``, a compute function given a Python
-number), to learn whether they are pandas objects. Veil never hands pyarrow a
-pandas object, and in a process that has not imported pandas none exists, so
-that import buys Veil nothing; yet it is the largest part of a fresh process's
-first query (TPC-DS q01 through ``veil query``: 0.3 s of 0.4 s) and plaintext
-DuckDB never pays it.
+of a list, ``pa.scalar``, a compute function given a Python number: its pandas
+shim and its C++ type inference both ask), to learn whether they are pandas
+objects. Veil never hands pyarrow a pandas object, yet that import was the
+largest part of ``veil query``'s first query (TPC-DS q01: 0.3 s of 0.4 s), and
+plaintext DuckDB never pays it.
 
-``defer_pandas`` therefore puts a finder first on ``sys.meta_path`` that
-refuses ``import pandas`` when the import comes from pyarrow working for Veil
-(the first Python frame outside importlib and pyarrow is Veil's): pyarrow then
-records "no pandas" and converts as it does where pandas is not installed.
-Any other import of pandas (the application's own, pyarrow called by the
-application, DuckDB's ``.df()``) goes through: the finder steps aside for good,
-and once pandas is loaded pyarrow is told to look again, so from then on it
-treats pandas objects exactly as it would have. Nothing changes in a process
-that imported pandas before Veil ran.
+``defer_pandas`` puts a finder first on ``sys.meta_path`` that refuses
+``import pandas`` when the import is asked for Veil (the first Python frame
+outside importlib and pyarrow is one of Veil's modules): pyarrow then converts
+as it does where pandas is not installed. Any other import of pandas goes
+through, the finder steps aside for good, and pyarrow's shim is told to look
+again once pandas is loaded.
+
+Only the ``veil`` command installs it (``veil.cli.main`` run as the program),
+never ``import veil``: pyarrow's C++ side asks for pandas once per process and
+never again, so in an application's process a refusal would leave the
+application's own ``pd.NA`` and ``NaT`` unrecognised by pyarrow for good. The
+command runs no application code, so nothing there can hold a pandas value.
 """
 
 from __future__ import annotations
