@@ -27,6 +27,7 @@ from veil.sql.passes.estimate_rows import estimate_rows
 from veil.sql.passes.fetch_expressions import fetch_expressions
 from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
+from veil.sql.passes.plan_key_ranges import plan_key_ranges
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
 from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
@@ -104,6 +105,7 @@ def test_passes_are_in_order() -> None:
         estimate_rows,
         drop_pushed_filters,
         plan_bind_filters,
+        plan_key_ranges,
         decrypt_late,
         compare_ciphertexts,
         decrypt_outputs,

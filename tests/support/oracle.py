@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -96,6 +98,19 @@ def load_tables(
         lambda _: None,
     )
     return Session(root / "client"), plain
+
+
+@contextmanager
+def loaded_tables(
+    request: pytest.FixtureRequest, root: Path, tables: dict[str, str], workload: list[str]
+) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
+    """``load_tables``'s session and plaintext connection, both closed on the way out."""
+    session, plain = load_tables(request, root, tables, workload)
+    try:
+        yield session, plain
+    finally:
+        session.close()
+        plain.close()
 
 
 def without(passes: tuple[Pass, ...], dropped: Pass) -> tuple[Pass, ...]:

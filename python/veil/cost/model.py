@@ -31,7 +31,7 @@ from veil.cost.calibration import Calibration
 from veil.cost.context import CostContext
 from veil.cost.local_time import local_work
 from veil.cost.server_time import OperatorCosts, Work, plan_work
-from veil.design.model import DET
+from veil.design.model import DET, OPE
 from veil.sql.plan import ASHE_MASK, JoinedFetch, Scan, SplitPlan
 from veil.sql.remote import joined_statement, render, scan_statement
 from veil.sql.selectivity import ashe_pairs, ashe_runs, distinct_rows
@@ -220,9 +220,9 @@ def _step_cost(
         # server join, the smaller is nearer
         # (a server join's groups: the planner's, DuckDB's guess was 462 for Q16's 18,314)
         joined = isinstance(step, JoinedFetch) and step.groups is None
-        thinned = joined or any(s.binds for s in scans)
+        thinned = joined or any(_keyed(s) for s in scans)
         rows = min(rows, step.estimated_rows) if thinned else step.estimated_rows
-    if any(s.binds for s in scans):
+    if any(_keyed(s) for s in scans):
         rows *= BIND_KEPT  # keys known only at run time: a guess
     local_rows = None
     if step.counted:  # each distinct row once: at most the columns' distinct counts multiplied
@@ -282,7 +282,7 @@ def _filtered(scans: list[Scan]) -> dict[str, float]:
     rows: dict[str, float] = {}
     for scan in scans:
         if scan.filtered_rows is not None:
-            kept = scan.filtered_rows * (BIND_KEPT if scan.binds else 1.0)
+            kept = scan.filtered_rows * (BIND_KEPT if _keyed(scan) else 1.0)
             name = scan.table.server_name
             rows[name] = max(rows.get(name, 0.0), kept)
     return rows
@@ -360,3 +360,9 @@ def _ashe_rows(scan: Scan, keys: list[str]) -> tuple[float, float]:
     if scan.read_share is not None:  # rows ordered by a filtered column: kept ones lie in
         rows = max(rows * scan.read_share, 1.0)  # its range's stretch of ids (per cluster)
     return ashe_pairs(rows, kept, groups), ashe_runs(rows, kept, groups)
+
+
+def _keyed(scan: Scan) -> bool:
+    """Whether key lists filter ``scan``: a key range (OPE, ``plan_key_ranges``) only
+    skips blocks of rows its semi-join would drop anyway, and keeps the rows it keeps."""
+    return any(b.target_enc.scheme != OPE for b in scan.binds)

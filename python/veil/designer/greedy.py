@@ -54,6 +54,7 @@ from veil.design.model import (
     opaque_name,
 )
 from veil.design.policy import Policy
+from veil.designer.ordered_keys import ordered_keys, with_ordered_keys
 from veil.encoding import (
     DECIMAL_KIND,
     FLOAT_KIND,
@@ -85,7 +86,10 @@ def greedy_design(
     if sums not in SUM_SCHEMES:
         raise ValueError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
-    needs = within_policy(analyse_workload(workload, plain), policy or Policy())
+    policy = policy or Policy()
+    needs = within_policy(analyse_workload(workload, plain), policy)
+    # a fact table's date key under OPE, its rows loaded in its order (``ordered_keys``)
+    needs = with_ordered_keys(needs, ordered_keys(workload, plain, needs, policy))
     groups = _key_groups(needs.joins, plain)
     ope_groups = _key_groups(needs.ope_pairs, plain)
     design = PhysicalDesign(key_fingerprint=key_fingerprint)

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
+from veil.design.model import OPE
 from veil.encoding import encode
 from veil.sql.plan import BindFilter, Scan
 from veil.sql.remote import param
@@ -96,6 +98,8 @@ def _key_filter(
     if query not in memo:
         memo[query] = local.sql(query).to_arrow_table()
     keys = memo[query]
+    if bind.target_enc.scheme == OPE:
+        return _key_range(bind, scan, keys, ciphers)
     limit = MAX_KEYS
     if bind.shrinks is not None:
         rows = local.sql(f'SELECT COUNT(*) FROM "{bind.shrinks.local_name}"').fetchall()[0][0]
@@ -114,3 +118,21 @@ def _key_filter(
             query=exp.select(exp.Unnest(expressions=[keys_param]))
         )
     return server
+
+
+def _key_range(bind: BindFilter, scan: Scan, keys: pa.Table, ciphers: CipherCache) -> exp.Expr:
+    """The keys' range, as a filter on ``bind.target_enc``'s OPE ciphertexts.
+
+    A range of any number of keys is two constants, which the server compares
+    with each block's min/max (``veil.sql.passes.plan_key_ranges``).
+    """
+    found = pc.min_max(encode(keys.column(0), bind.target_enc.sql_type))
+    low, high = found["min"].as_py(), found["max"].as_py()
+    if low is None or high is None:
+        return exp.false()  # no keys (or only NULLs, which join nothing)
+    cipher = ciphers.get(scan.table, bind.target_enc)
+    return exp.Between(
+        this=exp.column(bind.target_enc.name),
+        low=param(cipher.encrypt_one(low)),
+        high=param(cipher.encrypt_one(high)),
+    )

@@ -218,6 +218,13 @@ def _explain_scan_parts(scan: Scan) -> list[str]:
         reveals = "; ".join(f"{s}: {REVEALS[s]}" for s in predicate.schemes)
         lines.append(f"  server filter {predicate.original}  [{reveals}; and which rows match]")
     for bind in scan.binds:
+        if bind.target_enc.scheme == "OPE":
+            lines.append(
+                f"  server filter {scan.alias}.{bind.target_enc.source} BETWEEN (the OPE of the "
+                f"lowest and highest key of {bind.description}, computed by the client after "
+                f"fetching {', '.join(s.alias for s in bind.sources)})  [OPE: that range]"
+            )
+            continue
         lines.append(
             f"  server filter {scan.alias}.{bind.target_enc.source} IN (the DET keys of "
             f"{bind.description}, computed by the client after fetching "

@@ -105,11 +105,13 @@ class BindFilter:
 
     ``keys`` is a local query (over the ``sources``' local tables, once they
     are fetched) whose first column gives the plaintext keys; they are sent
-    as DET ciphertexts under ``target_enc``. See ``veil.sql.bind_filters``.
+    as DET ciphertexts under ``target_enc``
+    (``veil.sql.passes.plan_bind_filters``), or, when ``target_enc`` is OPE,
+    as the range of their lowest and highest (``veil.sql.passes.plan_key_ranges``).
     """
 
     sources: list[Scan]
-    target_enc: Encryption  # DET of this scan's column
+    target_enc: Encryption  # DET of this scan's column (its keys), or OPE (their range)
     keys: exp.Query
     description: str  # where the keys come from, for explain
     # worth sending only if there are at most half as many keys as this scan's rows

@@ -21,6 +21,7 @@ from veil.sql.passes.estimate_rows import estimate_rows
 from veil.sql.passes.fetch_expressions import fetch_expressions
 from veil.sql.passes.find_scans import find_scans
 from veil.sql.passes.plan_bind_filters import plan_bind_filters
+from veil.sql.passes.plan_key_ranges import plan_key_ranges
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
 from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
@@ -48,6 +49,7 @@ PASSES: tuple[Pass, ...] = (
     estimate_rows,  # each plain scan's rows, from the load's statistics (the cost model's)
     drop_pushed_filters,  # exact server filters leave the local plan
     plan_bind_filters,  # client-computed key filters on large scans
+    plan_key_ranges,  # a filtered dimension's key range on the fact ordered by that key
     decrypt_late,  # an IN-subquery or grouped derived table groups its keys' ciphertexts
     compare_ciphertexts,  # keys only compared, grouped or counted stay encrypted
     decrypt_outputs,  # columns only output (and grouped): decrypted in the result's rows

@@ -271,10 +271,10 @@ def _standalone(scan: Scan) -> bool:
 def _drop_cycles(scans: list[Scan]) -> None:
     """Keep the bind filters that a fetch order can satisfy (sources first)."""
     for scan in scans:
-        scan.binds = [b for b in scan.binds if not _reaches(b, scan, set())]
+        scan.binds = [b for b in scan.binds if not reaches(b, scan, set())]
 
 
-def _reaches(bind: BindFilter, target: Scan, seen: set[int]) -> bool:
+def reaches(bind: BindFilter, target: Scan, seen: set[int]) -> bool:
     """Whether ``bind``'s sources depend (through fetches) on ``target``'s own fetch."""
     fetched_with = {id(s) for s in (target.joined.scans if target.joined else [target])}
     for source in bind.sources:
@@ -284,6 +284,6 @@ def _reaches(bind: BindFilter, target: Scan, seen: set[int]) -> bool:
             continue
         seen.add(id(source))
         group = source.joined.scans if source.joined else [source]
-        if any(_reaches(b, target, seen) for member in group for b in member.binds):
+        if any(reaches(b, target, seen) for member in group for b in member.binds):
             return True
     return False
