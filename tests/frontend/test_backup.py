@@ -43,6 +43,7 @@ def test_a_duckdb_server_is_backed_up_and_restored_elsewhere(tmp_path: Path) -> 
         con.execute("INSERT INTO people VALUES (1000, 'added later', 5)")
         con.commit()
     want = _rows(client)
+    (client / "derivations.sealed").write_bytes(b"\x01" + bytes(40))  # derived again instead
     done = subprocess.run(
         [sys.executable, "-m", "veil", "backup", str(client), str(tmp_path / "bk")],
         capture_output=True, text=True, check=False,
@@ -52,6 +53,7 @@ def test_a_duckdb_server_is_backed_up_and_restored_elsewhere(tmp_path: Path) -> 
     manifest = json.loads((tmp_path / "bk" / "manifest.json").read_text())
     assert manifest["tables"] == ["people"] and manifest["key_included"] is False
     assert not (tmp_path / "bk" / "client" / "key.json").exists()
+    assert not (tmp_path / "bk" / "client" / "derivations.sealed").exists()
     assert (tmp_path / "bk" / "manifest.json").stat().st_mode & 0o777 == 0o600
 
     elsewhere = tmp_path / "other-machine"

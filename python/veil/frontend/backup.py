@@ -39,6 +39,7 @@ from veil.backends import canonical_url, connect_existing
 from veil.backends.duckdb import database_path
 from veil.design.model import PhysicalDesign
 from veil.errors import VeilError
+from veil.keys.derivations import FILE_NAME as DERIVATIONS_FILE
 from veil.session.clientdir import (
     DESIGN_FILE,
     KEY_FILE,
@@ -52,7 +53,9 @@ MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 DUCKDB_FILE = "server.duckdb"
 PG_FILE = "server.pgdump"
-_NOT_COPIED = {LOCK_FILE}  # a lock is the running process's, not data
+# a lock is the running process's, not data; derived keys are derived again after a
+# restore (a backup without the key file carries nothing sealed under that key)
+_NOT_COPIED = {LOCK_FILE, DERIVATIONS_FILE}
 
 
 class BackupError(VeilError):

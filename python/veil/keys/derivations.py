@@ -100,7 +100,9 @@ class SealedDerivations:
         nonce = secrets.token_bytes(NONCE_BYTES)
         body = self._aead().encrypt(nonce, json.dumps(document).encode(), self._aad())
         with contextlib.suppress(OSError):  # a read-only directory costs the search again
-            fd, staging = tempfile.mkstemp(dir=self.path.parent, prefix=f".{FILE_NAME}.")
+            fd, staging = tempfile.mkstemp(
+                dir=self.path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp"
+            )
             try:
                 os.fchmod(fd, 0o600)
                 with os.fdopen(fd, "wb") as out:
