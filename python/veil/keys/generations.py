@@ -4,9 +4,24 @@ A table is under the key its scopes' markers name (``veil.keys.ring``), or,
 unmarked, under the design's base key (``PhysicalDesign.key_fingerprint``).
 A re-key marks a table's scopes as it re-encrypts it, and ends by taking
 every marker off while making the new key the base (``veil.load.rekey``).
+
+That last step, the *final switch*, also destroys the old key. A statement
+that encrypts rows for a table it then adds to the design (CREATE TABLE,
+ALTER TABLE: ``veil.load.ddl``) does so under the keys its session read when
+it began, so it holds :func:`writing` (shared) from before it reads them
+until its table is saved, and the switch is made under :func:`switching`
+(exclusive): it waits for such statements, then finds their tables under the
+old key and moves them too before destroying it; a statement begun after the
+switch reads the new key.
 """
 
 from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from veil.design.model import AsheSums, Encryption, HomGroup, PhysicalDesign, TableDesign
 from veil.keys.ring import marked, marker_of, unmarked
@@ -51,3 +66,39 @@ def unmark_design(design: PhysicalDesign, fingerprint: str) -> None:
         for part in _scoped(table):
             part.key_scope = unmarked(part.key_scope)
     design.key_fingerprint = fingerprint
+
+
+SWITCH_LOCK = "generation.lock"  # in the client directory
+
+
+@contextmanager
+def writing(client_dir: Path) -> Iterator[None]:
+    """Held (shared) by a statement encrypting a table it will add to the design: no
+    re-key's final switch meanwhile (``switching``)."""
+    with _locked(client_dir, fcntl.LOCK_SH):
+        yield
+
+
+@contextmanager
+def switching(client_dir: Path, waiting: Callable[[], None]) -> Iterator[None]:
+    """Held (exclusive) by a re-key's final switch; ``waiting()`` is called first if
+    statements holding ``writing`` make it wait."""
+    with _locked(client_dir, fcntl.LOCK_EX, waiting):
+        yield
+
+
+@contextmanager
+def _locked(
+    client_dir: Path, kind: int, waiting: Callable[[], None] | None = None
+) -> Iterator[None]:
+    fd = os.open(client_dir / SWITCH_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fd, kind)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -46,6 +46,7 @@ from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
 from veil.exec.local_duckdb import local_duckdb
+from veil.keys.generations import writing
 from veil.load import keys
 from veil.load.declared import declared_table, table_reference
 from veil.load.loader import available_schemes, load_into
@@ -71,6 +72,13 @@ DDL = (exp.Create, exp.Drop, exp.TruncateTable, exp.Alter)
 
 def run_ddl(session: Session, tree: exp.Expr) -> Result:
     """One DDL statement (a parsed, parameter-bound tree) on ``session``'s client directory."""
+    # a re-key's final switch destroys the old key: not while this statement encrypts
+    # under the keys its session reads next (``veil.keys.generations``)
+    with writing(session.client.path):
+        return _run_ddl(session, tree)
+
+
+def _run_ddl(session: Session, tree: exp.Expr) -> Result:
     session.follow_design()
     session.plans.clear()
     kind = str(tree.args.get("kind") or "").upper()
@@ -599,7 +607,7 @@ def reencrypt(session: Session, name: str) -> None:
     need); a workload-designed one keeps the operations its design allows
     that the policy still permits. The old server tables are dropped.
     """
-    with rebuilding(session, [exp.to_table(name)]):
+    with writing(session.client.path), rebuilding(session, [exp.to_table(name)]):
         table = _existing(session, exp.to_table(name))
         _rebuild(session, table.name, f'SELECT * FROM "{table.name}"')
     session.reload_design()

@@ -14,6 +14,7 @@ against the whole source before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -50,6 +51,7 @@ from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design, vocabulary
 from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, encode, encode_scalar, no_values
+from veil.keys.generations import writing
 from veil.load import ashe_widths, clusters, narrow_det, pending, plain_size
 from veil.load.prefetch import prefetched
 from veil.load.progress import Reporter, to_stderr
@@ -153,12 +155,17 @@ def load(
     for table in tables:
         _check_declared_domains(table, con, schema[table.name])
     made = _new_directory(client_dir)
+    # into a client directory in use: no re-key's final switch (which destroys the old
+    # key) between reading its keys here and saving the tables encrypted under them
+    in_use = (Path(client_dir) / DESIGN_FILE).exists()
+    held = writing(Path(client_dir)) if in_use else contextlib.nullcontext()
     try:
-        client, master = create_client_dir(client_dir, server_url, key_file, key_provider)
-        return _designed_and_loaded(
-            con, tables, schema, client, master, server_url, say,
-            workload=workload, sums=sums, policy=policy, design=design,
-        )  # fmt: skip
+        with held:
+            client, master = create_client_dir(client_dir, server_url, key_file, key_provider)
+            return _designed_and_loaded(
+                con, tables, schema, client, master, server_url, say,
+                workload=workload, sums=sums, policy=policy, design=design,
+            )  # fmt: skip
     except BaseException:
         if made is not None:  # a first load that failed leaves no half-made directory
             _remove_made(made)

@@ -23,6 +23,7 @@ import duckdb
 
 from veil.design.fresh import fresh_design
 from veil.design.model import DesignError, PhysicalDesign, TableDesign
+from veil.keys.generations import writing
 from veil.load.loader import load_into
 from veil.load.progress import Reporter
 from veil.load.sources import SourceTable
@@ -72,7 +73,8 @@ def redesign(
     changes = design_changes(session.design, target)
     say = Reporter(progress or (lambda _: None))
     for change in changes:
-        with exclusive(session.client.path, [change.table]):  # writers wait (table_locks)
+        # writers wait (table_locks); a re-key's final switch too (keys.generations)
+        with writing(session.client.path), exclusive(session.client.path, [change.table]):
             session.follow_design()
             _rebuild(session, target.tables[change.table], say)
         session.reload_design()

@@ -12,10 +12,13 @@ The steps, each of which a crash may cut and a second run finishes:
    file, atomically; then the old server tables are dropped. Sessions follow
    the design file; one whose query lost its tables to the swap plans it again
    on the new design (``Session._answer``).
-3. Once no table is under the old key, the design's markers come off and the
-   new key becomes its base (one atomic design write, no data touched), and
-   ``veil.keys.finish_rekey`` rewrites the key file with the new key alone:
-   the old key is destroyed.
+3. Once no table is under the old key, the *final switch*: the design's
+   markers come off and the new key becomes its base (one atomic design
+   write, no data touched), and ``veil.keys.finish_rekey`` rewrites the key
+   file with the new key alone: the old key is destroyed. It is made under
+   ``veil.keys.generations.switching``, which waits for DDL still encrypting
+   a table under the keys it began with (``generations.writing``); a table
+   such a statement saved under the old key is moved like the others first.
 
 Which tables are done is read from the design itself, so a second run
 simply continues; a table created meanwhile is re-keyed too. The server
@@ -40,7 +43,7 @@ import duckdb
 from veil.design.fresh import fresh_design
 from veil.design.model import PhysicalDesign, TableDesign, write_private
 from veil.keys import begin_rekey, finish_rekey
-from veil.keys.generations import mark_table, table_keys, unmark_design
+from veil.keys.generations import mark_table, switching, table_keys, unmark_design
 from veil.load import keys as declared
 from veil.load.loader import load_into
 from veil.load.progress import Reporter
@@ -94,19 +97,18 @@ def _rekey(cdir: Path, say: Reporter, passphrase: str | None) -> RekeyReport:
     session = Session(cdir)
     try:
         _clear_leftovers(session)
-        while session.design.key_fingerprint != new:
+        while True:
             base = session.design.key_fingerprint
             todo = [n for n, t in sorted(session.design.tables.items()) if _on_old(t, base, new)]
-            if not todo and _finish_design(session, new):
-                break
             for number, name in enumerate(todo, 1):
                 say.say(f"re-key: {name} ({number} of {len(todo)} under the old key)")
                 if _rekey_table(session, name, new, say):
                     done.append(name)
             session.follow_design()
+            if _switched(session, new, passphrase, say):
+                break
     finally:
         session.close()
-    finish_rekey(cdir / KEY_FILE, passphrase)
     (cdir / PENDING_FILE).unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     return RekeyReport(keys.old.fingerprint(), new, keys.generation, done, seconds)
@@ -148,6 +150,21 @@ def _rekey_table(session: Session, name: str, new: str, say: Reporter) -> bool:
         _install_keys(session, table)
         (client.path / PENDING_FILE).unlink(missing_ok=True)
     session.reload_design()
+    return True
+
+
+def _switched(session: Session, new: str, passphrase: str | None, say: Reporter) -> bool:
+    """The final switch: the new key the design's base, the old key destroyed (False: a
+    table under the old key appeared, which must be re-keyed first)."""
+    path = session.client.path
+
+    def waiting() -> None:
+        say.say("re-key: waiting for DDL statements still writing under the old key")
+
+    with switching(path, waiting):
+        if session.design.key_fingerprint != new and not _finish_design(session, new):
+            return False
+        finish_rekey(path / KEY_FILE, passphrase)  # a second run may find it done already
     return True
 
 

@@ -582,7 +582,9 @@ def _record(
     """Apply the adjustments to the design on disk (under the directory's lock), then log."""
     client = session.client
     with client.design_lock():
-        design = client.design(session.master)
+        # the design now, read with its own keys: a re-key's final switch may have made
+        # the new key its base since this session read it (layers are the same either way)
+        _, design = client.following(session.master)
         for wanted in adjustments:
             _apply(design, wanted)
         design.save(client.design_path)
