@@ -71,8 +71,25 @@ def test_shared_plans_see_other_sessions_writes(client_dir: Path, sessions: list
     assert ("ATLANTIS", 2) in [tuple(r.values()) for r in again.table.to_pylist()]
 
 
-def test_a_transactions_plans_are_its_own(client_dir: Path, sessions: list[Session]) -> None:
+def test_a_transactions_plans_are_shared(client_dir: Path, sessions: list[Session]) -> None:
+    """A statement repeated in transactions (pgbench's) is planned once (issue 41)."""
     one, other = _open(sessions, client_dir), _open(sessions, client_dir)
+    one.begin()
+    planned = one.run(SQL).plan
+    one.commit()
+    assert other.run(SQL).plan is planned
+
+
+def test_a_plan_that_skipped_peels_stays_its_transactions(
+    tpch_dir: Path, tmp_path: Path, sessions: list[Session]
+) -> None:
+    """Onions: a transaction leaves the peels it wants to the client (a peel commits on
+    its own), so its plan is not the one the statement gets after them."""
+    source = tmp_path / "onion_src"
+    source.mkdir()
+    (source / "nation.parquet").symlink_to(tpch_dir / "nation.parquet")
+    load(str(source), f"duckdb:///{tmp_path}/o.duckdb", str(tmp_path / "o"), progress=print)
+    one, other = _open(sessions, tmp_path / "o"), _open(sessions, tmp_path / "o")
     one.begin()
     planned = one.run(SQL).plan
     one.commit()

@@ -76,6 +76,8 @@ class Statement:
 
 def split(sql: str) -> list[str]:
     """The statements of ``sql``, cut at top-level semicolons (empty ones dropped)."""
+    if ";" not in sql:  # one statement (a driver's usual): no tokenizing
+        return [sql.strip()] if sql.strip() else []
     try:
         tokens = sqlglot.Dialect.get_or_raise(READ).tokenize(sql)
     except TokenError as exc:
@@ -117,6 +119,8 @@ def parse(text: str) -> exp.Expr:
             f"syntax error: {error.get('description', exc)}",
             position=_position(text, error.get("line"), error.get("col")),
         ) from None
+    except TokenError as exc:  # an unterminated string or comment
+        raise WireError("42601", f"syntax error: {exc}") from None
     if tree is None:
         raise WireError("42601", "syntax error: an empty statement")
     for ordered in tree.find_all(exp.Ordered):  # DuckDB's ORDER BY ALL, not a column "all"

@@ -17,8 +17,10 @@ and the planner's settings: ``VEIL_HOM_PUSHDOWN``, whether
 sums over server joins are on, and the design file's version, so a plan made
 before a peel, a redesign or DDL is never found after it. Sessions that may
 read the trusted side's files (``external_access``) keep theirs apart: a
-cached plan skips the sandbox's checks. A transaction's plans stay its own
-(peels wait outside it; its writes steer its statistics).
+cached plan skips the sandbox's checks. A transaction's plans are shared too
+(pgbench's statements, each in a transaction, are planned once), but for a plan
+made without the peels it wanted (peels wait outside a transaction): that one
+stays the transaction's.
 
 A statement whose value may change between runs (``now()``, ``current_date``,
 ``random()``, table functions: ``veil.sql.functions.is_repeatable``) is

@@ -140,6 +140,8 @@ class Session:
         self._owners: dict[str, TableDesign] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
+        # whether the last planning left out peels because a transaction was open
+        self._peels_skipped = False
         # while a statement with parameters is planned: the slots it hands out (``templates``)
         self._recorder: Recorder | None = None
         # plans shared by this process's sessions of the directory (``plan_cache``), and
@@ -413,7 +415,7 @@ class Session:
         if not plan.pushdown or plan.fallback is not None or plan.peels:
             return
         made = fingerprint(plan, stats.remote_sql, recorder.uses)
-        found = (self._transaction_plans if self.in_transaction else self.plans).peek(key)
+        found = self._keeping().peek(key)
         if found is None or found.template is None:
             template = Template(recorder.uses, made, tuple(params))
             self._keep(key, CachedPlan(kept.names, plan, kept.tree, template))
@@ -517,8 +519,13 @@ class Session:
         return self.plans.get(key, count=count)
 
     def _keep(self, key: Key, planned: CachedPlan) -> None:
-        # a transaction's plans may have skipped peels (they commit on their own)
-        (self._transaction_plans if self.in_transaction else self.plans).put(key, planned)
+        self._keeping().put(key, planned)
+
+    def _keeping(self) -> PlanCache:
+        """Where the plan just made is kept: shared, unless a transaction made it without
+        the peels it wanted (they commit on their own: the plan after them is better).
+        Shared, a statement repeated in transactions (pgbench's) is planned once."""
+        return self._transaction_plans if self._peels_skipped else self.plans
 
     def _forget(self, key: Key) -> None:
         self._transaction_plans.discard(key)
@@ -613,11 +620,13 @@ class Session:
         the query would get after its peels, which ``SplitPlan.peels`` lists.
         """
         self._encoded.clear()
+        self._peels_skipped = False
         design, peels = self.design, []
         if has_wrapped(design):
             peels = wanted_peels(design, self.client.policy(), tree)
             if peels and peel and self.in_transaction:
                 peels = []  # a peel commits on its own: inside a transaction the client does it
+                self._peels_skipped = True
             elif peels and peel:
                 try:
                     peel_layers(self, peels, tree.sql(dialect="duckdb"))

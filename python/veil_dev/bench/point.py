@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from veil_dev.bench.report import bar_plot, format_table, write_json
 STATEMENTS = {
     "select all": "SELECT * FROM orders WHERE o_orderkey = ?",
     "select price": "SELECT o_totalprice FROM orders WHERE o_orderkey = ?",
+    # the key written into the text (pgbench -M simple, psql): the same plan (sql/literals)
+    "select price, literal": "SELECT o_totalprice FROM orders WHERE o_orderkey = {}",
     "count by customer": "SELECT count(*) FROM orders WHERE o_custkey = ?",
     "update comment": "UPDATE orders SET o_comment = ? WHERE o_orderkey = ?",
 }
@@ -80,6 +82,7 @@ class Timed:
     seconds: list[float]
     parts: dict[str, list[float]]
     hits: int = 0
+    statements: list[int] = field(default_factory=list)  # server statements per execution
 
     def summary(self) -> dict[str, Any]:
         ordered = sorted(self.seconds)
@@ -92,6 +95,8 @@ class Timed:
                 k: 1000 * statistics.median(v) for k, v in self.parts.items() if v
             }
             found["plan_hits"] = self.hits
+        if self.statements:
+            found["server_statements_median"] = statistics.median(self.statements)
         return found
 
 
@@ -119,13 +124,16 @@ def run_point(args: argparse.Namespace) -> int:
                 f"{v['p99_ms']:.2f}",
                 " ".join(f"{k} {ms:.2f}" for k, ms in v["parts_median_ms"].items()),
                 f"{v['plan_hits']}/{args.executions}",
+                f"{v.get('server_statements_median', 0):g}",
             ]
         )
         sides["ratio"] = v["median_ms"] / p["median_ms"]
         sides["over_ms"] = v["median_ms"] - p["median_ms"]
         sides["goal_met"] = v["median_ms"] <= max(2 * p["median_ms"], p["median_ms"] + 1)
     headers = ["statement", "plain ms", "veil ms", "ratio", "plain p99", "veil p99"]
-    print(format_table([*headers, "veil parts (median ms)", "plan hits"], rows))
+    # each server statement is one round trip (PostgreSQL: a prepared statement's Bind and
+    # Execute after its first run); plaintext's one statement is one
+    print(format_table([*headers, "veil parts (median ms)", "plan hits", "statements"], rows))
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     write_json(
         json_path,
@@ -270,11 +278,14 @@ def _measure(
                 params = [f"point bench {number} {rng.random():.6f}", rng.choice(keys)]
             else:
                 params = [rng.choice(keys)]
+            text = sql
+            if "{}" in sql:  # its value written in
+                text, params = sql.format(params[0]), []
             started = time.perf_counter()
-            expected = plain(sql, params)
+            expected = plain(text, params)
             plain_times.seconds.append(time.perf_counter() - started)
             started = time.perf_counter()
-            cursor.execute(sql, params)
+            cursor.execute(text, params)
             got = cursor.fetchall() if cursor.description else []
             seconds = time.perf_counter() - started
             veil_times.seconds.append(seconds)
@@ -303,3 +314,4 @@ def _split(timed: Timed, cursor: Any, seconds: float) -> None:
     for part, value in parts.items():
         timed.parts[part].append(value)
     timed.hits += bool(stats.plan_hit)
+    timed.statements.append(stats.statements)
