@@ -12,6 +12,7 @@ from __future__ import annotations
 import getpass
 import json
 import multiprocessing
+import shutil
 import subprocess
 import sys
 import threading
@@ -126,6 +127,32 @@ def test_wire_statements_are_logged_without_values(port: str, client_dir: Path) 
     assert failed["rows"] is None
     # the first query that compared name and card peeled their onion layers
     assert any(r["peels"] for r in records)
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (postgresql-client) not installed")
+def test_psql_statements_are_logged_without_values(port: str, client_dir: Path) -> None:
+    """psql's simple protocol (every value written into the text): queries and an INSERT."""
+    before = len(_records(client_dir))
+    script = (
+        f"SELECT id FROM people WHERE name = '{LITERAL_CANARY}';\n"
+        f"INSERT INTO people VALUES (200, '{INSERTED_CANARY}', '4111-1111-0000-7731', 42);\n"
+        "SELECT count(*) FROM people WHERE age = 42;\n"
+    )
+    done = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", port, "-U", "erin", "-d", "veil", "-X", "-A", "-t"],
+        input=script, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["INSERT", "0", "1", "2"]
+    mine = [r for r in _records(client_dir)[before:] if r["user"] == "erin"]
+    _assert_no_canary(client_dir)
+    assert [r["statement"] for r in mine] == [
+        "SELECT id FROM people WHERE name = ?",
+        "INSERT INTO people VALUES (?, ?, ?, ?)",
+        "SELECT COUNT(*) FROM people WHERE age = ?",
+    ]
+    assert [r["rows"] for r in mine] == [0, 1, 1]
+    assert all(r["via"] == "serve" and r["outcome"] == "ok" for r in mine)
 
 
 def test_a_repeated_query_is_planned_from_the_cache(port: str, client_dir: Path) -> None:
