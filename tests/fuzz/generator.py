@@ -732,7 +732,9 @@ class Generator:
                 (lc, rc)
                 for lc in (c for s in sources for c in s.columns)
                 for rc in source.columns
-                if _family(lc.kind) == _family(rc.kind) and lc.kind != BOOL
+                if _family(lc.kind) == _family(rc.kind)
+                and lc.kind != BOOL
+                and not (_computed_float(lc) or _computed_float(rc))
             ]
             if not same or rows * source.rows > 400_000:
                 if rows * source.rows > 40_000:
@@ -1406,3 +1408,9 @@ def generate(catalog: Catalog, seed: int) -> Query:
 def workload(catalog: Catalog, seeds: range) -> list[str]:
     """Generated queries with their parameters inlined, for the designer's workload."""
     return [generate(catalog, s).inline() for s in seeds]
+
+
+def _computed_float(col: Col) -> bool:
+    """A float an expression computed: its last bits depend on the order rows were summed in
+    (plaintext DuckDB's too, from one run to the next), so equality on it is no test."""
+    return col.kind == DOUBLE and col.origin is None
