@@ -136,6 +136,14 @@ def test_parameters_text_and_binary(con: psycopg.Connection) -> None:
     assert text == binary == want and text
 
 
+def test_a_bad_parameter_value_is_22p02(con: psycopg.Connection) -> None:
+    """A value that is not of its column's type: PostgreSQL's invalid_text_representation,
+    as docs/serve.md promises, not the general 42000; the connection goes on."""
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        con.execute("SELECT o_orderkey FROM orders WHERE o_custkey = %s", ["not a number"])
+    assert con.execute("SELECT count(*) FROM orders WHERE o_custkey = %s", [370]).fetchone()
+
+
 def duckdb_rows(con: psycopg.Connection, params: tuple[object, ...]) -> list[tuple[object, ...]]:
     """The same rows read without parameters (literals in the SQL text)."""
     custkey, date, priority, price = params
