@@ -20,8 +20,11 @@ use crate::hgd;
 
 /// Levels of the tree whose splits are memoised (2^MEMO_DEPTH - 1 nodes, 4 MiB).
 const MEMO_DEPTH: u32 = 18;
-/// Marks a memo slot not yet computed (a split is at most 2^64).
-const UNKNOWN: u128 = u128::MAX;
+/// Marks a memo slot not yet computed; a slot holds its split plus one (a split is at
+/// most 2^64). Zero, so that a level's array is zeroed memory, which the allocator
+/// takes from the OS untouched: a level costs only the pages its descents touch, not
+/// a fill of its whole array (4 MiB over the levels, paid by every key's first value).
+const UNKNOWN: u128 = 0;
 
 const INNER: u8 = 0;
 const LEAF: u8 = 1;
@@ -145,9 +148,9 @@ impl Tree {
         }
         let index = (node.r_low >> (self.cipher_bits - depth)) as usize;
         if self.memo[level][index] == UNKNOWN {
-            self.memo[level][index] = self.sample_split(depth, node);
+            self.memo[level][index] = self.sample_split(depth, node) + 1;
         }
-        self.memo[level][index]
+        self.memo[level][index] - 1
     }
 
     fn sample_split(&self, depth: u32, node: &Node) -> u128 {
