@@ -19,6 +19,7 @@ BENCH_MODULES = (
     "veil_dev.bench.oltp",
     "veil_dev.bench.updates",
     "veil_dev.bench.point",
+    "veil_dev.bench.rekey",
 )
 
 
