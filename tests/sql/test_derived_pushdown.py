@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-from tests.support.oracle import checked_plan, load_tables
+from tests.support.oracle import checked_plan, loaded_tables
 from veil.session.session import Session
 from veil.sql.plan import SplitPlan
 
@@ -140,12 +140,8 @@ def star(
     readers = [sql for sql, _ in READERS.values()]
     workload = [*REDUCED, *DERIVED_KEYS, *readers, EVERY_YEAR, *NOT_REDUCED.values(), *DIRECT]
     workload.append(SPARSE)
-    session, plain = load_tables(request, root, TABLES, workload)
-    try:
-        yield session, plain
-    finally:
-        session.close()
-        plain.close()
+    with loaded_tables(request, root, TABLES, workload) as loaded:
+        yield loaded
 
 
 def split_plan(star: tuple[Session, duckdb.DuckDBPyConnection], sql: str) -> SplitPlan:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-from tests.support.oracle import checked_plan, load_tables
+from tests.support.oracle import checked_plan, loaded_tables
 from veil.session.session import Session
 from veil.sql.plan import Scan
 
@@ -58,12 +58,8 @@ def shop(
 ) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
     root = tmp_path_factory.mktemp("outer")
     workload = [*REDUCED.values(), *NOT_REDUCED.values()]
-    session, plain = load_tables(request, root, TABLES, workload)
-    try:
-        yield session, plain
-    finally:
-        session.close()
-        plain.close()
+    with loaded_tables(request, root, TABLES, workload) as loaded:
+        yield loaded
 
 
 def returns_scan(shop: tuple[Session, duckdb.DuckDBPyConnection], sql: str) -> Scan:

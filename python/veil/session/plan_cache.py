@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from sqlglot import exp
 
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 DEFAULT_SIZE = 256
 
 Key = tuple[str, tuple[tuple[str, str], ...], str]
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -75,24 +77,57 @@ def shape_key(sql: str, shape: tuple[tuple[str, str], ...], settings: str) -> Ke
     return sql, tuple((kind, f"?{literal}") for kind, literal in shape), settings
 
 
-class _Plans:
-    """The cached plans themselves, under a lock: sessions in several threads share them."""
+class Recent(Generic[K, V]):
+    """The last ``size`` entries used, under a lock: sessions in several threads share
+    them (the plans here; ``veil.session.point_writes``' write shapes)."""
 
     def __init__(self, size: int):
         self.size = size
         self.lock = threading.Lock()
-        self.entries: OrderedDict[Key, CachedPlan] = OrderedDict()
+        self.entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> tuple[bool, V | None]:
+        """Whether ``key`` is kept, and its value (now the most recently used)."""
+        with self.lock:
+            if key not in self.entries:
+                return False, None
+            self.entries.move_to_end(key)
+            return True, self.entries[key]
+
+    def peek(self, key: K) -> V | None:
+        with self.lock:
+            return self.entries.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        if self.size <= 0:
+            return
+        with self.lock:
+            self.entries[key] = value
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
+    def discard(self, key: K) -> None:
+        with self.lock:
+            self.entries.pop(key, None)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
-_SHARED: dict[tuple[str, bool], _Plans] = {}
+_SHARED: dict[tuple[str, bool], Recent[Key, CachedPlan]] = {}
 _SHARED_LOCK = threading.Lock()
 
 
 class PlanCache:
     """A session's view of cached plans: its own hit count over plans it may share."""
 
-    def __init__(self, size: int = DEFAULT_SIZE, plans: _Plans | None = None):
-        self._plans = plans if plans is not None else _Plans(size)
+    def __init__(self, size: int = DEFAULT_SIZE, plans: Recent[Key, CachedPlan] | None = None):
+        self._plans = plans if plans is not None else Recent[Key, CachedPlan](size)
         self.hits = 0
 
     @classmethod
@@ -100,7 +135,7 @@ class PlanCache:
         """The plans of ``client_dir`` shared by this process's sessions (of the same access)."""
         key = (str(client_dir.resolve()), external_access)
         with _SHARED_LOCK:
-            plans = _SHARED.setdefault(key, _Plans(DEFAULT_SIZE))
+            plans = _SHARED.setdefault(key, Recent(DEFAULT_SIZE))
         return cls(plans=plans)
 
     @property
@@ -109,35 +144,23 @@ class PlanCache:
 
     def get(self, key: Key, *, count: bool = True) -> CachedPlan | None:
         """The plan of ``key``; ``count``: a hit (else the caller counts it if it runs it)."""
-        with self._plans.lock:
-            cached = self._plans.entries.get(key)
-            if cached is not None:
-                self._plans.entries.move_to_end(key)
-                self.hits += count
+        _, cached = self._plans.get(key)
+        if cached is not None:
+            self.hits += count
         return cached
 
     def peek(self, key: Key) -> CachedPlan | None:
         """The plan of ``key``, not counted as a hit."""
-        with self._plans.lock:
-            return self._plans.entries.get(key)
+        return self._plans.peek(key)
 
     def put(self, key: Key, cached: CachedPlan) -> None:
-        if self.size <= 0:
-            return
-        with self._plans.lock:
-            entries = self._plans.entries
-            entries[key] = cached
-            entries.move_to_end(key)
-            while len(entries) > self.size:
-                entries.popitem(last=False)
+        self._plans.put(key, cached)
 
     def discard(self, key: Key) -> None:
-        with self._plans.lock:
-            self._plans.entries.pop(key, None)
+        self._plans.discard(key)
 
     def clear(self) -> None:
-        with self._plans.lock:
-            self._plans.entries.clear()
+        self._plans.clear()
 
     def __len__(self) -> int:
-        return len(self._plans.entries)
+        return len(self._plans)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -49,7 +48,7 @@ from veil.exec.server import FetchStats
 from veil.session import dml, references
 from veil.session.context import SessionContext
 from veil.session.defaults import is_default
-from veil.session.plan_cache import Key
+from veil.session.plan_cache import Key, Recent
 from veil.session.result import Result
 from veil.session.templates import Recorder, Template, fingerprint
 from veil.sql.errors import QueryError
@@ -81,33 +80,9 @@ class PointWrite:
     template: Template | None = None  # None: the WHERE has no parameter
 
 
-class _Kept:
-    """The shapes of this process, by client directory, access and shape key."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.writes: OrderedDict[tuple[object, ...], PointWrite | None] = OrderedDict()
-
-    def get(self, key: tuple[object, ...]) -> tuple[bool, PointWrite | None]:
-        with self.lock:
-            if key not in self.writes:
-                return False, None
-            self.writes.move_to_end(key)
-            return True, self.writes[key]
-
-    def put(self, key: tuple[object, ...], write: PointWrite | None) -> None:
-        with self.lock:
-            self.writes[key] = write
-            self.writes.move_to_end(key)
-            while len(self.writes) > _KEPT_SIZE:
-                self.writes.popitem(last=False)
-
-    def discard(self, key: tuple[object, ...]) -> None:
-        with self.lock:
-            self.writes.pop(key, None)
-
-
-_KEPT = _Kept()
+# the write shapes of this process, by client directory, access and shape key (None: a
+# statement this path does not take)
+_KEPT: Recent[tuple[object, ...], PointWrite | None] = Recent(_KEPT_SIZE)
 # tables whose row ids have an index on their server (``_index_row_ids``), by server
 _INDEXED: set[tuple[str, str]] = set()
 _INDEXED_LOCK = threading.Lock()
