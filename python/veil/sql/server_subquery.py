@@ -1,7 +1,7 @@
 """Subqueries the server can evaluate whole, rewritten over opaque names.
 
-A conjunct ``[NOT] EXISTS (subquery)``, ``col [NOT] IN (subquery)`` or
-``col <op> (SELECT MIN|MAX(c) ...)`` whose subquery reads base tables only
+A conjunct ``[NOT] EXISTS (subquery)``, ``col [NOT] IN (subquery)``,
+``col <op> (SELECT MIN|MAX(c) ...)`` or ``col <op> (SELECT [DISTINCT] c ...)`` whose subquery reads base tables only
 (inner joins), and whose every conjunct is exact on the server, becomes ONE
 server predicate of the outer scan it is correlated with (TPC-H Q21, Q4)::
 
@@ -144,7 +144,7 @@ def _negated(conjunct: exp.Expr) -> bool:
 
 
 def _subquery_test(work: _Translation, node: exp.Expr) -> exp.Expr | None:
-    """``node`` if it is [NOT] EXISTS / [NOT] IN / comparison with a MIN/MAX subquery."""
+    """``node`` if it is [NOT] EXISTS / [NOT] IN / comparison with a MIN/MAX or scalar subquery."""
     if isinstance(node, exp.Not):
         inner = _subquery_test(work, node.this)
         return exp.Not(this=inner) if inner is not None else None
@@ -193,8 +193,10 @@ def _compare_with_extreme(work: _Translation, node: exp.Expr) -> exp.Expr | None
     if not isinstance(subquery, exp.Subquery) or not isinstance(subquery.this, exp.Select):
         return None
     select = subquery.this
-    outer = _column(work, column, OPE)
     items = select.expressions
+    if len(items) == 1 and isinstance(_unwrapped(items[0]), exp.Column):
+        return _compare_with_scalar(work, kind, column, select)
+    outer = _column(work, column, OPE)
     if outer is None or len(items) != 1 or not isinstance(items[0].unalias(), exp.Min | exp.Max):
         return None
     extreme = items[0].unalias()
@@ -213,6 +215,47 @@ def _compare_with_extreme(work: _Translation, node: exp.Expr) -> exp.Expr | None
     if server is None:
         return None
     return kind(this=outer[0], expression=exp.Subquery(this=server))
+
+
+def _compare_with_scalar(
+    work: _Translation, kind: type[exp.Expr], column: exp.Expr, select: exp.Select
+) -> exp.Expr | None:
+    """``col <op> (SELECT [DISTINCT] c FROM ...)``: a scalar subquery of one column.
+
+    Both sides under one key scope: DET for ``=`` / ``<>``, OPE for order. The
+    server then meets the subquery's rows as plaintext DuckDB does: none gives
+    NULL (no row passes), more than one is the same error, and DISTINCT over
+    DET or OPE ciphertexts keeps exactly the distinct values (TPC-DS q06's
+    ``d_month_seq = (SELECT DISTINCT d_month_seq ... WHERE d_year = ? AND d_moy = ?)``,
+    which otherwise left the date filter, and the fact rows it keeps, to the client).
+    """
+    item = _unwrapped(select.expressions[0])
+    scheme = _COMPARISONS[kind]
+    if scheme == DET:
+        scheme = _equal_scheme(work, column, item)
+    outer = _column(work, column, scheme)
+    if outer is None:
+        return None
+    enc = outer[1]
+
+    def projection(scope: Scope) -> exp.Expr | None:
+        found = _column(work, item, scheme, inside=scope)
+        return found[0] if found is not None and found[1].key_scope == enc.key_scope else None
+
+    server = _block(work, select, projection)
+    if server is None:
+        return None
+    if select.args.get("distinct") is not None:
+        server.set("distinct", exp.Distinct())
+    return kind(this=outer[0], expression=exp.Subquery(this=server))
+
+
+def _unwrapped(item: exp.Expr) -> exp.Expr:
+    """A select item without its alias and parentheses (``SELECT DISTINCT (c) AS c``)."""
+    item = item.unalias()
+    while isinstance(item, exp.Paren):
+        item = item.this
+    return item
 
 
 def _block(

@@ -1,7 +1,7 @@
 """Pass: subqueries the server evaluates whole become one server predicate.
 
-``[NOT] EXISTS``, ``[NOT] IN (subquery)`` and comparisons with a MIN/MAX
-subquery whose every part is exact on the server (``veil.sql.server_subquery``)
+``[NOT] EXISTS``, ``[NOT] IN (subquery)`` and comparisons with a MIN/MAX or
+one-column scalar subquery whose every part is exact on the server (``veil.sql.server_subquery``)
 become an exact predicate of the outer scan they are correlated with. The
 subquery's own scans are then not fetched at all: TPC-H Q21's l2 and l3
 fetched a few million rows each for the client's EXISTS; now the server
