@@ -10,7 +10,9 @@ import duckdb
 import pytest
 
 from tests.support.oracle import assert_same, server_url
+from veil import statements
 from veil.load.loader import load
+from veil.session import point_writes
 from veil.session.session import Session
 from veil.sql.errors import QueryError
 
@@ -176,3 +178,40 @@ def test_set_values_over_several_rows_and_awkward_text(
     for n, customer in enumerate(customers[:8]):
         _both(pair, sql, [2, texts[n % len(texts)], customer])
     _same_rows(pair)
+
+
+def test_writes_inside_transactions_get_the_row_id_index(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    """pgbench writes only inside transactions: its tables' row ids are indexed all the
+    same (on the second connection), and not while another open transaction holds the
+    table (the wait gives up; a later write makes it)."""
+    session = pair[0]
+    if session.backend.dialect != "postgres":
+        pytest.skip("DuckDB's writes take no row-id index")
+    statements.run(session, "CREATE TABLE tx_accounts (aid int PRIMARY KEY, abalance int)")
+    statements.run(session, "INSERT INTO tx_accounts SELECT i, 0 FROM range(1, 201) t(i)")
+    server = session.design.table("tx_accounts").server_name
+    indexed = f"SELECT count(*) FROM pg_indexes WHERE tablename = '{server}' AND indexname LIKE '%row_ids'"
+    other = Session(session.client.path)
+    try:
+        other.begin()  # holds the table (ROW EXCLUSIVE) until it ends
+        other.run("INSERT INTO tx_accounts VALUES (201, 1)")
+        update = "UPDATE tx_accounts SET abalance = abalance + ? WHERE aid = ?"
+        for aid in (1, 2):
+            session.begin()
+            assert session.run(update, [5, aid]).rowcount == 1
+            session.commit()
+        assert session.backend.execute(indexed).column(0)[0].as_py() == 0
+        other.commit()
+        point_writes._INDEX_LATER.clear()  # no waiting for the retry's pause in a test
+        for aid in (3, 4, 3):
+            session.begin()
+            assert session.run(update, [5, aid]).rowcount == 1
+            session.commit()
+        assert session.backend.execute(indexed).column(0)[0].as_py() == 1
+        total = session.run("SELECT sum(abalance), count(*) FROM tx_accounts").table.to_pylist()
+        assert total == [{"sum(abalance)": 26, "count_star()": 201}]
+    finally:
+        other.close()
+        statements.run(session, "DROP TABLE tx_accounts")

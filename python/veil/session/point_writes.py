@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -85,7 +86,11 @@ class PointWrite:
 _KEPT: Recent[tuple[object, ...], PointWrite | None] = Recent(_KEPT_SIZE)
 # tables whose row ids have an index on their server (``_index_row_ids``), by server
 _INDEXED: set[tuple[str, str]] = set()
+# those whose index a write inside a transaction could not make yet: when to try again
+_INDEX_LATER: dict[tuple[str, str], float] = {}
 _INDEXED_LOCK = threading.Lock()
+_INDEX_WAIT = "200ms"  # how long the second connection waits for the table's lock
+_INDEX_RETRY = 2.0  # seconds before a write tries again
 log = logging.getLogger(__name__)
 
 
@@ -223,6 +228,7 @@ def _run(
         if session.design_file_stamp() != write.stamp:
             raise _Replan  # a peel, DDL, a redesign: plan on the new design
         matched = _matched(session, write, params, stats, key, planned)
+        _index_row_ids(session, write.table)  # before the write finds its rows by id
         table = session.design.table(write.table.name)
         row_ids = matched.column(matched.num_columns - 1).combine_chunks()
         if not len(row_ids):
@@ -275,7 +281,6 @@ def _matched(
     plan.local.append("expressions", exp.column(ROW_ID, table=source.alias_or_name))
     table = session.execute_plan(plan, stats)
     _remember(write, plan, recorder, stats, values, key)
-    _index_row_ids(session, write.table)
     return table
 
 
@@ -337,26 +342,41 @@ def _index_row_ids(session: SessionContext, table: TableDesign) -> None:
 
     A write finds the rows it read by their row ids: without an index the
     server scans the whole table for each (~60 ms of a 150,000-row table's
-    UPDATE by key). Row ids are public, so the index tells the server nothing
-    new. DuckDB gains nothing (its UPDATE joins the ids, and an index on a
-    column every write changes costs it more). Made outside a transaction
-    only (it would hold the table until the transaction ends); a rebuilt
-    table's server name is new, so it gets its own.
+    UPDATE by key; ~90 ms of pgbench's million accounts). Row ids are public,
+    so the index tells the server nothing new. DuckDB gains nothing (its
+    UPDATE joins the ids, and an index on a column every write changes costs
+    it more). A rebuilt table's server name is new, so it gets its own.
+
+    Inside a transaction (pgbench's every write) it is made on the session's
+    second connection (``Backend.autonomous``), which commits on its own: made
+    in the transaction it would hold the table until the transaction ends. That
+    connection's wait for the table is bounded (``_INDEX_WAIT``): another
+    client's open transaction that wrote the table, or this one's, may be
+    waiting on this session, a wait PostgreSQL cannot see as a deadlock. A
+    try that gave up is made again by a later write, after ``_INDEX_RETRY``.
     """
     backend = session.backend
-    if backend.dialect != "postgres" or backend.in_transaction:
+    if backend.dialect != "postgres":
         return
+    key = (backend.url, table.server_name)
     with _INDEXED_LOCK:
-        if (backend.url, table.server_name) in _INDEXED:
+        if key in _INDEXED or time.monotonic() < _INDEX_LATER.get(key, 0.0):
             return
-        _INDEXED.add((backend.url, table.server_name))
+        _INDEXED.add(key)
     name = f"{table.server_name}_row_ids"
+    made = f'CREATE INDEX IF NOT EXISTS "{name}" ON "{table.server_name}" ("{table.row_id}")'
+    own = not backend.in_transaction
+    target = backend if own else backend.autonomous()
     try:
-        backend.execute(
-            f'CREATE INDEX IF NOT EXISTS "{name}" ON "{table.server_name}" ("{table.row_id}")'
-        )
-    except BackendError as exc:  # another client made it at once: it is there
+        with target.transaction():
+            if not own:
+                target.execute(f"SET LOCAL lock_timeout = '{_INDEX_WAIT}'")
+            target.execute(made)
+    except BackendError as exc:  # another client made it at once, or the wait ran out
         log.info("index on the row ids of %r not made (%s)", table.name, exc)
+        with _INDEXED_LOCK:
+            _INDEXED.discard(key)
+            _INDEX_LATER[key] = time.monotonic() + _INDEX_RETRY
 
 
 def _new_values(
