@@ -202,7 +202,7 @@ def test_alter_table_across_the_final_switch(
             cursor.execute("ALTER TABLE lines ADD COLUMN flag INT DEFAULT 7")
 
     messages = across_the_switch(client, monkeypatch, "lines", alter)
-    assert [m for m in messages if m.startswith("re-key: lines")] == [
+    assert [m for m in messages if m.startswith("re-key: lines (")] == [
         "re-key: lines (2 of 3 under the old key)",
         "re-key: lines (1 of 1 under the old key)",
     ]

@@ -244,12 +244,20 @@ def load_into(
     master: MasterKey,
     backend: Backend,
     say: Reporter,
+    *,
+    in_source_order: bool = False,
+    before_swap: Callable[[TableDesign], None] | None = None,
 ) -> list[LoadReport]:
     """Encrypt and load ``tables`` (read through ``con``) under their ``fresh`` designs.
 
     Each table replaces one of the same name atomically: the design names its
     new server tables only once they are complete (``_load_table``). Also
     the way DDL creates and rebuilds tables (``veil.load.ddl``).
+
+    ``in_source_order``: row i of a source gets row id i, its design's
+    ``cluster_by`` and ``sort_by`` kept (a re-key, ``veil.load.rekey_copy``,
+    maps old ids to new ones so). ``before_swap(table)``: called once a
+    table's server tables are complete, before the design names them.
     """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     if not backend.in_transaction:  # a rollback would bring back what it drops
@@ -262,7 +270,8 @@ def load_into(
         _count_distinct_keys(table, con, fresh.tables[table.name])
         _record_statistics(table, con, fresh.tables[table.name])
         counts[table.name] = table.row_count(con)
-        clusters.choose(fresh.tables[table.name], counts[table.name], backend.skips_row_blocks)
+        if not in_source_order:
+            clusters.choose(fresh.tables[table.name], counts[table.name], backend.skips_row_blocks)
         summed, keys = _data_profile(table, con, fresh.tables[table.name])
         ashe_widths.fit(fresh.tables[table.name], summed)
         ranges.update(keys)
@@ -272,10 +281,19 @@ def load_into(
         # the space budget's unit: the plaintext as this server stores it
         measured = [(t, fresh.tables[t.name], counts[t.name]) for t in tables]
         plain_size.measure_all(measured, con)
+    loaded = _Loaded(in_source_order, before_swap)
     return [
-        _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say)
+        _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say, loaded)
         for t in tables
     ]
+
+
+@dataclass
+class _Loaded:
+    """How a table is loaded (``load_into``'s options)."""
+
+    in_source_order: bool = False
+    before_swap: Callable[[TableDesign], None] | None = None
 
 
 def _load_table(
@@ -287,6 +305,7 @@ def _load_table(
     master: MasterKey,
     backend: Backend,
     say: Reporter,
+    options: _Loaded,
 ) -> LoadReport:
     started = time.perf_counter()
     schema = TableEncryptor(master, table).server_schema(_empty(table.columns))
@@ -297,7 +316,7 @@ def _load_table(
     encryptor = TableEncryptor(master, dataclasses.replace(table, encryptions=built))
     blocks: list[pa.Table] = []
     zones = ZoneRecorder(table) if backend.skips_row_blocks else None
-    order = clusters.order_by(table, master)
+    order = None if options.in_source_order else clusters.order_by(table, master)
     encrypted = _encrypted_batches(source, con, encryptor, say, blocks, order, zones, schema)
     # a pending record names the new tables until the design does (``veil.load.pending``)
     with pending.creating(client, table) as record:
@@ -316,6 +335,8 @@ def _load_table(
             )
         if table.hom is not None:
             _load_hom_group(source, con, table, master, backend, say)
+        if options.before_swap is not None:
+            options.before_swap(table)
         # The new tables have fresh random names: until the design names them,
         # the old design (and its tables) stay valid, so the swap is atomic. The
         # design is read again under its lock, so that what other sessions changed

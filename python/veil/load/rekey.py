@@ -5,13 +5,14 @@ The steps, each of which a crash may cut and a second run finishes:
 1. ``veil.keys.begin_rekey`` adds the next generation's key to the key file,
    beside the current one (kept as it is: same passphrase or KEK). From then
    on every session opens both (``veil.keys.ring``).
-2. Table by table, as ``veil redesign`` rebuilds one: under the table's lock
-   held alone (writers wait: ``veil.session.table_locks``), the table is read
-   back through Veil, loaded under fresh server names with its scopes marked
-   for the new key (``veil.keys.generations``), and swapped in by the design
-   file, atomically; then the old server tables are dropped. Sessions follow
-   the design file; one whose query lost its tables to the swap plans it again
-   on the new design (``Session._answer``).
+2. Table by table, as ``veil redesign`` rebuilds one: the table is read back
+   through Veil and loaded under fresh server names with its scopes marked
+   for the new key (``veil.keys.generations``) while its writers go on; then
+   a catch-up with what they wrote, its last round under the table's lock
+   held alone (``veil.load.rekey_copy``, ``veil.session.table_locks``), and
+   the swap by the design file, atomically; then the old server tables are
+   dropped. Sessions follow the design file; one whose query lost its tables
+   to the swap plans it again on the new design (``Session._answer``).
 3. Once no table is under the old key, the *final switch*: the design's
    markers come off and the new key becomes its base (one atomic design
    write, no data touched), and ``veil.keys.finish_rekey`` rewrites the key
@@ -47,6 +48,7 @@ from veil.keys.generations import mark_table, switching, table_keys, unmark_desi
 from veil.load import keys as declared
 from veil.load.loader import load_into
 from veil.load.progress import Reporter
+from veil.load.rekey_copy import CatchUp, TableRebuilt, read_table
 from veil.load.sources import SourceTable
 from veil.session.clientdir import KEY_FILE, open_client_dir
 from veil.session.session import Session
@@ -119,36 +121,59 @@ def _on_old(table: TableDesign, base: str, new: str) -> bool:
 
 
 def _rekey_table(session: Session, name: str, new: str, say: Reporter) -> bool:
-    """Re-encrypt table ``name`` under the key ``new``; False if it needed none any more."""
+    """Re-encrypt table ``name`` under the key ``new``; False if it needed none any more
+    (or a statement rebuilt it meanwhile: the next pass does it again).
+
+    Copied without the table's lock, then caught up with its writers' changes and
+    swapped in under it (``veil.load.rekey_copy``): its writers wait for the
+    catch-up, not the copy.
+    """
     client = session.client
-    with exclusive(client.path, [name]):  # writers wait (table_locks)
-        session.follow_design()
-        table = session.design.tables.get(name)
-        base = session.design.key_fingerprint
-        if table is None or not _on_old(table, base, new):
-            return False  # dropped, or re-keyed by another run, meanwhile
-        data = session.run(f'SELECT * FROM "{name}"').table
-        fresh = fresh_design(PhysicalDesign(base, {name: table}), base)
-        rebuilt = fresh.tables[name]
-        mark_table(rebuilt, new)
-        _note_pending(session, name, table, rebuilt)
-        source = duckdb.connect()
-        try:
-            source.register(_SOURCE, data.rename_columns([c.name for c in table.columns]))
-            load_into(
-                source,
-                [SourceTable(name, _SOURCE)],
-                fresh,
-                client,
-                session.master,
-                session.backend,
-                say,
-            )
-        finally:
-            source.close()
-        session.follow_design()
-        _install_keys(session, table)
-        (client.path / PENDING_FILE).unlink(missing_ok=True)
+    session.follow_design()
+    found = session.design.tables.get(name)
+    if found is None or not _on_old(found, session.design.key_fingerprint, new):
+        return False  # dropped, or re-keyed by another run, meanwhile
+    try:
+        table, data, ids = read_table(session, name)
+    except TableRebuilt:  # dropped since
+        return False
+    base = session.design.key_fingerprint
+    fresh = fresh_design(PhysicalDesign(base, {name: table}), base)
+    rebuilt = fresh.tables[name]
+    mark_table(rebuilt, new)
+    _note_pending(session, name, table, rebuilt)
+    source = duckdb.connect()
+    try:
+        source.register(_SOURCE, data)
+        with contextlib.ExitStack() as held:
+
+            def catch_up(loaded: TableDesign) -> None:  # before the design names ``loaded``
+                lock = lambda: held.enter_context(exclusive(client.path, [name]))  # noqa: E731
+                rounds = CatchUp(session, table, loaded, ids).rounds(lock)
+                moved = sum(r.rows for r in rounds)
+                say.say(f"re-key: {name} caught up ({moved:,} rows written meanwhile)")
+
+            try:
+                load_into(
+                    source,
+                    [SourceTable(name, _SOURCE)],
+                    fresh,
+                    client,
+                    session.master,
+                    session.backend,
+                    say,
+                    in_source_order=True,
+                    before_swap=catch_up,
+                )
+            except TableRebuilt:
+                say.say(f"re-key: {name} was rebuilt meanwhile; copying it again")
+                _clear_leftovers(session)
+                return False
+            session.follow_design()
+            _install_keys(session, table)  # writers wait until it has its keys again
+            (client.path / PENDING_FILE).unlink(missing_ok=True)
+    finally:
+        source.close()
     session.reload_design()
     return True
 
