@@ -142,6 +142,61 @@ def query_loop(
             round_number += 1
 
 
+# A write to the big table that changes no answer: its rows are written again under
+# fresh row ids (TPC-H's order keys 32k+1 exist for k < 187,500 at SF 1)
+WRITE = "UPDATE lineitem SET l_comment = l_comment WHERE l_orderkey = {key}"
+WRITE_PAUSE = 0.2  # seconds between writes
+
+
+def write_loop(client_dir: str, stop: threading.Event, out: list[dict[str, Any]]) -> None:
+    """Writes to lineitem (``WRITE``) until ``stop``: each one's start, end and error."""
+    import random
+
+    import veil
+
+    chosen = random.Random(42)
+    with veil.connect(client_dir) as connection:
+        if hasattr(connection, "autocommit"):
+            connection.autocommit = True
+        cursor = connection.cursor()
+        while not stop.is_set():
+            started = time.time()
+            try:
+                cursor.execute(WRITE.format(key=32 * chosen.randrange(1000) + 1))
+                error = None
+            except Exception as exc:  # recorded: the bench counts it
+                error = f"{type(exc).__name__}: {exc}"[:300]
+            out.append({"start": started, "end": time.time(), "error": error})
+            stop.wait(WRITE_PAUSE)
+
+
+def _writes(
+    writes: list[dict[str, Any]], started: float, ended: float, messages: list[tuple[float, str]]
+) -> dict[str, Any]:
+    """The writes' latency before and during the re-key, and during lineitem's."""
+    begun = [at for at, m in messages if m.startswith("re-key: lineitem (")]
+    swapped = [at for at, m in messages if m.startswith("re-key: lineitem caught up")]
+    window = (started + begun[0], started + swapped[0]) if begun and swapped else None
+
+    def latency(kept: list[dict[str, Any]]) -> dict[str, Any]:
+        seconds = [w["end"] - w["start"] for w in kept if w["error"] is None]
+        return {
+            "count": len(seconds),
+            "median_seconds": statistics.median(seconds) if seconds else None,
+            "max_seconds": max(seconds) if seconds else None,
+        }
+
+    return {
+        "statement": WRITE,
+        "errors": sum(1 for w in writes if w["error"] is not None),
+        "before": latency([w for w in writes if w["end"] <= started]),
+        "during": latency([w for w in writes if started <= w["start"] and w["end"] <= ended]),
+        "during_lineitem": latency(
+            [w for w in writes if window and window[0] <= w["start"] <= window[1]]
+        ),
+    }
+
+
 def _measure(
     args: argparse.Namespace,
     client_dir: str,
@@ -172,6 +227,10 @@ def _measure(
     sampler = threading.Thread(target=_sample_load, args=(loads, sampling))
     sampler.start()
     worker.start()
+    writes: list[dict[str, Any]] = []
+    writing = threading.Event()
+    writer = threading.Thread(target=write_loop, args=(client_dir, writing, writes))
+    writer.start()
 
     def drain_until(done: Any) -> None:
         while not done():
@@ -208,6 +267,8 @@ def _measure(
     finally:
         stop.set()
         worker.join(timeout=600)
+        writing.set()
+        writer.join()
         sampling.set()
         sampler.join()
     while True:  # what the worker put before it stopped
@@ -217,7 +278,8 @@ def _measure(
             break
         if "round_done" not in item:
             runs.append(item)
-    return _figures(runs, args.baseline_rounds, started, ended, report, messages, loads)
+    figures = _figures(runs, args.baseline_rounds, started, ended, report, messages, loads)
+    return {**figures, "writes": _writes(writes, started, ended, messages)}
 
 
 def _sample_load(into: list[tuple[float, float]], done: threading.Event) -> None:
@@ -302,4 +364,10 @@ def _print(document: dict[str, Any]) -> None:
         f"re-key {document['rekey']['seconds']:.1f} s; answers right {answers['right']} of "
         f"{answers['checked']} ({answers['during_rekey']} during the re-key); median slowdown "
         f"{summary['median_slowdown']}; load average {document['load_average']['range']}"
+    )
+    writes = document["writes"]
+    print(
+        f"writes to lineitem: median {writes['before']['median_seconds']} s before, during "
+        f"{writes['during']}, during lineitem's re-key {writes['during_lineitem']}, "
+        f"errors {writes['errors']}"
     )
