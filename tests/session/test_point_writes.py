@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from tests.support.oracle import assert_same, server_url
 from veil import statements
 from veil.load.loader import load
-from veil.session import point_writes
+from veil.session import point_writes, set_values
 from veil.session.session import Session
 from veil.sql.errors import QueryError
 
@@ -177,6 +178,40 @@ def test_set_values_over_several_rows_and_awkward_text(
     texts = ["__veil_param_0", "__veil_point_rows", "'; x", 'é"q']
     for n, customer in enumerate(customers[:8]):
         _both(pair, sql, [2, texts[n % len(texts)], customer])
+    _same_rows(pair)
+
+
+def test_integer_set_values_made_in_python_as_duckdb_makes_them(
+    pair: tuple[Session, duckdb.DuckDBPyConnection], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``col = col + ?`` and ``col = ?`` (``veil.session.set_values``): the same rows as
+    plaintext DuckDB's, and where a value overflows, DuckDB's refusal and nothing written."""
+    session, plain = pair
+    made: list[bool] = []
+    computed = set_values.computed
+
+    def counted(*args: Any) -> Any:
+        done = computed(*args)
+        made.append(done is not None)
+        return done
+
+    monkeypatch.setattr(set_values, "computed", counted)
+    key = _keys(pair)[70]
+    add = "UPDATE orders SET o_shippriority = o_shippriority + ? WHERE o_orderkey = ?"
+    both = (
+        "UPDATE orders SET o_shippriority = ?, o_custkey = o_shippriority - ? WHERE o_orderkey = ?"
+    )
+    for values in ([5, key], [-3, key], [7, key]):
+        _both(pair, add, values)
+    for values in ([4, 2, key], [9, 1, key]):  # the second SET reads the row as it was
+        _both(pair, both, values)
+    _both(pair, "UPDATE orders SET o_comment = ? WHERE o_orderkey = ?", ["it's", key])
+    for value in (2**31 - 1, 2**31, -(2**40)):  # overflows: INTEGER, BIGINT, the cast
+        with pytest.raises(duckdb.Error):
+            plain.execute(add, [value, key])
+        with pytest.raises(QueryError):
+            session.run(add, [value, key])
+    assert made[:6] == [True] * 6 and made[-3:] == [False] * 3  # overflows: DuckDB's
     _same_rows(pair)
 
 

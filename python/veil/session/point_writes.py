@@ -46,7 +46,7 @@ from veil.backends.base import BackendError
 from veil.design.model import Reference, TableDesign
 from veil.encoding import exact_arrow
 from veil.exec.server import FetchStats
-from veil.session import dml, references
+from veil.session import dml, references, set_values
 from veil.session.context import SessionContext
 from veil.session.defaults import is_default
 from veil.session.plan_cache import Key, Recent
@@ -79,6 +79,7 @@ class PointWrite:
     reads: dict[str, str] = field(default_factory=dict)  # columns the SET values read: types
     plan: SplitPlan | None = None  # kept once a run planned it reusably
     template: Template | None = None  # None: the WHERE has no parameter
+    fast: set_values.Assignments | None = None  # UPDATE: SET values made without DuckDB
 
 
 # the write shapes of this process, by client directory, access and shape key (None: a
@@ -168,6 +169,7 @@ def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
         reads=_reads(table, tree) if isinstance(tree, exp.Update) else {},
         assigned=assigned,
         where=tuple(sorted({n.meta[PARAM][1] for n in match.walk() if PARAM in n.meta})),
+        fast=set_values.assignments(table, tree) if isinstance(tree, exp.Update) else None,
     )
 
 
@@ -386,8 +388,13 @@ def _new_values(
 
     Values that read no column are computed once for all the rows; the few
     columns a value reads of a few rows are written into the statement as
-    typed literals; else the rows are registered in the local DuckDB.
+    typed literals; else the rows are registered in the local DuckDB. The
+    commonest shapes (``col = col + ?``) skip DuckDB (``set_values``).
     """
+    if write.fast is not None:
+        done = set_values.computed(write.fast, rows, params)
+        if done is not None:
+            return done
     sql = _MARKS.sub(lambda m: f"({_literal_sql(params[int(m.group(1))])})", write.new_rows)
     inline = _inline_rows(rows, write.reads)
     try:
