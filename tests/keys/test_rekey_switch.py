@@ -29,12 +29,14 @@ from typing import Any
 import pytest
 
 import veil
+import veil.documents
 import veil.kv
 from tests.concurrency.conftest import connected, rows
+from tests.documents.conftest import database_name, ferretdb  # noqa: F401
 from tests.keys.test_rekey import answers, load_shop, named_by_design, server_tables
 from veil.design.model import PhysicalDesign
 from veil.errors import WrongKeyError
-from veil.keys import begin_rekey, key_status
+from veil.keys import begin_rekey, key_status, load_key
 from veil.keys.generations import table_keys
 from veil.load import ddl
 from veil.load import rekey as rekey_module
@@ -306,3 +308,34 @@ def test_a_kv_store_on_the_client_key_refuses_after_a_rekey(tmp_path: Path) -> N
         veil.kv.open(url, client / "key.json", background=False)
     with veil.kv.open(url, old_file, background=False) as store:  # a copy of the old key
         assert store.get(b"k") == b"value"
+
+
+@pytest.fixture
+def documents_url(request: pytest.FixtureRequest, database_name: str) -> str:  # noqa: F811
+    """A fresh database on the session's FerretDB (the documents' reference server)."""
+    return f"{request.getfixturevalue('ferretdb').url}{database_name}"
+
+
+def test_a_documents_store_on_the_client_key_refuses_after_a_rekey(
+    tmp_path: Path, documents_url: str
+) -> None:
+    """As the KV store above, a documents database (docs/keys.md): not re-keyed, read
+    under the old key during the re-key, refused once it is destroyed (``WrongKeyError``
+    naming both fingerprints, before any document is read), and read again with a copy
+    of the old key file."""
+    client = load_shop(tmp_path, f"duckdb:///{tmp_path / 'server.duckdb'}")
+    old_file = tmp_path / "old.key"
+    shutil.copy(client / "key.json", old_file)
+    schema = {"c": {"fields": {"n": {"attr": "static", "type": "int"}}}}
+    old = load_key(old_file).fingerprint()
+    with veil.documents.connect(documents_url, client / "key.json", schema) as db:
+        db.c.insert_one({"_id": 1, "n": 7})
+    begin_rekey(client / "key.json")  # under way: the file opens to its old key
+    with veil.documents.connect(documents_url, client / "key.json", schema) as db:
+        assert db.c.find_one({"_id": 1})["n"] == 7
+    report = rekey(client)
+    refused = f"was encrypted with key {old}, not with this key file's {report.new}"
+    with pytest.raises(WrongKeyError, match=refused):
+        veil.documents.connect(documents_url, client / "key.json", schema)
+    with veil.documents.connect(documents_url, old_file, schema) as db:  # the old key's copy
+        assert db.c.find_one({"_id": 1})["n"] == 7
