@@ -16,6 +16,11 @@ from veil.sql.remote import joined_statement
 
 TPCH = dict(tpch_queries())
 
+LEFT_STAR = (
+    "SELECT o_orderpriority, COUNT(*), COUNT(l_orderkey) FROM customer JOIN orders "
+    "ON c_custkey = o_custkey LEFT JOIN lineitem ON l_orderkey = o_orderkey AND l_quantity > 49 "
+    "WHERE c_mktsegment = 'BUILDING' AND o_orderdate < DATE '1992-03-01' GROUP BY 1 ORDER BY 1"
+)
 # Edge cases of the joined fetch, each checked against plaintext DuckDB.
 JOINS = [
     # no column of either side is needed: the server sends a row per joined row
@@ -29,6 +34,12 @@ JOINS = [
     "WHERE ps_suppkey = s_suppkey AND ps_availqty < 100) GROUP BY n_name ORDER BY n_name",
     # NULLs never join (an empty match on the server is the same as on the client)
     "SELECT COUNT(*) FROM lineitem, orders WHERE l_orderkey = o_orderkey AND o_comment IS NULL",
+    # an inner star with LEFT joins after it (TPC-DS q72) and in the middle (q40): the inner
+    # part is joined on the server, the LEFT joins stay local with their ON
+    LEFT_STAR,
+    "SELECT n_name, COUNT(*), COUNT(o_orderkey) FROM customer LEFT JOIN orders "
+    "ON c_custkey = o_custkey AND o_totalprice > 450000, nation WHERE c_nationkey = n_nationkey "
+    "AND n_regionkey = 2 GROUP BY 1 ORDER BY 1",
     # join keys also selected: fetched, not dropped
     "SELECT c_custkey, o_orderkey FROM customer JOIN orders ON c_custkey = o_custkey "
     "WHERE c_mktsegment = 'AUTOMOBILE' AND o_totalprice > 400000 ORDER BY 1, 2",
@@ -96,6 +107,13 @@ def test_outer_join_is_not_joined_on_the_server(session: Session) -> None:
         "ON c_custkey = o_custkey GROUP BY 1"
     )
     assert _joins(session.run(sql).plan) == []
+
+
+def test_inner_part_of_a_left_joined_block_runs_on_the_server(session: Session) -> None:
+    result = session.run(LEFT_STAR)
+    joins = _joins(result.plan)
+    assert [sorted(s.table.name for s in j.scans) for j in joins] == [["customer", "orders"]]
+    assert result.plan is not None and "LEFT JOIN" in result.plan.local.sql()
 
 
 @pytest.mark.parametrize("sql", JOINS, ids=range(len(JOINS)))

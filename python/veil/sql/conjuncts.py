@@ -129,6 +129,26 @@ def inner_joins_only(select: exp.Expr) -> bool:
     return True
 
 
+def inner_then_left_joins(select: exp.Expr) -> bool:
+    """A SELECT whose joins are inner, comma or LEFT joins (no RIGHT/FULL, USING, hints).
+
+    Its inner part may be re-ordered (``join_by_position``): a LEFT join's ON
+    reads only sources before it, so ``(A LEFT JOIN B ON p), C`` is
+    ``(A, C) LEFT JOIN B ON p``, an inner join's ON being a filter over the rows.
+    """
+    if not isinstance(select, exp.Select):
+        return False
+    for join in select.args.get("joins") or []:
+        side, kind = join.args.get("side"), join.args.get("kind")
+        if side not in (None, "LEFT") or kind not in (None, "INNER", "CROSS", "OUTER"):
+            return False
+        if side and join.args.get("on") is None:
+            return False
+        if join.args.get("using") or join.args.get("method"):
+            return False
+    return True
+
+
 def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
     """Join the local tables of a server join's scans row by row (DuckDB's POSITIONAL JOIN).
 
@@ -136,9 +156,11 @@ def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
     so row ``i`` of each belongs to joined row ``i``: pairing them by position
     is the join, without the hash joins on ``JOIN_ROW`` numbers that cost
     TPC-H Q9's client more than the rest of its plan (six tables of 320K rows).
-    ``select`` joins only inner or comma joins (``inner_joins_only``): the
-    scans' references move to the front of its FROM list, the other sources
-    follow in their order, and every ON condition moves to the WHERE clause.
+    ``select`` joins only inner, comma or LEFT joins (``inner_then_left_joins``):
+    the scans' references move to the front of its FROM list, the other inner
+    sources follow in their order, every inner ON condition moves to the WHERE
+    clause, and the LEFT joins come last, in their order, with their ON (TPC-DS
+    q72 and q40: a star joined on the server, its returns LEFT joined locally).
 
     A scan the SELECT no longer reads (its join keys and filters went to the
     server: Q9's part and supplier) leaves the FROM list, as pairing a table by
@@ -151,7 +173,9 @@ def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
     for scan in scans:
         scan.unread = scan.alias not in aliases
     dropped = {s.alias for s in scans if s.unread}
-    joins = select.args.get("joins") or []
+    every = select.args.get("joins") or []
+    outer = [j for j in every if j.args.get("side")]  # kept whole, after the inner sources
+    joins = [j for j in every if not j.args.get("side")]
     for join in joins:
         condition = join.args.get("on")
         if condition is not None:
@@ -174,6 +198,8 @@ def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
     others = [u for u in units if not any(i.alias_or_name in wanted for i in u)]
     new = [members, *others]
     select.set("from_", exp.From(this=new[0][0].pop()))
+    for join in outer:
+        join.pop()
     select.set(
         "joins",
         [
@@ -181,5 +207,6 @@ def join_by_position(select: exp.Select, scans: list[Scan]) -> None:
             for n, unit in enumerate(new)
             for k, item in enumerate(unit)
             if n or k
-        ],
+        ]
+        + outer,
     )

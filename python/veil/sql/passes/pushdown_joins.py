@@ -46,9 +46,10 @@ from sqlglot import exp
 from veil.sql.conjuncts import (
     columns_outside,
     drop_conjuncts,
-    inner_joins_only,
+    inner_then_left_joins,
     is_part_of,
     join_by_position,
+    nullable_aliases,
 )
 from veil.sql.join_graph import components
 from veil.sql.join_rows import cycles_share, kept_share_of, referenced_keys_factor
@@ -66,12 +67,15 @@ _JOIN_BONUS = 1.15
 def pushdown_joins(state: PlanState) -> PlanState:
     keys = {id(scan): key for key, scan in state.scans.items()}
     for scope, edges in state.edges:
-        if not inner_joins_only(scope.expression):
+        if not inner_then_left_joins(scope.expression):
             continue
         select = scope.expression
-        assert isinstance(select, exp.Select)  # checked by inner_joins_only
+        assert isinstance(select, exp.Select)  # checked by inner_then_left_joins
+        nullable = nullable_aliases(select)  # a LEFT join's right side stays local
         for members, member_edges in components(edges):
             if any(s.aggregation or s.joined or s.with_row_id for s in members):
+                continue
+            if any(s.alias in nullable for s in members):
                 continue
             _try_join(state, members, member_edges, select, keys)
     return state
