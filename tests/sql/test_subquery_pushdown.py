@@ -143,6 +143,11 @@ JOIN_GROUPS = [
     "SELECT p_owner, COUNT(*) FROM parts p, lines l WHERE p.p_id = l.l_part AND EXISTS "
     "(SELECT 1 FROM lines m WHERE m.l_part = l.l_part AND m.l_id <> l.l_id) GROUP BY p_owner "
     "ORDER BY 1",
+    # windows over the groups run on the client, over the server's counts and extremes
+    "SELECT p_owner, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*) DESC, p_owner) FROM parts, "
+    "lines WHERE p_id = l_part GROUP BY p_owner ORDER BY 1",
+    "SELECT l_qty, MAX(p_price), SUM(COUNT(*)) OVER (PARTITION BY l_qty % 3) FROM parts, lines "
+    "WHERE p_id = l_part GROUP BY l_qty ORDER BY 1",
     # COUNT(DISTINCT) of a DET column with NULLs, and an uncorrelated NOT IN (Q16's shape)
     "SELECT p_owner, COUNT(DISTINCT l_qty), COUNT(DISTINCT l_day) FROM parts, lines "
     "WHERE p_id = l_part AND l_owner NOT IN (SELECT p_owner FROM parts WHERE p_price > 40) "

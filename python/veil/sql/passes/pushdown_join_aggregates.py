@@ -25,8 +25,8 @@ group, never more than what the per-table or joined fetches would send (with
 ASHE sums one per group and block of ids, which ``join_sums`` prices).
 SUM / AVG under ASHE of one scan's expressions, when the join cannot repeat
 its rows and the server's (group, block) rows pay (``veil.sql.join_sums``);
-Paillier sums, DISTINCT, FILTER, windows, correlated blocks and ROLLUP are
-left to the other passes.
+Windows run on the client over the groups (``_own_aggregates``); Paillier
+sums, DISTINCT, FILTER, correlated blocks and ROLLUP are left to the other passes.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from veil.sql.conjuncts import (
     block_conjuncts,
     drop_conjuncts,
     inner_joins_only,
-    is_part_of,
     join_by_position,
     subqueries_outside_where,
 )
@@ -81,7 +80,9 @@ def _whole_block(
     """All of the block's sources are these scans, and every conjunct is on the server."""
     if len(members) != len(scope.sources) or subqueries_outside_where(select):
         return False
-    if select.find(exp.Window) or select.args.get("distinct") is not None:
+    if select.args.get("distinct") is not None:
+        return False
+    if any(w.find_ancestor(exp.Select) is not select for w in select.find_all(exp.Window)):
         return False
     if not inner_joins_only(select):
         return False
@@ -116,8 +117,7 @@ def _join_group(
             return None
         if not any(k[0] is scan and k[1] == ref.column for k in keys):  # GROUP BY a, a
             keys.append((scan, ref.column, enc))
-    # its own: a pushed MIN/MAX subquery in WHERE has one too, and leaves with WHERE
-    aggregates = [a for a in select.find_all(exp.AggFunc) if a.find_ancestor(exp.Select) is select]
+    aggregates = _own_aggregates(select)
     if not aggregates:
         return None
     group = JoinGroup(keys, [])
@@ -204,9 +204,7 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
         scan.columns = {c for s, c, _ in groups.keys if s is scan}
         scan.joined = fetch
         scan.reduction = None  # the server join does it
-    for node in list(select.find_all(exp.AggFunc)):
-        if not is_part_of(node, select):
-            continue
+    for node in _own_aggregates(select):
         value = _any_value(groups, id(node), owners)
         if isinstance(node, exp.Avg):  # the sum over the count of the expression's rows
             count_key = next(i.count_key for _, i in groups.items if i.key == id(node))
@@ -218,6 +216,24 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
             )
         node.replace(exp.cast(value, exp.DataType.build(types[id(node)], dialect="duckdb")))
     join_by_position(select, fetch.scans)  # once the SELECT reads what it reads
+
+
+def _own_aggregates(select: exp.Select) -> list[exp.AggFunc]:
+    """The block's aggregates, which the server computes per group.
+
+    Its own: a pushed MIN/MAX subquery in WHERE has one too, and leaves with
+    WHERE. Not a window's function (``RANK() OVER (... ORDER BY SUM(x))``,
+    ``SUM(SUM(x)) OVER (PARTITION BY k)``): windows run after the grouping, on
+    the client over the groups, reading the keys and the server's aggregates
+    inside them (TPC-DS q70's states ranked by profit, q12's share of a class,
+    q47's average of monthly sums fetched the joined rows).
+    """
+    return [
+        a
+        for a in select.find_all(exp.AggFunc)
+        if a.find_ancestor(exp.Select) is select
+        and not (isinstance(a.parent, exp.Window) and a.parent.this is a)
+    ]
 
 
 def _any_value(groups: JoinGroup, key: int, owners: dict[int, Scan]) -> exp.Expr:
