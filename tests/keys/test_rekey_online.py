@@ -34,8 +34,9 @@ from tests.keys.test_rekey import load_shop, named_by_design, server_tables
 from veil.cli import main
 from veil.design.model import PhysicalDesign
 from veil.keys import key_status
-from veil.load import rekey_copy
+from veil.load import rekey_copy, server_indexes
 from veil.load.rekey import rekey
+from veil.session.session import Session
 
 pytestmark = pytest.mark.integration
 
@@ -139,8 +140,9 @@ def test_writes_to_the_table_being_rekeyed_go_on(
 _KILLED_RUN = """
 import os, sys, time
 import veil
-from veil.load import rekey_copy
+from veil.load import rekey_copy, server_indexes
 from veil.load.rekey import rekey
+from veil.session.session import Session
 
 client, marker = sys.argv[1], sys.argv[2]
 
@@ -198,3 +200,32 @@ def test_a_rekey_killed_in_its_catch_up_resumes(backend_url: str, tmp_path: Path
     assert server_tables(client) == named_by_design(client)
     assert not (client / "rekey.json").exists()
     assert PhysicalDesign.load(client / "design.json").key_fingerprint == status.fingerprint
+
+
+def created_indexes(client: Path, name: str) -> list[set[tuple[str, str]]]:
+    """The non-unique server indexes of table ``name``: each one's (column, scheme) pairs."""
+    session = Session(client)
+    try:
+        table = session.design.tables[name]
+        catalog = server_indexes._CATALOGS[session.backend.url.split(":", 1)[0]]
+        found = server_indexes._indexes(session.backend, catalog, table)
+    finally:
+        session.close()
+    return sorted(
+        ({(e.source, e.scheme) for e in table.encryptions if e.name in sql} for _, sql in found),
+        key=sorted,
+    )
+
+
+def test_create_index_is_made_again_after_a_rekey(backend_url: str, tmp_path: Path) -> None:
+    client = load_shop(tmp_path, backend_url)
+    with connected(client) as cursor:
+        cursor.execute("CREATE INDEX lines_oid ON lines (l_oid)")
+        cursor.execute("CREATE INDEX orders_cust_total ON orders (o_cust, o_total)")
+    before = {name: created_indexes(client, name) for name in ("lines", "orders")}
+    assert all(len(found) >= 1 for found in before.values())
+    messages: list[str] = []
+    rekey(client, messages.append)
+    assert {name: created_indexes(client, name) for name in ("lines", "orders")} == before
+    assert any("indexes made again" in m for m in messages)
+    assert rows(client, "SELECT count(*) FROM lines WHERE l_oid = 17") == [(2,)]

@@ -49,6 +49,7 @@ from veil.load import keys as declared
 from veil.load.loader import load_into
 from veil.load.progress import Reporter
 from veil.load.rekey_copy import CatchUp, TableRebuilt, read_table
+from veil.load.server_indexes import copy_indexes
 from veil.load.sources import SourceTable
 from veil.session.clientdir import KEY_FILE, open_client_dir
 from veil.session.session import Session
@@ -148,7 +149,13 @@ def _rekey_table(session: Session, name: str, new: str, say: Reporter) -> bool:
         with contextlib.ExitStack() as held:
 
             def catch_up(loaded: TableDesign) -> None:  # before the design names ``loaded``
-                lock = lambda: held.enter_context(exclusive(client.path, [name]))  # noqa: E731
+                def lock() -> None:
+                    held.enter_context(exclusive(client.path, [name]))
+                    copy_indexes(session.backend, table, loaded)  # made while it was copied
+
+                indexes = copy_indexes(session.backend, table, loaded)  # CREATE INDEX's
+                if indexes:
+                    say.say(f"re-key: {name}: {len(indexes)} indexes made again")
                 rounds = CatchUp(session, table, loaded, ids).rounds(lock)
                 moved = sum(r.rows for r in rounds)
                 say.say(f"re-key: {name} caught up ({moved:,} rows written meanwhile)")

@@ -1,0 +1,57 @@
+"""Indexes made with ``CREATE INDEX``, carried from a table's server tables onto its rebuilt copy.
+
+``CREATE INDEX`` (``veil.load.ddl``) builds an index on the server over a
+column's DET or OPE (or JOIN-ADJ) ciphertexts and records nothing in the
+design: the server's catalog is the record. A re-key copies a table into new
+server tables with fresh names (``veil.load.rekey``), so it reads the old
+table's indexes from the catalog and builds each again on the copy, over the
+same encryptions' new columns, under a fresh name. Unique indexes are left
+out: they are the declared keys', which ``veil.load.keys`` installs from the
+design. Only DuckDB's and PostgreSQL's catalogs are read (Spark has no
+indexes).
+"""
+
+from __future__ import annotations
+
+from veil.backends import Backend
+from veil.design.model import TableDesign, opaque_name
+
+_CATALOGS = {
+    "duckdb": "SELECT index_name, sql FROM duckdb_indexes() WHERE table_name = $1 "
+    "AND sql IS NOT NULL AND NOT is_unique ORDER BY index_name",
+    "postgresql": "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+    "AND tablename = $1 AND indexdef NOT LIKE 'CREATE UNIQUE%' ORDER BY indexname",
+}
+
+
+def copy_indexes(backend: Backend, old: TableDesign, new: TableDesign) -> list[str]:
+    """Build on ``new``'s server table each non-unique index ``old``'s has and it lacks;
+    the old indexes' names (for the caller's message)."""
+    catalog = _CATALOGS.get(backend.url.split(":", 1)[0])
+    if catalog is None:
+        return []
+    renamed = {old.server_name: new.server_name, old.row_id: new.row_id}
+    renamed |= {
+        before.name: after.name
+        for before, after in zip(old.encryptions, new.encryptions, strict=True)
+    }
+    have = {_shape(sql) for _, sql in _indexes(backend, catalog, new)}
+    made = []
+    for name, sql in _indexes(backend, catalog, old):
+        for before, after in renamed.items():
+            sql = sql.replace(before, after)
+        if _shape(sql) in have:
+            continue  # made before (a catch-up round's second look)
+        backend.execute(sql.replace(name, opaque_name("i"), 1))
+        made.append(name)
+    return made
+
+
+def _indexes(backend: Backend, catalog: str, table: TableDesign) -> list[tuple[str, str]]:
+    found = backend.execute(catalog, [table.server_name])
+    return list(zip(*(found.column(i).to_pylist() for i in (0, 1)), strict=True))
+
+
+def _shape(sql: str) -> str:
+    """An index's definition without its name: what it covers, to compare two."""
+    return sql[sql.index(" ON ") :] if " ON " in sql else sql
