@@ -256,3 +256,45 @@ def test_a_wire_client_killed_inside_a_transaction_leaves_nothing(
                 continue
         got = dict(con.execute("SELECT id, bal FROM acc").fetchall())
     assert got == {**before, 0: before[0] + 1}
+
+
+def test_a_write_waiting_for_a_rows_lock_goes_on_with_its_new_version(
+    bank: Path, backend_url: str
+) -> None:
+    """On PostgreSQL, as READ COMMITTED does: a transaction's UPDATE of a row another
+    transaction rewrote waits for it to commit, then updates the row as committed (no
+    40001, no lost update). DuckDB fails it (40001) as before."""
+    first = veil.connect(bank, autocommit=False)
+    second = veil.connect(bank, autocommit=False)
+    try:
+        update = "UPDATE acc SET bal = bal + ? WHERE id = ?"
+        for amount in (1, 2):  # the shape planned, as pgbench's after its first runs
+            first.execute(update, [amount, 3])
+            first.commit()
+        first.execute(update, [10, 3])  # holds the row until it commits
+        outcome: list[object] = []
+
+        def waiting() -> None:
+            try:
+                second.execute(update, [100, 3])
+                second.commit()
+                outcome.append("committed")
+            except SerializationError as exc:
+                second.rollback()
+                outcome.append(exc)
+
+        thread = threading.Thread(target=waiting)
+        thread.start()
+        thread.join(0.5)  # on PostgreSQL it waits for the row's lock
+        first.commit()
+        thread.join(30)
+        assert not thread.is_alive()
+        if backend_url.startswith("postgresql"):
+            assert outcome == ["committed"]
+            assert _balances(bank)[3] == OPENING + 1 + 2 + 10 + 100
+        else:
+            assert outcome == ["committed"] or isinstance(outcome[0], SerializationError)
+            assert _balances(bank)[3] in (OPENING + 13, OPENING + 113)
+    finally:
+        first.close()
+        second.close()

@@ -98,6 +98,7 @@ _STALE_PREPARED = "0A000"
 
 # ``update_rows``: up to this many rows go as array parameters, more through COPY
 _UNNEST_ROWS = 512
+_FEW_ROWS = 16  # rows appended by one INSERT statement rather than COPY
 _CHANGED = "__veil_changed_rows"
 
 
@@ -280,6 +281,17 @@ class PostgresBackend(StagedBackend):
         self._run_quiet(f"CREATE TABLE {quote(table)} ({_column_definitions(schema)})")
 
     def _insert(self, table: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
+        batches = iter(batches)
+        head = list(itertools.islice(batches, 2))
+        if len(head) == 1 and 0 < head[0].num_rows <= _FEW_ROWS and schema.names:
+            # one round trip (a COPY takes two): a transaction's INSERT of a row or two
+            types = [pg_copy.postgres_type(f.type) for f in schema]
+            arrays = ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, 1))
+            names = ", ".join(quote(name) for name in schema.names)
+            sql = f"INSERT INTO {quote(table)} ({names}) SELECT * FROM unnest({arrays})"
+            self.execute(sql, [column.to_pylist() for column in head[0].columns])
+            return head[0].num_rows
+        batches = itertools.chain(head, batches)
         names = ", ".join(quote(name) for name in schema.names)
         sql = f"COPY {quote(table)} ({names}) FROM STDIN (FORMAT BINARY)"
         self._log.emit(sql, None)
