@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.tpch import copy_veil_env
 from veil._native import WireServer
+from veil.serve import dialect
 from veil.serve.engine import Engine
 from veil.session.plan_cache import PlanCache
 
@@ -74,3 +75,52 @@ def test_values_in_the_text_meet_the_same_plan(
             sql = f"SELECT count(*) FROM nation WHERE n_name = 'BRAZIL' AND n_regionkey = {key}"
             assert con.execute(sql).fetchall() == plain.execute(sql).fetchall(), key
     assert any("n_comment" in text and "= ?" in text for text in _templates(client))
+
+
+def test_integers_in_the_text_are_translated_once_per_shape(
+    veil_env: dict[str, object],
+    tmp_path_factory: pytest.TempPathFactory,
+    plain: duckdb.DuckDBPyConnection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pgbench -M simple``'s statements (``veil.serve.shapes``): the first of a shape is
+    translated by sqlglot, the rest are its translation with their integers written in;
+    answers and writes as plaintext DuckDB's; a string is translated every time."""
+    root = tmp_path_factory.mktemp("shapes")
+    copy_veil_env(veil_env, root)
+    engine = Engine(root / "client")
+    server = WireServer(engine, "127.0.0.1:0", None, None, True)
+    translated: list[str] = []
+    real = dialect.classify
+
+    def counted(text: str) -> dialect.Statement:
+        translated.append(text)
+        return real(text)
+
+    monkeypatch.setattr(dialect, "classify", counted)
+    port = server.address.rsplit(":", 1)[1]
+    plain.execute("CREATE TEMP TABLE region_copy AS SELECT * FROM region")
+    try:
+        with psycopg.connect(f"host=127.0.0.1 port={port} user=bob", autocommit=True) as con:
+            for key in (1, 2, 6, 20, 40, 3):
+                sql = f"SELECT n_name, n_regionkey + 1 FROM nation WHERE n_nationkey = -{key} + {key * 2}"
+                assert con.execute(sql).fetchall() == plain.execute(sql).fetchall(), key
+            update = "UPDATE region SET r_regionkey = r_regionkey + {d} WHERE r_regionkey = {k}"
+            for d, k in ((10, 1), (-10, 11), (7, 2), (-7, 9)):
+                assert con.execute(update.format(d=d, k=k)).rowcount == 1
+                plain.execute(update.format(d=d, k=k).replace("region ", "region_copy "))
+            named = "SELECT count(*) FROM nation WHERE n_name = 'BRAZIL' AND n_nationkey = {k}"
+            for key in (2, 3):
+                assert con.execute(named.format(k=key)).fetchall() == [(int(key == 2),)]
+            check = "SELECT r_regionkey, r_name FROM region ORDER BY 1"
+            assert (
+                con.execute(check).fetchall()
+                == plain.execute(check.replace("region ", "region_copy ")).fetchall()
+            )
+    finally:
+        server.stop()
+        engine.close()
+    # one translation per shape (the UPDATE has two: a sign is text); with a string: each time
+    assert len([t for t in translated if "n_regionkey +" in t]) == 1
+    assert len([t for t in translated if t.startswith("UPDATE")]) == 2  # "+ ?", "+ -?"
+    assert len([t for t in translated if "BRAZIL" in t]) == 2

@@ -34,7 +34,7 @@ from veil.audit.timings import PhaseLog
 from veil.audit.timings import wanted as timings_wanted
 from veil.errors import VeilError
 from veil.load.ddl import DDL
-from veil.serve import catalog, copy, dialect, grants, settings, text, users
+from veil.serve import catalog, copy, dialect, grants, settings, shapes, text, users
 from veil.serve.errors import WireError, wire_error
 from veil.serve.metrics import Metrics
 from veil.serve.types import (
@@ -195,6 +195,10 @@ class WireSession:
         # statements with parameters as the session runs them (``_prepared``)
         self._marked: dict[tuple[object, ...], tuple[exp.Expr, str, list[int]]] = {}
         self._types: dict[tuple[object, ...], dict[int, str]] = {}
+        # statements with integers written in, by shape (``shapes``), and the shape of
+        # the statement being translated, to keep its translation
+        self._shapes: dict[tuple[object, ...], shapes.Translated] = {}
+        self._shaping: tuple[tuple[object, ...], Any] | None = None
         self._lock = threading.Lock()
         self._rights: tuple[tuple[int, int] | None, grants.Rights] | None = None
 
@@ -319,12 +323,17 @@ class WireSession:
 
     def _run(self, sql: str, params: Sequence[tuple[str | None, int]]) -> list[Outcome]:
         self._close_stream()
+        self._shaping = None  # a shape is kept only from the one statement that found it
         texts = dialect.split(sql)
         if not texts:
             return [("empty",)]
         if params and len(texts) > 1:
             raise WireError("42601", "cannot insert multiple commands into a prepared statement")
         observer = self.engine.observer if self.engine is not None else None
+        if observer is None and not params and len(texts) == 1:  # audited: translated
+            done = self._shaped(texts[0])
+            if done is not None:
+                return [done]
         if observer is None:
             statements = [self._classified(t) for t in texts]
         else:
@@ -348,6 +357,34 @@ class WireSession:
             )
             for s in statements
         ]
+
+    def _shaped(self, text: str) -> Outcome | None:
+        """``text`` run as its shape's kept translation (``shapes``); None: translate it
+        (and, for a query or DML statement, keep its translation for the shape)."""
+        shape = shapes.integers(text)
+        if shape is None:
+            return None
+        key = (shape.text, self.veil.design_file_stamp(), tuple(self.settings.items()))
+        found = self._shapes.get(key)
+        if found is None:
+            self._shaping = (key, shape)
+            return None
+        self.veil.check_transaction()
+        self._authorize(found.tree)  # before anything is fetched or decrypted for this user
+        sql = shapes.written(found, shape)
+        return self._sent(found.kind, found.tree, sql, [], [], stream=True)
+
+    def _keep_shape(self, kind: str, tree: exp.Expr, sql: str) -> None:
+        """The translation of the statement ``_shaped`` left to translate, kept for its shape."""
+        shaping, self._shaping = self._shaping, None
+        if shaping is None or kind not in ("query", "dml"):
+            return
+        key, shape = shaping
+        translated = shapes.kept(kind, tree, sql, shape)
+        if translated is not None:
+            if len(self._shapes) >= _CACHED_STATEMENTS:
+                self._shapes.clear()
+            self._shapes[key] = translated
 
     def _observed(
         self, observer: Observer, text: str, kind: str | None, work: Any, *, watch: bool = False
@@ -473,7 +510,10 @@ class WireSession:
         if isinstance(tree, DDL):  # the tree itself: DuckDB's SQL would lose WITH (...)
             statements.run_tree(self.veil, tree, statement.text)
             return ("command", _ddl_tag(tree), None)
-        return self._sent(kind, tree, dialect.bind(tree, values), [], values, stream=stream)
+        sql = dialect.bind(tree, values)
+        if not values:
+            self._keep_shape(kind, tree, sql)
+        return self._sent(kind, tree, sql, [], values, stream=stream)
 
     def _sent(
         self,

@@ -87,6 +87,7 @@ class TextInt(int):
 class Normalized:
     text: str  # the statement with each value a ``?`` marker
     values: tuple[object, ...]  # TextInt or str, in the markers' order
+    places: tuple[int, ...] = ()  # where each marker stands in ``text``
 
 
 def normalized(sql: str) -> Normalized | None:
@@ -96,6 +97,8 @@ def normalized(sql: str) -> Normalized | None:
         return None
     pieces: list[str] = []
     values: list[object] = []
+    places: list[int] = []
+    length = 0  # of the pieces so far
     clauses: list[str] = [""]  # the clause each open parenthesis is in
     typed: list[bool] = [False]  # whether it holds a type's arguments
     before = ""  # the last token that was not space, upper-cased
@@ -111,6 +114,8 @@ def normalized(sql: str) -> Normalized | None:
             if found.start() > 0 and sql[found.start() - 1] in "'\"":
                 return None  # glued to a quote: not a literal this scan understands
             pieces.append(sql[start : found.start()] + "?")
+            length += found.start() - start + 1
+            places.append(length - 1)
             start = found.end()
             values.append(TextInt(token) if kind == "number" else token[1:-1].replace("''", "'"))
             if len(values) > _MAX_LITERALS:
@@ -129,7 +134,7 @@ def normalized(sql: str) -> Normalized | None:
     if not values:
         return None
     pieces.append(sql[start:])
-    return Normalized("".join(pieces), tuple(values))
+    return Normalized("".join(pieces), tuple(values), tuple(places))
 
 
 def _is_value(token: str, kind: str, before: str, clauses: list[str], typed: list[bool]) -> bool:
