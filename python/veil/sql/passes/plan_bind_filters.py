@@ -130,7 +130,18 @@ def _bind_subquery(
     if column is None or target.aggregation is not None or len(query.selects) != 1:
         return
     target_enc = target.table.find(column.column, DET)
-    inside = [s for s in scopes if is_part_of(s.expression, query)]
+    # a subquery of the IN's subquery that went to the server inside a scan's filter
+    # (``pushdown_subqueries``: TPC-DS q58's week of a date) has no scans of its own
+    pushed = {
+        id(inner)
+        for scan in scans.values()
+        for predicate in scan.predicates
+        if predicate.node is not None
+        for inner in predicate.node.find_all(exp.Select)
+    }
+    inside = [
+        s for s in scopes if is_part_of(s.expression, query) and id(s.expression) not in pushed
+    ]
     if target_enc is None or not inside or not _self_contained(inside, scans):
         return
     ids = {id(s) for s in inside}
