@@ -34,8 +34,10 @@ from tests.keys.test_rekey import load_shop, named_by_design, server_tables
 from veil.cli import main
 from veil.design.model import PhysicalDesign
 from veil.keys import key_status
+from veil.load import rekey as rekey_module
 from veil.load import rekey_copy, server_indexes
 from veil.load.rekey import rekey
+from veil.session import references
 from veil.session.session import Session
 
 pytestmark = pytest.mark.integration
@@ -140,8 +142,10 @@ def test_writes_to_the_table_being_rekeyed_go_on(
 _KILLED_RUN = """
 import os, sys, time
 import veil
+from veil.load import rekey as rekey_module
 from veil.load import rekey_copy, server_indexes
 from veil.load.rekey import rekey
+from veil.session import references
 from veil.session.session import Session
 
 client, marker = sys.argv[1], sys.argv[2]
@@ -229,3 +233,38 @@ def test_create_index_is_made_again_after_a_rekey(backend_url: str, tmp_path: Pa
     assert {name: created_indexes(client, name) for name in ("lines", "orders")} == before
     assert any("indexes made again" in m for m in messages)
     assert rows(client, "SELECT count(*) FROM lines WHERE l_oid = 17") == [(2,)]
+
+
+def test_a_write_across_the_final_switch_runs_again_under_the_new_keys(
+    backend_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An INSERT that read the design before the final switch (its table's scopes marked
+    for the new key) and reaches its write after it (the key file holding the new key
+    alone, which derives no marked scope) runs again on the switched design. Before, it
+    wrote its rows under keys derived from the marked scopes: unreadable (found by
+    ``veil bench rekey``'s writer: a BLOCKS block that no longer opened, a Q1 group a
+    row short)."""
+    client = load_shop(tmp_path, backend_url)
+    switch = [False]
+    real_switched = rekey_module._switched
+    monkeypatch.setattr(
+        rekey_module, "_switched", lambda *a: real_switched(*a) if switch[0] else True
+    )
+    rekey(client)  # every table under the new key; no switch yet
+    switched: list[object] = []
+    real_parents = references.parent_locks
+
+    def parent_locks(*args: object, **kwargs: object) -> object:
+        if not switched:  # the INSERT has read the design and computed its rows
+            switch[0] = True
+            switched.append(rekey(client))
+        return real_parents(*args, **kwargs)  # type: ignore[arg-type]
+
+    with connected(client) as cursor:
+        cursor.execute("SELECT count(*) FROM counters")  # the design, marked, read
+        monkeypatch.setattr(references, "parent_locks", parent_locks)
+        cursor.execute("INSERT INTO counters VALUES (500, 5)")
+    assert switched
+    status = key_status(client / "key.json")
+    assert (status.generation, status.next_fingerprint) == (2, "")
+    assert rows(client, "SELECT id, n FROM counters WHERE id >= 4") == [(500, 5)]

@@ -33,6 +33,11 @@ def _scoped(table: TableDesign) -> list[Encryption | AsheSums | HomGroup]:
     return found + [p for p in (table.sums, table.hom) if p is not None]
 
 
+def scopes(table: TableDesign) -> list[str]:
+    """``table``'s key scopes, markers included: which keys its rows are encrypted under."""
+    return [part.key_scope for part in _scoped(table)]
+
+
 def table_keys(table: TableDesign, base: str) -> set[str]:
     """The fingerprints of the keys ``table``'s data is under (one, but for a table a
     JOIN onion adjusted onto a column of another generation)."""

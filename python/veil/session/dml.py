@@ -53,6 +53,7 @@ from veil.design.model import TableDesign
 from veil.encoding import exact_arrow
 from veil.errors import SerializationError
 from veil.exec.server import FetchStats, run_remote
+from veil.keys.generations import scopes
 from veil.session import references, upsert
 from veil.session.constraints import check_rows, constraint_error, unique_violation
 from veil.session.context import SessionContext
@@ -406,7 +407,13 @@ def _table_locked(session: SessionContext, table: TableDesign) -> Iterator[None]
     """
     with _locked(session, table.name):
         current = session.design.tables.get(table.name)
-        if current is None or current.server_name != table.server_name:
+        # a re-key's final switch changes the keys (not the server tables) the rows were
+        # to be encrypted under: ``table``'s scopes may name a key the session no longer
+        # reads them with (``veil.keys.generations``)
+        if current is None or (current.server_name, scopes(current)) != (
+            table.server_name,
+            scopes(table),
+        ):
             raise LayersChangedError(
                 f"another client rebuilt table {table.name!r} (ALTER, TRUNCATE, redesign) while "
                 "this statement ran; nothing was written: run it again"

@@ -62,7 +62,12 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.add_argument(
         "--baseline-rounds", type=int, default=2, help="timed rounds before the re-key"
     )
-    parser.add_argument("--json", help="default bench/rekey/rekey_<backend>_sf<SF>.json")
+    parser.add_argument(
+        "--features",
+        action="store_true",
+        help="also loop the SQL suite's feature queries (tests/support/fixtures/features.sql)",
+    )
+    parser.add_argument("--json", help="default bench/rekey/rekey_<backend>_sf<SF>[_features].json")
     parser.set_defaults(handler=run_rekey_bench)
 
 
@@ -76,15 +81,17 @@ def run_rekey_bench(args: argparse.Namespace) -> int:
     suite = tpch_suite()
     servers = prepare(suite, args.backend, args.sf, Path(args.work_dir))
     try:
+        # the feature queries are looped, not designed for: the load (and its cache) is TPC-H's
+        queries = {str(n): sql for n, sql in suite.queries.items()}
+        queries |= feature_queries() if args.features else {}
         reference = _reference(suite, servers.data_dir)
         try:
             expected = {
-                str(n): [tuple(r) for r in reference.execute(sql).fetchall()]
-                for n, sql in suite.queries.items()
+                n: [tuple(r) for r in reference.execute(sql).fetchall()]
+                for n, sql in queries.items()
             }
         finally:
             reference.close()
-        queries = {str(n): sql for n, sql in suite.queries.items()}
         ordered = {
             n: sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
             for n, sql in queries.items()
@@ -100,13 +107,25 @@ def run_rekey_bench(args: argparse.Namespace) -> int:
         "commit": commit(),
         "cpus": os.cpu_count(),
         "load_seconds": servers.load_seconds,
+        "feature_queries": len(queries) - len(suite.queries),
         **figures,
     }
-    path = args.json or f"bench/rekey/rekey_{args.backend}_sf{args.sf:g}.json"
+    named = "_features" if args.features else ""
+    path = args.json or f"bench/rekey/rekey_{args.backend}_sf{args.sf:g}{named}.json"
     write_json(path, document)
     _print(document)
     say(f"wrote {path}")
     return 0 if document["answers"]["wrong"] == 0 and document["answers"]["errors"] == 0 else 1
+
+
+FEATURES = Path(__file__).resolve().parents[3] / "tests" / "support" / "fixtures" / "features.sql"
+
+
+def feature_queries() -> dict[str, str]:
+    """The SQL suite's feature queries (``-- title:`` blocks), named ``f1``, ``f2``, ..."""
+    blocks = FEATURES.read_text().split("-- title:")[1:]
+    texts = [block.split("\n", 1)[1].strip().rstrip(";") for block in blocks]
+    return {f"f{number}": sql for number, sql in enumerate(texts, 1)}
 
 
 def query_loop(
@@ -355,7 +374,13 @@ def _ok(run: dict[str, Any]) -> bool:
 
 def _print(document: dict[str, Any]) -> None:
     rows = [
-        [f"Q{name}", q["before_seconds"], q["during_seconds"], q["runs_during"], q.get("slowdown")]
+        [
+            name if name.startswith("f") else f"Q{name}",
+            q["before_seconds"],
+            q["during_seconds"],
+            q["runs_during"],
+            q.get("slowdown"),
+        ]
         for name, q in document["queries"].items()
     ]
     print(format_table(["query", "before s", "during s", "runs", "slowdown"], rows))
