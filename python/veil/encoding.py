@@ -270,6 +270,7 @@ def _spelled(kind: DuckDBPyType) -> str:
     return _spelled(types["child"]) + size
 
 
+@functools.lru_cache(maxsize=4096)  # a type's kind is asked for on every column of every row
 def _kind_of(name: str) -> str:
     if _NESTED.match(name):
         return NESTED_KIND
@@ -357,18 +358,24 @@ def decode(array: pa.Array | pa.ChunkedArray, sql_type: SqlType) -> pa.Array:
     if kind in _BYTES_DECODERS:
         return _BYTES_DECODERS[kind](arr, sql_type)
     if kind == DECIMAL_KIND:
-        return _int64_to_decimal(pc.cast(arr, pa.int64()), sql_type.arrow_type(), sql_type)
+        return _int64_to_decimal(_cast(arr, pa.int64()), sql_type.arrow_type(), sql_type)
     if kind == FLOAT_KIND:
-        return pc.cast(_int64_to_float(pc.cast(arr, pa.int64())), sql_type.arrow_type())
-    if kind == DATE_KIND:
-        return pc.cast(pc.cast(arr, pa.int32()), pa.date32())
+        return _cast(_int64_to_float(_cast(arr, pa.int64())), sql_type.arrow_type())
+    if kind == DATE_KIND:  # days: the checked cast to int32, then the same bits as dates
+        return _cast(arr, pa.int32()).view(pa.date32())
     if kind == TIMESTAMP_KIND:
         return pc.cast(arr, pa.timestamp("us"))
     if kind == TIMESTAMPTZ_KIND:
-        return pc.cast(pc.cast(arr, pa.int64()), pa.timestamp("us", tz="UTC"))
+        return pc.cast(_cast(arr, pa.int64()), pa.timestamp("us", tz="UTC"))
     if kind == BOOL_KIND:
         return pc.not_equal(arr, 0)
-    return pc.cast(arr, sql_type.arrow_type())
+    return _cast(arr, sql_type.arrow_type())
+
+
+def _cast(arr: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """``arr`` as ``arrow_type``, with no kernel call when it is one already: a cast costs
+    ~5-15 us whatever the length, which a point query pays on every column (issue 41)."""
+    return arr if arr.type == arrow_type else arr.cast(arrow_type)
 
 
 # -- byte-string kinds ---------------------------------------------------------
@@ -652,7 +659,7 @@ def result_array(arr: pa.Array, sql_type: SqlType) -> pa.Array:
     """A decoded column as a query's result holds it (``exact_arrow``'s types): the local
     plan reads a UHUGEINT as DuckDB's 16 bytes, a result gives it as decimal256(39, 0)."""
     if sql_type.kind not in LOSSLESS_KINDS:
-        return arr.cast(sql_type.arrow_type())
+        return _cast(arr, sql_type.arrow_type())
     with duckdb.connect() as connection:
         connection.register("frame", pa.table({"v": arr}))
         return exact_arrow(connection, "SELECT v FROM frame").column(0).combine_chunks()
@@ -682,6 +689,11 @@ def encode_scalar(value: object, sql_type: SqlType) -> int | bytes | None:
         return None
     if sql_type.kind in (HUGE_INT_KIND, BIT_KIND) and isinstance(value, (int, str)):
         return str(value).encode()  # DuckDB's text of an integer or of a BIT's bits
+    if sql_type.kind == INT_KIND and type(value) is int:  # a key's value: no Arrow (~25 us)
+        low, high = _int_range(sql_type.name)
+        if low <= value <= high:
+            return value
+        raise EncodingError(f"{value!r} is not a value of type {sql_type.name}")
     try:
         arrow_value = pa.array([value], type=sql_type.arrow_type())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
@@ -689,6 +701,13 @@ def encode_scalar(value: object, sql_type: SqlType) -> int | bytes | None:
     encoded = encode(arrow_value, sql_type)[0].as_py()
     assert isinstance(encoded, (int, bytes))
     return encoded
+
+
+@functools.cache
+def _int_range(name: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer type (INT_KIND), as Arrow holds it."""
+    limits = np.iinfo(_int_arrow(name).to_pandas_dtype())
+    return int(limits.min), int(limits.max)
 
 
 def int64_to_bytes(array: pa.Array) -> pa.Array:
@@ -723,7 +742,8 @@ def _decimal_to_int64(arr: pa.Array) -> pa.Array:
 
 
 def _int64_to_decimal(arr: pa.Array, arrow_type: pa.DataType, sql_type: SqlType) -> pa.Array:
-    low = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    low = (arr.fill_null(0) if arr.null_count else arr).to_numpy(zero_copy_only=False)
+    low = low.astype(np.int64, copy=False)
     limit = 10**sql_type.precision
     if len(low) and (int(low.max()) >= limit or int(low.min()) <= -limit):
         # the mark of a row whose per-row expression overflowed (veil.ciphers.encrypt)

@@ -107,3 +107,15 @@ def test_fetched_numbers_are_narrow_rnd_and_match_plaintext(
         plain.execute(statement)
         for sql in QUERIES:
             check_query(session, plain, sql)
+
+
+def test_narrow_decryption_keeps_nulls_and_slices() -> None:
+    """The sign extension runs over the values' buffer: NULLs and a slice's offset kept."""
+    bits = 25
+    cipher = RowBoundCipher(RowRnd(bytes(32), column="c"), None, bits=bits)
+    values = pa.array([-(2**24), None, 2**24 - 1, 0, None, -1, 7], pa.int64())
+    ids = np.arange(100, 107, dtype=np.int64)
+    stored = cipher.encrypt_rows(ids, values)
+    assert cipher.decrypt_rows(ids, stored).equals(values)
+    part = cipher.decrypt_rows(ids[2:6], stored.slice(2, 4))
+    assert part.equals(values.slice(2, 4))

@@ -56,3 +56,18 @@ def test_projections_answer_from_the_fetched_rows(
     assert result.table.column_names == [d[0] for d in plain.execute(sql).description]
     assert result.plan is not None and (projection(result.plan) is not None) == direct
     assert result.stats.statements == 1
+
+
+def test_a_plans_projection_is_kept_with_its_own_local_plan(session: Session) -> None:
+    """Each run of a kept plan is a copy sharing its local plan and scans: the projection
+    found once is found again for the copy, never for another plan's."""
+    import dataclasses
+
+    point = session.run("SELECT o_totalprice FROM orders WHERE o_orderkey = 7").plan
+    other = session.run("SELECT o_totalprice + 1 AS p FROM orders WHERE o_orderkey = 7").plan
+    assert point is not None and other is not None
+    found = projection(point)
+    assert found is not None
+    assert projection(dataclasses.replace(point, rendered={})) is found
+    assert projection(other) is None
+    assert projection(dataclasses.replace(other, rendered={})) is None

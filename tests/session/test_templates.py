@@ -136,3 +136,25 @@ def test_every_literal_answers_as_plaintext(
         return
     for value in values["< '{}'" if "<" in sql else "'{}'"]:
         _check(session, plain, sql.format(value), [])
+
+
+def test_an_integers_literal_type_is_kept_per_bit_length() -> None:
+    """A template's key holds each integer's literal type, found once per sign and bit
+    length: the same as binding the value would give, at every boundary."""
+    from sqlglot import exp
+
+    from veil.session.templates import shape
+    from veil.sql.literals import TextInt
+    from veil.sql.parse import literal
+
+    def bound(value: int) -> str:
+        node = literal(value)
+        return node.to.sql() if isinstance(node, exp.Cast) else node.key
+
+    edges = [0, 1, -1, 2**31, 2**63, 2**64, 2**127, 2**128 - 1]
+    values = [
+        v + d for e in edges for v in (e, -e) for d in (-1, 0, 1) if -(2**127) <= v + d < 2**128
+    ]
+    for value in values * 2:  # the second time from what the first kept
+        assert shape([value]) == ((type(value).__qualname__, bound(value)),), value
+    assert shape([TextInt("12")]) == (("TextInt", "literal"),)

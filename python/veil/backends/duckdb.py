@@ -41,6 +41,7 @@ from veil.backends.base import (
     WriteConflictError,
     quote,
 )
+from veil.backends.duckdb_rows import RowReads
 from veil.backends.staged import StagedBackend, index_pairs, update_statement
 
 _SCHEME = "duckdb://"
@@ -88,6 +89,7 @@ class DuckDBBackend(StagedBackend):
         self._path = database_path(url)
         self._con = _DATABASES.open(self._path)
         self._closed = False
+        self._row_reads = RowReads()
         self._wrapping_sum: bool | None = None
         # EXPLAIN's seconds, by statement text, least recently asked first
         self._planning: OrderedDict[str, float] = OrderedDict()
@@ -95,11 +97,20 @@ class DuckDBBackend(StagedBackend):
     # -- statements ---------------------------------------------------------
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
+        values = list(params) if params is not None else None
+        with _server_errors():  # a few rows read again: without a relation (``duckdb_rows``)
+            if self._row_reads.knows(sql):
+                self._log.emit(sql, params)
+                table = self._row_reads.run(self._con, sql, values)
+                if table is not None:
+                    return table
         relation = self._run(sql, params)
         if relation is None:
             return pa.table({})
         with _server_errors():  # a read runs (and may fail) only when fetched
-            return relation.to_arrow_table()
+            table = relation.to_arrow_table()
+            self._row_reads.learn(sql, table, relation)
+        return table
 
     def execute_batches(
         self, sql: str, params: Params = None, *, batch_rows: int = 65536

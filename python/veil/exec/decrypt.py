@@ -119,18 +119,18 @@ class Decryption:
         self.work: list[tuple[str, Callable[[], pa.Array]]] = []
         at = next((i for i, n in enumerate(self.names) if n in (ROW_ID, RND_ROW_ID)), None)
         rnd = any(enc is not None and enc.row_bound for _, enc in wanted)
-        ids = fetched.column(at).to_numpy() if rnd and at is not None else None  # RND's nonces
+        columns = _whole_columns(fetched)
+        ids = columns[at].to_numpy() if rnd and at is not None else None  # RND's nonces
         in_blocks = _block_values(fetched, table, wanted, ciphers, blocks)
         for index, (name, enc) in enumerate(wanted):
-            stored = fetched.column(index)
             if enc is None or name in encrypted:  # the row id (not a secret), or left encrypted
                 if name != RND_ROW_ID:
-                    self.columns[name] = stored
+                    self.columns[name] = fetched.column(index)
                 continue
             if enc.scheme == BLOCKS:
                 self.columns[name] = decode(in_blocks[enc.name], enc.sql_type)
                 continue
-            whole = stored.combine_chunks() if isinstance(stored, pa.ChunkedArray) else stored
+            whole = columns[index]
             cipher = ciphers.get(table, enc)
             for start, part in _parts(whole):
                 part_ids = ids[start : start + len(part)] if ids is not None else None
@@ -148,6 +148,15 @@ class Decryption:
             }
         )
         return pa.table({name: self.columns[name] for name in self.names if name in self.columns})
+
+
+def _whole_columns(fetched: pa.Table) -> list[pa.Array]:
+    """Each column of ``fetched`` as one array: a one-batch table's (a point query's) as
+    they are, which saves a combine per column (~5 us each, issue 41)."""
+    batches = fetched.to_batches()
+    if len(batches) == 1:
+        return list(batches[0].columns)
+    return [column.combine_chunks() for column in fetched.columns]
 
 
 def decrypt_values(

@@ -24,6 +24,7 @@ _DATE_INFINITY = 2**31 - 1
 _TIMESTAMP_INFINITY = 2**63 - 1
 _WHOLE_128 = pa.decimal256(39, 0)
 _DAYS = ((dt.date.min - _EPOCH).days, (dt.date.max - _EPOCH).days)
+_FEW = 64  # rows checked value by value in Python
 
 
 def table_rows(table: pa.Table) -> list[Row]:
@@ -140,6 +141,9 @@ def _temporal(
     smallest: object,
 ) -> list[object]:
     raw = pc.cast(column, storage)
+    # a point query's row: four kernels cost more than a Python loop over it
+    if len(raw) <= _FEW and all(n is None or span[0] <= n <= span[1] for n in raw.to_pylist()):
+        return column.to_pylist()
     outside = pc.or_(pc.less(raw, span[0]), pc.greater(raw, span[1]))
     if not pc.any(outside).as_py():
         return column.to_pylist()
