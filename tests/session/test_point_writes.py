@@ -206,12 +206,18 @@ def test_integer_set_values_made_in_python_as_duckdb_makes_them(
     for values in ([4, 2, key], [9, 1, key]):  # the second SET reads the row as it was
         _both(pair, both, values)
     _both(pair, "UPDATE orders SET o_comment = ? WHERE o_orderkey = ?", ["it's", key])
+    for delta in ("-5", "- -6", "+ -7"):  # written in (pgbench -M simple: ``+ -2750``)
+        _both(
+            pair,
+            f"UPDATE orders SET o_shippriority = o_shippriority {delta} WHERE o_orderkey = {key}",
+            [],
+        )
     for value in (2**31 - 1, 2**31, -(2**40)):  # overflows: INTEGER, BIGINT, the cast
         with pytest.raises(duckdb.Error):
             plain.execute(add, [value, key])
         with pytest.raises(QueryError):
             session.run(add, [value, key])
-    assert made[:6] == [True] * 6 and made[-3:] == [False] * 3  # overflows: DuckDB's
+    assert made[:9] == [True] * 9 and made[-3:] == [False] * 3  # overflows: DuckDB's
     _same_rows(pair)
 
 

@@ -5,7 +5,7 @@ integer column to itself plus a value; computing that in the local DuckDB
 costs a statement (~1.5 ms) for one addition. Here each assignment of a kept
 shape (``veil.session.point_writes``) that is one of
 
-    col = ?            col = other ± ?        col = ? + other       (integers)
+    col = ?            col = other ± [-]?     col = [-]? + other    (integers)
     col = ?                                                        (text)
 
 is computed in Python, exactly as DuckDB does: the sum of two integer
@@ -72,8 +72,11 @@ def _assignment(table: TableDesign, name: str, kind: str, value: exp.Expr) -> As
     if bits is None or not isinstance(value, exp.Add | exp.Sub):
         return None
     left, right = value.this, value.expression
-    if isinstance(value, exp.Add) and PARAM in left.meta:
+    if isinstance(value, exp.Add) and PARAM in _unsigned(left).meta:
         left, right = right, left
+    sign = -1 if isinstance(value, exp.Sub) else 1
+    if isinstance(right, exp.Neg):  # ``abalance + -2750`` (pgbench -M simple)
+        right, sign = right.this, -sign
     if not isinstance(left, exp.Column) or PARAM not in right.meta:
         return None
     source = table.column(left.name.lower())
@@ -82,8 +85,11 @@ def _assignment(table: TableDesign, name: str, kind: str, value: exp.Expr) -> As
     source_bits = _BITS.get(source.type.upper())
     if source_bits is None:
         return None
-    sign = -1 if isinstance(value, exp.Sub) else 1
     return Assignment(name, bits, right.meta[PARAM][1], source.name, source_bits, sign)
+
+
+def _unsigned(node: exp.Expr) -> exp.Expr:
+    return node.this if isinstance(node, exp.Neg) else node
 
 
 def computed(made: Assignments, rows: pa.Table, params: Sequence[object]) -> pa.Table | None:
@@ -100,8 +106,8 @@ def computed(made: Assignments, rows: pa.Table, params: Sequence[object]) -> pa.
                 return None
             # DuckDB types an integer parameter INTEGER, or BIGINT past its range
             value_bits = 32 if -(2**31) <= value < 2**31 else 64
-            if not -(2**63) <= value < 2**63:
-                return None
+            if not -(2**63) <= value < 2**63 or abs(value) == 2**31:
+                return None  # (2^31 negated: DuckDB may type it either way)
             if item.source is None:
                 if not _fits(value, item.bits):
                     return None
