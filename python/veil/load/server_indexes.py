@@ -38,11 +38,12 @@ def copy_indexes(backend: Backend, old: TableDesign, new: TableDesign) -> list[s
     have = {_shape(sql) for _, sql in _indexes(backend, catalog, new)}
     made = []
     for name, sql in _indexes(backend, catalog, old):
+        made_sql = sql.replace(name, opaque_name("i"), 1)  # first: a name may hold the table's
         for before, after in renamed.items():
-            sql = sql.replace(before, after)
-        if _shape(sql) in have:
+            made_sql = made_sql.replace(before, after)
+        if _shape(made_sql) in have:
             continue  # made before (a catch-up round's second look)
-        backend.execute(sql.replace(name, opaque_name("i"), 1))
+        backend.execute(made_sql)
         made.append(name)
     return made
 
