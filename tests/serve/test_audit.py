@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import veil
+from tests.support.translations import counted_translations
 from veil._native import WireServer
 from veil.audit.log import AUDIT_FILE, AuditLog, read_records
 from veil.audit.shape import statement_shape
@@ -161,6 +162,27 @@ def test_a_repeated_query_is_planned_from_the_cache(port: str, client_dir: Path)
             con.execute("SELECT count(*) FROM people WHERE age >= %s", [30]).fetchall()
     mine = [r for r in _records(client_dir) if r["user"] == "carol"]
     assert [r["plan_cache"] for r in mine] == [False, True, True]
+
+
+def test_statements_of_one_integer_shape_are_each_logged(
+    port: str, client_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Integers written into the text (``pgbench -M simple``) take the shape's kept
+    translation (``veil.serve.shapes``) on an audited server too: each is recorded as
+    any statement, values redacted, with its rows and decrypted columns."""
+    translated = counted_translations(monkeypatch)
+    with _connect(port, "hana") as con:
+        for key in (7, 3, 31, 12):
+            rows = con.execute(f"SELECT name FROM people WHERE id = {key}").fetchall()
+            assert rows == [(f"person {key}",)]
+    mine = [r for r in _records(client_dir) if r["user"] == "hana"]
+    assert [r["statement"] for r in mine] == ["SELECT name FROM people WHERE id = ?"] * 4
+    assert [r["rows"] for r in mine] == [1, 1, 1, 1]
+    assert all(r["outcome"] == "ok" and r["kind"] == "query" for r in mine)
+    assert all(r["tables"] == {"people": ["name"]} for r in mine)
+    # the first translation is kept after the peel its statement made (a new design): the
+    # second statement is translated again, the rest are not
+    assert len([t for t in translated if "WHERE id =" in t]) == 2
 
 
 def test_dbapi_logs_only_when_asked(client_dir: Path) -> None:

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from tests.support.tpch import copy_veil_env
+from tests.support.translations import counted_translations
 from veil._native import WireServer
-from veil.serve import dialect
 from veil.serve.engine import Engine
 from veil.session.plan_cache import PlanCache
 
@@ -90,14 +90,7 @@ def test_integers_in_the_text_are_translated_once_per_shape(
     copy_veil_env(veil_env, root)
     engine = Engine(root / "client")
     server = WireServer(engine, "127.0.0.1:0", None, None, True)
-    translated: list[str] = []
-    real = dialect.classify
-
-    def counted(text: str) -> dialect.Statement:
-        translated.append(text)
-        return real(text)
-
-    monkeypatch.setattr(dialect, "classify", counted)
+    translated = counted_translations(monkeypatch)
     port = server.address.rsplit(":", 1)[1]
     plain.execute("CREATE TEMP TABLE region_copy AS SELECT * FROM region")
     try:

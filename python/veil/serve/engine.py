@@ -49,6 +49,7 @@ from veil.session.dml import returning_query
 from veil.session.result import Streamed
 from veil.session.session import Session
 from veil.sql import pg_types
+from veil.sql.literals import Normalized
 from veil.sqlstates import query_sqlstate
 
 log = logging.getLogger(__name__)
@@ -330,10 +331,15 @@ class WireSession:
         if params and len(texts) > 1:
             raise WireError("42601", "cannot insert multiple commands into a prepared statement")
         observer = self.engine.observer if self.engine is not None else None
-        if observer is None and not params and len(texts) == 1:  # audited: translated
-            done = self._shaped(texts[0])
-            if done is not None:
-                return [done]
+        if not params and len(texts) == 1:
+            found = self._shape_of(texts[0])
+            if found is not None and observer is None:
+                return [self._shaped(*found)]
+            if found is not None and observer is not None:  # audited as any statement
+                shaped = self._observed(
+                    observer, texts[0], found[0].kind, lambda: self._shaped(*found), watch=True
+                )
+                return [_watched(*shaped)]
         if observer is None:
             statements = [self._classified(t) for t in texts]
         else:
@@ -358,9 +364,9 @@ class WireSession:
             for s in statements
         ]
 
-    def _shaped(self, text: str) -> Outcome | None:
-        """``text`` run as its shape's kept translation (``shapes``); None: translate it
-        (and, for a query or DML statement, keep its translation for the shape)."""
+    def _shape_of(self, text: str) -> tuple[shapes.Translated, Normalized] | None:
+        """``text``'s shape's kept translation (``shapes``) and its values; None: translate
+        it (and, for a query or DML statement, keep its translation for the shape)."""
         shape = shapes.integers(text)
         if shape is None:
             return None
@@ -369,6 +375,10 @@ class WireSession:
         if found is None:
             self._shaping = (key, shape)
             return None
+        return found, shape
+
+    def _shaped(self, found: shapes.Translated, shape: Normalized) -> Outcome:
+        """The statement of ``shape`` run as its shape's kept translation ``found``."""
         self.veil.check_transaction()
         self._authorize(found.tree)  # before anything is fetched or decrypted for this user
         sql = shapes.written(found, shape)
