@@ -432,3 +432,37 @@ def test_a_failed_peel_leaves_the_query_to_the_client(
         _assert_forms(session)
     finally:
         session.close()
+
+
+def test_a_session_opened_while_a_table_is_rebuilt(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table rebuilt between the new session's reading of the design and its check of
+    the onion layers (ALTER here; a re-key's or a redesign's swap alike) dropped the layers
+    table that design names: the session reads the design again instead of failing."""
+    import veil
+    import veil.session.session as session_module
+
+    other = veil.connect(str(client))
+    real = session_module.connect_existing
+    rebuilt: list[str] = []
+
+    def racing(url: str) -> Any:
+        backend = real(url)
+        if not rebuilt:  # once: the design is read, the layers not yet checked
+            rebuilt.append(url)
+            other.cursor().execute("ALTER TABLE items ADD COLUMN note VARCHAR")
+        return backend
+
+    monkeypatch.setattr(session_module, "connect_existing", racing)
+    try:
+        session = Session(str(client))
+        try:
+            assert rebuilt
+            assert "note" in [c.name for c in session.design.table("items").columns]
+            found = session.run("SELECT count(*) FROM items WHERE grp = 3").table.column(0)[0]
+            assert found.as_py() == len(range(3, ROWS, 7))
+        finally:
+            session.close()
+    finally:
+        other.close()

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from veil.backends import Backend, connect_existing, n_square_bytes
+from veil.backends import Backend, BackendError, connect_existing, n_square_bytes
 from veil.ciphers.cache import CipherCache
 from veil.ciphers.hom_group import OverflowedRowsError
 from veil.cost.choice import choose_plan
@@ -119,6 +119,8 @@ class Session:
         # the key (both keys while a re-key runs: ``veil.keys.ring``) and the design
         self.master: MasterKey
         self.design: PhysicalDesign
+        # taken before the design is read: a design saved in between is read again later
+        self._design_stamp = _stamp(self.client.design_path)
         self.master, self.design = self.client.following()
         # a connection of its own (an embedded DuckDB file is opened once per
         # process and shared by its connections: ``veil.backends.duckdb``), so
@@ -148,25 +150,32 @@ class Session:
         # an open transaction's own
         self.plans = PlanCache.shared(self.client.path, external_access)
         self._transaction_plans = PlanCache()
-        self._design_stamp = _stamp(self.client.design_path)
         self.refresh_catalog()
         self._reconcile()
 
     def reload_design(self) -> None:
         """Read the design again (DDL here, or another session, changed it)."""
+        self._design_stamp = _stamp(self.client.design_path)  # before: as in ``__init__``
         master, self.design = self.client.following(self.master)
         if master is not self.master:  # a re-key began or ended: its keys, and their ciphers
             self.master = master
             self.ciphers = CipherCache.of_client_dir(self.client.path, master)
-        self._design_stamp = _stamp(self.client.design_path)
         self.plans.clear()  # their key holds the version too: this only frees them
         self.refresh_catalog()
         self._reconcile()
 
     def _reconcile(self) -> None:
         """Layers a crashed peel took off on the server come off the design too."""
-        if has_wrapped(self.design):
+        if not has_wrapped(self.design):
+            return
+        try:
             reconcile(self)
+        except BackendError:
+            # a table rebuilt since the design was read (ALTER, TRUNCATE, a re-key's or a
+            # redesign's swap) has dropped the layers table it named: read the new design
+            if _stamp(self.client.design_path) == self._design_stamp:
+                raise
+            self.reload_design()
 
     def design_file_stamp(self) -> int:
         """Changes whenever the client directory's design does (DDL, a load)."""
