@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -449,6 +450,16 @@ def write_private(path: str | os.PathLike[str], text: str) -> None:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
+    # Sessions notice a new design by its modification time, which the kernel keeps to a
+    # few milliseconds: two saves within one tick (a re-key's swap right after its
+    # previous table's) looked like one, and a session kept planning on the design
+    # whose server tables the swap had dropped. Each save's time is later than the last.
+    try:
+        last = target.stat().st_mtime_ns
+    except FileNotFoundError:
+        last = 0
+    stamp = max(time.time_ns(), last + 1)
+    os.utime(temporary, ns=(stamp, stamp))
     os.replace(temporary, target)
 
 

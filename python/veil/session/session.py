@@ -824,6 +824,12 @@ class Session:
                 self._unregister(registered)
                 raise
         except Exception as exc:
+            if not self.in_transaction and self.design_file_stamp() != stamp:
+                # the design moved under the plan (a rebuild or re-key swapped a table in
+                # and dropped the server tables it read): answer on the new one, as _answer
+                self._forget(key)
+                self.follow_design()
+                return self._run(sql, params)
             if not planned.plan.pushdown or isinstance(exc, _NO_FALLBACK):
                 raise
             self._forget(key)  # it may have been cached above
