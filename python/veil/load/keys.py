@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from veil.design.model import DET, Column, TableDesign, opaque_name
 from veil.session.constraints import not_null_violation, unique_violation
+from veil.session.point_writes import row_id_index
 from veil.sql.errors import QueryError, UnsupportedStatementError
 
 if TYPE_CHECKING:
@@ -107,6 +108,11 @@ def install(session: Session, name: str, keys: list[Key]) -> None:
         table = design.tables[name]
         for key in keys:
             session.backend.execute(_unique_index(table, key))
+        if session.backend.dialect == "postgres":
+            # a table with a key is written by key: those writes find their rows by row
+            # id, and made later, under concurrent writers, the index waits for a moment
+            # when no transaction holds the table (``point_writes._index_row_ids``)
+            session.backend.execute(row_id_index(table))
         table.keys = [k.columns for k in keys]
         design.save(session.client.design_path)
 
