@@ -211,8 +211,7 @@ def created_indexes(client: Path, name: str) -> list[set[tuple[str, str]]]:
     session = Session(client)
     try:
         table = session.design.tables[name]
-        catalog = server_indexes._CATALOGS[session.backend.url.split(":", 1)[0]]
-        found = server_indexes._indexes(session.backend, catalog, table)
+        found = server_indexes._made_by_hand(session.backend, table)
     finally:
         session.close()
     return sorted(

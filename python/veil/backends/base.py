@@ -224,6 +224,11 @@ class Backend(Protocol):
         (its columns in order), keeping its name and indexes; writers wait meanwhile."""
         ...
 
+    def indexes(self, table: str) -> list[tuple[str, str]]:
+        """``(name, CREATE statement)`` of each index on ``table``, read from the server's
+        catalogue (none where the server has no indexes)."""
+        ...
+
     def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:
         """``(name, CREATE statement)`` of each index on ``table`` over any of ``columns`` that
         an in-place rewrite of those columns should drop first and build again after (none

@@ -192,6 +192,9 @@ class SparkBackend:
         with _server_errors():
             self._write_version(table, text)
 
+    def indexes(self, table: str) -> list[tuple[str, str]]:
+        return []  # no indexes
+
     def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:
         return []  # no indexes
 

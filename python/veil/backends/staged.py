@@ -111,6 +111,9 @@ class StagedBackend:
     def refresh_statistics(self, table: str) -> None:
         """Nothing by default: DuckDB keeps its statistics as it writes."""
 
+    def indexes(self, table: str) -> list[tuple[str, str]]:
+        return self._indexes(table)
+
     def indexes_to_rebuild(self, table: str, columns: list[str]) -> list[tuple[str, str]]:
         return []  # PostgreSQL writes every index of a row it rewrites anyway
 

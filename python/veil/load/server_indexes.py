@@ -7,8 +7,7 @@ server tables with fresh names (``veil.load.rekey``), so it reads the old
 table's indexes from the catalog and builds each again on the copy, over the
 same encryptions' new columns, under a fresh name. Unique indexes are left
 out: they are the declared keys', which ``veil.load.keys`` installs from the
-design. Only DuckDB's and PostgreSQL's catalogs are read (Spark has no
-indexes).
+design (Spark has no indexes: ``Backend.indexes`` lists none).
 """
 
 from __future__ import annotations
@@ -16,28 +15,18 @@ from __future__ import annotations
 from veil.backends import Backend
 from veil.design.model import TableDesign, opaque_name
 
-_CATALOGS = {
-    "duckdb": "SELECT index_name, sql FROM duckdb_indexes() WHERE table_name = $1 "
-    "AND sql IS NOT NULL AND NOT is_unique ORDER BY index_name",
-    "postgresql": "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-    "AND tablename = $1 AND indexdef NOT LIKE 'CREATE UNIQUE%' ORDER BY indexname",
-}
-
 
 def copy_indexes(backend: Backend, old: TableDesign, new: TableDesign) -> list[str]:
     """Build on ``new``'s server table each non-unique index ``old``'s has and it lacks;
     the old indexes' names (for the caller's message)."""
-    catalog = _CATALOGS.get(backend.url.split(":", 1)[0])
-    if catalog is None:
-        return []
     renamed = {old.server_name: new.server_name, old.row_id: new.row_id}
     renamed |= {
         before.name: after.name
         for before, after in zip(old.encryptions, new.encryptions, strict=True)
     }
-    have = {_shape(sql) for _, sql in _indexes(backend, catalog, new)}
+    have = {_shape(sql) for _, sql in _made_by_hand(backend, new)}
     made = []
-    for name, sql in _indexes(backend, catalog, old):
+    for name, sql in _made_by_hand(backend, old):
         made_sql = sql.replace(name, opaque_name("i"), 1)  # first: a name may hold the table's
         for before, after in renamed.items():
             made_sql = made_sql.replace(before, after)
@@ -48,9 +37,10 @@ def copy_indexes(backend: Backend, old: TableDesign, new: TableDesign) -> list[s
     return made
 
 
-def _indexes(backend: Backend, catalog: str, table: TableDesign) -> list[tuple[str, str]]:
-    found = backend.execute(catalog, [table.server_name])
-    return list(zip(*(found.column(i).to_pylist() for i in (0, 1)), strict=True))
+def _made_by_hand(backend: Backend, table: TableDesign) -> list[tuple[str, str]]:
+    """The table's indexes but the unique ones (the declared keys')."""
+    found = backend.indexes(table.server_name)
+    return [(name, sql) for name, sql in found if not sql.upper().startswith("CREATE UNIQUE")]
 
 
 def _shape(sql: str) -> str:
