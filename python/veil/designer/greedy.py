@@ -7,7 +7,9 @@ DET encryption (which the client can decrypt) also gets RND, or, when no
 query of the workload reads it at all, is stored in sealed blocks of rows
 (``BLOCKS``: compressed, a fraction of RND's bytes, fetched whole). Equi-joined
 columns of the same encoded type share one DET key scope (a key group) so the
-server can join them.
+server can join them. Last, what the analysis asked for but no plan of the
+workload reads (ASHE sums, OPE copies, precomputed expressions) is left out
+(``veil.designer.prune``).
 
 OPE widths and HOM slot widths come from value domains (the column's type, or
 the domain the user declared; ``veil.design.domains``), never from the data,
@@ -36,6 +38,7 @@ from veil.design.domains import (
     signed_bits,
 )
 from veil.design.model import (
+    ASHE,
     BLOCKS,
     DET,
     FLAG_FIELD_BITS,
@@ -55,6 +58,7 @@ from veil.design.model import (
 )
 from veil.design.policy import Policy
 from veil.designer.ordered_keys import ordered_keys, with_ordered_keys
+from veil.designer.prune import Pruned, unread_encryptions
 from veil.encoding import (
     DECIMAL_KIND,
     FLOAT_KIND,
@@ -75,13 +79,15 @@ def greedy_design(
     *,
     sums: str = "ashe",
     policy: Policy | None = None,
+    prune: bool = True,
 ) -> PhysicalDesign:
     """The design serving ``workload``, within ``policy`` (``veil.design.policy``).
 
     ``sums`` says how the server adds the workload's SUM/AVG arguments: under
     ASHE (the default), in packed Paillier groups, or not at all ("none").
     What a column's policy forbids is not stored: queries needing it run
-    that part on the client.
+    that part on the client. ``prune``: leave out what the analysis asked
+    for but no plan of the workload reads (``veil.designer.prune``).
     """
     if sums not in SUM_SCHEMES:
         raise ValueError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
@@ -90,11 +96,31 @@ def greedy_design(
     needs = within_policy(analyse_workload(workload, plain), policy)
     # a fact table's date key under OPE, its rows loaded in its order (``ordered_keys``)
     needs = with_ordered_keys(needs, ordered_keys(workload, plain, needs, policy))
+    built = _design(schema, needs, schemes, key_fingerprint, sums, frozenset())
+    if not prune or not workload:
+        return built
+    # what the analysis asked for but no plan reads (``veil.designer.prune``)
+    pruned = unread_encryptions(built, workload)
+    if not pruned:
+        return built
+    return _design(schema, needs, schemes, key_fingerprint, sums, pruned)
+
+
+def _design(
+    schema: dict[str, list[Column]],
+    needs: WorkloadNeeds,
+    schemes: frozenset[str],
+    key_fingerprint: str,
+    sums: str,
+    pruned: Pruned,
+) -> PhysicalDesign:
+    """The design storing what ``needs`` asks, less the ``pruned`` encryptions."""
+    plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
     groups = _key_groups(needs.joins, plain)
     ope_groups = _key_groups(needs.ope_pairs, plain)
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
     for table, columns in schema.items():
-        summed = _summed(table, columns, needs)
+        summed = _summed(table, columns, needs, pruned)
         ashe = _ashe_sums(summed) if sums == "ashe" else None
         counted = [s for i, s in enumerate(ashe.sources) if ashe.null_field(i)] if ashe else []
         table_needs = _with_summed_reads(needs, set(counted))
@@ -104,6 +130,7 @@ def greedy_design(
                 table, column, table_needs, (groups, ope_groups), schemes
             )
         encryptions += _row_encryptions(table, columns, needs, schemes)
+        encryptions = [e for e in encryptions if (table, e.scheme, e.source) not in pruned]
         row_id = opaque_name("c")
         design.tables[table] = TableDesign(
             name=table,
@@ -302,7 +329,9 @@ class _Summed:
     domains: list[ExpressionDomain]
 
 
-def _summed(table: str, columns: list[Column], needs: WorkloadNeeds) -> _Summed:
+def _summed(
+    table: str, columns: list[Column], needs: WorkloadNeeds, pruned: Pruned = frozenset()
+) -> _Summed:
     """The table's summed expressions the server can add (MONOMI §5.3).
 
     Only exact numbers (integers, decimals), and only expressions that are
@@ -317,6 +346,8 @@ def _summed(table: str, columns: list[Column], needs: WorkloadNeeds) -> _Summed:
         domain = _expression_domain(catalog, table, source, columns) if t == table else None
         exact = domain is not None and SqlType(domain.type).kind in (INT_KIND, DECIMAL_KIND)
         if domain is None or not exact or not null_follows_columns(source):
+            continue
+        if (table, ASHE, source) in pruned:
             continue
         found.sources.append(source)
         found.domains.append(domain)

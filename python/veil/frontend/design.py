@@ -46,12 +46,12 @@ from veil.designer.candidates import (
 from veil.designer.enumerate import FETCH_ALL, Alternative, Evaluated, alternatives
 from veil.designer.greedy import greedy_design
 from veil.designer.ilp import Change, Problem, Solution, solve
+from veil.designer.prune import server_columns
 from veil.load.redesign import design_changes
 from veil.session.session import Session
 from veil.sql.parse import parse_statement
 from veil.sql.plan import JoinedFetch, SplitPlan
 from veil.sql.planner import plan_fetch_all, plan_query
-from veil.sql.remote import joined_statement, scan_statement
 
 
 @dataclass
@@ -152,8 +152,14 @@ def _candidates(session: Session, queries: list[str], policy: Policy) -> Candida
     schema = {
         n: [dataclasses.replace(c) for c in t.columns] for n, t in session.design.tables.items()
     }
+    # ℰ whole (MONOMI §6.2): a plan under a subset may read what none under all of it does
     greedy = greedy_design(
-        schema, queries, available_schemes(), session.design.key_fingerprint, policy=policy
+        schema,
+        queries,
+        available_schemes(),
+        session.design.key_fingerprint,
+        policy=policy,
+        prune=False,
     )
     stored = stored_column_bytes(session.design, session.backend)
     return collect_candidates(greedy, session.design, policy, stored)
@@ -254,18 +260,6 @@ class _MemoBackend:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
-
-
-def server_columns(plan: SplitPlan) -> set[str]:
-    """Every server name the plan's statements read (filters, keys, sums, fetched columns)."""
-    names: set[str] = set()
-    for _, _, step in plan_steps(plan):
-        statement = (
-            joined_statement(step) if isinstance(step, JoinedFetch) else scan_statement(step)
-        )
-        names.update(i.name for i in statement.find_all(exp.Identifier))
-    names.update(b.target_enc.name for scan in plan.scans for b in scan.binds)
-    return names
 
 
 def plan_summary(plan: SplitPlan) -> str:
