@@ -9,7 +9,12 @@ import pytest
 
 from tests.support.oracle import check_query
 from veil.errors import ParameterError
-from veil.exec.local_duckdb import DEFAULT_SHARE, machine_memory, memory_limit_bytes
+from veil.exec.local_duckdb import (
+    DEFAULT_SHARE,
+    machine_memory,
+    memory_limit_bytes,
+    source_duckdb,
+)
 from veil.session.session import Session
 from veil.sql.errors import OutOfMemoryError
 from veil.sqlstates import sqlstate
@@ -88,3 +93,20 @@ def test_the_dbapi_takes_a_limit(veil_env: dict[str, object]) -> None:
         assert _limit(connection.session) == "48.0 MiB"
     finally:
         connection.close()
+
+
+@pytest.mark.unit
+def test_a_load_reads_its_source_under_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a load orders (a fact table by its date key) spills past the limit instead of
+    taking DuckDB's default 80% of the machine (TPC-H SF 10's lineitem was killed at 18 GB)."""
+    monkeypatch.setenv("VEIL_MEMORY_LIMIT", "48MiB")
+    source = source_duckdb()
+    try:
+        limit = source.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+        assert str(limit).replace(" ", "") in ("48.0MiB", "48MiB")
+        ordered = source.sql(
+            "SELECT i, hash(i) AS h FROM range(6000000) t(i) ORDER BY h, i"
+        ).to_arrow_reader(1_000_000)
+        assert sum(batch.num_rows for batch in ordered) == 6_000_000
+    finally:
+        source.close()

@@ -45,7 +45,7 @@ from veil.design.model import (
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design
 from veil.encoding import normalize_type
-from veil.exec.local_duckdb import local_duckdb
+from veil.exec.local_duckdb import local_duckdb, source_duckdb
 from veil.keys.generations import writing
 from veil.load import keys
 from veil.load.declared import declared_table, table_reference
@@ -328,7 +328,7 @@ def _load(
         )  # fmt: skip
     fresh.tables[name].checks = checks or []
     fresh.tables[name].references = named or []
-    source = duckdb.connect()
+    source = source_duckdb()
     source.register(_SOURCE, data.rename_columns([c.name for c in columns]))
     load_into(
         source,

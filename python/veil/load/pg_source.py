@@ -23,6 +23,7 @@ from typing import Any
 
 import duckdb
 
+from veil.exec.local_duckdb import source_duckdb
 from veil.sql.errors import ClientDirectoryError
 
 _CONNECT_SECONDS = 10
@@ -69,7 +70,7 @@ def open_postgres_source(
         source = adbc.connect(timed, autocommit=True)
     except adbc.Error as exc:
         raise ClientDirectoryError(f"cannot read the source database: {_first_line(exc)}") from None
-    con = duckdb.connect()
+    con = source_duckdb()
     tables: list[tuple[str, str]] = []
     try:
         cursor = source.cursor()

@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import duckdb
-
 from veil.design.fresh import fresh_design
 from veil.design.model import DesignError, PhysicalDesign, TableDesign
+from veil.exec.local_duckdb import source_duckdb
 from veil.keys.generations import writing
 from veil.load.loader import load_into
 from veil.load.progress import Reporter
@@ -87,7 +86,7 @@ def _rebuild(session: Session, table: TableDesign, say: Reporter) -> None:
         PhysicalDesign(session.master.fingerprint(), {table.name: table}),
         session.master.fingerprint(),
     )
-    source = duckdb.connect()
+    source = source_duckdb()
     try:
         source.register(_SOURCE, data.rename_columns([c.name for c in table.columns]))
         load_into(

@@ -39,10 +39,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
 from veil.design.fresh import fresh_design
 from veil.design.model import PhysicalDesign, TableDesign, write_private
+from veil.exec.local_duckdb import source_duckdb
 from veil.keys import begin_rekey, finish_rekey
 from veil.keys.generations import mark_table, switching, table_keys, unmark_design
 from veil.load import keys as declared
@@ -143,7 +142,7 @@ def _rekey_table(session: Session, name: str, new: str, say: Reporter) -> bool:
     rebuilt = fresh.tables[name]
     mark_table(rebuilt, new)
     _note_pending(session, name, table, rebuilt)
-    source = duckdb.connect()
+    source = source_duckdb()
     try:
         source.register(_SOURCE, data)
         with contextlib.ExitStack() as held:

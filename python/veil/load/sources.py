@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from veil.design.model import Column
 from veil.encoding import LOSSLESS_KINDS, SqlType, normalize_type
+from veil.exec.local_duckdb import source_duckdb
 from veil.load.pg_source import open_postgres_source
 from veil.sql.errors import ClientDirectoryError
 
@@ -112,7 +113,7 @@ def open_source(
         con, read = open_postgres_source(path, say)
         return con, [SourceTable(name.lower(), relation) for name, relation in read]
     source = Path(path)
-    con = duckdb.connect()
+    con = source_duckdb()
     if source.is_dir():
         files = sorted(f for f in source.iterdir() if f.suffix.lower() in (".parquet", ".csv"))
         if not files:
