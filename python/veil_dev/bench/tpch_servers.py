@@ -36,7 +36,7 @@ from veil.session.clientdir import open_client_dir
 from veil_dev.bench.suite import PRIMARY_KEYS, SECONDARY_INDEXES, Suite
 from veil_dev.servers.postgres import ThrowawayCluster
 from veil_dev.servers.toxiproxy import Link
-from veil_dev.tpch.gen import read_table
+from veil_dev.tpch.gen import read_batches
 
 MARKER = "loaded.json"
 
@@ -173,7 +173,8 @@ def _load_both(suite: Suite, servers: BenchServers, design: str | None = None) -
     plain = connect(servers.plain_url)
     try:
         for table in suite.tables:
-            plain.bulk_load(table, read_table(servers.data_dir, table))
+            schema, batches = read_batches(servers.data_dir, table)
+            plain.bulk_load(table, batches, schema=schema)
         servers.load_seconds["plain_load"] = time.perf_counter() - started
         started = time.perf_counter()
         for statement in plain_index_sql(suite.primary_keys, suite.secondary_indexes):

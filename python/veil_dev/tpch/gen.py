@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -57,8 +58,23 @@ def generate(scale_factor: float, out: Path, *, overwrite: bool = False) -> list
 def read_table(directory: Path, table: str) -> pa.Table:
     """One generated table, with string_view columns cast to plain strings."""
     data = pq.read_table(directory / f"{table}.parquet")
-    fields = [
+    return data.cast(_plain_strings(data.schema))
+
+
+def read_batches(
+    directory: Path, table: str, batch_rows: int = 1 << 20
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """One generated table as batches (the schema, then the batches), with string_view
+    columns cast to plain strings: a table of SF 10 (lineitem: 60M rows) never whole in
+    memory."""
+    source = pq.ParquetFile(directory / f"{table}.parquet")
+    schema = _plain_strings(source.schema_arrow)
+    batches = (b.cast(schema) for b in source.iter_batches(batch_size=batch_rows))
+    return schema, batches
+
+
+def _plain_strings(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
         pa.field(f.name, pa.string(), f.nullable) if pa.types.is_string_view(f.type) else f
-        for f in data.schema
-    ]
-    return data.cast(pa.schema(fields))
+        for f in schema
+    )
