@@ -39,6 +39,22 @@ def base_columns(scopes: list[Scope], tables: set[str]) -> dict[int, BaseColumn]
     return resolved
 
 
+def block_sources(scope: Scope) -> dict[str, exp.Table | Scope]:
+    """The sources ``scope``'s own FROM and JOINs read, in their order.
+
+    sqlglot's ``Scope.sources`` also lists every CTE defined before the block:
+    inside a query's second CTE, the first is a source of each block even where
+    none reads it. Counted as sources, it made every block of a later CTE look
+    like a join with a CTE, so none was aggregated or run on the server (TPC-DS
+    q83's three CTEs: only the first one's subqueries went to the server).
+    """
+    return {
+        name: source
+        for name, source in scope.sources.items()
+        if name not in scope.cte_sources or name in scope.selected_sources
+    }
+
+
 def _resolve(column: exp.Column, scope: Scope, tables: set[str]) -> BaseColumn | None:
     current: Scope | None = scope
     while current is not None:

@@ -42,7 +42,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET, OPE, Encryption, TableDesign
-from veil.sql.columns import BaseColumn
+from veil.sql.columns import BaseColumn, block_sources
 from veil.sql.conjuncts import block_conjuncts, inner_joins_only
 from veil.sql.join_graph import equal_columns
 from veil.sql.plan import Scan, ServerPredicate
@@ -108,9 +108,7 @@ def pushed_subquery(
     server = _subquery_test(work, conjunct)
     if server is None or len(work.outer_scans) > 1:
         return None
-    if _uncorrelated_in(conjunct, work) and not (
-        _negated(conjunct) and work.state.ctx.hashes_not_in()
-    ):
+    if _uncorrelated_in(conjunct, work) and _left_to_client(conjunct, work):
         return None
     # uncorrelated: true or false for every row, so any scan of the scope may test it
     mine = (s for (scope_id, _), s in state.scans.items() if scope_id == id(scope))
@@ -134,6 +132,44 @@ def _uncorrelated_in(conjunct: exp.Expr, work: _Translation) -> bool:
     while isinstance(conjunct, exp.Not | exp.Paren):
         conjunct = conjunct.this
     return isinstance(conjunct, exp.In) and work.outer_uses <= 1
+
+
+def _left_to_client(conjunct: exp.Expr, work: _Translation) -> bool:
+    """Whether an uncorrelated ``[NOT] IN`` stays with the client (see ``_uncorrelated_in``)."""
+    if _negated(conjunct):
+        return not work.state.ctx.hashes_not_in()
+    return not _inside_in_chain(work)
+
+
+def _inside_in_chain(work: _Translation) -> bool:
+    """The conjunct filters the one scan of a block that is itself ``col IN (block)``.
+
+    A bind filter's keys pay for their round trip by filtering the scans joined
+    to the one they filter; here there are none, and the block's rows are only
+    the keys of the level out. So the server runs this level inside that
+    block's statement: TPC-DS q83's ``d_date IN (SELECT d_date ... WHERE
+    d_week_seq IN (SELECT d_week_seq ... WHERE d_date IN (...)))`` fetched each
+    level's keys in turn, a round trip per level; the two inner levels are now
+    one statement, whose keys filter the outer block's joined scans as before.
+    Not where the block holds another subquery: the keys would also filter the
+    scans correlated with the one they filter (TPC-H Q20's lineitem, through
+    partsupp's keys of the parts named 'forest%').
+    """
+    scope = work.outer
+    parent = scope.expression.parent
+    return (
+        scope.is_subquery
+        and isinstance(parent, exp.Subquery)
+        and isinstance(parent.parent, exp.In)
+        and parent.parent.args.get("query") is parent
+        and len(block_sources(scope)) == 1
+        and len(work.scopes) == _subquery_blocks(scope.expression)
+    )
+
+
+def _subquery_blocks(select: exp.Expr) -> int:
+    """The SELECT blocks nested in ``select``, at any depth."""
+    return sum(1 for node in select.find_all(exp.Select) if node is not select)
 
 
 def _negated(conjunct: exp.Expr) -> bool:
@@ -271,7 +307,7 @@ def _block(
         return None
     state = work.state
     tables: list[exp.Expr] = []
-    for alias, source in scope.sources.items():
+    for alias, source in block_sources(scope).items():
         scan = state.scans.get((id(scope), alias))
         if scan is None or not isinstance(source, exp.Table):
             return None  # a CTE or derived table: the client runs it

@@ -48,6 +48,7 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET, OPE, Encryption
 from veil.encoding import FLOAT_KIND
+from veil.sql.columns import block_sources
 from veil.sql.conjuncts import is_part_of
 from veil.sql.plan import LateKeys, Scan
 from veil.sql.state import PlanState
@@ -145,10 +146,10 @@ def _one_scan(query: exp.Select, state: PlanState) -> Scan | None:
     if any(isinstance(n, (exp.Window, exp.Subquery, exp.Select)) for n in _below(query)):
         return None
     scope = next((s for s in state.scopes if s.expression is query), None)
-    if scope is None or len(scope.sources) != 1:
+    if scope is None or len(block_sources(scope)) != 1:
         return None
     scan = _only_scan(scope, state)
-    alias = next(iter(scope.sources))
+    alias = next(iter(block_sources(scope)))
     if scan is None or any(c.table != alias for c in query.find_all(exp.Column)):
         return None  # correlated, or reading an output alias
     return scan

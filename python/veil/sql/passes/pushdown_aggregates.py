@@ -26,7 +26,7 @@ from sqlglot.optimizer.scope import Scope
 
 from veil.crypto.ashe import BLOCK_ROWS
 from veil.design.model import BLOCKS, DET, OPE, SEARCH, HomGroup, TableDesign
-from veil.sql.columns import BaseColumn, row_expression
+from veil.sql.columns import BaseColumn, block_sources, row_expression
 from veil.sql.conjuncts import conjunct_list, subqueries_outside_where
 from veil.sql.plan import ASHE_WORD, Aggregation, Scan
 from veil.sql.remote import hom_ciphertexts, id_bit_position
@@ -77,11 +77,15 @@ def _result_types(select: exp.Select, scan: Scan, ctx: ServerContext) -> dict[in
 
 def _sole_scan(scope: Scope, scans: dict[ScanKey, Scan]) -> Scan | None:
     select = scope.expression
-    if select.args.get("joins") or len(scope.sources) != 1 or subqueries_outside_where(select):
+    if (
+        select.args.get("joins")
+        or len(block_sources(scope)) != 1
+        or subqueries_outside_where(select)
+    ):
         return None
     if select.find(exp.Window) or select.args.get("distinct") is not None:
         return None
-    alias = next(iter(scope.sources))
+    alias = next(iter(block_sources(scope)))
     scan = scans.get((id(scope), alias))
     return scan if scan is not None and scan.reduction is None and not scan.with_row_id else None
 

@@ -35,6 +35,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import DET, OPE, Encryption
+from veil.sql.columns import block_sources
 from veil.sql.conjuncts import (
     block_conjuncts,
     drop_conjuncts,
@@ -78,7 +79,7 @@ def _whole_block(
     scope: Scope, select: exp.Select, members: list[Scan], edges: list[JoinEdge]
 ) -> bool:
     """All of the block's sources are these scans, and every conjunct is on the server."""
-    if len(members) != len(scope.sources) or subqueries_outside_where(select):
+    if len(members) != len(block_sources(scope)) or subqueries_outside_where(select):
         return False
     if select.args.get("distinct") is not None:
         return False
@@ -96,7 +97,7 @@ def _whole_block(
 
 def _in_from_order(scope: Scope, members: list[Scan]) -> list[Scan]:
     by_alias = {s.alias: s for s in members}
-    return [by_alias[alias] for alias in scope.sources if alias in by_alias]
+    return [by_alias[alias] for alias in block_sources(scope) if alias in by_alias]
 
 
 def _join_group(
