@@ -13,7 +13,7 @@ from veil.ciphers.columns import available_schemes
 from veil.design.model import ASHE, BLOCKS, OPE, Column, PhysicalDesign
 from veil.designer import prune
 from veil.designer.greedy import greedy_design
-from veil.designer.prune import _favourable, _PlanningContext, unread_encryptions
+from veil.designer.prune import _favourable, _optional, _PlanningContext, unread_encryptions
 from veil.load.sources import open_source
 from veil.sql.parse import parse_statement
 from veil.sql.planner import plan_query
@@ -85,6 +85,15 @@ def test_a_query_without_a_plan_keeps_its_tables(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(prune, "plan_query", fails)
     assert unread_encryptions(full, [CORRELATED_AVG]) == frozenset()
+
+
+def test_the_ordered_key_is_never_pruned() -> None:
+    """The OPE rows are loaded in the order of stays: plans read it (ranges of a small
+    dimension's keys) only where the loaded row counts say so, which planning cannot know."""
+    sql = "SELECT i_brand, count(*) FROM item WHERE i_size BETWEEN 3 AND 5 GROUP BY i_brand"
+    full = design([sql], prune=False)
+    assert full.tables["item"].sort_candidates == ["i_size"]
+    assert ("item", OPE, "i_size") not in set(_optional(full).values())
 
 
 def test_without_a_workload_nothing_is_planned() -> None:
