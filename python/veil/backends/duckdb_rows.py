@@ -42,7 +42,7 @@ class RowReads:
 
     def learn(self, sql: str, table: pa.Table, relation: duckdb.DuckDBPyRelation) -> None:
         """Remember ``sql`` if ``table``, its result, is a few rows of plain types."""
-        if table.num_rows <= FEW and _reads(sql) and all(_plain(f.type) for f in table.schema):
+        if table.num_rows <= FEW and _reads(sql) and all(plain_kind(f.type) for f in table.schema):
             self._kept[sql] = (table.schema, [str(kind) for kind in relation.types])
             self._kept.move_to_end(sql)
             if len(self._kept) > _KEPT:
@@ -107,5 +107,7 @@ _PLAIN = (
 )
 
 
-def _plain(kind: pa.DataType) -> bool:
+def plain_kind(kind: pa.DataType) -> bool:
+    """Whether DuckDB's DB-API gives values of ``kind`` as Python values Arrow takes back
+    exactly (and, as parameters, binds them exactly)."""
     return any(test(kind) for test in _PLAIN)

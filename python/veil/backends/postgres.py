@@ -25,6 +25,7 @@ Veil's server functions come from the ``veil`` C extension
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import json
@@ -41,6 +42,7 @@ from sqlglot import exp
 
 from veil.backends import pg_copy, pg_read
 from veil.backends.base import (
+    OLD_KEY,
     ArrowData,
     BackendError,
     DuplicateKeyError,
@@ -311,6 +313,8 @@ class PostgresBackend(StagedBackend):
         """A few rows as array parameters of one statement; more through COPY into a
         temporary table (its rows never leave the transaction)."""
         names = data.column_names
+        if len(data) == 1:
+            return self._update_one(table, key, data)
         if len(data) <= _UNNEST_ROWS:
             types = [pg_copy.postgres_type(f.type) for f in data.schema]
             arrays = ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, 1))
@@ -325,6 +329,14 @@ class PostgresBackend(StagedBackend):
         updated = self.execute(statement).num_rows
         self._run_quiet(f"DROP TABLE {quote(_CHANGED)}")
         return updated
+
+    def _update_one(self, table: str, key: str, data: pa.Table) -> int:
+        """One row (a point UPDATE's, issue 41): ``UPDATE ... WHERE key = $n``, its values
+        typed as the arrays above; a plain equality on the key, not a join."""
+        sql = _update_one_statement(table, key, data.schema)
+        columns = [c for c in data.column_names if c != OLD_KEY]
+        values = [data.column(c)[0].as_py() for c in [*columns, OLD_KEY]]
+        return self.execute(sql, values).num_rows
 
     # -- catalogue ----------------------------------------------------------
 
@@ -505,6 +517,18 @@ def _array_literal(values: list[int] | list[bytes]) -> exp.Expression:
 def _first_word(sql: str) -> str:
     words = sql.lstrip(" \t\r\n(").split(None, 1)
     return words[0].upper() if words else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _update_one_statement(table: str, key: str, schema: pa.Schema) -> str:
+    """``_update_one``'s statement: the columns of ``schema`` but ``OLD_KEY``, then it."""
+    types = {f.name: pg_copy.postgres_type(f.type) for f in schema}
+    columns = [c for c in schema.names if c != OLD_KEY]
+    sets = ", ".join(f"{quote(c)} = ${i}::{types[c]}" for i, c in enumerate(columns, 1))
+    return (
+        f"UPDATE {quote(table)} SET {sets} "
+        f"WHERE {quote(key)} = ${len(columns) + 1}::{types[OLD_KEY]} RETURNING 1"
+    )
 
 
 def _column_definitions(schema: pa.Schema) -> str:

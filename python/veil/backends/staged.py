@@ -93,6 +93,8 @@ class StagedBackend:
     def update_rows(self, table: str, key: str, data: pa.Table) -> int:
         if not len(data):
             return 0
+        if len(data) == 1:  # one statement, which commits alone (a point UPDATE, issue 41)
+            return self._update_from(table, key, data)
         with self.transaction():
             return self._update_from(table, key, data)
 

@@ -236,12 +236,12 @@ def _run(
         if not len(row_ids):
             return Result(pa.table({}), 0, stats)
         if write.kind == "DELETE":
-            dml.delete_rows(session, table, row_ids)
+            dml.delete_rows(session, table, row_ids, stats=stats)
         else:
             names = [c.name for c in table.columns]
             rows = matched.select(list(range(len(names)))).rename_columns(names)
             plain = _new_values(session, write, rows, params)
-            dml.update_rows(session, table, row_ids, plain, write.assigned)
+            dml.update_rows(session, table, row_ids, plain, write.assigned, stats=stats)
         return Result(pa.table({}), len(row_ids), stats)
 
     try:
