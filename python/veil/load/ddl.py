@@ -322,9 +322,11 @@ def _load(
         sums = _sums(session) == "ashe"
         fresh = onion_design(schema, available_schemes(), master.fingerprint(), policy, sums=sums)
     else:
+        # the workload stands for the table's options (WITH (ope = ...)): what they ask
+        # for is stored, whether a plan of these stand-in queries reads it or not
         fresh = greedy_design(
             schema, workload, available_schemes(), master.fingerprint(), sums=_sums(session),
-            policy=policy,
+            policy=policy, prune=False,
         )  # fmt: skip
     fresh.tables[name].checks = checks or []
     fresh.tables[name].references = named or []
