@@ -1,4 +1,4 @@
-"""Onion layers the load leaves unbuilt (JOIN-ADJ and OPE): their first peel builds them.
+"""Onion layers the load leaves unbuilt (JOIN-ADJ, OPE, SEARCH): their first peel builds them.
 
 A cold load stores NULL in those columns (``veil.session.onions.defer_layers``);
 the first query that needs one builds it from the column's DET onion, on
@@ -7,18 +7,22 @@ every row, rows written since the load too, under the same lock as any peel.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.session.test_onion_safety import ROWS, source  # noqa: F401 (a fixture)
 from tests.session.test_onions import _assert_forms
-from veil.design.model import DET, JOIN, OPE
+from veil.design.model import DET, JOIN, OPE, RND, SEARCH
 from veil.load.loader import load
-from veil.session.onions import unbuilt
+from veil.session.onions import reconcile, unbuilt
 from veil.session.session import Session
+from veil.sql.remote import LAYER_COLUMN, LAYER_PEELED, layer_states_statement
 
 
 @pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -88,6 +92,10 @@ def test_a_join_builds_and_rekeys_both_sides(loaded: Path) -> None:
         for table, column in (("items", "grp"), ("groups", "gid")):
             enc = session.design.table(table).onion_of(column, JOIN)
             assert enc is not None and enc.outer is None and not unbuilt(enc)
+        # groups (fewer rows) was built under items' key at once, not built then re-keyed
+        moved = [e for e in session.client.peel_log() if str(e["layer"]).startswith("JOIN with")]
+        assert [(e["table"], e["column"]) for e in moved] == [("groups", "gid")]
+        assert reconcile(session) == []  # the layers table names the key the design does
 
 
 def test_a_layer_is_built_from_a_peeled_det_onion(loaded: Path) -> None:
@@ -100,4 +108,106 @@ def test_a_layer_is_built_from_a_peeled_det_onion(loaded: Path) -> None:
         found = session.run("SELECT min(amount), max(amount) FROM items WHERE amount > 500")
         values = [a for a in amounts if a is not None and a > 500]
         assert found.table.to_pylist() == [{"min(amount)": min(values), "max(amount)": max(values)}]
+        _assert_forms(session)
+
+
+def test_a_search_onion_is_built_by_the_first_like_it_can_prefilter(loaded: Path) -> None:
+    names = [f"name {i % 50}" for i in range(ROWS)]
+    with _session(loaded) as session:
+        enc = session.design.table("items").onion_of("name", SEARCH)
+        assert enc is not None and unbuilt(enc) and enc.outer is None
+        assert session.design.table("items").find("name", SEARCH) is None  # NULL: never read
+        stored = session.backend.execute(
+            f'SELECT count("{enc.name}") FROM "{session.design.table("items").server_name}"'
+        )
+        assert stored.column(0)[0].as_py() == 0
+        session.run("INSERT INTO items VALUES (5000, 3, 7, 'name 4 new')")
+        names.append("name 4 new")
+        sql = "SELECT count(*) FROM items WHERE name LIKE '% 4 %' OR name LIKE '%name 4'"
+        found = session.run(sql).table.column(0)[0].as_py()
+        assert found == sum(n.endswith("name 4") or " 4 " in n for n in names)
+        built = session.design.table("items").onion_of("name", SEARCH)
+        assert built is not None and not unbuilt(built)
+        assert session.design.table("items").find("name", SEARCH) is not None
+        stored = session.backend.execute(
+            f'SELECT count("{built.name}") FROM "{session.design.table("items").server_name}"'
+        )
+        assert stored.column(0)[0].as_py() == ROWS + 1  # every row's words, the new one too
+        found = session.run("SELECT count(*) FROM items WHERE name LIKE '%name 7'").table
+        assert found.column(0)[0].as_py() == names.count("name 7")
+
+
+def test_a_built_search_onion_missing_from_the_design_is_repaired(loaded: Path) -> None:
+    """A client killed after the build's commit, before the design's save."""
+    with _session(loaded) as session:
+        before = session.design.to_json()
+        session.run("SELECT count(*) FROM items WHERE name LIKE '%name 7'")
+        table = session.design.table("items")
+        states = session.backend.execute(layer_states_statement(table).sql()).to_pylist()
+        enc = table.onion_of("name", SEARCH)
+        assert enc is not None
+        assert {r[LAYER_COLUMN]: r[LAYER_PEELED] for r in states}[enc.name] is True  # built
+        session.client.design_path.write_text(before)  # the design as before the build
+    with _session(loaded) as session:
+        enc = session.design.table("items").onion_of("name", SEARCH)
+        assert enc is not None and not unbuilt(enc)  # reconciled on reading the design
+        assert reconcile(session) == []
+        found = session.run("SELECT count(*) FROM items WHERE name LIKE '%name 7'").table
+        assert found.column(0)[0].as_py() == ROWS // 50
+
+
+def test_a_text_column_is_fetched_as_rnd_until_its_det_onion_is_built(loaded: Path) -> None:
+    names = [f"name {i % 50}" for i in range(ROWS)]
+    with _session(loaded) as session:
+        table = session.design.table("items")
+        det = table.onion_of("name", DET)
+        assert det is not None and det.outer is not None and unbuilt(det)
+        assert table.fetchable("name").scheme == RND  # the DET onion holds NULL
+        session.run("INSERT INTO items VALUES (5000, 3, 7, 'name 7')")
+        names.append("name 7")
+        _assert_forms(session)
+        found = session.run("SELECT count(*) FROM items WHERE name = 'name 7'").table
+        assert found.column(0)[0].as_py() == names.count("name 7")
+        det = session.design.table("items").onion_of("name", DET)
+        assert det is not None and det.outer is None and not unbuilt(det)
+        grouped = session.run("SELECT name, count(*) AS n FROM items GROUP BY name ORDER BY name")
+        assert grouped.table.to_pylist() == [
+            {"name": n, "n": names.count(n)} for n in sorted(set(names))
+        ]
+        rows = session.run("SELECT id, name FROM items WHERE id IN (3, 5000) ORDER BY id")
+        assert rows.table.to_pylist() == [
+            {"id": 3, "name": "name 3"},
+            {"id": 5000, "name": "name 7"},
+        ]
+        _assert_forms(session)
+
+
+def test_a_narrow_number_is_fetched_as_rnd_in_its_types_bits(tmp_path: Path) -> None:
+    """A DATE or INTEGER column: an RND copy of 32 bits, not a wrapped DET of 64."""
+    folder = tmp_path / "source"
+    folder.mkdir()
+    days = [datetime.date(1995, 1, 1) + datetime.timedelta(days=i % 40) for i in range(ROWS)]
+    counts = pa.array([i % 9 for i in range(ROWS)], pa.int32())
+    pq.write_table(pa.table({"day": days, "n": counts}), folder / "events.parquet")
+    load(str(folder), f"duckdb:///{tmp_path / 'server.duckdb'}", str(tmp_path / "c"),
+         progress=lambda _: None)  # fmt: skip
+    with _session(tmp_path / "c") as session:
+        table = session.design.table("events")
+        for column in ("day", "n"):
+            fetched = table.fetchable(column)
+            assert fetched.scheme == RND and fetched.params.get("bits") == 32
+            det = table.onion_of(column, DET)
+            assert det is not None and unbuilt(det)
+        sql = "SELECT n, count(*) AS k FROM events WHERE day = DATE '1995-01-03' GROUP BY n ORDER BY n"
+        found = session.run(sql).table.to_pylist()
+        expected: dict[int, int] = {}
+        for i in range(ROWS):
+            if i % 40 == 2:
+                expected[i % 9] = expected.get(i % 9, 0) + 1
+        assert found == [{"n": n, "k": k} for n, k in sorted(expected.items())]
+        for column in ("day", "n"):
+            det = session.design.table("events").onion_of(column, DET)
+            assert det is not None and det.outer is None and not unbuilt(det)
+        later = session.run("SELECT max(day) AS d FROM events WHERE n = 4").table.to_pylist()
+        assert later == [{"d": max(d for i, d in enumerate(days) if i % 9 == 4)}]
         _assert_forms(session)

@@ -194,28 +194,33 @@ def _waits_for_a_lock(session: Session) -> bool:
 
 
 @pytest.mark.parametrize("first", ["write", "peel"])
+@pytest.mark.parametrize("column", ["name", "amount"])
 def test_a_peel_and_a_write_never_interleave(
-    client: Path, monkeypatch: pytest.MonkeyPatch, first: str
+    client: Path, monkeypatch: pytest.MonkeyPatch, first: str, column: str
 ) -> None:
     """The interleavings that lost rows, made to happen: the other client starts inside
     the ``first`` one's transaction (a write's: after it checked the layers and appended;
     a peel's: after it stripped the rows it could see). Both committed: the write's rows,
     appended under the RND layer and unseen by the peel, kept a layer the design no
     longer had, and read back as garbage ("unknown version byte"). Now the second waits
-    for the first's layers lock, or fails to take it and runs again."""
+    for the first's layers lock, or fails to take it and runs again.
+
+    ``name``'s DET onion is built by its first peel (a text column, fetched from an
+    RND copy: ``_write_built``), ``amount``'s is XOR-peeled (``_rewrite``)."""
     writer, peeler = Session(str(client)), Session(str(client))
 
     def insert() -> None:
         writer.run(f"INSERT INTO items VALUES ({ROWS}, 3, 5, 'name 3')")
 
     def peel() -> None:
-        manual_peel(peeler, "items", "name", "DET")
+        manual_peel(peeler, "items", column, "DET")
 
     if first == "write":
         holder, run_first, module, hook = writer, insert, dml, "_write_rows"
         second = _Interleaved(peeler, peel)
     else:
-        holder, run_first, module, hook = peeler, peel, onions, "_rewrite"
+        rewrite = "_write_built" if column == "name" else "_rewrite"
+        holder, run_first, module, hook = peeler, peel, onions, rewrite
         second = _Interleaved(writer, insert)
     inner = getattr(module, hook)
 
@@ -229,10 +234,14 @@ def test_a_peel_and_a_write_never_interleave(
         second.join()
         assert second.held_up, f"the other client committed inside the {first}'s transaction"
         writer.follow_design()
-        assert writer.design.table("items").onion_of("name", DET).outer is None  # type: ignore[union-attr]
+        assert writer.design.table("items").onion_of(column, DET).outer is None  # type: ignore[union-attr]
         _assert_forms(writer)
-        found = writer.run("SELECT count(*) FROM items WHERE name = 'name 3'").table
-        assert found.column(0)[0].as_py() == len(range(3, ROWS, 50)) + 1
+        if column == "name":
+            found = writer.run("SELECT count(*) FROM items WHERE name = 'name 3'").table
+            assert found.column(0)[0].as_py() == len(range(3, ROWS, 50)) + 1
+        else:
+            found = writer.run("SELECT count(*) FROM items WHERE amount = 5").table
+            assert found.column(0)[0].as_py() == sum((i * 37) % 1000 == 5 for i in range(ROWS)) + 1
     finally:
         writer.close()
         peeler.close()

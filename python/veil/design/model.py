@@ -55,8 +55,12 @@ DESIGN_FORMAT = "veil-physical-design"
 #    first peel to build (``veil.session.onions.defer_layers``). A Veil of version 9
 #    would read those wrongly (it would XOR-peel an unbuilt layer's NULLs and use
 #    them), so it must refuse them; versions 6-9 read unchanged.
-DESIGN_VERSION = 10
-READABLE_VERSIONS = (6, 7, 8, 9, 10)
+# 11: an onion load leaves its SEARCH onions unbuilt too (``params["lazy"]``, NULL on
+#    the server, never wrapped), and a text column's DET onion, the column fetched from
+#    a row-bound RND copy; a Veil of version 10 would pre-filter a LIKE with the NULLs
+#    or fetch them, so it must refuse them; versions 6-10 read unchanged.
+DESIGN_VERSION = 11
+READABLE_VERSIONS = (6, 7, 8, 9, 10, 11)
 
 RND = "RND"
 DET = "DET"
@@ -364,9 +368,14 @@ class TableDesign:
     def find(self, source: str, scheme: str) -> Encryption | None:
         """The server column on which the server can compute ``scheme``'s operations.
 
-        A wrapped onion layer (``Encryption.outer``) allows none until it is peeled.
+        A wrapped onion layer (``Encryption.outer``) allows none until it is peeled, an
+        unbuilt one (``params["lazy"]``) none until it is built.
         """
-        found = [e for e in self.encryptions_of(source, scheme) if e.outer is None]
+        found = [
+            e
+            for e in self.encryptions_of(source, scheme)
+            if e.outer is None and not e.params.get("lazy")  # unbuilt: NULL on the server
+        ]
         return found[0] if found else None
 
     def onion_of(self, source: str, scheme: str) -> Encryption | None:
@@ -378,7 +387,8 @@ class TableDesign:
         """The cheapest server column to fetch and decrypt ``source`` from."""
         for scheme in DECRYPTABLE:
             found = self.find(source, scheme) or next(
-                iter(self.encryptions_of(source, scheme)), None
+                (e for e in self.encryptions_of(source, scheme) if not e.params.get("lazy")),
+                None,  # unbuilt (NULL on the server): fetched from another form
             )
             if found is not None:
                 return found

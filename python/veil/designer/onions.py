@@ -3,9 +3,14 @@
 Each column gets, within its policy (``veil.design.policy``):
 
 - an equality onion: DET under a key of its own, wrapped in a row-bound RND
-  layer (``Encryption.outer``); it is also how the column is fetched (the
-  client removes both layers). A column whose policy is RND gets plain
-  row-bound RND instead: it is only ever fetched;
+  layer (``Encryption.outer``); it is also how a number is fetched (the
+  client removes both layers). A text (bytes) column, or a number whose
+  type fits fewer than 64 bits (DATE, INTEGER, DECIMAL(15,2)), is fetched
+  from a row-bound RND copy instead, which keeps each value's length (DET
+  adds a 17-byte tag) or its type's bits, and its DET onion, like the join,
+  order and search onions, is built by its first peel
+  (``veil.session.onions.defer_layers``). A column whose policy is RND gets
+  plain row-bound RND only: it is only ever fetched;
 - a join onion for integers: JOIN-ADJ under a key of its own, wrapped in RND;
   a join between two columns re-keys one onto the other on the server
   (``veil.session.onions``), and they stay joinable (one join class) for good;
@@ -30,12 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from veil.design.domains import column_domain, signed_bits
+from veil.design.domains import column_domain, rnd_bits, signed_bits
 from veil.design.model import (
     DET,
     JOIN,
     OPE,
     RND,
+    RND_BITS,
     SEARCH,
     Column,
     Encryption,
@@ -128,6 +134,13 @@ def _onions(
         add(RND, f"rnd:{where}")
         return chosen
     add(DET, f"det:{where}", **layers)
+    narrow = rnd_bits(SqlType(column.type), column.bounds)
+    if not peeled and (narrow is not None or not SqlType(column.type).is_integral):
+        # fetched as row-bound RND, which keeps a value's length where wrapped DET adds
+        # 17 bytes (AES-SIV) and the RND layer makes every row's bytes differ (TPC-H's
+        # l_returnflag took 21.5 bytes a row), and a number in its type's bits where DET
+        # takes 64 (a DATE or INTEGER: 32); its DET onion is built by its first peel
+        add(RND, f"rnd:{where}", **({RND_BITS: narrow} if narrow is not None else {}))
     if kind == INT_KIND and JOIN in schemes:
         add(JOIN, f"join:{where}", **layers)
     if SqlType(column.type).is_integral and OPE in schemes and highest in (OPE, PLAIN):

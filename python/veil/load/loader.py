@@ -309,8 +309,9 @@ def _load_table(
 ) -> LoadReport:
     started = time.perf_counter()
     schema = TableEncryptor(master, table).server_schema(_empty(table.columns))
-    # the JOIN-ADJ and OPE onions are built by their first peel, if any (most
-    # never are): the load stores NULLs in their columns
+    # the JOIN-ADJ, OPE and SEARCH onions, and the DET onions of columns fetched from
+    # an RND copy, are built by their first peel, if any (most never are): the load
+    # stores NULLs in their columns
     deferred = {e.name for e in defer_layers(table)}
     built = [e for e in table.encryptions if e.name not in deferred]
     encryptor = TableEncryptor(master, dataclasses.replace(table, encryptions=built))

@@ -14,15 +14,19 @@ column's policy allows to come off. ``peel`` then, per layer:
 2. after the commit, under the client directory's lock, drops the layer
    from the design (read fresh from disk), saves it and logs the peel.
 
-The JOIN-ADJ and OPE onions of a load are not built at load
-(``defer_layers``: ``params["lazy"]``; most columns are never joined or
-ranged, and those layers were most of an onion load's time and space): the
-server holds NULLs in their columns, which the planner never reads while
-they are wrapped. Their first peel builds them instead of XORing (in step
-1, under the same lock): it fetches the column's DET onion with the row ids,
-decrypts it on the client, encrypts the values under the layer's scheme and
-writes the ciphertexts, without the RND layer, to every row. The server sees
-what an XOR peel would have shown it, and no plaintext.
+The JOIN-ADJ, OPE and SEARCH onions of a load, and the DET onions of the
+columns fetched from a row-bound RND copy instead (text, numbers of under
+64 bits: ``veil.designer.onions``), are not built at load (``defer_layers``:
+``params["lazy"]``; most columns are never joined, ranged or searched, and
+those layers were most of an onion load's time and space): the server holds
+NULLs in their columns, which the planner never reads until they are built
+(``TableDesign.find``, ``fetchable``). Their first peel builds them instead
+of XORing (in step 1, under the same lock): it fetches the column's DET
+onion (or RND copy) with the row ids, decrypts it on the client, encrypts
+the values under the layer's scheme and writes the ciphertexts, without the
+RND layer, to every row. The server sees what an XOR peel would have shown
+it (SEARCH's words, never wrapped, reveal nothing until a query sends a
+word's token), and no plaintext.
 
 A crash between 1 and 2 leaves the server peeled and the design wrapped;
 ``reconcile`` (run whenever a session reads the design) repairs the design
@@ -63,6 +67,8 @@ from veil.design.model import (
     DET,
     JOIN,
     OPE,
+    RND,
+    SEARCH,
     Encryption,
     PhysicalDesign,
     TableDesign,
@@ -98,17 +104,23 @@ REVEALS = {
     DET: "which rows hold equal values",
     OPE: "the order of values",
     JOIN: "which rows hold equal values (re-keyable for joins)",
+    SEARCH: "nothing until a query searches a word, then which rows hold it",
 }
 LAYERED = (DET, OPE, JOIN)  # the onions wrapped in RND at load
-DEFERRED = (OPE, JOIN)  # the onions a load leaves for their first peel to build
-LAZY = "lazy"  # ``Encryption.params`` key: a wrapped layer not built on the server yet
+# the onions a load leaves for their first peel to build: DET only where another form
+# fetches the column (``_build_source``: a text column's RND copy)
+DEFERRED = (DET, OPE, JOIN, SEARCH)
+# the onions with a row in the layers table: the wrapped ones, and SEARCH (built or not)
+TRACKED = (*LAYERED, SEARCH)
+LAZY = "lazy"  # ``Encryption.params`` key: an onion layer not built on the server yet
 _CONFLICT = "onflict"  # DuckDB: another transaction wrote the layers row first
 _ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
 class Peel:
-    """Take the RND layer off ``table.column``'s onion of ``scheme`` (DET, OPE or JOIN)."""
+    """Take the RND layer off ``table.column``'s onion of ``scheme`` (DET, OPE or JOIN), or
+    build an unbuilt one (SEARCH's words, which have no RND layer)."""
 
     table: str
     column: str
@@ -137,8 +149,13 @@ Adjustment = Peel | Rekey
 
 
 def has_wrapped(design: PhysicalDesign) -> bool:
-    """Does the design hold onions a query could still adjust (a wrapped layer, a JOIN key)?"""
-    return any(e.outer or e.scheme == JOIN for t in design.tables.values() for e in t.encryptions)
+    """Does the design hold onions a query could still adjust (a wrapped or unbuilt layer, a
+    JOIN key)?"""
+    return any(
+        e.outer or e.scheme == JOIN or unbuilt(e)
+        for t in design.tables.values()
+        for e in t.encryptions
+    )
 
 
 def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list[Adjustment]:
@@ -152,6 +169,10 @@ def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list
         enc = design.tables[table].onion_of(column, scheme)
         if enc is not None and enc.outer is not None and policy.allows(table, column, scheme):
             found.append(Peel(table, column, scheme))
+    for table, column in sorted(needs.search):  # words: no more than DET may reveal
+        enc = design.tables[table].onion_of(column, SEARCH)
+        if enc is not None and unbuilt(enc) and policy.allows(table, column, DET):
+            found.append(Peel(table, column, SEARCH))
     _join_adjustments(design, policy, sorted(needs.joins), found)
     return found
 
@@ -216,10 +237,14 @@ def peel_layers(
 
     The peels of one table come off in one statement (PostgreSQL rewrites
     every row an UPDATE touches, whatever columns change: one rewrite, not
-    one per layer), then the JOIN re-keys run in order.
+    one per layer), then the JOIN re-keys run in order. An unbuilt JOIN onion
+    that a re-key then moves is built under the key it moves onto instead
+    (``_built_onto``): what the peel and the re-key would leave, one rewrite of
+    the table less.
     """
     events: list[dict[str, object]] = []
     rewritten: set[str] = set()  # server tables whose statistics are stale now
+    onto = _built_onto(session.design, adjustments)
     by_table: dict[str, list[Peel]] = {}
     for wanted in adjustments:
         if isinstance(wanted, Peel):
@@ -227,19 +252,22 @@ def peel_layers(
     for name, peels in by_table.items():
         table = session.design.tables[name]
         pairs = [(p, table.onion_of(p.column, p.scheme)) for p in peels]
-        wrapped = [(p, e) for p, e in pairs if e is not None and e.outer is not None]
+        wrapped = [
+            (p, e) for p, e in pairs if e is not None and (e.outer is not None or unbuilt(e))
+        ]
         if not wrapped:
             continue  # another session of this process peeled them meanwhile
         started = time.perf_counter()
         encs = [e for _, e in wrapped]
         with _indexes_set_aside(session, table, [e.name for e in encs]):
-            stripped = _retry(partial(_peel_on_server, session, table, encs))
+            stripped = _retry(partial(_peel_on_server, session, table, encs, onto))
         rewritten.update([table.server_name] if stripped else [])
         seconds = round(time.perf_counter() - started, 3)
         for peel, enc in wrapped:
             by = "this client" if enc.name in stripped else "another client (design repaired)"
             event = _event(peel.scheme, table, seconds, reason, by, len(wrapped))
-            _record(session, [peel], event)
+            moved = [onto[enc.name][0]] if enc.name in stripped and enc.name in onto else []
+            _record(session, [peel, *moved], event)
             events.append({**event, "table": peel.table, "column": peel.column})
         log.info("peeled %d layer(s) of %s in %.2f s", len(wrapped), name, seconds)
     for wanted in adjustments:
@@ -270,6 +298,38 @@ def _rekey(
     return [{**event, "table": wanted.table, "column": wanted.column}]
 
 
+def _built_onto(
+    design: PhysicalDesign, adjustments: list[Adjustment]
+) -> dict[str, tuple[Rekey, str]]:
+    """The unbuilt JOIN onions that ``adjustments`` build and then re-key, by server column:
+    each one's first re-key and the key scope it moves onto, which its build uses instead.
+
+    Only onto a column no re-key of the list moves (its key is the same when the re-key
+    would run, and ``reconcile`` finds it by that key after a crash).
+    """
+    peeled = {(a.table, a.column) for a in adjustments if isinstance(a, Peel) and a.scheme == JOIN}
+    rekeys = [a for a in adjustments if isinstance(a, Rekey)]
+    moving = {(r.table, r.column) for r in rekeys}
+    found: dict[str, tuple[Rekey, str]] = {}
+    seen: set[tuple[str, str]] = set()
+    for rekey in rekeys:
+        ref = (rekey.table, rekey.column)
+        if ref in seen:
+            continue
+        seen.add(ref)
+        enc = design.tables[rekey.table].onion_of(rekey.column, JOIN)
+        target = design.tables[rekey.onto[0]].onion_of(rekey.onto[1], JOIN)
+        if (
+            enc is not None
+            and target is not None
+            and unbuilt(enc)
+            and ref in peeled
+            and rekey.onto not in moving
+        ):
+            found[enc.name] = (rekey, target.key_scope)
+    return found
+
+
 def _event(
     layer: str, table: TableDesign, seconds: float, reason: str, by: str, columns: int
 ) -> dict[str, object]:
@@ -289,7 +349,7 @@ def reconcile(session: SessionContext) -> list[Adjustment]:
     """Repair the design where the server has adjusted a layer the design has not recorded."""
     missed: list[Adjustment] = []
     for table in session.design.tables.values():
-        onions = {e.name: e for e in table.encryptions if e.onion and e.scheme in LAYERED}
+        onions = {e.name: e for e in table.encryptions if e.onion and e.scheme in TRACKED}
         if not onions or not table.layers_table:
             continue
         states = run_remote(layer_states_statement(table), session.backend, FetchStats())
@@ -303,7 +363,7 @@ def reconcile(session: SessionContext) -> list[Adjustment]:
             enc = onions.get(name)
             if enc is None:
                 continue
-            if peeled and enc.outer is not None:
+            if peeled and (enc.outer is not None or unbuilt(enc)):
                 missed.append(Peel(table.name, enc.source, enc.scheme))
             if enc.scheme == JOIN and key and key != join_key_id(session.master, enc.key_scope):
                 missed.append(Rekey(table.name, enc.source, _holder(session, key)))
@@ -331,21 +391,34 @@ def join_key_id(master: MasterKey, scope: str) -> str:
 
 
 def defer_layers(table: TableDesign) -> list[Encryption]:
-    """Mark the wrapped JOIN-ADJ and OPE onions of ``table`` that the load need not build
-    (``params["lazy"]``), and return them: those of a column whose DET onion holds the
-    same values, from which their first peel builds them (``_build_on_server``)."""
+    """Mark the wrapped JOIN-ADJ, OPE and DET onions and the SEARCH onions of ``table`` that
+    the load need not build (``params["lazy"]``), and return them: those of a column with
+    another built form of the same values (its DET onion, or for a DET onion an RND copy:
+    ``_build_source``), from which their first peel builds them (``_build_on_server``).
+    A SEARCH onion is never wrapped, but as unbuilt it reveals even less (NULLs); a
+    load's layers table has a row for it (``layers_rows``)."""
     deferred = [
         e
         for e in table.encryptions
         if e.onion
-        and e.outer is not None
+        and (e.outer is not None or e.scheme == SEARCH)
         and e.scheme in DEFERRED
         and not e.is_expression
-        and table.onion_of(e.source, DET) is not None
+        and _build_source(table, e) is not None
     ]
     for enc in deferred:
         enc.params[LAZY] = True
     return deferred
+
+
+def _build_source(table: TableDesign, enc: Encryption) -> Encryption | None:
+    """The built column a first peel of ``enc`` decrypts its values from: the column's DET
+    onion, or its row-bound RND copy (``veil.designer.onions``: text and numbers of under
+    64 bits are fetched from it, and their DET onion is deferred too)."""
+    for form in (*table.encryptions_of(enc.source, DET), *table.encryptions_of(enc.source, RND)):
+        if form is not enc and not unbuilt(form) and not form.is_expression:
+            return form
+    return None
 
 
 def unbuilt(enc: Encryption) -> bool:
@@ -354,13 +427,16 @@ def unbuilt(enc: Encryption) -> bool:
 
 
 def layers_rows(table: TableDesign, master: MasterKey) -> pa.Table:
-    """The layers table at load: one row per onion layer, peeled where it is not wrapped."""
-    onions = [e for e in table.encryptions if e.onion and e.scheme in LAYERED]
+    """The layers table at load: one row per onion layer, peeled where it is not wrapped
+    (built, for a SEARCH onion)."""
+    onions = [e for e in table.encryptions if e.onion and e.scheme in TRACKED]
     keys = [join_key_id(master, e.key_scope) if e.scheme == JOIN else None for e in onions]
     return pa.table(
         {
             LAYER_COLUMN: pa.array([e.name for e in onions], pa.string()),
-            LAYER_PEELED: pa.array([e.outer is None for e in onions], pa.bool_()),
+            LAYER_PEELED: pa.array(
+                [e.outer is None and not unbuilt(e) for e in onions], pa.bool_()
+            ),
             LAYER_KEY: pa.array(keys, pa.string()),
         }
     )
@@ -429,10 +505,14 @@ def _locked_state(
 
 
 def _peel_on_server(
-    session: SessionContext, table: TableDesign, encs: list[Encryption]
+    session: SessionContext,
+    table: TableDesign,
+    encs: list[Encryption],
+    onto: dict[str, tuple[Rekey, str]],
 ) -> set[str]:
     """One transaction: the layers come off, but for those the server says are off already.
 
+    ``onto``: the unbuilt JOIN onions to build under another column's key (``_built_onto``).
     Returns the server columns this call peeled.
     """
     backend = session.backend
@@ -442,7 +522,8 @@ def _peel_on_server(
             return set()
         built = [e for e in wrapped if unbuilt(e)]
         if built:
-            _build_on_server(session, table, built)
+            scopes = {e.name: onto[e.name][1] for e in built if e.name in onto}
+            _build_on_server(session, table, built, scopes)
         layers = [
             (e, layer_form(e), layer_key(session.master, e, rnd_context(table, e)))
             for e in wrapped
@@ -460,16 +541,24 @@ def _peel_on_server(
     return {e.name for e in wrapped}
 
 
-def _build_on_server(session: SessionContext, table: TableDesign, encs: list[Encryption]) -> None:
+def _build_on_server(
+    session: SessionContext,
+    table: TableDesign,
+    encs: list[Encryption],
+    scopes: dict[str, str] | None = None,
+) -> None:
     """Build the unbuilt layers ``encs`` (``defer_layers``), peeled, in every row of ``table``,
-    inside the caller's transaction (which holds their layers rows' locks).
+    inside the caller's transaction (which holds their layers rows' locks). ``scopes``: a
+    JOIN onion to build under another column's key, by server column (``_built_onto``;
+    its layers row then names that key, as a re-key would have left it).
 
-    The values come from each column's DET onion: fetched with the row ids (ciphertexts
-    only), decrypted and encrypted under the layer's scheme on the client; the server
-    gets the layer's ciphertexts, as an XOR peel would have left them.
+    The values come from each column's DET onion (or RND copy, ``_build_source``):
+    fetched with the row ids (ciphertexts only), decrypted and encrypted under the
+    layer's scheme on the client; the server gets the layer's ciphertexts, as an XOR
+    peel would have left them.
     """
     backend, master = session.backend, session.master
-    onions = {e.source: table.onion_of(e.source, DET) for e in encs}
+    onions = {e.source: _build_source(table, e) for e in encs}
     fetched = [table.row_id, *dict.fromkeys(d.name for d in onions.values() if d is not None)]
     stored = backend.execute(
         f"SELECT {', '.join(quote(c) for c in fetched)} FROM {quote(table.server_name)}"
@@ -478,19 +567,22 @@ def _build_on_server(session: SessionContext, table: TableDesign, encs: list[Enc
     rows = ids.to_numpy(zero_copy_only=False).astype(np.int64)
     written: dict[str, pa.Array] = {OLD_KEY: ids}
     for enc in encs:
-        det = onions[enc.source]
-        assert det is not None  # defer_layers defers only columns with a DET onion
-        values = _plain_column(stored.column(fetched.index(det.name)))
-        cipher = column_cipher(master, det, rnd_context(table, det))
+        form = onions[enc.source]
+        assert form is not None  # defer_layers defers only columns with a built form
+        values = _plain_column(stored.column(fetched.index(form.name)))
+        cipher = column_cipher(master, form, rnd_context(table, form))
         encoded = (
             cipher.decrypt_rows(rows, values)
             if isinstance(cipher, RowBoundCipher)
             else cipher.decrypt(values)
         )
         peeled = {k: v for k, v in enc.params.items() if k not in ("outer", LAZY)}
-        written[enc.name] = column_cipher(master, dataclasses.replace(enc, params=peeled)).encrypt(
-            encoded
-        )
+        scope = (scopes or {}).get(enc.name, enc.key_scope)
+        bare = dataclasses.replace(enc, params=peeled, key_scope=scope)
+        written[enc.name] = column_cipher(master, bare).encrypt(encoded)
+        if scope != enc.key_scope:
+            key = join_key_id(master, scope)
+            run_remote(mark_rekeyed_statement(table, enc, key), backend, FetchStats())
     _write_built(session, table, pa.table(written))
 
 
