@@ -599,6 +599,8 @@ class Generator:
                 conjuncts.append(link)
         if self.chance(0.6):
             conjuncts.append(self.pred(scope, depth + 1))
+        if kind is not None and not correlated and depth < 4 and self.chance(0.5):
+            conjuncts.append(self.in_chain_level(scope, depth))
         where = f" WHERE {' AND '.join(conjuncts)}" if conjuncts else ""
         if kind is None:
             return Block(f"SELECT 1 FROM {source.sql_from}{where}", [], source.rows)
@@ -610,6 +612,15 @@ class Generator:
             [],
             source.rows,
         )
+
+    def in_chain_level(self, scope: Scope, depth: int) -> str:
+        """``col [NOT] IN (SELECT c ...)`` inside an uncorrelated IN-subquery: a chain of
+        levels, each one table (TPC-DS q83's dates of the weeks of three dates)."""
+        col = self.column(scope, None)
+        if col is None:
+            return "true"
+        inner = self.subquery(scope, col.kind, depth + 1, correlated=False)
+        return f"{col.ref} {self.pick(['IN', 'IN', 'NOT IN'])} ({inner.sql})"
 
     def scalar_subquery(self, outer: Scope, kind: str, depth: int) -> str:
         source = self.base_source(self.pick_table(small=True))
