@@ -79,11 +79,15 @@ def onion_design(
     *,
     sums: bool = True,
     vocabularies: Collection[tuple[str, str]] = (),
+    narrow_copies: bool = True,
 ) -> PhysicalDesign:
     """Onions for every column of ``schema``, within ``policy`` (default: OPE allowed).
 
     ``vocabularies``: the ``(table, column)`` text columns the data shows to be
     short fixed vocabularies (``vocabulary``), stored without a search onion.
+    ``narrow_copies``: numbers of under 64 bits get an RND copy in their type's
+    bits, for a server that bit-packs integers (DuckDB); PostgreSQL stores 8
+    bytes a BIGINT anyway, where the copy would only make a DET peel a build.
     """
     policy = policy or Policy()
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
@@ -93,7 +97,9 @@ def onion_design(
         for column in columns:
             searchable = (table, column.name) not in vocabularies
             highest = policy.layer(table, column.name)
-            encryptions += _onions(table, column, highest, schemes, load, searchable=searchable)
+            encryptions += _onions(
+                table, column, highest, schemes, load, searchable=searchable, narrow=narrow_copies
+            )
         summed = WorkloadNeeds(sums={(table, c.name) for c in columns if _additive(c)})
         design.tables[table] = TableDesign(
             name=table,
@@ -116,6 +122,7 @@ def _onions(
     load: str,
     *,
     searchable: bool = True,
+    narrow: bool = True,
 ) -> list[Encryption]:
     kind = SqlType(column.type).kind
     chosen: list[Encryption] = []
@@ -134,13 +141,13 @@ def _onions(
         add(RND, f"rnd:{where}")
         return chosen
     add(DET, f"det:{where}", **layers)
-    narrow = rnd_bits(SqlType(column.type), column.bounds)
-    if not peeled and (narrow is not None or not SqlType(column.type).is_integral):
+    bits = rnd_bits(SqlType(column.type), column.bounds) if narrow else None
+    if not peeled and (bits is not None or not SqlType(column.type).is_integral):
         # fetched as row-bound RND, which keeps a value's length where wrapped DET adds
         # 17 bytes (AES-SIV) and the RND layer makes every row's bytes differ (TPC-H's
         # l_returnflag took 21.5 bytes a row), and a number in its type's bits where DET
         # takes 64 (a DATE or INTEGER: 32); its DET onion is built by its first peel
-        add(RND, f"rnd:{where}", **({RND_BITS: narrow} if narrow is not None else {}))
+        add(RND, f"rnd:{where}", **({RND_BITS: bits} if bits is not None else {}))
     if kind == INT_KIND and JOIN in schemes:
         add(JOIN, f"join:{where}", **layers)
     if SqlType(column.type).is_integral and OPE in schemes and highest in (OPE, PLAIN):

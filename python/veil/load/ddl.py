@@ -320,7 +320,10 @@ def _load(
     schema, policy = {name: columns}, client.policy()
     if onions:
         sums = _sums(session) == "ashe"
-        fresh = onion_design(schema, available_schemes(), master.fingerprint(), policy, sums=sums)
+        fresh = onion_design(
+            schema, available_schemes(), master.fingerprint(), policy, sums=sums,
+            narrow_copies=session.backend.compresses_repeated_bytes,
+        )  # fmt: skip
     else:
         # the workload stands for the table's options (WITH (ope = ...)): what they ask
         # for is stored, whether a plan of these stand-in queries reads it or not

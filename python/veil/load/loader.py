@@ -193,19 +193,21 @@ def _designed_and_loaded(
     if policy is None:
         policy = client.policy()
     check_policy_columns(policy, schema)
+    fresh: PhysicalDesign | None = None
     if design is not None:
         fresh = chosen_design(design, schema, policy, master.fingerprint())
     elif workload:
         fresh = greedy_design(
             schema, workload, available_schemes(), master.fingerprint(), sums=sums, policy=policy
         )
-    else:
-        fresh = onion_design(
-            schema, available_schemes(), master.fingerprint(), policy, sums=sums == "ashe",
-            vocabularies=_vocabularies(con, tables, schema),
-        )  # fmt: skip
     backend = connect(server_url)
     try:
+        if fresh is None:  # onions, whose number copies depend on the server's storage
+            fresh = onion_design(
+                schema, available_schemes(), master.fingerprint(), policy, sums=sums == "ashe",
+                vocabularies=_vocabularies(con, tables, schema),
+                narrow_copies=backend.compresses_repeated_bytes,
+            )  # fmt: skip
         return load_into(con, tables, fresh, client, master, backend, say)
     finally:
         backend.close()
