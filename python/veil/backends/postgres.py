@@ -336,7 +336,10 @@ class PostgresBackend(StagedBackend):
         sql = _update_one_statement(table, key, data.schema)
         columns = [c for c in data.column_names if c != OLD_KEY]
         values = [data.column(c)[0].as_py() for c in [*columns, OLD_KEY]]
-        return self.execute(sql, values).num_rows
+        # prepared at once (it runs for every point UPDATE of the table); its row count
+        # read from the cursor, without building a result table
+        with self._cursor(sql, values, prepare=True) as cursor:
+            return int(cursor.rowcount)
 
     # -- catalogue ----------------------------------------------------------
 
@@ -527,7 +530,7 @@ def _update_one_statement(table: str, key: str, schema: pa.Schema) -> str:
     sets = ", ".join(f"{quote(c)} = ${i}::{types[c]}" for i, c in enumerate(columns, 1))
     return (
         f"UPDATE {quote(table)} SET {sets} "
-        f"WHERE {quote(key)} = ${len(columns) + 1}::{types[OLD_KEY]} RETURNING 1"
+        f"WHERE {quote(key)} = ${len(columns) + 1}::{types[OLD_KEY]}"
     )
 
 
