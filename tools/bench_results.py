@@ -18,7 +18,8 @@ A figure in ``meta.toml``::
 ``path`` is a dotted path into the JSON; ``runs[side=veil,clients=8]`` picks the first
 item of a list whose fields match, ``runs[*]`` or ``*`` every item (then ``agg`` folds
 them: median, min, max, sum, count, or range, which gives two values to the format);
-the spec ``{:si}`` writes 50.8M. A list of paths gives the format one value each.
+the spec ``{:si}`` writes 50.8M; a list value (queries) is written ``q01, q54`` or
+``none``. A list of paths gives the format one value each.
 A benchmark with ``each = [...]`` names
 several files through ``{each}`` in ``json``/``png``; its figures list one value per file
 (``a / b / c``, or ``join`` them otherwise), or fold them into one with ``across`` (an ``agg``).
@@ -136,8 +137,17 @@ class Number(float):
 def format_values(values: tuple[Any, ...], figure: dict[str, Any]) -> str:
     if any(value is None for value in values):
         return figure.get("missing", "—")
-    numbers = [Number(v) if isinstance(v, float) else v for v in values]
-    return str(figure.get("format", "{}")).format(*numbers)
+    return str(figure.get("format", "{}")).format(*(_formattable(v) for v in values))
+
+
+def _formattable(value: Any) -> Any:
+    """Floats take the ``si`` spec; a list of queries (fallbacks, timeouts) reads as
+    ``q01, q54`` or ``none`` rather than Python's ``['q01']``."""
+    if isinstance(value, float):
+        return Number(value)
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) or "none"
+    return value
 
 
 def figure_text(documents: Sequence[Any], figure: dict[str, Any]) -> str:

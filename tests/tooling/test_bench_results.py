@@ -44,3 +44,11 @@ def test_paths_pick_items_and_fold_them() -> None:
     figure = {"label": "tps", "path": "runs[*].tps", "agg": "range", "format": "{:.0f}-{:.0f}"}
     assert generator.figure_text([document], figure) == "tps 1-3"
     assert format(generator.Number(50_787_184.0), "si") == "50.8M"
+
+
+def test_lists_of_queries_read_as_words() -> None:
+    generator = _generator()
+    document = {"summary": {"timeouts": [], "plaintext_timeouts": ["q01", "q54"]}}
+    figure = {"label": "timeouts", "path": ["summary.timeouts", "summary.plaintext_timeouts"],
+              "format": "{} (plaintext: {})"}  # fmt: skip
+    assert generator.figure_text([document], figure) == "timeouts none (plaintext: q01, q54)"
