@@ -18,7 +18,7 @@ import pytest
 
 from tests.session.test_onion_safety import ROWS, source  # noqa: F401 (a fixture)
 from tests.session.test_onions import _assert_forms
-from veil.design.model import DET, JOIN, OPE, RND, SEARCH
+from veil.design.model import BLOCKS, DET, JOIN, OPE, RND, SEARCH
 from veil.load.loader import load
 from veil.session.onions import reconcile, unbuilt
 from veil.session.session import Session
@@ -156,14 +156,16 @@ def test_a_built_search_onion_missing_from_the_design_is_repaired(loaded: Path) 
         assert found.column(0)[0].as_py() == ROWS // 50
 
 
-def test_a_text_column_is_fetched_as_rnd_until_its_det_onion_is_built(loaded: Path) -> None:
+def test_a_text_column_is_fetched_from_blocks_until_its_det_onion_is_built(loaded: Path) -> None:
     names = [f"name {i % 50}" for i in range(ROWS)]
     with _session(loaded) as session:
         table = session.design.table("items")
         det = table.onion_of("name", DET)
         assert det is not None and det.outer is not None and unbuilt(det)
-        assert table.fetchable("name").scheme == RND  # the DET onion holds NULL
+        assert table.fetchable("name").scheme == BLOCKS  # the DET onion holds NULL
         session.run("INSERT INTO items VALUES (5000, 3, 7, 'name 7')")
+        session.run("UPDATE items SET name = 'name 9' WHERE id = 4")  # blocks of fresh ids
+        names[4] = "name 9"
         names.append("name 7")
         _assert_forms(session)
         found = session.run("SELECT count(*) FROM items WHERE name = 'name 7'").table

@@ -27,7 +27,8 @@ from veil.ciphers.encrypt import rnd_context
 from veil.design.model import DET, OPE, RND, Encryption, TableDesign
 from veil.design.policy import Policy
 from veil.encoding import encode
-from veil.exec.decrypt import decrypt_columns
+from veil.exec.decrypt import BlockReader, decrypt_columns
+from veil.exec.server import FetchStats
 from veil.load.loader import load
 from veil.session.onions import unbuilt
 from veil.session.session import Session
@@ -182,12 +183,14 @@ def _read_back(
 ) -> tuple[np.ndarray, pa.Array, pa.Array]:
     """(row ids, the server's ciphertexts of ``enc``, the encoded plaintext) of every row."""
     fetchable = table.fetchable(enc.source)
+    stored = table.stored_column(fetchable)  # a BLOCKS column's: the row id
     server = session.backend.execute(
-        f'SELECT "{table.row_id}", "{enc.name}", "{fetchable.name}" FROM "{table.server_name}"'
+        f'SELECT "{table.row_id}", "{enc.name}", "{stored}" FROM "{table.server_name}"'
     )
     ids = server.column(0).to_numpy()
     wanted = [(enc.source, fetchable), ("__veil_rnd_row_id", None)]
-    plain = decrypt_columns(server.select([2, 0]), table, wanted, session.ciphers)
+    blocks = BlockReader(session.backend, FetchStats())
+    plain = decrypt_columns(server.select([2, 0]), table, wanted, session.ciphers, blocks)
     return ids, server.column(1).combine_chunks(), encode(plain.column(0), enc.sql_type)
 
 

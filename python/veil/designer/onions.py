@@ -4,11 +4,12 @@ Each column gets, within its policy (``veil.design.policy``):
 
 - an equality onion: DET under a key of its own, wrapped in a row-bound RND
   layer (``Encryption.outer``); it is also how a number is fetched (the
-  client removes both layers). A text (bytes) column, or a number whose
-  type fits fewer than 64 bits (DATE, INTEGER, DECIMAL(15,2)), is fetched
-  from a row-bound RND copy instead, which keeps each value's length (DET
-  adds a 17-byte tag) or its type's bits, and its DET onion, like the join,
-  order and search onions, is built by its first peel
+  client removes both layers). A number whose type fits fewer than 64 bits
+  (DATE, INTEGER, DECIMAL(15,2)) is fetched from a row-bound RND copy in
+  its type's bits instead, and a text (bytes) column from sealed blocks of
+  rows (BLOCKS, compressed: DET adds a 17-byte tag to every value, an RND
+  copy keeps its length), and its DET onion, like the join, order and
+  search onions, is built by its first peel
   (``veil.session.onions.defer_layers``). A column whose policy is RND gets
   plain row-bound RND only: it is only ever fetched;
 - a join onion for integers: JOIN-ADJ under a key of its own, wrapped in RND;
@@ -37,6 +38,7 @@ from collections.abc import Collection
 
 from veil.design.domains import column_domain, rnd_bits, signed_bits
 from veil.design.model import (
+    BLOCKS,
     DET,
     JOIN,
     OPE,
@@ -110,6 +112,7 @@ def onion_design(
             sums=_ashe_sums(_summed(table, columns, summed)) if sums else None,
             id_counter=opaque_name("t"),
             layers_table=opaque_name("t"),
+            blocks_table=opaque_name("t") if any(e.scheme == BLOCKS for e in encryptions) else "",
         )
     return design
 
@@ -142,11 +145,17 @@ def _onions(
         return chosen
     add(DET, f"det:{where}", **layers)
     bits = rnd_bits(SqlType(column.type), column.bounds) if narrow else None
-    if not peeled and (bits is not None or not SqlType(column.type).is_integral):
-        # fetched as row-bound RND, which keeps a value's length where wrapped DET adds
-        # 17 bytes (AES-SIV) and the RND layer makes every row's bytes differ (TPC-H's
-        # l_returnflag took 21.5 bytes a row), and a number in its type's bits where DET
-        # takes 64 (a DATE or INTEGER: 32); its DET onion is built by its first peel
+    if not peeled and not SqlType(column.type).is_integral:
+        # text is fetched from sealed blocks of rows (``veil.crypto.rowblocks``), which
+        # compress as the plaintext does, until its DET onion is built by a first peel:
+        # wrapped DET adds 17 bytes (AES-SIV) a value and its RND layer makes every row's
+        # bytes differ (TPC-H's l_returnflag took 21.5 bytes a row), and a row-bound RND
+        # copy keeps every value's length (l_shipinstruct's four values: 15 bytes a row,
+        # 9.1 MB of the SF 0.1 onion load's 130 MB; sealed, its blocks take a few KB)
+        add(BLOCKS, f"blocks:{where}")
+    elif not peeled and bits is not None:
+        # a number is fetched as row-bound RND in its type's bits where DET takes 64 (a
+        # DATE or INTEGER: 32), until its DET onion is built by a first peel
         add(RND, f"rnd:{where}", **({RND_BITS: bits} if bits is not None else {}))
     if kind == INT_KIND and JOIN in schemes:
         add(JOIN, f"join:{where}", **layers)

@@ -312,7 +312,7 @@ def _load_table(
     started = time.perf_counter()
     schema = TableEncryptor(master, table).server_schema(_empty(table.columns))
     # the JOIN-ADJ, OPE and SEARCH onions, and the DET onions of columns fetched from
-    # an RND copy, are built by their first peel, if any (most never are): the load
+    # a copy (blocks, RND), are built by their first peel, if any (most never are): the load
     # stores NULLs in their columns
     deferred = {e.name for e in defer_layers(table)}
     built = [e for e in table.encryptions if e.name not in deferred]
