@@ -35,7 +35,10 @@ class BlockReader:
         self, table: TableDesign, encs: list[Encryption], ids: np.ndarray, ciphers: CipherCache
     ) -> dict[str, pa.Array]:
         """The encoded values of ``encs`` (BLOCKS columns) for the rows ``ids``."""
-        wanted = np.unique(ids)
+        # sorted, then deduplicated: numpy 2.4's np.unique hashes, 7x slower on 600,000
+        # ids (1.7 s against 0.26 s under load) when a peel reads a whole column's blocks
+        ordered = np.sort(ids)
+        wanted = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))[: len(ordered)]]
         index = run_remote(
             block_index_statement(table, block_number(table, encs[0])), self._backend, self._stats
         )
