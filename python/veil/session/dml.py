@@ -291,6 +291,14 @@ def _insert(session: SessionContext, tree: exp.Insert, given: pa.Table | None = 
     plain = number_rows(session, table, tree, plain)
     if tree.args.get("conflict") is not None and len(plain):
         return _upsert(session, table, tree, plain)
+    write_new_rows(session, table, plain)
+    return Result(returning(session, tree, plain), len(plain), stats)
+
+
+def write_new_rows(session: SessionContext, table: TableDesign, plain: pa.Table) -> None:
+    """Write the new rows ``plain`` (the table's columns, identities numbered): refused
+    before anything is written if one breaks a constraint, else one transaction under the
+    onion layers (``veil.session.point_inserts`` writes its row this way too)."""
     check_rows(session.local, table, plain)  # refuse before writing
     encryptor(session, table).check_domains(plain)
     parents = references.parent_locks(session, table, plain)
@@ -300,7 +308,6 @@ def _insert(session: SessionContext, tree: exp.Insert, given: pa.Table | None = 
         _write_rows(session, table, plain, first_id)
 
     _in_layers(session, table, len(plain), append)
-    return Result(returning(session, tree, plain), len(plain), stats)
 
 
 def _upsert(

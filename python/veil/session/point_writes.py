@@ -46,7 +46,7 @@ from veil.backends.base import BackendError
 from veil.design.model import Reference, TableDesign
 from veil.encoding import exact_arrow
 from veil.exec.server import FetchStats
-from veil.session import dml, references, set_values
+from veil.session import dml, point_inserts, references, set_values
 from veil.session.context import SessionContext
 from veil.session.defaults import is_default
 from veil.session.plan_cache import Key, Recent
@@ -107,7 +107,8 @@ def answer(
     scope: object,
     fits: Callable[[], bool] | None = None,
 ) -> Result | None:
-    """The statement run as its kept shape; None: the general path runs it (nothing written).
+    """The statement run as its kept shape (an UPDATE or DELETE here, an INSERT in
+    ``veil.session.point_inserts``); None: the general path runs it (nothing written).
 
     ``shape``: the session's key of ``sql``'s shape (text, parameter types, design
     version); ``scope``: what else a session's plans are kept apart by (its client
@@ -115,9 +116,12 @@ def answer(
     the statement as written does (its literals made parameters: ``veil.sql.literals``),
     asked before a new shape is kept.
     """
-    if sql.lstrip()[:6].upper() not in _VERBS:
-        return None
+    verb = sql.lstrip()[:6].upper()
     key = (scope, *shape)
+    if verb == "INSERT":  # one row of VALUES (``point_inserts``)
+        return point_inserts.answer(session, sql, params, key, fits)
+    if verb not in _VERBS:
+        return None
     known, write = _KEPT.get(key)
     if known and write is None:
         return None  # a shape this path does not take

@@ -1,0 +1,184 @@
+"""One-row INSERT ... VALUES planned once per shape (``veil.session.point_inserts``).
+
+Each statement runs through Veil and on plaintext DuckDB with the same values;
+the rows each side then holds must be the same, and every refusal (NOT NULL,
+CHECK, a duplicate key, a value the column's type cannot take) must be the
+general path's own, with nothing written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from veil import statements
+from veil.errors import VeilError
+from veil.session import dml, point_inserts
+from veil.session.session import Session
+from veil.sql.errors import CheckViolationError, NotNullViolationError, UniqueViolationError
+from veil_dev.bench.oltp import empty_client_dir
+
+pytestmark = pytest.mark.integration
+
+TABLE = (
+    "CREATE TABLE acc (id INTEGER PRIMARY KEY, bal BIGINT NOT NULL, note VARCHAR, "
+    "day DATE, price DECIMAL(10, 2), kind VARCHAR DEFAULT 'plain', small SMALLINT, "
+    "CHECK (bal > -1000))"
+)
+CHECK = "SELECT * FROM acc ORDER BY id"
+
+
+@pytest.fixture
+def pair(backend_url: str, tmp_path: Path) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
+    session = Session(empty_client_dir(tmp_path / "client", backend_url))
+    statements.run(session, TABLE)
+    plain = duckdb.connect()
+    plain.execute(TABLE)
+    yield session, plain
+    session.close()
+    plain.close()
+
+
+def _both(pair: tuple[Session, duckdb.DuckDBPyConnection], sql: str, params: list[object]) -> None:
+    """``sql`` on both sides; a refusal on one side must be one on the other."""
+    session, plain = pair
+    try:
+        written = plain.execute(sql, params).fetchall()
+    except duckdb.Error:
+        with pytest.raises(VeilError):
+            session.run(sql, params)
+        return
+    result = session.run(sql, params)
+    if result.table.num_columns:  # RETURNING
+        assert [tuple(r.values()) for r in result.table.to_pylist()] == written, sql
+    else:
+        assert [(result.rowcount,)] == written, (sql, params)
+
+
+def _same_rows(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    session, plain = pair
+    ours = [tuple(row.values()) for row in session.run(CHECK).table.to_pylist()]
+    assert ours == plain.execute(CHECK).fetchall()
+
+
+def test_fresh_values_skip_the_catalogue(
+    pair: tuple[Session, duckdb.DuckDBPyConnection], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run keeps the shape; later ones never ask the catalogue's INSERT."""
+    sql = "INSERT INTO acc (id, bal, note, small) VALUES (?, ?, ?, ?)"
+    _both(pair, sql, [1, 10, "first", 3])
+    checks: list[object] = []
+    monkeypatch.setattr(dml, "check", lambda *a, **k: checks.append(a))
+    for n in range(2, 30):
+        _both(pair, sql, [n, n * 7 - 50, f"note {n}" if n % 3 else "", n % 5])
+    assert checks == []
+    _same_rows(pair)
+
+
+def test_casts_defaults_and_constants(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    """Values the column casts (str to DATE, float to BIGINT, Decimal), DEFAULT, constants."""
+    sql = (
+        "INSERT INTO acc (id, bal, day, price, kind, note) VALUES (?, ?, ?, ?, DEFAULT, 'a' || 'b')"
+    )
+    values: list[list[object]] = [
+        [1, 2.5, "2024-02-29", decimal.Decimal("1.25")],
+        [2, 3.5, dt.date(2020, 1, 1), 7],
+        [3, 10**12, "2021-12-31", "3.14159"],
+        [4, -7, "1999-01-01", 0.5],
+    ]
+    for given in values:
+        _both(pair, sql, given)
+    _both(pair, "INSERT INTO acc VALUES (?, ?, ?, ?, ?, ?, ?)", [5, 1, None, None, None, "k", 1])
+    for n in range(6, 9):
+        _both(
+            pair,
+            "INSERT INTO acc VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [n, 1, "x", "2000-01-01", 2, "k", n],
+        )
+    _same_rows(pair)
+
+
+def test_refusals_are_the_general_paths(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    """Kept shapes refuse as the general path does, and write nothing."""
+    session, _ = pair
+    sql = "INSERT INTO acc (id, bal, note, small) VALUES (?, ?, ?, ?)"
+    for n in (1, 2, 3):
+        _both(pair, sql, [n, n, "ok", n])
+    with pytest.raises(UniqueViolationError):
+        session.run(sql, [2, 5, "again", 1])
+    with pytest.raises(CheckViolationError):
+        session.run(sql, [9, -5000, "low", 1])
+    with pytest.raises(NotNullViolationError):
+        session.run("INSERT INTO acc (id, note) VALUES (?, ?)", [9, "no balance"])
+    with pytest.raises(NotNullViolationError):
+        session.run("INSERT INTO acc (id, note) VALUES (?, ?)", [10, "no balance"])
+    for bad in ([9, "x", "not a number", 1], [9, 1, "too big", 40_000]):
+        _both(pair, sql, bad)
+    _same_rows(pair)
+
+
+def test_current_timestamp_is_taken_each_run(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    """pgbench's history row: CURRENT_TIMESTAMP read from the clock, in DuckDB's zone."""
+    session, plain = pair
+    statements.run(
+        session, "CREATE TABLE hist (tid INT, delta INT, mtime TIMESTAMP, at TIMESTAMPTZ)"
+    )
+    sql = "INSERT INTO hist (tid, delta, mtime, at) VALUES (?, ?, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+    for n in range(5):
+        session.run(sql, [n, -n])
+    kept = [v for v in point_inserts._KEPT.entries.values() if v and v.table.name == "hist"]
+    assert [s.clock is not None for s in kept[0].sources] == [False, False, True, True]
+    query = "SELECT tid, delta, mtime, at FROM hist ORDER BY tid"
+    rows = [tuple(r.values()) for r in session.run(query).table.to_pylist()]
+    assert [r[:2] for r in rows] == [(n, -n) for n in range(5)]
+    now, now_tz = plain.execute("SELECT CURRENT_TIMESTAMP::TIMESTAMP, CURRENT_TIMESTAMP").fetchone()
+    for _, _, stamp, stamp_tz in rows:
+        assert dt.timedelta(0) <= now - stamp < dt.timedelta(minutes=2)
+        assert dt.timedelta(0) <= now_tz - stamp_tz < dt.timedelta(minutes=2)
+    stamps = [r[2] for r in rows]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 5
+
+
+def test_a_shape_is_kept_only_while_plain(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
+    """ON CONFLICT, RETURNING, several rows, a query as source: the general path."""
+    kept = _kept_shapes()
+    for sql, params in [
+        ("INSERT INTO acc (id, bal) VALUES (?, ?) ON CONFLICT DO NOTHING", [1, 1]),
+        ("INSERT INTO acc (id, bal) VALUES (?, ?) RETURNING id", [2, 1]),
+        ("INSERT INTO acc (id, bal) VALUES (?, ?), (?, ?)", [3, 1, 4, 1]),
+        ("INSERT INTO acc (id, bal) SELECT ?, ?", [5, 1]),
+    ]:
+        _both(pair, sql, params)
+        assert _kept_shapes() == kept, sql
+    _same_rows(pair)
+
+
+def _kept_shapes() -> int:
+    with point_inserts._KEPT.lock:
+        return sum(v is not None for v in point_inserts._KEPT.entries.values())
+
+
+def test_omitted_columns_take_their_defaults(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    """Constant defaults are computed once, others each run, a column without one is null."""
+    session, plain = pair
+    table = (
+        "CREATE TABLE d (id INT, a VARCHAR DEFAULT 'x' || 'y', b INT DEFAULT 7, "
+        "c TIMESTAMP DEFAULT now(), e INT)"
+    )
+    statements.run(session, table)
+    plain.execute(table)
+    for n in range(4):
+        _both(pair, "INSERT INTO d (id) VALUES (?)", [n])
+        _both(pair, "INSERT INTO d (id, b) VALUES (?, DEFAULT)", [n + 10])
+    query = "SELECT id, a, b, e, c IS NOT NULL FROM d ORDER BY id"
+    ours = [tuple(r.values()) for r in session.run(query).table.to_pylist()]
+    assert ours == plain.execute(query).fetchall()
