@@ -192,6 +192,9 @@ class WireSession:
         self.cursors: dict[str, tuple[pa.Table, int]] = {}
         # per connection: the statements drivers send again and again
         self._translations: dict[tuple[str, int], dialect.Statement] = {}
+        # INSERT/UPDATE/DELETE with parameters: a Bind only reads their trees (``_prepared``
+        # translates a copy), where a statement with its values written in changes its own
+        self._bound_dml: dict[tuple[str, int], dialect.Statement] = {}
         self._descriptions: dict[tuple[str, tuple[int, ...], int], Any] = {}
         # statements with parameters as the session runs them (``_prepared``)
         self._marked: dict[tuple[object, ...], tuple[exp.Expr, str, list[int]]] = {}
@@ -340,11 +343,13 @@ class WireSession:
                     observer, texts[0], found[0].kind, lambda: self._shaped(*found), watch=True
                 )
                 return [_watched(*shaped)]
+        bound = bool(params)
         if observer is None:
-            statements = [self._classified(t) for t in texts]
+            statements = [self._classified(t, bound=bound) for t in texts]
         else:
             statements = [
-                self._observed(observer, t, None, lambda t=t: self._classified(t)) for t in texts
+                self._observed(observer, t, None, lambda t=t: self._classified(t, bound=bound))
+                for t in texts
             ]
         values = self._values(statements[0], params) if params else []
         # one statement streams its rows; several are answered whole, one after another
@@ -447,18 +452,20 @@ class WireSession:
             self._types[key] = found
         return found
 
-    def _classified(self, text: str) -> dialect.Statement:
-        """``text`` parsed, and for queries translated, once per design (drivers repeat SQL)."""
+    def _classified(self, text: str, *, bound: bool = False) -> dialect.Statement:
+        """``text`` parsed, and for queries translated, once per design (drivers repeat SQL);
+        DML too when ``bound`` (parameters come with it: pgbench's -M prepared parsed each
+        of its writes on every Bind, ~1 ms of Python each)."""
         key = (text, self.veil.design_file_stamp())
-        found = self._translations.get(key)
+        found = self._translations.get(key) or (self._bound_dml.get(key) if bound else None)
         if found is None:
             found = dialect.classify(text)
             if found.kind == "query" and found.tree is not None:
                 tree = dialect.integer_divisions(found.tree, self.schema)
                 found = dialect.Statement(found.text, "query", dialect.output_names(tree))
-                if len(self._translations) >= _CACHED_STATEMENTS:
-                    self._translations.clear()
-                self._translations[key] = found
+                _kept(self._translations, key, found)
+            elif found.kind == "dml" and bound:
+                _kept(self._bound_dml, key, found)
         return found
 
     def _statement(
@@ -579,7 +586,8 @@ class WireSession:
         found = self._marked.get(key)
         if found is None:
             assert statement.tree is not None
-            tree = settings.answer_settings(statement.tree, self.settings)
+            # a copy: the statement's tree is kept (``_classified``) and translating changes it
+            tree = settings.answer_settings(statement.tree.copy(), self.settings)
             tree = pg_types.zoned_literals(tree, self.schema, self.zone)
             tree = array_literals(tree, self.schema)
             if statement.kind != "query":  # a query's tree comes translated (_classified)
@@ -852,6 +860,13 @@ _CONVERSION = re.compile(
     r"Conversion Error|invalid input syntax|unsupported Unicode escape", re.IGNORECASE
 )
 _DATETIME = re.compile(r"\b(?:timestamp|date|time|interval)\b|extract specifier", re.IGNORECASE)
+
+
+def _kept(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """``value`` kept under ``key`` in a per-connection cache of at most _CACHED_STATEMENTS."""
+    if len(cache) >= _CACHED_STATEMENTS:
+        cache.clear()
+    cache[key] = value
 
 
 def _input_error(error: WireError, exc: VeilError) -> WireError:
