@@ -68,6 +68,7 @@ class Source:
     """Where one column of the new row comes from."""
 
     param: int | None = None  # a bare parameter's index
+    negated: bool = False  # ``-?``: the parameter's value negated (``-2345`` written in)
     fixed: pa.Array | None = None  # a constant, computed once (one value)
     sql: str | None = None  # DuckDB SQL of the value, cast to the column's type, per run
     clock: ZoneInfo | None = None  # CURRENT_TIMESTAMP, read in the catalogue's time zone
@@ -201,6 +202,8 @@ def _source(
             return Source(sql=f"CAST(({column.default}) AS {column.type})")
     if PARAM in node.meta:
         return Source(param=node.meta[PARAM][1])
+    if isinstance(node, exp.Neg) and PARAM in node.this.meta:  # a negative number written in
+        return Source(param=node.this.meta[PARAM][1], negated=True)
     if any(PARAM in n.meta for n in node.walk()) or any(node.find_all(exp.Column)):
         return None  # an expression over parameters or columns
     sql = f"CAST(({node.sql(dialect='duckdb')}) AS {column.type})"
@@ -270,10 +273,11 @@ def _row(session: SessionContext, insert: PointInsert, params: Sequence[object])
         else:
             assert source.param is not None
             value = params[source.param]
-            exact = _exact(value, field.type)
+            exact = _exact(value, field.type, negated=source.negated)
             columns.append(pa.array([exact], field.type) if exact is not None else None)
             if exact is None:
-                cast.append((at, _cast_sql(value, insert.table.columns[at])))
+                sql = _cast_sql(value, insert.table.columns[at], negated=source.negated)
+                cast.append((at, sql))
     if cast:
         select = ", ".join(f'{sql} AS "c{at}"' for at, sql in cast)
         try:
@@ -285,21 +289,24 @@ def _row(session: SessionContext, insert: PointInsert, params: Sequence[object])
     return pa.Table.from_arrays(columns, schema=insert.schema)
 
 
-def _cast_sql(value: object, column: Column) -> str:
+def _cast_sql(value: object, column: Column, *, negated: bool) -> str:
     """A parameter's value cast to its column's type, written as the general path binds it."""
-    return f"CAST(({literal(value).sql(dialect='duckdb')}) AS {column.type})"
+    written = literal(value).sql(dialect="duckdb")
+    return f"CAST(({'-' if negated else ''}({written})) AS {column.type})"
 
 
-def _exact(value: object, kind: pa.DataType) -> object | None:
-    """``value`` as it goes into a column of Arrow type ``kind`` with no cast; None: cast it.
+def _exact(value: object, kind: pa.DataType, *, negated: bool = False) -> object | None:
+    """``value`` (``negated``: its negation) as it goes into a column of Arrow type ``kind``
+    with no cast; None: cast it.
 
     An int in the range of a signed integer type, a str in a VARCHAR (without NUL,
     which a literal does not carry): what the cast would give back unchanged.
     """
     if isinstance(value, str):
         text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
-        return str(value) if text and "\x00" not in value else None
+        return str(value) if text and not negated and "\x00" not in value else None
     if isinstance(value, int) and not isinstance(value, bool) and pa.types.is_signed_integer(kind):
+        number = -int(value) if negated else int(value)
         bits = kind.bit_width - 1
-        return int(value) if -(2**bits) <= value < 2**bits else None
+        return number if -(2**bits) <= number < 2**bits else None
     return None
