@@ -38,8 +38,10 @@ REDUCED = {
     "LEFT JOIN returns ON r_id = s_id AND r_amt + 1 > s_amt WHERE s_item = 4",
     "anti-join": "SELECT count(*) FROM sales LEFT JOIN returns ON r_id = s_id "
     "WHERE s_item = 5 AND r_id IS NULL",
+    # (most returns: the 92 of ``r_item = 2`` are fewer bytes than a semi-join over the
+    # sales is worth, and are fetched with their filter alone, ``trim_reductions``)
     "the nullable side's own ON filter": "SELECT count(*), count(r_id) FROM sales "
-    "LEFT JOIN returns ON r_id = s_id AND r_item = 2 WHERE s_amt = 3",
+    "LEFT JOIN returns ON r_id = s_id AND r_item <> 2 WHERE s_amt = 3",
 }
 
 NOT_REDUCED = {

@@ -352,6 +352,19 @@ def test_trim_reductions_drops_what_keeps_every_row(session: Session) -> None:
     assert orders.reduction is None
 
 
+def test_trim_reductions_fetches_a_small_filtered_scan_alone(session: Session) -> None:
+    # TPC-H Q3's customers of one segment (not joined on the server here): a fifth of
+    # the table, one key column, fewer bytes than half the rows of orders and
+    # lineitem, which a semi-join would scan on the server to thin them
+    state = state_before(session, TPCH["q3"], pushdown_joins)
+    scans = {s.alias: s for s in state.scans.values()}
+    assert all(s.reduction is not None for s in scans.values())
+    trim_reductions(state)
+    assert scans["customer"].reduction is None
+    assert scans["orders"].reduction is not None  # wide enough to keep theirs
+    assert scans["lineitem"].reduction is not None
+
+
 def test_q19_and_q7_join_on_the_server_whole(session: Session) -> None:
     # every filter of Q19 (and Q7's nation names) is inside one OR: the implied
     # conjuncts' shares price the join (priced as keeping every row, it lost)
