@@ -187,11 +187,12 @@ def test_a_text_column_is_fetched_from_blocks_until_its_det_onion_is_built(loade
 @pytest.mark.parametrize(
     "backend", ["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-def test_a_narrow_number_is_fetched_as_rnd_in_its_types_bits(
+def test_a_narrow_number_is_fetched_from_blocks(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> None:
-    """A DATE or INTEGER column: an RND copy of 32 bits, not a wrapped DET of 64, where the
-    server bit-packs integers (DuckDB); PostgreSQL stores 8 bytes either way: no copy."""
+    """A DATE or INTEGER column: sealed blocks (compressed), not a wrapped DET of 64 bits,
+    where the server bit-packs integers (DuckDB); PostgreSQL stores 8 bytes a BIGINT
+    anyway, and its wrapped DET is peeled by an XOR: no copy."""
     packs = backend == "duckdb"
     folder = tmp_path / "source"
     folder.mkdir()
@@ -207,7 +208,7 @@ def test_a_narrow_number_is_fetched_as_rnd_in_its_types_bits(
             det = table.onion_of(column, DET)
             assert det is not None and unbuilt(det) == packs
             if packs:
-                assert fetched.scheme == RND and fetched.params.get("bits") == 32
+                assert fetched.scheme == BLOCKS
             else:
                 assert fetched is det and not table.encryptions_of(column, RND)
         sql = "SELECT n, count(*) AS k FROM events WHERE day = DATE '1995-01-03' GROUP BY n ORDER BY n"
@@ -223,3 +224,13 @@ def test_a_narrow_number_is_fetched_as_rnd_in_its_types_bits(
         later = session.run("SELECT max(day) AS d FROM events WHERE n = 4").table.to_pylist()
         assert later == [{"d": max(d for i, d in enumerate(days) if i % 9 == 4)}]
         _assert_forms(session)
+
+
+def test_the_layers_one_statement_takes_off_are_logged_as_this_clients(loaded: Path) -> None:
+    with _session(loaded) as session:
+        sql = "SELECT name, count(*) FROM items WHERE grp = 3 AND amount < 500 GROUP BY name"
+        session.run(sql)
+        log = session.client.peel_log()
+        assert {(e["column"], e["layer"]) for e in log} >= {("grp", DET), ("amount", OPE)}
+        assert {e["by"] for e in log} == {"this client"}  # not repaired as an interrupted peel
+        assert reconcile(session) == []

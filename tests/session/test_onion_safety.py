@@ -74,7 +74,7 @@ def die(*args, **kwargs):
 if {where!r} == "before commit":
     onions.mark_peeled_statement = die
 else:
-    onions._record = die
+    onions._record_all = die
 session = Session({str(client)!r})
 layer_commands.manual_peel(session, "items", "grp", "DET")
 """

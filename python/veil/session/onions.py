@@ -15,11 +15,11 @@ column's policy allows to come off. ``peel`` then, per layer:
    from the design (read fresh from disk), saves it and logs the peel.
 
 The JOIN-ADJ, OPE and SEARCH onions of a load, and the DET onions of the
-columns fetched from a copy instead (text from sealed blocks, numbers of
-under 64 bits from a row-bound RND copy: ``veil.designer.onions``), are not
-built at load (``defer_layers``:
-``params["lazy"]``; most columns are never joined, ranged or searched, and
-those layers were most of an onion load's time and space): the server holds
+columns fetched from a copy instead (text, and numbers of under 64 bits, from
+sealed blocks; older loads' from a row-bound RND copy: ``veil.designer.onions``),
+are not built at load (``defer_layers``: ``params["lazy"]``; most columns are
+never joined, ranged or searched, and those layers were most of an onion load's
+time and space): the server holds
 NULLs in their columns, which the planner never reads until they are built
 (``TableDesign.find``, ``fetchable``). Their first peel builds them instead
 of XORing (in step 1, under the same lock): it fetches the column's DET
@@ -112,7 +112,7 @@ REVEALS = {
 }
 LAYERED = (DET, OPE, JOIN)  # the onions wrapped in RND at load
 # the onions a load leaves for their first peel to build: DET only where another form
-# fetches the column (``_build_source``: a text column's blocks, a number's RND copy)
+# fetches the column (``_build_source``: its blocks, or an older load's RND copy)
 DEFERRED = (DET, OPE, JOIN, SEARCH)
 # the onions with a row in the layers table: the wrapped ones, and SEARCH (built or not)
 TRACKED = (*LAYERED, SEARCH)
@@ -187,7 +187,8 @@ def _join_adjustments(
     joins: list[tuple[tuple[str, str], tuple[str, str]]],
     found: list[Adjustment],
 ) -> None:
-    """Peel both JOIN onions of each join and re-key the smaller join class onto the other."""
+    """Peel both JOIN onions of each join and re-key the join class cheaper to move (fewer
+    rows to rewrite: ``_moving_cost``) onto the other."""
     scopes = {
         (t.name, e.source): e.key_scope
         for t in design.tables.values()
@@ -209,16 +210,31 @@ def _join_adjustments(
         members = {
             scope: [r for r, s in scopes.items() if s == scope] for scope in (scopes[a], scopes[b])
         }
-        rows = {s: sum(design.tables[t].row_count for t, _ in refs) for s, refs in members.items()}
+        cost = {s: _moving_cost(design, refs) for s, refs in members.items()}
         moved, onto = (
             (members[scopes[b]], a)
-            if rows[scopes[b]] <= rows[scopes[a]]
+            if cost[scopes[b]] <= cost[scopes[a]]
             else (members[scopes[a]], b)
         )
         target = scopes[onto]
         for ref in moved:
             found.append(Rekey(*ref, onto))
             scopes[ref] = target
+
+
+def _moving_cost(design: PhysicalDesign, refs: list[tuple[str, str]]) -> tuple[int, int]:
+    """What re-keying a join class costs: the rows of its built JOIN onions, which a re-key
+    rewrites, then all its rows. An unbuilt onion (a class of its own) is written by its
+    build anyway, under the key it moves onto (``_built_onto``): TPC-H Q8 joins the
+    unbuilt l_partkey (600,000 rows) with p_partkey and ps_partkey (100,000, built by Q2),
+    and re-keying those two onto lineitem's key took 11 of its first run's 24 s."""
+    rows = [design.tables[t].row_count for t, _ in refs]
+    built = [
+        n
+        for (t, c), n in zip(refs, rows, strict=True)
+        if (enc := design.tables[t].onion_of(c, JOIN)) is not None and not unbuilt(enc)
+    ]
+    return sum(built), sum(rows)
 
 
 def _share_det(design: PhysicalDesign, a: tuple[str, str], b: tuple[str, str]) -> bool:
@@ -268,12 +284,16 @@ def peel_layers(
             stripped = _retry(partial(_peel_on_server, session, table, encs, onto, points))
         rewritten.update([table.server_name] if stripped else [])
         seconds = round(time.perf_counter() - started, 3)
+        entries: list[tuple[Adjustment, dict[str, object]]] = []
         for peel, enc in wrapped:
             by = "this client" if enc.name in stripped else "another client (design repaired)"
             event = _event(peel.scheme, table, seconds, reason, by, len(wrapped))
-            moved = [onto[enc.name][0]] if enc.name in stripped and enc.name in onto else []
-            _record(session, [peel, *moved], event)
+            done: list[Adjustment] = [peel]
+            if enc.name in stripped and enc.name in onto:
+                done.append(onto[enc.name][0])
+            entries += [(wanted, event) for wanted in done]
             events.append({**event, "table": peel.table, "column": peel.column})
+        _record_all(session, entries)
         log.info("peeled %d layer(s) of %s in %.2f s", len(wrapped), name, seconds)
     for wanted in adjustments:
         if isinstance(wanted, Rekey):
@@ -418,8 +438,9 @@ def defer_layers(table: TableDesign) -> list[Encryption]:
 
 def _build_source(table: TableDesign, enc: Encryption) -> Encryption | None:
     """The built column a first peel of ``enc`` decrypts its values from: the column's DET
-    onion, its row-bound RND copy (``veil.designer.onions``: numbers of under 64 bits are
-    fetched from it, and their DET onion is deferred too) or its sealed blocks (text)."""
+    onion, or the copy it is fetched from instead, whose DET onion is deferred too
+    (``veil.designer.onions``): sealed blocks, or a row-bound RND copy in designs loaded
+    before blocks."""
     forms = (DET, RND, BLOCKS)
     for form in (e for scheme in forms for e in table.encryptions_of(enc.source, scheme)):
         if form is not enc and not unbuilt(form) and not form.is_expression:
@@ -735,20 +756,34 @@ def _record(
     session: SessionContext, adjustments: list[Adjustment], event: dict[str, object]
 ) -> None:
     """Apply the adjustments to the design on disk (under the directory's lock), then log."""
+    _record_all(session, [(wanted, event) for wanted in adjustments])
+
+
+def _record_all(
+    session: SessionContext, entries: list[tuple[Adjustment, dict[str, object]]]
+) -> None:
+    """``_record`` of several adjustments, each with its log event, in one save of the design.
+
+    One save for all the layers one statement took off a table: a save per layer made
+    the session read the design again in between, whose ``reconcile`` found the layers
+    not recorded yet and logged them as an interrupted peel's (and each save wrote the
+    whole design: 15 saves, 4.8 s of TPC-H Q3's first run under load average ~10).
+    """
     client = session.client
     with client.design_lock():
         # the design now, read with its own keys: a re-key's final switch may have made
         # the new key its base since this session read it (layers are the same either way)
         _, design = client.following(session.master)
-        for wanted in adjustments:
+        for wanted, _ in entries:
             _apply(design, wanted)
         design.save(client.design_path)
-        for wanted in adjustments:
+        for wanted, event in entries:
             layer = (
                 wanted.scheme if isinstance(wanted, Peel) else f"JOIN with {'.'.join(wanted.onto)}"
             )
+            # the adjustment's own layer: a re-key its build made names its join
             client.log_peel(
-                {"layer": layer, **event, "table": wanted.table, "column": wanted.column}
+                {**event, "layer": layer, "table": wanted.table, "column": wanted.column}
             )
     session.reload_design()
 
