@@ -386,7 +386,7 @@ class WireSession:
         """The statement of ``shape`` run as its shape's kept translation ``found``."""
         self.veil.check_transaction()
         self._authorize(found.tree)  # before anything is fetched or decrypted for this user
-        if found.bound:  # an INSERT: its values as parameters (``shapes``)
+        if found.bound:  # its values as parameters (``shapes``)
             values = list(shape.values)
             return self._sent(found.kind, found.tree, found.marked, values, values, stream=True)
         sql = shapes.written(found, shape)

@@ -19,11 +19,14 @@ content (a timestamp with a zone, an array's text), an integer is written as
 it stands wherever the translation keeps it.
 
 An INSERT's VALUES are read the same way (``veil.sql.literals`` takes no
-INSERT: the session plans bulk VALUES as written), and a shape whose
-translation binds its values as the text does (``binds_as_written``) sends
-them to the session as parameters, where a one-row INSERT meets its kept
-shape (``veil.session.point_inserts``): pgbench's ``-M simple`` INSERT was
-parsed, bound and checked by the catalogue every time (~5 ms).
+INSERT: the session plans bulk VALUES as written). A shape whose translation
+binds its values as the text does (``binds_as_written``, asked once when the
+shape is kept) sends them to the session as parameters of the translation
+with ``?`` markers: what the session would make of the text itself
+(``normalized``, the same scan), without the scan and the written-out text;
+and a one-row INSERT meets its kept shape (``veil.session.point_inserts``):
+pgbench's ``-M simple`` INSERT was parsed, bound and checked by the
+catalogue every time (~5 ms).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class Translated:
     kind: str  # query or dml
     tree: exp.Expr  # the first statement's, translated (its rights are checked on it)
     pieces: tuple[str, ...]  # DuckDB's SQL between the values: one more than the values
-    # an INSERT whose values bind as written: sent as parameters of ``marked``
+    # values that bind as written: sent as parameters of ``marked``
     bound: bool = False
 
     @property
@@ -94,8 +97,7 @@ def kept(kind: str, tree: exp.Expr, sql: str, shape: Normalized) -> Translated |
         return None
     ends = (-1, *again.places, len(again.text))
     pieces = tuple(again.text[a + 1 : b] for a, b in itertools.pairwise(ends))
-    bound = isinstance(tree, exp.Insert) and binds_as_written(sql, again)
-    return Translated(kind, tree, pieces, bound)
+    return Translated(kind, tree, pieces, binds_as_written(sql, again))
 
 
 def written(translated: Translated, shape: Normalized) -> str:
