@@ -125,7 +125,7 @@ def run_queries(bench: Bench, servers: BenchServers, names: list[QueryName]) -> 
         for name in names:
             figures = measure_query(bench, name, plain, worker, reference)
             say(
-                f"{bench.suite.label(name)}: {figures.status}, ratio {figures.ratio}, "
+                f"{bench.suite.label(name)}: {figures.status}, ratio {_said_ratio(figures)}, "
                 f"correct {figures.correct}" + (" (fallback)" if figures.fallback else "")
             )
             bench.figures.append(figures)
@@ -133,6 +133,12 @@ def run_queries(bench: Bench, servers: BenchServers, names: list[QueryName]) -> 
         worker.close()
         plain.close()
         reference.close()
+
+
+def _said_ratio(figures: QueryFigures) -> str:
+    if figures.ratio_at_most is not None:
+        return f"<= {figures.ratio_at_most:.3g} (plaintext timed out)"
+    return "None" if figures.ratio is None else f"{figures.ratio:.3g}"
 
 
 def measure_query(
