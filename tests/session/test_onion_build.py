@@ -187,12 +187,11 @@ def test_a_text_column_is_fetched_from_blocks_until_its_det_onion_is_built(loade
 @pytest.mark.parametrize(
     "backend", ["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-def test_a_narrow_number_is_fetched_from_blocks(
+def test_a_narrow_number_is_fetched_as_rnd_in_its_types_bits(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> None:
-    """A DATE or INTEGER column: sealed blocks (compressed), not a wrapped DET of 64 bits,
-    where the server bit-packs integers (DuckDB); PostgreSQL stores 8 bytes a BIGINT
-    anyway, and its wrapped DET is peeled by an XOR: no copy."""
+    """A DATE or INTEGER column: an RND copy of 32 bits, not a wrapped DET of 64, where the
+    server bit-packs integers (DuckDB); PostgreSQL stores 8 bytes either way: no copy."""
     packs = backend == "duckdb"
     folder = tmp_path / "source"
     folder.mkdir()
@@ -208,7 +207,7 @@ def test_a_narrow_number_is_fetched_from_blocks(
             det = table.onion_of(column, DET)
             assert det is not None and unbuilt(det) == packs
             if packs:
-                assert fetched.scheme == BLOCKS
+                assert fetched.scheme == RND and fetched.params.get("bits") == 32
             else:
                 assert fetched is det and not table.encryptions_of(column, RND)
         sql = "SELECT n, count(*) AS k FROM events WHERE day = DATE '1995-01-03' GROUP BY n ORDER BY n"

@@ -4,13 +4,12 @@ Each column gets, within its policy (``veil.design.policy``):
 
 - an equality onion: DET under a key of its own, wrapped in a row-bound RND
   layer (``Encryption.outer``); it is also how a number is fetched (the
-  client removes both layers). A text (bytes) column, or a number whose
-  type fits fewer than 64 bits (DATE, INTEGER, DECIMAL(15,2)) on a server
-  that bit-packs integers, is fetched from sealed blocks of rows instead
-  (BLOCKS, compressed: DET adds a 17-byte tag to every text value and takes
-  64 bits a number, a row-bound RND copy kept every value's length or its
-  type's bits), and its DET onion, like the join, order and search onions,
-  is built by its first peel
+  client removes both layers). A number whose type fits fewer than 64 bits
+  (DATE, INTEGER, DECIMAL(15,2)) is fetched from a row-bound RND copy in
+  its type's bits instead, and a text (bytes) column from sealed blocks of
+  rows (BLOCKS, compressed: DET adds a 17-byte tag to every value, an RND
+  copy keeps its length), and its DET onion, like the join, order and
+  search onions, is built by its first peel
   (``veil.session.onions.defer_layers``). A column whose policy is RND gets
   plain row-bound RND only: it is only ever fetched;
 - a join onion for integers: JOIN-ADJ under a key of its own, wrapped in RND;
@@ -44,6 +43,7 @@ from veil.design.model import (
     JOIN,
     OPE,
     RND,
+    RND_BITS,
     SEARCH,
     Column,
     Encryption,
@@ -87,10 +87,9 @@ def onion_design(
 
     ``vocabularies``: the ``(table, column)`` text columns the data shows to be
     short fixed vocabularies (``vocabulary``), stored without a search onion.
-    ``narrow_copies``: numbers of under 64 bits are fetched from blocks, for a
-    server that bit-packs integers (DuckDB), whose plaintext takes a few bits a
-    row; PostgreSQL stores 8 bytes a BIGINT anyway, and the copy would only make
-    a DET peel (an XOR) a build.
+    ``narrow_copies``: numbers of under 64 bits get an RND copy in their type's
+    bits, for a server that bit-packs integers (DuckDB); PostgreSQL stores 8
+    bytes a BIGINT anyway, where the copy would only make a DET peel a build.
     """
     policy = policy or Policy()
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
@@ -146,16 +145,21 @@ def _onions(
         return chosen
     add(DET, f"det:{where}", **layers)
     bits = rnd_bits(SqlType(column.type), column.bounds) if narrow else None
-    if not peeled and (bits is not None or not SqlType(column.type).is_integral):
-        # fetched from sealed blocks of rows (``veil.crypto.rowblocks``), which compress
-        # as the plaintext does, until its DET onion is built by a first peel: wrapped
-        # DET adds 17 bytes (AES-SIV) to a text value and its RND layer makes every row's
-        # bytes differ (TPC-H's l_returnflag took 21.5 bytes a row); a row-bound RND copy
-        # keeps every value's length (l_shipinstruct's four values: 15 bytes a row, 9.1 MB
-        # of the SF 0.1 onion load's 130 MB; sealed, its blocks take a few KB) and a
-        # number's type's bits (TPC-DS's INTEGER keys and counts: 32 bits a row, 118 of
-        # the SF 0.1 onion load's 229 MB, where the plaintext bit-packs a few bits)
+    if not peeled and not SqlType(column.type).is_integral:
+        # text is fetched from sealed blocks of rows (``veil.crypto.rowblocks``), which
+        # compress as the plaintext does, until its DET onion is built by a first peel:
+        # wrapped DET adds 17 bytes (AES-SIV) a value and its RND layer makes every row's
+        # bytes differ (TPC-H's l_returnflag took 21.5 bytes a row), and a row-bound RND
+        # copy keeps every value's length (l_shipinstruct's four values: 15 bytes a row,
+        # 9.1 MB of the SF 0.1 onion load's 130 MB; sealed, its blocks take a few KB)
         add(BLOCKS, f"blocks:{where}")
+    elif not peeled and bits is not None:
+        # a number is fetched as row-bound RND in its type's bits where DET takes 64 (a
+        # DATE or INTEGER: 32), until its DET onion is built by a first peel. Not from
+        # blocks, though they compress (TPC-DS SF 0.1's onion load: 229 -> 152 MB): a
+        # query fetches numbers from most rows or scattered ones, and a block is fetched,
+        # opened and cut whole (TPC-H SF 1, later runs: Q1 1.5 -> 8.9 s, Q3 0.13 -> 0.64 s)
+        add(RND, f"rnd:{where}", **{RND_BITS: bits})
     if kind == INT_KIND and JOIN in schemes:
         add(JOIN, f"join:{where}", **layers)
     if SqlType(column.type).is_integral and OPE in schemes and highest in (OPE, PLAIN):

@@ -15,9 +15,8 @@ column's policy allows to come off. ``peel`` then, per layer:
    from the design (read fresh from disk), saves it and logs the peel.
 
 The JOIN-ADJ, OPE and SEARCH onions of a load, and the DET onions of the
-columns fetched from a copy instead (text, and numbers of under 64 bits, from
-sealed blocks; older loads' from a row-bound RND copy: ``veil.designer.onions``),
-are not built at load (``defer_layers``: ``params["lazy"]``; most columns are
+columns fetched from a copy instead (text from sealed blocks, numbers of under
+64 bits from a row-bound RND copy: ``veil.designer.onions``), are not built at load (``defer_layers``: ``params["lazy"]``; most columns are
 never joined, ranged or searched, and those layers were most of an onion load's
 time and space): the server holds
 NULLs in their columns, which the planner never reads until they are built
@@ -112,7 +111,7 @@ REVEALS = {
 }
 LAYERED = (DET, OPE, JOIN)  # the onions wrapped in RND at load
 # the onions a load leaves for their first peel to build: DET only where another form
-# fetches the column (``_build_source``: its blocks, or an older load's RND copy)
+# fetches the column (``_build_source``: text's blocks, a number's RND copy)
 DEFERRED = (DET, OPE, JOIN, SEARCH)
 # the onions with a row in the layers table: the wrapped ones, and SEARCH (built or not)
 TRACKED = (*LAYERED, SEARCH)
@@ -439,8 +438,8 @@ def defer_layers(table: TableDesign) -> list[Encryption]:
 def _build_source(table: TableDesign, enc: Encryption) -> Encryption | None:
     """The built column a first peel of ``enc`` decrypts its values from: the column's DET
     onion, or the copy it is fetched from instead, whose DET onion is deferred too
-    (``veil.designer.onions``): sealed blocks, or a row-bound RND copy in designs loaded
-    before blocks."""
+    (``veil.designer.onions``): a number's row-bound RND copy, text's sealed blocks (an
+    RND copy in loads before them)."""
     forms = (DET, RND, BLOCKS)
     for form in (e for scheme in forms for e in table.encryptions_of(enc.source, scheme)):
         if form is not enc and not unbuilt(form) and not form.is_expression:
