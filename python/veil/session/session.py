@@ -585,7 +585,9 @@ class Session:
 
     def _layers_moved(self, stamp: int) -> bool:
         """Has the design changed since ``stamp`` while it holds onions (a peel elsewhere)?"""
-        return has_wrapped(self.design) and _stamp(self.client.design_path) != stamp
+        # the stamp first: one stat, where has_wrapped walks every encryption (~1-4 ms on
+        # TPC-DS's 24 tables, on every run of a cached plan)
+        return _stamp(self.client.design_path) != stamp and has_wrapped(self.design)
 
     def _fallback(self, planned: CachedPlan, exc: Exception, stats: FetchStats) -> Result:
         """The always-correct fetch-everything plan, after the split plan failed.
