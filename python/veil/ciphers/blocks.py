@@ -23,6 +23,7 @@ import pyarrow as pa
 from veil.crypto.keys import MasterKey
 from veil.crypto.rowblocks import RowBlocks
 from veil.design.model import BLOCKS, Encryption, TableDesign
+from veil.distinct import distinct
 from veil.errors import InternalError
 
 BLOCK_ROWS = 8192  # rows per block at load: ~55 KB of TPC-H comments once compressed
@@ -90,7 +91,7 @@ def covering_blocks(starts: np.ndarray, counts: np.ndarray, ids: np.ndarray) -> 
     # ``at`` follows ``ids``: sorted ids (``BlockReader.read``'s) need no hashing np.unique
     if len(at) and bool(np.all(at[1:] >= at[:-1])):
         return at[np.concatenate(([True], at[1:] != at[:-1]))]
-    return np.unique(at)
+    return distinct(at)
 
 
 def values_at(opened: dict[int, pa.Array], ids: np.ndarray, value_type: pa.DataType) -> pa.Array:

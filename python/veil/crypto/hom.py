@@ -80,6 +80,7 @@ from veil.crypto.paillier_wire import (
     sum_ciphertexts,
     wire_array,
 )
+from veil.distinct import distinct
 from veil.errors import DomainError, MalformedCiphertextError, ParameterError
 
 __all__ = [
@@ -442,7 +443,7 @@ class HomPacker:
         each partly matching ciphertext the matching positions (for
         ``decrypt_sums(c, positions=...)``). ``total_rows`` sizes the last one.
         """
-        index, position = self.locate(np.unique(np.asarray(row_ids, dtype=np.int64)))
+        index, position = self.locate(distinct(np.asarray(row_ids, dtype=np.int64)))
         groups, counts = np.unique(index, return_counts=True)
         last = self.ciphertext_count(total_rows) - 1
         last_rows = total_rows - last * self.rows_per_ciphertext

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from veil.design.model import TableDesign
+from veil.distinct import distinct
 from veil.exec.fetch import run_scan
 from veil.exec.server import FetchStats, run_remote
 from veil.session.dml import _write_rows as write_rows
@@ -167,7 +168,7 @@ def _fresh_ids(session: Session, table: TableDesign, count: int) -> int:
 def _server_ids(session: Session, table: TableDesign) -> np.ndarray:
     select = exp.select(exp.column(table.row_id)).from_(table.server_name)
     ids = run_remote(select, session.backend, FetchStats()).column(0)
-    return np.unique(pc.cast(ids, pa.int64()).to_numpy(zero_copy_only=False))
+    return distinct(pc.cast(ids, pa.int64()).to_numpy(zero_copy_only=False))
 
 
 def _read(session: Session, table: TableDesign, ids: np.ndarray | None) -> pa.Table:

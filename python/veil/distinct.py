@@ -1,0 +1,19 @@
+"""The distinct values of a numpy array, in order, by sorting.
+
+numpy 2.4's ``np.unique`` (with no counts or indexes asked) hashes instead of
+sorting: 0.5-0.9 s for 600,000 int64 row ids where a sort and a comparison of
+neighbours take 0.03-0.07 s (``return_counts=True`` still sorts). Row ids reach
+it by the million: a re-key's copy, a block read, a HOM sum's rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of the 1-D ``values``, ascending (as ``np.unique`` gives them)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
