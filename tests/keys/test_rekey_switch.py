@@ -220,14 +220,14 @@ def test_a_peel_across_the_final_switch(
     on the server before the switch and recorded in the design after it."""
     client = load_shop(tmp_path, backend_url)
     switch, peel = held_at_switch(monkeypatch), Gate()
-    real_record = onions._record
+    real_record = onions._record_all  # one save of the design for a peel's layers
 
     def record(*args: Any) -> None:
         if threading.current_thread().name == "query":  # not another session's repair
             peel.stop_here()
         real_record(*args)
 
-    monkeypatch.setattr(onions, "_record", record)
+    monkeypatch.setattr(onions, "_record_all", record)
     errors: list[BaseException] = []
     got: list[object] = []
 
