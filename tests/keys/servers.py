@@ -8,10 +8,12 @@ of the test's own, so no root and no system token store are needed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -135,7 +137,11 @@ class KmipServer:
             sys.executable, "-W", "ignore", "-m", "kmip.services.server.server",
             "--config_path", str(config), "--log_path", str(self.folder / "server.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # its own process group: PyKMIP forks a process per client connection, which a kill
+        # of the server alone left running (ppid 1) after every test run
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while not port_open("127.0.0.1", self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -146,7 +152,8 @@ class KmipServer:
     def stop(self) -> None:
         if self.process is not None:
             # a throwaway server: its shutdown waits ~10 s for its listener's timeout
-            self.process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
             if self.process.stderr is not None:
                 self.process.stderr.close()
