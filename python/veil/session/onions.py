@@ -16,17 +16,17 @@ column's policy allows to come off. ``peel`` then, per layer:
 
 The JOIN-ADJ, OPE and SEARCH onions of a load, and the DET onions of the
 columns fetched from a copy instead (text from sealed blocks, numbers of under
-64 bits from a row-bound RND copy: ``veil.designer.onions``), are not built at load (``defer_layers``: ``params["lazy"]``; most columns are
-never joined, ranged or searched, and those layers were most of an onion load's
-time and space): the server holds
-NULLs in their columns, which the planner never reads until they are built
-(``TableDesign.find``, ``fetchable``). Their first peel builds them instead
-of XORing (in step 1, under the same lock): it fetches the column's DET
-onion (or its copy) with the row ids, decrypts it on the client, encrypts
-the values under the layer's scheme and writes the ciphertexts, without the
-RND layer, to every row. The server sees what an XOR peel would have shown
-it (SEARCH's words, never wrapped, reveal nothing until a query sends a
-word's token), and no plaintext.
+64 bits from a row-bound RND copy: ``veil.designer.onions``), are not built at
+load (``defer_layers``: ``params["lazy"]``; most columns are never joined,
+ranged or searched, and those layers were most of an onion load's time and
+space): the server holds NULLs in their columns, which the planner never reads
+until they are built (``TableDesign.find``, ``fetchable``). Their first peel
+builds them instead of XORing (in step 1, under the same lock): it fetches the
+column's DET onion (or its copy) with the row ids, decrypts it on the client,
+encrypts the values under the layer's scheme and writes the ciphertexts,
+without the RND layer, to every row. The server sees what an XOR peel would
+have shown it (SEARCH's words, never wrapped, reveal nothing until a query
+sends a word's token), and no plaintext.
 
 A crash between 1 and 2 leaves the server peeled and the design wrapped;
 ``reconcile`` (run whenever a session reads the design) repairs the design
