@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -14,6 +18,7 @@ from veil.exec.local_duckdb import (
     machine_memory,
     memory_limit_bytes,
     source_duckdb,
+    sweep_spills,
 )
 from veil.session.session import Session
 from veil.sql.errors import OutOfMemoryError
@@ -110,3 +115,23 @@ def test_a_load_reads_its_source_under_the_limit(monkeypatch: pytest.MonkeyPatch
         assert sum(batch.num_rows for batch in ordered) == 6_000_000
     finally:
         source.close()
+
+
+@pytest.mark.unit
+def test_a_killed_process_spills_are_swept(tmp_path: Path) -> None:
+    """A killed client's spill directory (plaintext sorts, gigabytes) is removed by the next
+    process that spills; a live process's, and anything not named as a spill, are left."""
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = tmp_path / f"veil-spill-{int(ended.stdout)}-abc"
+    live = tmp_path / f"veil-spill-{os.getpid()}-def"
+    other = tmp_path / "veil-spill-unnamed"
+    for directory in (dead, live, other):
+        directory.mkdir(mode=0o700)
+        (directory / "duckdb_temp_storage.tmp").write_bytes(b"x" * 1024)
+    assert sweep_spills(tmp_path) == [dead]
+    assert not dead.exists() and live.exists() and other.exists()

@@ -21,7 +21,9 @@ memory of the machine (or of its cgroup). Past it DuckDB spills sorts, joins
 and aggregates to a private temporary directory (mode 0700, removed when the
 process ends; it holds plaintext, as the client's memory does), and what
 cannot spill fails with ``OutOfMemoryError`` instead of growing until the
-system kills the process.
+system kills the process. A process that is killed cannot remove its
+directory, so the directory is named by its process id and the next process
+that makes one removes those whose process is gone (``sweep_spills``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class _Engines:
         self._lock = threading.Lock()
         self._open: dict[tuple[bool, int], duckdb.DuckDBPyConnection] = {}
         self._spill: str | None = None
+        self._spill_lock = threading.Lock()
 
     def connection(self, external_access: bool, limit: int) -> duckdb.DuckDBPyConnection:
         with self._lock:
@@ -80,10 +83,48 @@ class _Engines:
             return engine.cursor()
 
     def spill_directory(self) -> str:
-        if self._spill is None:
-            self._spill = tempfile.mkdtemp(prefix="veil-spill-")  # mode 0700
-            atexit.register(shutil.rmtree, self._spill, ignore_errors=True)
-        return self._spill
+        with self._spill_lock:
+            if self._spill is None:
+                sweep_spills(Path(tempfile.gettempdir()))
+                # mode 0700
+                self._spill = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{os.getpid()}-")
+                atexit.register(shutil.rmtree, self._spill, ignore_errors=True)
+            return self._spill
+
+
+_SPILL_PREFIX = "veil-spill-"
+_SPILL_NAME = re.compile(rf"^{_SPILL_PREFIX}(\d+)-")
+
+
+def sweep_spills(directory: Path) -> list[Path]:
+    """Remove this user's spill directories in ``directory`` whose process has ended.
+
+    A killed client (SIGKILL, the kernel's OOM killer) leaves gigabytes of
+    plaintext sorts behind; the name's process id says whose a directory is.
+    A live process's directory, another user's, or one named otherwise is left.
+    """
+    removed = []
+    for entry in directory.glob(f"{_SPILL_PREFIX}*"):
+        found = _SPILL_NAME.match(entry.name)
+        try:
+            mine = entry.is_dir() and entry.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if found is None or not mine or _alive(int(found.group(1))):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 _ENGINES = _Engines()
