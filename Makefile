@@ -32,7 +32,7 @@ demo: $(DEMO_STAMP)
 test: $(STAMP)
 	cargo test --release -p veil-kernels -p veil-wire -q
 	$(PY) -c 'from veil_dev.servers.ferretdb import build; build()'
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests
 
 # Differential SQL fuzzer: N generated queries from SEED through Veil and plaintext
 # DuckDB; failures are shrunk into tests/fuzz/regressions. FUZZ_ARGS passes options,

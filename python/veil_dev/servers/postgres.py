@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from veil.backends.base import ServerUnavailableError
+from veil_dev.servers.lifeline import Lifeline, stop_when_gone
 from veil_dev.servers.ports import free_port
 
 PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
@@ -102,6 +103,7 @@ class ThrowawayCluster:
         self.log_path = directory / "postgres.log"
         self.port = 0
         self._bin = Path()  # found by start(), after installing PostgreSQL if need be
+        self._lifeline: Lifeline | None = None
 
     @property
     def url(self) -> str:
@@ -124,6 +126,12 @@ class ThrowawayCluster:
             shutil.chown(self.directory, SERVICE_USER, SERVICE_USER)
         self._run("initdb", "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8")
         self._write_settings()
+        # a killed test run or bench, which runs no atexit handler, must not leave it behind
+        self._lifeline = stop_when_gone(
+            [str(self._bin / "pg_ctl"), "stop", "-m", "immediate", "-D", str(self.data_dir)],
+            self.directory,
+            user=SERVICE_USER if self._as_root else None,
+        )
         self.port = free_port()
         atexit.register(self.stop)  # a crashed test run must not leave a server behind
         self._run(
@@ -136,6 +144,9 @@ class ThrowawayCluster:
         atexit.unregister(self.stop)
         self.stop_server()
         shutil.rmtree(self.directory, ignore_errors=True)
+        if self._lifeline is not None:
+            self._lifeline.cut()
+            self._lifeline = None
 
     def stop_server(self) -> None:
         """Stop the server but keep its files (its log is then complete)."""
