@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import getpass
 import ipaddress
+import signal
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "by phase (parse, plan and whether it was cached, encrypt, server, fetch, decrypt, "
         "local) and its shape, parameters redacted (default %(default)s)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes answering on the one port, each with its own sessions, so "
+        "connections' Python runs on several cores (default: one per core, at most 8, on a "
+        "PostgreSQL server; 1 on an embedded DuckDB file or Spark, which one process holds)",
+    )
     serve.set_defaults(handler=run_serve)
 
     user = subparsers.add_parser("user", help="users of `veil serve`")
@@ -85,20 +94,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def start(args: argparse.Namespace) -> tuple[object, object]:
     """The running server (``veil._native.WireServer``) for ``args``, and its engine."""
-    _log_to_stderr(getattr(args, "log_level", "warning"))
+    log_to_stderr(getattr(args, "log_level", "warning"))
     from veil._native import WireServer
     from veil.serve.engine import Engine
     from veil.session.clientdir import open_client_dir
 
     client = open_client_dir(args.client_dir)  # a clear error before listening
-    host = args.listen.rsplit(":", 1)[0].strip("[]")
-    if args.insecure_local and not _loopback(host):
-        raise ServeError(
-            f"--insecure-local accepts anyone without a password, so it listens on loopback "
-            f"addresses only, not {host}; use 127.0.0.1, or add users with `veil user add`"
-        )
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise ServeError("--tls-cert and --tls-key go together")
+    _check_listen(args)
     cert = Path(args.tls_cert).read_bytes() if args.tls_cert else None
     key = Path(args.tls_key).read_bytes() if args.tls_key else None
     metrics = None
@@ -114,7 +116,18 @@ def start(args: argparse.Namespace) -> tuple[object, object]:
         raise ServeError(f"cannot serve on {args.listen}: {exc}") from None
 
 
-def _log_to_stderr(level: str) -> None:
+def _check_listen(args: argparse.Namespace) -> None:
+    host = args.listen.rsplit(":", 1)[0].strip("[]")
+    if args.insecure_local and not _loopback(host):
+        raise ServeError(
+            f"--insecure-local accepts anyone without a password, so it listens on loopback "
+            f"addresses only, not {host}; use 127.0.0.1, or add users with `veil user add`"
+        )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ServeError("--tls-cert and --tls-key go together")
+
+
+def log_to_stderr(level: str) -> None:
     """Veil's own loggers (not the libraries': a driver's debug lines are not ours to show)."""
     import logging
 
@@ -139,18 +152,93 @@ def _loopback(host: str) -> bool:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from veil.serve import workers
+    from veil.session.clientdir import open_client_dir
+
+    url = open_client_dir(args.client_dir).server_url()
+    count = args.workers if args.workers is not None else workers.default_count(url)
+    workers.check_count(count, url)
+    stopping = _stop_on_signals()
+    if count > 1:
+        return _run_workers(args, count, stopping)
     server, engine = start(args)
-    address = server.address  # type: ignore[attr-defined]
+    audit, metrics = engine.audit, engine.metrics  # type: ignore[attr-defined]
+    _announce(args, server.address, audit and audit.path, metrics and metrics.address)  # type: ignore[attr-defined]
+    try:
+        while not stopping.wait(0.5):
+            pass
+    finally:
+        print("veil: stopping", file=sys.stderr)
+        server.stop()  # type: ignore[attr-defined]
+        engine.close()  # type: ignore[attr-defined]
+    return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """Set on Ctrl-C (SIGINT) or SIGTERM: the server then closes its connections and exits."""
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    return stopping
+
+
+def _run_workers(args: argparse.Namespace, count: int, stopping: threading.Event) -> int:
+    """``--workers N`` (N > 1): a supervisor and N worker processes on one socket."""
+    from veil.audit.log import AUDIT_FILE
+    from veil.serve.workers import Workers
+
+    _check_listen(args)
+    log_to_stderr(args.log_level)
+    config = {
+        "client_dir": str(Path(args.client_dir).resolve()),
+        "tls_cert": args.tls_cert and str(Path(args.tls_cert).resolve()),
+        "tls_key": args.tls_key and str(Path(args.tls_key).resolve()),
+        "trust": args.insecure_local,
+        "audit": not args.no_audit,
+        "metrics": bool(args.metrics),
+        "log_level": args.log_level,
+    }
+    pool = Workers(args.listen, count, config)
+    summed = None
+    try:
+        pool.start()
+        if args.metrics:
+            from veil.serve.metrics import serve_summed
+
+            summed, _ = serve_summed(args.metrics, pool.metrics_addresses, lambda: pool.restarts)
+        audit = Path(args.client_dir) / AUDIT_FILE if config["audit"] else None
+        metrics = f"{summed.server_address[0]}:{summed.server_address[1]}" if summed else None
+        _announce(args, pool.address, audit, metrics, count)
+        pool.watch(stopping)
+    finally:
+        print("veil: stopping", file=sys.stderr)
+        pool.stop()
+        if summed is not None:
+            summed.shutdown()
+            summed.server_close()
+    return 0
+
+
+def _announce(
+    args: argparse.Namespace,
+    address: str,
+    audit: Path | None,
+    metrics: str | None,
+    workers: int = 1,
+) -> None:
+    """The banner: where the server listens, its audit log and metrics, and a warning."""
     host, port = address.rsplit(":", 1)
     auth = "no passwords (--insecure-local)" if args.insecure_local else "SCRAM-SHA-256"
-    print(f"veil: serving {args.client_dir} on {address} ({auth}); Ctrl-C stops", flush=True)
+    processes = f", {workers} worker processes" if workers > 1 else ""
+    print(
+        f"veil: serving {args.client_dir} on {address} ({auth}{processes}); Ctrl-C stops",
+        flush=True,
+    )
     print(f"      psql -h {host.strip('[]')} -p {port} -U USER veil", flush=True)
-    audit = engine.audit  # type: ignore[attr-defined]
     if audit is not None:
-        print(f"veil: audit log {audit.path} (`veil audit {args.client_dir}`)", flush=True)
-    metrics = engine.metrics  # type: ignore[attr-defined]
+        print(f"veil: audit log {audit} (`veil audit {args.client_dir}`)", flush=True)
     if metrics is not None:
-        print(f"veil: metrics on http://{metrics.address}/metrics", flush=True)
+        print(f"veil: metrics on http://{metrics}/metrics", flush=True)
     if args.insecure_local:
         print(
             "veil: WARNING: --insecure-local: anyone who can open a connection on this machine "
@@ -159,15 +247,6 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    try:
-        while True:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        print("veil: stopping", file=sys.stderr)
-    finally:
-        server.stop()  # type: ignore[attr-defined]
-        engine.close()  # type: ignore[attr-defined]
-    return 0
 
 
 def run_user_add(args: argparse.Namespace) -> int:

@@ -19,14 +19,24 @@ answers in Prometheus' text format:
 The registry is this server's own (two servers in one process, as in the
 tests, count apart), but for the fallbacks: those are the process's, counted
 where the session runs a plan. Metrics carry no statement text and no value.
+
+With ``--workers N`` each worker process counts its own statements on a
+loopback port of its own, and the supervisor's address answers with their
+sum (``serve_summed``): the same metrics as one process, whatever N, plus
+``veil_workers`` (running) and ``veil_worker_restarts_total``. A worker that
+died took its counts with it, so a counter can go down after a restart;
+Prometheus' ``rate()`` reads that as a counter reset.
 """
 
 from __future__ import annotations
 
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from veil.errors import VeilError
 from veil.sql import fallbacks
@@ -113,6 +123,58 @@ class _Fallbacks:
         for (stage, shape), count in sorted(fallbacks.counts().items()):
             family.add_metric([stage, shape], count)
         return [family]
+
+
+class _Summed:
+    """The workers' metrics, scraped from each and added up sample by sample."""
+
+    def __init__(self, addresses: Callable[[], list[str]], restarts: Callable[[], int]):
+        self.addresses = addresses
+        self.restarts = restarts
+
+    def collect(self) -> list[Metric]:
+        families: dict[str, Metric] = {}
+        sums: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+        addresses = self.addresses()
+        for address in addresses:
+            for family in _scrape(address):
+                if family.name.endswith("_created"):
+                    continue  # each worker's own start time: no sum means anything
+                families.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    key = (family.name, sample.name, tuple(sorted(sample.labels.items())))
+                    sums[key] = sums.get(key, 0.0) + sample.value
+        for (name, sample_name, labels), value in sums.items():
+            families[name].add_sample(sample_name, dict(labels), value)
+        workers = GaugeMetricFamily(
+            "veil_workers", "Worker processes running", value=len(addresses)
+        )
+        restarts = CounterMetricFamily(
+            "veil_worker_restarts", "Workers started again after one died", value=self.restarts()
+        )
+        return [*families.values(), workers, restarts]
+
+
+def _scrape(address: str) -> list[Metric]:
+    """A worker's metrics; none if it is gone (dying, or being restarted)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
+            return list(text_string_to_metric_families(answer.read().decode()))
+    except OSError:
+        return []
+
+
+def serve_summed(
+    address: str, addresses: Callable[[], list[str]], restarts: Callable[[], int]
+) -> tuple[Any, Any]:
+    """Serve on ``address`` the sum of the metrics served at ``addresses()`` (``--workers``).
+
+    Returns the HTTP server and its thread (``shutdown()`` the server to stop)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Summed(addresses, restarts))
+    return _serve(address, registry)
 
 
 def _serve(address: str, registry: CollectorRegistry) -> tuple[Any, Any]:

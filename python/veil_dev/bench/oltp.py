@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,14 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     oltp.add_argument(
         "--max-tries", type=int, default=100, help="pgbench --max-tries (default %(default)s)"
     )
+    oltp.add_argument(
+        "--workers",
+        default="",
+        metavar="N[,N...]",
+        help="run Veil's side through `veil serve --workers N` processes, one server per N "
+        "over the one database, each mode and client count on each in turn (default: one "
+        "server in the bench's own process)",
+    )
     oltp.add_argument("--json", metavar="PATH")
     oltp.add_argument("--png", metavar="PATH")
     oltp.set_defaults(handler=run_oltp)
@@ -95,6 +105,7 @@ class Run:
     clients: int
     seconds: int  # pgbench -T, unless per_client is set
     per_client: int | None = None  # pgbench -t: this many transactions per client instead
+    workers: int | None = None  # veil serve --workers (None: served in the bench's process)
     transactions: int = 0  # done (committed)
     failed: int = 0  # given up after --max-tries
     retried: int = 0  # transactions that needed more than one try
@@ -243,8 +254,15 @@ def psycopg_query(dsn: str) -> Iterator[Query]:
 
 
 @contextmanager
-def served(client: Path) -> Iterator[str]:
-    """``veil serve --insecure-local`` in this process on a free loopback port; yields it."""
+def served(client: Path, workers: int | None = None) -> Iterator[str]:
+    """``veil serve --insecure-local`` on a free loopback port; yields the port.
+
+    ``workers`` None: in this process; a number: ``veil serve --workers N`` as a
+    process of its own (``served_process``)."""
+    if workers is not None:
+        with served_process(client, workers) as (_, port):
+            yield port
+        return
     from veil._native import WireServer
     from veil.serve.engine import Engine
 
@@ -255,6 +273,27 @@ def served(client: Path) -> Iterator[str]:
     finally:
         server.stop()
         engine.close()
+
+
+@contextmanager
+def served_process(
+    client: Path, workers: int, *options: str
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``veil serve --workers N --insecure-local --no-audit`` (and ``options``) on a free
+    loopback port; yields the process and the port, and stops it with SIGTERM."""
+    command = [
+        sys.executable, "-m", "veil.cli", "serve", str(client), "--listen", "127.0.0.1:0",
+        "--insecure-local", "--no-audit", "--workers", str(workers), *options,
+    ]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            banner = process.stdout.readline()  # type: ignore[union-attr]
+            if " on " not in banner:
+                raise RuntimeError(f"veil serve did not start (exit {process.wait(60)})")
+            yield process, banner.split(" on ")[1].split()[0].rsplit(":", 1)[1]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
 
 
 def empty_client_dir(path: Path, server_url: str) -> Path:
@@ -282,14 +321,19 @@ def run_oltp(args: argparse.Namespace) -> int:
     inits: dict[str, dict[str, Any]] = {}
     try:
         cluster.create_database("plain")
-        inits["postgres"] = _bench_side(args, "postgres", cluster.port, SUPERUSER, "plain", runs)
+        inits["postgres"] = _bench_side(
+            args, "postgres", {None: cluster.port}, SUPERUSER, "plain", runs
+        )
         if args.backend == "postgres":
             cluster.create_database("encrypted")
             url = cluster.create_schema("veil_oltp", database="encrypted")
         else:
             url = f"duckdb://{work / 'server.duckdb'}"
-        with served(empty_client_dir(work / "client", url)) as port:
-            inits["veil"] = _bench_side(args, "veil", port, "bench", "veil", runs)
+        client = empty_client_dir(work / "client", url)
+        with ExitStack() as stack:
+            counts = [int(n) for n in args.workers.split(",")] if args.workers else [None]
+            ports = {n: stack.enter_context(served(client, n)) for n in counts}
+            inits["veil"] = _bench_side(args, "veil", ports, "bench", "veil", runs)
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -300,33 +344,38 @@ def run_oltp(args: argparse.Namespace) -> int:
 def _bench_side(
     args: argparse.Namespace,
     side: str,
-    port: int | str,
+    ports: Mapping[int | None, int | str],
     user: str,
     database: str,
     runs: list[Run],
 ) -> dict[str, Any]:
-    """``pgbench -i``, then every mode and client count on one side; returns the init's figures."""
+    """``pgbench -i``, then every mode and client count on one side; returns the init's figures.
+
+    ``ports``: the side's servers by ``--workers`` (None: in this process), all over the
+    one database: each mode and client count runs on each in turn, side by side."""
+    first = next(iter(ports.values()))
     start = time.perf_counter()
-    line = initialize(port, args.scale, user=user, database=database)
+    line = initialize(first, args.scale, user=user, database=database)
     init = {"seconds": time.perf_counter() - start, "pgbench": line, "load": _load_average()}
     print(f"{side}: pgbench -i -s {args.scale}: {init['seconds']:.1f} s ({line})", flush=True)
-    dsn = f"host=127.0.0.1 port={port} user={user} dbname={database}"
+    dsn = f"host=127.0.0.1 port={first} user={user} dbname={database}"
     done = 0
     for mode in args.modes.split(","):
         for clients in (int(c) for c in args.clients.split(",")):
-            run = run_tpcb(
-                port,
-                Run(side, mode, clients, args.seconds),
-                max_tries=args.max_tries,
-                user=user,
-                database=database,
-            )
-            run.load = _load_average()
-            done += run.transactions
-            with psycopg_query(dsn) as query:
-                run.anomalies = anomalies(query, args.scale, done)
-            runs.append(run)
-            print(_line(run), flush=True)
+            for workers, port in ports.items():
+                run = run_tpcb(
+                    port,
+                    Run(side, mode, clients, args.seconds, workers=workers),
+                    max_tries=args.max_tries,
+                    user=user,
+                    database=database,
+                )
+                run.load = _load_average()
+                done += run.transactions
+                with psycopg_query(dsn) as query:
+                    run.anomalies = anomalies(query, args.scale, done)
+                runs.append(run)
+                print(_line(run), flush=True)
     return init
 
 
@@ -338,10 +387,15 @@ def _load_average() -> list[str]:
         return []
 
 
+def _side(run: Run) -> str:
+    """The run's side, with its ``--workers`` when it ran through separate processes."""
+    return run.side if run.workers is None else f"{run.side} -w{run.workers}"
+
+
 def _line(run: Run) -> str:
     kinds = {k: len(v) for k, v in run.anomalies.items()}
     return (
-        f"{run.side:8} -M {run.mode:8} -c {run.clients}: {run.tps:.2f} tps, "
+        f"{_side(run):8} -M {run.mode:8} -c {run.clients}: {run.tps:.2f} tps, "
         f"{run.transactions} done, {run.failed} failed, {run.retries} retries, "
         f"p50 {run.p50_ms} ms, p99 {run.p99_ms} ms, anomalies {kinds or 0}"
     )
@@ -351,7 +405,7 @@ def _report(args: argparse.Namespace, runs: list[Run], inits: dict[str, Any]) ->
     headers = ["side", "mode", "clients", "tps", "p50 ms", "p99 ms", "done", "retried",
                "retries", "failed", "anomalies"]  # fmt: skip
     rows = [
-        [r.side, r.mode, r.clients, r.tps, r.p50_ms, r.p99_ms, r.transactions, r.retried,
+        [_side(r), r.mode, r.clients, r.tps, r.p50_ms, r.p99_ms, r.transactions, r.retried,
          r.retries, r.failed, sum(len(v) for v in r.anomalies.values())]
         for r in runs
     ]  # fmt: skip
@@ -361,6 +415,7 @@ def _report(args: argparse.Namespace, runs: list[Run], inits: dict[str, Any]) ->
         "seconds": args.seconds,
         "backend": args.backend,
         "max_tries": args.max_tries,
+        "workers": args.workers or None,
         "load_average_after": _load_average(),
         "init": inits,
         "runs": [asdict(r) for r in runs],
@@ -370,17 +425,21 @@ def _report(args: argparse.Namespace, runs: list[Run], inits: dict[str, Any]) ->
         print(f"wrote {args.json}")
     if args.png:
         labels = list(dict.fromkeys((r.mode, r.clients) for r in runs))
+        sides = list(dict.fromkeys(_side(r) for r in runs))
         tps = {
             side: [
-                next((r.tps for r in runs if (r.side, r.mode, r.clients) == (side, *k)), None)
+                next((r.tps for r in runs if (_side(r), r.mode, r.clients) == (side, *k)), None)
                 for k in labels
             ]
-            for side in ("postgres", "veil")
+            for side in sides
         }
+        names = {"postgres": "plaintext PostgreSQL", "veil": f"veil serve ({args.backend})"}
+        for side in sides[1:]:
+            names.setdefault(side, f"veil serve --workers {side.split('-w')[1]} ({args.backend})")
         bar_plot(
             args.png,
             [f"-M {mode}, {clients} client(s)" for mode, clients in labels],
-            {"plaintext PostgreSQL": tps["postgres"], f"veil serve ({args.backend})": tps["veil"]},
+            {names[side]: tps[side] for side in sides},
             title=f"pgbench TPC-B, scale {args.scale}, -T {args.seconds}",
             ylabel="transactions per second",
         )

@@ -1,14 +1,18 @@
 //! PyO3 glue for `veil_wire`: a Python engine object behind the wire server.
 //!
-//! `WireServer(engine, listen, cert_pem, key_pem, trust)` starts the server on
-//! its own tokio runtime (a thread of its own) and returns once it listens;
-//! `address` is where, `stop()` ends it. The engine is Python
+//! `WireServer(engine, listen, cert_pem, key_pem, trust, fd)` starts the server
+//! on its own tokio runtime (a thread of its own) and returns once it listens;
+//! `address` is where, `stop()` ends it. With `fd`, it accepts on that
+//! listening socket, bound by the process that started this one and shared
+//! with its other workers (`veil serve --workers N`, `veil.serve.workers`),
+//! and `listen` is ignored. The engine is Python
 //! (`veil.serve.engine`): `open(user, database)` gives a session with
 //! `run(sql, params)`, `describe(sql, oids)`, `cancel()` and `close()`;
 //! `verifier(user)` gives a SCRAM verifier. Every call into Python holds the
 //! GIL only for the call; the protocol work runs without it.
 
 use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -20,7 +24,7 @@ use veil_wire::engine::{
     Batch, Batches, Column, Description, Engine, Field, Oid, Outcome, Param, Session, Verifier,
     WireError,
 };
-use veil_wire::server::{serve, Config, SCRAM_ITERATIONS};
+use veil_wire::server::{serve, Config, Listen, SCRAM_ITERATIONS};
 
 /// A Python exception as a wire error: its `sqlstate`, `hint` and
 /// `position` attributes when it has them (`veil.serve.errors.WireError`).
@@ -229,7 +233,7 @@ pub struct WireServer {
 #[pymethods]
 impl WireServer {
     #[new]
-    #[pyo3(signature = (engine, listen, cert_pem=None, key_pem=None, trust=false))]
+    #[pyo3(signature = (engine, listen, cert_pem=None, key_pem=None, trust=false, fd=None))]
     fn new(
         py: Python<'_>,
         engine: Py<PyAny>,
@@ -237,10 +241,19 @@ impl WireServer {
         cert_pem: Option<Bound<'_, PyBytes>>,
         key_pem: Option<Bound<'_, PyBytes>>,
         trust: bool,
+        fd: Option<RawFd>,
     ) -> PyResult<Self> {
-        let listen: SocketAddr = listen
-            .parse()
-            .map_err(|_| PyOSError::new_err(format!("not an address:port: {listen}")))?;
+        let listen = match fd {
+            // SAFETY: the caller hands over a listening TCP socket it inherited for this
+            // server alone (`veil.serve.workers`) and never uses or closes it itself; the
+            // server owns it from here and closes it when it stops.
+            Some(fd) => Listen::Shared(unsafe { std::net::TcpListener::from_raw_fd(fd) }),
+            None => Listen::Address(
+                listen
+                    .parse()
+                    .map_err(|_| PyOSError::new_err(format!("not an address:port: {listen}")))?,
+            ),
+        };
         let tls = match (cert_pem, key_pem) {
             (Some(c), Some(k)) => Some((c.as_bytes().to_vec(), k.as_bytes().to_vec())),
             _ => None,

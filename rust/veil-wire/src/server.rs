@@ -1,8 +1,11 @@
 //! The listener: TLS, authentication, cancellation, a task per connection.
 
 use std::fmt::Debug;
+use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::sink::{Sink, SinkExt};
@@ -21,7 +24,8 @@ use pgwire::tokio::tokio_rustls::rustls::pki_types::pem::PemObject;
 use pgwire::tokio::tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use pgwire::tokio::tokio_rustls::rustls::ServerConfig;
 use pgwire::tokio::{process_socket, TlsAcceptor};
-use tokio::net::TcpListener;
+use tokio::io::unix::AsyncFd;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::engine::{Engine, WireError};
@@ -34,8 +38,26 @@ const SERVER_VERSION: &str = "16.0";
 const TIME_ZONE: &str = "UTC";
 const DATE_STYLE: &str = "ISO, MDY";
 
+/// Where connections come from.
+pub enum Listen {
+    /// Bind this address (port 0: any free port).
+    Address(SocketAddr),
+    /// A listening socket this process shares with the other workers of one
+    /// `veil serve --workers N`, which bound it before starting them.
+    Shared(std::net::TcpListener),
+}
+
+/// How long a worker holding `n` connections waits, `n` times over (at most
+/// [`MAX_STAGGER`] times), once a connection is pending on a shared listening
+/// socket, before it tries to accept it. Every worker is woken for each
+/// connection; the least busy one tries first and usually takes it, so a
+/// burst of connections (pgbench's clients) spreads over the workers instead
+/// of going to whichever woke first.
+const ACCEPT_STAGGER: Duration = Duration::from_millis(2);
+const MAX_STAGGER: u32 = 25;
+
 pub struct Config {
-    pub listen: SocketAddr,
+    pub listen: Listen,
     /// PEM certificate chain and private key: TLS offered (and SCRAM channel binding).
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
     /// Any user, no password (`--insecure-local`; loopback only, checked by the caller).
@@ -217,8 +239,72 @@ fn handlers(engine: Arc<dyn Engine>, config: &Config) -> Result<Handlers, WireEr
     })
 }
 
-/// Bind `config.listen` (the bound address goes to `ready`), then serve
-/// until `stop` turns true.
+/// A bound listening socket: this process's own, or shared with other workers.
+enum Listener {
+    Own(TcpListener),
+    Shared(AsyncFd<std::net::TcpListener>),
+}
+
+impl Listener {
+    async fn open(listen: Listen) -> io::Result<Listener> {
+        Ok(match listen {
+            Listen::Address(address) => Listener::Own(TcpListener::bind(address).await?),
+            Listen::Shared(socket) => {
+                socket.set_nonblocking(true)?;
+                // SAFETY: the listener owns its descriptor, and nothing replaces or closes
+                // it while the `AsyncFd` holds it (it is dropped with the `AsyncFd`).
+                Listener::Shared(unsafe { AsyncFd::register(socket)? })
+            }
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            Listener::Own(l) => l.local_addr(),
+            Listener::Shared(l) => l.get_ref().local_addr(),
+        }
+    }
+
+    /// The next connection; `open`: how many this process serves now.
+    async fn accept(&self, open: &AtomicUsize) -> io::Result<TcpStream> {
+        let shared = match self {
+            Listener::Own(l) => return l.accept().await.map(|(socket, _)| socket),
+            Listener::Shared(l) => l,
+        };
+        loop {
+            let mut pending = shared.readable().await?;
+            let busy = u32::try_from(open.load(Ordering::Relaxed)).unwrap_or(MAX_STAGGER);
+            if busy > 0 {
+                tokio::time::sleep(ACCEPT_STAGGER * busy.min(MAX_STAGGER)).await;
+            }
+            // another worker may have taken it meanwhile: WouldBlock, wait for the next
+            if let Ok(accepted) = pending.try_io(|l| l.get_ref().accept()) {
+                let (socket, _) = accepted?;
+                socket.set_nonblocking(true)?;
+                return TcpStream::from_std(socket);
+            }
+        }
+    }
+}
+
+/// Counts a connection while its task runs.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(count: &Arc<AtomicUsize>) -> Open {
+        count.fetch_add(1, Ordering::Relaxed);
+        Open(count.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Listen as `config.listen` says (the bound address goes to `ready`), then
+/// serve until `stop` turns true.
 pub async fn serve(
     engine: Arc<dyn Engine>,
     config: Config,
@@ -230,20 +316,28 @@ pub async fn serve(
         None => None,
     };
     let handlers = Arc::new(handlers(engine, &config)?);
-    let listener = TcpListener::bind(config.listen)
+    let named = match &config.listen {
+        Listen::Address(address) => address.to_string(),
+        Listen::Shared(_) => "the shared socket".to_owned(),
+    };
+    let listener = Listener::open(config.listen)
         .await
-        .map_err(|e| WireError::new("08000", format!("cannot listen on {}: {e}", config.listen)))?;
+        .map_err(|e| WireError::new("08000", format!("cannot listen on {named}: {e}")))?;
     ready(
         listener
             .local_addr()
             .map_err(|e| WireError::internal(e.to_string()))?,
     );
+    let open = Arc::new(AtomicUsize::new(0));
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((socket, _)) = accepted else { continue };
-                let (handlers, tls) = (handlers.clone(), tls.clone());
-                tokio::spawn(async move { process_socket(socket, tls, handlers).await });
+            accepted = listener.accept(&open) => {
+                let Ok(socket) = accepted else { continue };
+                let (handlers, tls, counted) = (handlers.clone(), tls.clone(), Open::new(&open));
+                tokio::spawn(async move {
+                    let _counted = counted;
+                    process_socket(socket, tls, handlers).await
+                });
             }
             _ = stop.changed() => {
                 if *stop.borrow() {
