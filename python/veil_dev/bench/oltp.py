@@ -314,7 +314,9 @@ def empty_client_dir(path: Path, server_url: str) -> Path:
 def run_oltp(args: argparse.Namespace) -> int:
     from veil_dev.servers.postgres import SUPERUSER, ThrowawayCluster
 
-    cluster = ThrowawayCluster()
+    # each Veil session holds two server connections, and with --workers every server's
+    # sessions stay open side by side: PostgreSQL's 40 were too few for two servers at 8 clients
+    cluster = ThrowawayCluster(settings={"max_connections": "200"} if args.workers else None)
     cluster.start()
     work = Path(tempfile.mkdtemp(prefix="veil-oltp-"))
     runs: list[Run] = []
