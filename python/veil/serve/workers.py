@@ -63,7 +63,9 @@ def default_count(server_url: str) -> int:
     """Workers when ``--workers`` is not given: one per usable core on PostgreSQL, else 1."""
     if not server_url.startswith(("postgresql://", "postgres://")):
         return 1
-    return max(1, min(len(os.sched_getaffinity(0)), 8))
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores = len(usable) if usable else os.cpu_count() or 1  # the cores this process may use
+    return max(1, min(cores, 8))
 
 
 def check_count(count: int, server_url: str) -> None:
@@ -167,8 +169,11 @@ class Workers:
                 pass_fds=(fd, writable),
                 stdin=subprocess.DEVNULL,
             )
+        except BaseException:
+            os.close(readable)
+            raise
         finally:
-            os.close(writable)
+            os.close(writable)  # the worker's copy is its own: EOF here when it exits
         try:
             ready = _read_ready(readable, process)
         finally:
