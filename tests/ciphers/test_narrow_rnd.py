@@ -100,6 +100,11 @@ def test_fetched_numbers_are_narrow_rnd_and_match_plaintext(
     table = session.design.table("sales")
     widths = {e.source: e.params.get(RND_BITS) for e in table.encryptions if e.scheme == RND}
     assert widths == {"s_price": 25, "s_delta": 16, "s_day": 32, "s_flag": 2}
+    check_boundaries(session, plain)
+
+
+def check_boundaries(session: Session, plain: duckdb.DuckDBPyConnection) -> None:
+    """``QUERIES`` answer as plaintext DuckDB does, before and after each of ``BOUNDARIES``."""
     for sql in QUERIES:
         check_query(session, plain, sql)
     for statement in BOUNDARIES:

@@ -67,6 +67,12 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
     if encryption.scheme == RND:
         bits = encryption.params.get(RND_BITS)
         narrow = bits if isinstance(bits, int) and encryption.sql_type.is_integral else None
+        fit = encryption.params.get("fit")  # the loaded range (``veil.ciphers.fitted_rnd``)
+        if narrow is not None and isinstance(fit, list):
+            from veil.ciphers.fitted_rnd import FittedRowBound  # it extends RowBoundCipher
+
+            layer = _row_rnd(master, encryption, context)
+            return FittedRowBound(layer, bits=narrow, low=int(fit[0]), fit=int(fit[1]))
         return RowBoundCipher(_row_rnd(master, encryption, context), None, bits=narrow)
     inner = _scheme_cipher(master, encryption)
     if encryption.outer is not None:

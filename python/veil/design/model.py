@@ -59,8 +59,13 @@ DESIGN_FORMAT = "veil-physical-design"
 #    the server, never wrapped), and a text column's DET onion, the column fetched from
 #    a row-bound RND copy; a Veil of version 10 would pre-filter a LIKE with the NULLs
 #    or fetch them, so it must refuse them; versions 6-10 read unchanged.
-DESIGN_VERSION = 11
-READABLE_VERSIONS = (6, 7, 8, 9, 10, 11)
+# 12: an onion load leaves its ASHE words unbuilt too (``AsheSums.lazy``, NULL on the
+#    server until the first SUM/AVG that needs them builds them), and fits a number's RND
+#    copy to its loaded values (``params["fit"]``, ``veil.ciphers.fitted_rnd``); a Veil of
+#    version 11 would sum the NULLs and misread the copies, so it must refuse them;
+#    versions 6-11 read unchanged.
+DESIGN_VERSION = 12
+READABLE_VERSIONS = (6, 7, 8, 9, 10, 11, 12)
 
 RND = "RND"
 DET = "DET"
@@ -280,6 +285,9 @@ class AsheSums:
     # overflow (sums over it run on the client), which saves 7 bits a row.
     # None: the server tests the source's columns.
     null_fields: list[int | None] | None = None
+    # Not built on the server yet (an onion load's: NULL words until the first SUM/AVG
+    # that needs them, ``veil.session.ashe_build``): the planner sums on the client meanwhile.
+    lazy: bool = False
 
     def null_field(self, index: int) -> int | None:
         return self.null_fields[index] if self.null_fields is not None else None

@@ -52,7 +52,7 @@ from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design, vocabulary
 from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, encode, encode_scalar, no_values
 from veil.keys.generations import writing
-from veil.load import ashe_widths, clusters, narrow_det, pending, plain_size
+from veil.load import ashe_widths, clusters, fitted_copies, narrow_det, pending, plain_size
 from veil.load.prefetch import prefetched
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
@@ -276,6 +276,7 @@ def load_into(
             clusters.choose(fresh.tables[table.name], counts[table.name], backend.skips_row_blocks)
         summed, keys = _data_profile(table, con, fresh.tables[table.name])
         ashe_widths.fit(fresh.tables[table.name], summed)
+        fitted_copies.choose(fresh.tables[table.name], keys)
         ranges.update(keys)
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design, counts)
@@ -316,7 +317,9 @@ def _load_table(
     # stores NULLs in their columns
     deferred = {e.name for e in defer_layers(table)}
     built = [e for e in table.encryptions if e.name not in deferred]
-    encryptor = TableEncryptor(master, dataclasses.replace(table, encryptions=built))
+    # an onion load's ASHE words too (``AsheSums.lazy``), by the first SUM/AVG of one
+    sums = table.sums if table.sums is not None and not table.sums.lazy else None
+    encryptor = TableEncryptor(master, dataclasses.replace(table, encryptions=built, sums=sums))
     blocks: list[pa.Table] = []
     zones = ZoneRecorder(table) if backend.skips_row_blocks else None
     order = None if options.in_source_order else clusters.order_by(table, master)
@@ -564,11 +567,12 @@ def _data_profile(
     source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
 ) -> tuple[ashe_widths.Profile | None, dict[int, tuple[int | None, int | None]]]:
     """In one scan: the summed expressions' (min, max, NULL rows), sizing their ASHE
-    words, and each DET integer column's (min, max) by id(encryption), for narrow DET.
+    words, and each DET integer column's (min, max) by id(encryption), for narrow DET (and
+    each number's RND copy's, ``fitted_copies``).
 
     Summed expressions DuckDB cannot compute for some row leave the first None.
     """
-    keys = [e for e in table.encryptions if narrow_det.candidate(e)]
+    keys = [e for e in table.encryptions if narrow_det.candidate(e) or fitted_copies.candidate(e)]
     columns = [(e.source, e.type) for e in keys]
     summed = list(zip(table.sums.sources, table.sums.types, strict=True)) if table.sums else []
     try:

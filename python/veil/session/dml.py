@@ -559,8 +559,10 @@ class RowsChangedError(SerializationError):
 
 
 def _layered(table: TableDesign) -> bool:
-    """Whether a write to ``table`` locks its layers row: some column is wrapped in a layer."""
-    return bool(table.layers_table) and any(e.outer for e in table.encryptions)
+    """Whether a write to ``table`` locks its layers row: some column is wrapped in a layer,
+    or its ASHE words are not built yet (a build must not interleave with a write either)."""
+    lazy = table.sums is not None and table.sums.lazy
+    return bool(table.layers_table) and (lazy or any(e.outer for e in table.encryptions))
 
 
 def _layers_agree(session: SessionContext, table: TableDesign) -> bool:

@@ -26,7 +26,9 @@ column's DET onion (or its copy) with the row ids, decrypts it on the client,
 encrypts the values under the layer's scheme and writes the ciphertexts,
 without the RND layer, to every row. The server sees what an XOR peel would
 have shown it (SEARCH's words, never wrapped, reveal nothing until a query
-sends a word's token), and no plaintext.
+sends a word's token), and no plaintext. An onion load's ASHE words are built
+so too, all of a table's at once, by the first SUM or AVG of one of them
+(``veil.session.ashe_build``; ``Peel(..., ASHE)``).
 
 A crash between 1 and 2 leaves the server peeled and the design wrapped;
 ``reconcile`` (run whenever a session reads the design) repairs the design
@@ -65,12 +67,15 @@ from veil.ciphers.columns import (
 from veil.ciphers.encrypt import rnd_context
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.design.model import (
+    ASHE,
     BLOCKS,
     DET,
     JOIN,
     OPE,
     RND,
     SEARCH,
+    AsheSums,
+    DesignError,
     Encryption,
     PhysicalDesign,
     TableDesign,
@@ -79,6 +84,7 @@ from veil.design.model import (
 from veil.design.policy import Policy
 from veil.exec.decrypt import BlockReader
 from veil.exec.server import FetchStats, run_remote
+from veil.session.ashe_build import ashe_layer, ashe_words, unbuilt_sums
 from veil.session.context import SessionContext
 from veil.sql.remote import (
     LAYER_COLUMN,
@@ -108,6 +114,7 @@ REVEALS = {
     OPE: "the order of values",
     JOIN: "which rows hold equal values (re-keyable for joins)",
     SEARCH: "nothing until a query searches a word, then which rows hold it",
+    ASHE: "nothing (the server adds the words blind)",
 }
 LAYERED = (DET, OPE, JOIN)  # the onions wrapped in RND at load
 # the onions a load leaves for their first peel to build: DET only where another form
@@ -123,13 +130,16 @@ _ATTEMPTS = 100
 @dataclass(frozen=True)
 class Peel:
     """Take the RND layer off ``table.column``'s onion of ``scheme`` (DET, OPE or JOIN), or
-    build an unbuilt one (SEARCH's words, which have no RND layer)."""
+    build an unbuilt one (SEARCH's words, which have no RND layer; ASHE: the table's sums,
+    ``column`` one of them)."""
 
     table: str
     column: str
     scheme: str
 
     def __str__(self) -> str:
+        if self.scheme == ASHE:  # every summed column of the table at once
+            return f"{self.table}: its sums' ASHE words built ({REVEALS[ASHE]})"
         return f"{self.table}.{self.column} to {self.scheme} ({REVEALS[self.scheme]})"
 
 
@@ -158,7 +168,7 @@ def has_wrapped(design: PhysicalDesign) -> bool:
         e.outer or e.scheme == JOIN or unbuilt(e)
         for t in design.tables.values()
         for e in t.encryptions
-    )
+    ) or any(unbuilt_sums(t) is not None for t in design.tables.values())
 
 
 def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list[Adjustment]:
@@ -177,7 +187,32 @@ def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list
         if enc is not None and unbuilt(enc) and policy.allows(table, column, DET):
             found.append(Peel(table, column, SEARCH))
     _join_adjustments(design, policy, sorted(needs.joins), found)
+    found += _sums_to_build(design, needs.sums)
     return found
+
+
+def _sums_to_build(design: PhysicalDesign, summed: set[tuple[str, str]]) -> list[Adjustment]:
+    """A build of each table's unbuilt ASHE sums (``veil.session.ashe_build``) that a
+    SUM/AVG of the query reads; ASHE reveals nothing, so any policy allows it."""
+    found: list[Adjustment] = []
+    for table, source in sorted(summed):
+        sums = unbuilt_sums(design.tables[table]) if table in design.tables else None
+        if sums is None or source not in sums.sources or not _buildable(design, table):
+            continue
+        if all(not (isinstance(a, Peel) and a.table == table) for a in found):
+            found.append(Peel(table, source, ASHE))
+    return found
+
+
+def _buildable(design: PhysicalDesign, table: str) -> bool:
+    """Is every source of the table's sums a column the client can fetch?"""
+    found = design.tables[table]
+    sums = found.sums
+    assert sums is not None
+    try:
+        return all(found.column(s) is not None and found.fetchable(s) for s in sums.sources)
+    except DesignError:
+        return False
 
 
 def _join_adjustments(
@@ -267,7 +302,9 @@ def peel_layers(
     points = JoinPoints()  # the JOIN onions built here share their values' points by key
     by_table: dict[str, list[Peel]] = {}
     for wanted in adjustments:
-        if isinstance(wanted, Peel):
+        if isinstance(wanted, Peel) and wanted.scheme == ASHE:
+            events += _build_sums(session, wanted, reason)
+        elif isinstance(wanted, Peel):
             by_table.setdefault(wanted.table, []).append(wanted)
     for name, peels in by_table.items():
         table = session.design.tables[name]
@@ -374,6 +411,9 @@ def reconcile(session: SessionContext) -> list[Adjustment]:
     missed: list[Adjustment] = []
     for table in session.design.tables.values():
         onions = {e.name: e for e in table.encryptions if e.onion and e.scheme in TRACKED}
+        sums = unbuilt_sums(table)
+        if sums is not None:
+            onions[ashe_layer(sums).name] = ashe_layer(sums)
         if not onions or not table.layers_table:
             continue
         states = run_remote(layer_states_statement(table), session.backend, FetchStats())
@@ -387,7 +427,9 @@ def reconcile(session: SessionContext) -> list[Adjustment]:
             enc = onions.get(name)
             if enc is None:
                 continue
-            if peeled and (enc.outer is not None or unbuilt(enc)):
+            if peeled and enc.scheme == ASHE:
+                missed.append(Peel(table.name, sums.sources[0] if sums else "", ASHE))
+            elif peeled and (enc.outer is not None or unbuilt(enc)):
                 missed.append(Peel(table.name, enc.source, enc.scheme))
             if enc.scheme == JOIN and key and key != join_key_id(session.master, enc.key_scope):
                 missed.append(Rekey(table.name, enc.source, _holder(session, key)))
@@ -457,12 +499,14 @@ def layers_rows(table: TableDesign, master: MasterKey) -> pa.Table:
     (built, for a SEARCH onion)."""
     onions = [e for e in table.encryptions if e.onion and e.scheme in TRACKED]
     keys = [join_key_id(master, e.key_scope) if e.scheme == JOIN else None for e in onions]
+    peeled = [e.outer is None and not unbuilt(e) for e in onions]
+    sums = unbuilt_sums(table)
+    if sums is not None:  # unbuilt ASHE words: a row of theirs, peeled once built
+        onions, keys, peeled = [*onions, ashe_layer(sums)], [*keys, None], [*peeled, False]
     return pa.table(
         {
             LAYER_COLUMN: pa.array([e.name for e in onions], pa.string()),
-            LAYER_PEELED: pa.array(
-                [e.outer is None and not unbuilt(e) for e in onions], pa.bool_()
-            ),
+            LAYER_PEELED: pa.array(peeled, pa.bool_()),
             LAYER_KEY: pa.array(keys, pa.string()),
         }
     )
@@ -587,28 +631,12 @@ def _build_on_server(
     """
     backend, master = session.backend, session.master
     onions = {e.source: _build_source(table, e) for e in encs}
-    forms = {d.name: d for d in onions.values() if d is not None}
-    fetched = [table.row_id, *(n for n, d in forms.items() if d.scheme != BLOCKS)]
-    stored = backend.execute(
-        f"SELECT {', '.join(quote(c) for c in fetched)} FROM {quote(table.server_name)}"
-    )
-    ids = _plain_column(stored.column(0))
-    rows = ids.to_numpy(zero_copy_only=False).astype(np.int64)
-    sealed = [d for d in forms.values() if d.scheme == BLOCKS]
-    in_blocks = (
-        BlockReader(backend, FetchStats()).read(table, sealed, rows, session.ciphers)
-        if sealed
-        else {}
-    )
+    ids, values = _fetched_values(session, table, [d for d in onions.values() if d is not None])
     written: dict[str, pa.Array] = {OLD_KEY: ids}
     for enc in encs:
         form = onions[enc.source]
         assert form is not None  # defer_layers defers only columns with a built form
-        encoded = (
-            in_blocks[form.name]
-            if form.scheme == BLOCKS
-            else _opened(master, table, form, rows, stored.column(fetched.index(form.name)))
-        )
+        encoded = values[form.name]
         peeled = {k: v for k, v in enc.params.items() if k not in ("outer", LAZY)}
         scope = (scopes or {}).get(enc.name, enc.key_scope)
         bare = dataclasses.replace(enc, params=peeled, key_scope=scope)
@@ -622,6 +650,65 @@ def _build_on_server(
             key = join_key_id(master, scope)
             run_remote(mark_rekeyed_statement(table, enc, key), backend, FetchStats())
     _write_built(session, table, pa.table(written))
+
+
+def _fetched_values(
+    session: SessionContext, table: TableDesign, forms: list[Encryption]
+) -> tuple[pa.Array, dict[str, pa.Array]]:
+    """Every row's id and its encoded value of each of ``forms`` (built server columns or
+    sealed blocks), by server column: fetched as ciphertexts, decrypted on the client."""
+    backend = session.backend
+    by_name = {d.name: d for d in forms}
+    fetched = [table.row_id, *(n for n, d in by_name.items() if d.scheme != BLOCKS)]
+    stored = backend.execute(
+        f"SELECT {', '.join(quote(c) for c in fetched)} FROM {quote(table.server_name)}"
+    )
+    ids = _plain_column(stored.column(0))
+    rows = ids.to_numpy(zero_copy_only=False).astype(np.int64)
+    sealed = [d for d in by_name.values() if d.scheme == BLOCKS]
+    values = (
+        BlockReader(backend, FetchStats()).read(table, sealed, rows, session.ciphers)
+        if sealed
+        else {}
+    )
+    for name, form in by_name.items():
+        if form.scheme != BLOCKS:
+            column = stored.column(fetched.index(name))
+            values[name] = _opened(session.master, table, form, rows, column)
+    return ids, values
+
+
+def _build_sums(session: SessionContext, wanted: Peel, reason: str) -> list[dict[str, object]]:
+    """Build the unbuilt ASHE words of ``wanted.table`` (``veil.session.ashe_build``) in
+    every row, unless the server says another client has; record it; the log event."""
+    table = session.design.tables[wanted.table]
+    sums = unbuilt_sums(table)
+    if sums is None:
+        return []  # built meanwhile, by another session of this process
+    started = time.perf_counter()
+    built = _retry(partial(_sums_on_server, session, table, sums))
+    by = "this client" if built else "another client (design repaired)"
+    event = _event(ASHE, table, round(time.perf_counter() - started, 3), reason, by, 1)
+    _record(session, [wanted], event)
+    if built:
+        session.backend.refresh_statistics(table.server_name)
+    log.info("built the ASHE sums of %s in %.2f s", table.name, event["seconds"])
+    return [{**event, "table": wanted.table, "column": wanted.column}]
+
+
+def _sums_on_server(session: SessionContext, table: TableDesign, sums: AsheSums) -> bool:
+    """One transaction: the words of every row, unless the layers table says built."""
+    layer = ashe_layer(sums)
+    with session.backend.transaction():
+        if _locked_state(session, table, layer)[0]:
+            return False
+        forms = {s: table.fetchable(s) for s in sums.sources}
+        ids, values = _fetched_values(session, table, list(forms.values()))
+        plain = {s: (values[f.name], f.sql_type) for s, f in forms.items()}
+        words = ashe_words(session.master, sums, plain, ids)
+        _write_built(session, table, pa.table({OLD_KEY: ids, **words}))
+        run_remote(mark_peeled_statement(table, layer), session.backend, FetchStats())
+    return True
 
 
 class JoinPoints:
@@ -790,6 +877,10 @@ def _record_all(
 def _apply(design: PhysicalDesign, wanted: Adjustment) -> None:
     table = design.tables.get(wanted.table)
     if table is None:
+        return
+    if isinstance(wanted, Peel) and wanted.scheme == ASHE:
+        if table.sums is not None:
+            table.sums.lazy = False
         return
     if isinstance(wanted, Peel):
         enc = table.onion_of(wanted.column, wanted.scheme)

@@ -34,7 +34,7 @@ from veil.sql.plan import ASHE_WORD, AggregateItem, JoinEdge, JoinGroup, Scan
 from veil.sql.remote import id_bit_position, joined_alias, qualified
 from veil.sql.selectivity import ashe_pairs, ashe_runs, distinct_rows
 from veil.sql.state import PlanState
-from veil.sql.sums import ASHE_ROW_COST, count_present
+from veil.sql.sums import ASHE_ROW_COST, built_sums, count_present
 
 
 def join_sums(
@@ -59,7 +59,7 @@ def join_sums(
         if found is None or (summed is not None and found[0] is not summed):
             return None
         summed, source = found
-        sums = summed.table.sums
+        sums = built_sums(summed.table)
         index = sums.index(source) if sums is not None else None
         present, field = count_present(summed.table, source)
         kind = state.ctx.expression_type(node, summed.table.name, summed.alias)

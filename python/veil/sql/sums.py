@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from veil.design.model import BLOCKS, TableDesign
+from veil.design.model import BLOCKS, AsheSums, TableDesign
 from veil.sql.columns import columns_read
 
 ASHE_ROW_COST = 4  # a (group, block) row of ASHE sums against a fetched row
+
+
+def built_sums(table: TableDesign) -> AsheSums | None:
+    """The table's ASHE sums if the server holds their words: an onion load's are NULL
+    until the first SUM/AVG that needs them builds them (``AsheSums.lazy``), and a sum
+    over them meanwhile (inside a transaction, which builds nothing) runs on the client."""
+    sums = table.sums
+    return sums if sums is not None and not sums.lazy else None
 
 
 def count_present(table: TableDesign, source: str) -> tuple[exp.Expr | None, int | None]:
@@ -21,7 +29,7 @@ def count_present(table: TableDesign, source: str) -> tuple[exp.Expr | None, int
     COUNT(*), less that field once unpadded. Else the server tests the
     columns; (None, None) when one has no per-row server column (blocks).
     """
-    sums = table.sums
+    sums = built_sums(table)
     index = sums.index(source) if sums is not None else None
     field = sums.null_field(index) if sums is not None and index is not None else None
     if field is not None:  # field 0: a NULL there is an overflow flag, none to take off

@@ -32,7 +32,7 @@ from veil.sql.plan import ASHE_WORD, Aggregation, Scan
 from veil.sql.remote import hom_ciphertexts, id_bit_position
 from veil.sql.rewrite_server import ServerContext
 from veil.sql.state import PlanState, ScanKey
-from veil.sql.sums import ASHE_ROW_COST, count_present
+from veil.sql.sums import ASHE_ROW_COST, built_sums, count_present
 
 AGG_PREFIX = "__veil_agg_"
 # The cost rule's figures (``few_groups``), measured on this project's machine.
@@ -180,8 +180,9 @@ def _add_sum(
     present, field = count_present(table, summed[1])
     if present is None:
         return False
-    if table.sums is not None:
-        index = table.sums.index(summed[1])
+    sums = built_sums(table)
+    if sums is not None:
+        index = sums.index(summed[1])
         if index is None:
             return False
         item = aggregation.add(id(node), "SUM", None)
@@ -225,8 +226,8 @@ def _sums_pay(policy: str, table: TableDesign, keys: list[str]) -> bool:
     if policy == "never":
         return False
     if policy == "always":
-        return table.sums is not None or table.hom is not None
-    if table.sums is not None:
+        return built_sums(table) is not None or table.hom is not None
+    if built_sums(table) is not None:
         return blocks_pay(table, keys)
     return few_groups(table, keys)
 
