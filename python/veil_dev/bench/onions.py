@@ -1,4 +1,4 @@
-"""``veil bench onions``: TPC-H from a cold adaptive load, peeled by the 22 queries themselves.
+"""``veil bench onions``: TPC-H (or TPC-DS) from a cold adaptive load, peeled by its queries.
 
 One run loads the TPC-H Parquet files as onions (no workload: the server can
 compare nothing), then runs each query once (the first run, which peels what
@@ -10,13 +10,17 @@ alternately, for the ratio against the workload-designed load. It reports
 the leakage at the end (SEEED Figure 7's classes), the peels' throughput per
 layer (rows/s, from the peel log) and the load time. ``--policy-template``
 loads under a policy template (issue 12's run forbids order on every price,
-quantity and date: ``no-order-on-values``).
+quantity and date: ``no-order-on-values``). ``--benchmark tpcds`` runs the
+TPC-DS query set (``--queries DIR``) over TPC-DS files instead, without
+TPC-H's indexes and lineitem's peel throughput. The server's bytes are
+counted right after the load too, beside the plaintext's in a DuckDB file.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,9 +44,11 @@ from veil_dev.bench.tpch_servers import (
     SECONDARY_INDEXES,
     analyze,
     design_of,
+    server_bytes,
     veil_index_sql,
 )
 from veil_dev.servers.postgres import ThrowawayCluster
+from veil_dev.tpcds import queries as tpcds_queries
 from veil_dev.tpch.queries import query_texts
 
 
@@ -69,31 +75,42 @@ def _run(args: argparse.Namespace, cluster: ThrowawayCluster | None) -> int:
     started = time.perf_counter()
     load(args.data, server, args.client_dir, progress=lambda _: None, policy=policy)
     load_seconds = time.perf_counter() - started
-    print(f"onion load: {load_seconds:.1f} s", flush=True)
+    tpch = args.benchmark == "tpch"
     session = Session(args.client_dir)
+    loaded_bytes = sum(session.backend.table_bytes(n) for n in _server_tables(session))
+    plain_bytes = _plain_bytes(args.data)
+    print(
+        f"onion load: {load_seconds:.1f} s, {loaded_bytes / 1e6:.1f} MB on the server "
+        f"(plaintext {plain_bytes / 1e6:.1f} MB)",
+        flush=True,
+    )
     started = time.perf_counter()
-    _index(session)
+    if tpch:
+        _index(session)
     index_seconds = time.perf_counter() - started
     plain = _plain(args.data)
     other = Session(workload_client) if workload_client else None
     rows = []
     try:
-        for number, sql in query_texts().items():
+        for number, sql in _queries(args).items():
             rows.append(_query(number, sql, session, other, plain, args.runs))
             print(_line(rows[-1]), flush=True)
         report = leakage(session)
         peels = session.client.peel_log()
-        measured = _peel_alone(session)
+        measured = _peel_alone(session) if tpch else {}
         stored = sum(session.backend.table_bytes(n) for n in _server_tables(session))
     finally:
         session.close()
         if other is not None:
             other.close()
     document = {
+        "benchmark": args.benchmark,
         "server": args.server,
         "policy_template": args.policy_template,
         "load_seconds": round(load_seconds, 2),
         "index_seconds": round(index_seconds, 2),
+        "loaded_bytes": loaded_bytes,
+        "plain_bytes": plain_bytes,
         "server_bytes": stored,
         "queries": rows,
         "correct": sum(r["correct"] for r in rows),
@@ -106,15 +123,38 @@ def _run(args: argparse.Namespace, cluster: ThrowawayCluster | None) -> int:
     if args.json:
         write_json(args.json, document)
     if args.png:
-        labels = [f"Q{r['query']}" for r in rows]
+        labels = [_label(r["query"]) for r in rows]
         series: dict[str, Sequence[float | None]] = {
             "first run (peels)": [r["first_seconds"] for r in rows],
             "later runs": [r["later_seconds"] for r in rows],
         }
         if other is not None:
             series["workload-designed load"] = [r["workload_seconds"] for r in rows]
-        bar_plot(args.png, labels, series, title="TPC-H from a cold onion load", ylabel="seconds")
+        title = f"{'TPC-H' if tpch else 'TPC-DS'} from a cold onion load"
+        bar_plot(args.png, labels, series, title=title, ylabel="seconds")
     return 0
+
+
+def _queries(args: argparse.Namespace) -> dict[int, str] | dict[str, str]:
+    if args.benchmark == "tpch":
+        return query_texts()
+    directory = Path(args.queries) if args.queries else tpcds_queries.DEFAULT_QUERY_DIR
+    return tpcds_queries.query_texts(directory)
+
+
+def _label(number: int | str) -> str:
+    return f"Q{number}" if isinstance(number, int) else str(number)
+
+
+def _plain_bytes(data: str) -> int:
+    """The plaintext's bytes in a DuckDB file (every table), the unit of the space ratio."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "plain.duckdb"
+        con = duckdb.connect(str(path))
+        for file in sorted(Path(data).glob("*.parquet")):
+            con.execute(f"CREATE TABLE {file.stem} AS SELECT * FROM read_parquet('{file}')")
+        con.close()
+        return sum(server_bytes(f"duckdb:///{path}").values())
 
 
 def _workload_load(data: str, url: str, client_dir: str) -> str:
@@ -156,7 +196,7 @@ def _plain(data: str) -> duckdb.DuckDBPyConnection:
 
 
 def _query(
-    number: int,
+    number: int | str,
     sql: str,
     session: Session,
     other: Session | None,
@@ -201,7 +241,7 @@ def _line(row: dict[str, Any]) -> str:
         else ""
     )
     return (
-        f"Q{row['query']}: {'ok' if row['correct'] else 'WRONG'}; first {row['first_seconds']:.2f} s "
+        f"{_label(row['query'])}: {'ok' if row['correct'] else 'WRONG'}; first {row['first_seconds']:.2f} s "
         f"({row['adjustments']} adjustments, {row['peel_seconds']:.2f} s), later "
         f"{row['later_seconds']:.3f} s{against}"
     )

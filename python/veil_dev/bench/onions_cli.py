@@ -8,12 +8,14 @@ import argparse
 def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = benches.add_parser(
         "onions",
-        help="TPC-H from a cold adaptive (onion) load: first and later runs, leakage, peels",
-        description="TPC-H from a cold onion load (no workload): each query's first run, "
+        help="TPC-H or TPC-DS from a cold adaptive (onion) load: first and later runs, leakage",
+        description="TPC-H (or TPC-DS) from a cold onion load (no workload): each query's first run, "
         "which peels what it needs, and later runs (median), checked against plaintext DuckDB; "
         "the leakage after the 22 queries and the peels' throughput.",
     )
-    bench.add_argument("--data", required=True, help="directory of TPC-H .parquet files")
+    bench.add_argument("--data", required=True, help="directory of TPC-H (TPC-DS) .parquet files")
+    bench.add_argument("--benchmark", choices=("tpch", "tpcds"), default="tpch")
+    bench.add_argument("--queries", help="TPC-DS: the folder of q*.sql (default: ../shared)")
     bench.add_argument(
         "--server",
         required=True,
