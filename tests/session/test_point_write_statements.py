@@ -1,8 +1,8 @@
 """What a point write sends the server (issue 41): one UPDATE or DELETE by row id.
 
 A write of one row by key is one server statement, which changes that row or
-nothing, so in autocommit on PostgreSQL it runs without a BEGIN and a COMMIT
-of its own (DuckDB keeps them); it still gives the row a fresh row id. Writes of more rows, and every write inside
+nothing, so in autocommit it runs without a BEGIN and a COMMIT of its own;
+it still gives the row a fresh row id. Writes of more rows, and every write inside
 a transaction, keep their transaction. The backends write one row (DuckDB: a
 few) by key with its values as parameters, the rest as before.
 """
@@ -21,6 +21,7 @@ import pytest
 from tests.session.test_point_writes import CHECK, WORKLOAD
 from tests.support.oracle import assert_same, loaded_tables
 from veil.backends.base import OLD_KEY, Backend
+from veil.design.model import DET, RND
 from veil.session import dml
 from veil.session.session import Session
 
@@ -44,8 +45,8 @@ def pair(
 
 
 def _alone(session: Session, write: str) -> list[str]:
-    """What one point write sends in autocommit: ``write`` alone on PostgreSQL."""
-    return [write] if session.backend.dialect == "postgres" else ["BEGIN", write, "COMMIT"]
+    """What one point write sends in autocommit: ``write`` alone, on both engines."""
+    return [write]
 
 
 def _keys(plain: duckdb.DuckDBPyConnection) -> list[int]:
@@ -197,3 +198,58 @@ def test_encryptors_are_made_once_per_session_and_design(
     session.reload_design()
     again = session.design.table("orders")
     assert again is not table and dml.encryptor(session, again) is not made
+
+
+def _written(
+    pair: tuple[Session, duckdb.DuckDBPyConnection], sql: str, params: list[object]
+) -> str:
+    """``sql`` run on both sides (same row count, same rows after): the server's UPDATE."""
+    session, plain = pair
+    table = session.design.table("orders")
+    sent: list[str] = []
+    stop = session.backend.add_statement_listener(lambda text, _: sent.append(text))
+    try:
+        expected = plain.execute(sql, params).fetchall()[0][0]
+        assert session.run(sql, params).rowcount == expected, (sql, params)
+    finally:
+        stop()
+    for check in (CHECK, "SELECT * FROM orders WHERE o_orderkey = 7", COUNT):
+        assert_same(session.run(check).table, plain.execute(check).fetchall(), True, check)
+    updates = [s for s in sent if s.upper().startswith("UPDATE") and table.server_name in s]
+    assert len(updates) == 1, sent
+    return updates[0]
+
+
+COUNT = "SELECT count(*) FROM orders WHERE o_custkey = 371"
+
+
+def _columns(session: Session, scheme: str, source: str) -> str:
+    table = session.design.table("orders")
+    (found,) = [e.name for e in table.encryptions if e.scheme == scheme and e.source == source]
+    return found
+
+
+def test_a_det_column_left_alone_is_not_written(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    """Its ciphertext is the same for the same value and bound to no row id
+    (``dml.unchanged_columns``); every row-bound column changes with the fresh id."""
+    session = pair[0]
+    keys = [_columns(session, DET, c) for c in ("o_orderkey", "o_custkey")]
+    for number, key in enumerate([7, 32, 7]):  # the second runs a kept plan
+        update = _written(pair, UPDATE, [f"kept {number}", key])
+        assert not any(name in update for name in keys), update
+        assert all(_columns(session, RND, c) in update for c in ("o_clerk", "o_comment"))
+
+
+def test_an_assigned_det_column_is_written(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    session = pair[0]
+    customer, key = (_columns(session, DET, c) for c in ("o_custkey", "o_orderkey"))
+    update = _written(pair, "UPDATE orders SET o_custkey = 371 WHERE o_orderkey = ?", [7])
+    assert customer in update and key not in update.split("WHERE")[0], update
+    # the general path (a WHERE the server cannot match alone) leaves them out too
+    general = "UPDATE orders SET o_comment = o_comment || '!' WHERE o_orderkey + 0 = ?"
+    update = _written(pair, general, [32])
+    assert key not in update.split("WHERE")[0] and customer not in update, update

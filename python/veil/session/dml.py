@@ -51,7 +51,7 @@ from sqlglot import exp
 from veil.backends.base import OLD_KEY, BackendError, DuplicateKeyError
 from veil.ciphers.blocks import block_columns
 from veil.ciphers.encrypt import TableEncryptor
-from veil.design.model import TableDesign
+from veil.design.model import DET, TableDesign
 from veil.encoding import exact_arrow
 from veil.errors import SerializationError
 from veil.exec.server import FetchStats, run_remote
@@ -420,13 +420,13 @@ def _in_layers(
 
 
 def _alone(session: SessionContext) -> bool:
-    """Whether a write of one statement runs without a BEGIN and a COMMIT of its own: on a
-    server a round trip away (PostgreSQL: two round trips of a point UPDATE's four), in
-    autocommit. Not on DuckDB: in the same process its BEGIN and COMMIT cost ~0.1 ms,
-    and its autocommit UPDATE through the DB-API measured slower (``veil bench point``,
-    TPC-H SF 0.1: UPDATE 12-14 ms against 10.5 ms in a transaction, load 7-8), with the
-    plaintext side beside it slowed too (3.4-3.7 ms against 1.6-1.9 ms)."""
-    return session.backend.dialect == "postgres" and not session.backend.in_transaction
+    """Whether a write of one statement runs without a BEGIN and a COMMIT of its own: in
+    autocommit, where the statement alone is as atomic. On PostgreSQL that is two round
+    trips of a point UPDATE's four; on DuckDB, whose autocommit UPDATE commits as the
+    transaction did, ~1 ms less client CPU of a point UPDATE's ~6.4 (issue 41: TPC-H SF 0.1
+    orders, ``UPDATE orders SET o_comment = ? WHERE o_orderkey = ?``, each variant in turn
+    in one process, mean CPU over 380 executions, load ~10)."""
+    return not session.backend.in_transaction
 
 
 @contextlib.contextmanager
@@ -638,6 +638,7 @@ def _write_rows(
     first_id: int,
     replacing: pa.Array | None = None,
     stats: FetchStats | None = None,
+    kept: set[str] | None = None,
 ) -> None:
     """Encrypt rows under the ids ``first_id``, ``first_id + 1``, ... and write them.
 
@@ -649,7 +650,8 @@ def _write_rows(
     one-time per id. A Paillier group's packs and the BLOCKS side table get
     new entries for the new ids (``first_id`` starts a pack); the old ones
     belong to ids no row has any more. ``stats``: where the writes count as the server's
-    time, and the encryption of the rows as encryption.
+    time, and the encryption of the rows as encryption. ``kept``: columns whose values are
+    the replaced rows' own (``unchanged_columns``: left out of an UPDATE in place).
     """
     encrypting = encryptor(session, table)
     if table.hom is not None and len(plain):
@@ -665,6 +667,8 @@ def _write_rows(
     if replaced and session.backend.updates_in_place:
         assert replacing is not None
         changed = rows.slice(0, replaced).append_column(OLD_KEY, replacing.cast(pa.int64()))
+        if kept:
+            changed = changed.drop_columns(unchanged_columns(table, kept))
         with _server_time(stats, 1):
             _update_rows(session, table, changed)
         rows = rows.slice(replaced)
@@ -678,6 +682,21 @@ def _write_rows(
     sealed = encrypting.blocks(plain, first_id)
     if sealed is not None and len(plain):
         session.backend.append(table.blocks_table, sealed)
+
+
+def unchanged_columns(table: TableDesign, kept: set[str]) -> list[str]:
+    """The server columns of ``table`` that rewriting a row whose columns ``kept`` keep
+    their values leaves as they are: DET of such a column, unwrapped. DET is the same
+    ciphertext for the same value under the same key, bound to no row id, so an UPDATE in
+    place need not write it (DuckDB rewrites a row whose indexed column an UPDATE sets
+    as a delete and an insert, its indexes too: issue 41's point UPDATE). Row-bound
+    columns (RND, a layer) change with the row's fresh id and are always written.
+    """
+    return [
+        e.name
+        for e in table.encryptions
+        if e.scheme == DET and e.outer is None and not e.is_expression and e.source in kept
+    ]
 
 
 def _update_rows(session: SessionContext, table: TableDesign, changed: pa.Table) -> None:
@@ -792,7 +811,10 @@ def update_rows(
     check_rows(session.local, table, plain)
     encryptor(session, table).check_domains(plain)
     named = {c for r in table.references for c in r.columns} & assigned
-    rewrite_rows(session, table, row_ids, plain, old, check_parents=bool(named), stats=stats)
+    kept = {c.name for c in table.columns} - assigned
+    rewrite_rows(
+        session, table, row_ids, plain, old, check_parents=bool(named), stats=stats, kept=kept
+    )
 
 
 def rewrite_rows(
@@ -804,11 +826,13 @@ def rewrite_rows(
     *,
     check_parents: bool = True,
     stats: FetchStats | None = None,
+    kept: set[str] | None = None,
 ) -> None:
     """Replace the rows ``row_ids`` (read under the design's layers) by the first rows of
     ``rows``, which may hold more (inserted ones), under fresh ids, in one transaction. ``old``: the replaced
     rows' values of the columns other tables' foreign keys name, where they may change;
-    ``check_parents``: whether the rows' own foreign keys may have changed."""
+    ``check_parents``: whether the rows' own foreign keys may have changed; ``kept``: the
+    columns whose values in ``rows`` are the replaced rows' own, as read."""
     parents = references.parent_locks(session, table, rows) if check_parents else []
     # one row written in place is one statement (``_write_rows``)
     alone = (
@@ -819,7 +843,7 @@ def rewrite_rows(
 
     def rewrite(first_id: int) -> None:
         hold_keys(session, parents)
-        _write_rows(session, table, rows, first_id, replacing=row_ids, stats=stats)
+        _write_rows(session, table, rows, first_id, replacing=row_ids, stats=stats, kept=kept)
         if old is not None:
             references.check_unreferenced(session, table, old, rows)
 
