@@ -52,29 +52,36 @@ class FittedRowBound(RowBoundCipher):
         if not 1 <= fit < bits:
             raise ParameterError(f"a fitted RND copy needs 1 <= fit < bits; got {fit}, {bits}")
         self._low, self._fit = low, fit
+        self._narrow = pa.scalar((1 << fit) - 1, pa.int64())
 
     def encrypt_rows(self, ids: np.ndarray, encoded: pa.Array) -> pa.Array:
+        relative = pc.subtract(encoded.cast(pa.int64()), pa.scalar(self._low, pa.int64()))
+        extremes = pc.min_max(relative)
+        low, high = extremes["min"].as_py(), extremes["max"].as_py()
+        if low is None or (low >= 0 and high < 1 << self._fit):  # a load's: the loaded range
+            return pc.bit_wise_and(self._layer.encrypt(ids, relative), self._narrow)
+        self._check_width(encoded)
         values = _int64s(encoded)
-        self._check_width(pa.array(values))
-        relative = values - np.int64(self._low)
-        inside = (relative >= 0) & (relative < (1 << self._fit))
-        plain = np.where(inside, relative, values)
-        padded = _int64s(self._layer.encrypt(ids, pa.array(plain))).copy()
-        padded[inside] &= np.int64((1 << self._fit) - 1)
-        outside = ~inside
-        wide = np.int64((1 << self._width) - 1)
-        padded[outside] = (padded[outside] & wide) + np.int64(1 << self._fit)
-        return _with_nulls(padded, encoded)
+        inside = (values - np.int64(self._low)).view(np.uint64) < np.uint64(1 << self._fit)
+        plain = np.where(inside, values - np.int64(self._low), values)
+        padded = _int64s(self._layer.encrypt(ids, pa.array(plain)))
+        wide = (padded & np.int64((1 << self._width) - 1)) + np.int64(1 << self._fit)
+        narrow = padded & np.int64((1 << self._fit) - 1)
+        return _with_nulls(np.where(inside, narrow, wide), encoded)
 
     def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
+        top = pc.max(stored).as_py()
+        if top is None or top < 1 << self._fit:  # no value beyond the loaded range
+            opened = pc.bit_wise_and(self._layer.decrypt(ids, stored), self._narrow)
+            return pc.add(opened, pa.scalar(self._low, pa.int64()))
         words = _int64s(stored)
         outside = words >= (1 << self._fit)
         opened = _int64s(
             self._layer.decrypt(ids, pa.array(words - (outside.astype(np.int64) << self._fit)))
         )
         inside_value = (opened & np.int64((1 << self._fit) - 1)) + np.int64(self._low)
-        top = np.int64(1 << (self._width - 1))
-        outside_value = ((opened & np.int64((1 << self._width) - 1)) ^ top) - top
+        sign = np.int64(1 << (self._width - 1))
+        outside_value = ((opened & np.int64((1 << self._width) - 1)) ^ sign) - sign
         return _with_nulls(np.where(outside, outside_value, inside_value), stored)
 
 
