@@ -98,7 +98,7 @@ def test_ddl_in_one_connection_dml_in_others(postgres_url: str, tmp_path: Path) 
             try:
                 for i in range(ROUNDS):
                     key = 1000 * n + i
-                    _again(con, "INSERT INTO acc VALUES (%s, %s)", (key, n))
+                    _again(con, "INSERT INTO acc (id, bal) VALUES (%s, %s)", (key, n))
                     _again(con, "UPDATE acc SET bal = bal + 1 WHERE id = %s", (key,))
             except BaseException as exc:  # reported by the main thread
                 failures.append(exc)
