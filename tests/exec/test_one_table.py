@@ -12,14 +12,15 @@ from typing import cast
 import duckdb
 import pytest
 import sqlglot
+from sqlglot import exp
 
 from tests.support.oracle import check_query
 from tests.support.tpch import tpch_queries
-from veil.design.model import TableDesign
-from veil.exec.one_table import one_table_per_join
+from veil.design.model import Encryption, TableDesign
+from veil.exec.one_table import one_table_per_join, unread_members
 from veil.exec.server import FetchStats
 from veil.session.session import Session
-from veil.sql.plan import JoinedFetch, Scan
+from veil.sql.plan import BindFilter, JoinedFetch, Scan
 
 TPCH = dict(tpch_queries())
 
@@ -122,3 +123,40 @@ def test_two_server_joins_of_one_select() -> None:
         'FROM t0__joined AS "t0__joined", t2__joined AS "t2__joined" '
         'WHERE "t0__joined"."t1.y" = "t2__joined"."t3.w"'
     )
+
+
+@pytest.mark.unit
+def test_members_read_through_the_joined_table_only_are_unread() -> None:
+    scans = _scans(("a", "t0"), ("b", "t1"))
+    local = one_table_per_join(
+        sqlglot.parse_one(
+            "SELECT a.x FROM t0 AS a POSITIONAL JOIN t1 AS b WHERE b.y > 1", read="duckdb"
+        ),
+        scans,
+    )
+    assert unread_members(local, scans) == {"t0", "t1"}
+
+
+@pytest.mark.unit
+def test_members_still_named_or_read_by_key_queries_stay() -> None:
+    scans = _scans(("a", "t0"), ("b", "t1"))
+    positional = sqlglot.parse_one("SELECT x FROM t0 AS a POSITIONAL JOIN t1 AS b", read="duckdb")
+    assert unread_members(one_table_per_join(positional, scans), scans) == frozenset()
+    keys = cast(exp.Query, sqlglot.parse_one("SELECT a.x FROM t0 AS a"))
+    other = Scan(cast(TableDesign, None), "c", "t2")
+    other.binds.append(BindFilter([scans[0]], cast(Encryption, None), keys, "t0's keys"))
+    local = one_table_per_join(
+        sqlglot.parse_one("SELECT a.x FROM t0 AS a POSITIONAL JOIN t1 AS b", read="duckdb"), scans
+    )
+    assert unread_members(local, [*scans, other]) == {"t1"}
+
+
+@pytest.mark.integration
+def test_a_run_registers_the_joined_table_alone(session: Session) -> None:
+    """A member read only through its joined table gets no local table of its own."""
+    plan = session.run(TPCH["q3"]).plan
+    assert plan is not None
+    registered = session._fetch_scans(plan, FetchStats())
+    session._unregister(registered)
+    assert plan.unregistered and not plan.unregistered & set(registered)
+    assert any(name.endswith("__joined") for name in registered)

@@ -91,10 +91,9 @@ def _key_filter(
     sql_type = bind.target_enc.sql_type
     # keys that are not exactly values of the column's type can equal none of its values
     cast = f"TRY_CAST(k AS {sql_type.name})"
-    query = (
-        f"SELECT DISTINCT {cast} FROM ({bind.keys.sql(dialect='duckdb')}) AS __veil_keys(k) "
-        f"WHERE {cast} = k"
-    )
+    # written once per plan, not at every run of it (sqlglot's generator: ~0.2-1 ms a query)
+    bind.sql = bind.sql or bind.keys.sql(dialect="duckdb")
+    query = f"SELECT DISTINCT {cast} FROM ({bind.sql}) AS __veil_keys(k) WHERE {cast} = k"
     if query not in memo:
         memo[query] = local.sql(query).to_arrow_table()
     keys = memo[query]

@@ -37,7 +37,7 @@ from veil.exec.fetch import run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
 from veil.exec.local_duckdb import local_duckdb, local_engine, memory_limit_bytes
-from veil.exec.one_table import joined_tables, one_table_per_join
+from veil.exec.one_table import joined_tables, one_table_per_join, unread_members
 from veil.exec.server import FetchStats
 from veil.session import point_writes
 from veil.session.clientdir import ClientDir, open_client_dir
@@ -700,6 +700,7 @@ class Session:
     def _fetch_scans(self, plan: SplitPlan, stats: FetchStats) -> list[str]:
         """Fetch and decrypt the plan's scans into the local DuckDB; their names there."""
         registered: list[str] = []
+        self._local_sql(plan)  # which members it reads through their joined table only
         extras: Extras = {}  # this run's bind filters, by scan (the plan stays as it is)
         memo: KeyMemo = {}  # this run's bind filters' key lists
         try:
@@ -724,7 +725,7 @@ class Session:
                     else run_scan(scan, extras, self.backend, self.ciphers, stats, plan.rendered)
                 )
                 tables[scan.local_name] = fetched
-                if scan.unread:
+                if scan.unread or scan.local_name in plan.unregistered:
                     continue  # the local plan does not name it
                 self.local.register(scan.local_name, fetched)
                 registered.append(scan.local_name)
@@ -735,6 +736,8 @@ class Session:
             for scan in plan.scans:
                 if scan.same_rows is not None and not scan.unread:
                     tables[scan.local_name] = tables[scan.same_rows.local_name]
+                    if scan.local_name in plan.unregistered:
+                        continue
                     self.local.register(scan.local_name, tables[scan.local_name])
                     registered.append(scan.local_name)
             for name, table in joined_tables(plan.scans, tables).items():
@@ -749,7 +752,9 @@ class Session:
         """The local plan's SQL, each server join read as the one table it is, not as a
         positional join DuckDB cannot estimate (``veil.exec.one_table``)."""
         if not plan.local_sql:
-            plan.local_sql = one_table_per_join(plan.local, plan.scans).sql(dialect="duckdb")
+            local = one_table_per_join(plan.local, plan.scans)
+            plan.unregistered = unread_members(local, plan.scans)  # before: a run reads both
+            plan.local_sql = local.sql(dialect="duckdb")
         return plan.local_sql
 
     def _unregister(self, names: list[str]) -> None:

@@ -116,6 +116,7 @@ class BindFilter:
     description: str  # where the keys come from, for explain
     # worth sending only if there are at most half as many keys as this scan's rows
     shrinks: Scan | None = None
+    sql: str = field(default="", repr=False, compare=False)  # ``keys``' text, made at its first run
 
 
 @dataclass
@@ -359,6 +360,9 @@ class SplitPlan:
         default_factory=dict, repr=False, compare=False
     )
     local_sql: str = field(default="", repr=False, compare=False)
+    # server joins' members the local SQL reads only through their joined table
+    # (``veil.exec.one_table.unread_members``): fetched, never registered on their own
+    unregistered: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     late_outputs: list[LateOutput] = field(default_factory=list)
     # the onion layers peeled for this plan (``veil.session.onions``), in words, for explain
     peels: list[str] = field(default_factory=list, repr=False, compare=False)
