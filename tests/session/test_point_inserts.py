@@ -187,3 +187,27 @@ def test_omitted_columns_take_their_defaults(
     query = "SELECT id, a, b, e, c IS NOT NULL FROM d ORDER BY id"
     ours = [tuple(r.values()) for r in session.run(query).table.to_pylist()]
     assert ours == plain.execute(query).fetchall()
+
+
+def test_fewer_values_fill_the_leading_columns(
+    pair: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    """Without a column list, N values fill the table's first N columns and the rest take
+    their defaults, as in PostgreSQL (DuckDB refuses the count): the one-row path, the
+    general path and a query's rows alike; too many values, or a NOT NULL left out, refused."""
+    session, _ = pair
+    session.run("INSERT INTO acc VALUES (?, ?)", [1, 5])
+    session.run("INSERT INTO acc VALUES (2, 6, 'n'), (3, 7, 'm')")
+    session.run("INSERT INTO acc SELECT 4, 8")
+    rows = session.run("SELECT id, bal, note, kind, small FROM acc ORDER BY id").table
+    assert [tuple(r.values()) for r in rows.to_pylist()] == [
+        (1, 5, None, "plain", None),
+        (2, 6, "n", "plain", None),
+        (3, 7, "m", "plain", None),
+        (4, 8, None, "plain", None),
+    ]
+    with pytest.raises(NotNullViolationError):
+        session.run("INSERT INTO acc VALUES (5)")
+    with pytest.raises(VeilError):
+        session.run("INSERT INTO acc VALUES (6, 1, 'x', NULL, 1, 'k', 1, 99)")
+    assert session.run("SELECT count(*) FROM acc").table.column(0)[0].as_py() == 4

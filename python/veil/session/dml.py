@@ -281,18 +281,35 @@ def _insert(session: SessionContext, tree: exp.Insert, given: pa.Table | None = 
     table = _target(session, tree.this)
     source = tree.expression
     stats = FetchStats()
+    if given is None and source is not None and not isinstance(source, exp.Values):
+        given = session.query(source).table
     if given is not None:
+        tree = name_leading_columns(table, tree, given.num_columns)
         plain = _rows_from(session, table, tree, given)
-    elif source is None or isinstance(source, exp.Values):  # VALUES, DEFAULT VALUES
+    else:  # VALUES, DEFAULT VALUES
+        if isinstance(source, exp.Values) and isinstance(source.expressions[0], exp.Tuple):
+            tree = name_leading_columns(table, tree, len(source.expressions[0].expressions))
         plain = _inserted_rows(session, table, tree)
-    else:
-        plain = _rows_from(session, table, tree, session.query(source).table)
     table = session.design.table(table.name)  # planning its source may have peeled layers
     plain = number_rows(session, table, tree, plain)
     if tree.args.get("conflict") is not None and len(plain):
         return _upsert(session, table, tree, plain)
     write_new_rows(session, table, plain)
     return Result(returning(session, tree, plain), len(plain), stats)
+
+
+def name_leading_columns(table: TableDesign, tree: exp.Insert, width: int) -> exp.Insert:
+    """``tree`` with its target columns named when it names none and gives fewer values
+    than the table has columns: PostgreSQL fills the first ``width`` columns and gives the
+    rest their defaults, where DuckDB refuses the count."""
+    if isinstance(tree.this, exp.Schema) or tree.args.get("by_name"):
+        return tree
+    if not 0 < width < len(table.columns):
+        return tree
+    named = tree.copy()
+    leading = [exp.to_identifier(c.name, quoted=True) for c in table.columns[:width]]
+    named.set("this", exp.Schema(this=named.this, expressions=leading))
+    return named
 
 
 def write_new_rows(session: SessionContext, table: TableDesign, plain: pa.Table) -> None:

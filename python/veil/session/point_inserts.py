@@ -179,8 +179,8 @@ def _given(table: TableDesign, tree: exp.Insert) -> dict[str, exp.Expr] | None:
     row = tree.expression.expressions[0].expressions
     if isinstance(tree.this, exp.Schema):
         names = [c.name.lower() for c in tree.this.expressions]
-    else:
-        names = [c.name for c in table.columns]
+    else:  # PostgreSQL fills the first len(row) columns (``dml.name_leading_columns``)
+        names = [c.name for c in table.columns][: len(row)]
     if len(names) != len(row) or len(set(names)) != len(names):
         return None
     if any(table.column(n) is None for n in names):
