@@ -437,13 +437,15 @@ def _in_layers(
 
 
 def _alone(session: SessionContext) -> bool:
-    """Whether a write of one statement runs without a BEGIN and a COMMIT of its own: in
-    autocommit, where the statement alone is as atomic. On PostgreSQL that is two round
-    trips of a point UPDATE's four; on DuckDB, whose autocommit UPDATE commits as the
-    transaction did, ~1 ms less client CPU of a point UPDATE's ~6.4 (issue 41: TPC-H SF 0.1
-    orders, ``UPDATE orders SET o_comment = ? WHERE o_orderkey = ?``, each variant in turn
-    in one process, mean CPU over 380 executions, load ~10)."""
-    return not session.backend.in_transaction
+    """Whether a write of one statement runs without a BEGIN and a COMMIT of its own: on a
+    server a round trip away (PostgreSQL: two round trips of a point UPDATE's four), in
+    autocommit. Not on DuckDB: in the same process its BEGIN and COMMIT cost ~0.1 ms, and
+    its autocommit UPDATE measured no faster and slowed the plaintext DuckDB beside it
+    (``veil bench point``, TPC-H SF 0.1, UPDATE by key: 12-14 ms against 10.5 ms in a
+    transaction, load 7-8; again after f304cbf, worktrees taking turns, load 4-5: Veil
+    11.2 / 10.4 ms over plaintext 3.1 / 2.8 ms against 10.2 / 8.6 over 2.5 / 1.7 ms),
+    though its client CPU measured ~1 ms less (6.4 against 5.5 ms, load ~10)."""
+    return session.backend.dialect == "postgres" and not session.backend.in_transaction
 
 
 @contextlib.contextmanager
