@@ -17,15 +17,20 @@ import importlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from veil.ciphers.cipher import ColumnCipher
+from veil.ciphers.fitted_rnd import FittedRowBound
+from veil.ciphers.row_bound import RowBoundCipher
 from veil.crypto.keys import MasterKey
 from veil.design.model import DET, HOM, JOIN, OPE, RND, RND_BITS, SEARCH, Encryption
-from veil.errors import DomainError, ParameterError
+from veil.errors import ParameterError
+
+__all__ = ["ColumnCipher", "RowBoundCipher"]  # where they were first defined
 
 _MODULES = {
     HOM: "veil.crypto.hom",
@@ -35,14 +40,6 @@ _MODULES = {
     SEARCH: "veil.crypto.search",
     JOIN: "veil.crypto.joinadj",
 }
-
-
-class ColumnCipher(Protocol):
-    def encrypt(self, encoded: pa.Array) -> pa.Array: ...
-
-    def decrypt(self, stored: pa.Array) -> pa.Array: ...
-
-    def encrypt_one(self, encoded: int | bytes) -> int | bytes: ...
 
 
 @cache
@@ -69,8 +66,6 @@ def column_cipher(master: MasterKey, encryption: Encryption, context: bytes = b"
         narrow = bits if isinstance(bits, int) and encryption.sql_type.is_integral else None
         fit = encryption.params.get("fit")  # the loaded range (``veil.ciphers.fitted_rnd``)
         if narrow is not None and isinstance(fit, list):
-            from veil.ciphers.fitted_rnd import FittedRowBound  # it extends RowBoundCipher
-
             layer = _row_rnd(master, encryption, context)
             return FittedRowBound(layer, bits=narrow, low=int(fit[0]), fit=int(fit[1]))
         return RowBoundCipher(_row_rnd(master, encryption, context), None, bits=narrow)
@@ -354,86 +349,3 @@ def _packed_values(stored: pa.Array, order: str) -> np.ndarray | None:
     data = stored.buffers()[2]
     values = np.frombuffer(data, dtype=order, count=len(stored), offset=int(offsets[0]))
     return values.astype(np.int64, copy=False)
-
-
-class RowBoundCipher:
-    """Row-bound RND (``veil.crypto.rowrnd``) of a column, or of an onion's inner ciphertexts.
-
-    ``layer`` is the RND under the rows' ids; ``inner`` the scheme beneath it
-    (None: the RND column of the plain encoding). Integers stay 8-byte BIGINTs
-    and strings keep their length; both need the rows' ids to encrypt and
-    decrypt, so the column-only methods refuse.
-
-    ``bits`` (a number's RND only): the value's low ``bits`` bits XOR as many
-    of the keystream, stored as a non-negative BIGINT below ``2**bits``. The
-    width is the column's domain's (``veil.design.domains.rnd_bits``), so every
-    valid value fits and the ciphertext is as uniform over ``bits`` bits as
-    the full one over 64, while DuckDB bit-packs it (DECIMAL(7,2): 25 bits a
-    row where 8 random bytes stay uncompressed). A value beyond the width is
-    refused, never cut.
-    """
-
-    def __init__(self, layer: Any, inner: ColumnCipher | None, *, bits: int | None = None):
-        if bits is not None and not 1 <= bits < 64:
-            raise ParameterError(f"narrow RND needs 1 <= bits < 64; got {bits}")
-        self._layer = layer
-        self._inner = inner
-        self._bits = bits
-
-    def encrypt_rows(self, ids: np.ndarray, encoded: pa.Array) -> pa.Array:
-        stored = encoded if self._inner is None else self._inner.encrypt(encoded)
-        if self._bits is None:
-            return self._layer.encrypt(ids, stored)
-        self._check_width(stored)
-        return pc.bit_wise_and(self._layer.encrypt(ids, stored), _mask(self._bits))
-
-    def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
-        opened = self._layer.decrypt(ids, stored)
-        if self._bits is not None:  # the low bits are the value's; sign-extend them
-            opened = _sign_extended(opened, self._bits)
-        return opened if self._inner is None else self._inner.decrypt(opened)
-
-    def _check_width(self, encoded: pa.Array) -> None:
-        assert self._bits is not None
-        extremes = pc.min_max(encoded.cast(pa.int64()))
-        low, high = extremes["min"].as_py(), extremes["max"].as_py()
-        limit = 1 << (self._bits - 1)
-        if low is not None and high is not None and (low < -limit or high >= limit):
-            column = getattr(self._layer, "column", None)
-            raise DomainError(
-                f"a value of {column or 'a column'} lies outside its type's {self._bits}-bit "
-                "domain; it cannot be stored"
-            )
-
-    def encrypt(self, encoded: pa.Array) -> pa.Array:
-        raise ParameterError("row-bound RND encrypts a column with its rows' ids: encrypt_rows()")
-
-    def decrypt(self, stored: pa.Array) -> pa.Array:
-        raise ParameterError("row-bound RND decrypts a column with its rows' ids: decrypt_rows()")
-
-    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
-        raise ParameterError(
-            "RND ciphertexts are randomised; constants cannot be compared with them"
-        )
-
-
-def _mask(bits: int) -> pa.Scalar:
-    return pa.scalar((1 << bits) - 1, pa.int64())
-
-
-def _sign_extended(opened: pa.Array, bits: int) -> pa.Array:
-    """The low ``bits`` bits of each int64, sign-extended; NULL stays NULL.
-
-    In numpy over the values' buffer: three Arrow kernels cost ~30 us a column
-    whatever its length, most of a point query's row (issue 41).
-    """
-    top = np.int64(1 << (bits - 1))
-    start = opened.offset
-    words = np.frombuffer(opened.buffers()[1], dtype=np.int64, count=start + len(opened))[start:]
-    plain = ((words & np.int64((1 << bits) - 1)) ^ top) - top
-    validity = None
-    if opened.null_count:
-        validity = opened.buffers()[0] if start == 0 else opened.is_valid().buffers()[1]
-    return pa.Array.from_buffers(
-        pa.int64(), len(opened), [validity, pa.py_buffer(plain)], null_count=opened.null_count
-    )

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veil.ciphers.columns import RowBoundCipher
+from veil.ciphers.row_bound import RowBoundCipher
 from veil.errors import ParameterError
 
 FIT_PARAM = "fit"  # ``Encryption.params``: [low, bits] of the loaded range
