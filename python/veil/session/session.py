@@ -208,7 +208,7 @@ class Session:
         if self.in_transaction:  # closing without COMMIT undoes the transaction
             with contextlib.suppress(VeilError):
                 self.rollback()
-        self.table_locks.release()
+        self.table_locks.close()  # releases every lock and closes the files
         self.backend.close()
         self.local.close()
         self.catalog.close()
