@@ -195,6 +195,14 @@ class RowRndKey:
         column: tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.uint8] | None],
     ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]: ...
 
+def rowrnd_xor_columns(
+    ids: npt.NDArray[np.uint64],
+    words: list[tuple[RowRndKey, npt.NDArray[np.uint64]]],
+    binaries: list[tuple[RowRndKey, Any]],
+) -> tuple[
+    list[npt.NDArray[np.uint64]], list[tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]]
+]: ...
+
 # JOIN-ADJ (rust/veil-py/src/joinadj.rs): ristretto255 ciphertexts of 33 bytes,
 # re-keyed by a 33-byte token. Outputs are (offsets int32, data uint8).
 class JoinAdjKey:

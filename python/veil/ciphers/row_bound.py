@@ -48,7 +48,16 @@ class RowBoundCipher:
         return pc.bit_wise_and(self._layer.encrypt(ids, stored), _mask(self._bits))
 
     def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
-        opened = self._layer.decrypt(ids, stored)
+        return self.decrypt_opened(self._layer.decrypt(ids, stored))
+
+    def opening_layer(self) -> Any:
+        """The RND layer whose XOR of the stored values ``decrypt_opened`` finishes, so that
+        several columns' XORs can run in one call (``veil.crypto.rowrnd.xor_columns``);
+        None when ``decrypt_rows`` must run whole."""
+        return self._layer
+
+    def decrypt_opened(self, opened: pa.Array) -> pa.Array:
+        """``decrypt_rows``'s result, given the stored values XOR the layer's keystreams."""
         if self._bits is not None:  # the low bits are the value's; sign-extend them
             opened = _sign_extended(opened, self._bits)
         return opened if self._inner is None else self._inner.decrypt(opened)
