@@ -18,7 +18,7 @@ worker may take any pending connection; the least busy tries first
 is chosen once.
 
 The supervisor restarts a worker that dies (a kill -9, a crash), and stops
-the whole server, loudly and with exit status 1, if workers keep dying
+the whole server, loudly and with exit status 2, if workers keep dying
 (``_MAX_DEATHS`` within ``_DEATH_WINDOW`` seconds). SIGTERM or SIGINT stops
 every worker (each closes its connections and sessions) and then itself; a
 worker whose supervisor disappears (kill -9) stops itself within a second.
