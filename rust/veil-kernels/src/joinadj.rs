@@ -84,15 +84,10 @@ impl JoinAdjKey {
     }
 
     /// The ciphertext of every non-NULL row of a binary column (NULL rows
-    /// stay empty: the output carries the input's NULLs).
+    /// stay empty: the output carries the input's NULLs), on all cores
+    /// (`batch`: the same bytes as `encrypt` of each row).
     pub fn encrypt_column(&self, column: &BinaryColumn<'_>) -> Result<BinaryOutput, KernelError> {
-        let mut out = BinaryOutput::with_lengths(column, |_, _| Ok(CIPHERTEXT_LEN))?;
-        for (row, value) in column.rows().enumerate() {
-            if let Some(value) = value {
-                out.row_mut(row).copy_from_slice(&self.encrypt(value));
-            }
-        }
-        Ok(out)
+        batch::map_points(column, &self.scalar, |_, value| Ok(hash_to_group(value)))
     }
 
     /// The ciphertext of every int64 value (hashed as its 8 little-endian
@@ -157,16 +152,10 @@ impl Token {
         Ok(ciphertext(&(self.scalar * point)))
     }
 
-    /// Re-key every non-NULL row of a column of ciphertexts.
+    /// Re-key every non-NULL row of a column of ciphertexts (on all cores,
+    /// `batch`; the first malformed row's error if any).
     pub fn rekey_column(&self, column: &BinaryColumn<'_>) -> Result<BinaryOutput, KernelError> {
-        let mut out = BinaryOutput::with_lengths(column, |_, _| Ok(CIPHERTEXT_LEN))?;
-        for (row, value) in column.rows().enumerate() {
-            if let Some(value) = value {
-                let rekeyed = self.rekey(row, value)?;
-                out.row_mut(row).copy_from_slice(&rekeyed);
-            }
-        }
-        Ok(out)
+        batch::map_points(column, &self.scalar, decode)
     }
 }
 
@@ -204,5 +193,6 @@ fn decode(row: usize, value: &[u8]) -> Result<RistrettoPoint, KernelError> {
     }
 }
 
+mod batch;
 #[cfg(test)]
 mod tests;

@@ -146,3 +146,55 @@ fn bad_keys_tokens_and_ciphertexts_are_refused() {
         ));
     }
 }
+
+/// Many rows, NULLs among them: enough for every core's run and several
+/// compression batches, each row equal to the unbatched `encrypt`/`rekey`.
+#[test]
+fn batched_columns_equal_single_values() {
+    let (a, b) = (key(7), key(8));
+    let values: Vec<Vec<u8>> = (0..1000u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let rows_in: Vec<Option<&[u8]>> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i % 7 != 3).then_some(v.as_slice()))
+        .collect();
+    let (offsets, data, validity) = layout(&rows_in);
+    let column = BinaryColumn::new(&offsets, &data, Some(&validity)).unwrap();
+    let sealed = a.encrypt_column(&column).unwrap();
+    let token = Token::new(&a.token_to(&b)).unwrap();
+    for (row, value) in rows_in.iter().enumerate() {
+        let got = rows(&sealed)[row];
+        match value {
+            Some(value) => {
+                assert_eq!(got, a.encrypt(value));
+                assert_eq!(token.rekey(row, got).unwrap(), b.encrypt(value));
+            }
+            None => assert!(got.is_empty()),
+        }
+    }
+    let sealed_offsets: Vec<i64> = sealed.offsets.iter().map(|&o| i64::from(o)).collect();
+    let sealed_column = BinaryColumn::new(&sealed_offsets, &sealed.data, Some(&validity)).unwrap();
+    assert_eq!(
+        token.rekey_column(&sealed_column).unwrap(),
+        b.encrypt_column(&column).unwrap()
+    );
+}
+
+/// A column with malformed ciphertexts in several cores' runs names the first.
+#[test]
+fn batched_rekey_names_the_first_malformed_row() {
+    let a = key(9);
+    let mut cells: Vec<Vec<u8>> = (0..600u32)
+        .map(|i| a.encrypt(&i.to_le_bytes()).to_vec())
+        .collect();
+    cells[450][0] = 0;
+    cells[200][0] = 0;
+    let rows_in: Vec<Option<&[u8]>> = cells.iter().map(|c| Some(c.as_slice())).collect();
+    let (offsets, data, _) = layout(&rows_in);
+    let column = BinaryColumn::new(&offsets, &data, None).unwrap();
+    let token = Token::new(&a.token_to(&key(10))).unwrap();
+    assert!(matches!(
+        token.rekey_column(&column),
+        Err(KernelError::Malformed { row: 200, .. })
+    ));
+}
