@@ -43,6 +43,7 @@ from veil.backends.base import (
     WriteConflictError,
     quote,
 )
+from veil.backends.duckdb_arrow import query_arrow
 from veil.backends.duckdb_rows import RowReads, plain_kind
 from veil.backends.staged import StagedBackend, index_pairs, update_statement
 
@@ -109,12 +110,20 @@ class DuckDBBackend(StagedBackend):
                 table = self._row_reads.run(self._con, sql, values)
                 if table is not None:
                     return table
-        relation = self._run(sql, params)
-        if relation is None:
-            return pa.table({})
-        with _server_errors():  # a read runs (and may fail) only when fetched
-            table = relation.to_arrow_table()
-            self._row_reads.learn(sql, table, relation)
+        self._log.emit(sql, params)
+        with _server_errors():  # a query bound once (``duckdb_arrow``)
+            table = query_arrow(self._con, sql, values)
+        if table is None:
+            relation = self._run(sql, params, logged=True)
+            if relation is None:
+                return pa.table({})
+            with _server_errors():  # a read runs (and may fail) only when fetched
+                table = relation.to_arrow_table()
+        if self._row_reads.wants(sql, table):
+            with _server_errors():  # its DuckDB types: described, not run
+                self._row_reads.learn(sql, table, self._con.sql(sql, params=values).types)
+        else:
+            self._row_reads.forget(sql)
         return table
 
     def execute_batches(
@@ -127,8 +136,9 @@ class DuckDBBackend(StagedBackend):
             reader = relation.to_arrow_reader(batch_rows)
         return _checked_batches(reader)
 
-    def _run(self, sql: str, params: Params) -> Any:
-        self._log.emit(sql, params)
+    def _run(self, sql: str, params: Params, *, logged: bool = False) -> Any:
+        if not logged:
+            self._log.emit(sql, params)
         with _server_errors():
             return self._con.sql(sql, params=list(params) if params is not None else None)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -40,15 +41,22 @@ class RowReads:
     def knows(self, sql: str) -> bool:
         return sql in self._kept
 
-    def learn(self, sql: str, table: pa.Table, relation: duckdb.DuckDBPyRelation) -> None:
-        """Remember ``sql`` if ``table``, its result, is a few rows of plain types."""
-        if table.num_rows <= FEW and _reads(sql) and all(plain_kind(f.type) for f in table.schema):
-            self._kept[sql] = (table.schema, [str(kind) for kind in relation.types])
-            self._kept.move_to_end(sql)
-            if len(self._kept) > _KEPT:
-                self._kept.popitem(last=False)
-        else:
-            self._kept.pop(sql, None)
+    def wants(self, sql: str, table: pa.Table) -> bool:
+        """Whether ``sql``, whose result is ``table``, is one to remember: a SELECT whose
+        result is a few rows of plain types."""
+        return (
+            table.num_rows <= FEW and _reads(sql) and all(plain_kind(f.type) for f in table.schema)
+        )
+
+    def learn(self, sql: str, table: pa.Table, kinds: Sequence[object]) -> None:
+        """Remember ``sql`` (``wants``), whose result is ``table`` of DuckDB types ``kinds``."""
+        self._kept[sql] = (table.schema, [str(kind) for kind in kinds])
+        self._kept.move_to_end(sql)
+        if len(self._kept) > _KEPT:
+            self._kept.popitem(last=False)
+
+    def forget(self, sql: str) -> None:
+        self._kept.pop(sql, None)
 
     def run(
         self, connection: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None

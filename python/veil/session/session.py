@@ -29,7 +29,7 @@ from veil.ciphers.hom_group import OverflowedRowsError
 from veil.cost.choice import choose_plan
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
-from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_arrow, exact_reader
+from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_reader
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
 from veil.exec.direct import projected, projection
@@ -37,6 +37,7 @@ from veil.exec.fetch import run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
 from veil.exec.local_duckdb import local_duckdb, local_engine, memory_limit_bytes
+from veil.exec.local_run import local_arrow
 from veil.exec.one_table import joined_tables, one_table_per_join, unread_members
 from veil.exec.server import FetchStats
 from veil.session import point_writes
@@ -676,7 +677,7 @@ class Session:
         try:
             started = time.perf_counter()
             try:
-                table = exact_arrow(self.local, self._local_sql(plan))
+                table = local_arrow(self.local, self._local_sql(plan), plan)
             except duckdb.Error as exc:
                 raise local_error(exc, self._in_user_terms(duckdb_message(exc))) from None
             stats.local_seconds += time.perf_counter() - started

@@ -360,6 +360,9 @@ class SplitPlan:
         default_factory=dict, repr=False, compare=False
     )
     local_sql: str = field(default="", repr=False, compare=False)
+    # whether the local SQL's result has only columns Arrow holds exactly, so it runs
+    # bound once (``veil.exec.local_run``); None until its first run says
+    local_exact: bool | None = field(default=None, repr=False, compare=False)
     # server joins' members the local SQL reads only through their joined table
     # (``veil.exec.one_table.unread_members``): fetched, never registered on their own
     unregistered: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
