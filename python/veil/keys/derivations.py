@@ -13,7 +13,7 @@ searching:
   derives from the master key (``KeyLabel("derivations", "client-dir")``),
   the master key's fingerprint as associated data. Never in the clear, mode
   0600, written whole (temporary file, rename).
-- **Envelope**: a version byte (``1``), a 12-byte nonce, the ciphertext of a
+- **Envelope** (``veil.keys.sealed_file``): a version byte (``1``), a 12-byte nonce, the ciphertext of a
   JSON document (the fingerprint and the entries).
 - **When it is ignored**: a file that does not open (another version byte,
   a failed tag: tampered, or sealed under another master key, i.e. written
@@ -28,23 +28,18 @@ A lost or unwritable file costs only the search again.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import secrets
-import tempfile
 from pathlib import Path
 
 import gmpy2
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from veil.crypto.keys import KeyLabel, MasterKey
+from veil.keys.sealed_file import SealedFile
 
 FILE_NAME = "derivations.sealed"
 VERSION = 1
-NONCE_BYTES = 12
 _AAD = b"veil derivations.sealed v1 "
 
 
@@ -53,7 +48,8 @@ class SealedDerivations:
 
     def __init__(self, client_dir: str | os.PathLike[str], master: MasterKey):
         self.path = Path(client_dir) / FILE_NAME
-        self._master = master
+        label = KeyLabel("derivations", "client-dir")
+        self._file = SealedFile(self.path, master, label, _AAD, VERSION)
         self._entries: dict[str, object] | None = None  # read on first use
 
     # -- Paillier keys (veil.crypto.paillier.KeyStore) ---------------------
@@ -79,46 +75,24 @@ class SealedDerivations:
         return self._entries
 
     def _opened(self) -> dict[str, object]:
-        try:
-            sealed = self.path.read_bytes()
-        except OSError:
+        body = self._file.read()
+        if body is None:
             return {}
-        if len(sealed) <= 1 + NONCE_BYTES or sealed[0] != VERSION:
-            return {}
-        nonce, body = sealed[1 : 1 + NONCE_BYTES], sealed[1 + NONCE_BYTES :]
         try:
-            document = json.loads(self._aead().decrypt(nonce, body, self._aad()))
-        except (InvalidTag, ValueError):
-            return {}  # tampered, or sealed under another (an earlier) master key
-        if not isinstance(document, dict) or document.get("fingerprint") != self._fingerprint():
+            document = json.loads(body)
+        except ValueError:
+            return {}
+        if (
+            not isinstance(document, dict)
+            or document.get("fingerprint") != self._file.fingerprint()
+        ):
             return {}
         entries = document.get("paillier_keys")
         return entries if isinstance(entries, dict) else {}
 
     def _write(self, entries: dict[str, object]) -> None:
-        document = {"fingerprint": self._fingerprint(), "paillier_keys": entries}
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        body = self._aead().encrypt(nonce, json.dumps(document).encode(), self._aad())
-        with contextlib.suppress(OSError):  # a read-only directory costs the search again
-            fd, staging = tempfile.mkstemp(
-                dir=self.path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp"
-            )
-            try:
-                os.fchmod(fd, 0o600)
-                with os.fdopen(fd, "wb") as out:
-                    out.write(bytes([VERSION]) + nonce + body)
-                os.replace(staging, self.path)
-            except OSError:
-                Path(staging).unlink(missing_ok=True)
-
-    def _aead(self) -> AESGCM:
-        return AESGCM(self._master.derive(KeyLabel("derivations", "client-dir"), 32))
-
-    def _aad(self) -> bytes:
-        return _AAD + self._fingerprint().encode()
-
-    def _fingerprint(self) -> str:
-        return self._master.fingerprint()
+        document = {"fingerprint": self._file.fingerprint(), "paillier_keys": entries}
+        self._file.write(json.dumps(document).encode())
 
 
 def _entry(seed: bytes, bits: int) -> str:
