@@ -63,3 +63,16 @@ def test_together_equals_a_call_per_column(
             apart = encryptor.encrypt(batch, 1000)
         assert together.schema == apart.schema
         assert together.equals(apart)
+
+
+def test_unwritten_columns_are_left_out(session: Session, tpch_dir: Path) -> None:
+    table = session.design.table("orders")
+    rows = pq.read_table(tpch_dir / "orders.parquet").slice(0, 3)
+    rows = rows.rename_columns([c.name for c in table.columns])
+    kept = dml.unchanged_columns(table, {c.name for c in table.columns} - {"o_comment"})
+    assert kept  # the key's DET, at least
+    encryptor = dml.encryptor(session, table)
+    whole = encryptor.encrypt(rows, 500)
+    written = encryptor.encrypt(rows, 500, unwritten=kept)
+    assert written.column_names == [c for c in whole.column_names if c not in kept]
+    assert written.equals(whole.drop_columns(kept))

@@ -18,6 +18,8 @@ row sets the group's (encrypted) overflow flag (``veil.ciphers.hom_group``).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -64,12 +66,16 @@ class TableEncryptor:
     def server_schema(self, sample: pa.Table) -> pa.Schema:
         return self.encrypt(sample.slice(0, 0), 0).schema
 
-    def encrypt(self, plain: pa.Table, first_id: int) -> pa.Table:
+    def encrypt(
+        self, plain: pa.Table, first_id: int, *, unwritten: Collection[str] = ()
+    ) -> pa.Table:
         """Server rows for ``plain`` (whose columns are the table's plaintext columns).
 
         The rows get the row ids ``first_id``, ``first_id + 1``, ...; the row
         id is also a HOM group's slot (its packs are encrypted apart,
         ``HomGroupCipher``) and the id ASHE sums are encrypted under.
+        ``unwritten``: server columns left out, never encrypted (an UPDATE in place
+        keeps them as they are: ``veil.session.dml.unchanged_columns``).
         """
         sources = self.sources(plain)
         ids = np.arange(first_id, first_id + len(plain), dtype=np.int64)
@@ -80,8 +86,8 @@ class TableEncryptor:
             columns.update(self._sums.encrypt(sources, ids))
         sealing: list[tuple[str, RowBoundCipher, pa.Array]] = []
         for enc in self.table.encryptions:
-            if enc.scheme == BLOCKS:
-                continue  # in the side table: ``blocks``
+            if enc.scheme == BLOCKS or enc.name in unwritten:
+                continue  # in the side table (``blocks``), or kept by the caller
             encoded = encode(sources[enc.source], enc.sql_type)
             if enc.source in sources.overflow:
                 encoded = _marked(encoded, sources.overflow[enc.source], enc)

@@ -678,16 +678,21 @@ def _write_rows(
         values = group.values(encrypting.sources(plain))
         packs = group.encrypt_packs(values, first_id // group.rows)
         session.backend.append(table.hom.server_name, packs)
+    replaced = 0 if replacing is None else len(replacing)
+    in_place = bool(replaced) and session.backend.updates_in_place
+    # every row replaced in place: the columns it keeps are never encrypted
+    unwritten = unchanged_columns(table, kept) if in_place and kept else []
     started = time.perf_counter()
-    rows = encrypting.encrypt(plain, first_id)
+    rows = encrypting.encrypt(
+        plain, first_id, unwritten=unwritten if replaced == len(plain) else ()
+    )
     if stats is not None:  # the new rows' encryption: the write's client part
         stats.encrypt_seconds += time.perf_counter() - started
-    replaced = 0 if replacing is None else len(replacing)
-    if replaced and session.backend.updates_in_place:
+    if in_place:
         assert replacing is not None
-        changed = rows.slice(0, replaced).append_column(OLD_KEY, replacing.cast(pa.int64()))
-        if kept:
-            changed = changed.drop_columns(unchanged_columns(table, kept))
+        old_ids = replacing if replacing.type == pa.int64() else replacing.cast(pa.int64())
+        changed = rows.slice(0, replaced).append_column(OLD_KEY, old_ids)
+        changed = changed.drop_columns([c for c in unwritten if c in changed.column_names])
         with _server_time(stats, 1):
             _update_rows(session, table, changed)
         rows = rows.slice(replaced)
