@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from veil.design.model import OPE
 from veil.encoding import encode
+from veil.exec.local_run import query_table
 from veil.sql.plan import BindFilter, Scan
 from veil.sql.remote import param
 
@@ -95,13 +96,14 @@ def _key_filter(
     bind.sql = bind.sql or bind.keys.sql(dialect="duckdb")
     query = f"SELECT DISTINCT {cast} FROM ({bind.sql}) AS __veil_keys(k) WHERE {cast} = k"
     if query not in memo:
-        memo[query] = local.sql(query).to_arrow_table()
+        memo[query] = query_table(local, query)
     keys = memo[query]
     if bind.target_enc.scheme == OPE:
         return _key_range(bind, scan, keys, ciphers)
     limit = MAX_KEYS
     if bind.shrinks is not None:
-        rows = local.sql(f'SELECT COUNT(*) FROM "{bind.shrinks.local_name}"').fetchall()[0][0]
+        counted = query_table(local, f'SELECT COUNT(*) FROM "{bind.shrinks.local_name}"')
+        rows = counted.column(0)[0].as_py()
         limit = min(limit, int(rows * _MAX_KEPT))
     if keys.num_rows > limit:
         return None  # a long key list would cost more than it saves

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from veil.backends import Backend
 from veil.ciphers.cache import CipherCache
@@ -13,7 +15,7 @@ from veil.exec.ashe_sums import finish_ashe_sums
 from veil.exec.decrypt import BlockReader, Decryption, decrypt_columns, run_all
 from veil.exec.hom_fetch import finish_packed_sums
 from veil.exec.joined_sums import finish_joined_sums
-from veil.exec.server import FetchStats, Rendered, run_kept
+from veil.exec.server import FetchStats, Rendered, Shaped, run_filtered, run_kept
 from veil.sql.plan import JOIN_ROW, JoinedFetch, Scan
 from veil.sql.remote import Extras, joined_statement, scan_statement
 
@@ -30,15 +32,15 @@ def run_scan(
 
     ``kept``: the plan's rendered statements, reused when no run-time filter applies.
     """
-    keep = kept if not extras.get(id(scan)) else None
-    build = lambda: scan_statement(scan, extras)  # noqa: E731
+    own = bool(extras.get(id(scan)))
+    build = lambda found: scan_statement(scan, found)  # noqa: E731
     stats.step = id(scan)
     try:
         if scan.aggregation is not None and scan.aggregation.id_bit is not None:
             with backend.hash_aggregation():  # its (keys, block) groups: far fewer than rows
-                fetched = run_kept(id(scan), build, keep, backend, stats)
+                fetched = _run(id(scan), own, build, extras, kept, scan.shaped, backend, stats)
         else:
-            fetched = run_kept(id(scan), build, keep, backend, stats)
+            fetched = _run(id(scan), own, build, extras, kept, scan.shaped, backend, stats)
         started, server_before = time.perf_counter(), stats.server_seconds
         if scan.aggregation is not None and scan.aggregation.hom_product is not None:
             plain = finish_packed_sums(fetched, scan, ciphers)
@@ -66,11 +68,11 @@ def run_joined(
     kept: Rendered | None = None,
 ) -> dict[str, pa.Table]:
     """The joined rows split into one local table per scan, paired by ``JOIN_ROW``."""
-    keep = kept if not any(extras.get(id(s)) for s in fetch.scans) else None
-    build = lambda: joined_statement(fetch, extras)  # noqa: E731
+    own = any(extras.get(id(s)) for s in fetch.scans)
+    build = lambda found: joined_statement(fetch, found)  # noqa: E731
     stats.step = id(fetch)
     try:
-        fetched = run_kept(id(fetch), build, keep, backend, stats)
+        fetched = _run(id(fetch), own, build, extras, kept, fetch.shaped, backend, stats)
         started, server_before = time.perf_counter(), stats.server_seconds
         fetched, repeats = _repeats_column(fetched, fetch.counted)
         rows = fetched.num_rows if repeats is None else len(repeats)
@@ -107,6 +109,35 @@ def run_joined(
         return tables
     finally:
         stats.step = None
+
+
+def _run(
+    key: int,
+    own: bool,
+    build: Callable[[Extras], exp.Expression],
+    extras: Extras,
+    kept: Rendered | None,
+    shaped: Shaped,
+    backend: Backend,
+    stats: FetchStats,
+) -> pa.Table:
+    """A plan's statement (``kept``: None when it is not a kept plan's): rendered once if
+    its scans take no run-time filter (``own``), else once per shape of this run's filters
+    (``shaped``; a reduction may read another scan's filters, so all of them count)."""
+    if not own:
+        return run_kept(key, lambda: build(extras), kept, backend, stats)
+    scans = list(extras)
+    counts = [len(extras[s]) for s in scans]
+    filters = [f for s in scans for f in extras[s]]
+
+    def rebuild(found: list[exp.Expr]) -> exp.Expression:  # ``found``: ``filters`` or likes
+        parts, at = {}, 0
+        for scan, count in zip(scans, counts, strict=True):
+            parts[scan], at = found[at : at + count], at + count
+        return build(parts)
+
+    place = (key, tuple(scans), tuple(counts))
+    return run_filtered(place, rebuild, filters, None if kept is None else shaped, backend, stats)
 
 
 def _repeats_column(fetched: pa.Table, counted: bool) -> tuple[pa.Table, pa.Array | None]:

@@ -31,3 +31,9 @@ def local_arrow(connection: duckdb.DuckDBPyConnection, sql: str, plan: SplitPlan
     if plan.local_exact:
         return relation.to_arrow_table()
     return exact_arrow(connection, sql)
+
+
+def query_table(connection: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """The rows of the query ``sql`` (Veil's own, of types Arrow holds exactly), bound once."""
+    table = query_arrow(connection, sql)
+    return table if table is not None else connection.sql(sql).to_arrow_table()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 from sqlglot import exp
 
 from veil.backends import Backend
-from veil.sql.remote import render
+from veil.sql.remote import Marker, marked, render, render_sent
 from veil.sql.slots import sent
 
 
@@ -57,6 +57,9 @@ class FetchStats:
 
 # Rendered statements kept by a plan, by id of the scan or server join they fetch
 Rendered = dict[int, tuple[str, list[object]]]
+# ... and those with run-time filters, by the filters' shape (``run_filtered``); None
+# where the backend writes their values into the text
+Shaped = dict[Hashable, tuple[str, list[object]] | None]
 
 
 def run_remote(statement: exp.Expression, backend: Backend, stats: FetchStats) -> pa.Table:
@@ -77,6 +80,41 @@ def run_kept(
     if key not in kept:
         kept[key] = render(build(), backend)
     return _run_rendered(kept[key], backend, stats)
+
+
+def run_filtered(
+    key: Hashable,
+    build: Callable[[list[exp.Expr]], exp.Expression],
+    filters: list[exp.Expr],
+    kept: Shaped | None,
+    backend: Backend,
+    stats: FetchStats,
+) -> pa.Table:
+    """Run a plan's statement with this run's ``filters`` (bind filters), rendered once per
+    shape of its filters (``veil.sql.remote.marked``): building and rendering a statement
+    took ~0.3-1 ms of each warm TPC-DS run at SF 0.1, for the same text every time.
+
+    A backend that writes parameter values into the text (PostgreSQL, Spark) renders
+    every run's statement afresh, as before.
+    """
+    if kept is None:
+        return run_remote(build(filters), backend, stats)
+    shape, values, markers = marked(filters)
+    place = (key, shape)
+    if place not in kept:  # the first run of this shape: as before, then kept if it may be
+        sql, params, as_sent = render_sent(build(filters), backend)
+        kept[place] = None
+        if as_sent:  # the backend writes no value into the text: the markers' text serves
+            text, holding = render(build(markers), backend)
+            if sum(isinstance(p, Marker) for p in holding) == len(values):
+                kept[place] = (text, holding)
+        return _run_rendered((sql, params), backend, stats)
+    rendered = kept[place]
+    if rendered is None:
+        return run_remote(build(filters), backend, stats)
+    text, holding = rendered
+    filled = [values[p.index] if isinstance(p, Marker) else p for p in holding]
+    return _run_rendered((text, filled), backend, stats)
 
 
 def _run_rendered(

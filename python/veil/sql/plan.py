@@ -13,6 +13,7 @@ A predicate the server evaluates exactly leaves the local plan
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -80,6 +81,11 @@ class Scan:
     unread: bool = False  # a server join's member the local plan does not name (not registered)
     # fetched as its distinct rows with their counts, expanded by the client (``count_repeats``)
     counted: bool = False
+    # its statement with run-time filters, rendered once per shape of them, by the executor
+    # (``veil.exec.server.run_filtered``)
+    shaped: dict[Hashable, tuple[str, list[object]] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def fetched(self) -> list[tuple[str, Encryption | None]]:
         """``(plaintext column, server column)`` pairs to fetch; the row id when none."""
@@ -332,6 +338,11 @@ class JoinedFetch:
     joined_rows: float | None = None
     # fetched as its distinct rows with their counts, expanded by the client (``count_repeats``)
     counted: bool = False
+    # its statement with run-time filters, rendered once per shape of them, by the executor
+    # (``veil.exec.server.run_filtered``)
+    shaped: dict[Hashable, tuple[str, list[object]] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def fetched(self) -> list[tuple[Scan, str, Encryption | None]]:
         wanted = [(scan, column, enc) for scan in self.scans for column, enc in scan.fetched()]

@@ -91,6 +91,35 @@ def _is_param(node: exp.Expr) -> bool:
     return isinstance(node, exp.Placeholder) and _VALUE in node.meta
 
 
+class Marker:
+    """Stands for the ``index``-th parameter value of a run's filters in a statement
+    rendered once for every run whose filters have the same shape (``marked``)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def marked(filters: Sequence[exp.Expr]) -> tuple[tuple[str, ...], list[object], list[exp.Expr]]:
+    """Run-time filters as (their shape, their parameters' values, copies of them whose
+    parameters hold ``Marker`` s): filters of one shape differ in their values only.
+
+    ``col IN (SELECT UNNEST($k))`` with this run's key list -> shape
+    ``('col IN (SELECT UNNEST(?))',)``, values ``[keys]``, ``col IN (SELECT UNNEST(Marker(0)))``.
+    """
+    values: list[object] = []
+    copies = []
+    for predicate in filters:
+        copy = predicate.copy()
+        for node in copy.walk():
+            if _is_param(node):
+                values.append(node.meta[_VALUE].value)
+                node.meta[_VALUE] = _Held(Marker(len(values) - 1))
+        copies.append(copy)
+    return tuple(p.sql() for p in filters), values, copies
+
+
 def render(statement: exp.Expression, backend: Backend) -> tuple[str, list[object]]:
     """SQL text in ``backend``'s dialect (parameters ``$1``, ``$2`` ...) and the values.
 
@@ -102,6 +131,16 @@ def render(statement: exp.Expression, backend: Backend) -> tuple[str, list[objec
 
     sent, left = backend.inline_parameters(*numbered(statement))
     return render_text(sent, backend.dialect, copy=False), left
+
+
+def render_sent(statement: exp.Expression, backend: Backend) -> tuple[str, list[object], bool]:
+    """``render``'s text and values, and whether ``backend`` sent every parameter as one
+    (wrote none of their values into the text)."""
+    from veil.backends.base import render as render_text
+
+    done, values = numbered(statement)
+    sent, left = backend.inline_parameters(done, values)
+    return render_text(sent, backend.dialect, copy=False), left, len(left) == len(values)
 
 
 def numbered(statement: exp.Expression) -> tuple[exp.Expression, list[object]]:
