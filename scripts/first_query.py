@@ -1,7 +1,7 @@
 """Time a fresh process's first query: Veil against plaintext DuckDB, alternately.
 
     .venv/bin/python scripts/first_query.py CLIENT_DIR PLAIN.duckdb QUERY.sql [-n 11]
-        [--baseline OLD/python]
+        [--baseline OLD/python] [--cold]
 
 Each round starts four processes one after the other: ``veil query CLIENT_DIR``,
 a ``python -c`` that does ``veil.connect`` and one ``execute``, and the same two
@@ -12,6 +12,8 @@ matter (issue 41: a fresh process's first query within 100 ms of plaintext).
 ``--baseline`` adds the two Veil processes again with another checkout's
 ``python`` folder first on ``PYTHONPATH`` (e.g. ``git archive`` of an older
 commit, with its ``_native`` module copied in), so before and after run side by side.
+``--cold`` removes the plans earlier processes kept (``plans.sealed``) before each
+Veil process, so each plans its statement from nothing.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def commands(client: str, plain: str, query: str, baseline: str | None) -> dict[
     return runs
 
 
-def timed(run: Run) -> float:
+def timed(run: Run, forget: Path | None = None) -> float:
+    if forget is not None:
+        forget.unlink(missing_ok=True)
     started = time.perf_counter()
     subprocess.run(run[0], env=run[1], check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started
@@ -66,7 +70,9 @@ def main() -> None:
     parser.add_argument("query")
     parser.add_argument("-n", type=int, default=11)
     parser.add_argument("--baseline", help="another checkout's python folder, run beside")
+    parser.add_argument("--cold", action="store_true", help="no plan kept by earlier processes")
     args = parser.parse_args()
+    kept = Path(args.client) / "plans.sealed" if args.cold else None
     runs = commands(args.client, args.plain, args.query, args.baseline)
     for run in runs.values():  # warm the page cache and the bytecode caches
         timed(run)
@@ -74,7 +80,7 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     for _ in range(args.n):
         for name, run in runs.items():
-            seconds[name].append(timed(run))
+            seconds[name].append(timed(run, None if name.startswith("plain") else kept))
         load.append(os.getloadavg()[0])
     plain = statistics.median(seconds["plain python -c"])
     for name, times in seconds.items():

@@ -54,6 +54,8 @@ def test_a_duckdb_server_is_backed_up_and_restored_elsewhere(tmp_path: Path) -> 
     assert manifest["tables"] == ["people"] and manifest["key_included"] is False
     assert not (tmp_path / "bk" / "client" / "key.json").exists()
     assert not (tmp_path / "bk" / "client" / "derivations.sealed").exists()
+    assert (client / "plans.sealed").exists()  # the sessions above kept their plans
+    assert not (tmp_path / "bk" / "client" / "plans.sealed").exists()
     assert (tmp_path / "bk" / "manifest.json").stat().st_mode & 0o777 == 0o600
 
     elsewhere = tmp_path / "other-machine"

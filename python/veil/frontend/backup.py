@@ -48,14 +48,16 @@ from veil.session.clientdir import (
     ClientDir,
     open_client_dir,
 )
+from veil.session.sealed_plans import FILE_NAME as PLANS_FILE
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 DUCKDB_FILE = "server.duckdb"
 PG_FILE = "server.pgdump"
-# a lock is the running process's, not data; derived keys are derived again after a
-# restore (a backup without the key file carries nothing sealed under that key)
-_NOT_COPIED = {LOCK_FILE, DERIVATIONS_FILE}
+# a lock is the running process's, not data; derived keys and kept plans are made
+# again after a restore (a backup without the key file carries nothing sealed under
+# that key, and a restored server may be another engine)
+_NOT_COPIED = {LOCK_FILE, DERIVATIONS_FILE, PLANS_FILE}
 
 
 class BackupError(VeilError):

@@ -11,6 +11,8 @@ CDIR/            mode 0700
   policy.json    per-column security policy (veil.design.policy; optional, 0600)
   peels.jsonl    the onion layers peeled: when, which query asked (0600)
   design.lock    held while a design is read, changed and saved (peels, DDL)
+  derivations.sealed  Paillier keys derived, sealed (veil.keys.derivations; optional)
+  plans.sealed   plans for the next process, sealed (veil.session.sealed_plans; optional)
 ```
 
 Everything secret or schema-revealing lives here, on the trusted client; the

@@ -29,6 +29,10 @@ pushed constant. The cache is bounded (least recently used out) and emptied
 by DDL and by a design change a session follows. Rows written (INSERT, UPDATE,
 DELETE) leave it as it is: a plan's answer depends on the design, never on the
 rows, which only steer its choices (the load's statistics, kept in the design).
+
+The shared plans of sandboxed sessions outlive the process too: a session's
+close saves those it made in the client directory, sealed, and a later
+process reads them before planning (``veil.session.sealed_plans``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from sqlglot import exp
 
@@ -119,24 +123,46 @@ class Recent(Generic[K, V]):
         return len(self.entries)
 
 
+class PlanStore(Protocol):
+    """Plans kept beyond the process (``veil.session.sealed_plans``)."""
+
+    def get(self, key: Key) -> CachedPlan | None: ...
+
+    def add(self, key: Key, cached: CachedPlan) -> None: ...
+
+    def discard(self, key: Key) -> None: ...
+
+    def save(self) -> None: ...
+
+
 _SHARED: dict[tuple[str, bool], Recent[Key, CachedPlan]] = {}
 _SHARED_LOCK = threading.Lock()
 
 
 class PlanCache:
-    """A session's view of cached plans: its own hit count over plans it may share."""
+    """A session's view of cached plans: its own hit count over plans it may share, and
+    those of earlier processes (``veil.session.sealed_plans``) if ``sealed``."""
 
-    def __init__(self, size: int = DEFAULT_SIZE, plans: Recent[Key, CachedPlan] | None = None):
+    def __init__(
+        self,
+        size: int = DEFAULT_SIZE,
+        plans: Recent[Key, CachedPlan] | None = None,
+        sealed: PlanStore | None = None,
+    ):
         self._plans = plans if plans is not None else Recent[Key, CachedPlan](size)
+        self._sealed = sealed
         self.hits = 0
 
     @classmethod
-    def shared(cls, client_dir: Path, external_access: bool) -> PlanCache:
-        """The plans of ``client_dir`` shared by this process's sessions (of the same access)."""
+    def shared(
+        cls, client_dir: Path, external_access: bool, sealed: PlanStore | None = None
+    ) -> PlanCache:
+        """The plans of ``client_dir`` shared by this process's sessions (of the same access),
+        and those ``sealed`` keeps for later processes (a sandboxed session's only)."""
         key = (str(client_dir.resolve()), external_access)
         with _SHARED_LOCK:
             plans = _SHARED.setdefault(key, Recent(DEFAULT_SIZE))
-        return cls(plans=plans)
+        return cls(plans=plans, sealed=None if external_access else sealed)
 
     @property
     def size(self) -> int:
@@ -145,6 +171,10 @@ class PlanCache:
     def get(self, key: Key, *, count: bool = True) -> CachedPlan | None:
         """The plan of ``key``; ``count``: a hit (else the caller counts it if it runs it)."""
         _, cached = self._plans.get(key)
+        if cached is None and self._sealed is not None:
+            cached = self._sealed.get(key)
+            if cached is not None:
+                self._plans.put(key, cached)
         if cached is not None:
             self.hits += count
         return cached
@@ -155,9 +185,18 @@ class PlanCache:
 
     def put(self, key: Key, cached: CachedPlan) -> None:
         self._plans.put(key, cached)
+        if self._sealed is not None:
+            self._sealed.add(key, cached)
+
+    def save(self) -> None:
+        """Keep the plans made since the last save for later processes (if sealed)."""
+        if self._sealed is not None:
+            self._sealed.save()
 
     def discard(self, key: Key) -> None:
         self._plans.discard(key)
+        if self._sealed is not None:
+            self._sealed.discard(key)
 
     def clear(self) -> None:
         self._plans.clear()

@@ -26,7 +26,6 @@ from sqlglot import exp
 from veil.backends import Backend, BackendError, connect_existing, n_square_bytes
 from veil.ciphers.cache import CipherCache
 from veil.ciphers.hom_group import OverflowedRowsError
-from veil.cost.choice import choose_plan
 from veil.crypto.keys import MasterKey
 from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_reader
@@ -40,10 +39,8 @@ from veil.exec.local_duckdb import local_duckdb, local_engine, memory_limit_byte
 from veil.exec.local_run import local_arrow
 from veil.exec.one_table import joined_tables, one_table_per_join, unread_members
 from veil.exec.server import FetchStats
-from veil.session import point_writes
 from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
-from veil.session.dml import run_dml
 from veil.session.onions import has_wrapped, peel_layers, peeled_view, reconcile, wanted_peels
 from veil.session.plan_cache import CachedPlan, Key, PlanCache, plan_key, shape_key
 from veil.session.result import (
@@ -54,6 +51,7 @@ from veil.session.result import (
     local_error,
 )
 from veil.session.row_locks import lock_selected
+from veil.session.sealed_plans import SealedPlans
 from veil.session.table_locks import SharedLocks
 from veil.session.templates import (
     Recorder,
@@ -78,7 +76,6 @@ from veil.sql.functions import is_repeatable
 from veil.sql.literals import normalized
 from veil.sql.parse import bind_parameters, parse_statement
 from veil.sql.plan import Scan, SplitPlan
-from veil.sql.planner import plan_fetch_all, plan_query
 from veil.sql.remote import Extras, param
 from veil.sql.sandbox import check_text, check_tree
 from veil.sql.slots import PARAM, bound
@@ -134,7 +131,7 @@ class Session:
         # the process's local engine, under its memory limit (``veil.exec.local_duckdb``)
         self.memory_limit = memory_limit_bytes(memory_limit)
         self.local = local_engine(external_access=external_access, memory_limit=memory_limit)
-        self.catalog = local_duckdb(external_access=external_access)
+        self._catalog: duckdb.DuckDBPyConnection | None = None  # made on first use
         self._views: set[str] = set()  # local views over registered tables, dropped with them
         self._transaction = _IDLE  # an explicit transaction's state (BEGIN ... COMMIT)
         # tables this session writes in its transaction (``veil.session.table_locks``)
@@ -149,7 +146,9 @@ class Session:
         self._recorder: Recorder | None = None
         # plans shared by this process's sessions of the directory (``plan_cache``), and
         # an open transaction's own
-        self.plans = PlanCache.shared(self.client.path, external_access)
+        settings = (self.client.design_path, self.client.server_path)
+        sealed = SealedPlans.of(self.client.path, self.master, settings)
+        self.plans = PlanCache.shared(self.client.path, external_access, sealed)
         self._transaction_plans = PlanCache()
         self.refresh_catalog()
         self._reconcile()
@@ -187,13 +186,28 @@ class Session:
         if _stamp(self.client.design_path) != self._design_stamp:
             self.reload_design()
 
+    @property
+    def catalog(self) -> duckdb.DuckDBPyConnection:
+        """An empty copy of the plaintext schema, whose binder checks queries; made on first
+        use: a fresh process running a plan an earlier one kept never needs it (~30 ms)."""
+        if self._catalog is None:
+            self._catalog = local_duckdb(external_access=self.external_access)
+            self._fill_catalog(self._catalog)
+        return self._catalog
+
     def refresh_catalog(self) -> None:
         """Rebuild the empty plaintext schema the binder checks queries against."""
         self._transaction_plans.clear()
         self._owners.clear()
-        for (name,) in self.catalog.sql("SELECT table_name FROM duckdb_tables()").fetchall():
+        for table in self.design.tables.values():
+            self._owners.update({e.name: table for e in table.encryptions})
+        if self._catalog is not None:
+            self._fill_catalog(self._catalog)
+
+    def _fill_catalog(self, catalog: duckdb.DuckDBPyConnection) -> None:
+        for (name,) in catalog.sql("SELECT table_name FROM duckdb_tables()").fetchall():
             if name not in self.design.tables:
-                self.catalog.execute(f'DROP TABLE "{name}"')
+                catalog.execute(f'DROP TABLE "{name}"')
         for name, table in self.design.tables.items():
             columns = ", ".join(catalog_column(c) for c in table.columns)
             numbered = {c.name for c in table.columns if c.identity}  # null until numbered
@@ -202,17 +216,18 @@ class Session:
                 kind = "PRIMARY KEY" if primary else "UNIQUE"
                 quoted = ", ".join(f'"{c}"' for c in key)
                 columns += f", {kind} ({quoted})"
-            self.catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
-            self._owners.update({e.name: table for e in table.encryptions})
+            catalog.execute(f'CREATE OR REPLACE TABLE "{name}" ({columns})')
 
     def close(self) -> None:
         if self.in_transaction:  # closing without COMMIT undoes the transaction
             with contextlib.suppress(VeilError):
                 self.rollback()
         self.table_locks.close()  # releases every lock and closes the files
+        self.plans.save()  # for the next process (``veil.session.sealed_plans``)
         self.backend.close()
         self.local.close()
-        self.catalog.close()
+        if self._catalog is not None:
+            self._catalog.close()
 
     # -- statements -----------------------------------------------------------
 
@@ -372,6 +387,8 @@ class Session:
             if answered is None:  # an UPDATE/DELETE of a shape planned before
                 scope = (str(self.client.path), self.external_access)
                 written = None if normal is None else lambda: binds_as_written(original, normal)
+                from veil.session import point_writes  # (imported when first needed)
+
                 answered = point_writes.answer(self, sql, params or (), shaped, scope, written)
             if answered is not None:
                 return answered
@@ -556,6 +573,8 @@ class Session:
     def write(self, tree: exp.Insert | exp.Update | exp.Delete) -> Result:
         """Run an INSERT, UPDATE or DELETE (a foreign key's action runs its own this way)."""
         # rows never invalidate a plan (``plan_cache``): only a design change does
+        from veil.session.dml import run_dml  # (imported when first needed)
+
         return run_dml(self, tree)
 
     def query(self, tree: exp.Expr) -> Result:
@@ -609,9 +628,13 @@ class Session:
             # rows written since the load whose summed expression the stored sums could
             # not hold: this query sums on the client, from its split plan's fetched rows
             log.info("%s; planning this query without server sums", exc)
+            from veil.sql.planner import plan_query
+
             plan = plan_query(planned.tree, self.design, self, without=_SERVER_SUMS)
             if plan.pushdown:
                 return self._named(planned, self.execute_plan(plan, stats), stats, plan)
+        from veil.sql.planner import plan_fetch_all
+
         plan = plan_fetch_all(planned.tree, self.design)
         plan.fallback = fallbacks.failed_run(exc)
         log.info("%s; the client runs the query", plan.fallback)
@@ -649,6 +672,11 @@ class Session:
                 design = self.design
             elif peels:
                 design = peeled_view(design, peels)
+        # the planner and the cost model (~20 modules) load on a first planning: a
+        # process answering from plans kept by earlier ones never needs them (issue 41)
+        from veil.cost.choice import choose_plan
+        from veil.sql.planner import plan_query
+
         if row_ids_of is None and isinstance(tree, exp.Query):
             plan = choose_plan(self, tree, design)
         else:

@@ -1,0 +1,229 @@
+"""Plans made by earlier processes, kept in the client directory, sealed (issue 41).
+
+A fresh process (``veil query``, a script's ``veil.connect``) planned its
+first statement from nothing: parsing, describing and planning TPC-DS q01
+cost it ~70 ms of its ~0.6 s, although an earlier process had made the very
+same plan. ``plans.sealed`` keeps the plans of the process-wide cache
+(``veil.session.plan_cache``) for the next process:
+
+- **What it holds**: up to ``MAX_PLANS`` cached plans (pickled) under their
+  plan-cache keys, which hold the statement's text, its parameter values
+  with their types, the planner's settings and the design file's stamp. The
+  plans hold encrypted constants and the statement's own, so the file is
+  sealed (``veil.keys.sealed_file``: AES-256-GCM under a key derived from
+  the master key for this purpose, version byte, mode 0600). Unpickling runs
+  only on what that tag vouches for: nobody without the master key can
+  write a file this reads.
+- **When it is ignored**: the header names the SHA-256 of the design file and
+  of the server's settings, the master key's fingerprint and a stamp of
+  Veil's own code (its modules' sizes and times), so a plan is never read
+  under another design (a peel, DDL, a redesign), another server (``veil
+  config``: its SQL is rendered for one engine), another key (a re-key) or
+  another version of the planner whose plans may mean something else. A file that does not open
+  or does not match is read as empty and replaced on the next save.
+- **What is left out**: plans kept as their shape's template (their trust is
+  earned run by run in a process: ``veil.session.templates``), a
+  transaction's own plans, and the plans of sessions that read the trusted
+  side's files (``external_access``): only the sandboxed sessions' shared
+  cache is kept. A plan's statements rendered for its runs are kept by their
+  scan's place in the plan: in memory they are keyed by object ids, which
+  mean nothing in another process.
+
+Saved when a session closes, if it planned something new; several processes
+closing at once keep the last one's plans (a lost plan costs its planning).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import pickle
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from veil.crypto.keys import KeyLabel, MasterKey
+from veil.keys.sealed_file import SealedFile
+
+if TYPE_CHECKING:
+    from veil.session.plan_cache import CachedPlan, Key
+    from veil.sql.plan import SplitPlan
+
+log = logging.getLogger(__name__)
+FILE_NAME = "plans.sealed"
+VERSION = 1
+MAX_PLANS = 64
+MAX_PLAN_BYTES = 1 << 20  # a bigger plan is planned again rather than kept
+_AAD = b"veil plans.sealed v1 "
+_CODE = Path(__file__).resolve().parents[1]  # the veil package
+
+
+class SealedPlans:
+    """One client directory's ``plans.sealed``, opened with its master key."""
+
+    @classmethod
+    def of(cls, client_dir: Path, master: MasterKey, settings: Sequence[Path]) -> SealedPlans:
+        """The directory's file as this process's sessions under ``master`` share it."""
+        key = (str(client_dir.resolve()), master.fingerprint())
+        with _OPEN_LOCK:
+            found = _OPEN.get(key)
+            if found is None:
+                found = _OPEN[key] = cls(client_dir, master, settings)
+            return found
+
+    def __init__(self, client_dir: Path, master: MasterKey, settings: Sequence[Path]):
+        """``settings``: the files a plan depends on (the design, the server's address)."""
+        label = KeyLabel("plans", "client-dir")
+        self._file = SealedFile(client_dir / FILE_NAME, master, label, _AAD, VERSION)
+        self._settings = tuple(settings)
+        self._lock = threading.Lock()
+        self._read: dict[Key, bytes] | None = None  # the file's plans, pickled, on first use
+        self._new: dict[Key, CachedPlan] = {}  # planned here since the last save
+        self._dropped: set[Key] = set()  # failed here: out of the file at the next save
+
+    def get(self, key: Key) -> CachedPlan | None:
+        with self._lock:
+            if self._read is None:
+                try:
+                    self._read = self._opened()
+                except OSError:  # Veil's code changing under the stamp: plan as before
+                    self._read = {}
+            new = self._new.get(key)
+            found = self._read.get(key)
+        if new is not None or found is None:
+            return new
+        try:
+            cached, rendered = pickle.loads(found)
+            cached.plan.rendered.update(_by_id(cached.plan, rendered))
+        except Exception:  # (a class that moved: plan it again)
+            return None
+        return cached
+
+    def add(self, key: Key, cached: CachedPlan) -> None:
+        """Keep ``cached`` for the next save (a template never: see the module's notes)."""
+        if cached.template is None:
+            with self._lock:
+                self._new[key] = cached
+
+    def discard(self, key: Key) -> None:
+        """``key``'s plan failed when it ran: neither read nor kept any more."""
+        with self._lock:
+            self._new.pop(key, None)
+            if self._read is not None:
+                self._read.pop(key, None)
+            self._dropped.add(key)
+
+    def save(self) -> None:
+        """Write the file's plans and the new ones (newest last, bounded), if any are new;
+        never fails its caller (closing a session): a plan not kept is planned again."""
+        with self._lock:
+            if not self._new and not self._dropped:
+                return
+            new, self._new = self._new, {}
+            dropped, self._dropped = self._dropped, set()
+        try:
+            self._save(new, dropped)
+        except Exception as exc:  # (e.g. a module file removed while the stamp was taken)
+            log.info("plans not kept for later processes (%s)", type(exc).__name__)
+
+    def _save(self, new: dict[Key, CachedPlan], dropped: set[Key]) -> None:
+        plans = self._opened()  # another process may have saved meanwhile
+        for key in dropped | set(new):
+            plans.pop(key, None)
+        for key, cached in new.items():  # the newest last: the first out past MAX_PLANS
+            pickled = _pickled(cached)
+            if pickled is not None:
+                plans[key] = pickled
+        kept = dict(list(plans.items())[-MAX_PLANS:])
+        self._file.write(pickle.dumps((self._header(), kept), protocol=5))
+        with self._lock:
+            self._read = kept
+
+    def _opened(self) -> dict[Key, bytes]:
+        body = self._file.read()
+        if body is None:
+            return {}
+        try:
+            header, plans = pickle.loads(body)
+        except Exception:  # (sealed by us, but not this version's layout)
+            return {}
+        if header != self._header() or not isinstance(plans, dict):
+            return {}
+        return plans
+
+    def _header(self) -> tuple[str, ...]:
+        return (self._file.fingerprint(), *map(_digest, self._settings), code_stamp())
+
+
+_OPEN: dict[tuple[str, str], SealedPlans] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _pickled(cached: CachedPlan) -> bytes | None:
+    """``cached`` and its rendered statements (keyed by place, not object id), pickled;
+    None if it cannot be kept."""
+    plan = dataclasses.replace(cached.plan, rendered={})
+    try:
+        kept = (dataclasses.replace(cached, plan=plan), _by_place(cached.plan))
+        pickled = pickle.dumps(kept, protocol=5)
+    except Exception:  # (something in it does not pickle: not kept)
+        return None
+    return pickled if len(pickled) <= MAX_PLAN_BYTES else None
+
+
+# A plan's statements, rendered once for its runs (``veil.exec.server.run_kept``), are
+# kept under the id of the scan or of the scan's server join they fetch: the same
+# objects' places in the plan stand for those ids in the file.
+Place = tuple[str, int]
+
+
+def _by_place(plan: SplitPlan) -> dict[Place, object]:
+    rendered = dict(plan.rendered)  # a copy: another thread may be filling it
+    places: dict[Place, object] = {}
+    for index, scan in enumerate(plan.scans):
+        if id(scan) in rendered:
+            places["scan", index] = rendered[id(scan)]
+        if scan.joined is not None and id(scan.joined) in rendered:
+            places["joined", index] = rendered[id(scan.joined)]
+    return places
+
+
+def _by_id(plan: SplitPlan, places: dict[Place, object]) -> dict[int, Any]:
+    rendered: dict[int, Any] = {}
+    for (kind, index), statement in places.items():
+        scan = plan.scans[index]
+        rendered[id(scan if kind == "scan" else scan.joined)] = statement
+    return rendered
+
+
+def _digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+_CODE_STAMP: list[str] = []
+
+
+def code_stamp() -> str:
+    """Veil's own code as installed (each module's size and time): a plan pickled by
+    other code is not read. ~1 ms, once per process."""
+    if not _CODE_STAMP:
+        stamps: list[str] = []
+        _stamp_tree(str(_CODE), stamps)
+        _CODE_STAMP.append(hashlib.sha256("".join(sorted(stamps)).encode()).hexdigest())
+    return _CODE_STAMP[0]
+
+
+def _stamp_tree(directory: str, stamps: list[str]) -> None:
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+                _stamp_tree(entry.path, stamps)
+            elif entry.name.endswith((".py", ".so")):
+                status = entry.stat()  # OSError (a file gone meanwhile): nothing is kept
+                stamps.append(f"{entry.path}:{status.st_size}:{status.st_mtime_ns};")
