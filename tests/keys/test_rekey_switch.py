@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -249,10 +250,17 @@ def test_a_peel_across_the_final_switch(
     threads.append(threading.Thread(target=query, name="query"))
     threads[1].start()
     assert peel.reached.wait(WAIT)  # peeled on the server, not yet in the design
+    before = PhysicalDesign.load(client / "design.json").key_fingerprint
     switch.go.set()
-    threads[0].join(WAIT)  # the switch does not wait for peels: they change no key
+    # the switch's design write does not wait for peels (they change no key); reading the
+    # design back, the re-key waits for the peel marked in it (``peel_marks``)
+    deadline = time.monotonic() + WAIT
+    while PhysicalDesign.load(client / "design.json").key_fingerprint == before:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     peel.go.set()
-    threads[1].join(WAIT)
+    for thread in threads:
+        thread.join(WAIT)
     assert errors == [] and got == [(1,)]
     under_the_new_key_alone(client)
     design = PhysicalDesign.load(client / "design.json")

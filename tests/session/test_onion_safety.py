@@ -22,7 +22,7 @@ from veil.design.policy import Policy, PolicyError
 from veil.encoding import encode
 from veil.load.ddl import reencrypt
 from veil.load.loader import load
-from veil.session import dml, onions
+from veil.session import dml, onions, peel_marks
 from veil.session.layer_commands import manual_peel, set_policy
 from veil.session.leakage import leakage, what_if
 from veil.session.session import Session
@@ -150,7 +150,8 @@ def test_writes_beside_a_peel_stay_readable(client: Path) -> None:
 class _Interleaved:
     """``work`` (by ``session``) in a thread started inside another client's transaction,
     which waits until ``work`` has ended, or rolled back a failed attempt (DuckDB: a
-    write-write conflict), or waits for a lock (PostgreSQL); then that transaction goes on."""
+    write-write conflict), or waits for a lock (PostgreSQL) or a peel's mark; then that
+    transaction goes on."""
 
     def __init__(self, session: Session, work: Callable[[], object]) -> None:
         self._work = work
@@ -161,6 +162,10 @@ class _Interleaved:
         session.backend.add_statement_listener(
             lambda sql, _: self._stopped.set() if sql == "ROLLBACK" else None
         )
+
+    def waiting(self) -> None:
+        """``work`` waits for the other client (the mark of its peel: ``peel_marks``)."""
+        self._stopped.set()
 
     def _run(self) -> None:
         try:
@@ -223,6 +228,13 @@ def test_a_peel_and_a_write_never_interleave(
         holder, run_first, module, hook = peeler, peel, onions, rewrite
         second = _Interleaved(writer, insert)
     inner = getattr(module, hook)
+    wait = peel_marks._wait
+
+    def marked(*args: Any) -> None:  # the write waits for the peel's mark to go: held up
+        second.waiting()
+        wait(*args)
+
+    monkeypatch.setattr(peel_marks, "_wait", marked)
 
     def then_second(*args: Any) -> None:
         inner(*args)

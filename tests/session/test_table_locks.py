@@ -15,7 +15,7 @@ import pytest
 from veil.session import table_locks
 from veil.session.table_locks import SharedLocks
 
-_OPEN = table_locks._open  # not the counting one a test puts in its place
+_OPEN = table_locks.lock_file  # not the counting one a test puts in its place
 
 
 def _free(client_dir: Path, table: str) -> bool:
@@ -39,7 +39,7 @@ def test_a_released_lock_keeps_its_file_and_excludes_nobody(
         opened.append(table)
         return _OPEN(client_dir, table)
 
-    monkeypatch.setattr(table_locks, "_open", counted)
+    monkeypatch.setattr(table_locks, "lock_file", counted)
     locks = SharedLocks(tmp_path)
     for _ in range(3):
         assert locks.take("orders") and not locks.take("orders")

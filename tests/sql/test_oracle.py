@@ -201,7 +201,17 @@ def test_q1_sums_under_ashe_on_the_server_and_q18_on_the_client(any_session: Ses
 def test_tpch_query_with_paillier_sums(
     paillier_session: Session, plain: duckdb.DuckDBPyConnection, name: str, sql: str
 ) -> None:
-    _check(paillier_session, plain, sql)
+    if name != "q18":
+        _check(paillier_session, plain, sql)
+        return
+    # Q18's GROUP BY l_orderkey forced onto Paillier decrypts a sum per order (~60 s of
+    # the suite at ~400 decryptions a second); the cost rule sums it on the client, and
+    # grouped Paillier sums on the server are checked by Q1 and the other queries
+    paillier_session.hom_pushdown = "auto"
+    try:
+        _check(paillier_session, plain, sql)
+    finally:
+        paillier_session.hom_pushdown = "always"
 
 
 def test_q1_sums_paillier_packs_and_q18_sums_on_the_client(paillier_session: Session) -> None:

@@ -38,6 +38,7 @@ def _fresh_table(table: TableDesign) -> TableDesign:
     fresh.server_name, fresh.row_id = opaque_name("t"), opaque_name("c")
     fresh.id_counter = opaque_name("t")
     fresh.row_count = 0
+    fresh.peeling = False  # a peel of the old copy, not of this one
     fresh.encryptions = [_fresh_encryption(e) for e in table.encryptions]
     fresh.blocks_table = (
         opaque_name("t") if any(e.scheme == BLOCKS for e in fresh.encryptions) else ""

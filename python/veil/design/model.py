@@ -348,6 +348,9 @@ class TableDesign:
     # at load (``veil.load.plain_size``): the unit of the designer's space budget on
     # DuckDB. Client-side only; 0: not measured (another backend, an older load).
     plain_bytes: float = 0.0
+    # A peel of this table is under way: its server may hold some layer wrapped or bare
+    # until the peel records which (``veil.session.peel_marks``); readers wait for it.
+    peeling: bool = False
 
     def primary_key(self) -> list[str] | None:
         """The primary key: the first declared key, if its columns are NOT NULL (a primary
@@ -507,4 +510,5 @@ def _table_from_dict(data: dict[str, object]) -> TableDesign:
         sort_by=str(data.get("sort_by", "")),
         sort_candidates=[str(c) for c in data.get("sort_candidates", [])],  # type: ignore[attr-defined]
         plain_bytes=float(str(data.get("plain_bytes", 0.0))),
+        peeling=bool(data.get("peeling", False)),
     )

@@ -31,6 +31,8 @@ class SessionContext(CostContext, Protocol):
 
     # writes running now, nested: a foreign key's action runs inside its statement's write
     writes_running: int
+    # tables whose peel this session is making (``veil.session.peel_marks``)
+    peeling: set[str]
 
     @property
     def client(self) -> ClientDir: ...

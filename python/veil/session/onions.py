@@ -65,7 +65,7 @@ from veil.ciphers.columns import (
     layer_key,
 )
 from veil.ciphers.encrypt import rnd_context
-from veil.crypto.keys import KeyLabel, MasterKey
+from veil.crypto.keys import MasterKey
 from veil.design.model import (
     ASHE,
     BLOCKS,
@@ -86,6 +86,7 @@ from veil.exec.decrypt import BlockReader
 from veil.exec.server import FetchStats, run_remote
 from veil.session.ashe_build import ashe_layer, ashe_words, unbuilt_sums
 from veil.session.context import SessionContext
+from veil.session.peel_marks import join_key_id, peeling, unmark
 from veil.sql.remote import (
     LAYER_COLUMN,
     LAYER_KEY,
@@ -314,28 +315,46 @@ def peel_layers(
         ]
         if not wrapped:
             continue  # another session of this process peeled them meanwhile
-        started = time.perf_counter()
-        encs = [e for _, e in wrapped]
-        with _indexes_set_aside(session, table, [e.name for e in encs]):
-            stripped = _retry(partial(_peel_on_server, session, table, encs, onto, points))
-        rewritten.update([table.server_name] if stripped else [])
-        seconds = round(time.perf_counter() - started, 3)
-        entries: list[tuple[Adjustment, dict[str, object]]] = []
-        for peel, enc in wrapped:
-            by = "this client" if enc.name in stripped else "another client (design repaired)"
-            event = _event(peel.scheme, table, seconds, reason, by, len(wrapped))
-            done: list[Adjustment] = [peel]
-            if enc.name in stripped and enc.name in onto:
-                done.append(onto[enc.name][0])
-            entries += [(wanted, event) for wanted in done]
-            events.append({**event, "table": peel.table, "column": peel.column})
-        _record_all(session, entries)
-        log.info("peeled %d layer(s) of %s in %.2f s", len(wrapped), name, seconds)
+        with peeling(session, table) as ours:
+            if not ours:
+                continue  # rebuilt meanwhile (a re-key's copy): its next query peels the copy
+            events += _peel_table(session, table, wrapped, onto, points, reason, rewritten)
     for wanted in adjustments:
         if isinstance(wanted, Rekey):
             events += _rekey(session, wanted, reason, rewritten)
     for server_name in sorted(rewritten):
         session.backend.refresh_statistics(server_name)
+    return events
+
+
+def _peel_table(
+    session: SessionContext,
+    table: TableDesign,
+    wrapped: list[tuple[Peel, Encryption]],
+    onto: dict[str, tuple[Rekey, str]],
+    points: JoinPoints,
+    reason: str,
+    rewritten: set[str],
+) -> list[dict[str, object]]:
+    """One table's peels on the server, then in the design (under its ``peeling`` mark)."""
+    started = time.perf_counter()
+    encs = [e for _, e in wrapped]
+    with _indexes_set_aside(session, table, [e.name for e in encs]):
+        stripped = _retry(partial(_peel_on_server, session, table, encs, onto, points))
+    rewritten.update([table.server_name] if stripped else [])
+    seconds = round(time.perf_counter() - started, 3)
+    entries: list[tuple[Adjustment, dict[str, object]]] = []
+    events: list[dict[str, object]] = []
+    for peel, enc in wrapped:
+        by = "this client" if enc.name in stripped else "another client (design repaired)"
+        event = _event(peel.scheme, table, seconds, reason, by, len(wrapped))
+        done: list[Adjustment] = [peel]
+        if enc.name in stripped and enc.name in onto:
+            done.append(onto[enc.name][0])
+        entries += [(wanted, event) for wanted in done]
+        events.append({**event, "table": peel.table, "column": peel.column})
+    _record_all(session, entries)
+    log.info("peeled %d layer(s) of %s in %.2f s", len(wrapped), table.name, seconds)
     return events
 
 
@@ -348,14 +367,17 @@ def _rekey(
     if enc is None or onto is None or onto.key_scope == enc.key_scope:
         return []  # done meanwhile, by another session of this process
     started = time.perf_counter()
-    with _indexes_set_aside(session, table, [enc.name]):
-        done = _retry(partial(_rekey_on_server, session, table, enc, onto))
-    if done:
-        rewritten.add(table.server_name)
-    by = "this client" if done else "another client (design repaired)"
-    layer = f"JOIN with {'.'.join(wanted.onto)}"
-    event = _event(layer, table, round(time.perf_counter() - started, 3), reason, by, 1)
-    _record(session, [wanted], event)
+    with peeling(session, table) as ours:
+        if not ours:
+            return []  # rebuilt meanwhile: the copy's next join re-keys it
+        with _indexes_set_aside(session, table, [enc.name]):
+            done = _retry(partial(_rekey_on_server, session, table, enc, onto))
+        if done:
+            rewritten.add(table.server_name)
+        by = "this client" if done else "another client (design repaired)"
+        layer = f"JOIN with {'.'.join(wanted.onto)}"
+        event = _event(layer, table, round(time.perf_counter() - started, 3), reason, by, 1)
+        _record(session, [wanted], event)
     return [{**event, "table": wanted.table, "column": wanted.column}]
 
 
@@ -449,11 +471,6 @@ def _holder(session: SessionContext, key: str) -> tuple[str, str]:
         "a JOIN column on the server is under a key no column of the design has; the "
         "layers table is damaged: re-encrypt the table with `veil reencrypt`"
     )
-
-
-def join_key_id(master: MasterKey, scope: str) -> str:
-    """An opaque name of a JOIN key, for the server's layers table (reveals nothing)."""
-    return master.derive(KeyLabel("join-key-id-v1", scope), 8).hex()
 
 
 def defer_layers(table: TableDesign) -> list[Encryption]:
@@ -856,12 +873,20 @@ def _record_all(
     whole design: 15 saves, 4.8 s of TPC-H Q3's first run under load average ~10).
     """
     client = session.client
+    # the copies of the tables the adjustments were made on: a rebuild or a re-key that
+    # swapped a new copy in meanwhile (still wrapped, or unbuilt) must not get them
+    made_on = {w.table: session.design.tables.get(w.table) for w, _ in entries}
     with client.design_lock():
         # the design now, read with its own keys: a re-key's final switch may have made
         # the new key its base since this session read it (layers are the same either way)
         _, design = client.following(session.master)
         for wanted, _ in entries:
-            _apply(design, wanted)
+            current, made = design.tables.get(wanted.table), made_on[wanted.table]
+            if current is not None and made is not None and current.server_name == made.server_name:
+                _apply(design, wanted)
+        for table in made_on.values():
+            if table is not None and table.name in session.peeling:
+                unmark(design, table)  # its layers recorded: readers may plan on them now
         design.save(client.design_path)
         for wanted, event in entries:
             layer = (

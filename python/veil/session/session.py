@@ -42,6 +42,7 @@ from veil.exec.server import FetchStats
 from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
 from veil.session.onions import has_wrapped, peel_layers, peeled_view, reconcile, wanted_peels
+from veil.session.peel_marks import check_snapshot, wait_for_peels
 from veil.session.plan_cache import CachedPlan, Key, PlanCache, plan_key, shape_key
 from veil.session.result import (
     STREAM_BATCH_ROWS,
@@ -150,13 +151,25 @@ class Session:
         sealed = SealedPlans.of(self.client.path, self.master, settings)
         self.plans = PlanCache.shared(self.client.path, external_access, sealed)
         self._transaction_plans = PlanCache()
+        self.peeling: set[str] = set()  # tables this session is peeling (``peel_marks``)
+        if wait_for_peels(self, self.design):  # another's peel was under way: it is done now
+            self.reload_design()
+            return
         self.refresh_catalog()
         self._reconcile()
 
     def reload_design(self) -> None:
-        """Read the design again (DDL here, or another session, changed it)."""
-        self._design_stamp = _stamp(self.client.design_path)  # before: as in ``__init__``
-        master, self.design = self.client.following(self.master)
+        """Read the design again (DDL here, or another session, changed it), once no other
+        session's peel is under way in it (``veil.session.peel_marks``)."""
+        before = self.design
+        while True:
+            self._design_stamp = _stamp(self.client.design_path)  # before: as in ``__init__``
+            master, self.design = self.client.following(self.master)
+            if not wait_for_peels(self, self.design):
+                break
+        if self.in_transaction and self.backend.dialect == "duckdb":
+            # its reads see the server as the transaction began (DuckDB's snapshot)
+            check_snapshot(self, before, self.design)
         if master is not self.master:  # a re-key began or ended: its keys, and their ciphers
             self.master = master
             self.ciphers = CipherCache.of_client_dir(self.client.path, master)
@@ -598,9 +611,11 @@ class Session:
         if again and self._layers_moved(stamp):
             # another session peeled a layer this plan fetched through: its rows may have
             # been decrypted under the old layer; plan and run again on the new design
+            # (and check again: a peel's mark comes before its commit, its record after,
+            # and the run again may fall between another's; peels are finite)
             self.follow_design()
             replanned = CachedPlan(planned.names, self.plan(planned.tree), planned.tree)
-            return self._answer(replanned, again=False)
+            return self._answer(replanned)
         return self._named(planned, table, stats, plan)
 
     def _layers_moved(self, stamp: int) -> bool:

@@ -28,7 +28,8 @@ from pathlib import Path
 _FOLDER = "locks"
 
 
-def _open(client_dir: Path, table: str) -> int:
+def lock_file(client_dir: Path, table: str) -> int:
+    """The open lock file of ``table`` (or any name: ``veil.session.peel_marks``'s)."""
     folder = client_dir / _FOLDER
     folder.mkdir(mode=0o700, exist_ok=True)
     name = hashlib.sha256(table.encode()).hexdigest()[:24]  # any table name: a file name
@@ -41,7 +42,7 @@ def exclusive(client_dir: Path, tables: list[str]) -> Iterator[None]:
     held = []
     try:
         for table in sorted(set(tables)):  # one order: two rebuilds never wait in a circle
-            fd = _open(client_dir, table)
+            fd = lock_file(client_dir, table)
             held.append(fd)
             fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -73,7 +74,7 @@ class SharedLocks:
         if fd is None:
             if len(self._open) >= _KEPT_OPEN:
                 self._forget_unheld()
-            fd = self._open[table] = _open(self.client_dir, table)
+            fd = self._open[table] = lock_file(self.client_dir, table)
         fcntl.flock(fd, fcntl.LOCK_SH)
         self.held[table] = fd
         return True
