@@ -65,7 +65,7 @@ from veil.ciphers.columns import (
     layer_key,
 )
 from veil.ciphers.encrypt import rnd_context
-from veil.crypto.keys import MasterKey
+from veil.crypto.keys import KeyLabel, MasterKey
 from veil.design.model import (
     ASHE,
     BLOCKS,
@@ -82,11 +82,12 @@ from veil.design.model import (
     opaque_name,
 )
 from veil.design.policy import Policy
+from veil.errors import SerializationError
 from veil.exec.decrypt import BlockReader
 from veil.exec.server import FetchStats, run_remote
 from veil.session.ashe_build import ashe_layer, ashe_words, unbuilt_sums
 from veil.session.context import SessionContext
-from veil.session.peel_marks import join_key_id, peeling, unmark
+from veil.session.peel_marks import peeling, unmark
 from veil.sql.remote import (
     LAYER_COLUMN,
     LAYER_KEY,
@@ -471,6 +472,54 @@ def _holder(session: SessionContext, key: str) -> tuple[str, str]:
         "a JOIN column on the server is under a key no column of the design has; the "
         "layers table is damaged: re-encrypt the table with `veil reencrypt`"
     )
+
+
+def check_snapshot(session: SessionContext, before: PhysicalDesign, after: PhysicalDesign) -> None:
+    """Inside a transaction reading one snapshot: fail (40001) if ``after`` records a peel,
+    a sums build or a JOIN re-key that the snapshot does not hold (it began before)."""
+    for name, table in after.tables.items():
+        old = before.tables.get(name)
+        if old is None or old.server_name != table.server_name or not table.layers_table:
+            continue
+        wanted = _adjusted(session.master, old, table)
+        if not wanted:
+            continue
+        states = run_remote(layer_states_statement(table), session.backend, FetchStats())
+        rows = zip(*(states.column(i).to_pylist() for i in range(3)), strict=True)
+        behind = {
+            n
+            for n, peeled, key in rows
+            if (n in wanted and not peeled) or wanted.get(n) not in (None, key)
+        }
+        if behind:
+            raise SerializationError(
+                f"another client peeled an onion layer of {name!r} after this transaction "
+                "began, which reads the table as it was: roll the transaction back and run "
+                "it again"
+            )
+
+
+def _adjusted(master: MasterKey, old: TableDesign, new: TableDesign) -> dict[str, str | None]:
+    """The layers ``new`` records adjusted since ``old`` (same copy): layer name -> the key
+    id the server's layers row must hold (None: any), its row peeled."""
+    before = {e.name: e for e in old.encryptions}
+    found: dict[str, str | None] = {}
+    for enc in new.encryptions:
+        was = before.get(enc.name)
+        if was is None:
+            continue
+        if (was.outer is not None or unbuilt(was)) and not (enc.outer is not None or unbuilt(enc)):
+            found[enc.name] = None
+        if enc.scheme == JOIN and was.key_scope != enc.key_scope:
+            found[enc.name] = join_key_id(master, enc.key_scope)
+    if old.sums is not None and new.sums is not None and old.sums.lazy and not new.sums.lazy:
+        found[ashe_layer(new.sums).name] = None
+    return found
+
+
+def join_key_id(master: MasterKey, scope: str) -> str:
+    """An opaque name of a JOIN key, for the server's layers table (reveals nothing)."""
+    return master.derive(KeyLabel("join-key-id-v1", scope), 8).hex()
 
 
 def defer_layers(table: TableDesign) -> list[Encryption]:

@@ -27,7 +27,7 @@ retries (as PostgreSQL does with a deadlock).
 On a server whose transactions read one snapshot (DuckDB), a transaction
 that began before another session's peel committed goes on reading the
 layer; the design, read again, says it is off. Such a transaction fails its
-next statement as a serialization failure instead (``check_snapshot``), as
+next statement as a serialization failure instead (``onions.check_snapshot``), as
 PostgreSQL's REPEATABLE READ fails one that would write rows changed since.
 """
 
@@ -39,14 +39,10 @@ import os
 import time
 from collections.abc import Iterator
 
-from veil.crypto.keys import KeyLabel, MasterKey
-from veil.design.model import JOIN, PhysicalDesign, TableDesign
+from veil.design.model import PhysicalDesign, TableDesign
 from veil.errors import SerializationError
-from veil.exec.server import FetchStats, run_remote
-from veil.session.ashe_build import ashe_layer
 from veil.session.context import SessionContext
 from veil.session.table_locks import lock_file
-from veil.sql.remote import layer_states_statement
 
 _NAMESPACE = "peel:"  # the peel locks' files, beside the table locks'
 _IN_TRANSACTION_WAIT_SECONDS = 5.0
@@ -76,9 +72,15 @@ def peeling(session: SessionContext, table: TableDesign) -> Iterator[bool]:
 
 def unmark(design: PhysicalDesign, table: TableDesign) -> None:
     """Clear ``table``'s mark in ``design`` (about to be saved) if it names the same copy."""
-    current = design.tables.get(table.name)
-    if current is not None and current.server_name == table.server_name:
+    current = _same_copy(design, table)
+    if current is not None:
         current.peeling = False
+
+
+def _same_copy(design: PhysicalDesign, table: TableDesign) -> TableDesign | None:
+    """``design``'s entry of ``table`` if it names the same server tables (not a rebuild's)."""
+    current = design.tables.get(table.name)
+    return current if current is not None and current.server_name == table.server_name else None
 
 
 def wait_for_peels(session: SessionContext, design: PhysicalDesign) -> bool:
@@ -120,60 +122,10 @@ def _mark(session: SessionContext, table: TableDesign, on: bool) -> bool:
     client = session.client
     with client.design_lock():
         _, design = client.following(session.master)
-        current = design.tables.get(table.name)
-        if current is None or current.server_name != table.server_name:
+        current = _same_copy(design, table)
+        if current is None:
             return False
         if current.peeling != on:
             current.peeling = on
             design.save(client.design_path)
     return True
-
-
-def join_key_id(master: MasterKey, scope: str) -> str:
-    """An opaque name of a JOIN key, for the server's layers table (reveals nothing)."""
-    return master.derive(KeyLabel("join-key-id-v1", scope), 8).hex()
-
-
-def check_snapshot(session: SessionContext, before: PhysicalDesign, after: PhysicalDesign) -> None:
-    """Inside a transaction reading one snapshot: fail (40001) if ``after`` records a peel,
-    a sums build or a JOIN re-key that the snapshot does not hold (it began before)."""
-    for name, table in after.tables.items():
-        old = before.tables.get(name)
-        if old is None or old.server_name != table.server_name or not table.layers_table:
-            continue
-        wanted = _adjusted(session.master, old, table)
-        if not wanted:
-            continue
-        states = run_remote(layer_states_statement(table), session.backend, FetchStats())
-        rows = zip(*(states.column(i).to_pylist() for i in range(3)), strict=True)
-        behind = {
-            n
-            for n, peeled, key in rows
-            if (n in wanted and not peeled) or wanted.get(n) not in (None, key)
-        }
-        if behind:
-            raise SerializationError(
-                f"another client peeled an onion layer of {name!r} after this transaction "
-                "began, which reads the table as it was: roll the transaction back and run "
-                "it again"
-            )
-
-
-def _adjusted(master: MasterKey, old: TableDesign, new: TableDesign) -> dict[str, str | None]:
-    """The layers ``new`` records adjusted since ``old`` (same copy): layer name -> the key
-    id the server's layers row must hold (None: any), its row peeled."""
-    before = {e.name: e for e in old.encryptions}
-    found: dict[str, str | None] = {}
-    for enc in new.encryptions:
-        was = before.get(enc.name)
-        if was is None:
-            continue
-        if (was.outer is not None or was.params.get("lazy")) and not (
-            enc.outer is not None or enc.params.get("lazy")
-        ):
-            found[enc.name] = None
-        if enc.scheme == JOIN and was.key_scope != enc.key_scope:
-            found[enc.name] = join_key_id(master, enc.key_scope)
-    if old.sums is not None and new.sums is not None and old.sums.lazy and not new.sums.lazy:
-        found[ashe_layer(new.sums).name] = None
-    return found

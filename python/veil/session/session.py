@@ -41,8 +41,15 @@ from veil.exec.one_table import joined_tables, one_table_per_join, unread_member
 from veil.exec.server import FetchStats
 from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
-from veil.session.onions import has_wrapped, peel_layers, peeled_view, reconcile, wanted_peels
-from veil.session.peel_marks import check_snapshot, wait_for_peels
+from veil.session.onions import (
+    check_snapshot,
+    has_wrapped,
+    peel_layers,
+    peeled_view,
+    reconcile,
+    wanted_peels,
+)
+from veil.session.peel_marks import wait_for_peels
 from veil.session.plan_cache import CachedPlan, Key, PlanCache, plan_key, shape_key
 from veil.session.result import (
     STREAM_BATCH_ROWS,
