@@ -88,6 +88,13 @@ class DuckDBBackend(StagedBackend):
     hashes_not_in = True
     correlates_deeply = True
     rewrites_by_copy = False  # an UPDATE without indexes over its columns is as fast
+    # A load's INSERTs in one transaction: DuckDB then writes full row groups to the file
+    # as they fill (no WAL, no checkpoint re-reading them) and compresses them better.
+    # TPC-DS SF 1's encrypted tables copied batch by batch (65,536 rows): store_sales
+    # 31.9 s -> 10.7 s, inventory 87.3 -> 75.5 MB (its dictionaries of 8-byte blobs);
+    # DuckDB's buffer pool holds more meanwhile (inventory's resident peak 0.36 -> 1.2
+    # GB), within its memory limit.
+    load_in_one_transaction = True
 
     def __init__(self, url: str) -> None:
         super().__init__()

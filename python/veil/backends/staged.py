@@ -36,8 +36,8 @@ class StagedBackend:
     """Backend methods written once in terms of three dialect-specific hooks."""
 
     # Load the staging table inside the swap's transaction too. PostgreSQL then
-    # skips WAL for the COPY (wal_level=minimal) and a crash leaves nothing;
-    # DuckDB would hold the whole uncommitted load in memory, so it does not.
+    # skips WAL for the COPY (wal_level=minimal), DuckDB writes row groups straight
+    # to its file, and a crash leaves nothing (both backends set it).
     load_in_one_transaction = False
 
     def __init__(self) -> None:
