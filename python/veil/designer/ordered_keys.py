@@ -31,18 +31,24 @@ from collections import Counter, defaultdict
 from veil.design.model import OPE
 from veil.design.policy import Policy
 from veil.encoding import SqlType
-from veil.sql.workload import ColumnRef, WorkloadNeeds, analyse_workload
+from veil.sql.workload import ColumnRef, WorkloadNeeds
 
 
 def ordered_keys(
-    workload: list[str], schema: dict[str, dict[str, str]], needs: WorkloadNeeds, policy: Policy
+    per_query: list[WorkloadNeeds],
+    schema: dict[str, dict[str, str]],
+    needs: WorkloadNeeds,
+    policy: Policy,
 ) -> dict[ColumnRef, int]:
-    """Per table at most one key column, with the count of queries it would serve."""
+    """Per table at most one key column, with the count of queries it would serve.
+
+    ``per_query``: each query's own needs (``analyse_workload`` of it alone), ``needs``
+    the workload's, within the policy.
+    """
     fan_in = _fan_in(needs.joins)
     dimension_ranges = Counter[str]()
     for (table, _), count in needs.range_filters.items():
         dimension_ranges[table] += count
-    per_query = [analyse_workload([sql], schema) for sql in workload]
     served = Counter[tuple[ColumnRef, str]]()  # (key, dimension) -> queries
     for query in per_query:
         filtered = _filtered_tables(query)
