@@ -14,16 +14,18 @@ second.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
 
 from gmpy2 import mpz
 
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.paillier import DEFAULT_BITS, SEED_BYTES, PaillierKey
 from veil.crypto.paillier_wire import to_wire
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 # Below this many plaintexts, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 4096
@@ -66,6 +68,12 @@ class EncryptionPool:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            # imported here: every process imports this module (the session's ciphers),
+            # few encrypt enough to start workers, and these imports cost a fresh
+            # process's first query ~10-25 ms (issue 41)
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
