@@ -17,6 +17,13 @@ table with more columns than a scan reads changes nothing). Fetches whose
 statement changes at run time (bind filters, on them or on their semi-join's
 scans), grouped or aggregated fetches, DML's and ``decrypt_late``'s, and a
 fetch another's bind filter reads are left alone.
+
+Scans that keep columns as ciphertexts (``compare_ciphertexts``) share when
+they keep the same ones: a column's ciphertext is its table's one fetchable
+encryption whichever scan fetches it, so the shared local table holds each
+column in the form both local plans read (TPC-DS q75's three UNION ALL
+branches each fetched all of date_dim and the Books items, keys encrypted;
+q83's three CTEs each fetched item).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from veil.sql.plan import Scan
 from veil.sql.remote import joined_statement, numbered, scan_statement
 from veil.sql.state import PlanState
 
-Shape = tuple[str, str]
+Shape = tuple[str, str, tuple[tuple[str, ...], ...]]
 
 
 def share_fetches(state: PlanState) -> PlanState:
@@ -61,7 +68,7 @@ def _fetches(scans: list[Scan]) -> list[list[Scan]]:
 def _shareable(scan: Scan, sources: set[int]) -> bool:
     if scan.binds or scan.aggregation is not None or scan.with_row_id or scan.late:
         return False
-    if scan.ciphertext or id(scan) in sources:
+    if id(scan) in sources:
         return False
     if scan.joined is not None and scan.joined.groups is not None:
         return False
@@ -70,9 +77,11 @@ def _shareable(scan: Scan, sources: set[int]) -> bool:
 
 
 def _shape(fetch: list[Scan]) -> Shape:
-    """The fetch's statement without its projection: text and parameters."""
+    """The fetch's statement without its projection: text and parameters; and the columns
+    each of its scans keeps as ciphertexts."""
     joined = fetch[0].joined
     statement = joined_statement(joined) if joined is not None else scan_statement(fetch[0])
     statement.set("expressions", [exp.Star()])
     text, values = numbered(statement)
-    return text.sql(dialect="duckdb"), repr(values)
+    kept = tuple(tuple(sorted(scan.ciphertext)) for scan in fetch)
+    return text.sql(dialect="duckdb"), repr(values), kept
