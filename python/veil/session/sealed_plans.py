@@ -25,9 +25,10 @@ same plan. ``plans.sealed`` keeps the plans of the process-wide cache
   earned run by run in a process: ``veil.session.templates``), a
   transaction's own plans, and the plans of sessions that read the trusted
   side's files (``external_access``): only the sandboxed sessions' shared
-  cache is kept. A plan's statements rendered for its runs are kept by their
-  scan's place in the plan: in memory they are keyed by object ids, which
-  mean nothing in another process.
+  cache is kept. A plan's statements rendered for its runs (those with
+  run-time filters too, per shape of their filters) are kept by their scan's
+  place in the plan: in memory they are keyed by object ids, which mean
+  nothing in another process.
 
 Saved when a session closes, if it planned something new; several processes
 closing at once keep the last one's plans (a lost plan costs its planning).
@@ -96,8 +97,9 @@ class SealedPlans:
         if new is not None or found is None:
             return new
         try:
-            cached, rendered = pickle.loads(found)
+            cached, rendered, shaped = pickle.loads(found)
             cached.plan.rendered.update(_by_id(cached.plan, rendered))
+            _shaped_by_id(cached.plan, shaped)
         except Exception:  # (a class that moved: plan it again)
             return None
         return cached
@@ -167,7 +169,8 @@ def _pickled(cached: CachedPlan) -> bytes | None:
     None if it cannot be kept."""
     plan = dataclasses.replace(cached.plan, rendered={})
     try:
-        kept = (dataclasses.replace(cached, plan=plan), _by_place(cached.plan))
+        places = (_by_place(cached.plan), _shaped_by_place(cached.plan))
+        kept = (dataclasses.replace(cached, plan=plan), *places)
         pickled = pickle.dumps(kept, protocol=5)
     except Exception:  # (something in it does not pickle: not kept)
         return None
@@ -197,6 +200,49 @@ def _by_id(plan: SplitPlan, places: dict[Place, object]) -> dict[int, Any]:
         scan = plan.scans[index]
         rendered[id(scan if kind == "scan" else scan.joined)] = statement
     return rendered
+
+
+# A statement with run-time filters is kept per shape of its filters on its scan or
+# server join (``Scan.shaped``, ``veil.exec.server.run_filtered``), under a key naming
+# that object and the scans whose filters it takes by their ids: ``(id, scan ids, filter
+# counts), shape``. The file names them by place instead; a read plan's own are replaced,
+# so that an id of another process never meets an object of this one (an id reused by
+# another scan of the same filter shape would run that scan's statement for this one).
+Shaped = dict[tuple[Place, tuple[Place, ...], object, object], object]
+
+
+def _fetchers(plan: SplitPlan) -> dict[Place, Any]:
+    """The plan's scans and server joins by place (a join shared by its members: the first)."""
+    found: dict[Place, Any] = {}
+    seen: set[int] = set()
+    for index, scan in enumerate(plan.scans):
+        for kind, item in (("scan", scan), ("joined", scan.joined)):
+            if item is not None and id(item) not in seen:
+                seen.add(id(item))
+                found[kind, index] = item
+    return found
+
+
+def _shaped_by_place(plan: SplitPlan) -> Shaped:
+    fetchers = _fetchers(plan)
+    place_of = {id(item): place for place, item in fetchers.items()}
+    kept: Shaped = {}
+    for place, item in fetchers.items():
+        for ((_, scans, counts), shape), statement in dict(item.shaped).items():
+            members = [place_of[s] for s in scans if s in place_of]
+            if len(members) == len(scans):  # (else rendered again: not kept)
+                kept[place, tuple(members), counts, shape] = statement
+    return kept
+
+
+def _shaped_by_id(plan: SplitPlan, kept: Shaped) -> None:
+    fetchers = _fetchers(plan)
+    for item in fetchers.values():
+        item.shaped = {}  # what the pickle held: keyed by another process's ids
+    for (place, members, counts, shape), statement in kept.items():
+        item = fetchers[place]
+        ids = tuple(id(fetchers[m]) for m in members)
+        item.shaped[(id(item), ids, counts), shape] = statement
 
 
 def _digest(path: Path) -> str:
