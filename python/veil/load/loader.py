@@ -52,7 +52,15 @@ from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design, vocabulary
 from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, encode, encode_scalar, no_values
 from veil.keys.generations import writing
-from veil.load import ashe_widths, clusters, fitted_copies, narrow_det, pending, plain_size
+from veil.load import (
+    ashe_widths,
+    cipher_order,
+    clusters,
+    fitted_copies,
+    narrow_det,
+    pending,
+    plain_size,
+)
 from veil.load.prefetch import prefetched
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
@@ -285,6 +293,11 @@ def load_into(
         measured = [(t, fresh.tables[t.name], counts[t.name]) for t in tables]
         plain_size.measure_all(measured, con)
     loaded = _Loaded(in_source_order, before_swap)
+    if not in_source_order:  # each batch in the order of a key's ciphertexts
+        for table in tables:
+            key = cipher_order.key_of(fresh.tables[table.name], counts[table.name])
+            if key is not None:
+                loaded.cipher_keys[table.name] = key
     return [
         _load_table(t, con, fresh.tables[t.name], design, client, master, backend, say, loaded)
         for t in tables
@@ -297,6 +310,8 @@ class _Loaded:
 
     in_source_order: bool = False
     before_swap: Callable[[TableDesign], None] | None = None
+    # per table, the key whose ciphertexts order each batch (``veil.load.cipher_order``)
+    cipher_keys: dict[str, Encryption] = dataclasses.field(default_factory=dict)
 
 
 def _load_table(
@@ -323,7 +338,11 @@ def _load_table(
     blocks: list[pa.Table] = []
     zones = ZoneRecorder(table) if backend.skips_row_blocks else None
     order = None if options.in_source_order else clusters.order_by(table, master)
-    encrypted = _encrypted_batches(source, con, encryptor, say, blocks, order, zones, schema)
+    key = options.cipher_keys.get(table.name)
+    reorder = cipher_order.CipherOrder(master, table, key).reorder if key is not None else None
+    encrypted = _encrypted_batches(
+        source, con, encryptor, say, blocks, order, zones, schema, reorder
+    )
     # a pending record names the new tables until the design does (``veil.load.pending``)
     with pending.creating(client, table) as record:
         rows = backend.bulk_load(table.server_name, prefetched(encrypted), schema=schema)
@@ -376,13 +395,15 @@ def _encrypted_batches(
     order: str | None,
     zones: ZoneRecorder | None,
     schema: pa.Schema,
+    reorder: Callable[[pa.Table], pa.Table] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``.
 
     ``order`` clusters the rows (``veil.load.clusters``); the ids follow it, and
     ``zones`` records each block's span of the range-filtered columns in it.
-    The batches have the columns of ``schema``: NULL for those ``encryptor``
-    leaves out (``defer_layers``).
+    ``reorder`` orders each batch's rows before they get their ids
+    (``veil.load.cipher_order``). The batches have the columns of ``schema``: NULL
+    for those ``encryptor`` leaves out (``defer_layers``).
     """
     done = 0
     meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
@@ -390,6 +411,8 @@ def _encrypted_batches(
         plain = pa.Table.from_batches([batch]).rename_columns(
             [c.lower() for c in batch.schema.names]
         )
+        if reorder is not None:
+            plain = reorder(plain)
         # row i of the source gets row id i (and is in Paillier pack i // R)
         yield from _with_nulls(encryptor.encrypt(plain, first_id=done), schema).to_batches()
         sealed = encryptor.blocks(plain, first_id=done)
