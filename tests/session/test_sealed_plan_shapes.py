@@ -8,27 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from veil.load.loader import load
-from veil.session import plan_cache, sealed_plans
+from tests.session.test_sealed_plans import ANSWER, SQL, _answer, _new_process, client
 from veil.session.session import Session
+from veil.sql.literals import normalized
 
 pytestmark = pytest.mark.integration
-
-SQL = "SELECT name FROM people WHERE id = 2"
-
-
-@pytest.fixture()
-def client(tmp_path: Path) -> Path:
-    source = tmp_path / "source"
-    source.mkdir()
-    (source / "people.csv").write_text("id,name\n1,ann\n2,bob\n")
-    load(str(source), f"duckdb:///{tmp_path / 'srv.duckdb'}", str(tmp_path / "c"), [SQL])
-    return tmp_path / "c"
-
-
-def _new_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plan_cache, "_SHARED", {})
-    monkeypatch.setattr(sealed_plans, "_OPEN", {})
+__all__ = ["client"]  # the fixture, shared
 
 
 def test_shaped_statements_are_kept_by_place(client: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,19 +31,12 @@ def test_shaped_statements_are_kept_by_place(client: Path, monkeypatch: pytest.M
     _new_process(monkeypatch)
     again = Session(client)
     try:
-        read = again.plans.get(_key(again))
+        normal = normalized(SQL)
+        assert normal is not None
+        read = again.plans.get(again._plan_key(normal.text, normal.values))
         assert read is not None
         scan = read.plan.scans[0]
         assert scan.shaped == {((id(scan), (id(scan),), (1,)), ("k IN ?",)): ("SELECT 1", ["held"])}
-        assert again.run(SQL).table.to_pylist() == [{"name": "bob"}]
+        assert _answer(again) == ANSWER
     finally:
         again.close()
-
-
-def _key(session: Session) -> tuple[object, ...]:
-    """The key the session's plan of SQL is kept under (its literal as a parameter)."""
-    from veil.sql.literals import normalized
-
-    normal = normalized(SQL)
-    assert normal is not None
-    return session._plan_key(normal.text, normal.values)
