@@ -55,6 +55,7 @@ from veil_dev.bench.analytic_report import (
 from veil_dev.bench.compare import difference
 from veil_dev.bench.limits import MemoryCapExceeded, QueryTimeout, deadline, interrupter
 from veil_dev.bench.report import format_table, write_json
+from veil_dev.bench.space_columns import bytes_by_kind
 from veil_dev.bench.suite import QueryName, Suite
 from veil_dev.bench.tpch_servers import BenchServers, design_of, prepare, say, server_bytes
 from veil_dev.bench.worker import VeilRun, VeilWorker
@@ -285,6 +286,8 @@ def measure_space(servers: BenchServers) -> dict[str, Any]:
         "overhead": veil_total / max(plain_total, 1),
         "plain_tables": plain,
         "veil_tables": {names.get(t, t): b for t, b in sorted(veil.items())},
+        # each main table's bytes by kind of column (DuckDB only): where the overhead lies
+        "veil_kinds": bytes_by_kind(servers.veil_url, design),
     }
 
 
