@@ -202,6 +202,14 @@ def rowrnd_xor_columns(
 ) -> tuple[
     list[npt.NDArray[np.uint64]], list[tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]]
 ]: ...
+def rowrnd_reseal_columns(
+    old_ids: npt.NDArray[np.uint64],
+    new_ids: npt.NDArray[np.uint64],
+    words: list[tuple[RowRndKey, npt.NDArray[np.uint64]]],
+    binaries: list[tuple[RowRndKey, Any]],
+) -> tuple[
+    list[npt.NDArray[np.uint64]], list[tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]]
+]: ...
 
 # JOIN-ADJ (rust/veil-py/src/joinadj.rs): ristretto255 ciphertexts of 33 bytes,
 # re-keyed by a 33-byte token. Outputs are (offsets int32, data uint8).

@@ -19,6 +19,7 @@ row sets the group's (encrypted) overflow flag (``veil.ciphers.hom_group``).
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
@@ -32,13 +33,30 @@ from veil.ciphers.blocks import block_columns, block_key, seal_blocks
 from veil.ciphers.columns import ColumnCipher, RowBoundCipher, column_cipher
 from veil.ciphers.sources import Sources
 from veil.crypto.keys import MasterKey
-from veil.crypto.rowrnd import RowRnd, xor_columns
+from veil.crypto.rowrnd import RowRnd, reseal_columns, xor_columns
 from veil.design.domains import check_declared, sentinels
-from veil.design.model import BLOCKS, Encryption, TableDesign
+from veil.design.model import BLOCKS, RND, Encryption, TableDesign
 from veil.encoding import LOSSLESS_KINDS, encode
 
 _BATCH_VIEW = "__veil_plain_batch"
 _RAW_BATCH = "__veil_plain_batch_raw"
+
+
+@dataclass(frozen=True)
+class Resealed:
+    """Stored row-bound RND values to carry to new row ids without decrypting them.
+
+    A point UPDATE writes its rows under fresh ids (``veil.session.row_ids``),
+    so every row-bound RND column changes even where its value does not. A
+    stored value XOR the keystreams of its old id and of its new one is its
+    plaintext under the new id, which is what decrypting and encrypting it
+    again made (issue 41: decoding and encoding the unassigned columns was most
+    of a point UPDATE's client work). The old ciphertexts must be under the key
+    the encryptor seals with (the same table design's: ``resealable``).
+    """
+
+    ids: np.ndarray  # the stored rows' ids, in ``plain``'s row order
+    columns: dict[str, pa.Array] = field(default_factory=dict)  # server column: stored values
 
 
 class TableEncryptor:
@@ -54,6 +72,7 @@ class TableEncryptor:
         self._blocks = {e.name: block_key(master, table, e) for e in block_columns(table)}
         self._sums = AsheSumsCipher(master, table.sums) if table.sums is not None else None
         self._connection: duckdb.DuckDBPyConnection | None = None
+        self._resealable: dict[str, bool] = {}  # by server column (``resealable``)
 
     @property
     def _local(self) -> duckdb.DuckDBPyConnection:
@@ -66,8 +85,31 @@ class TableEncryptor:
     def server_schema(self, sample: pa.Table) -> pa.Schema:
         return self.encrypt(sample.slice(0, 0), 0).schema
 
+    def resealable(self, name: str) -> bool:
+        """Whether server column ``name`` is row-bound RND that ``Resealed`` can carry to new
+        ids: the plain RND layer over the encoded value (not a fitted one, not an onion)."""
+        known = self._resealable.get(name)
+        if known is not None:
+            return known
+        cipher = self._ciphers.get(name)
+        enc = next((e for e in self.table.encryptions if e.name == name), None)
+        found = (
+            enc is not None
+            and enc.scheme == RND  # its own value's RND: no inner scheme, no onion layer
+            and enc.outer is None
+            and type(cipher) is RowBoundCipher
+            and isinstance(cipher.sealing_layer(), RowRnd)
+        )
+        self._resealable[name] = found
+        return found
+
     def encrypt(
-        self, plain: pa.Table, first_id: int, *, unwritten: Collection[str] = ()
+        self,
+        plain: pa.Table,
+        first_id: int,
+        *,
+        unwritten: Collection[str] = (),
+        resealed: Resealed | None = None,
     ) -> pa.Table:
         """Server rows for ``plain`` (whose columns are the table's plaintext columns).
 
@@ -76,6 +118,8 @@ class TableEncryptor:
         ``HomGroupCipher``) and the id ASHE sums are encrypted under.
         ``unwritten``: server columns left out, never encrypted (an UPDATE in place
         keeps them as they are: ``veil.session.dml.unchanged_columns``).
+        ``resealed``: server columns taken from stored rows (``Resealed``), whose
+        sources ``plain`` need not hold.
         """
         sources = self.sources(plain)
         ids = np.arange(first_id, first_id + len(plain), dtype=np.int64)
@@ -85,9 +129,19 @@ class TableEncryptor:
         if self._sums is not None:
             columns.update(self._sums.encrypt(sources, ids))
         sealing: list[tuple[str, RowBoundCipher, pa.Array]] = []
+        moving: list[tuple[str, RowBoundCipher, pa.Array]] = []
+        carried = resealed.columns if resealed is not None else {}
         for enc in self.table.encryptions:
             if enc.scheme == BLOCKS or enc.name in unwritten:
                 continue  # in the side table (``blocks``), or kept by the caller
+            if enc.name in carried:
+                cipher = self._ciphers[enc.name]
+                if not self.resealable(enc.name):
+                    raise ValueError(f"server column {enc.name} cannot be resealed")
+                assert isinstance(cipher, RowBoundCipher)
+                columns[enc.name] = pa.nulls(0)  # its place in the table's order
+                moving.append((enc.name, cipher, carried[enc.name]))
+                continue
             encoded = encode(sources[enc.source], enc.sql_type)
             if enc.source in sources.overflow:
                 encoded = _marked(encoded, sources.overflow[enc.source], enc)
@@ -100,6 +154,9 @@ class TableEncryptor:
             else:
                 columns[enc.name] = cipher.encrypt_rows(ids, encoded)
         columns.update(_sealed_together(ids, sealing))
+        if moving:
+            assert resealed is not None
+            columns.update(_resealed(resealed.ids, ids, moving))
         return pa.table(columns)
 
     def blocks(self, plain: pa.Table, first_id: int) -> pa.Table | None:
@@ -208,6 +265,25 @@ def _sealed_together(
     return {
         name: cipher.sealed(values)
         for (name, cipher, _), values in zip(sealing, xored, strict=True)
+    }
+
+
+def _resealed(
+    old_ids: np.ndarray, new_ids: np.ndarray, moving: list[tuple[str, RowBoundCipher, pa.Array]]
+) -> dict[str, pa.Array]:
+    """Stored row-bound RND values under ``old_ids`` carried to ``new_ids`` (``Resealed``).
+
+    A narrow column's stored value is its low bits only: the XORs leave the
+    keystreams' high bits above them, which ``sealed`` masks off as it does
+    for a new value.
+    """
+    layers = [(cipher.sealing_layer(), stored) for _, cipher, stored in moving]
+    if len(new_ids) <= _SEALED_TOGETHER:
+        moved = reseal_columns(old_ids, new_ids, layers)
+    else:  # a call per column, without the GIL
+        moved = [layer.encrypt(new_ids, layer.decrypt(old_ids, v)) for layer, v in layers]
+    return {
+        name: cipher.sealed(values) for (name, cipher, _), values in zip(moving, moved, strict=True)
     }
 
 

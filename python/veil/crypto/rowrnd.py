@@ -30,6 +30,7 @@ from veil import _native
 from veil.crypto._native_errors import native_errors
 from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.server_ops import xor_row_keystream, xor_row_keystreams
+from veil.errors import ParameterError
 
 VERSION = 1
 KEY_LABEL = f"rowrnd-v{VERSION}"
@@ -70,3 +71,18 @@ def xor_columns(ids: np.ndarray, columns: list[tuple[RowRnd, pa.Array]]) -> list
     in one native call: for a few rows, where a call per column costs more than its AES
     work (issue 41). Equal, column by column, to ``RowRnd.decrypt``."""
     return xor_row_keystreams(ids, [(key._cipher, values) for key, values in columns])
+
+
+def reseal_columns(
+    old_ids: np.ndarray, new_ids: np.ndarray, columns: list[tuple[RowRnd, pa.Array]]
+) -> list[pa.Array]:
+    """Stored values of several columns carried from their rows' ids ``old_ids`` to
+    ``new_ids`` in one native call: each XOR the keystreams of both, which is what
+    decrypting and encrypting it again gives (issue 41: a point UPDATE's unassigned
+    columns). Equal, column by column, to ``encrypt(new_ids, decrypt(old_ids, v))``."""
+    if len(old_ids) != len(new_ids):
+        raise ParameterError(
+            f"row-bound RND needs one new row id per old one; got {len(old_ids)} and {len(new_ids)}"
+        )
+    pairs = [(key._cipher, values) for key, values in columns]
+    return xor_row_keystreams(old_ids, pairs, to_ids=new_ids)

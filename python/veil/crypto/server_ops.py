@@ -94,10 +94,13 @@ def xor_row_keystream(
 
 
 def xor_row_keystreams(
-    ids: np.ndarray, columns: list[tuple[_native.RowRndKey, pa.Array | pa.ChunkedArray]]
+    ids: np.ndarray,
+    columns: list[tuple[_native.RowRndKey, pa.Array | pa.ChunkedArray]],
+    to_ids: np.ndarray | None = None,
 ) -> list[pa.Array]:
     """:func:`xor_row_keystream` of several columns of the same rows, each under its own
-    key, in one native call; equal to it column by column.
+    key, in one native call; equal to it column by column. ``to_ids``: XOR the keystreams
+    of these ids too, one per row (stored values carried to new row ids).
 
     For a few rows (a point query's): a call per column costs ~20 us of Python
     around a few AES blocks (issue 41). The native call holds the GIL, so
@@ -116,7 +119,12 @@ def xor_row_keystreams(
             buffers.append(column_buffers(values))
             binaries.append((cipher, buffers[-1].native_args()))
     with native_errors():
-        word_outputs, binary_outputs = _native.rowrnd_xor_columns(id_bits, words, binaries)
+        if to_ids is None:
+            word_outputs, binary_outputs = _native.rowrnd_xor_columns(id_bits, words, binaries)
+        else:
+            word_outputs, binary_outputs = _native.rowrnd_reseal_columns(
+                id_bits, _id_bits(to_ids), words, binaries
+            )
     opened_words = iter(word_outputs)
     opened_binaries = iter(zip(binary_outputs, buffers, strict=True))
     results = []

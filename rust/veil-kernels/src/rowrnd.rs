@@ -97,18 +97,77 @@ impl RowRnd {
                 column.len()
             )));
         }
+        self.xor_keystreams([ids], column)
+    }
+
+    /// `out[j] = values[j] XOR keystream(from[j])[0..8] XOR keystream(to[j])[0..8]`:
+    /// a value stored under row `from[j]` carried to row `to[j]` without its
+    /// plaintext ever being formed apart (the two XORs of decrypt-then-encrypt).
+    pub fn rexor_words(
+        &self,
+        from: &[u64],
+        to: &[u64],
+        values: &[u64],
+        out: &mut [u64],
+    ) -> Result<(), KernelError> {
+        if from.len() != to.len() {
+            return Err(KernelError::Parameter(format!(
+                "row-bound RND needs as many new ids as old ones; got {} and {}",
+                from.len(),
+                to.len()
+            )));
+        }
+        let mut opened = vec![0u64; values.len()];
+        self.xor_words(from, values, &mut opened)?;
+        self.xor_words(to, &opened, out)
+    }
+
+    /// `xor_column` under the ids `from`, then under the ids `to` (see `rexor_words`).
+    pub fn rexor_column(
+        &self,
+        from: &[u64],
+        to: &[u64],
+        column: &BinaryColumn<'_>,
+    ) -> Result<BinaryOutput, KernelError> {
+        if from.len() != to.len() || from.len() != column.len() {
+            return Err(KernelError::Parameter(format!(
+                "row-bound RND needs one old and one new id per value; got {} old ids, {} new \
+                 ids and {} values",
+                from.len(),
+                to.len(),
+                column.len()
+            )));
+        }
+        self.xor_keystreams([from, to], column)
+    }
+
+    /// Every non-NULL value of `column` XOR the keystreams of its row's id in each
+    /// of `ids` (one array or two: a const `N`, so the one-array loop stays as tight
+    /// as before). The callers checked the lengths.
+    fn xor_keystreams<const N: usize>(
+        &self,
+        ids: [&[u64]; N],
+        column: &BinaryColumn<'_>,
+    ) -> Result<BinaryOutput, KernelError> {
         let mut out = BinaryOutput::with_lengths(column, |_, value| Ok(value.len()))?;
         let mut stream: Vec<Block> = Vec::with_capacity(CHUNK_BLOCKS);
         for (row, value) in column.rows().enumerate() {
             let Some(value) = value else { continue };
+            let blocks = value.len().div_ceil(16);
             stream.clear();
-            for counter in 0..value.len().div_ceil(16) {
-                stream.push(block(ids[row], counter as u32));
+            for set in ids {
+                for counter in 0..blocks {
+                    stream.push(block(set[row], counter as u32));
+                }
             }
             self.cipher.encrypt_blocks(&mut stream);
             let target = out.row_mut(row);
             for (k, (byte, source)) in target.iter_mut().zip(value).enumerate() {
-                *byte = source ^ stream[k / 16][k % 16];
+                let mut mixed = *source;
+                for set in 0..N {
+                    mixed ^= stream[set * blocks + k / 16][k % 16];
+                }
+                *byte = mixed;
             }
         }
         Ok(out)

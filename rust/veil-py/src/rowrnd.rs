@@ -87,8 +87,42 @@ fn rowrnd_xor_columns<'py>(
     Ok((word_outputs, binary_outputs))
 }
 
+/// `rowrnd_xor_columns` under the ids `from`, then under the ids `to`, in one
+/// call: stored values carried from their rows' old ids to new ones (a point
+/// UPDATE's unassigned columns, issue 41).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn rowrnd_reseal_columns<'py>(
+    py: Python<'py>,
+    from: PyReadonlyArray1<'py, u64>,
+    to: PyReadonlyArray1<'py, u64>,
+    words: Vec<(PyRef<'py, RowRndKey>, PyReadonlyArray1<'py, u64>)>,
+    binaries: Vec<(PyRef<'py, RowRndKey>, ColumnBuffers<'py>)>,
+) -> PyResult<(Vec<Bound<'py, PyArray1<u64>>>, Vec<OutputArrays<'py>>)> {
+    let (from, to) = (from.as_slice()?, to.as_slice()?);
+    let mut word_outputs = Vec::with_capacity(words.len());
+    for (key, values) in &words {
+        let values = values.as_slice()?;
+        let mut out = vec![0u64; values.len()];
+        key.inner
+            .rexor_words(from, to, values, &mut out)
+            .map_err(to_py)?;
+        word_outputs.push(PyArray1::from_vec(py, out));
+    }
+    let mut binary_outputs = Vec::with_capacity(binaries.len());
+    for (key, buffers) in &binaries {
+        let out = key
+            .inner
+            .rexor_column(from, to, &buffers.column()?)
+            .map_err(to_py)?;
+        binary_outputs.push(into_numpy(py, out));
+    }
+    Ok((word_outputs, binary_outputs))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowRndKey>()?;
     m.add_function(wrap_pyfunction!(rowrnd_xor_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(rowrnd_reseal_columns, m)?)?;
     Ok(())
 }

@@ -58,3 +58,30 @@ fn block_layout_is_domain_counter_then_id() {
     let bytes: [u8; 16] = block(0x0102_0304_0506_0708, 9).into();
     assert_eq!(bytes, [2, 0, 0, 0, 0, 0, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8]);
 }
+
+#[test]
+fn rexor_is_a_decrypt_under_old_ids_then_an_encrypt_under_new_ones() {
+    let rnd = RowRnd::new(&KEY).unwrap();
+    let (from, to) = ([3u64, 9, 27], [100u64, 101, 102]);
+    let values = [1u64, 1 << 63, 42];
+    let (mut opened, mut twice, mut once) = ([0u64; 3], [0u64; 3], [0u64; 3]);
+    rnd.xor_words(&from, &values, &mut opened).unwrap();
+    rnd.xor_words(&to, &opened, &mut twice).unwrap();
+    rnd.rexor_words(&from, &to, &values, &mut once).unwrap();
+    assert_eq!(once, twice);
+    assert!(rnd
+        .rexor_words(&from[1..], &to, &values, &mut once)
+        .is_err());
+
+    let data: Vec<u8> = (0..40).collect();
+    let offsets = [0i64, 0, 17, 40];
+    let column = BinaryColumn::new(&offsets, &data, Some(&[0b101])).unwrap();
+    let opened = rnd.xor_column(&from, &column).unwrap();
+    let opened_offsets: Vec<i64> = opened.offsets.iter().map(|&o| i64::from(o)).collect();
+    let middle = BinaryColumn::new(&opened_offsets, &opened.data, Some(&[0b101])).unwrap();
+    let twice = rnd.xor_column(&to, &middle).unwrap();
+    let once = rnd.rexor_column(&from, &to, &column).unwrap();
+    assert_eq!(once.data, twice.data);
+    assert_eq!(once.offsets, twice.offsets);
+    assert!(rnd.rexor_column(&from, &to[1..], &column).is_err());
+}
