@@ -570,6 +570,8 @@ def _concatenated(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     """One table from batches whose undeclared NUMERIC scales may differ."""
     if not batches:
         return schema.empty_table()
+    if len(batches) == 1:  # one batch is its own schema: no cast (~8 us a column, issue 41)
+        return pa.Table.from_batches(batches)
     fields = list(batches[0].schema)
     for index, field in enumerate(fields):
         if pa.types.is_decimal(field.type):

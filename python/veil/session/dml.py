@@ -50,7 +50,7 @@ from sqlglot import exp
 
 from veil.backends.base import OLD_KEY, BackendError, DuplicateKeyError
 from veil.ciphers.blocks import block_columns
-from veil.ciphers.encrypt import TableEncryptor
+from veil.ciphers.encrypt import Resealed, TableEncryptor
 from veil.design.model import DET, TableDesign
 from veil.encoding import exact_arrow
 from veil.errors import SerializationError
@@ -658,6 +658,7 @@ def _write_rows(
     replacing: pa.Array | None = None,
     stats: FetchStats | None = None,
     kept: set[str] | None = None,
+    resealed: Resealed | None = None,
 ) -> None:
     """Encrypt rows under the ids ``first_id``, ``first_id + 1``, ... and write them.
 
@@ -671,6 +672,8 @@ def _write_rows(
     belong to ids no row has any more. ``stats``: where the writes count as the server's
     time, and the encryption of the rows as encryption. ``kept``: columns whose values are
     the replaced rows' own (``unchanged_columns``: left out of an UPDATE in place).
+    ``resealed``: row-bound columns of the replaced rows carried to the new ids as they
+    are stored (``Resealed``: an UPDATE in place of every row of ``plain``).
     """
     encrypting = encryptor(session, table)
     if table.hom is not None and len(plain):
@@ -683,8 +686,11 @@ def _write_rows(
     # every row replaced in place: the columns it keeps are never encrypted
     unwritten = unchanged_columns(table, kept) if in_place and kept else []
     started = time.perf_counter()
+    whole = replaced == len(plain)
+    if resealed is not None and not (in_place and whole):
+        raise ValueError("stored values are resealed only by an UPDATE in place")
     rows = encrypting.encrypt(
-        plain, first_id, unwritten=unwritten if replaced == len(plain) else ()
+        plain, first_id, unwritten=unwritten if whole else (), resealed=resealed
     )
     if stats is not None:  # the new rows' encryption: the write's client part
         stats.encrypt_seconds += time.perf_counter() - started
@@ -692,7 +698,8 @@ def _write_rows(
         assert replacing is not None
         old_ids = replacing if replacing.type == pa.int64() else replacing.cast(pa.int64())
         changed = rows.slice(0, replaced).append_column(OLD_KEY, old_ids)
-        changed = changed.drop_columns([c for c in unwritten if c in changed.column_names])
+        names = set(changed.column_names)  # the property makes a new list each time
+        changed = changed.drop_columns([c for c in unwritten if c in names])
         with _server_time(stats, 1):
             _update_rows(session, table, changed)
         rows = rows.slice(replaced)
@@ -828,16 +835,26 @@ def update_rows(
     assigned: set[str],
     old: pa.Table | None = None,
     stats: FetchStats | None = None,
+    resealed: Resealed | None = None,
 ) -> None:
     """Replace the rows ``row_ids`` by their new values ``plain`` (the columns ``assigned``
     changed), refusing values the table does not take before writing anything.
-    ``stats``: where the server's time counts."""
+    ``stats``: where the server's time counts; ``resealed``: see ``_write_rows`` (``plain``
+    then holds the other columns only)."""
     check_rows(session.local, table, plain)
     encryptor(session, table).check_domains(plain)
     named = {c for r in table.references for c in r.columns} & assigned
     kept = {c.name for c in table.columns} - assigned
     rewrite_rows(
-        session, table, row_ids, plain, old, check_parents=bool(named), stats=stats, kept=kept
+        session,
+        table,
+        row_ids,
+        plain,
+        old,
+        check_parents=bool(named),
+        stats=stats,
+        kept=kept,
+        resealed=resealed,
     )
 
 
@@ -851,6 +868,7 @@ def rewrite_rows(
     check_parents: bool = True,
     stats: FetchStats | None = None,
     kept: set[str] | None = None,
+    resealed: Resealed | None = None,
 ) -> None:
     """Replace the rows ``row_ids`` (read under the design's layers) by the first rows of
     ``rows``, which may hold more (inserted ones), under fresh ids, in one transaction. ``old``: the replaced
@@ -867,7 +885,9 @@ def rewrite_rows(
 
     def rewrite(first_id: int) -> None:
         hold_keys(session, parents)
-        _write_rows(session, table, rows, first_id, replacing=row_ids, stats=stats, kept=kept)
+        _write_rows(
+            session, table, rows, first_id, row_ids, stats=stats, kept=kept, resealed=resealed
+        )
         if old is not None:
             references.check_unreferenced(session, table, old, rows)
 

@@ -46,7 +46,7 @@ from veil.backends.base import BackendError
 from veil.design.model import Reference, TableDesign
 from veil.encoding import exact_arrow
 from veil.exec.server import FetchStats
-from veil.session import dml, point_inserts, references, set_values
+from veil.session import dml, point_inserts, references, set_values, stored_columns
 from veil.session.context import SessionContext
 from veil.session.defaults import is_default
 from veil.session.plan_cache import Key, Recent
@@ -80,6 +80,10 @@ class PointWrite:
     plan: SplitPlan | None = None  # kept once a run planned it reusably
     template: Template | None = None  # None: the WHERE has no parameter
     fast: set_values.Assignments | None = None  # UPDATE: SET values made without DuckDB
+    # UPDATE: the columns the match decrypts, then those it may read as stored, each with
+    # its server column (``veil.session.stored_columns``)
+    decrypted: list[str] = field(default_factory=list)
+    sealable: dict[str, str] = field(default_factory=dict)
 
 
 # the write shapes of this process, by client directory, access and shape key (None: a
@@ -155,12 +159,14 @@ def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
         return None
     dml.check(session, tree)  # DuckDB's binder: the shape's errors, in the user's terms
     alias = target.alias_or_name
-    columns: list[exp.Expr] = (
-        [exp.column(c.name, table=alias) for c in table.columns]
+    reads = _reads(table, tree) if isinstance(tree, exp.Update) else {}
+    decrypted, sealable = (
+        stored_columns.split(session, table, assigned, set(reads))
         if tree.key == "update"
-        else [exp.Literal.number(1)]
+        else ([], {})
     )
-    match = exp.select(*columns).from_(target.copy())
+    columns: list[exp.Expr] = [exp.column(c, table=alias) for c in [*decrypted, *sealable]]
+    match = exp.select(*(columns or [exp.Literal.number(1)])).from_(target.copy())
     where = tree.args.get("where")
     if where is not None:
         match = match.where(where.this.copy())
@@ -170,10 +176,12 @@ def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
         stamp=session.design_file_stamp(),
         match=match,
         new_rows=_new_rows_sql(table, tree) if isinstance(tree, exp.Update) else "",
-        reads=_reads(table, tree) if isinstance(tree, exp.Update) else {},
+        reads=reads,
         assigned=assigned,
         where=tuple(sorted({n.meta[PARAM][1] for n in match.walk() if PARAM in n.meta})),
         fast=set_values.assignments(table, tree) if isinstance(tree, exp.Update) else None,
+        decrypted=decrypted,
+        sealable=sealable,
     )
 
 
@@ -233,7 +241,7 @@ def _run(
     def attempt() -> Result:
         if session.design_file_stamp() != write.stamp:
             raise _Replan  # a peel, DDL, a redesign: plan on the new design
-        matched = _matched(session, write, params, stats, key, planned)
+        matched, plan = _matched(session, write, params, stats, key, planned)
         _index_row_ids(session, write.table)  # before the write finds its rows by id
         table = session.design.table(write.table.name)
         row_ids = matched.column(matched.num_columns - 1).combine_chunks()
@@ -242,15 +250,21 @@ def _run(
         if write.kind == "DELETE":
             dml.delete_rows(session, table, row_ids, stats=stats)
         else:
-            names = [c.name for c in table.columns]
-            rows = matched.select(list(range(len(names)))).rename_columns(names)
+            names = [*write.decrypted, *write.sealable]
+            columns = matched.select(list(range(len(names)))).rename_columns(names)
+            rows, resealed = stored_columns.stored_rows(
+                session, columns, write.decrypted, write.sealable, write.assigned, plan, table,
+                row_ids,
+            )  # fmt: skip
             plain = _new_values(session, write, rows, params)
-            dml.update_rows(session, table, row_ids, plain, write.assigned, stats=stats)
+            dml.update_rows(
+                session, table, row_ids, plain, write.assigned, stats=stats, resealed=resealed
+            )
         return Result(pa.table({}), len(row_ids), stats)
 
     try:
         return dml.retried(session, write.kind, write.table, attempt)
-    except _Replan:
+    except (_Replan, stored_columns.DesignMoved):
         _KEPT.discard(key)
         return None
 
@@ -262,8 +276,8 @@ def _matched(
     stats: FetchStats,
     key: tuple[object, ...],
     planned: bool,
-) -> pa.Table:
-    """The rows the write changes (its columns, then each row's id)."""
+) -> tuple[pa.Table, SplitPlan]:
+    """The rows the write changes (its columns, then each row's id), and the plan run."""
     template = write.template
     kept = write.plan
     # a template not checked yet still answers the values it was planned with (a
@@ -271,11 +285,11 @@ def _matched(
     values = _where_values(write, params)
     if not planned and kept is not None and (template is None or _fits(template, values)):
         if template is None:
-            return session.execute_plan(kept, stats)
+            return session.execute_plan(kept, stats), kept
         ran = session.run_template(template, kept, tuple(params), stats)
         if ran is None:
             raise _Replan  # a value its slot's type cannot hold exactly
-        return ran[1]
+        return ran[1], ran[0]
     # plan with these values: the first run, or the second that checks the first's plan
     stats.plan_hit = False
     match = write.match if planned else _rebound(session, key, params)
@@ -285,9 +299,10 @@ def _matched(
         plan = session.plan(match, row_ids_of=match.args["from_"].this.alias_or_name)
     source = plan.local.args["from_"].this
     plan.local.append("expressions", exp.column(ROW_ID, table=source.alias_or_name))
+    stored_columns.leave_stored(plan, write.table.name, write.sealable)
     table = session.execute_plan(plan, stats)
     _remember(write, plan, recorder, stats, values, key)
-    return table
+    return table, plan
 
 
 def _where_values(write: PointWrite, params: Sequence[object]) -> tuple[object, ...]:
