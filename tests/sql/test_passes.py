@@ -38,6 +38,7 @@ from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.reduce_outer_joins import reduce_outer_joins
 from veil.sql.passes.rename_scans import rename_scans
 from veil.sql.passes.share_fetches import share_fetches
+from veil.sql.passes.simplify_outer_joins import simplify_outer_joins
 from veil.sql.passes.trim_reductions import trim_reductions
 from veil.sql.remote import scan_statement
 from veil.sql.state import Pass, PlanState
@@ -93,6 +94,7 @@ def apply(session: Session, sql: str, target: Pass) -> tuple[list[str], list[str
 def test_passes_are_in_order() -> None:
     assert (
         prune_exists_projections,
+        simplify_outer_joins,
         find_scans,
         pushdown_predicates,
         pushdown_subqueries,
@@ -163,8 +165,8 @@ def test_pushdown_predicates_sends_exact_filters(session: Session) -> None:
 def test_pushdown_predicates_keeps_outer_join_nullable_side(session: Session) -> None:
     sql = (
         "SELECT c_name, o_orderkey FROM customer LEFT JOIN orders ON c_custkey = o_custkey "
-        "WHERE o_orderdate < DATE '1995-01-01'"
-    )
+        "WHERE o_orderdate < DATE '1995-01-01' OR o_orderdate IS NULL"
+    )  # (without the OR, the WHERE drops NULL-extended rows: an inner join)
     _, after = apply(session, sql, pushdown_predicates)
     orders = next(line for line in after if line.startswith("orders:"))
     assert "WHERE" not in orders  # pre-filtering orders would NULL-extend customers instead

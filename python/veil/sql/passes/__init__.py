@@ -32,11 +32,13 @@ from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.reduce_outer_joins import reduce_outer_joins
 from veil.sql.passes.rename_scans import rename_scans
 from veil.sql.passes.share_fetches import share_fetches
+from veil.sql.passes.simplify_outer_joins import simplify_outer_joins
 from veil.sql.passes.trim_reductions import trim_reductions
 from veil.sql.state import Pass
 
 PASSES: tuple[Pass, ...] = (
     prune_exists_projections,  # EXISTS (SELECT * ...) fetches no columns
+    simplify_outer_joins,  # a LEFT JOIN whose WHERE rejects its NULLs is inner
     find_scans,  # scopes, base columns, one Scan per table reference
     pushdown_predicates,  # exact server filters; join edges; IN-subqueries
     pushdown_subqueries,  # [NOT] EXISTS / IN / MIN-MAX subqueries as server filters
