@@ -139,13 +139,14 @@ def _carried(
     if not sealed:
         return {}
     source = plan.scans[0].table
-    if (source.server_name, scopes(source)) != (table.server_name, scopes(table)):
+    moved = source is not table  # the same design object has the same keys and columns
+    if moved and (source.server_name, scopes(source)) != (table.server_name, scopes(table)):
         raise DesignMoved  # a rebuild or a re-key between planning and now
     encrypting = dml.encryptor(session, table)
     carried = {}
     for column in sealed:
         server = sealable[column]
-        if _encryption(table, server) != _encryption(source, server):
+        if moved and _encryption(table, server) != _encryption(source, server):
             raise DesignMoved
         if not encrypting.resealable(server):
             raise DesignMoved
