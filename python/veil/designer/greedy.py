@@ -21,7 +21,7 @@ A cost-based designer (MONOMI §6) will replace this; it produces the same
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import duckdb
 import sqlglot
@@ -156,18 +156,18 @@ def merged_needs(parts: list[WorkloadNeeds]) -> WorkloadNeeds:
     """The needs of a workload from its queries' (``analyse_workload`` of them all at once)."""
     needs = WorkloadNeeds()
     for part in parts:
-        for name in _NEED_SETS:
-            getattr(needs, name).update(getattr(part, name))
-        for ref, count in part.range_filters.items():
-            needs.range_filters[ref] = needs.range_filters.get(ref, 0) + count
-        needs.queries += part.queries
+        for f in fields(WorkloadNeeds):  # every field, so a new one is merged too
+            mine, theirs = getattr(needs, f.name), getattr(part, f.name)
+            if isinstance(mine, set):
+                mine.update(theirs)
+            elif isinstance(mine, dict):  # counts per column
+                for ref, count in theirs.items():
+                    mine[ref] = mine.get(ref, 0) + count
+            elif isinstance(mine, int):
+                setattr(needs, f.name, mine + theirs)
+            else:
+                raise TypeError(f"no rule merges WorkloadNeeds.{f.name}")
     return needs
-
-
-_NEED_SETS = (
-    "det", "ope", "search", "joins", "ope_pairs", "sums", "det_rows", "ope_rows",
-    "ope_alone", "group_keys", "read", "summed_reads",
-)  # fmt: skip
 
 
 def _with_summed_reads(needs: WorkloadNeeds, server_sums: set[str]) -> WorkloadNeeds:
