@@ -3,7 +3,9 @@
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
+use veil_kernels::binary::{BinaryColumn, BinaryOutput};
 use veil_kernels::rowrnd::RowRnd;
+use veil_kernels::KernelError;
 
 use crate::binary::{into_numpy, map_column, ColumnBuffers, OutputArrays};
 use crate::errors::to_py;
@@ -69,22 +71,13 @@ fn rowrnd_xor_columns<'py>(
     binaries: Vec<(PyRef<'py, RowRndKey>, ColumnBuffers<'py>)>,
 ) -> PyResult<(Vec<Bound<'py, PyArray1<u64>>>, Vec<OutputArrays<'py>>)> {
     let ids = ids.as_slice()?;
-    let mut word_outputs = Vec::with_capacity(words.len());
-    for (key, values) in &words {
-        let values = values.as_slice()?;
-        let mut out = vec![0u64; values.len()];
-        key.inner.xor_words(ids, values, &mut out).map_err(to_py)?;
-        word_outputs.push(PyArray1::from_vec(py, out));
-    }
-    let mut binary_outputs = Vec::with_capacity(binaries.len());
-    for (key, buffers) in &binaries {
-        let out = key
-            .inner
-            .xor_column(ids, &buffers.column()?)
-            .map_err(to_py)?;
-        binary_outputs.push(into_numpy(py, out));
-    }
-    Ok((word_outputs, binary_outputs))
+    each_column(
+        py,
+        &words,
+        &binaries,
+        |key, values, out| key.xor_words(ids, values, out),
+        |key, column| key.xor_column(ids, column),
+    )
 }
 
 /// `rowrnd_xor_columns` under the ids `from`, then under the ids `to`, in one
@@ -100,21 +93,35 @@ fn rowrnd_reseal_columns<'py>(
     binaries: Vec<(PyRef<'py, RowRndKey>, ColumnBuffers<'py>)>,
 ) -> PyResult<(Vec<Bound<'py, PyArray1<u64>>>, Vec<OutputArrays<'py>>)> {
     let (from, to) = (from.as_slice()?, to.as_slice()?);
+    each_column(
+        py,
+        &words,
+        &binaries,
+        |key, values, out| key.rexor_words(from, to, values, out),
+        |key, column| key.rexor_column(from, to, column),
+    )
+}
+
+/// Each of `words` (into a new uint64 array) and of `binaries` through its key's
+/// kernel call, in order: the loops the column calls above share.
+#[allow(clippy::type_complexity)]
+fn each_column<'py>(
+    py: Python<'py>,
+    words: &[(PyRef<'py, RowRndKey>, PyReadonlyArray1<'py, u64>)],
+    binaries: &[(PyRef<'py, RowRndKey>, ColumnBuffers<'py>)],
+    word: impl Fn(&RowRnd, &[u64], &mut [u64]) -> Result<(), KernelError>,
+    binary: impl Fn(&RowRnd, &BinaryColumn<'_>) -> Result<BinaryOutput, KernelError>,
+) -> PyResult<(Vec<Bound<'py, PyArray1<u64>>>, Vec<OutputArrays<'py>>)> {
     let mut word_outputs = Vec::with_capacity(words.len());
-    for (key, values) in &words {
+    for (key, values) in words {
         let values = values.as_slice()?;
         let mut out = vec![0u64; values.len()];
-        key.inner
-            .rexor_words(from, to, values, &mut out)
-            .map_err(to_py)?;
+        word(&key.inner, values, &mut out).map_err(to_py)?;
         word_outputs.push(PyArray1::from_vec(py, out));
     }
     let mut binary_outputs = Vec::with_capacity(binaries.len());
-    for (key, buffers) in &binaries {
-        let out = key
-            .inner
-            .rexor_column(from, to, &buffers.column()?)
-            .map_err(to_py)?;
+    for (key, buffers) in binaries {
+        let out = binary(&key.inner, &buffers.column()?).map_err(to_py)?;
         binary_outputs.push(into_numpy(py, out));
     }
     Ok((word_outputs, binary_outputs))
