@@ -23,7 +23,9 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
     blob = duckdb.sqltypes.BLOB
     types: dict[str, Any] = {
         "blob": blob,
-        "blob list": duckdb.list_type(blob),
+        # the connection's own: ``duckdb.list_type`` opens the module's default in-memory
+        # database first, ~60 ms of a fresh process's first query (issue 41)
+        "blob list": con.list_type(blob),
         "bigint": duckdb.sqltypes.BIGINT,
         "boolean": duckdb.sqltypes.BOOLEAN,
     }
