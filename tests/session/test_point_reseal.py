@@ -115,8 +115,32 @@ def test_a_table_with_checks_decrypts_every_column(pair: Pair) -> None:
     """Where the write needs whole rows (a CHECK may read any column), nothing is carried."""
     session, _ = pair
     table = session.design.table("items")
-    decrypted, sealable = stored_columns.split(session, table, {"comment"}, set())
+    decrypted, sealable, _ = stored_columns.split(session, table, {"comment"}, set())
     assert sealable and "k" not in decrypted  # the key is DET only: never read
     checked = dataclasses.replace(table, checks=[["positive", "small >= 0"]])
-    decrypted, sealable = stored_columns.split(session, checked, {"comment"}, set())
-    assert not sealable and decrypted == [c.name for c in table.columns]
+    decrypted, sealable, held = stored_columns.split(
+        session, checked, {"comment"}, set(), {"comment"}
+    )
+    assert not sealable and not held and decrypted == [c.name for c in table.columns]
+
+
+def test_an_assigned_column_made_from_parameters_is_never_read(pair: Pair) -> None:
+    """``SET comment = ?`` needs no old comment: the match leaves it out (a column of NULLs
+    holds its place); one the SET value reads is decrypted as before."""
+    session, _ = pair
+    table = session.design.table("items")
+    decrypted, _, held = stored_columns.split(session, table, {"comment"}, set(), {"comment"})
+    assert held == ["comment"] and "comment" not in decrypted
+    decrypted, _, held = stored_columns.split(
+        session, table, {"small"}, {"small"}, {"small"}
+    )  # small = small + ?
+    assert not held and "small" in decrypted
+    server = {e.name for e in table.encryptions if e.source == "comment"}
+    sql = "UPDATE items SET comment = ? WHERE k = ?"
+    for n, value in enumerate(["new", 5, "again", None, "last", "end"]):  # 5: DuckDB casts it
+        expected = pair[1].execute(sql, [value, 40 + n % 2]).fetchall()[0][0]
+        result = session.run(sql, [value, 40 + n % 2])
+        assert result.rowcount == expected
+        read = {word.strip(",") for s in result.stats.remote_sql for word in s.split()}
+        assert not server & read, result.stats.remote_sql
+    _same_rows(pair)

@@ -81,9 +81,10 @@ class PointWrite:
     template: Template | None = None  # None: the WHERE has no parameter
     fast: set_values.Assignments | None = None  # UPDATE: SET values made without DuckDB
     # UPDATE: the columns the match decrypts, then those it may read as stored, each with
-    # its server column (``veil.session.stored_columns``)
+    # its server column, and the assigned ones it leaves out (``veil.session.stored_columns``)
     decrypted: list[str] = field(default_factory=list)
     sealable: dict[str, str] = field(default_factory=dict)
+    placed: list[str] = field(default_factory=list)
 
 
 # the write shapes of this process, by client directory, access and shape key (None: a
@@ -160,10 +161,13 @@ def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
     dml.check(session, tree)  # DuckDB's binder: the shape's errors, in the user's terms
     alias = target.alias_or_name
     reads = _reads(table, tree) if isinstance(tree, exp.Update) else {}
-    decrypted, sealable = (
-        stored_columns.split(session, table, assigned, set(reads))
+    fast = set_values.assignments(table, tree) if isinstance(tree, exp.Update) else None
+    # SET values made from the parameters alone need no old value of their columns
+    held = assigned if fast is not None else set()
+    decrypted, sealable, placed = (
+        stored_columns.split(session, table, assigned, set(reads), held)
         if tree.key == "update"
-        else ([], {})
+        else ([], {}, [])
     )
     columns: list[exp.Expr] = [exp.column(c, table=alias) for c in [*decrypted, *sealable]]
     match = exp.select(*(columns or [exp.Literal.number(1)])).from_(target.copy())
@@ -179,9 +183,10 @@ def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
         reads=reads,
         assigned=assigned,
         where=tuple(sorted({n.meta[PARAM][1] for n in match.walk() if PARAM in n.meta})),
-        fast=set_values.assignments(table, tree) if isinstance(tree, exp.Update) else None,
+        fast=fast,
         decrypted=decrypted,
         sealable=sealable,
+        placed=placed,
     )
 
 
@@ -254,7 +259,7 @@ def _run(
             columns = matched.select(list(range(len(names)))).rename_columns(names)
             rows, resealed = stored_columns.stored_rows(
                 session, columns, write.decrypted, write.sealable, write.assigned, plan, table,
-                row_ids,
+                row_ids, write.placed,
             )  # fmt: skip
             plain = _new_values(session, write, rows, params)
             dml.update_rows(
