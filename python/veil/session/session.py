@@ -31,14 +31,14 @@ from veil.design.model import Encryption, PhysicalDesign, TableDesign
 from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_reader
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
-from veil.exec.direct import projected, projection
+from veil.exec.direct import decrypted_early, projected, projection
 from veil.exec.fetch import run_joined, run_scan
 from veil.exec.joined_sums import RepeatedRowsError
 from veil.exec.late import RAW, decrypt_outputs, decrypted_schema, register_late_keys
 from veil.exec.local_duckdb import local_duckdb, local_engine, memory_limit_bytes
 from veil.exec.local_run import local_arrow
 from veil.exec.one_table import joined_tables, one_table_per_join, unread_members
-from veil.exec.server import FetchStats
+from veil.exec.server import FetchStats, shared_fetches
 from veil.session.clientdir import ClientDir, open_client_dir
 from veil.session.defaults import catalog_column, restart_statement, with_sequence_values
 from veil.session.onions import (
@@ -722,7 +722,7 @@ class Session:
             fetched = self._fetch_direct(plan, scan, stats)
             table = projected(fetched, pairs, whole=scan.aggregation is not None)
             if table is not None:
-                return self._finished(plan, table, stats)
+                return self._finished(plan, table, stats, decrypted_early(plan))
         registered = self._fetch_scans(plan, stats)
         try:
             started = time.perf_counter()
@@ -736,14 +736,27 @@ class Session:
             self._unregister(registered)
 
     def _fetch_direct(self, plan: SplitPlan, scan: Scan, stats: FetchStats) -> pa.Table:
-        """The one scan of a plan answered from its fetched rows, decrypted."""
-        return run_scan(scan, {}, self.backend, self.ciphers, stats, plan.rendered)
+        """The one scan of a plan answered from its fetched rows, decrypted (with the late
+        outputs it decrypts itself: ``decrypted_early``)."""
+        early = decrypted_early(plan)
+        leave = scan.ciphertext - early if early else None
+        return run_scan(scan, {}, self.backend, self.ciphers, stats, plan.rendered, leave)
 
-    def _finished(self, plan: SplitPlan, table: pa.Table, stats: FetchStats) -> pa.Table:
-        """The local plan's answer with its late outputs decrypted."""
-        if plan.late_outputs:
+    def _finished(
+        self,
+        plan: SplitPlan,
+        table: pa.Table,
+        stats: FetchStats,
+        early: frozenset[str] = frozenset(),
+    ) -> pa.Table:
+        """The local plan's answer with its late outputs decrypted (but those of the columns
+        ``early``, decrypted with the one scan's other columns)."""
+        late = (
+            [o for o in plan.late_outputs if o.column not in early] if early else plan.late_outputs
+        )
+        if late:
             started, server_before = time.perf_counter(), stats.server_seconds
-            table = decrypt_outputs(table, plan.late_outputs, self.ciphers)
+            table = decrypt_outputs(table, late, self.ciphers)
             stats.decrypted(started, server_before)
         _count_fallback(plan)
         return table
@@ -755,45 +768,53 @@ class Session:
         extras: Extras = {}  # this run's bind filters, by scan (the plan stays as it is)
         memo: KeyMemo = {}  # this run's bind filters' key lists
         try:
-            joined: dict[str, pa.Table] = {}
-            tables: dict[str, pa.Table] = {}  # by local name, for the scans sharing them
-            for scan in fetch_order(plan.scans):
-                if scan.same_rows is not None:
-                    continue  # registered below, once the scan it shares is fetched
-                if scan.joined is not None and scan.local_name not in joined:
-                    for member in scan.joined.scans:
-                        extras[id(member)] = key_filters(member, self.local, self.ciphers, memo)
-                    joined.update(
-                        run_joined(
-                            scan.joined, extras, self.backend, self.ciphers, stats, plan.rendered
+            with shared_fetches():  # one query's repeated statements sent once
+                joined: dict[str, pa.Table] = {}
+                tables: dict[str, pa.Table] = {}  # by local name, for the scans sharing them
+                for scan in fetch_order(plan.scans):
+                    if scan.same_rows is not None:
+                        continue  # registered below, once the scan it shares is fetched
+                    if scan.joined is not None and scan.local_name not in joined:
+                        for member in scan.joined.scans:
+                            extras[id(member)] = key_filters(member, self.local, self.ciphers, memo)
+                        joined.update(
+                            run_joined(
+                                scan.joined,
+                                extras,
+                                self.backend,
+                                self.ciphers,
+                                stats,
+                                plan.rendered,
+                            )
+                        )
+                    if scan.joined is None:
+                        extras[id(scan)] = key_filters(scan, self.local, self.ciphers, memo)
+                    fetched = (
+                        joined.pop(scan.local_name)
+                        if scan.joined is not None
+                        else run_scan(
+                            scan, extras, self.backend, self.ciphers, stats, plan.rendered
                         )
                     )
-                if scan.joined is None:
-                    extras[id(scan)] = key_filters(scan, self.local, self.ciphers, memo)
-                fetched = (
-                    joined.pop(scan.local_name)
-                    if scan.joined is not None
-                    else run_scan(scan, extras, self.backend, self.ciphers, stats, plan.rendered)
-                )
-                tables[scan.local_name] = fetched
-                if scan.unread or scan.local_name in plan.unregistered:
-                    continue  # the local plan does not name it
-                self.local.register(scan.local_name, fetched)
-                registered.append(scan.local_name)
-                for late in scan.late:  # its IN-subqueries' keys, found over ciphertexts
-                    registered.append(
-                        register_late_keys(late, scan, self.local, self.ciphers, self._views)
-                    )
-            for scan in plan.scans:
-                if scan.same_rows is not None and not scan.unread:
-                    tables[scan.local_name] = tables[scan.same_rows.local_name]
-                    if scan.local_name in plan.unregistered:
-                        continue
-                    self.local.register(scan.local_name, tables[scan.local_name])
+                    tables[scan.local_name] = fetched
+                    if scan.unread or scan.local_name in plan.unregistered:
+                        continue  # the local plan does not name it
+                    self.local.register(scan.local_name, fetched)
                     registered.append(scan.local_name)
-            for name, table in joined_tables(plan.scans, tables).items():
-                self.local.register(name, table)  # what the local SQL reads (``_local_sql``)
-                registered.append(name)
+                    for late in scan.late:  # its IN-subqueries' keys, found over ciphertexts
+                        registered.append(
+                            register_late_keys(late, scan, self.local, self.ciphers, self._views)
+                        )
+                for scan in plan.scans:
+                    if scan.same_rows is not None and not scan.unread:
+                        tables[scan.local_name] = tables[scan.same_rows.local_name]
+                        if scan.local_name in plan.unregistered:
+                            continue
+                        self.local.register(scan.local_name, tables[scan.local_name])
+                        registered.append(scan.local_name)
+                for name, table in joined_tables(plan.scans, tables).items():
+                    self.local.register(name, table)  # what the local SQL reads (``_local_sql``)
+                    registered.append(name)
         except BaseException:
             self._unregister(registered)
             raise
