@@ -9,7 +9,8 @@ import duckdb
 import pytest
 
 from tests.support.oracle import assert_same
-from veil.exec.direct import projection
+from veil.encoding import result_type
+from veil.exec.direct import decrypted_early, projection
 from veil.load.loader import load
 from veil.session.session import Session
 
@@ -71,3 +72,26 @@ def test_a_plans_projection_is_kept_with_its_own_local_plan(session: Session) ->
     assert projection(dataclasses.replace(point, rendered={})) is found
     assert projection(other) is None
     assert projection(dataclasses.replace(other, rendered={})) is None
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM orders WHERE o_orderkey = ?",
+        "SELECT o_custkey AS c, o_orderkey, o_orderkey AS again FROM orders WHERE o_orderkey = ?",
+    ],
+)
+def test_late_outputs_passed_through_are_decrypted_with_the_scan(
+    session: Session, plain: duckdb.DuckDBPyConnection, sql: str
+) -> None:
+    """A DET column the plan leaves encrypted for its result (``decrypt_outputs``) that the
+    projection only passes through is decrypted with the scan's other columns (issue 41)."""
+    for key in (7, 32, 7, -1, 33):  # planned, checked, then bound into the kept plan
+        result = session.run(sql, [key])
+        assert_same(result.table, plain.execute(sql, [key]).fetchall(), False, sql)
+        plan = result.plan
+        assert plan is not None and plan.late_outputs, "the plan decrypts no output late"
+        for out in plan.late_outputs:  # typed as ``decrypt_outputs`` gives them
+            assert result.table.schema.field(out.position).type == result_type(out.enc.sql_type)
+        assert decrypted_early(plan) == {o.column for o in plan.late_outputs}
+        assert plan.scans[0].ciphertext >= decrypted_early(plan)  # the plan is unchanged

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 import pyarrow as pa
@@ -27,10 +27,12 @@ def run_scan(
     ciphers: CipherCache,
     stats: FetchStats,
     kept: Rendered | None = None,
+    leave: Collection[str] | None = None,
 ) -> pa.Table:
     """The scan's rows (``extras``: filters found at run time), decrypted.
 
-    ``kept``: the plan's rendered statements, reused when no run-time filter applies.
+    ``kept``: the plan's rendered statements, reused when no run-time filter applies;
+    ``leave``: the columns left encrypted, if not ``Scan.ciphertext``.
     """
     own = bool(extras.get(id(scan)))
     build = lambda found: scan_statement(scan, found)  # noqa: E731
@@ -50,7 +52,12 @@ def run_scan(
             fetched, repeats = _repeats_column(fetched, scan.counted)
             blocks = BlockReader(backend, stats)
             plain = decrypt_columns(
-                fetched, scan.table, scan.fetched(), ciphers, blocks, scan.ciphertext
+                fetched,
+                scan.table,
+                scan.fetched(),
+                ciphers,
+                blocks,
+                scan.ciphertext if leave is None else leave,
             )
             plain = plain if repeats is None else plain.take(repeats)
         stats.decrypted(started, server_before)
