@@ -84,6 +84,10 @@ SCHEMES = (RND, DET, OPE, HOM, SEARCH)
 # (``veil.design.domains.rnd_bits``, ``veil.ciphers.columns.RowBoundCipher``);
 # without it, 64. Designs without it read unchanged.
 RND_BITS = "bits"
+# ``Encryption.params`` of a DET copy stored only to fetch an OPE column from (no query
+# compares it for equality, groups or joins by it): a load may leave it out where the
+# OPE copy decrypts as cheaply (``veil.load.fetch_copies``). Designs without it read unchanged.
+FETCH_COPY = "fetch_copy"
 OPE_INT64_BITS = 32  # OPE over at most this many bits stores BIGINT ciphertexts
 # Schemes whose ciphertexts the client can decrypt back to single values.
 DECRYPTABLE = (DET, RND, OPE, BLOCKS)

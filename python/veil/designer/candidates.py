@@ -248,6 +248,10 @@ def _stored_twin(stored: TableDesign, enc: Encryption) -> Encryption | None:
     same = stored.encryptions_of(enc.source, enc.scheme)
     if not same and enc.scheme == RND:
         same = stored.encryptions_of(enc.source, DET)  # the same values, fetched alike
+    if not same and enc.scheme in (DET, RND) and not enc.is_expression:
+        # a DET copy the load left out (``veil.load.fetch_copies``): the column is fetched
+        # from its OPE copy, whose name lets the server explain statements reading it
+        same = stored.encryptions_of(enc.source, OPE)
     return same[0] if same else None
 
 

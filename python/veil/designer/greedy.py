@@ -41,6 +41,7 @@ from veil.design.model import (
     ASHE,
     BLOCKS,
     DET,
+    FETCH_COPY,
     FLAG_FIELD_BITS,
     HOM,
     MAX_NULL_FIELDS,
@@ -272,9 +273,12 @@ def _column_encryptions(
     wants_ope = ref in needs.ope and OPE in schemes and sql_type.is_integral
     # OPE of the whole value already shows which values are equal, so a DET
     # copy reveals nothing more; it is what the client fetches (fast to decrypt,
-    # its distinct values once; narrow DET is no wider than the type's RND).
+    # its distinct values once; narrow DET is no wider than the type's RND). Marked as
+    # only that, a load may leave it out where OPE's values are few (``load.fetch_copies``).
     if (ref in needs.det or wants_ope) and DET in schemes and sql_type.has_equality:
-        add(DET, f"det:{groups.get(ref, f'{table}.{column.name}')}")
+        only_fetched = wants_ope and ref not in needs.det and ref not in groups
+        marks = {FETCH_COPY: True} if only_fetched else {}
+        add(DET, f"det:{groups.get(ref, f'{table}.{column.name}')}", **marks)
     elif needs.queries and ref not in needs.read:
         # no query of the workload reads it: it only comes back whole, in blocks
         add(BLOCKS, f"blocks:{table}.{column.name}")

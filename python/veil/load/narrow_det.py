@@ -17,7 +17,7 @@ from __future__ import annotations
 from veil.crypto.det_narrow import MAX_BITS, MIN_BITS
 from veil.design.model import DET, Encryption, PhysicalDesign
 from veil.encoding import BOOL_KIND
-from veil.load import ashe_widths
+from veil.load import ashe_widths, fetch_copies
 
 NARROW_PARAM = "narrow_bits"
 
@@ -42,8 +42,11 @@ def choose(
 
     ``ranges`` holds the encoded (min, max) of each candidate, by id(encryption);
     run after the bytes form is chosen (bytes-form scopes stay as they are).
-    The ASHE flags words of ``fresh`` narrow too (``ashe_widths.count_on_columns``).
+    The ASHE flags words of ``fresh`` narrow too (``ashe_widths.count_on_columns``),
+    and DET copies kept only to fetch OPE columns of few values go first
+    (``fetch_copies``): narrowed, they would still take 20 bits a row.
     """
+    fetch_copies.choose(fresh)
     members: dict[str, list[Encryption]] = {}
     for table in fresh.tables.values():
         for enc in table.encryptions:
