@@ -146,14 +146,16 @@ def test_sessions_reading_files_keep_no_plans(
 
 def test_the_veil_command_keeps_its_plan_for_the_next(client: Path) -> None:
     """Two real processes: the second answers from the first one's plan, without loading
-    the planner, the cost model or sqlglot's DuckDB dialect (their ~50 ms, issue 41)."""
+    the planner, the cost model or sqlglot's DuckDB dialect (their ~50 ms, issue 41), nor
+    the workload's analysis, the planner passes and sqlglot's optimizer (qualify)."""
     code = textwrap.dedent(
         f"""
         import sys
         from veil.session.session import Session
         session = Session({str(client)!r})
         rows = session.run({SQL!r}).table.to_pylist()
-        loaded = ("veil.sql.planner", "veil.cost.choice", "sqlglot.dialects.duckdb")
+        loaded = ("veil.sql.planner", "veil.cost.choice", "sqlglot.dialects.duckdb",
+                  "veil.sql.workload", "veil.sql.passes", "sqlglot.optimizer.qualify")
         print(session.plans.hits, [r["name"] for r in rows])
         print(*[name in sys.modules for name in loaded])
         session.close()
@@ -167,4 +169,4 @@ def test_the_veil_command_keeps_its_plan_for_the_next(client: Path) -> None:
     ]
     assert outs[0][0] == "0" and outs[1][0] == "1"
     assert outs[0][1:3] == outs[1][1:3] == ["['ann',", "'bob']"]
-    assert outs[0][3:] == ["True"] * 3 and outs[1][3:] == ["False"] * 3
+    assert outs[0][3:6] == ["True"] * 3 and outs[1][3:] == ["False"] * 6

@@ -105,7 +105,6 @@ from veil.sql.remote import (
     render,
     set_aside_index_statement,
 )
-from veil.sql.workload import analyse_tree
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -175,6 +174,10 @@ def has_wrapped(design: PhysicalDesign) -> bool:
 
 def wanted_peels(design: PhysicalDesign, policy: Policy, tree: exp.Expr) -> list[Adjustment]:
     """The layers ``tree`` would compute on, and the join keys to adjust, that ``policy`` allows."""
+    # here, not at the top: a plan kept by an earlier process runs without the workload's
+    # analysis and the planner passes it imports (issue 41)
+    from veil.sql.workload import analyse_tree
+
     needs = analyse_tree(tree, design.plaintext_schema())
     # an order between two columns needs one OPE key, which per-column onions never share
     asked = [(ref, DET) for ref in sorted(needs.det)]

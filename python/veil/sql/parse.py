@@ -20,7 +20,6 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, TokenError
-from sqlglot.optimizer.qualify import qualify
 from sqlglot.parser import Parser
 from sqlglot.tokens import Token, TokenType
 
@@ -305,6 +304,9 @@ def qualify_query(tree: exp.Expr, schema: dict[str, dict[str, str]]) -> exp.Expr
     A query sqlglot cannot qualify still runs (everything it needs is fetched
     and the client runs it), so failure here is not an error.
     """
+    # here, not at the top: sqlglot's optimizer is planning's, never a kept plan's (issue 41)
+    from sqlglot.optimizer.qualify import qualify
+
     try:
         return qualify(
             _aliased_subqueries(tree.copy()),
