@@ -12,6 +12,7 @@ from collections import Counter
 import duckdb
 import pytest
 
+import veil.exec.server as server
 import veil.session.session as session_module
 from tests.support.oracle import assert_same
 from veil.session.session import Session
@@ -55,3 +56,18 @@ def test_without_sharing_the_plan_sends_it_twice(
     result = session.run(CHANNELS)
     assert_same(result.table, plain.execute(CHANNELS).fetchall(), True, CHANNELS)
     assert _repeated(result.stats.remote_sql) != []
+
+
+def test_a_kept_plan_renders_no_statement_again(
+    session: Session, plain: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement with run-time filters is rendered once per shape of its filters, also
+    one that reads only some of them (a joined fetch's reduction: ``server._fills``)."""
+    for _ in range(2):
+        session.run(CHANNELS)
+    rendered: list[object] = []
+    render = server.render
+    monkeypatch.setattr(server, "render", lambda *a: rendered.append(a) or render(*a))
+    result = session.run(CHANNELS)
+    assert_same(result.table, plain.execute(CHANNELS).fetchall(), True, CHANNELS)
+    assert rendered == []

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from veil.backends import Backend
 from veil.sql.remote import Marker, marked, render, render_sent
-from veil.sql.slots import sent
+from veil.sql.slots import Pending, sent
 
 
 @dataclass
@@ -129,7 +129,7 @@ def run_filtered(
         kept[place] = None
         if as_sent:  # the backend writes no value into the text: the markers' text serves
             text, holding = render(build(markers), backend)
-            if sum(isinstance(p, Marker) for p in holding) == len(values):
+            if text == sql and _fills(holding, values, params):
                 kept[place] = (text, holding)
         return _run_rendered((sql, params), backend, stats)
     rendered = kept[place]
@@ -138,6 +138,31 @@ def run_filtered(
     text, holding = rendered
     filled = [values[p.index] if isinstance(p, Marker) else p for p in holding]
     return _run_rendered((text, filled), backend, stats)
+
+
+def _fills(holding: list[object], values: list[object], params: list[object]) -> bool:
+    """Whether ``holding`` (a statement's parameters, with ``Marker`` s for the filters'
+    values) gives this run's ``params`` from its ``values``.
+
+    A statement may use only some of the filters' values (a joined fetch's reduction reads
+    one scan's filters of several), so each marker is checked for its place, not counted.
+    """
+    if len(holding) != len(params):
+        return False
+    for held, param in zip(holding, params, strict=True):
+        value = values[held.index] if isinstance(held, Marker) else held
+        if value is not param and not _equal(value, param):
+            return False
+    return True
+
+
+def _equal(value: object, param: object) -> bool:
+    if isinstance(value, Pending) and isinstance(param, Pending):
+        return value.number == param.number  # the same slot, filled as each run is sent
+    try:
+        return bool(type(value) is type(param) and value == param)
+    except (TypeError, ValueError):  # an array's elementwise ==
+        return False
 
 
 def _run_rendered(
@@ -181,6 +206,7 @@ def _statement_key(sql: str, params: list[object]) -> Hashable | None:
 
 
 def _typed(value: object) -> Hashable:
-    if isinstance(value, list | tuple):
-        return (type(value).__name__, tuple(_typed(v) for v in value))
+    if isinstance(value, list | tuple):  # a key list: its elements' types once (in C)
+        kinds = tuple(sorted({type(v).__name__ for v in value}))
+        return (type(value).__name__, kinds, tuple(value))
     return (type(value).__name__, value)
