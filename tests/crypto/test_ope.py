@@ -210,3 +210,21 @@ def test_hypergeometric_sampler_handles_huge_urns():
     assert abs(mean - good / 2) < 5 * sd / math.sqrt(len(samples))
     with pytest.raises(_native.NativeParameterError, match="draws"):
         _native.ope_hgd_sample(3, 4, 8, bytes(32), 1)
+
+
+def test_one_cipher_used_from_several_threads_gives_the_same_ciphertexts():
+    # encryption runs without the GIL (a load's threads and its insert at once);
+    # a second thread on the same cipher waits for its caches instead of failing
+    from concurrent.futures import ThreadPoolExecutor
+
+    values = np.random.default_rng(7).integers(-(2**31), 2**31, 200_000, dtype=np.int64)
+    alone = Ope(KEY, 32).encrypt(values)
+    shared = Ope(KEY, 32)
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda part: shared.encrypt(part), np.array_split(values, 8)))
+    assert np.array_equal(np.concatenate(found), alone)
+    wide = Ope(KEY, 48)  # binary ciphertexts
+    with ThreadPoolExecutor(2) as pool:
+        parts = list(pool.map(lambda part: wide.encrypt(pa.array(part)), [values, values]))
+    assert parts[0].equals(parts[1])
+    assert wide.decrypt(parts[0]).to_pylist() == values.tolist()
