@@ -170,3 +170,22 @@ def test_an_older_extension_is_updated_on_connect(postgres_cluster: object, old:
         assert peeled.column(0).to_pylist() == [None]
     finally:
         server.close()
+
+
+def test_registering_opens_no_default_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The functions' types come from the connection: ``duckdb.list_type`` would open
+    DuckDB's default in-memory database first, ~60 ms of a fresh process (issue 41)."""
+    import duckdb
+
+    from veil.backends import duckdb_functions
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("DuckDB's default database opened")
+
+    monkeypatch.setattr(duckdb, "list_type", refuse)
+    con = duckdb.connect()
+    duckdb_functions.register(con)
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'veil_hom_sum'"
+    ).fetchone()
+    assert found == (1,)
