@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from veil.load.prefetch import prefetched
+from veil.load.prefetch import in_order, prefetched
 
 
 def test_items_come_in_order() -> None:
@@ -61,3 +61,52 @@ def test_the_producer_runs_in_another_thread() -> None:
 
     assert list(prefetched(named())) == [1]
     assert threads == ["veil-load-encrypt"]
+
+
+def test_in_order_keeps_the_order_and_gives_each_thread_its_own_work() -> None:
+    made: list[str] = []
+
+    def make() -> Callable[[int], tuple[int, str]]:
+        mine = threading.current_thread().name
+        made.append(mine)
+        return lambda n: (n * n, mine)
+
+    results = list(in_order(iter(range(200)), make, threads=3))
+    assert [n for n, _ in results] == [n * n for n in range(200)]
+    assert len(made) == len(set(made)) <= 3  # one work per thread, built there
+    assert {thread for _, thread in results} <= set(made)
+
+
+def test_in_order_raises_a_work_error_where_its_result_would_be() -> None:
+    def make() -> Callable[[int], int]:
+        def work(n: int) -> int:
+            if n == 5:
+                raise ValueError("batch 5 is bad")
+            return n
+
+        return work
+
+    seen: list[int] = []
+    with pytest.raises(ValueError, match="batch 5 is bad"):
+        for item in in_order(iter(range(20)), make, threads=2):
+            seen.append(item)
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def test_in_order_stopped_early_reads_few_items_ahead() -> None:
+    read: list[int] = []
+
+    def source() -> Iterator[int]:
+        for n in range(1000):
+            read.append(n)
+            yield n
+
+    stream = in_order(source(), lambda: lambda n: n, threads=2)
+    assert [next(stream) for _ in range(3)] == [0, 1, 2]
+    stream.close()
+    assert len(read) <= 3 + 2 + 1  # at most threads + 1 ahead of what was taken
+
+
+def test_in_order_with_one_thread_runs_in_the_callers() -> None:
+    threads = list(in_order(iter(range(3)), lambda: lambda _: threading.current_thread(), 1))
+    assert threads == [threading.current_thread()] * 3

@@ -61,7 +61,7 @@ from veil.load import (
     pending,
     plain_size,
 )
-from veil.load.prefetch import prefetched
+from veil.load.prefetch import in_order, prefetched, workers
 from veil.load.progress import Reporter, to_stderr
 from veil.load.sources import SourceTable, open_source
 from veil.load.zones import ZoneRecorder
@@ -334,15 +334,17 @@ def _load_table(
     built = [e for e in table.encryptions if e.name not in deferred]
     # an onion load's ASHE words too (``AsheSums.lazy``), by the first SUM/AVG of one
     sums = table.sums if table.sums is not None and not table.sums.lazy else None
-    encryptor = TableEncryptor(master, dataclasses.replace(table, encryptions=built, sums=sums))
+    loaded = dataclasses.replace(table, encryptions=built, sums=sums)
+    key = options.cipher_keys.get(table.name)
+
+    def batch_work() -> _BatchWork:  # one per encrypting thread: nothing shared
+        reorder = cipher_order.CipherOrder(master, table, key).reorder if key else None
+        return _BatchWork(TableEncryptor(master, loaded), schema, reorder)
+
     blocks: list[pa.Table] = []
     zones = ZoneRecorder(table) if backend.skips_row_blocks else None
     order = None if options.in_source_order else clusters.order_by(table, master)
-    key = options.cipher_keys.get(table.name)
-    reorder = cipher_order.CipherOrder(master, table, key).reorder if key is not None else None
-    encrypted = _encrypted_batches(
-        source, con, encryptor, say, blocks, order, zones, schema, reorder
-    )
+    encrypted = _encrypted_batches(source, con, batch_work, say, blocks, order, zones)
     # a pending record names the new tables until the design does (``veil.load.pending``)
     with pending.creating(client, table) as record:
         rows = backend.bulk_load(table.server_name, prefetched(encrypted), schema=schema)
@@ -389,40 +391,71 @@ def _current(client: ClientDir, master: MasterKey, design: PhysicalDesign) -> Ph
 def _encrypted_batches(
     source: SourceTable,
     con: duckdb.DuckDBPyConnection,
-    encryptor: TableEncryptor,
+    batch_work: Callable[[], _BatchWork],
     say: Reporter,
     blocks: list[pa.Table],
     order: str | None,
     zones: ZoneRecorder | None,
-    schema: pa.Schema,
-    reorder: Callable[[pa.Table], pa.Table] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The main table's encrypted batches; the BLOCKS columns' blocks go to ``blocks``.
 
     ``order`` clusters the rows (``veil.load.clusters``); the ids follow it, and
     ``zones`` records each block's span of the range-filtered columns in it.
-    ``reorder`` orders each batch's rows before they get their ids
-    (``veil.load.cipher_order``). The batches have the columns of ``schema``: NULL
+    The batches are encrypted on every core (``prefetch.in_order``), each thread
+    with its own ``batch_work()``, and come out in the source's order.
+    """
+    meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
+
+    def numbered() -> Iterator[tuple[pa.Table, int]]:
+        done = 0  # row i of the source gets row id i (and is in Paillier pack i // R)
+        for batch in source.batches(con, BATCH_ROWS, order):
+            yield (
+                pa.Table.from_batches([batch]).rename_columns(
+                    [c.lower() for c in batch.schema.names]
+                ),
+                done,
+            )
+            done += batch.num_rows
+
+    for done in in_order(numbered(), batch_work, workers()):
+        yield from done.rows.to_batches()
+        if done.sealed is not None:
+            blocks.append(done.sealed)
+        if zones is not None:
+            zones.add(done.plain, done.first_id)
+        meter.advance(len(done.plain))
+    meter.close()
+
+
+@dataclass
+class _Encrypted:
+    """One batch of a table, encrypted (``_BatchWork``)."""
+
+    plain: pa.Table  # its plaintext rows, in the order of their ids
+    first_id: int
+    rows: pa.Table  # the main table's
+    sealed: pa.Table | None  # the BLOCKS side table's
+
+
+@dataclass
+class _BatchWork:
+    """Encrypts one batch of plaintext rows and its first row id.
+
+    ``reorder`` orders the batch's rows before they get their ids
+    (``veil.load.cipher_order``). The rows have the columns of ``schema``: NULL
     for those ``encryptor`` leaves out (``defer_layers``).
     """
-    done = 0
-    meter = say.meter(f"{source.name}: encrypting", lambda: source.row_count(con))
-    for batch in source.batches(con, BATCH_ROWS, order):
-        plain = pa.Table.from_batches([batch]).rename_columns(
-            [c.lower() for c in batch.schema.names]
-        )
-        if reorder is not None:
-            plain = reorder(plain)
-        # row i of the source gets row id i (and is in Paillier pack i // R)
-        yield from _with_nulls(encryptor.encrypt(plain, first_id=done), schema).to_batches()
-        sealed = encryptor.blocks(plain, first_id=done)
-        if sealed is not None:
-            blocks.append(sealed)
-        if zones is not None:
-            zones.add(plain, done)
-        done += batch.num_rows
-        meter.advance(batch.num_rows)
-    meter.close()
+
+    encryptor: TableEncryptor
+    schema: pa.Schema
+    reorder: Callable[[pa.Table], pa.Table] | None
+
+    def __call__(self, batch: tuple[pa.Table, int]) -> _Encrypted:
+        plain, first_id = batch
+        if self.reorder is not None:
+            plain = self.reorder(plain)
+        rows = _with_nulls(self.encryptor.encrypt(plain, first_id=first_id), self.schema)
+        return _Encrypted(plain, first_id, rows, self.encryptor.blocks(plain, first_id=first_id))
 
 
 def _with_nulls(encrypted: pa.Table, schema: pa.Schema) -> pa.Table:
