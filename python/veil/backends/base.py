@@ -47,6 +47,10 @@ STAGING_SUFFIX = "__veil_staging"
 # ``update_rows``'s column of the ids the rows had before (the data's row id column
 # holds the new ones)
 OLD_KEY = "__veil_old_key"
+# ``update_rows``'s columns naming, after this prefix, a server column whose stored value
+# each row still holds (a DET key the write keeps): where a backend ``locates_rows``, it
+# finds the rows by that column's index and checks ``OLD_KEY`` among them
+LOCATOR = "__veil_locator:"
 REWRITE_SUFFIX = "__veil_rewrite"  # a table's copy being made by ``replace_rows``
 
 

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from veil.backends.base import OLD_KEY, BackendError, DuplicateKeyError
+from veil.backends.base import LOCATOR, OLD_KEY, BackendError, DuplicateKeyError
 from veil.ciphers.blocks import block_columns
 from veil.ciphers.encrypt import Resealed, TableEncryptor
 from veil.design.model import DET, TableDesign
@@ -76,6 +76,9 @@ _VALUES_VIEW = "__veil_insert_rows"
 _ATTEMPTS = 30
 _BACKOFF_SECONDS = 0.005
 _BACKOFF_CAP_SECONDS = 0.5
+
+# a server column the rows a write replaces keep, and each one's stored value (``_write_rows``)
+Located = tuple[str, pa.Array]
 
 
 _RETURNED = "__veil_returned_rows"
@@ -659,6 +662,7 @@ def _write_rows(
     stats: FetchStats | None = None,
     kept: set[str] | None = None,
     resealed: Resealed | None = None,
+    located: Located | None = None,
 ) -> None:
     """Encrypt rows under the ids ``first_id``, ``first_id + 1``, ... and write them.
 
@@ -674,6 +678,9 @@ def _write_rows(
     the replaced rows' own (``unchanged_columns``: left out of an UPDATE in place).
     ``resealed``: row-bound columns of the replaced rows carried to the new ids as they
     are stored (``Resealed``: an UPDATE in place of every row of ``plain``).
+    ``located``: a server column the replaced rows keep, with each one's stored value,
+    by which a server that ``locates_rows`` finds them (``LOCATOR``; an UPDATE in place
+    of every row of ``plain``, the column one ``kept`` leaves unwritten).
     """
     encrypting = encryptor(session, table)
     if table.hom is not None and len(plain):
@@ -700,6 +707,9 @@ def _write_rows(
         changed = rows.slice(0, replaced).append_column(OLD_KEY, old_ids)
         names = set(changed.column_names)  # the property makes a new list each time
         changed = changed.drop_columns([c for c in unwritten if c in names])
+        locates = getattr(session.backend, "locates_rows", False)
+        if located is not None and locates and whole and located[0] in unwritten:
+            changed = changed.append_column(LOCATOR + located[0], located[1])
         with _server_time(stats, 1):
             _update_rows(session, table, changed)
         rows = rows.slice(replaced)
@@ -836,11 +846,12 @@ def update_rows(
     old: pa.Table | None = None,
     stats: FetchStats | None = None,
     resealed: Resealed | None = None,
+    located: Located | None = None,
 ) -> None:
     """Replace the rows ``row_ids`` by their new values ``plain`` (the columns ``assigned``
     changed), refusing values the table does not take before writing anything.
-    ``stats``: where the server's time counts; ``resealed``: see ``_write_rows`` (``plain``
-    then holds the other columns only)."""
+    ``stats``: where the server's time counts; ``resealed``, ``located``: see
+    ``_write_rows`` (``plain`` then holds the other columns only)."""
     check_rows(session.local, table, plain)
     encryptor(session, table).check_domains(plain)
     named = {c for r in table.references for c in r.columns} & assigned
@@ -855,6 +866,7 @@ def update_rows(
         stats=stats,
         kept=kept,
         resealed=resealed,
+        located=located,
     )
 
 
@@ -869,6 +881,7 @@ def rewrite_rows(
     stats: FetchStats | None = None,
     kept: set[str] | None = None,
     resealed: Resealed | None = None,
+    located: Located | None = None,
 ) -> None:
     """Replace the rows ``row_ids`` (read under the design's layers) by the first rows of
     ``rows``, which may hold more (inserted ones), under fresh ids, in one transaction. ``old``: the replaced
@@ -886,7 +899,15 @@ def rewrite_rows(
     def rewrite(first_id: int) -> None:
         hold_keys(session, parents)
         _write_rows(
-            session, table, rows, first_id, row_ids, stats=stats, kept=kept, resealed=resealed
+            session,
+            table,
+            rows,
+            first_id,
+            row_ids,
+            stats=stats,
+            kept=kept,
+            resealed=resealed,
+            located=located,
         )
         if old is not None:
             references.check_unreferenced(session, table, old, rows)

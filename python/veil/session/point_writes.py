@@ -85,6 +85,9 @@ class PointWrite:
     decrypted: list[str] = field(default_factory=list)
     sealable: dict[str, str] = field(default_factory=dict)
     placed: list[str] = field(default_factory=list)
+    # UPDATE: a kept DET column read as stored, and its server column, by whose index the
+    # write finds each row (``stored_columns.locator``)
+    located: tuple[str, str] | None = None
 
 
 # the write shapes of this process, by client directory, access and shape key (None: a
@@ -169,7 +172,11 @@ def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
         if tree.key == "update"
         else ([], {}, [])
     )
-    columns: list[exp.Expr] = [exp.column(c, table=alias) for c in [*decrypted, *sealable]]
+    located = stored_columns.locator(session, table, assigned) if tree.key == "update" else None
+    if located is not None and located[0] in decrypted:
+        located = None  # read as its value (a SET value reads it)
+    fetched = [*decrypted, *sealable, *([located[0]] if located else [])]
+    columns: list[exp.Expr] = [exp.column(c, table=alias) for c in fetched]
     match = exp.select(*(columns or [exp.Literal.number(1)])).from_(target.copy())
     where = tree.args.get("where")
     if where is not None:
@@ -187,6 +194,7 @@ def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
         decrypted=decrypted,
         sealable=sealable,
         placed=placed,
+        located=located,
     )
 
 
@@ -255,15 +263,27 @@ def _run(
         if write.kind == "DELETE":
             dml.delete_rows(session, table, row_ids, stats=stats)
         else:
-            names = [*write.decrypted, *write.sealable]
+            names = [
+                *write.decrypted,
+                *write.sealable,
+                *([write.located[0]] if write.located else []),
+            ]
             columns = matched.select(list(range(len(names)))).rename_columns(names)
+            columns, located = _located(write, columns, plan)
             rows, resealed = stored_columns.stored_rows(
                 session, columns, write.decrypted, write.sealable, write.assigned, plan, table,
                 row_ids, write.placed,
             )  # fmt: skip
             plain = _new_values(session, write, rows, params)
             dml.update_rows(
-                session, table, row_ids, plain, write.assigned, stats=stats, resealed=resealed
+                session,
+                table,
+                row_ids,
+                plain,
+                write.assigned,
+                stats=stats,
+                resealed=resealed,
+                located=located,
             )
         return Result(pa.table({}), len(row_ids), stats)
 
@@ -272,6 +292,20 @@ def _run(
     except (_Replan, stored_columns.DesignMoved):
         _KEPT.discard(key)
         return None
+
+
+def _located(
+    write: PointWrite, columns: pa.Table, plan: SplitPlan
+) -> tuple[pa.Table, dml.Located | None]:
+    """The match's columns without the locator, and the locator's server column with each
+    row's stored value; None unless the plan fetched it as stored."""
+    if write.located is None:
+        return columns, None
+    column, server = write.located
+    rest = columns.drop_columns([column])
+    if len(plan.scans) != 1 or column not in plan.scans[0].ciphertext:
+        return rest, None  # decrypted: no stored value to find the row by
+    return rest, (server, columns.column(column).combine_chunks())
 
 
 def _matched(
@@ -304,7 +338,10 @@ def _matched(
         plan = session.plan(match, row_ids_of=match.args["from_"].this.alias_or_name)
     source = plan.local.args["from_"].this
     plan.local.append("expressions", exp.column(ROW_ID, table=source.alias_or_name))
-    stored_columns.leave_stored(plan, write.table.name, write.sealable)
+    stored = dict(write.sealable)
+    if write.located is not None:
+        stored[write.located[0]] = write.located[1]
+    stored_columns.leave_stored(plan, write.table.name, stored)
     table = session.execute_plan(plan, stats)
     _remember(write, plan, recorder, stats, values, key)
     return table, plan

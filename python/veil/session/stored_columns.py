@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from veil.ciphers.blocks import block_columns
 from veil.ciphers.encrypt import Resealed
-from veil.design.model import BLOCKS, Encryption, TableDesign
+from veil.design.model import BLOCKS, DesignError, Encryption, TableDesign
 from veil.exec.direct import projection
 from veil.keys.generations import scopes
 from veil.session import dml
@@ -94,6 +94,58 @@ def split(
             else:
                 decrypted.append(column.name)
     return decrypted, sealable, placed
+
+
+def locator(
+    session: SessionContext, table: TableDesign, assigned: set[str]
+) -> tuple[str, str] | None:
+    """A column the write keeps, fetched as its DET column (which the write leaves as it is)
+    that an index of its own covers, with that server column: the match reads each row's stored value of it, by which a
+    server that ``locates_rows`` finds the row (``veil.session.dml``, ``LOCATOR``): the
+    same row as by its id alone, whose check it keeps. None: no such column, or a server
+    that finds rows by their ids only."""
+    backend = session.backend
+    if not getattr(backend, "locates_rows", False):
+        return None
+    kept = {c.name for c in table.columns} - assigned
+    unwritten = set(dml.unchanged_columns(table, kept))
+    indexed = _indexed(session, table)
+    for column in table.columns:
+        try:
+            enc = table.fetchable(column.name)  # what the match fetches of it
+        except DesignError:
+            continue
+        if enc.name in unwritten and enc.name in indexed:
+            return column.name, enc.name
+    return None
+
+
+def _indexed(session: SessionContext, table: TableDesign) -> frozenset[str]:
+    """The server columns of ``table`` that an index of their own covers, read once per
+    server table (an index made later is not used until the process starts again; one
+    dropped leaves the write scanning, as before)."""
+    key = (session.backend.url, table.server_name)
+    found = _INDEXED.get(key)
+    if found is None:
+        found = frozenset(
+            column
+            for _, sql in session.backend.indexes(table.server_name)
+            if (column := _one_column(sql)) is not None
+        )
+        if len(_INDEXED) >= 256:
+            _INDEXED.clear()
+        _INDEXED[key] = found
+    return found
+
+
+_INDEXED: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def _one_column(sql: str) -> str | None:
+    """The column of ``CREATE [UNIQUE] INDEX name ON table(column)``; None for any other."""
+    inside = sql[sql.rfind("(") + 1 : sql.rfind(")")] if sql.count("(") == 1 else ""
+    name = inside.strip().strip('"')
+    return name if name and all(ch.isalnum() or ch == "_" for ch in name) else None
 
 
 def leave_stored(plan: SplitPlan, table: str, sealable: dict[str, str]) -> None:
