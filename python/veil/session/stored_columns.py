@@ -22,7 +22,8 @@ of a ~2 ms UPDATE by key on PostgreSQL. Now the match reads
 
 Before -> after, for ``UPDATE orders SET o_comment = ? WHERE o_orderkey = ?``:
 ``SELECT <all 9 columns>`` decrypted -> six RND columns as stored (``o_comment``
-held, the two DET keys not read). Where the write needs whole rows (a server that cannot
+held, the two DET keys not read; on DuckDB, with an index on ``o_orderkey``, its
+stored DET value too, by which the write finds the row: ``locator``). Where the write needs whole rows (a server that cannot
 update in place, CHECKs, per-row expressions, a HOM group, ASHE sums, BLOCKS)
 every column is decrypted, as before. A write whose design moved meanwhile
 (``DesignMoved``) writes nothing and plans again.
