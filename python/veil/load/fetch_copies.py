@@ -10,7 +10,9 @@ that bit-packs integers, where the copy costs narrow DET's 20 bits or more a row
 whatever its values, a column of few values keeps only its OPE copy (stored as a
 dictionary where its values are few, ``OrderedBytesForm``). TPC-DS SF 1:
 inventory's inv_quantity_on_hand (978 values, 11.7M rows), store_sales'
-ss_quantity, ss_wholesale_cost and ss_sales_price (102 to 18,195 values).
+ss_quantity, ss_wholesale_cost and ss_sales_price (102 to 18,195 values): 686 -> 640 MB
+in all. The 16 of its queries reading those OPE copies ran as fast, warm (their Veil
+medians summed 6.25 -> 6.35 s and 7.07 -> 6.90 s in two A/B pairs).
 
 Less is stored, and nothing more is learnt: the OPE copy shows the equality
 pattern the DET copy did. On PostgreSQL (8 bytes a BIGINT) nothing changes.
