@@ -167,12 +167,20 @@ class DuckDBBackend(StagedBackend):
             self._run_quiet(f"CREATE TABLE {quote(table)} AS SELECT * FROM {_VIEW}")
 
     def _insert(self, table: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
-        rows = 0
-        for batch in batches:
-            with self._registered(batch):
-                self._run_quiet(f"INSERT INTO {quote(table)} BY NAME SELECT * FROM {_VIEW}")
-            rows += batch.num_rows
-        return rows
+        """One INSERT per run of batches of one schema, reading them as a stream: DuckDB
+        then writes row groups on all its threads, where an INSERT per 65,536-row batch
+        wrote them one at a time (TPC-DS SF 1's inventory, 11.7M encrypted rows: 5.7-6.0 s
+        against 2.5-2.8 s, in the same order)."""
+        runs = _Runs(batches)
+        while (reader := runs.next_run()) is not None:
+            try:
+                with self._registered(reader):
+                    self._run_quiet(f"INSERT INTO {quote(table)} BY NAME SELECT * FROM {_VIEW}")
+            except Exception:
+                if runs.error is not None:  # the batches' own error (a refused value), not
+                    raise runs.error from None  # DuckDB's report of the stream it broke
+                raise
+        return runs.rows
 
     locates_rows = True
 
@@ -632,3 +640,41 @@ def _top_cardinality(nodes: list[dict[str, Any]]) -> float:
                 return float(estimate)
         nodes = [child for node in nodes for child in node.get("children", [])]
     return 0.0
+
+
+class _Runs:
+    """A load's batches as streams of one schema each (``DuckDBBackend._insert``).
+
+    Counts the rows streamed, and keeps the error the batches' producer raised,
+    which DuckDB reports only as a failed Arrow stream.
+    """
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]):
+        self._batches = batches
+        self._next: pa.RecordBatch | None = None  # the first batch of the next run
+        self.rows = 0
+        self.error: BaseException | None = None
+
+    def next_run(self) -> pa.RecordBatchReader | None:
+        first = self._next if self._next is not None else self._pull()
+        self._next = None
+        if first is None:
+            return None
+        return pa.RecordBatchReader.from_batches(first.schema, self._run(first))
+
+    def _run(self, first: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        batch: pa.RecordBatch | None = first
+        while batch is not None:
+            self.rows += batch.num_rows
+            yield batch
+            batch = self._pull()
+            if batch is not None and not batch.schema.equals(first.schema):
+                self._next = batch
+                return
+
+    def _pull(self) -> pa.RecordBatch | None:
+        try:
+            return next(self._batches, None)
+        except BaseException as exc:
+            self.error = exc
+            raise
