@@ -105,9 +105,15 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         _note_row_expression(node, resolved, needs)
         if isinstance(node, exp.EQ | exp.NEQ):
             _note_equality(ref(node.this), ref(node.expression), node, needs)
+            for this, other in ((node.this, node.expression), (node.expression, node.this)):
+                if isinstance(other, exp.Subquery) and ref(this):
+                    # a column against a scalar subquery's value: compared on the server
+                    # as the IN-subquery's keys are (one DET scope for both)
+                    needs.det.add(ref(this))  # type: ignore[arg-type]
+                    _note_subquery(ref(this), other, ref, needs)
         elif isinstance(node, exp.In) and ref(node.this):
             needs.det.add(ref(node.this))  # type: ignore[arg-type]
-            _note_in_subquery(ref(node.this), node, ref, needs)
+            _note_subquery(ref(node.this), node.args.get("query"), ref, needs)
         elif isinstance(node, _RANGES):
             _note_range(ref(node.this), node.expression, needs)
             _note_range(ref(node.expression), node.this, needs)
@@ -222,10 +228,10 @@ def _note_equality(
         needs.det.add(right)
 
 
-def _note_in_subquery(
-    column: ColumnRef | None, node: exp.In, ref: object, needs: WorkloadNeeds
+def _note_subquery(
+    column: ColumnRef | None, query: exp.Expr | None, ref: object, needs: WorkloadNeeds
 ) -> None:
-    query = node.args.get("query")
+    """``column`` against the one column a subquery returns (IN, or a scalar ``=``)."""
     select = query.this if isinstance(query, exp.Subquery) else query
     if column is None or not isinstance(select, exp.Select) or len(select.expressions) != 1:
         return
