@@ -181,6 +181,9 @@ class Backend(Protocol):
     # keeps its size, row order and indexes. Spark's Parquet tables change only by new
     # versions, so Veil rewrites a row there as a delete and an append.
     updates_in_place: bool
+    # Whether ``update_rows`` finds its rows by a ``LOCATOR`` column's index (DuckDB, whose
+    # row ids have none) rather than by their ids alone
+    locates_rows: bool
 
     def execute(self, sql: str, params: Params = None) -> pa.Table:
         """Run one statement; a query's rows as a table, an empty table otherwise."""

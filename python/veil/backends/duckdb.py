@@ -89,6 +89,7 @@ class DuckDBBackend(StagedBackend):
     hashes_not_in = True
     correlates_deeply = True
     rewrites_by_copy = False  # an UPDATE without indexes over its columns is as fast
+    locates_rows = True  # its row ids have no index: a DET key's finds the row
     # A load's INSERTs in one transaction: DuckDB then writes full row groups to the file
     # as they fill (no WAL, no checkpoint re-reading them) and compresses them better.
     # TPC-DS SF 1's encrypted tables copied batch by batch (65,536 rows): store_sales
@@ -181,8 +182,6 @@ class DuckDBBackend(StagedBackend):
                     raise runs.error from None  # DuckDB's report of the stream it broke
                 raise
         return runs.rows
-
-    locates_rows = True
 
     def _update_from(self, table: str, key: str, data: pa.Table) -> int:
         if len(data) <= _ROWS_BY_KEY and all(plain_kind(f.type) for f in data.schema):
@@ -546,7 +545,6 @@ def _lock_holder(message: str) -> str | None:
 _DATABASES = _Databases()
 
 
-@functools.lru_cache(maxsize=256)
 @functools.lru_cache(maxsize=256)
 def _update_by_key_statement(
     table: str, key: str, columns: tuple[str, ...], locator: str = ""

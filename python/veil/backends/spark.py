@@ -60,6 +60,7 @@ class SparkBackend:
     correlates_deeply = False  # UNRESOLVED_COLUMN for a reference two subqueries out
     rewrites_by_copy = True
     updates_in_place = False  # a table changes only by a new version of its files
+    locates_rows = False
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -89,6 +89,7 @@ class StagedBackend:
             return self._insert(table, arrow_schema, batches)
 
     updates_in_place = True
+    locates_rows = False  # PostgreSQL finds a row by its row id's index
 
     def update_rows(self, table: str, key: str, data: pa.Table) -> int:
         if not len(data):

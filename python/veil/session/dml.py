@@ -707,8 +707,12 @@ def _write_rows(
         changed = rows.slice(0, replaced).append_column(OLD_KEY, old_ids)
         names = set(changed.column_names)  # the property makes a new list each time
         changed = changed.drop_columns([c for c in unwritten if c in names])
-        locates = getattr(session.backend, "locates_rows", False)
-        if located is not None and locates and whole and located[0] in unwritten:
+        if (
+            located is not None
+            and session.backend.locates_rows
+            and whole
+            and located[0] in unwritten
+        ):
             changed = changed.append_column(LOCATOR + located[0], located[1])
         with _server_time(stats, 1):
             _update_rows(session, table, changed)

@@ -106,7 +106,7 @@ def locator(
     same row as by its id alone, whose check it keeps. None: no such column, or a server
     that finds rows by their ids only."""
     backend = session.backend
-    if not getattr(backend, "locates_rows", False):
+    if not backend.locates_rows:
         return None
     kept = {c.name for c in table.columns} - assigned
     unwritten = set(dml.unchanged_columns(table, kept))
