@@ -1,4 +1,5 @@
-"""What only the PostgreSQL server offers: parallel HOM sums, row-wise HOM add, its log."""
+"""What only the PostgreSQL server offers: parallel HOM sums, row-wise HOM add, its log,
+columns packed by alignment."""
 
 from __future__ import annotations
 
@@ -67,3 +68,24 @@ def test_server_that_is_down_gives_a_clear_error() -> None:
 
     with pytest.raises(ServerUnavailableError, match="check that it is running"):
         connect(f"postgresql://veil@127.0.0.1:{free_port()}/postgres")
+
+
+def test_columns_are_created_widest_first(server: PostgresBackend) -> None:
+    """A 4-byte ciphertext between two 8-byte ones would take 8 bytes with its padding."""
+    data = pa.table(
+        {
+            "narrow": pa.array([1, None], pa.int32()),
+            "wide": pa.array([2**40, 3], pa.int64()),
+            "flag": pa.array([True, False]),
+            "text": pa.array(["a", "b"]),
+            "short": pa.array([7, 8], pa.int16()),
+            "other": pa.array([-(2**31), 2**31 - 1], pa.int32()),
+            "last": pa.array([5, 6], pa.int64()),
+        }
+    )
+    server.bulk_load("t_packed", data)
+    assert server.column_names("t_packed") == [
+        "wide", "last", "narrow", "other", "short", "flag", "text",
+    ]  # fmt: skip
+    back = server.execute('SELECT * FROM "t_packed" ORDER BY "last"')
+    assert back.select(data.column_names).equals(data)

@@ -41,7 +41,8 @@ def test_bulk_load_then_select_round_trips_arrow(backend: Backend) -> None:
     data = sample()
     assert backend.bulk_load("t_a1", data) == 5
     back = backend.execute('SELECT * FROM "t_a1" ORDER BY "k"')
-    assert back.equals(data)
+    # PostgreSQL creates the columns widest first (alignment); Veil names what it reads
+    assert back.select(data.column_names).equals(data)
 
 
 def test_parameters_are_numbered(backend: Backend) -> None:

@@ -124,9 +124,10 @@ def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
         if integral and isinstance(narrow, int):
             from veil.crypto.det_narrow import NarrowDet
 
-            return _Int64Cipher(
+            det = _Int64Cipher(
                 NarrowDet.from_master(master, encryption.key_scope, narrow, column=label)
             )
+            return Int32Form(det) if encryption.params.get(STORED_BITS) == 32 else det
         if integral:
             det = _Int64Cipher(
                 module.DetInt.from_master(master, encryption.key_scope, bits=64, column=label)
@@ -239,6 +240,38 @@ class _Int64Cipher:
 
 
 BYTES_FORM = "bytes"
+# ``Encryption.params``: the server stores the column's ciphertexts in this many bits,
+# as every value its SQL type accepts encrypts into them (``veil.load.narrow_det``)
+STORED_BITS = "stored_bits"
+_INT32 = np.iinfo(np.int32)
+
+
+class Int32Form:
+    """Narrow DET ciphertexts that fit 32 bits, as int32: a PostgreSQL INTEGER column.
+
+    The same ciphertexts in half the bytes a row. Each ciphertext the stored
+    column can hold fits (``narrow_det.choose_by_type``); a constant outside the
+    SQL type's range (``WHERE k IN (1, 2**40)``) encrypts outside 32 bits, so a
+    batch with one stays int64, which the server compares with the INTEGER
+    column as it compares any BIGINT with an INTEGER.
+    """
+
+    def __init__(self, inner: ColumnCipher):
+        self._inner = inner
+
+    def encrypt(self, encoded: pa.Array) -> pa.Array:
+        ints = self._inner.encrypt(encoded)
+        if isinstance(ints, pa.ChunkedArray):
+            ints = ints.combine_chunks()
+        low, high = pc.min_max(ints).values()
+        inside = low.as_py() is None or (_INT32.min <= low.as_py() and high.as_py() <= _INT32.max)
+        return ints.cast(pa.int32()) if inside else ints
+
+    def decrypt(self, stored: pa.Array) -> pa.Array:
+        return self._inner.decrypt(stored.cast(pa.int64()))
+
+    def encrypt_one(self, encoded: int | bytes) -> int | bytes:
+        return self._inner.encrypt_one(encoded)
 
 
 class BytesForm:

@@ -292,8 +292,11 @@ def load_into(
         # the space budget's unit: the plaintext as this server stores it
         measured = [(t, fresh.tables[t.name], counts[t.name]) for t in tables]
         plain_size.measure_all(measured, con)
+    else:  # 4-byte DET ciphertexts where the SQL types bound them (PostgreSQL)
+        narrow_det.choose_by_type(fresh, design)
     loaded = _Loaded(in_source_order, before_swap)
-    if not in_source_order:  # each batch in the order of a key's ciphertexts
+    # each batch in the order of a key's ciphertexts, where the server bit-packs them
+    if not in_source_order and backend.compresses_repeated_bytes:
         for table in tables:
             key = cipher_order.key_of(fresh.tables[table.name], counts[table.name])
             if key is not None:
