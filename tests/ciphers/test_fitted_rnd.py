@@ -58,6 +58,26 @@ def test_every_value_of_the_type_round_trips(type_name: str) -> None:
         assert part.to_pylist() == values.slice(2, 4).to_pylist()
 
 
+@pytest.mark.parametrize("rows", [9, 200])  # one native call for all columns; a call each
+def test_fitted_values_move_to_new_ids_as_stored(rows: int) -> None:
+    """A point UPDATE carries a fitted copy's stored values to new row ids without
+    decrypting them (``Resealed``): each is what encrypting its value under the new id
+    gives, inside the loaded range or beyond it, NULL or not."""
+    from veil.ciphers.encrypt import _resealed
+
+    bits, low, fit = 25, 1000, 10
+    cipher = FittedRowBound(RowRnd(bytes(32), column="c"), bits=bits, low=low, fit=fit)
+    pick = random.Random(rows)
+    choices = [low, low + 1023, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1, low - 1, low + 1024, None]
+    values = pa.array([pick.choice(choices) for _ in range(rows)], pa.int64())
+    old_ids = np.arange(50, 50 + rows, dtype=np.int64)
+    new_ids = old_ids + 10_000
+    stored = cipher.encrypt_rows(old_ids, values)
+    moved = _resealed(old_ids, new_ids, [("c", cipher, stored)])["c"]
+    assert moved.to_pylist() == cipher.encrypt_rows(new_ids, values).to_pylist()
+    assert cipher.decrypt_rows(new_ids, moved).to_pylist() == values.to_pylist()
+
+
 def test_a_fit_that_saves_nothing_is_not_made() -> None:
     assert fitted_range(0, 2**30, 32) is None
     assert fitted_range(-5, 5, 25) == [-5, 6]
@@ -102,3 +122,65 @@ def test_onion_copies_are_fitted_and_every_later_value_works(
     else:
         assert copies == []  # PostgreSQL: no copies, DET onions fetch the numbers
     check_boundaries(session, plain)
+
+
+POINT_READ = "SELECT * FROM sales WHERE s_id = 3"  # s_id DET: UPDATEs find rows by it
+
+
+@pytest.fixture(scope="module")
+def greedy_fitted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
+    """``SALES`` loaded on DuckDB under the greedy design of a fetch and a point UPDATE
+    (no sums: a table with ASHE words decrypts whole rows to update them), its RND
+    numbers fitted (``packed``, as on a server that bit-packs integers), and plain
+    DuckDB beside it."""
+    from tests.ciphers.test_narrow_rnd import QUERIES
+    from veil.load import fitted_copies
+
+    root = tmp_path_factory.mktemp("greedy-fitted")
+    (root / "source").mkdir()
+    plain = duckdb.connect()
+    plain.execute(f"CREATE TABLE sales AS {SALES}")
+    plain.table("sales").write_parquet(str(root / "source" / "sales.parquet"))
+    choose = fitted_copies.choose
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fitted_copies, "choose", lambda t, r: choose(t, r, packed=True))
+        load(str(root / "source"), f"duckdb:///{root / 'veil.duckdb'}", str(root / "client"),
+             [QUERIES[0], POINT_READ], progress=lambda _: None)  # fmt: skip
+    session = Session(root / "client")
+    yield session, plain
+    session.close()
+    plain.close()
+
+
+def test_greedy_copies_fitted_where_packed_and_point_updates_carry_them(
+    greedy_fitted: tuple[Session, duckdb.DuckDBPyConnection], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workload design's RND numbers fitted to the loaded values: every later value
+    works, and a point UPDATE carries them to the row's new id as stored (``Resealed``),
+    in the loaded range or beyond it."""
+    from tests.support.oracle import check_query
+    from veil.ciphers import encrypt
+
+    session, plain = greedy_fitted
+    table = session.design.table("sales")
+    fits = {e.source: e.params.get(FIT_PARAM) for e in table.encryptions if e.scheme == RND}
+    assert fits["s_delta"] == [-100, 10] and fits["s_price"] is not None
+    carried: list[set[str]] = []
+    original = encrypt.TableEncryptor.encrypt
+
+    def spy(self: object, plain_rows: object, first_id: int, **kwargs: object) -> object:
+        resealed = kwargs.get("resealed")
+        carried.append(set(getattr(resealed, "columns", {})))
+        return original(self, plain_rows, first_id, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(encrypt.TableEncryptor, "encrypt", spy)
+    check_boundaries(session, plain)  # far beyond the loaded ranges, both ends
+    for n, key in enumerate([3, 9000, 9001, 3, 9002, 40, 3]):
+        params = [n % 2 == 0, key]
+        session.run("UPDATE sales SET s_flag = ? WHERE s_id = ?", params)
+        plain.execute("UPDATE sales SET s_flag = ? WHERE s_id = ?", params)
+    fitted = {e.name for e in table.encryptions if e.params.get(FIT_PARAM) is not None}
+    assert any(fitted & c for c in carried[-5:]), carried
+    check_query(session, plain, "SELECT * FROM sales ORDER BY s_id")

@@ -18,7 +18,8 @@ row sets the group's (encrypted) overflow flag (``veil.ciphers.hom_group``).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import contextlib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import duckdb
@@ -31,6 +32,7 @@ from sqlglot import exp
 from veil.ciphers.ashe_sums import AsheSumsCipher
 from veil.ciphers.blocks import block_columns, block_key, seal_blocks
 from veil.ciphers.columns import ColumnCipher, RowBoundCipher, column_cipher
+from veil.ciphers.fitted_rnd import FittedRowBound
 from veil.ciphers.sources import Sources
 from veil.crypto.keys import MasterKey
 from veil.crypto.rowrnd import RowRnd, reseal_columns, xor_columns
@@ -85,9 +87,22 @@ class TableEncryptor:
     def server_schema(self, sample: pa.Table) -> pa.Schema:
         return self.encrypt(sample.slice(0, 0), 0).schema
 
+    def prime(self, values: Mapping[str, pa.Array]) -> None:
+        """Encrypt each named server column's (encoded) ``values`` once and drop the result:
+        a cipher that keeps the pairs it computed (OPE) then finds later repeats of them
+        (``veil.load.ope_warm``). A column whose values fail is left to the batches,
+        which report the failure as they would have."""
+        for name, encoded in values.items():
+            cipher = self._ciphers.get(name)
+            if cipher is None or isinstance(cipher, RowBoundCipher):
+                continue
+            with contextlib.suppress(Exception):  # warming is optional; the rows are not
+                cipher.encrypt(encoded)
+
     def resealable(self, name: str) -> bool:
         """Whether server column ``name`` is row-bound RND that ``Resealed`` can carry to new
-        ids: the plain RND layer over the encoded value (not a fitted one, not an onion)."""
+        ids: the RND layer over the encoded value (fitted to the loaded range or not;
+        not an onion's)."""
         known = self._resealable.get(name)
         if known is not None:
             return known
@@ -97,8 +112,9 @@ class TableEncryptor:
             enc is not None
             and enc.scheme == RND  # its own value's RND: no inner scheme, no onion layer
             and enc.outer is None
-            and type(cipher) is RowBoundCipher
-            and isinstance(cipher.sealing_layer(), RowRnd)
+            and isinstance(cipher, RowBoundCipher)
+            and type(cipher) in (RowBoundCipher, FittedRowBound)
+            and isinstance(cipher.resealing_layer(), RowRnd)
         )
         self._resealable[name] = found
         return found
@@ -277,13 +293,14 @@ def _resealed(
     keystreams' high bits above them, which ``sealed`` masks off as it does
     for a new value.
     """
-    layers = [(cipher.sealing_layer(), stored) for _, cipher, stored in moving]
+    layers = [(c.resealing_layer(), c.reseal_input(stored)) for _, c, stored in moving]
     if len(new_ids) <= _SEALED_TOGETHER:
         moved = reseal_columns(old_ids, new_ids, layers)
     else:  # a call per column, without the GIL
         moved = [layer.encrypt(new_ids, layer.decrypt(old_ids, v)) for layer, v in layers]
     return {
-        name: cipher.sealed(values) for (name, cipher, _), values in zip(moving, moved, strict=True)
+        name: cipher.resealed(values, stored)
+        for (name, cipher, stored), values in zip(moving, moved, strict=True)
     }
 
 

@@ -72,6 +72,24 @@ class FittedRowBound(RowBoundCipher):
     def opening_layer(self) -> Any:
         return None  # what the layer XORs depends on the stored values' range
 
+    def resealing_layer(self) -> Any:
+        return self._layer
+
+    def reseal_input(self, stored: pa.Array) -> pa.Array:
+        """The XORed bits of each stored value: a value beyond the loaded range without
+        its mark (``2**fit``), whose keystream bits lie below it."""
+        words = _int64s(stored)
+        return pa.array(words - ((words >= (1 << self._fit)).astype(np.int64) << self._fit))
+
+    def resealed(self, moved: pa.Array, stored: pa.Array) -> pa.Array:
+        """Each value in its old form with the new keystream: the loaded range's in its
+        ``fit`` low bits, another value in the type's bits, marked again (``encrypt_rows``)."""
+        words, swapped = _int64s(stored), _int64s(moved)
+        outside = words >= (1 << self._fit)
+        wide = (swapped & np.int64((1 << self._width) - 1)) + np.int64(1 << self._fit)
+        narrow = swapped & np.int64((1 << self._fit) - 1)
+        return _with_nulls(np.where(outside, wide, narrow), stored)
+
     def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
         top = pc.max(stored).as_py()
         if top is None or top < 1 << self._fit:  # no value beyond the loaded range

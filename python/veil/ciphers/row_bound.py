@@ -76,6 +76,22 @@ class RowBoundCipher:
     def decrypt_rows(self, ids: np.ndarray, stored: pa.Array) -> pa.Array:
         return self.decrypt_opened(self._layer.decrypt(ids, stored))
 
+    def resealing_layer(self) -> Any:
+        """The RND layer a stored value's keystreams are swapped under when it moves to a
+        new row id without being decrypted (``veil.ciphers.encrypt.Resealed``): the
+        layer XORs ``reseal_input``'s values with the old and new ids' keystreams, and
+        ``resealed`` finishes them. None: such values cannot move so."""
+        return self.sealing_layer()
+
+    def reseal_input(self, stored: pa.Array) -> pa.Array:
+        """What the layer's keystreams are swapped in, of ``stored`` values."""
+        return stored
+
+    def resealed(self, moved: pa.Array, stored: pa.Array) -> pa.Array:
+        """The stored values under their new ids, given ``reseal_input``'s with the
+        keystreams swapped (``stored``: the values as they were)."""
+        return self.sealed(moved)
+
     def opening_layer(self) -> Any:
         """The RND layer whose XOR of the stored values ``decrypt_opened`` finishes, so that
         several columns' XORs can run in one call (``veil.crypto.rowrnd.xor_columns``);
