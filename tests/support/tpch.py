@@ -4,7 +4,9 @@ A pytest plugin of the root conftest (``pytest_plugins``), so every test folder
 sees them: ``session`` (the DuckDB server), ``postgres_session``,
 ``spark_session``, ``paillier_session``, ``any_session`` (each backend in turn),
 ``plain``, ``tpch_dir``, ``veil_env``, ``server_log`` and ``first_scan_fails``.
-Each is made once per run, on first use.
+Each is made once per run, on first use; ``fresh_session`` gives a test a session of
+its own over a copy of the data as loaded (for tests whose answer depends on what
+earlier queries left in the shared one).
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ def veil_env(tpch_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     workload = [sql for _, sql in read_fixture("features.sql") + tpch_queries()]
     url = f"duckdb:///{root / 'server.duckdb'}"
     load(str(tpch_dir), url, str(root / "client"), workload=workload, progress=lambda _: None)
-    return {"client": root / "client", "url": url, "root": root}
+    env: dict[str, object] = {"client": root / "client", "url": url, "root": root}
+    # as loaded, before any query peels an onion or leaves a plan: ``fresh_session``'s source
+    pristine = tmp_path_factory.mktemp("veil-pristine")
+    copy_veil_env(env, pristine)
+    env["pristine"] = pristine
+    return env
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +112,16 @@ def spark_session(
     workload = [sql for _, sql in read_fixture("features.sql") + tpch_queries()]
     load(str(tpch_dir), url, str(root / "client"), workload=workload, progress=lambda _: None)
     opened = Session(str(root / "client"))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def fresh_session(veil_env: dict[str, object], tmp_path: Path) -> Iterator[Session]:
+    """A session of its own over a copy of the TPC-H data as loaded: what ``session``'s
+    earlier queries left (peeled onions, cached and sealed plans) cannot reach it, so
+    a test comparing two runs' bytes answers the same in any order."""
+    opened = Session(copy_veil_env({"root": veil_env["pristine"]}, tmp_path))
     yield opened
     opened.close()
 
