@@ -9,6 +9,8 @@ The end-to-end oracle (test_oracle.py, tests/fuzz) checks the answers.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from sqlglot import exp
 
@@ -30,7 +32,7 @@ from veil.sql.passes.plan_bind_filters import plan_bind_filters
 from veil.sql.passes.plan_key_ranges import plan_key_ranges
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
-from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
+from veil.sql.passes.pushdown_join_aggregates import _key_encryption, pushdown_join_aggregates
 from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
@@ -303,6 +305,60 @@ def test_pushdown_join_aggregates_sums_where_blocks_pay(
     assert [g.summed is not None and g.summed.alias == "lineitem" for g in groups] == (
         [True] if summed else []
     )
+
+
+@pytest.mark.parametrize(
+    ("sql", "keys"),
+    [
+        (
+            "SELECT p_brand, p_type FROM part, partsupp, supplier WHERE p_partkey = ps_partkey "
+            "AND ps_suppkey = s_suppkey AND s_nationkey = 7 GROUP BY p_brand, p_type",
+            ["p_brand", "p_type"],
+        ),
+        (
+            "SELECT DISTINCT c_name, o_orderdate FROM customer, orders "
+            "WHERE c_custkey = o_custkey AND c_nationkey = 7",
+            ["c_name", "o_orderdate"],
+        ),
+        (
+            "SELECT DISTINCT UPPER(c_name), o_orderdate FROM customer, orders "
+            "WHERE c_custkey = o_custkey AND c_nationkey = 7",
+            None,
+        ),
+    ],
+)
+def test_pushdown_join_aggregates_groups_without_aggregates(
+    session: Session, sql: str, keys: list[str] | None
+) -> None:
+    """A GROUP BY over a join with no aggregate (TPC-DS q82's items with stock and sales),
+    or a ``SELECT DISTINCT`` of columns (q38's customers and days), is the set of distinct
+    key tuples: one server statement, one row per group. DISTINCT of an expression stays
+    on the client."""
+    state = pushdown_join_aggregates(state_before(session, sql, pushdown_join_aggregates))
+    fetches = {id(s.joined): s.joined for s in state.scans.values() if s.joined is not None}
+    if keys is None:
+        assert not fetches
+        return
+    (fetch,) = fetches.values()
+    assert fetch is not None and fetch.groups is not None and not fetch.groups.items
+    assert [c for _, c, _ in fetch.groups.keys] == keys
+
+
+def test_join_group_keys_without_det_group_by_a_one_to_one_ope(session: Session) -> None:
+    """A date's OPE is one int64 per value: equal ciphertexts are equal dates. A string's
+    OPE is not taken (its encoding is bytes)."""
+    lineitem = session.design.table("lineitem")
+    ope = lineitem.find("l_shipdate", "OPE")
+    assert ope is not None
+
+    def only_ope(column: str, scheme: str) -> object:
+        return lineitem.find(column, scheme) if scheme == "OPE" else None
+
+    scan = SimpleNamespace(table=SimpleNamespace(find=only_ope))
+    assert _key_encryption(scan, "l_shipdate") is ope  # type: ignore[arg-type]
+    text = SimpleNamespace(sql_type=SimpleNamespace(is_integral=False, has_equality=True))
+    scan = SimpleNamespace(table=SimpleNamespace(find=lambda c, s: text if s == "OPE" else None))
+    assert _key_encryption(scan, "l_comment") is None  # type: ignore[arg-type]
 
 
 def test_pushdown_join_aggregates_never_sums_what_a_join_repeats(session: Session) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _MAX_LITERALS = 64  # more (a long IN list, a bulk VALUES): left as written
 
@@ -93,6 +94,23 @@ class Normalized:
 def normalized(sql: str) -> Normalized | None:
     """``sql`` with its value literals as ``?`` markers; None if it has none to take (or
     markers of its own, or text this scan does not follow)."""
+    if len(sql) <= _CACHED_TEXT:
+        return _normalized_cached(sql)
+    return _normalized(sql)
+
+
+# An application sends the same texts again and again: the scan below is Python over
+# every token (~2-3 ms for a TPC-DS query), a cache hit a dict lookup. Long texts (bulk
+# INSERTs) are scanned each time rather than kept.
+_CACHED_TEXT = 16_384
+
+
+@lru_cache(maxsize=512)
+def _normalized_cached(sql: str) -> Normalized | None:
+    return _normalized(sql)
+
+
+def _normalized(sql: str) -> Normalized | None:
     if not _STATEMENTS.match(sql):
         return None
     pieces: list[str] = []

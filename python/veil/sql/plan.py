@@ -286,7 +286,7 @@ class JoinGroup:
     ``fetched``: their words follow the block columns.
     """
 
-    keys: list[tuple[Scan, str, Encryption]]  # (scan, plaintext column, its DET)
+    keys: list[tuple[Scan, str, Encryption]]  # (scan, plaintext column, its DET or OPE)
     items: list[tuple[Scan, AggregateItem]]  # ``server``: the aggregate over ``j<n>`` names
     summed: Scan | None = None  # the scan whose ASHE sums the SUM items read
     id_bit: exp.Expr | None = None  # ASHE: ``1 << (row id % 64)`` of ``summed``, unqualified

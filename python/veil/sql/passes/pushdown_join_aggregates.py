@@ -4,8 +4,13 @@ A SELECT whose sources are all scans inner-joined on DET keys (join edges
 connecting every one), whose every WHERE / ON conjunct the server evaluates
 exactly (join edges, exact predicates, pushed subqueries), whose GROUP BY
 keys have DET encryptions and whose aggregates are COUNT(*), COUNT(col),
-MIN/MAX of OPE columns and ASHE sums of one scan, runs on the server whole
-(TPC-H Q21)::
+MIN/MAX of OPE columns and ASHE sums of one scan, or none at all (the distinct
+key tuples: TPC-DS q82's items with stock and sales, where the fact tables'
+many-to-many join would otherwise run as semi-join reductions and a local
+join; and a ``SELECT DISTINCT`` of columns, its outputs the keys: q38's and
+q87's customers and days, ~10 sales lines each), runs on the server whole
+(TPC-H Q21). A key without a DET copy groups by its OPE copy where that is
+one-to-one (numbers and dates)::
 
     SELECT s_name, COUNT(*) FROM supplier, lineitem l1, orders, nation
     WHERE s_suppkey = l1.l_suppkey AND o_orderkey = l1.l_orderkey AND ... GROUP BY s_name
@@ -26,7 +31,8 @@ ASHE sums one per group and block of ids, which ``join_sums`` prices).
 SUM / AVG under ASHE of one scan's expressions, when the join cannot repeat
 its rows and the server's (group, block) rows pay (``veil.sql.join_sums``);
 Windows run on the client over the groups (``_own_aggregates``); Paillier
-sums, DISTINCT, FILTER, correlated blocks and ROLLUP are left to the other passes.
+sums, DISTINCT aggregates, FILTER, correlated blocks and ROLLUP are left to the other
+passes.
 """
 
 from __future__ import annotations
@@ -81,8 +87,9 @@ def _whole_block(
     """All of the block's sources are these scans, and every conjunct is on the server."""
     if len(members) != len(block_sources(scope)) or subqueries_outside_where(select):
         return False
-    if select.args.get("distinct") is not None:
-        return False
+    distinct = select.args.get("distinct")
+    if distinct is not None and (distinct.args.get("on") or select.args.get("group")):
+        return False  # DISTINCT ON; DISTINCT over groups (their outputs may not be keys)
     if any(w.find_ancestor(exp.Select) is not select for w in select.find_all(exp.Window)):
         return False
     if not inner_joins_only(select):
@@ -110,17 +117,17 @@ def _join_group(
     aliases = {id(s): joined_alias(i) for i, s in enumerate(members)}
     by_alias = {s.alias: s for s in members}
     keys: list[tuple[Scan, str, Encryption]] = []
-    for key in group.expressions if group is not None else []:
+    for key in _grouped(select):
         ref = state.resolved.get(id(key)) if isinstance(key, exp.Column) else None
         scan = by_alias.get(ref.alias) if ref is not None else None
-        enc = scan.table.find(ref.column, DET) if scan is not None and ref is not None else None
+        enc = _key_encryption(scan, ref.column) if scan is not None and ref is not None else None
         if scan is None or enc is None or ref is None:
             return None
         if not any(k[0] is scan and k[1] == ref.column for k in keys):  # GROUP BY a, a
             keys.append((scan, ref.column, enc))
     aggregates = _own_aggregates(select)
-    if not aggregates:
-        return None
+    if not aggregates and not keys:
+        return None  # a plain join: ``pushdown_joins``
     group = JoinGroup(keys, [])
     types: dict[int, str] = {}
     sums = [a for a in aggregates if isinstance(a, exp.Sum | exp.Avg)]
@@ -150,6 +157,30 @@ def _join_group(
         if ref is None or (ref.alias, ref.column) not in key_columns:
             return None
     return group, types
+
+
+def _grouped(select: exp.Select) -> list[exp.Expr]:
+    """The block's GROUP BY keys; for ``SELECT DISTINCT`` without one, its outputs."""
+    group = select.args.get("group")
+    if group is not None:
+        return list(group.expressions)
+    distinct = select.args.get("distinct")
+    if distinct is None:
+        return []
+    return [e.this if isinstance(e, exp.Alias) else e for e in select.expressions]
+
+
+def _key_encryption(scan: Scan, column: str) -> Encryption | None:
+    """The copy the server groups ``column`` by: its DET, else its OPE where the OPE of
+    the column's encoding is one-to-one (numbers, dates: an int64 each, as DET FF1's), so
+    equal ciphertexts are equal values, NULL with NULL."""
+    enc = scan.table.find(column, DET)
+    if enc is not None:
+        return enc
+    enc = scan.table.find(column, OPE)
+    if enc is None or not (enc.sql_type.is_integral and enc.sql_type.has_equality):
+        return None
+    return enc
 
 
 def _counts_distinct(item: AggregateItem) -> bool:
