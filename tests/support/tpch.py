@@ -116,12 +116,18 @@ def spark_session(
     opened.close()
 
 
+def pristine_session(veil_env: dict[str, object], root: Path) -> Session:
+    """A session of its own over a copy (under ``root``) of the TPC-H data as loaded: what
+    ``session``'s queries left (peeled onions, cached and sealed plans) cannot reach it.
+    Sealed plans outlive ``plans.clear()``: a test comparing plans made under other passes
+    opens one such session per set of passes."""
+    return Session(copy_veil_env({"root": veil_env["pristine"]}, root))
+
+
 @pytest.fixture
 def fresh_session(veil_env: dict[str, object], tmp_path: Path) -> Iterator[Session]:
-    """A session of its own over a copy of the TPC-H data as loaded: what ``session``'s
-    earlier queries left (peeled onions, cached and sealed plans) cannot reach it, so
-    a test comparing two runs' bytes answers the same in any order."""
-    opened = Session(copy_veil_env({"root": veil_env["pristine"]}, tmp_path))
+    """``pristine_session`` for one test: its answers do not depend on the tests before."""
+    opened = pristine_session(veil_env, tmp_path)
     yield opened
     opened.close()
 
