@@ -2,10 +2,11 @@
 
 Keys, dates, small decimals and booleans whose types bound every value to 32
 bits are stored as INTEGER ciphertexts (4 bytes a row), whatever the loaded
-values; a BIGINT scope stays 64-bit. Every value the types accept, the
-extremes among them, must be written and found, and constants beyond the type
-must compare as plaintext DuckDB compares them. On DuckDB the same queries
-run under its data-sized narrow DET.
+values, as are ASHE words of at most 31 bits; a BIGINT scope stays 64-bit.
+Every value the types accept, the extremes among them, must be written and
+found (and summed), and constants beyond the type must compare as plaintext
+DuckDB compares them. On DuckDB the same queries run under its data-sized
+narrow DET.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ QUERIES = [
     "SELECT COUNT(*) FROM items JOIN sales ON i_big = s_big",
     "SELECT i_class, i_flag, COUNT(DISTINCT i_day) FROM items GROUP BY i_class, i_flag "
     "ORDER BY i_class, i_flag",
+    "SELECT i_class, SUM(i_price), SUM(i_id), COUNT(i_price) FROM items GROUP BY i_class "
+    "ORDER BY i_class",
 ]
 STATEMENTS = [
     "INSERT INTO items VALUES (2147483647, 'top', 32767, DATE '5877641-06-23', 99999.99, true, "
@@ -98,6 +101,18 @@ def test_postgres_stores_type_bounded_scopes_as_integers(
         [items.server_name, key.name],
     )
     assert types.column(0).to_pylist() == ["integer"]
+    # the ASHE words (30 bits and less here) too, and the flags word if it is as narrow
+    sums = items.sums
+    assert sums is not None and sums.stored_bits == 32 and sums.overflow_column is not None
+    words = [name for names in sums.columns for name in names]
+    stored = session.backend.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1",
+        [items.server_name],
+    )
+    kinds = dict(zip(*(stored.column(i).to_pylist() for i in range(2)), strict=True))
+    assert {kinds[name] for name in words} == {"integer"}
+    flags = "integer" if sums.overflow_bits <= 31 else "bigint"
+    assert kinds[sums.overflow_column] == flags
 
 
 @pytest.mark.parametrize("sql", QUERIES)

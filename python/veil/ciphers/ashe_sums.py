@@ -50,6 +50,9 @@ class AsheSumsCipher:
             self._bits[sums.overflow_column] = sums.overflow_bits
             self._unsigned.add(sums.overflow_column)
         self._masks = {n: np.int64((1 << b) - 1) for n, b in self._bits.items() if b < 64}
+        # masked below 2**31, so an INTEGER column holds any of them (``AsheSums.stored_bits``)
+        narrow = sums.stored_bits == 32
+        self._int32 = {n for n, b in self._bits.items() if narrow and b <= 31}
 
     def encrypt(self, sources: Sources, ids: np.ndarray) -> dict[str, pa.Array]:
         """The server columns of a batch whose rows get the row ids ``ids``."""
@@ -83,13 +86,16 @@ class AsheSumsCipher:
             if lost is not None and len(names) == 2 and self.sums.flag_bit is not None:
                 words[1] = words[1] + (lost.astype(np.int64) << self.sums.flag_bit)
             for name, word in zip(names, words, strict=True):
-                stored = self._keys[name].encrypt(ids, word)
-                out[name] = pa.array(stored & self._masks[name] if name in self._masks else stored)
+                out[name] = self._stored(name, self._keys[name].encrypt(ids, word))
         if self.sums.overflow_column is not None:
             name = self.sums.overflow_column
-            stored = self._keys[name].encrypt(ids, flags + counters)
-            out[name] = pa.array(stored & self._masks[name] if name in self._masks else stored)
+            out[name] = self._stored(name, self._keys[name].encrypt(ids, flags + counters))
         return out
+
+    def _stored(self, name: str, ciphertexts: np.ndarray) -> pa.Array:
+        """A word column's server values: masked to its bits, 4 bytes each where narrow."""
+        stored = ciphertexts & self._masks[name] if name in self._masks else ciphertexts
+        return pa.array(stored.astype(np.int32) if name in self._int32 else stored)
 
     def block_sums(
         self, name: str, totals: pa.Array, blocks: np.ndarray, masks: np.ndarray

@@ -292,6 +292,9 @@ class AsheSums:
     # Not built on the server yet (an onion load's: NULL words until the first SUM/AVG
     # that needs them, ``veil.session.ashe_build``): the planner sums on the client meanwhile.
     lazy: bool = False
+    # 32: a word column of at most 31 bits is stored as a 4-byte integer (PostgreSQL, which
+    # stores 8 bytes a BIGINT whatever its bits; ``veil.load.narrow_det.choose_by_type``)
+    stored_bits: int | None = None
 
     def null_field(self, index: int) -> int | None:
         return self.null_fields[index] if self.null_fields is not None else None

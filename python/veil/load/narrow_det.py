@@ -83,7 +83,11 @@ def choose_by_type(fresh: PhysicalDesign, loaded: PhysicalDesign) -> None:
     DET, stored as 32-bit integers, for the scopes whose SQL types bound every encoded
     value to 32 bits (``STORED_BITS``). No width depends on the data, so every value
     the types accept, now or later, encrypts into an INTEGER. A scope tables loaded
-    earlier use keeps what they have (its width and stored form, or neither)."""
+    earlier use keeps what they have (its width and stored form, or neither).
+
+    The ASHE words of at most 31 bits too (``AsheSums.stored_bits``): a word is stored
+    modulo 2**bits whatever the value, and a later value beyond the words' range is
+    flagged, not stored there (``veil.load.ashe_widths``)."""
     earlier = _earlier(fresh, loaded, NARROW_PARAM)
     stored = _earlier(fresh, loaded, STORED_BITS)
     for scope, encs in _scopes(fresh).items():
@@ -94,6 +98,9 @@ def choose_by_type(fresh: PhysicalDesign, loaded: PhysicalDesign) -> None:
                 enc.params[NARROW_PARAM] = bits
                 if width == 32:
                     enc.params[STORED_BITS] = 32
+    for table in fresh.tables.values():  # ASHE words masked below 2**31: INTEGER columns
+        if table.sums is not None:
+            table.sums.stored_bits = 32
 
 
 def _type_width(encs: list[Encryption]) -> int | None:
