@@ -58,6 +58,7 @@ from veil.load import (
     clusters,
     fitted_copies,
     narrow_det,
+    ope_warm,
     pending,
     plain_size,
 )
@@ -339,10 +340,14 @@ def _load_table(
     sums = table.sums if table.sums is not None and not table.sums.lazy else None
     loaded = dataclasses.replace(table, encryptions=built, sums=sums)
     key = options.cipher_keys.get(table.name)
+    # many-valued OPE columns' values, encrypted in order by each thread first (``ope_warm``)
+    warm = ope_warm.distinct_values(source, con, table, {e.name for e in built})
 
     def batch_work() -> _BatchWork:  # one per encrypting thread: nothing shared
         reorder = cipher_order.CipherOrder(master, table, key).reorder if key else None
-        return _BatchWork(TableEncryptor(master, loaded), schema, reorder)
+        encryptor = TableEncryptor(master, loaded)
+        encryptor.prime(warm)
+        return _BatchWork(encryptor, schema, reorder)
 
     blocks: list[pa.Table] = []
     zones = ZoneRecorder(table) if backend.skips_row_blocks else None
