@@ -195,9 +195,12 @@ def veil_command(
 
 
 def build_wheel(out: Path) -> Path:
-    # --auditwheel skip: the wheel links the system's libgmp; repairing it needs patchelf
-    command = [sys.executable, "-m", "maturin", "build", "--release", "--auditwheel", "skip"]
-    subprocess.run([*command, "-o", str(out)], cwd=REPO, check=True, capture_output=True)
+    # Through pip, as `pip install veil` from source and the bootstrap's install build it
+    # (maturin's PEP 517 backend, which skips auditwheel: the wheel links the system's
+    # libgmp). `maturin build` from the command line would rebuild PyO3 and the extension
+    # (about 50 s in CI): cargo's fingerprints of the two kinds of build differ.
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)]
+    subprocess.run(command, cwd=REPO, check=True, capture_output=True)
     (wheel,) = out.glob("veil-*.whl")
     return wheel
 
