@@ -29,10 +29,14 @@ demo: $(DEMO_STAMP)
 
 # Rust kernel tests first, so that the run closes on pytest's summary line.
 # FerretDB (the documents tests' server) is built here, where its progress shows, not under pytest.
+# Toxiproxy (tests/tooling's --link test, near the end) builds beside pytest, off its critical
+# path (61 s of setup in CI): that test waits on the build's lock if need be, and without Go
+# skips as before; a failed build here is retried there, where it fails loudly.
 test: $(STAMP)
 	cargo test --release -p veil-kernels -p veil-wire -q
 	$(PY) -c 'from veil_dev.servers.ferretdb import build; build()'
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests
+	$(PY) -c 'from veil_dev.servers.toxiproxy import build; build()' >/dev/null 2>&1 & \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 tests; status=$$?; wait; exit $$status
 
 # Differential SQL fuzzer: N generated queries from SEED through Veil and plaintext
 # DuckDB; failures are shrunk into tests/fuzz/regressions. FUZZ_ARGS passes options,
