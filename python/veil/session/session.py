@@ -87,6 +87,7 @@ from veil.sql.plan import Scan, SplitPlan
 from veil.sql.remote import Extras, param
 from veil.sql.sandbox import check_text, check_tree
 from veil.sql.slots import PARAM, bound
+from veil.sql.text import NOT_PLAIN, plain_value, text
 
 log = logging.getLogger(__name__)
 _IDLE, _OPEN, _FAILED = "idle", "open", "failed"  # an explicit transaction's states
@@ -939,9 +940,11 @@ class Session:
 
     def encoded_constant(self, node: exp.Expr, enc: Encryption) -> int | bytes | None:
         """The constant's encoding under ``enc``'s type (None: not exactly representable)."""
-        key = (node.sql(dialect="duckdb"), enc.type)
+        key = (text(node), enc.type)
         if key not in self._encoded:
-            value = self._exact_value(key[0], SqlType(enc.type))
+            value = plain_value(node, enc.sql_type)
+            if value is NOT_PLAIN:  # DuckDB's casts decide
+                value = self._exact_value(key[0], SqlType(enc.type))
             self._encoded[key] = None if value is None else encode_scalar(value, enc.sql_type)
         return self._encoded[key]
 

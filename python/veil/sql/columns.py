@@ -14,6 +14,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.sql.functions import is_volatile
+from veil.sql.text import text
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def row_expression(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str
     copied = node.copy()
     for column in copied.find_all(exp.Column):
         column.set("table", None)
-    return next(iter(owners))[0], copied.sql(dialect="duckdb")
+    return next(iter(owners))[0], text(copied)
 
 
 def like_source(node: exp.Expr, resolved: dict[int, BaseColumn]) -> tuple[str, str] | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from veil.sql.columns import BaseColumn
+from veil.sql.text import text
 
 Owner = tuple[int, str]
 
@@ -29,8 +30,8 @@ def implied_conjuncts(predicate: exp.Expr, resolved: dict[int, BaseColumn]) -> l
         return []
     parts = [_flatten(branch, exp.And) for branch in branches]
     implied: list[exp.Expr] = []
-    common = set.intersection(*({p.sql() for p in branch} for branch in parts))
-    implied += [_copy(p, resolved) for p in parts[0] if p.sql() in common]
+    common = set.intersection(*({text(p, None) for p in branch} for branch in parts))
+    implied += [_copy(p, resolved) for p in parts[0] if text(p, None) in common]
     by_owner = [_by_owner(branch, resolved) for branch in parts]
     for owner in set.intersection(*(set(groups) for groups in by_owner)):
         if all(len(g[owner]) == len(p) for g, p in zip(by_owner, parts, strict=True)):

@@ -8,6 +8,7 @@ from veil.design.model import DET, JOIN, Encryption, TableDesign
 from veil.sql.columns import BaseColumn
 from veil.sql.plan import JoinEdge, Scan
 from veil.sql.state import ScanKey
+from veil.sql.text import text
 
 
 def join_edge(
@@ -49,7 +50,7 @@ def join_edge(
     if pair is None:
         return None
     left_enc, right_enc = pair
-    edge = JoinEdge(left_scan, left_enc.name, right_scan, right_enc.name, predicate.sql("duckdb"))
+    edge = JoinEdge(left_scan, left_enc.name, right_scan, right_enc.name, text(predicate))
     edge.correlated = not same_scope
     edge.node = predicate
     return edge

@@ -24,6 +24,7 @@ from veil.design.model import DET, OPE, Encryption
 from veil.sql.columns import BaseColumn, like_source, order_source
 from veil.sql.plan import Scan
 from veil.sql.rewrite_server import ServerContext
+from veil.sql.text import text
 
 UNKNOWN = 0.5  # a filter the statistics say nothing about
 # ``IN (subquery)``: the share of rows whose key a subquery returns, guessed (its rows are
@@ -66,7 +67,7 @@ def kept_share(
         bound = est.bound(node)
         if bound is None:
             kept = max(0.0, min(1.0, est.of(node)))
-            columns = {c.sql() for c in node.find_all(exp.Column)}
+            columns = {text(c, None) for c in node.find_all(exp.Column)}
             if len(columns) == 1 and node.find(exp.Subquery, exp.Exists) is None:
                 column = columns.pop()
                 one_column[column] = min(one_column.get(column, 1.0), kept)
@@ -144,7 +145,7 @@ class _Estimator:
             return None
         if not isinstance(column, exp.Column) or UNKNOWN_RANK in (low, high):
             return None
-        return column.sql(), low, high
+        return text(column, None), low, high
 
     def encryption(self, node: exp.Expr, scheme: str) -> Encryption | None:
         ref = self.resolved.get(id(node)) if isinstance(node, exp.Column) else None

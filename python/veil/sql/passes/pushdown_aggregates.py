@@ -33,6 +33,7 @@ from veil.sql.remote import hom_ciphertexts, id_bit_position
 from veil.sql.rewrite_server import ServerContext
 from veil.sql.state import PlanState, ScanKey
 from veil.sql.sums import ASHE_ROW_COST, built_sums, count_present
+from veil.sql.text import text
 
 AGG_PREFIX = "__veil_agg_"
 # The cost rule's figures (``few_groups``), measured on this project's machine.
@@ -95,7 +96,7 @@ def _filters_all_pushed(select: exp.Select, scan: Scan) -> bool:
     if where is None:
         return True
     exact = {p.original for p in scan.predicates if SEARCH not in p.schemes}
-    return all(c.sql("duckdb") in exact for c in conjunct_list(where.this))
+    return all(text(c) in exact for c in conjunct_list(where.this))
 
 
 def _aggregation(

@@ -31,6 +31,7 @@ from veil.sql.plan import JoinEdge, Scan, ServerPredicate
 from veil.sql.prefilter_like import prefilter_like
 from veil.sql.rewrite_server import rewrite_server
 from veil.sql.state import PlanState, ScanKey
+from veil.sql.text import text
 
 
 def pushdown_predicates(state: PlanState) -> PlanState:
@@ -85,9 +86,7 @@ def _push(predicate: exp.Expr, scan: Scan, select: exp.Select, state: PlanState)
     exact = rewritten is not None and "SEARCH" not in rewritten[1]  # LIKE pre-filter
     if rewritten is not None:
         server, schemes = rewritten
-        scan.predicates.append(
-            ServerPredicate(predicate.sql("duckdb"), server, schemes, predicate, exact)
-        )
+        scan.predicates.append(ServerPredicate(text(predicate), server, schemes, predicate, exact))
     if not exact and is_part_of(predicate, select):  # implied conjuncts are extras
         scan.residuals.append(predicate)
 
