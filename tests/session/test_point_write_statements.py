@@ -179,7 +179,8 @@ def test_backends_update_rows_by_key(
         del new["m"]
     data = pa.table(new).append_column(OLD_KEY, changed.column("id"))
     assert backend.update_rows(name, "id", data) == count
-    stored = backend.execute(f'SELECT * FROM "{name}" ORDER BY id')
+    columns = ", ".join(f'"{c}"' for c in rows.column_names)  # PostgreSQL: widest first
+    stored = backend.execute(f'SELECT {columns} FROM "{name}" ORDER BY id')
     kept = rows.slice(count)
     expected = pa.concat_tables([kept, pa.table(new).cast(rows.schema)]).sort_by("id")
     assert stored.cast(rows.schema).equals(expected)

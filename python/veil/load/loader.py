@@ -285,7 +285,9 @@ def load_into(
             clusters.choose(fresh.tables[table.name], counts[table.name], backend.skips_row_blocks)
         summed, keys = _data_profile(table, con, fresh.tables[table.name])
         ashe_widths.fit(fresh.tables[table.name], summed)
-        fitted_copies.choose(fresh.tables[table.name], keys)
+        fitted_copies.choose(
+            fresh.tables[table.name], keys, packed=backend.compresses_repeated_bytes
+        )
         ranges.update(keys)
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design, counts)
