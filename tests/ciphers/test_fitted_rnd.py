@@ -133,21 +133,16 @@ def greedy_fitted(
 ) -> Iterator[tuple[Session, duckdb.DuckDBPyConnection]]:
     """``SALES`` loaded on DuckDB under the greedy design of a fetch and a point UPDATE
     (no sums: a table with ASHE words decrypts whole rows to update them), its RND
-    numbers fitted (``packed``, as on a server that bit-packs integers), and plain
-    DuckDB beside it."""
+    numbers fitted (``packed``: DuckDB bit-packs integers), and plain DuckDB beside it."""
     from tests.ciphers.test_narrow_rnd import QUERIES
-    from veil.load import fitted_copies
 
     root = tmp_path_factory.mktemp("greedy-fitted")
     (root / "source").mkdir()
     plain = duckdb.connect()
     plain.execute(f"CREATE TABLE sales AS {SALES}")
     plain.table("sales").write_parquet(str(root / "source" / "sales.parquet"))
-    choose = fitted_copies.choose
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fitted_copies, "choose", lambda t, r: choose(t, r, packed=True))
-        load(str(root / "source"), f"duckdb:///{root / 'veil.duckdb'}", str(root / "client"),
-             [QUERIES[0], POINT_READ], progress=lambda _: None)  # fmt: skip
+    load(str(root / "source"), f"duckdb:///{root / 'veil.duckdb'}", str(root / "client"),
+         [QUERIES[0], POINT_READ], progress=lambda _: None)  # fmt: skip
     session = Session(root / "client")
     yield session, plain
     session.close()
