@@ -944,7 +944,7 @@ class Session:
         if key not in self._encoded:
             value = plain_value(node, enc.sql_type)
             if value is NOT_PLAIN:  # DuckDB's casts decide
-                value = self._exact_value(key[0], SqlType(enc.type))
+                value = self._exact_value(key[0], enc.sql_type)
             self._encoded[key] = None if value is None else encode_scalar(value, enc.sql_type)
         return self._encoded[key]
 
