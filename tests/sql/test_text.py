@@ -49,7 +49,12 @@ def test_text_is_the_copied_rendering() -> None:
         "SELECT a FROM t WHERE b IN (SELECT c FROM u) AND d = [1, 2] AND e BETWEEN 1 AND 2 "
         "AND f LIKE 'x%' AND CAST(g AS DATE) = DATE '1994-01-01'"
     )
-    tree = sqlglot.parse_one(sql, read="duckdb")
+    struct = "SELECT n.st FROM fz_nested AS n WHERE {'a': 2, 'b': ''} OR TRUE"  # fuzz seed 675
+    for tree in (sqlglot.parse_one(sql, read="duckdb"), sqlglot.parse_one(struct, read="duckdb")):
+        _renders_unchanged(tree)
+
+
+def _renders_unchanged(tree: exp.Expr) -> None:
     for node in tree.walk():
         if isinstance(node, exp.Expr):
             before = tree.sql(dialect="duckdb")
