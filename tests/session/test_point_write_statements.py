@@ -1,8 +1,8 @@
 """What a point write sends the server (issue 41): one UPDATE or DELETE by row id.
 
 A write of one row by key is one server statement, which changes that row or
-nothing, so in autocommit on PostgreSQL it runs without a BEGIN and a COMMIT
-of its own (DuckDB keeps them); it still gives the row a fresh row id. Writes of more rows, and every write inside
+nothing, so in autocommit it runs without a BEGIN and a COMMIT of its own
+(PostgreSQL and DuckDB); it still gives the row a fresh row id. Writes of more rows, and every write inside
 a transaction, keep their transaction. The backends write one row (DuckDB: a
 few) by key with its values as parameters, the rest as before.
 """
@@ -45,8 +45,8 @@ def pair(
 
 
 def _alone(session: Session, write: str) -> list[str]:
-    """What one point write sends in autocommit: ``write`` alone on PostgreSQL."""
-    return [write] if session.backend.dialect == "postgres" else ["BEGIN", write, "COMMIT"]
+    """What one point write sends in autocommit: ``write`` alone."""
+    return [write]
 
 
 def _keys(plain: duckdb.DuckDBPyConnection) -> list[int]:

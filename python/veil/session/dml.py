@@ -440,15 +440,17 @@ def _in_layers(
 
 
 def _alone(session: SessionContext) -> bool:
-    """Whether a write of one statement runs without a BEGIN and a COMMIT of its own: on a
-    server a round trip away (PostgreSQL: two round trips of a point UPDATE's four), in
-    autocommit. Not on DuckDB: in the same process its BEGIN and COMMIT cost ~0.1 ms, and
-    its autocommit UPDATE measured no faster and slowed the plaintext DuckDB beside it
-    (``veil bench point``, TPC-H SF 0.1, UPDATE by key: 12-14 ms against 10.5 ms in a
-    transaction, load 7-8; again after f304cbf, worktrees taking turns, load 4-5: Veil
-    11.2 / 10.4 ms over plaintext 3.1 / 2.8 ms against 10.2 / 8.6 over 2.5 / 1.7 ms),
-    though its client CPU measured ~1 ms less (6.4 against 5.5 ms, load ~10)."""
-    return session.backend.dialect == "postgres" and not session.backend.in_transaction
+    """Whether a write of one statement runs without a BEGIN and a COMMIT of its own: in
+    autocommit, on either server. PostgreSQL: two round trips of a point UPDATE's four.
+    DuckDB: in one process, alternating execution by execution on one table (``veil bench
+    point``'s UPDATE by key, TPC-H SF 0.1, four runs of 400 at load 5.5-8.3), in
+    autocommit 5.88 / 10.58 / 11.96 / 8.00 ms against 6.41 / 11.13 / 12.07 / 8.13 in a
+    transaction (plaintext 1.4-3.8); the next point read after an autocommit write is
+    quicker too (0.74 against 1.03 ms, raw statements). (8d572e9 kept DuckDB's transaction
+    on runs of separate worktrees whose plaintext side moved as much: 1.9 -> 3.4-3.7 ms.)
+    The statement changes its row or nothing; a concurrent write of the row fails it as
+    inside a transaction (``_retried``)."""
+    return not session.backend.in_transaction
 
 
 @contextlib.contextmanager
