@@ -78,6 +78,24 @@ def test_fitted_values_move_to_new_ids_as_stored(rows: int) -> None:
     assert cipher.decrypt_rows(new_ids, moved).to_pylist() == values.to_pylist()
 
 
+@pytest.mark.parametrize("kind", [pa.int64(), pa.int32()])
+def test_a_few_values_open_as_many_do(kind: pa.DataType) -> None:
+    """A point statement's few stored values (issue 41: numpy, no Arrow kernels) open to
+    what the kernels give a whole column, NULLs, slices and a 32-bit server column too."""
+    bits, low, fit = 25, 1000, 12
+    cipher = FittedRowBound(RowRnd(bytes(32), column="c"), bits=bits, low=low, fit=fit)
+    pick = random.Random(41)
+    choices = [low, low + 7, low + 2**fit - 5, low - 1, 2 ** (bits - 1) - 1, None]
+    values = pa.array([pick.choice(choices) for _ in range(200)], pa.int64())
+    ids = np.arange(300, 500, dtype=np.int64)
+    stored = cipher.encrypt_rows(ids, values).cast(kind)
+    assert cipher.decrypt_rows(ids, stored).to_pylist() == values.to_pylist()
+    for start in range(0, 200, 9):
+        part = cipher.decrypt_rows(ids[start : start + 9], stored.slice(start, 9))
+        assert part.type == pa.int64()
+        assert part.to_pylist() == values.slice(start, 9).to_pylist()
+
+
 def test_a_fit_that_saves_nothing_is_not_made() -> None:
     assert fitted_range(0, 2**30, 32) is None
     assert fitted_range(-5, 5, 25) == [-5, 6]
