@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from veil.backends.base import quote
 from veil.cli import main
 from veil.design.model import PhysicalDesign
 from veil_dev.bench.limits import QueryTimeout, deadline
@@ -84,3 +85,7 @@ def _veil_indexes_cover_det_columns(client_dir: Path) -> None:
         det = lineitem.find(source, "DET")
         assert det is not None and any(det.name in s for s in statements)
     assert all("lineitem" not in s and "l_" not in s for s in statements)  # opaque names only
+    # one per row id, but for DuckDB, whose planner never uses them
+    rid = f"({quote(lineitem.row_id)})"
+    assert any(s.endswith(rid) for s in statements)
+    assert not any(s.endswith(rid) for s in veil_index_sql(design, row_ids=False))
