@@ -205,6 +205,12 @@ class WireSession:
         self._shaping: tuple[tuple[object, ...], Any] | None = None
         self._lock = threading.Lock()
         self._rights: tuple[tuple[int, int] | None, grants.Rights] | None = None
+        self._users = users.users_path(engine.client_dir) if engine is not None else None
+        # the schema, and the design and stamp it was read off
+        self._schema: tuple[object, int, dialect.Schema] | None = None
+        # the design file's stamp, read once per statement (its caches' keys): None until
+        # the statement asks for it
+        self._stamp: int | None = None
 
     @property
     def zone(self) -> str:
@@ -213,26 +219,37 @@ class WireSession:
 
     @property
     def schema(self) -> dialect.Schema:
-        """The plaintext schema (it changes with DDL, here or in another session)."""
-        return {
-            name: {c.name: c.type for c in table.columns}
-            for name, table in self.veil.design.tables.items()
+        """The plaintext schema (it changes with DDL, here or in another session: the
+        session then follows to a new design object, saved with a new stamp)."""
+        design, stamp = self.veil.design, self._design_stamp()
+        if self._schema is not None and self._schema[:2] == (design, stamp):
+            return self._schema[2]
+        schema: dialect.Schema = {
+            name: {c.name: c.type for c in table.columns} for name, table in design.tables.items()
         }
+        self._schema = (design, stamp, schema)
+        return schema
+
+    def _design_stamp(self) -> int:
+        """The design file's stamp for this statement's cache keys (a stat, ~8 us: the
+        keys asked for it 3-4 times a statement)."""
+        if self._stamp is None:
+            self._stamp = self.veil.design_file_stamp()
+        return self._stamp
 
     @property
     def rights(self) -> grants.Rights:
         """This user's rights, read again whenever users.json changes (a GRANT elsewhere)."""
-        client_dir = self.engine.client_dir if self.engine is not None else None
-        if client_dir is None:
+        path = self._users
+        if path is None:
             return grants.Rights(admin=True)
-        path = users.users_path(client_dir)
         try:
             stat = path.stat()
             stamp: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
         except FileNotFoundError:
             stamp = None
         if self._rights is None or self._rights[0] != stamp:
-            entry = users.load(client_dir).get(self.user) if stamp is not None else None
+            entry = users.load(path.parent).get(self.user) if stamp is not None else None
             self._rights = (stamp, grants.rights_of(entry))
         return self._rights[1]
 
@@ -243,10 +260,12 @@ class WireSession:
 
     def run(self, sql: str, params: Sequence[tuple[str | None, int]]) -> list[Outcome]:
         with self._lock:
+            self._stamp = None
             return self._guard(sql, lambda: self._run(sql, params))
 
     def describe(self, sql: str, oids: Sequence[int]) -> tuple[list[int], list[tuple[str, int]]]:
         with self._lock:
+            self._stamp = None
             return self._guard(sql, lambda: self._describe(sql, oids))
 
     def cancel(self) -> None:
@@ -375,7 +394,7 @@ class WireSession:
         shape = shapes.integers(text)
         if shape is None:
             return None
-        key = (shape.text, self.veil.design_file_stamp(), tuple(self.settings.items()))
+        key = (shape.text, self._design_stamp(), tuple(self.settings.items()))
         found = self._shapes.get(key)
         if found is None:
             self._shaping = (key, shape)
@@ -442,7 +461,7 @@ class WireSession:
 
     def _inferred(self, statement: dialect.Statement) -> dict[int, str]:
         """The types of the statement's parameters, from where each stands (once per design)."""
-        key = ("types", statement.text, self.veil.design_file_stamp())
+        key = ("types", statement.text, self._design_stamp())
         found = self._types.get(key)
         if found is None:
             assert statement.tree is not None
@@ -459,7 +478,7 @@ class WireSession:
         """``text`` parsed, and for queries translated, once per design (drivers repeat SQL);
         DML too when ``bound`` (parameters come with it: pgbench's -M prepared parsed each
         of its writes on every Bind, ~1 ms of Python each)."""
-        key = (text, self.veil.design_file_stamp())
+        key = (text, self._design_stamp())
         found = self._translations.get(key) or (self._bound_dml.get(key) if bound else None)
         if found is None:
             found = dialect.classify(text)
@@ -473,6 +492,14 @@ class WireSession:
 
     def _statement(
         self, statement: dialect.Statement, values: list[object], *, stream: bool = True
+    ) -> Outcome:
+        try:
+            return self._statement_run(statement, values, stream=stream)
+        finally:
+            self._stamp = None  # it may have changed the design: the next one reads it again
+
+    def _statement_run(
+        self, statement: dialect.Statement, values: list[object], *, stream: bool
     ) -> Outcome:
         kind, tree = statement.kind, statement.tree
         if kind == "begin":
@@ -582,7 +609,7 @@ class WireSession:
         """``statement`` translated to DuckDB's dialect with its parameters as ``?`` markers."""
         key = (
             statement.text,
-            self.veil.design_file_stamp(),
+            self._design_stamp(),
             self.zone,
             tuple(self.settings.items()),
         )
@@ -819,7 +846,7 @@ class WireSession:
                 [] if cursor is None else [(f.name, oid_of_arrow(f.type)) for f in cursor[0].schema]
             )
             return [], fields
-        key = (sql, tuple(oids), self.veil.design_file_stamp())
+        key = (sql, tuple(oids), self._design_stamp())
         if key not in self._descriptions:
             if len(self._descriptions) >= _CACHED_STATEMENTS:
                 self._descriptions.clear()
