@@ -174,6 +174,19 @@ class Backend(Protocol):
     # as a subplan per row where the planner cannot hash it (PostgreSQL: TPC-H Q16 took
     # 1.8 times as long with its NOT IN on the server)
     hashes_not_in: bool
+    # Whether a semi-join reduction's branch joined on several columns of its target is
+    # sent as a correlated EXISTS (``veil.sql.remote.reduction_filter``): PostgreSQL pulls
+    # it up into a hash semi-join, where the row-id form ``rid IN (SELECT r0.rid ...)``
+    # probed TPC-DS q24's store_sales by row id 287k times; DuckDB ran TPC-H Q7's EXISTS
+    # thirty times slower than the row-id form
+    semi_joins_by_exists: bool
+    # The partner rows a semi-join reduction's server join reads in the time the client
+    # fetches and decrypts one byte it saves (``trim_reductions``): DuckDB scans a
+    # vector of rows in what a fetched byte costs; PostgreSQL's row-at-a-time joins
+    # read TPC-DS q24's 3.2M store_sales and store_returns rows in 1.1 s to keep 31
+    # customers, whose 100,000 rows (8.5 MB) came whole in 0.24 s (0.08 rows a byte),
+    # while q80's returns reduced by the sales of 30 days pay their way (over 0.16)
+    scanned_rows_per_byte: float
     # Whether a subquery may refer to a scope more than one level out (DuckDB,
     # PostgreSQL); Spark's analyser resolves outer references one level out only
     correlates_deeply: bool

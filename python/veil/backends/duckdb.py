@@ -88,6 +88,8 @@ class DuckDBBackend(StagedBackend):
     savepoints = False  # DuckDB has no SAVEPOINT
     hashes_not_in = True
     correlates_deeply = True
+    semi_joins_by_exists = False  # TPC-H Q7: EXISTS on several keys 30x the row-id form
+    scanned_rows_per_byte = 2.0
     rewrites_by_copy = False  # an UPDATE without indexes over its columns is as fast
     locates_rows = True  # its row ids have no index: a DET key's finds the row
     # A load's INSERTs in one transaction: DuckDB then writes full row groups to the file

@@ -113,6 +113,8 @@ class PostgresBackend(StagedBackend):
     load_in_one_transaction = True
     hashes_not_in = False
     correlates_deeply = True
+    semi_joins_by_exists = True
+    scanned_rows_per_byte = 0.2
     rewrites_by_copy = True
 
     def __init__(self, url: str) -> None:

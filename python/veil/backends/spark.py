@@ -57,6 +57,8 @@ class SparkBackend:
     skips_row_blocks = True  # Parquet row groups, each with min/max per column
     # a table changes only by writing a new version, so a peel copies the table anyway
     hashes_not_in = True
+    semi_joins_by_exists = False
+    scanned_rows_per_byte = 2.0
     correlates_deeply = False  # UNRESOLVED_COLUMN for a reference two subqueries out
     rewrites_by_copy = True
     updates_in_place = False  # a table changes only by a new version of its files

@@ -165,6 +165,12 @@ class _PlanningContext:
     def correlates_deeply(self) -> bool:
         return True
 
+    def semi_joins_by_exists(self) -> bool:
+        return False
+
+    def scanned_rows_per_byte(self) -> float:
+        return 2.0
+
     def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
         return 0
 

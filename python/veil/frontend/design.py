@@ -322,6 +322,12 @@ class DesignContext:
     def correlates_deeply(self) -> bool:
         return self.session.correlates_deeply()
 
+    def semi_joins_by_exists(self) -> bool:
+        return self.session.semi_joins_by_exists()
+
+    def scanned_rows_per_byte(self) -> float:
+        return self.session.scanned_rows_per_byte()
+
     def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
         return self.session.wrapping_sum(value)
 

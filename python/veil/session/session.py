@@ -975,6 +975,12 @@ class Session:
     def correlates_deeply(self) -> bool:
         return self.backend.correlates_deeply
 
+    def semi_joins_by_exists(self) -> bool:
+        return self.backend.semi_joins_by_exists
+
+    def scanned_rows_per_byte(self) -> float:
+        return self.backend.scanned_rows_per_byte
+
     def wrapping_sum(self, value: exp.Expr) -> exp.Expr:
         return self.backend.wrapping_sum(value)  # type: ignore[arg-type]
 

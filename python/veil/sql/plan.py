@@ -251,6 +251,9 @@ class Reduction:
 
     scans: list[Scan]
     edges: list[JoinEdge]
+    # a branch joined on several of the target's columns, when the target is its largest
+    # table, as a correlated EXISTS (``Backend.semi_joins_by_exists``) rather than by row ids
+    by_exists: bool = False
 
     def part(self, start: Scan, edges: list[JoinEdge]) -> Reduction:
         """The scans ``edges`` connect to ``start``, with the edges among them."""
@@ -263,7 +266,7 @@ class Reduction:
                         reached[id(b)] = b
                         frontier.append(b)
         kept = [e for e in self.edges if id(e.left) in reached and id(e.right) in reached]
-        return Reduction([s for s in self.scans if id(s) in reached], kept)
+        return Reduction([s for s in self.scans if id(s) in reached], kept, self.by_exists)
 
 
 JOIN_ROW = "__veil_join_row"  # local column pairing the parts of one joined row

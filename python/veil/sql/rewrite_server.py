@@ -46,6 +46,14 @@ class ServerContext(Protocol):
         """Whether the server resolves a reference more than one subquery out."""
         ...
 
+    def semi_joins_by_exists(self) -> bool:
+        """Whether a reduction on several keys goes as a correlated EXISTS (``Backend``'s)."""
+        ...
+
+    def scanned_rows_per_byte(self) -> float:
+        """The partner rows a reduction may read for each byte it saves (``Backend``'s)."""
+        ...
+
     def encrypt_constant(self, node: exp.Expr, enc: Encryption) -> object | None:
         """The constant's ciphertext under ``enc``, or None if it cannot be exact."""
         ...

@@ -13,10 +13,11 @@ the server joins are chosen, trims them:
   25-row nation scans each ran lineitem's six-million-row join to drop a few
   rows);
 - a small fetch reduced the same way: a scan whose own filters keep fewer
-  bytes than half the rows of the reduction's other tables is fetched with
-  those filters alone. The server's semi-join reads every row of its
+  bytes than half the rows of the reduction's other tables (on DuckDB; five
+  times their rows on PostgreSQL) is fetched with those filters alone. The server's semi-join reads every row of its
   partners to drop at most the fetch's rows, and a fetched byte costs the
-  client about what two scanned rows cost the server (TPC-DS q07's 366 dates
+  client about what two scanned rows cost DuckDB, a fifth of one PostgreSQL
+  (``Backend.scanned_rows_per_byte``; TPC-DS q07's 366 dates
   of 2000, 6 KB, ran a five-table join over store_sales, 16.5 of the query's
   38 server ms at SF 0.1, to keep 46 of them; q43's 366 kept all 366);
 - a reduction that by the load's statistics keeps (nearly) every row
@@ -44,7 +45,6 @@ from veil.sql.widths import encryption_width
 log = logging.getLogger(__name__)
 
 _MIN_SHARE = 100  # a reduced table holds at least 1/_MIN_SHARE of the others' rows
-_BYTE_WORTH = 2  # scanned partner rows a fetched byte is worth (``_worth_it``)
 _KEEPS_ALL = 0.99  # a reduction estimated to keep this share of the rows is dropped
 
 
@@ -58,6 +58,8 @@ def trim_reductions(state: PlanState) -> PlanState:
             scan.reduction = None
         if scan.reduction is not None and _keeps_all(scan, state):
             scan.reduction = None
+        if scan.reduction is not None:  # the form its statement takes on this server
+            scan.reduction.by_exists = state.ctx.semi_joins_by_exists()
     return state
 
 
@@ -74,7 +76,7 @@ def _worth_it(scan: Scan, reduction: Reduction, state: PlanState) -> bool:
     others = sum(o.table.row_count for o in reduction.scans if o is not scan)
     if scan.table.row_count * _MIN_SHARE < others:
         return False
-    return _filtered_bytes(scan, state) * _BYTE_WORTH >= others
+    return _filtered_bytes(scan, state) * state.ctx.scanned_rows_per_byte() >= others
 
 
 def _filtered_bytes(scan: Scan, state: PlanState) -> float:
