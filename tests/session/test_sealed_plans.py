@@ -102,6 +102,34 @@ def test_a_design_change_plans_again(client: Path, monkeypatch: pytest.MonkeyPat
         session.close()
 
 
+def test_a_cleared_cache_reads_no_sealed_plan(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``plans.clear()`` (DDL, keys that repeat since the load, a test's patched planner) is
+    not undone by the sealed plans: the next run plans again, and keeps only its new plan."""
+    _run_once(client)
+    _new_process(monkeypatch)
+    session = Session(client)
+    try:
+        session.plans.clear()
+        planned = []
+        plan = Session.plan
+        monkeypatch.setattr(
+            Session, "plan", lambda s, *a, **k: planned.append(1) or plan(s, *a, **k)
+        )
+        assert _answer(session) == ANSWER and planned and session.plans.hits == 0
+    finally:
+        session.close()
+    monkeypatch.undo()
+    _new_process(monkeypatch)
+    _no_planning(monkeypatch)
+    again = Session(client)
+    try:
+        assert _answer(again) == ANSWER and again.plans.hits == 1  # the new plan was kept
+    finally:
+        again.close()
+
+
 def test_another_server_setting_plans_again(client: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``veil config`` may point the directory at another engine: its SQL differs."""
     _run_once(client)

@@ -132,6 +132,8 @@ class PlanStore(Protocol):
 
     def discard(self, key: Key) -> None: ...
 
+    def forget(self) -> None: ...
+
     def save(self) -> None: ...
 
 
@@ -199,7 +201,12 @@ class PlanCache:
             self._sealed.discard(key)
 
     def clear(self) -> None:
+        """No plan made before is found again: not in memory, nor among the sealed ones, which
+        were made under what the clear says changed (DDL, a design, keys that repeat since
+        the load, a test's patched planner) though their keys may not say it."""
         self._plans.clear()
+        if self._sealed is not None:
+            self._sealed.forget()
 
     def __len__(self) -> int:
         return len(self._plans)

@@ -118,6 +118,13 @@ class SealedPlans:
                 self._read.pop(key, None)
             self._dropped.add(key)
 
+    def forget(self) -> None:
+        """Neither read nor keep the plans made before (``PlanCache.clear``); the file's stay
+        in it for processes that still match them."""
+        with self._lock:
+            self._read = {}
+            self._new = {}
+
     def save(self) -> None:
         """Write the file's plans and the new ones (newest last, bounded), if any are new;
         never fails its caller (closing a session): a plan not kept is planned again."""
