@@ -54,7 +54,7 @@ def choose(table: TableDesign, rows: int | None, ordered: bool = True) -> None:
     ``cluster_by``: the candidate keys with the fewest groups, if few enough.
 
     The keys' DET encryptions carry their distinct counts by now
-    (``veil.load.loader._count_distinct_keys``); a candidate qualifies when
+    (``veil.load.statistics.record``); a candidate qualifies when
     the product of its counts is at most ``rows / MIN_ROWS_PER_GROUP``.
     Tables without ASHE sums are not clustered; tables with Paillier's packs,
     which are built in source order, keep source order altogether.

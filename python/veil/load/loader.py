@@ -50,7 +50,7 @@ from veil.design.policy import Policy, check_policy_columns
 from veil.designer.files import chosen_design
 from veil.designer.greedy import greedy_design
 from veil.designer.onions import onion_design, vocabulary
-from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, encode, encode_scalar, no_values
+from veil.encoding import BOOL_KIND, STRING_KIND, SqlType, no_values
 from veil.keys.generations import writing
 from veil.load import (
     ashe_widths,
@@ -61,6 +61,7 @@ from veil.load import (
     ope_warm,
     pending,
     plain_size,
+    statistics,
 )
 from veil.load.prefetch import in_order, prefetched, workers
 from veil.load.progress import Reporter, to_stderr
@@ -278,12 +279,10 @@ def load_into(
     ranges: dict[int, tuple[int | None, int | None]] = {}  # DET integers', by id(encryption)
     counts: dict[str, int | None] = {}
     for table in tables:
-        _count_distinct_keys(table, con, fresh.tables[table.name])
-        _record_statistics(table, con, fresh.tables[table.name])
+        summed, keys = statistics.record(table, con, fresh.tables[table.name])
         counts[table.name] = table.row_count(con)
         if not in_source_order:
             clusters.choose(fresh.tables[table.name], counts[table.name], backend.skips_row_blocks)
-        summed, keys = _data_profile(table, con, fresh.tables[table.name])
         ashe_widths.fit(fresh.tables[table.name], summed)
         fitted_copies.choose(
             fresh.tables[table.name], keys, packed=backend.compresses_repeated_bytes
@@ -532,126 +531,6 @@ def _hom_batches(
     meter.close()
 
 
-def _count_distinct_keys(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
-) -> None:
-    """Record each DET and OPE column's (approximate) distinct count.
-
-    The planner's group estimate, and what chooses the bytes form. It stays
-    in the client's design file; the server could count such values itself.
-    """
-    keys = [e for e in table.encryptions if e.scheme in (DET, OPE)]
-    try:
-        rows, row = _distinct_counts(source, con, keys)
-    except duckdb.Error:  # an expression DuckDB cannot compute for some row: columns only
-        keys = [e for e in keys if not e.is_expression]
-        rows, row = _distinct_counts(source, con, keys)
-    for enc, count in zip(keys, row, strict=True):
-        enc.params["distinct"] = int(count)
-    # a DET column whose approximate count reaches this share of the rows may be a key
-    candidates = [
-        enc
-        for enc, count in zip(keys, row, strict=True)
-        if enc.scheme == DET and not enc.is_expression and rows and count >= _KEY_CANDIDATE * rows
-    ]
-    _mark_unique(source, con, candidates, rows)
-
-
-# A DET column whose approximate distinct count reaches this share of the rows is
-# counted exactly, to learn whether it is a key (HyperLogLog is off by a few percent)
-_KEY_CANDIDATE = 0.9
-
-
-def _mark_unique(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, candidates: list[Encryption], rows: int
-) -> None:
-    """Mark ``params["unique"]`` on the DET columns whose values are all distinct, none NULL.
-
-    The planner sums over a server join under ASHE only where the join cannot
-    repeat a summed row (``veil.sql.join_sums``): every join reached through
-    such a key. Only the candidates by their approximate count are counted exactly.
-    """
-    if not candidates:
-        return
-    counts = ", ".join(f'COUNT(DISTINCT "{e.source}")' for e in candidates)
-    found = con.execute(f"SELECT {counts} FROM {source.relation_sql}").fetchall()[0]
-    for enc, count in zip(candidates, found, strict=True):
-        if count == rows:
-            enc.params["unique"] = True
-
-
-QUANTILES = 32  # an OPE column's recorded quantiles: 0, 1/32, ..., 1 (33 points)
-
-
-def _record_statistics(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
-) -> None:
-    """Record, in one pass over the source, what the planner estimates rows and bytes with
-    (``veil.sql.selectivity``, ``pushdown_joins``): each OPE column's quantiles (encoded,
-    as OPE encrypts them), each text column's mean length in bytes, and the shares of
-    rows each precomputed filter holds and fails for (``params["kept"]``).
-
-    Like the distinct counts, they stay in the client's design file; the server
-    could estimate the quantiles from the OPE ciphertexts' order anyway.
-    """
-    ordered = [e for e in table.encryptions if e.scheme == OPE and not e.is_expression]
-    texts = [c.name for c in table.columns if not SqlType(c.type).is_integral]
-    # precomputed filters (a LIKE, two columns compared): the share of rows each keeps
-    flags = [e for e in table.encryptions if e.is_expression and e.sql_type.kind == BOOL_KIND]
-    if not ordered and not texts and not flags:
-        return
-    points = ", ".join(str(i / QUANTILES) for i in range(QUANTILES + 1))
-    parts = [f'approx_quantile("{e.source}", [{points}])' for e in ordered]
-    parts += [f'avg(octet_length(CAST("{name}" AS BLOB)))' for name in texts]
-    parts += [
-        f"avg(CASE WHEN ({e.source}) THEN 1.0 ELSE 0.0 END), "
-        f"avg(CASE WHEN NOT ({e.source}) THEN 1.0 ELSE 0.0 END)"
-        for e in flags
-    ]
-    try:
-        row = con.execute(f"SELECT {', '.join(parts)} FROM {source.relation_sql}").fetchall()[0]
-    except duckdb.Error:  # a type these aggregates do not take: no estimates
-        return
-    for enc, values in zip(ordered, row, strict=False):
-        if values is None or any(v is None for v in values):
-            continue  # no non-NULL value
-        encoded = [encode_scalar(v, enc.sql_type) for v in values]
-        if all(isinstance(v, int) for v in encoded):
-            enc.params["quantiles"] = encoded
-    lengths = dict(zip(texts, row[len(ordered) : len(ordered) + len(texts)], strict=True))
-    for enc in table.encryptions:
-        if lengths.get(enc.source) is not None:
-            enc.params["mean_bytes"] = round(float(lengths[enc.source]), 1)
-    shares = row[len(ordered) + len(texts) :]
-    for at, enc in enumerate(flags):
-        true, false = shares[2 * at], shares[2 * at + 1]
-        if true is not None and false is not None:  # None: an empty table
-            enc.params["kept"] = [round(float(true), 6), round(float(false), 6)]
-
-
-def _data_profile(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, table: TableDesign
-) -> tuple[ashe_widths.Profile | None, dict[int, tuple[int | None, int | None]]]:
-    """In one scan: the summed expressions' (min, max, NULL rows), sizing their ASHE
-    words, and each DET integer column's (min, max) by id(encryption), for narrow DET (and
-    each number's RND copy's, ``fitted_copies``).
-
-    Summed expressions DuckDB cannot compute for some row leave the first None.
-    """
-    keys = [e for e in table.encryptions if narrow_det.candidate(e) or fitted_copies.candidate(e)]
-    columns = [(e.source, e.type) for e in keys]
-    summed = list(zip(table.sums.sources, table.sums.types, strict=True)) if table.sums else []
-    try:
-        found = _encoded_ranges(source, con, summed + columns)
-    except (duckdb.Error, pa.ArrowException, ValueError):  # uncomputable: type-wide words
-        summed, found = [], _encoded_ranges(source, con, columns)
-    sums, ranges = found[: len(summed)], found[len(summed) :]
-    return (
-        sums if summed else None,
-        {id(e): (low, high) for e, (low, high, _) in zip(keys, ranges, strict=True)},
-    )
-
-
 def _vocabularies(
     con: duckdb.DuckDBPyConnection, tables: list[SourceTable], schema: dict[str, list[Column]]
 ) -> set[tuple[str, str]]:
@@ -669,19 +548,6 @@ def _vocabularies(
             (table.name, c) for c, d in zip(texts, distinct, strict=True) if vocabulary(d, rows)
         }
     return found
-
-
-def _distinct_counts(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, keys: list[Encryption]
-) -> tuple[int, tuple[int, ...]]:
-    """The source's rows and each key's approximate distinct count, in one scan (none
-    without keys: then nothing needs the rows)."""
-    if not keys:
-        return 0, ()
-    counted = [e.source if e.is_expression else f'"{e.source}"' for e in keys]
-    counts = "".join(f", approx_count_distinct({c})" for c in counted)
-    rows, *found = con.execute(f"SELECT count(*){counts} FROM {source.relation_sql}").fetchall()[0]
-    return int(rows), tuple(found)
 
 
 # At most this many distinct values, an int64 OPE column is stored as 8-byte
@@ -768,7 +634,7 @@ def _check_declared_domains(
 ) -> None:
     """Refuse a source whose values leave a declared domain (one scan per table)."""
     declared = [c for c in columns if c.bounds is not None]
-    ranges = _encoded_ranges(source, con, [(c.name, c.type) for c in declared])
+    ranges = statistics.encoded_ranges(source, con, [(c.name, c.type) for c in declared])
     for column, (low, high, _) in zip(declared, ranges, strict=True):
         check_declared(
             column,
@@ -778,24 +644,6 @@ def _check_declared_domains(
             "for this column; nothing was loaded (widen or drop the --domain)",
             table=source.name,
         )
-
-
-def _encoded_ranges(
-    source: SourceTable, con: duckdb.DuckDBPyConnection, columns: list[tuple[str, str]]
-) -> list[tuple[int | None, int | None, int]]:
-    """The encoded ``(min, max)`` and NULL rows of each ``(column or expression, SQL
-    type)``, in one scan."""
-    profile = source.profile(con, [column for column, _ in columns])
-    encoded = []
-    for (low, high, nulls), (_, type_name) in zip(profile, columns, strict=True):
-        sql_type = SqlType(type_name)
-        encoded.append((_as_int(encode(low, sql_type)), _as_int(encode(high, sql_type)), nulls))
-    return encoded
-
-
-def _as_int(value: pa.Array) -> int | None:
-    found = value[0].as_py()
-    return found if isinstance(found, int) else None
 
 
 def _empty(columns: list[Column]) -> pa.Table:

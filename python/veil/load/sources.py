@@ -85,7 +85,7 @@ class SourceTable:
         """
         if not columns:
             return []
-        values = self._referenced(con, columns)
+        values = self.referenced(con, columns)
         parts = ", ".join(f"min({v}), max({v}), count(*) - count({v})" for v in values)
         row = con.sql(f"SELECT {parts} FROM {self.relation_sql}").to_arrow_table()
         return [
@@ -97,7 +97,7 @@ class SourceTable:
             for i in range(len(columns))
         ]
 
-    def _referenced(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[str]:
+    def referenced(self, con: duckdb.DuckDBPyConnection, columns: list[str]) -> list[str]:
         """Columns quoted, expressions in parentheses: what a SELECT list can hold."""
         names = {c.name for c in self.columns(con)}
         return [f'"{c}"' if c in names else f"({c})" for c in columns]
