@@ -16,7 +16,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import duckdb
@@ -25,9 +24,10 @@ from sqlglot import exp
 
 from veil.backends import Backend, BackendError, connect_existing, n_square_bytes
 from veil.ciphers.cache import CipherCache
+from veil.ciphers.cipher import ColumnCipher
 from veil.ciphers.hom_group import OverflowedRowsError
 from veil.crypto.keys import MasterKey
-from veil.design.model import Encryption, PhysicalDesign, TableDesign
+from veil.design.model import DET, Encryption, PhysicalDesign, TableDesign
 from veil.encoding import CONSTANT_FAMILIES, SqlType, encode_scalar, exact_reader
 from veil.errors import InternalError, ParameterError, VeilError
 from veil.exec.bind import KeyMemo, fetch_order, key_filters
@@ -99,6 +99,8 @@ _SERVER_SUMS = frozenset({"pushdown_aggregates", "pushdown_join_aggregates"})
 _NO_FALLBACK = (duckdb.InterruptException, duckdb.OutOfMemoryException, OutOfMemoryError)
 # servers whose statements take parameters (not written into the text) when one is a slot
 _PARAMETERS_SENT = frozenset({"duckdb", "postgres"})
+# DET ciphertexts of slot values a session keeps (``Session._slot_ciphertext``)
+_DET_SLOTS_KEPT = 4096
 
 
 class Session:
@@ -123,11 +125,14 @@ class Session:
         memory_limit: str | None = None,
     ):
         self.client: ClientDir = open_client_dir(client_dir)
+        # the design file's path as a string: its stamp is read several times a statement,
+        # and a Path built and stat-ed each time cost ~25 Path objects a TPC-B transaction
+        self._design_file = os.fspath(self.client.design_path)
         # the key (both keys while a re-key runs: ``veil.keys.ring``) and the design
         self.master: MasterKey
         self.design: PhysicalDesign
         # taken before the design is read: a design saved in between is read again later
-        self._design_stamp = _stamp(self.client.design_path)
+        self._design_stamp = _stamp(self._design_file)
         self.master, self.design = self.client.following()
         # a connection of its own (an embedded DuckDB file is opened once per
         # process and shared by its connections: ``veil.backends.duckdb``), so
@@ -147,6 +152,8 @@ class Session:
         self.table_locks = SharedLocks(self.client.path)
         self.writes_running = 0  # nested: a foreign key's action inside its statement's write
         self._owners: dict[str, TableDesign] = {}
+        # DET ciphertexts of recent slot values, by cipher (``_slot_ciphertext``)
+        self._det_slots: dict[tuple[int, type, int | bytes], tuple[object, int | bytes]] = {}
         # constants' encodings, within one planning (``current_date`` changes between plans)
         self._encoded: dict[tuple[str, str], int | bytes | None] = {}
         # whether the last planning left out peels because a transaction was open
@@ -171,7 +178,7 @@ class Session:
         session's peel is under way in it (``veil.session.peel_marks``)."""
         before = self.design
         while True:
-            self._design_stamp = _stamp(self.client.design_path)  # before: as in ``__init__``
+            self._design_stamp = _stamp(self._design_file)  # before: as in ``__init__``
             master, self.design = self.client.following(self.master)
             if not wait_for_peels(self, self.design):
                 break
@@ -194,17 +201,17 @@ class Session:
         except BackendError:
             # a table rebuilt since the design was read (ALTER, TRUNCATE, a re-key's or a
             # redesign's swap) has dropped the layers table it named: read the new design
-            if _stamp(self.client.design_path) == self._design_stamp:
+            if _stamp(self._design_file) == self._design_stamp:
                 raise
             self.reload_design()
 
     def design_file_stamp(self) -> int:
         """Changes whenever the client directory's design does (DDL, a load)."""
-        return _stamp(self.client.design_path)
+        return _stamp(self._design_file)
 
     def follow_design(self) -> None:
         """Sessions over one client directory see each other's DDL before each statement."""
-        if _stamp(self.client.design_path) != self._design_stamp:
+        if _stamp(self._design_file) != self._design_stamp:
             self.reload_design()
 
     @property
@@ -549,8 +556,29 @@ class Session:
             if encoded is None:
                 return None
             cipher = self.ciphers.get(self._owners[use.enc.name], use.enc)
-            values.append(cipher.encrypt_one(encoded))
+            if use.enc.scheme == DET:
+                values.append(self._slot_ciphertext(cipher, encoded))
+            else:
+                values.append(cipher.encrypt_one(encoded))
         return values
+
+    def _slot_ciphertext(self, cipher: ColumnCipher, encoded: int | bytes) -> int | bytes:
+        """``cipher.encrypt_one(encoded)`` of a DET cipher, kept for the values bound recently.
+
+        DET gives a value one ciphertext under one cipher (made once per key and
+        form: ``CipherCache``), so a key bound again (pgbench's UPDATE and SELECT of
+        one account, its 10 branches and 100 tellers) is not encrypted again; the
+        ciphertexts stay in this process, which holds the key anyway.
+        """
+        key = (id(cipher), type(encoded), encoded)
+        found = self._det_slots.get(key)
+        if found is not None and found[0] is cipher:
+            return found[1]
+        made = cipher.encrypt_one(encoded)
+        if len(self._det_slots) >= _DET_SLOTS_KEPT:
+            self._det_slots.clear()
+        self._det_slots[key] = (cipher, made)
+        return made
 
     def _plan_key(self, sql: str, params: list[object] | tuple[object, ...] | None) -> Key:
         """The plan cache's key: the planner's settings and the design's version too."""
@@ -630,7 +658,7 @@ class Session:
         """Has the design changed since ``stamp`` while it holds onions (a peel elsewhere)?"""
         # the stamp first: one stat, where has_wrapped walks every encryption (~1-4 ms on
         # TPC-DS's 24 tables, on every run of a cached plan)
-        return _stamp(self.client.design_path) != stamp and has_wrapped(self.design)
+        return _stamp(self._design_file) != stamp and has_wrapped(self.design)
 
     def _fallback(self, planned: CachedPlan, exc: Exception, stats: FetchStats) -> Result:
         """The always-correct fetch-everything plan, after the split plan failed.
@@ -1033,9 +1061,9 @@ def _count_fallback(plan: SplitPlan) -> None:
         fallbacks.record(plan.fallback)
 
 
-def _stamp(path: Path) -> int:
+def _stamp(path: str) -> int:
     try:
-        return path.stat().st_mtime_ns
+        return os.stat(path).st_mtime_ns
     except FileNotFoundError:
         return 0
 
