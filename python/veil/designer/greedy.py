@@ -67,7 +67,8 @@ from veil.encoding import (
     STRING_KIND,
     SqlType,
 )
-from veil.sql.workload import ColumnRef, WorkloadNeeds, analyse_workload
+from veil.sql.parse import parse_statement
+from veil.sql.workload import ColumnRef, WorkloadNeeds, analyse_tree
 
 DET_INT_BITS = 64
 
@@ -94,20 +95,23 @@ def greedy_design(
         raise ValueError(f"sums={sums!r} is not one of {', '.join(SUM_SCHEMES)}")
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
     policy = policy or Policy()
-    # each query analysed once: ``ordered_keys`` weighs them one by one (parsing and
-    # qualifying them twice was a sixth of designing TPC-DS's 79)
-    per_query = [analyse_workload([sql], plain) for sql in workload]
+    # each query parsed once, for its analysis and its planning (``prune``), and analysed
+    # once: ``ordered_keys`` weighs them one by one (parsing and qualifying them twice
+    # was a sixth of designing TPC-DS's 79)
+    trees = [parse_statement(sql) for sql in workload]
+    per_query = [analyse_tree(tree, plain) for tree in trees]
     needs = within_policy(merged_needs(per_query), policy)
     # a fact table's date key under OPE, its rows loaded in its order (``ordered_keys``)
     needs = with_ordered_keys(needs, ordered_keys(per_query, plain, needs, policy))
-    built = _design(schema, needs, schemes, key_fingerprint, sums, frozenset())
-    if not prune or not workload:
-        return built
-    # what the analysis asked for but no plan reads (``veil.designer.prune``)
-    pruned = unread_encryptions(built, workload)
-    if not pruned:
-        return built
-    return _design(schema, needs, schemes, key_fingerprint, sums, pruned)
+    with _Domains() as domains:
+        built = _design(schema, needs, schemes, key_fingerprint, sums, frozenset(), domains)
+        if not prune or not workload:
+            return built
+        # what the analysis asked for but no plan reads (``veil.designer.prune``)
+        pruned = unread_encryptions(built, trees)
+        if not pruned:
+            return built
+        return _design(schema, needs, schemes, key_fingerprint, sums, pruned, domains)
 
 
 def _design(
@@ -117,6 +121,7 @@ def _design(
     key_fingerprint: str,
     sums: str,
     pruned: Pruned,
+    domains: _Domains,
 ) -> PhysicalDesign:
     """The design storing what ``needs`` asks, less the ``pruned`` encryptions."""
     plain = {t: {c.name: c.type for c in cols} for t, cols in schema.items()}
@@ -124,7 +129,7 @@ def _design(
     ope_groups = _key_groups(needs.ope_pairs, plain)
     design = PhysicalDesign(key_fingerprint=key_fingerprint)
     for table, columns in schema.items():
-        summed = _summed(table, columns, needs, pruned)
+        summed = _summed(table, columns, needs, pruned, domains)
         ashe = _ashe_sums(summed) if sums == "ashe" else None
         counted = [s for i, s in enumerate(ashe.sources) if ashe.null_field(i)] if ashe else []
         table_needs = _with_summed_reads(needs, set(counted))
@@ -133,7 +138,7 @@ def _design(
             encryptions += _column_encryptions(
                 table, column, table_needs, (groups, ope_groups), schemes
             )
-        encryptions += _row_encryptions(table, columns, needs, schemes)
+        encryptions += _row_encryptions(table, columns, needs, schemes, domains)
         encryptions = [e for e in encryptions if (table, e.scheme, e.source) not in pruned]
         row_id = opaque_name("c")
         design.tables[table] = TableDesign(
@@ -296,17 +301,18 @@ def _column_encryptions(
 
 
 def _row_encryptions(
-    table: str, columns: list[Column], needs: WorkloadNeeds, schemes: frozenset[str]
+    table: str,
+    columns: list[Column],
+    needs: WorkloadNeeds,
+    schemes: frozenset[str],
+    domains: _Domains,
 ) -> list[Encryption]:
     """Per-row precomputed expressions: DET / OPE for filters (MONOMI §5.1)."""
     wanted = [(DET, s) for t, s in needs.det_rows if t == table and DET in schemes]
     wanted += [(OPE, s) for t, s in needs.ope_rows if t == table and OPE in schemes]
-    if not wanted:
-        return []
-    catalog = _catalog(table, columns)
     chosen = []
     for scheme, source in sorted(wanted):
-        domain = _expression_domain(catalog, table, source, columns)
+        domain = domains.of(table, source, columns)
         if domain is None or (
             scheme != DET and SqlType(domain.type).kind in (STRING_KIND, FLOAT_KIND)
         ):
@@ -315,7 +321,6 @@ def _row_encryptions(
             params = _expression_params(domain, scheme)
             scope = f"{scheme.lower()}:{table}.{source}"
             chosen.append(Encryption(opaque_name("c"), source, scheme, domain.type, scope, params))
-    catalog.close()
     return chosen
 
 
@@ -355,7 +360,11 @@ class _Summed:
 
 
 def _summed(
-    table: str, columns: list[Column], needs: WorkloadNeeds, pruned: Pruned = frozenset()
+    table: str,
+    columns: list[Column],
+    needs: WorkloadNeeds,
+    pruned: Pruned = frozenset(),
+    domains: _Domains | None = None,
 ) -> _Summed:
     """The table's summed expressions the server can add (MONOMI §5.3).
 
@@ -368,18 +377,21 @@ def _summed(
     found = _Summed(table, [], [])
     mine = sorted(source for t, source in needs.sums if t == table)
     if not mine:
-        return found  # no catalog to make (a DuckDB connection each: most tables sum nothing)
-    catalog = _catalog(table, columns)
-    for source in mine:
-        domain = _expression_domain(catalog, table, source, columns)
-        exact = domain is not None and SqlType(domain.type).kind in (INT_KIND, DECIMAL_KIND)
-        if domain is None or not exact or not null_follows_columns(source):
-            continue
-        if (table, ASHE, source) in pruned:
-            continue
-        found.sources.append(source)
-        found.domains.append(domain)
-    catalog.close()
+        return found
+    typed = domains or _Domains()  # onion designs type their sums alone
+    try:
+        for source in mine:
+            domain = typed.of(table, source, columns)
+            exact = domain is not None and SqlType(domain.type).kind in (INT_KIND, DECIMAL_KIND)
+            if domain is None or not exact or not null_follows_columns(source):
+                continue
+            if (table, ASHE, source) in pruned:
+                continue
+            found.sources.append(source)
+            found.domains.append(domain)
+    finally:
+        if domains is None:
+            typed.close()
     return found
 
 
@@ -441,28 +453,56 @@ def summed_columns(source: str) -> list[str]:
     return sorted({c.name.lower() for c in tree.find_all(exp.Column)})
 
 
-def _catalog(table: str, columns: list[Column]) -> duckdb.DuckDBPyConnection:
-    catalog = duckdb.connect()
-    body = ", ".join(f'"{c.name}" {c.type}' for c in columns)
-    catalog.execute(f'CREATE TABLE "{table}" ({body})')
-    return catalog
+class _Domains:
+    """How a server column stores each table's column or expression (``of``), worked out
+    once for a design and its pruned version, expressions typed by one DuckDB catalog
+    of the tables (a connection per table and design was 1.5 s of designing TPC-DS)."""
 
+    def __init__(self) -> None:
+        self._catalog: duckdb.DuckDBPyConnection | None = None
+        self._tables: set[str] = set()
+        self._found: dict[tuple[str, str], ExpressionDomain | None] = {}
 
-def _expression_domain(
-    catalog: duckdb.DuckDBPyConnection, table: str, source: str, columns: list[Column]
-) -> ExpressionDomain | None:
-    """How a server column stores ``source`` (a column or expression), or None if it cannot."""
-    by_name = {c.name: c for c in columns}
-    if source in by_name:
-        column = by_name[source]
-        domain = column_domain(column)
-        low, high = domain if domain is not None else (0, 0)
-        return ExpressionDomain(column.type, low, high, overflow=False)
-    try:
-        found = str(catalog.execute(f'DESCRIBE SELECT {source} FROM "{table}"').fetchall()[0][1])
-    except duckdb.Error:
-        return None
-    return expression_domain(source, found, by_name)
+    def __enter__(self) -> _Domains:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def of(self, table: str, source: str, columns: list[Column]) -> ExpressionDomain | None:
+        """How ``source`` (a column or expression of ``table``) is stored, or None if it
+        cannot be."""
+        key = (table, source)
+        if key not in self._found:
+            self._found[key] = self._domain(table, source, columns)
+        return self._found[key]
+
+    def _domain(self, table: str, source: str, columns: list[Column]) -> ExpressionDomain | None:
+        by_name = {c.name: c for c in columns}
+        if source in by_name:
+            column = by_name[source]
+            domain = column_domain(column)
+            low, high = domain if domain is not None else (0, 0)
+            return ExpressionDomain(column.type, low, high, overflow=False)
+        select = f'DESCRIBE SELECT {source} FROM "{table}"'
+        try:
+            found = str(self._catalog_of(table, columns).execute(select).fetchall()[0][1])
+        except duckdb.Error:
+            return None
+        return expression_domain(source, found, by_name)
+
+    def _catalog_of(self, table: str, columns: list[Column]) -> duckdb.DuckDBPyConnection:
+        if self._catalog is None:
+            self._catalog = duckdb.connect()
+        if table not in self._tables:
+            body = ", ".join(f'"{c.name}" {c.type}' for c in columns)
+            self._catalog.execute(f'CREATE TABLE "{table}" ({body})')
+            self._tables.add(table)
+        return self._catalog
 
 
 def _key_groups(

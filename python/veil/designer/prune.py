@@ -31,6 +31,7 @@ again by the greedy designer (``veil.designer.greedy``).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -59,8 +60,10 @@ def server_columns(plan: SplitPlan) -> set[str]:
     return names
 
 
-def unread_encryptions(design: PhysicalDesign, workload: list[str]) -> Pruned:
-    """The optional encryptions of ``design`` that no plan of ``workload`` reads.
+def unread_encryptions(design: PhysicalDesign, workload: Sequence[str | exp.Expr]) -> Pruned:
+    """The optional encryptions of ``design`` that no plan of ``workload`` reads (its
+    queries as text, or parsed: ``parse_statement``'s trees, which planning leaves as
+    they are).
 
     Optional: OPE and SEARCH of columns, DET and OPE of per-row expressions,
     ASHE sums (``_optional``). A query that cannot be parsed or planned keeps
@@ -80,10 +83,10 @@ def unread_encryptions(design: PhysicalDesign, workload: list[str]) -> Pruned:
     return frozenset(key for name, key in optional.items() if name not in read)
 
 
-def _read_by(sql: str, design: PhysicalDesign, context: _PlanningContext) -> set[str]:
+def _read_by(sql: str | exp.Expr, design: PhysicalDesign, context: _PlanningContext) -> set[str]:
     """The server names ``sql``'s plan reads; every name of its tables if it has no plan."""
     try:
-        tree = parse_statement(sql)
+        tree = parse_statement(sql) if isinstance(sql, str) else sql
         plan = plan_query(tree, design, context)
     except Exception:  # a query the session would refuse or fail on: keep what it names
         return _every_name(design)
