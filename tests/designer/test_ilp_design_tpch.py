@@ -153,8 +153,10 @@ def test_veil_design_command(
     # in this process: the session fixture's embedded server file is open here
     out = tmp_path / "d.json"
     # lineitem's 60,000 rows at SF 0.01: over orders' 15,000 the range on the server and
-    # its rows counted on the client were estimated within a tenth of a millisecond
-    query = "SELECT count(*) FROM lineitem WHERE l_shipdate < DATE '1995-01-01'"
+    # its rows counted on the client were estimated within a tenth of a millisecond; and
+    # 13% of them, not the 44% before 1995, which tipped either way with the quantiles'
+    # last digits (the load's exact ones against DuckDB's t-digest)
+    query = "SELECT count(*) FROM lineitem WHERE l_shipdate < DATE '1993-01-01'"
     argv = ["design", str(veil_env["client"]), "--workload", query, "--budget", "none"]
     assert main([*argv, "--out", str(out)]) == 0
     assert "design for 1 queries, budget unbounded" in capsys.readouterr().out
