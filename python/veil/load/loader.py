@@ -29,6 +29,7 @@ import pyarrow as pa
 import sqlglot
 
 from veil.backends import Backend, canonical_url, connect
+from veil.backends.duckdb import DuckDBBackend
 from veil.ciphers.blocks import blocks_schema
 from veil.ciphers.columns import BYTES_FORM, available_schemes
 from veil.ciphers.encrypt import TableEncryptor
@@ -204,23 +205,40 @@ def _designed_and_loaded(
         policy = client.policy()
     check_policy_columns(policy, schema)
     fresh: PhysicalDesign | None = None
-    if design is not None:
-        fresh = chosen_design(design, schema, policy, master.fingerprint())
-    elif workload:
-        fresh = greedy_design(
-            schema, workload, available_schemes(), master.fingerprint(), sums=sums, policy=policy
-        )
-    backend = connect(server_url)
+    # the plaintext's size sampled while the greedy designer works (``plain_size.Sampling``)
+    sampling = (
+        plain_size.Sampling(tables, con)
+        if design is None and workload and _sizes_plaintext(server_url)
+        else None
+    )
     try:
-        if fresh is None:  # onions, whose number copies depend on the server's storage
-            fresh = onion_design(
-                schema, available_schemes(), master.fingerprint(), policy, sums=sums == "ashe",
-                vocabularies=_vocabularies(con, tables, schema),
-                narrow_copies=backend.compresses_repeated_bytes,
+        if design is not None:
+            fresh = chosen_design(design, schema, policy, master.fingerprint())
+        elif workload:
+            fresh = greedy_design(
+                schema, workload, available_schemes(), master.fingerprint(), sums=sums,
+                policy=policy,
             )  # fmt: skip
-        return load_into(con, tables, fresh, client, master, backend, say)
+        backend = connect(server_url)
+        try:
+            if fresh is None:  # onions, whose number copies depend on the server's storage
+                fresh = onion_design(
+                    schema, available_schemes(), master.fingerprint(), policy, sums=sums == "ashe",
+                    vocabularies=_vocabularies(con, tables, schema),
+                    narrow_copies=backend.compresses_repeated_bytes,
+                )  # fmt: skip
+            return load_into(con, tables, fresh, client, master, backend, say, sampling=sampling)
+        finally:
+            backend.close()
     finally:
-        backend.close()
+        if sampling is not None:
+            sampling.close()
+
+
+def _sizes_plaintext(server_url: str) -> bool:
+    """Whether the load measures the plaintext's size for this server (DuckDB's: where
+    it compresses, ``load_into``), known without connecting to it."""
+    return server_url.startswith("duckdb:") and DuckDBBackend.compresses_repeated_bytes
 
 
 def _new_directory(client_dir: str) -> tuple[Path, bool] | None:
@@ -259,6 +277,7 @@ def load_into(
     *,
     in_source_order: bool = False,
     before_swap: Callable[[TableDesign], None] | None = None,
+    sampling: plain_size.Sampling | None = None,
 ) -> list[LoadReport]:
     """Encrypt and load ``tables`` (read through ``con``) under their ``fresh`` designs.
 
@@ -270,6 +289,7 @@ def load_into(
     ``cluster_by`` and ``sort_by`` kept (a re-key, ``veil.load.rekey_copy``,
     maps old ids to new ones so). ``before_swap(table)``: called once a
     table's server tables are complete, before the design names them.
+    ``sampling``: the plaintext's size, sampled already (``plain_size.Sampling``).
     """
     design = client.design(master) if client.has_design() else PhysicalDesign(master.fingerprint())
     if not backend.in_transaction:  # a rollback would bring back what it drops
@@ -293,7 +313,11 @@ def load_into(
         narrow_det.choose(fresh, design, ranges)
         # the space budget's unit: the plaintext as this server stores it
         measured = [(t, fresh.tables[t.name], counts[t.name]) for t in tables]
-        plain_size.measure_all(measured, con)
+        if sampling is not None and sampling.names == [t.name for t in tables]:
+            sizes = sampling.sizes()
+            plain_size.set_sizes(measured, [sizes[t.name] for t in tables], con)
+        else:
+            plain_size.measure_all(measured, con)
     else:  # 4-byte DET ciphertexts where the SQL types bound them (PostgreSQL)
         narrow_det.choose_by_type(fresh, design)
     loaded = _Loaded(in_source_order, before_swap)
