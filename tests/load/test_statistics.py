@@ -29,13 +29,15 @@ SOURCE = """
            CASE WHEN i % 7 = 0 THEN NULL ELSE CAST(((i * 7919) % 1009) / 4 AS DECIMAL(9, 2)) END
                AS amount,
            DATE '2020-01-01' + CAST(i % 400 AS INTEGER) AS day,
-           'name ' || (i % 97) AS label, CAST(NULL AS INTEGER) AS nothing
+           'name ' || (i % 97) AS label, CAST(NULL AS INTEGER) AS nothing,
+           CAST((i * 31) % 1000 - 300 AS INTEGER) AS small
     FROM range(3000) AS t(i)
 """
 QUERIES = [
     "SELECT g, sum(amount), count(*) FROM sales WHERE day < DATE '2020-06-01' GROUP BY g",
     "SELECT k FROM sales WHERE amount > 100 AND label LIKE '%9%' AND nothing > 3",
     "SELECT count(DISTINCT g) FROM sales WHERE amount BETWEEN 3 AND 40 AND k < 2000",
+    "SELECT count(*) FROM sales WHERE small < 500",
 ]
 
 
@@ -85,7 +87,7 @@ def test_quantiles_are_the_encoded_values_order_statistics(
     table = copy.deepcopy(design)
     statistics.record(source, con, table)
     ordered = [e for e in table.encryptions if e.scheme == OPE and not e.is_expression]
-    assert {e.source for e in ordered} >= {"amount", "day"}
+    assert {e.source for e in ordered} >= {"amount", "day", "small", "k"}
     for enc in ordered:
         column = con.sql(f'SELECT "{enc.source}" FROM {source.relation_sql}').to_arrow_table()
         values = sorted(

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veil.design.model import DET, OPE, Encryption, TableDesign
-from veil.encoding import BOOL_KIND, SqlType, encode, encode_scalar
+from veil.encoding import BOOL_KIND, INT_KIND, SqlType, encode, encode_scalar
 from veil.load import ashe_widths, fitted_copies, narrow_det
 from veil.load.sources import SourceTable
 
@@ -309,8 +309,11 @@ def _exact_quantiles(
         return
     points = [i / QUANTILES for i in range(QUANTILES + 1)]
     for at, enc in enumerate(ordered):
+        column = values.column(at)
         try:
-            encoded = encode(values.column(at), enc.sql_type)
+            # an integer's encoding is its value, widened to int64: the same quantiles
+            plain = enc.sql_type.kind == INT_KIND and pa.types.is_integer(column.type)
+            encoded = column if plain else encode(column, enc.sql_type)
         except (pa.ArrowException, ValueError):
             continue
         if not pa.types.is_integer(encoded.type) or encoded.null_count == len(encoded):
