@@ -35,8 +35,10 @@ from veil.load.sources import SourceTable
 
 QUANTILES = 32  # an OPE column's recorded quantiles: 0, 1/32, ..., 1 (33 points)
 # At most this many values (rows times OPE columns) are read into memory at once for
-# exact quantiles (256 MB as int64); a table with more rows than this keeps the t-digest
-EXACT_QUANTILE_VALUES = 1 << 25
+# exact quantiles: with a DECIMAL's 16 bytes and its encoding's 8, ~400 MB at most (TPC-DS
+# SF 1's inventory, 11.7M rows, a column at a time); a table with more rows than this
+# keeps the t-digest
+EXACT_QUANTILE_VALUES = 1 << 24
 # A DET column whose approximate distinct count reaches this share of the rows is
 # counted exactly, to learn whether it is a key (HyperLogLog is off by a few percent)
 KEY_CANDIDATE = 0.9
