@@ -577,8 +577,10 @@ def _vocabularies(
 # At most this many distinct values, an int64 OPE column is stored as 8-byte
 # binaries where the server compresses those (``OrderedBytesForm``). Measured on
 # DuckDB 2.0, 6M rows: 11 distinct values take 4 MB as bytes against 51 MB as
-# BIGINT, 2,400 take 13 MB, 9,442 take 19 MB, 195,000 take 64 MB (worse).
-BYTES_FORM_MAX_DISTINCT = 16384
+# BIGINT, 2,400 take 13 MB, 9,442 take 19 MB, 195,000 take 64 MB (worse). TPC-DS SF 1's
+# store_sales list and sales prices (19,720 and 18,195 values in 2.9M rows) take 13 MB
+# less as bytes; q28's ranges over them compare bytes (1.6x -> 2.0x its plaintext).
+BYTES_FORM_MAX_DISTINCT = 32768
 # A DET-only scope, whose integers can instead be narrow (20+ bits, ``narrow_det``),
 # takes the bytes form only below this: DuckDB joins, filters and scans BLOB keys
 # more slowly than BIGINT ones, and above ~1,000 values the dictionary saves under
