@@ -14,11 +14,11 @@ the server joins are chosen, trims them:
   rows);
 - a small fetch reduced the same way: a scan whose own filters keep fewer
   bytes than half the rows of the reduction's other tables (on DuckDB; five
-  times their rows on PostgreSQL) is fetched with those filters alone. The server's semi-join reads every row of its
-  partners to drop at most the fetch's rows, and a fetched byte costs the
-  client about what two scanned rows cost DuckDB, a fifth of one PostgreSQL
-  (``Backend.scanned_rows_per_byte``; TPC-DS q07's 366 dates
-  of 2000, 6 KB, ran a five-table join over store_sales, 16.5 of the query's
+  times their rows on PostgreSQL) is fetched with those filters alone. The
+  server's semi-join reads every row of its partners to drop at most the
+  fetch's rows, and a fetched byte costs the client about what two scanned
+  rows cost DuckDB, a fifth of one PostgreSQL
+  (``Backend.scanned_rows_per_byte``; TPC-DS q07's 366 dates of 2000, 6 KB, ran a five-table join over store_sales, 16.5 of the query's
   38 server ms at SF 0.1, to keep 46 of them; q43's 366 kept all 366);
 - a reduction that by the load's statistics keeps (nearly) every row
   (``join_rows.reduced_share``): its partners have no filter and hold every
