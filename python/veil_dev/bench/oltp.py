@@ -88,6 +88,15 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "over the one database, each mode and client count on each in turn (default: one "
         "server in the bench's own process)",
     )
+    oltp.add_argument(
+        "--breakdown",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="then each TPC-B statement alone, one client, SECONDS per mode and side: "
+        "latencies, and Veil's serve and server CPU per statement "
+        "(veil_dev.bench.oltp_breakdown; PostgreSQL only; default: not run)",
+    )
     oltp.add_argument("--json", metavar="PATH")
     oltp.add_argument("--png", metavar="PATH")
     oltp.set_defaults(handler=run_oltp)
@@ -321,6 +330,7 @@ def run_oltp(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="veil-oltp-"))
     runs: list[Run] = []
     inits: dict[str, dict[str, Any]] = {}
+    breakdown: list[dict[str, Any]] = []
     try:
         cluster.create_database("plain")
         inits["postgres"] = _bench_side(
@@ -336,10 +346,12 @@ def run_oltp(args: argparse.Namespace) -> int:
             counts = [int(n) for n in args.workers.split(",")] if args.workers else [None]
             ports = {n: stack.enter_context(served(client, n)) for n in counts}
             inits["veil"] = _bench_side(args, "veil", ports, "bench", "veil", runs)
+        if args.breakdown and args.backend == "postgres":
+            breakdown = _breakdown(args, cluster, client)
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
-    _report(args, runs, inits)
+    _report(args, runs, inits, breakdown)
     return 1 if any(r.anomalies or r.exit_code for r in runs) else 0
 
 
@@ -381,6 +393,32 @@ def _bench_side(
     return init
 
 
+def _breakdown(args: argparse.Namespace, cluster: Any, client: Path) -> list[dict[str, Any]]:
+    """``oltp_breakdown.measure`` over the sides' databases, Veil's served by this process."""
+    import psycopg
+
+    from veil_dev.bench import oltp_breakdown
+    from veil_dev.servers.postgres import SUPERUSER
+
+    def backends() -> list[int]:
+        with psycopg.connect(cluster.url, autocommit=True) as admin:
+            found = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = 'encrypted' "
+                "AND backend_type = 'client backend'"
+            ).fetchall()
+        return [int(pid) for (pid,) in found]
+
+    with served(client, None) as port:
+        return oltp_breakdown.measure(
+            pgbench_program(),
+            args.breakdown,
+            args.modes.split(","),
+            (cluster.port, SUPERUSER, "plain"),
+            (port, "bench", "veil"),
+            backends,
+        )
+
+
 def _load_average() -> list[str]:
     """The machine's 1, 5 and 15 minute load averages (other work shares the cores)."""
     try:
@@ -403,7 +441,12 @@ def _line(run: Run) -> str:
     )
 
 
-def _report(args: argparse.Namespace, runs: list[Run], inits: dict[str, Any]) -> None:
+def _report(
+    args: argparse.Namespace,
+    runs: list[Run],
+    inits: dict[str, Any],
+    breakdown: list[dict[str, Any]],
+) -> None:
     headers = ["side", "mode", "clients", "tps", "p50 ms", "p99 ms", "done", "retried",
                "retries", "failed", "anomalies"]  # fmt: skip
     rows = [
@@ -421,6 +464,7 @@ def _report(args: argparse.Namespace, runs: list[Run], inits: dict[str, Any]) ->
         "load_average_after": _load_average(),
         "init": inits,
         "runs": [asdict(r) for r in runs],
+        "breakdown": breakdown,
     }
     if args.json:
         write_json(args.json, document)
