@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from veil import _native
-from veil.crypto.keys import MasterKey
+from veil.crypto.keys import KeyLabel, MasterKey
 from veil.crypto.ope import Ope, ope_string_prefix
 from veil.errors import DomainError, MalformedCiphertextError, ParameterError
 
@@ -37,6 +37,47 @@ def test_regression_vectors_still_hold():
 @pytest.mark.parametrize(("bits", "cipher_bits"), [(1, 32), (16, 47), (32, 63), (33, 65), (64, 96)])
 def test_cipher_bits_follow_the_documented_rule(bits, cipher_bits):
     assert Ope(KEY, bits).cipher_bits == cipher_bits
+
+
+# Known answers of the narrower range (``cipher_bits``): a guard against changes of the map
+NARROW_VECTORS = [
+    (
+        25,
+        41,
+        [-16777216, -1, 0, 1, 16777215],
+        [3587, 1099315081537, 1099315084662, 1099315135320, 2199023139609],
+    ),
+    (32, 48, [-(2**31), 0, 2**31 - 1], [7160, 140736070588795, 281474976679645]),
+]
+
+
+@pytest.mark.parametrize(("bits", "cipher_bits", "plaintexts", "ciphertexts"), NARROW_VECTORS)
+def test_a_narrower_range_keeps_order_in_its_bits(bits, cipher_bits, plaintexts, ciphertexts):
+    ope = Ope(KEY, bits, cipher_bits=cipher_bits)
+    assert (ope.cipher_bits, ope.binary) == (cipher_bits, False)
+    assert [ope.encrypt_one(v) for v in plaintexts] == ciphertexts
+    values = np.sort(np.random.default_rng(3).integers(-(2 ** (bits - 1)), 2 ** (bits - 1), 500))
+    encrypted = ope.encrypt(values)
+    assert (np.diff(encrypted) >= 0).all() and encrypted.max() < 2**cipher_bits
+    np.testing.assert_array_equal(
+        Ope(KEY, bits, cipher_bits=cipher_bits).decrypt(encrypted), values
+    )
+    with pytest.raises(DomainError):
+        ope.encrypt_one(2 ** (bits - 1))
+    with pytest.raises(ParameterError, match="ciphertext bits"):
+        Ope(KEY, bits, cipher_bits=bits)
+
+
+def test_a_narrower_range_has_a_key_of_its_own():
+    master = MasterKey(bytes(32))
+    default = Ope.from_master(master, "t.c", 25)
+    narrow = Ope.from_master(master, "t.c", 25, cipher_bits=41)
+    assert narrow.decrypt_one(narrow.encrypt_one(9)) == 9
+    # the same scope's default key under the narrow range gives another map
+    assert Ope(master.derive(KeyLabel("ope", "t.c"), 32), 25, cipher_bits=41).encrypt_one(
+        9
+    ) != narrow.encrypt_one(9)
+    assert default.cipher_bits == 56
 
 
 def test_numpy_round_trip_keeps_order_and_dtype():

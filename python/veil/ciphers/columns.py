@@ -136,7 +136,15 @@ def _scheme_cipher(master: MasterKey, encryption: Encryption) -> ColumnCipher:
         return module.DetBytes.from_master(master, encryption.key_scope, column=label)
     if scheme == OPE:
         bits = int(str(encryption.params.get("bits", 64)))
-        ope = module.Ope.from_master(master, encryption.key_scope, bits, signed=True, column=label)
+        narrow = encryption.params.get(OPE_CIPHER_BITS)  # ``veil.load.narrow_ope``
+        ope = module.Ope.from_master(
+            master,
+            encryption.key_scope,
+            bits,
+            signed=True,
+            column=label,
+            cipher_bits=narrow if isinstance(narrow, int) else None,
+        )
         if encryption.params.get("form") == BYTES_FORM and not ope.binary:
             return OrderedBytesForm(_Int64Cipher(ope))
         return _Int64Cipher(ope)
@@ -240,6 +248,9 @@ class _Int64Cipher:
 
 
 BYTES_FORM = "bytes"
+# ``Encryption.params``: an OPE column's ciphertext bits where narrower than its
+# scheme's default (``veil.crypto.ope``'s ``cipher_bits``; ``veil.load.narrow_ope``)
+OPE_CIPHER_BITS = "cipher_bits"
 # ``Encryption.params``: the server stores the column's ciphertexts in this many bits,
 # as every value its SQL type accepts encrypts into them (``veil.load.narrow_det``)
 STORED_BITS = "stored_bits"

@@ -17,6 +17,16 @@ Rust (``veil_kernels::ope``) with an exact hypergeometric sampler
   fixed-width binary ``0x01 || big-endian ciphertext`` (``1 + ceil(cipher_bits/8)``
   bytes), which DuckDB and PostgreSQL order byte-wise, i.e. numerically.
 
+A narrower range may be asked for (``cipher_bits``, more than ``bits``): a
+server that bit-packs integers stores ``cipher_bits`` a row, not 64.
+``NARROW_EXPANSION`` bits over the plaintext's (``bits + 16``, as pyope's default
+15 -> 31 bits) still leave BCLO's random order-preserving function 2**16 range
+points per plaintext; what it leaks is the same (order, roughly the upper half
+of each plaintext's bits). Such a key is derived under its own label version
+(``NARROW_LABEL_VERSION``), so no key serves two ranges, and the design records
+the width (``Encryption.params["cipher_bits"]``); a design without it reads the
+``bits + 31`` ciphertexts as before.
+
 Plaintexts are signed (``[-2**(bits-1), 2**(bits-1))``, mapped to the unsigned
 domain by flipping the sign bit) or unsigned (``[0, 2**bits)``). Decryption
 returns int64, except unsigned 64-bit schemes, which return uint64.
@@ -49,6 +59,10 @@ if TYPE_CHECKING:
 SCHEME = "ope"
 KEY_BYTES = 32
 NARROW_CIPHER_BITS = 63
+# A narrower range: this many ciphertext bits over the plaintext's (``Ope(cipher_bits=)``)
+NARROW_EXPANSION = 16
+# The key label's version for a range other than the default ``cipher_bits_for(bits)``
+NARROW_LABEL_VERSION = 2
 
 Column: TypeAlias = np.ndarray | pa.Array | pa.ChunkedArray
 
@@ -56,14 +70,22 @@ Column: TypeAlias = np.ndarray | pa.Array | pa.ChunkedArray
 class Ope:
     """One order-preserving encryption key over ``bits``-bit integers."""
 
-    def __init__(self, key: bytes, bits: int, *, signed: bool = True, column: str | None = None):
+    def __init__(
+        self,
+        key: bytes,
+        bits: int,
+        *,
+        signed: bool = True,
+        column: str | None = None,
+        cipher_bits: int | None = None,
+    ):
         if not isinstance(bits, int) or not 1 <= bits <= 64:
             raise ParameterError(f"OPE plaintext bits must be an integer in 1..64, got {bits!r}")
         self.column = column
         self.bits = bits
         self.signed = signed
         with native_errors(column):
-            self._cipher = _native.OpeCipher(bytes(key), bits, signed)
+            self._cipher = _native.OpeCipher(bytes(key), bits, signed, cipher_bits)
         self.cipher_bits: int = self._cipher.cipher_bits
         self.domain: str = self._cipher.domain.split(";")[0]
 
@@ -76,9 +98,12 @@ class Ope:
         *,
         signed: bool = True,
         column: str | None = None,
+        cipher_bits: int | None = None,
     ) -> Ope:
-        key = master.derive(KeyLabel(SCHEME, scope), KEY_BYTES)
-        return cls(key, bits, signed=signed, column=column)
+        """The key of ``scope``; with ``cipher_bits``, that range's own key."""
+        version = 1 if cipher_bits is None else NARROW_LABEL_VERSION
+        key = master.derive(KeyLabel(SCHEME, scope, version), KEY_BYTES)
+        return cls(key, bits, signed=signed, column=column, cipher_bits=cipher_bits)
 
     @property
     def binary(self) -> bool:

@@ -64,8 +64,12 @@ DESIGN_FORMAT = "veil-physical-design"
 #    copy to its loaded values (``params["fit"]``, ``veil.ciphers.fitted_rnd``); a Veil of
 #    version 11 would sum the NULLs and misread the copies, so it must refuse them;
 #    versions 6-11 read unchanged.
-DESIGN_VERSION = 12
-READABLE_VERSIONS = (6, 7, 8, 9, 10, 11, 12)
+# 13: an int64 OPE column may have a narrower ciphertext range under a key of its own
+#    (``params["cipher_bits"]``, ``veil.crypto.ope``, ``veil.load.narrow_ope``); a Veil
+#    of version 12 would encrypt its constants and decrypt its values in the default
+#    range, so it must refuse them; versions 6-12 read unchanged.
+DESIGN_VERSION = 13
+READABLE_VERSIONS = (6, 7, 8, 9, 10, 11, 12, 13)
 
 RND = "RND"
 DET = "DET"

@@ -59,6 +59,7 @@ from veil.load import (
     clusters,
     fitted_copies,
     narrow_det,
+    narrow_ope,
     ope_warm,
     pending,
     plain_size,
@@ -311,6 +312,7 @@ def load_into(
     if backend.compresses_repeated_bytes:
         _store_few_values_as_bytes(fresh, design, counts)
         narrow_det.choose(fresh, design, ranges)
+        narrow_ope.choose(fresh, design)
         # the space budget's unit: the plaintext as this server stores it
         measured = [(t, fresh.tables[t.name], counts[t.name]) for t in tables]
         if sampling is not None and sampling.names == [t.name for t in tables]:

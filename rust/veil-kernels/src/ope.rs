@@ -25,7 +25,9 @@
 //! gives cipher_bits = bits + 32 (at most 96), stored as fixed-width binary
 //! 0x01 || big-endian bytes, which byte-wise comparison orders correctly. The
 //! BIGINT form has no room for a version byte; its version lives in the key
-//! label, like FF1's. Signed domains map v to v + 2^(bits-1) (the sign bit
+//! label, like FF1's. `Ope::with_cipher_bits` takes a narrower range (still
+//! more than `bits`): a server that bit-packs integers stores fewer bits a row.
+//! Signed domains map v to v + 2^(bits-1) (the sign bit
 //! flipped) so that order is kept.
 //!
 //! Speed: whole plaintext <-> ciphertext pairs are cached (`pairs`), so
@@ -56,8 +58,23 @@ pub struct Ope {
 }
 
 impl Ope {
-    /// A scheme over `bits`-bit plaintexts (1..=64) under a 32-byte key.
+    /// A scheme over `bits`-bit plaintexts (1..=64) under a 32-byte key, with
+    /// `cipher_bits_for(bits)` ciphertext bits.
     pub fn new(key: &[u8], bits: u32, signed: bool) -> Result<Self, KernelError> {
+        Self::with_cipher_bits(key, bits, cipher_bits_for(bits), signed)
+    }
+
+    /// A scheme over `bits`-bit plaintexts into `cipher_bits`-bit ciphertexts
+    /// (`bits < cipher_bits <= 96`; int64 ciphertexts up to 63 bits, binary above).
+    /// The coins do not name `cipher_bits`: a caller choosing other than
+    /// `cipher_bits_for(bits)` derives its own key for it (`veil.crypto.ope`'s label
+    /// version), so that no key serves two ranges.
+    pub fn with_cipher_bits(
+        key: &[u8],
+        bits: u32,
+        cipher_bits: u32,
+        signed: bool,
+    ) -> Result<Self, KernelError> {
         if key.len() != 32 {
             return Err(KernelError::KeyLength {
                 expected: 32,
@@ -69,8 +86,14 @@ impl Ope {
                 "OPE plaintext bits must be in 1..=64, got {bits}"
             )));
         }
+        if !(bits + 1..=MAX_CIPHER_BITS).contains(&cipher_bits) {
+            return Err(KernelError::Parameter(format!(
+                "OPE ciphertext bits must be in {}..={MAX_CIPHER_BITS} for {bits}-bit \
+                 plaintexts, got {cipher_bits}",
+                bits + 1
+            )));
+        }
         let prf = Aes256::new(GenericArray::from_slice(key));
-        let cipher_bits = cipher_bits_for(bits);
         Ok(Self {
             bits,
             cipher_bits,
@@ -251,6 +274,9 @@ fn check_lengths(rows: usize, valid: Option<&[bool]>, out: usize) -> Result<(), 
     }
     Ok(())
 }
+
+/// The widest ciphertexts (`cipher_bits_for(64)`).
+pub const MAX_CIPHER_BITS: u32 = 96;
 
 /// Ciphertext bits for `bits`-bit plaintexts (see the module docs).
 pub fn cipher_bits_for(bits: u32) -> u32 {

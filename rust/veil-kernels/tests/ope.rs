@@ -62,6 +62,35 @@ fn signed_domains_order_negatives_first() {
 }
 
 #[test]
+fn narrower_ranges_keep_order_and_round_trip() {
+    let mut rng = ChaCha20Rng::from_seed([2; 32]);
+    for (bits, cipher_bits) in [(25, 41), (32, 48), (8, 9), (1, 2)] {
+        let mut ope = Ope::with_cipher_bits(&KEY, bits, cipher_bits, true).unwrap();
+        assert_eq!(ope.cipher_bits(), cipher_bits);
+        let mask = (1u64 << bits) - 1;
+        let mut points: Vec<u64> = (0..300).map(|_| rng.next_u64() & mask).collect();
+        points.extend([0, mask, mask / 2, mask / 2 + 1]);
+        points.sort_unstable();
+        points.dedup();
+        let cs: Vec<u128> = points.iter().map(|&p| ope.encrypt_point(p)).collect();
+        assert!(cs.windows(2).all(|w| w[0] < w[1]), "bits={bits}");
+        assert!(cs.iter().all(|&c| c >> cipher_bits == 0), "bits={bits}");
+        let mut fresh = Ope::with_cipher_bits(&KEY, bits, cipher_bits, true).unwrap();
+        for (&p, &c) in points.iter().zip(&cs) {
+            assert_eq!(fresh.decrypt_point(c), Some(p));
+        }
+        assert_eq!(fresh.decrypt_point(1 << cipher_bits), None);
+    }
+    for (bits, cipher_bits) in [(25, 25), (25, 24), (64, 97)] {
+        let refused = Ope::with_cipher_bits(&KEY, bits, cipher_bits, true);
+        assert!(
+            matches!(refused, Err(KernelError::Parameter(_))),
+            "{bits} {cipher_bits}"
+        );
+    }
+}
+
+#[test]
 fn cached_and_fresh_encryptions_agree() {
     let mut warm = Ope::new(&KEY, 32, true).unwrap();
     let first: Vec<u128> = (-50..50)

@@ -82,8 +82,13 @@ impl OpeCipher {
 #[pymethods]
 impl OpeCipher {
     #[new]
-    fn new(key: &[u8], bits: u32, signed: bool) -> PyResult<Self> {
-        let inner = Ope::new(key, bits, signed).map_err(to_py)?;
+    #[pyo3(signature = (key, bits, signed, cipher_bits=None))]
+    fn new(key: &[u8], bits: u32, signed: bool, cipher_bits: Option<u32>) -> PyResult<Self> {
+        let inner = match cipher_bits {
+            Some(cipher_bits) => Ope::with_cipher_bits(key, bits, cipher_bits, signed),
+            None => Ope::new(key, bits, signed),
+        }
+        .map_err(to_py)?;
         Ok(Self {
             inner: Mutex::new(inner),
         })
