@@ -33,6 +33,7 @@ from veil.sql.passes.plan_key_ranges import plan_key_ranges
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
 from veil.sql.passes.pushdown_join_aggregates import _key_encryption, pushdown_join_aggregates
+from veil.sql.passes.pushdown_joined_subqueries import pushdown_joined_subqueries
 from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
@@ -105,6 +106,7 @@ def test_passes_are_in_order() -> None:
         pushdown_aggregates,
         pushdown_join_aggregates,
         pushdown_joins,
+        pushdown_joined_subqueries,
         trim_reductions,
         estimate_rows,
         drop_pushed_filters,

@@ -153,7 +153,16 @@ JOIN_GROUPS = [
     "WHERE p_id = l_part AND l_owner NOT IN (SELECT p_owner FROM parts WHERE p_price > 40) "
     "GROUP BY p_owner ORDER BY 1",
 ]
-WORKLOAD = [sql for sql, _ in PUSHED] + NOT_IN + LOCAL + JOIN_GROUPS
+# an uncorrelated IN on a scan the server joins: in the join's statement, whose filters
+# reach its partners as the IN's keys would (``pushdown_joined_subqueries``; TPC-DS q60)
+JOINED_IN = [
+    "SELECT l_qty, COUNT(*), MAX(p_price) FROM parts, lines WHERE p_id = l_part "
+    "AND p_owner IN (SELECT m.l_owner FROM lines m WHERE m.l_qty = 2) GROUP BY l_qty ORDER BY 1",
+    # NULLs among the subquery's keys, and an IN on the fact side of the join
+    "SELECT p_owner, COUNT(*), MIN(l_day) FROM parts, lines WHERE p_id = l_part "
+    "AND l_qty IN (SELECT q.p_price FROM parts q WHERE q.p_owner = 3) GROUP BY p_owner ORDER BY 1",
+]
+WORKLOAD = [sql for sql, _ in PUSHED] + NOT_IN + LOCAL + JOIN_GROUPS + JOINED_IN
 STATEMENTS = [
     "INSERT INTO lines VALUES (5000, 3, 8, 3, DATE '2021-01-01'), (5001, NULL, 1, 2, NULL)",
     "UPDATE parts SET p_price = 49 WHERE p_id IN (SELECT l_part FROM lines WHERE l_qty = 8)",
@@ -228,6 +237,18 @@ def test_subquery_left_to_the_client(
     check_query(session, plain, sql)
     plan = session.run(sql).plan
     assert plan is not None and ("EXISTS" in plan.local.sql() or " IN (" in plan.local.sql())
+
+
+@pytest.mark.parametrize("sql", JOINED_IN)
+def test_uncorrelated_in_joins_the_server_join(
+    tables: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    check_query(*tables, sql)
+    result = tables[0].run(sql)
+    plan = result.plan
+    assert plan is not None and " IN (" not in plan.local.sql() and plan.scans[0].joined
+    assert all(s.joined is plan.scans[0].joined and not s.binds for s in plan.scans)
+    assert result.stats.statements == 1  # the join alone: no fetch of the subquery's keys
 
 
 def test_writes_then_queries(tables: tuple[Session, duckdb.DuckDBPyConnection]) -> None:

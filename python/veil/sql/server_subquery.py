@@ -25,7 +25,9 @@ Exact, NULLs included: DET and OPE map NULL to NULL and distinct values to
 distinct ciphertexts, so ``IN``/``NOT IN``/``EXISTS`` and comparisons give the
 plaintext's three-valued answers; MIN/MAX of OPE ciphertexts are the
 ciphertexts of the MIN/MAX. An uncorrelated ``col [NOT] IN (subquery)`` is
-left to the client's bind filters (``_uncorrelated_in``). A subquery referring
+left to the client's bind filters (``_uncorrelated_in``), an IN only until
+its scan turns out to be fetched by a server join
+(``pushdown_joined_subqueries``). A subquery referring
 to any scope further out, to a CTE or derived table, or with GROUP BY, HAVING,
 LIMIT, windows or outer joins is left as it was (the client runs it). What
 the server learns: which
@@ -74,6 +76,9 @@ class PushedSubquery:
     scan: Scan
     predicate: ServerPredicate
     scopes: list[Scope]  # the subquery scopes whose scans are no longer fetched
+    # an uncorrelated IN left to the client's bind filters unless its scan is fetched by a
+    # server join (``veil.sql.passes.pushdown_joined_subqueries``)
+    joined_only: bool = False
 
 
 @dataclass
@@ -108,7 +113,8 @@ def pushed_subquery(
     server = _subquery_test(work, conjunct)
     if server is None or len(work.outer_scans) > 1:
         return None
-    if _uncorrelated_in(conjunct, work) and _left_to_client(conjunct, work):
+    joined_only = _uncorrelated_in(conjunct, work) and _left_to_client(conjunct, work)
+    if joined_only and _negated(conjunct):
         return None
     # uncorrelated: true or false for every row, so any scan of the scope may test it
     mine = (s for (scope_id, _), s in state.scans.items() if scope_id == id(scope))
@@ -117,7 +123,36 @@ def pushed_subquery(
         return None
     schemes = sorted(work.schemes)
     predicate = ServerPredicate(conjunct.sql("duckdb"), server, schemes, conjunct, True)
-    return PushedSubquery(scan, predicate, work.scopes)
+    return PushedSubquery(scan, predicate, work.scopes, joined_only)
+
+
+def forget_absorbed(state: PlanState, absorbed: set[int]) -> None:
+    """Drop the absorbed scopes' scans and everything planned about them."""
+    gone = {id(s) for key, s in state.scans.items() if key[0] in absorbed}
+    state.scans = {k: s for k, s in state.scans.items() if k[0] not in absorbed}
+    state.edges = [(scope, edges) for scope, edges in state.edges if id(scope) not in absorbed]
+    state.correlated, state.derived = (
+        [[e for e in edges if id(e.left) not in gone and id(e.right) not in gone] for edges in kind]
+        for kind in (state.correlated, state.derived)
+    )
+    state.derived_joins = [j for j in state.derived_joins if id(j[2]) not in gone]
+    state.in_subqueries = [
+        (node, target)
+        for node, target in state.in_subqueries
+        if id(target) not in gone and not _tests_absorbed(node, state, absorbed)
+    ]
+    state.joined_subqueries = [
+        (scope, pushed)
+        for scope, pushed in state.joined_subqueries
+        if id(scope) not in absorbed and id(pushed.scan) not in gone
+    ]
+
+
+def _tests_absorbed(node: exp.In, state: PlanState, absorbed: set[int]) -> bool:
+    """Whether an IN-subquery conjunct's subquery is one the server now runs."""
+    query = node.args.get("query")
+    inner = query.this if isinstance(query, exp.Subquery) else None
+    return any(id(s) in absorbed and s.expression is inner for s in state.scopes)
 
 
 def _uncorrelated_in(conjunct: exp.Expr, work: _Translation) -> bool:
@@ -128,6 +163,9 @@ def _uncorrelated_in(conjunct: exp.Expr, work: _Translation) -> bool:
     on l_partkey). A NOT IN gives no keys; it is left to the client only where the
     server runs it as a subplan per row (PostgreSQL: Q16 took 1.8 times as long;
     ``Backend.hashes_not_in``). The only outer reference is then ``col`` itself.
+    Where the IN's scan is fetched by a server join, the join filters its partners
+    as the keys would, and the server runs the IN whole inside that statement
+    (``veil.sql.passes.pushdown_joined_subqueries``).
     """
     while isinstance(conjunct, exp.Not | exp.Paren):
         conjunct = conjunct.this

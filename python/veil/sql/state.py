@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
@@ -12,6 +13,9 @@ from veil.design.model import PhysicalDesign
 from veil.sql.columns import BaseColumn
 from veil.sql.plan import JoinEdge, LateOutput, Scan
 from veil.sql.rewrite_server import ServerContext
+
+if TYPE_CHECKING:
+    from veil.sql.server_subquery import PushedSubquery
 
 ScanKey = tuple[int, str]  # (id of the scope, alias of the table reference)
 
@@ -43,6 +47,9 @@ class PlanState:
     derived_joins: list[tuple[exp.Column, Scope, Scan, BaseColumn]] = field(default_factory=list)
     # ``col IN (subquery)`` conjuncts on one scan's column
     in_subqueries: list[tuple[exp.In, Scan]] = field(default_factory=list)
+    # uncorrelated ``col IN (subquery)`` conjuncts the server runs only inside a server
+    # join of their scan (``pushdown_joined_subqueries``), with the scope holding each
+    joined_subqueries: list[tuple[Scope, PushedSubquery]] = field(default_factory=list)
     # result columns decrypted after the local plan (``decrypt_outputs``)
     late_outputs: list[LateOutput] = field(default_factory=list)
 

@@ -25,6 +25,7 @@ from veil.sql.passes.plan_key_ranges import plan_key_ranges
 from veil.sql.passes.prune_exists_projections import prune_exists_projections
 from veil.sql.passes.pushdown_aggregates import pushdown_aggregates
 from veil.sql.passes.pushdown_join_aggregates import pushdown_join_aggregates
+from veil.sql.passes.pushdown_joined_subqueries import pushdown_joined_subqueries
 from veil.sql.passes.pushdown_joins import pushdown_joins
 from veil.sql.passes.pushdown_predicates import pushdown_predicates
 from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
@@ -47,6 +48,7 @@ PASSES: tuple[Pass, ...] = (
     pushdown_aggregates,  # GROUP BY / COUNT / MIN / MAX / HOM SUM on the server
     pushdown_join_aggregates,  # a whole joined block grouped and counted on the server
     pushdown_joins,  # inner DET equi-joins as one server statement
+    pushdown_joined_subqueries,  # an uncorrelated IN on a server join's scan, in its statement
     trim_reductions,  # drop reductions a server join does, or too costly for a small table
     estimate_rows,  # each plain scan's rows, from the load's statistics (the cost model's)
     drop_pushed_filters,  # exact server filters leave the local plan

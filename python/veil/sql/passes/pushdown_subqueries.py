@@ -22,7 +22,7 @@ from itertools import count
 from sqlglot import exp
 
 from veil.sql.conjuncts import aliases_of, conjunct_list, nullable_aliases
-from veil.sql.server_subquery import pushed_subquery
+from veil.sql.server_subquery import forget_absorbed, pushed_subquery
 from veil.sql.state import PlanState
 
 
@@ -41,32 +41,11 @@ def pushdown_subqueries(state: PlanState) -> PlanState:
             pushed = pushed_subquery(conjunct, scope, state, numbers)
             if pushed is None or pushed.scan.alias not in preserved:
                 continue
+            if pushed.joined_only:
+                state.joined_subqueries.append((scope, pushed))
+                continue
             pushed.scan.predicates.append(pushed.predicate)
             absorbed |= {id(s) for s in pushed.scopes}
     if absorbed:
-        _forget(state, absorbed)
+        forget_absorbed(state, absorbed)
     return state
-
-
-def _forget(state: PlanState, absorbed: set[int]) -> None:
-    """Drop the absorbed scopes' scans and everything planned about them."""
-    gone = {id(s) for key, s in state.scans.items() if key[0] in absorbed}
-    state.scans = {k: s for k, s in state.scans.items() if k[0] not in absorbed}
-    state.edges = [(scope, edges) for scope, edges in state.edges if id(scope) not in absorbed]
-    state.correlated, state.derived = (
-        [[e for e in edges if id(e.left) not in gone and id(e.right) not in gone] for edges in kind]
-        for kind in (state.correlated, state.derived)
-    )
-    state.derived_joins = [j for j in state.derived_joins if id(j[2]) not in gone]
-    state.in_subqueries = [
-        (node, target)
-        for node, target in state.in_subqueries
-        if id(target) not in gone and not _tests_absorbed(node, state, absorbed)
-    ]
-
-
-def _tests_absorbed(node: exp.In, state: PlanState, absorbed: set[int]) -> bool:
-    """Whether an IN-subquery conjunct's subquery is one the server now runs."""
-    query = node.args.get("query")
-    inner = query.this if isinstance(query, exp.Subquery) else None
-    return any(id(s) in absorbed and s.expression is inner for s in state.scopes)
