@@ -162,7 +162,26 @@ JOINED_IN = [
     "SELECT p_owner, COUNT(*), MIN(l_day) FROM parts, lines WHERE p_id = l_part "
     "AND l_qty IN (SELECT q.p_price FROM parts q WHERE q.p_owner = 3) GROUP BY p_owner ORDER BY 1",
 ]
-WORKLOAD = [sql for sql, _ in PUSHED] + NOT_IN + LOCAL + JOIN_GROUPS + JOINED_IN
+# the same, where the join may or may not go to the server: answers only
+JOINED_IN_ANSWERS = [
+    # in each branch of a UNION ALL of CTEs (TPC-DS q60's shape)
+    "WITH a AS (SELECT l_qty, COUNT(*) AS n FROM parts, lines WHERE p_id = l_part AND p_owner "
+    "IN (SELECT m.l_owner FROM lines m WHERE m.l_qty = 2) GROUP BY l_qty), b AS (SELECT l_qty, "
+    "COUNT(*) AS n FROM parts, lines WHERE p_id = l_part AND p_owner IN (SELECT m.l_owner FROM "
+    "lines m WHERE m.l_qty = 3) GROUP BY l_qty) SELECT l_qty, SUM(n) FROM (SELECT * FROM a "
+    "UNION ALL SELECT * FROM b) GROUP BY l_qty ORDER BY 1",
+    # a chain of uncorrelated INs inside the subquery (q58's, q83's dates of weeks)
+    "SELECT COUNT(*), MIN(l_day) FROM parts, lines WHERE p_id = l_part AND l_qty IN "
+    "(SELECT q.p_price FROM parts q WHERE q.p_owner IN (SELECT m.l_owner FROM lines m "
+    "WHERE m.l_day < DATE '2020-02-01'))",
+    # the IN's column is the join key: its keys also reach the scan it joins
+    "SELECT COUNT(*), MAX(l_day) FROM parts, lines WHERE p_id = l_part AND p_id IN "
+    "(SELECT m.l_part FROM lines m WHERE m.l_qty = 4)",
+    # two INs on the joined block, and one that selects nothing
+    "SELECT COUNT(*) FROM parts, lines WHERE p_id = l_part AND p_owner IN (SELECT m.l_owner "
+    "FROM lines m WHERE m.l_qty = 1) AND l_qty IN (SELECT q.p_price FROM parts q WHERE q.p_id < 0)",
+]
+WORKLOAD = [sql for sql, _ in PUSHED] + NOT_IN + LOCAL + JOIN_GROUPS + JOINED_IN + JOINED_IN_ANSWERS
 STATEMENTS = [
     "INSERT INTO lines VALUES (5000, 3, 8, 3, DATE '2021-01-01'), (5001, NULL, 1, 2, NULL)",
     "UPDATE parts SET p_price = 49 WHERE p_id IN (SELECT l_part FROM lines WHERE l_qty = 8)",
@@ -249,6 +268,13 @@ def test_uncorrelated_in_joins_the_server_join(
     assert plan is not None and " IN (" not in plan.local.sql() and plan.scans[0].joined
     assert all(s.joined is plan.scans[0].joined and not s.binds for s in plan.scans)
     assert result.stats.statements == 1  # the join alone: no fetch of the subquery's keys
+
+
+@pytest.mark.parametrize("sql", JOINED_IN_ANSWERS)
+def test_uncorrelated_in_near_server_joins_answers(
+    tables: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    check_query(*tables, sql)
 
 
 def test_writes_then_queries(tables: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
