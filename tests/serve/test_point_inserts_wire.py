@@ -17,6 +17,7 @@ import pytest
 
 from veil.serve import shapes
 from veil.session import point_inserts
+from veil.sql.literals import normalized
 from veil_dev.bench.oltp import empty_client_dir, served
 
 pytestmark = pytest.mark.integration
@@ -73,11 +74,11 @@ def test_pgbench_history_rows(dsn: str, prepare: bool) -> None:
 
 
 def test_insert_values_are_read_off_the_text() -> None:
-    """``shapes.values_of`` takes an INSERT's VALUES, never its head."""
-    found = shapes.values_of("INSERT INTO t2 (a1, b) VALUES (12, -3, 'x', CURRENT_TIMESTAMP)")
+    """``normalized`` takes an INSERT's VALUES, never its head."""
+    found = normalized("INSERT INTO t2 (a1, b) VALUES (12, -3, 'x', CURRENT_TIMESTAMP)")
     assert found is not None
     assert found.text == "INSERT INTO t2 (a1, b) VALUES (?, -?, ?, CURRENT_TIMESTAMP)"
     assert [str(v) for v in found.values] == ["12", "3", "x"]
     assert [found.text[p] for p in found.places] == ["?", "?", "?"]
-    assert shapes.values_of("INSERT INTO t SELECT 1") is None
+    assert normalized("INSERT INTO t SELECT 1") is None
     assert shapes.integers("INSERT INTO t VALUES (1, 'x')") is None  # a string: written in

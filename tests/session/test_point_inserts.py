@@ -80,6 +80,51 @@ def test_fresh_values_skip_the_catalogue(
     _same_rows(pair)
 
 
+def test_values_written_in_take_the_kept_shape(
+    pair: tuple[Session, duckdb.DuckDBPyConnection], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An INSERT with its values written in (a script, psql, an ORM) meets the shape of its
+    parameterised text (``veil.sql.literals``): the catalogue never makes its row."""
+    _both(pair, "INSERT INTO acc (id, bal, note, small) VALUES (1, 10, 'first', 3)", [])
+    _both(pair, "INSERT INTO acc (id, bal, note, small) VALUES (2, -20, 'it''s', 4)", [])
+    checks: list[object] = []
+    monkeypatch.setattr(dml, "check", lambda *a, **k: checks.append(a))
+    for n in range(3, 20):
+        note = f"'note {n}'" if n % 3 else "''"
+        _both(
+            pair,
+            f"INSERT INTO acc (id, bal, note, small) VALUES ({n}, {n * 7 - 50}, {note}, {n % 5})",
+            [],
+        )
+    assert checks == []
+    monkeypatch.undo()
+    # values whose text steers the row: a decimal, a date, a typed literal, bulk rows
+    _both(pair, "INSERT INTO acc (id, bal, price, day) VALUES (40, 2.5, 1.25, '2024-02-29')", [])
+    _both(pair, "INSERT INTO acc (id, bal, day) VALUES (41, 1, DATE '2020-01-01')", [])
+    _both(pair, "INSERT INTO acc (id, bal) VALUES (42, 1), (43, 2), (44, -3)", [])
+    _both(pair, "INSERT INTO acc (id, bal, small) VALUES (45, 1, 100000)", [])  # out of range
+    _both(pair, "INSERT INTO acc (id, bal, note) VALUES (46, 'x', 'y')", [])  # not a number
+    _same_rows(pair)
+
+
+def test_sequence_calls_take_one_number(tmp_path: Path) -> None:
+    """A write calling nextval with parameters (or values written in) takes one number a
+    call, as PostgreSQL does: the kept-shape paths leave it to the general path before
+    admitting it, since admitting evaluates the calls (each took two numbers)."""
+    session = Session(empty_client_dir(tmp_path / "client", f"duckdb://{tmp_path / 's.duckdb'}"))
+    try:
+        statements.run(session, "CREATE TABLE t (id serial PRIMARY KEY, name text)")
+        session.run("INSERT INTO t (name) VALUES ('a')")
+        session.run("INSERT INTO t (id, name) VALUES (nextval(?), ?)", ["t_id_seq", "b"])
+        session.run("INSERT INTO t (id, name) VALUES (nextval('t_id_seq'), ?)", ["c"])
+        session.run("INSERT INTO t (id, name) VALUES (nextval('t_id_seq'), 'd')")
+        session.run("UPDATE t SET id = nextval(?) WHERE name = ?", ["t_id_seq", "a"])
+        rows = session.run("SELECT id, name FROM t ORDER BY id").table.to_pylist()
+        assert [(r["id"], r["name"]) for r in rows] == [(2, "b"), (3, "c"), (4, "d"), (5, "a")]
+    finally:
+        session.close()
+
+
 def test_casts_defaults_and_constants(pair: tuple[Session, duckdb.DuckDBPyConnection]) -> None:
     """Values the column casts (str to DATE, float to BIGINT, Decimal), DEFAULT, constants."""
     sql = (

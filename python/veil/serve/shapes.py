@@ -18,8 +18,8 @@ Only integers: a string may be rewritten by the translation according to its
 content (a timestamp with a zone, an array's text), an integer is written as
 it stands wherever the translation keeps it.
 
-An INSERT's VALUES are read the same way (``veil.sql.literals`` takes no
-INSERT: the session plans bulk VALUES as written). A shape whose translation
+An INSERT's VALUES are read the same way (``veil.sql.literals`` reads them as a
+query's VALUES clause). A shape whose translation
 binds its values as the text does (``binds_as_written``, asked once when the
 shape is kept) sends them to the session as parameters of the translation
 with ``?`` markers: what the session would make of the text itself
@@ -32,7 +32,6 @@ catalogue every time (~5 ms).
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -57,40 +56,18 @@ class Translated:
         return "?".join(self.pieces)
 
 
-# an INSERT's head up to its VALUES: a table and a column list, no value in it
-_INSERT = re.compile(r"\s*INSERT\s+INTO\s+[^()';]+(?:\([^()';]*\))?\s*(?=VALUES\b)", re.I)
-_AS_QUERY = "SELECT 0 "  # what the VALUES are read after (``literals`` scans queries)
-
-
 def integers(text: str) -> Normalized | None:
     """``text``'s shape and its integer values; None if it has another kind of value."""
-    found = values_of(text)
+    found = normalized(text)
     if found is None or not all(isinstance(v, TextInt) for v in found.values):
         return None
     return found
 
 
-def values_of(text: str) -> Normalized | None:
-    """``normalized(text)``, and for ``INSERT INTO t (...) VALUES ...`` its VALUES' literals
-    read as those of a query's VALUES clause would be."""
-    head = _INSERT.match(text)
-    if head is None:
-        return normalized(text)
-    found = normalized(_AS_QUERY + text[head.end() :])
-    if found is None:
-        return None
-    shift = head.end() - len(_AS_QUERY)
-    return Normalized(
-        head.group() + found.text[len(_AS_QUERY) :],
-        found.values,
-        tuple(place + shift for place in found.places),
-    )
-
-
 def kept(kind: str, tree: exp.Expr, sql: str, shape: Normalized) -> Translated | None:
     """``sql`` (the translation of the statement of ``shape``) as its shape's translation;
     None if its values do not come out of it as they went in."""
-    again = values_of(sql)
+    again = normalized(sql)
     if again is None or len(again.values) != len(shape.values):
         return None
     if [_text(v) for v in again.values] != [_text(v) for v in shape.values]:

@@ -153,6 +153,15 @@ def sequence_column(session: SessionContext, name: str) -> tuple[TableDesign, Co
     raise QueryError(f'relation "{name}" does not exist (no serial or identity column has it)')
 
 
+_SEQUENCE_CALL = re.compile(rf"\b(?:{'|'.join(SEQUENCE_FUNCTIONS)})\s*\(", re.IGNORECASE)
+
+
+def mentions_sequences(sql: str) -> bool:
+    """Whether ``sql``'s text may call a sequence function (a string that merely spells
+    one counts too): read before admitting it, since admitting evaluates the calls."""
+    return _SEQUENCE_CALL.search(sql) is not None
+
+
 def calls_sequences(tree: exp.Expr) -> bool:
     """Whether ``tree`` calls a sequence function (its value then changes each run)."""
     return any(_sequence_call(node) for node in tree.find_all(exp.Anonymous))

@@ -48,7 +48,7 @@ from veil.encoding import exact_arrow
 from veil.exec.server import FetchStats
 from veil.session import dml, point_inserts, references, set_values, stored_columns
 from veil.session.context import SessionContext
-from veil.session.defaults import is_default
+from veil.session.defaults import is_default, mentions_sequences
 from veil.session.plan_cache import Key, Recent
 from veil.session.result import Result
 from veil.session.templates import Recorder, Template, fingerprint
@@ -125,6 +125,10 @@ def answer(
     asked before a new shape is kept.
     """
     verb = sql.lstrip()[:6].upper()
+    if mentions_sequences(sql):
+        # admitting a statement evaluates its sequence calls: refused after that, it would
+        # take new numbers again on the general path (PostgreSQL's nextval gives one)
+        return None
     key = (scope, *shape)
     if verb == "INSERT":  # one row of VALUES (``point_inserts``)
         return point_inserts.answer(session, sql, params, key, fits)
