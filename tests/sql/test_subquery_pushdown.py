@@ -162,6 +162,12 @@ JOINED_IN = [
     "SELECT p_owner, COUNT(*), MIN(l_day) FROM parts, lines WHERE p_id = l_part "
     "AND l_qty IN (SELECT q.p_price FROM parts q WHERE q.p_owner = 3) GROUP BY p_owner ORDER BY 1",
 ]
+# the IN keeps most keys, the join's own filter few rows: the rows the server would read
+# from the IN's keys cost more than the bytes it saves, so the client runs the IN alone
+JOINED_WEAK_IN = [
+    "SELECT l_id, p_price FROM parts, lines WHERE p_id = l_part AND l_id IN (7, 8, 9) "
+    "AND p_owner IN (SELECT m.l_owner FROM lines m WHERE m.l_qty <> 5) ORDER BY 1",
+]
 # the same, where the join may or may not go to the server: answers only
 JOINED_IN_ANSWERS = [
     # in each branch of a UNION ALL of CTEs (TPC-DS q60's shape)
@@ -182,6 +188,7 @@ JOINED_IN_ANSWERS = [
     "FROM lines m WHERE m.l_qty = 1) AND l_qty IN (SELECT q.p_price FROM parts q WHERE q.p_id < 0)",
 ]
 WORKLOAD = [sql for sql, _ in PUSHED] + NOT_IN + LOCAL + JOIN_GROUPS + JOINED_IN + JOINED_IN_ANSWERS
+WORKLOAD += JOINED_WEAK_IN
 STATEMENTS = [
     "INSERT INTO lines VALUES (5000, 3, 8, 3, DATE '2021-01-01'), (5001, NULL, 1, 2, NULL)",
     "UPDATE parts SET p_price = 49 WHERE p_id IN (SELECT l_part FROM lines WHERE l_qty = 8)",
@@ -268,6 +275,17 @@ def test_uncorrelated_in_joins_the_server_join(
     assert plan is not None and " IN (" not in plan.local.sql() and plan.scans[0].joined
     assert all(s.joined is plan.scans[0].joined and not s.binds for s in plan.scans)
     assert result.stats.statements == 1  # the join alone: no fetch of the subquery's keys
+
+
+@pytest.mark.parametrize("sql", JOINED_WEAK_IN)
+def test_weak_in_beside_a_server_join_stays_with_the_client(
+    tables: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    check_query(*tables, sql)
+    plan = tables[0].run(sql).plan
+    assert plan is not None and " IN (SELECT" in plan.local.sql()
+    joined = [s for s in plan.scans if s.joined is not None]
+    assert joined and not any(s.binds for s in joined)  # no keys into the join either
 
 
 @pytest.mark.parametrize("sql", JOINED_IN_ANSWERS)
