@@ -55,3 +55,23 @@ def test_an_error_in_a_prepared_command_reaches_the_client(con: psycopg.Connecti
     assert caught.value.sqlstate is not None and caught.value.sqlstate != "XX000"
     con.rollback()
     assert con.execute("SELECT count(*) FROM acc", prepare=True).fetchone() == (2,)
+
+
+def test_descriptions_follow_ddl_from_another_connection(backend_url: str, tmp_path: Path) -> None:
+    """The wire server keeps a query's description until the design changes: another
+    connection's ALTER TABLE shows in the next Describe of a statement described before."""
+    query = "SELECT * FROM acc WHERE aid = %s"
+    with served(empty_client_dir(tmp_path / "client", backend_url)) as port:
+        dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"
+        with psycopg.connect(dsn, autocommit=True) as one, psycopg.connect(dsn) as two:
+            one.execute("CREATE TABLE acc (aid INT PRIMARY KEY, bal INT)")
+            one.execute("INSERT INTO acc VALUES (1, 10)")
+            for _ in range(3):  # described by the engine, then from the kept description
+                cur = two.execute(query, (1,), prepare=False)
+                assert [d.name for d in cur.description or []] == ["aid", "bal"]
+                assert cur.fetchall() == [(1, 10)]
+            two.rollback()
+            one.execute("ALTER TABLE acc ADD COLUMN note VARCHAR")
+            cur = two.execute(query, (1,), prepare=False)
+            assert [d.name for d in cur.description or []] == ["aid", "bal", "note"]
+            assert cur.fetchall() == [(1, 10, None)]

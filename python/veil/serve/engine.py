@@ -263,10 +263,21 @@ class WireSession:
             self._stamp = None
             return self._guard(sql, lambda: self._run(sql, params))
 
-    def describe(self, sql: str, oids: Sequence[int]) -> tuple[list[int], list[tuple[str, int]]]:
+    def describe(
+        self, sql: str, oids: Sequence[int]
+    ) -> tuple[list[int], list[tuple[str, int]], bool]:
+        """The statement's parameter types and result columns, and whether they stay the
+        same until the design file changes (the wire server then keeps them, as
+        ``_describe`` does, keyed by the file's modification time: ``design_path``)."""
         with self._lock:
             self._stamp = None
-            return self._guard(sql, lambda: self._describe(sql, oids))
+            described = self._guard(sql, lambda: self._describe(sql, oids))
+            return (*described, _FETCH.match(sql.strip()) is None)
+
+    @property
+    def design_path(self) -> str:
+        """The design file whose modification time versions the descriptions above."""
+        return str(self.veil.client.design_path)
 
     def cancel(self) -> None:
         """A cancel request: stop the client-side DuckDB work of the running statement."""
@@ -848,6 +859,9 @@ class WireSession:
             return [], fields
         key = (sql, tuple(oids), self._design_stamp())
         if key not in self._descriptions:
+            # the catalogue it is described on follows other connections' DDL, as a run
+            # does: described on the old one, a query's rows had more columns than said
+            self.veil.follow_design()
             if len(self._descriptions) >= _CACHED_STATEMENTS:
                 self._descriptions.clear()
             self._descriptions[key] = self._describe_anew(sql, oids)
@@ -959,6 +973,9 @@ def _streamed(answer: Streamed, oids: list[int] | None = None, *, zone: str = "U
 
 def _watched(outcome: Outcome, watch: Watch) -> Outcome:
     """``outcome``, recorded by ``watch``: at once, or once its rows or lines are sent."""
+    if outcome[0] == "rows" and isinstance(outcome[2], list):  # encoded whole (``_rows``)
+        watch.done(sum(rows for rows, _ in outcome[2]))
+        return outcome
     if outcome[0] == "rows":
         return (
             outcome[0],
@@ -973,8 +990,13 @@ def _watched(outcome: Outcome, watch: Watch) -> Outcome:
 
 
 def _rows(table: pa.Table, oids: list[int] | None = None, *, zone: str = "UTC") -> Outcome:
+    """A whole answer's rows: encoded now, as a list, when they are one batch (a point
+    query's), which the wire server sends without calling back into Python for each
+    batch (two calls, ~0.1 ms each with the thread and GIL handoffs); else lazily."""
     oids = oids or [oid_of_arrow(f.type) for f in table.schema]
     fields = [(f.name, oid) for f, oid in zip(table.schema, oids, strict=True)]
+    if table.num_rows <= text.BATCH_ROWS:
+        return ("rows", fields, list(text.batches(table, zone)))
     batches: Iterator[tuple[int, list[text.Column]]] = text.batches(table, zone)
     return ("rows", fields, batches)
 

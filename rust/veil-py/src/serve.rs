@@ -11,18 +11,21 @@
 //! `verifier(user)` gives a SCRAM verifier. Every call into Python holds the
 //! GIL only for the call; the protocol work runs without it.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, RawFd};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::UNIX_EPOCH;
 
 use pyo3::exceptions::{PyOSError, PyStopIteration};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 use tokio::sync::watch;
 use veil_wire::engine::{
-    Batch, Batches, Column, Description, Engine, Field, Oid, Outcome, Param, Session, Verifier,
-    WireError,
+    Batch, Batches, Column, Description, Engine, Field, Oid, Outcome, Param, ReadyBatches, Session,
+    Verifier, WireError,
 };
 use veil_wire::server::{serve, Config, Listen, SCRAM_ITERATIONS};
 
@@ -61,6 +64,25 @@ fn words(raw: &[u8]) -> Vec<i64> {
 
 struct PyBatches(Py<PyAny>);
 
+/// One batch as the engine gives it: `(rows, [(raw_bytes, offset, offsets, data,
+/// validity), ...])`.
+fn batch(item: &Bound<'_, PyAny>) -> PyResult<Batch> {
+    let (rows, raw): (usize, Vec<Bound<'_, PyAny>>) = item.extract()?;
+    let mut columns = Vec::with_capacity(raw.len());
+    for column in raw {
+        type Parts<'a> = (bool, usize, Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+        let (raw_bytes, offset, offsets, data, validity): Parts = column.extract()?;
+        columns.push(Column {
+            raw_bytes,
+            offset,
+            offsets: words(&offsets),
+            data,
+            validity,
+        });
+    }
+    Ok(Batch { rows, columns })
+}
+
 impl Batches for PyBatches {
     fn next_batch(&mut self) -> Result<Option<Batch>, WireError> {
         Python::with_gil(|py| {
@@ -69,25 +91,22 @@ impl Batches for PyBatches {
                 Err(err) if err.is_instance_of::<PyStopIteration>(py) => return Ok(None),
                 Err(err) => return Err(wire_error(py, err)),
             };
-            let batch = || -> PyResult<Batch> {
-                let (rows, raw): (usize, Vec<Bound<'_, PyAny>>) = item.extract()?;
-                let mut columns = Vec::with_capacity(raw.len());
-                for column in raw {
-                    type Parts<'a> = (bool, usize, Vec<u8>, Vec<u8>, Option<Vec<u8>>);
-                    let (raw_bytes, offset, offsets, data, validity): Parts = column.extract()?;
-                    columns.push(Column {
-                        raw_bytes,
-                        offset,
-                        offsets: words(&offsets),
-                        data,
-                        validity,
-                    });
-                }
-                Ok(Batch { rows, columns })
-            };
-            batch().map(Some).map_err(|e| wire_error(py, e))
+            batch(&item).map(Some).map_err(|e| wire_error(py, e))
         })
     }
+}
+
+/// A result's batches: taken at once when the engine made them whole (a list), else
+/// asked for one at a time.
+fn batches(source: Bound<'_, PyAny>) -> PyResult<Box<dyn Batches>> {
+    if let Ok(list) = source.downcast::<PyList>() {
+        let made = list
+            .iter()
+            .map(|item| batch(&item))
+            .collect::<PyResult<_>>()?;
+        return Ok(Box::new(ReadyBatches::new(made)));
+    }
+    Ok(Box::new(PyBatches(source.unbind())))
 }
 
 fn outcome(item: &Bound<'_, PyAny>) -> PyResult<Outcome> {
@@ -95,7 +114,7 @@ fn outcome(item: &Bound<'_, PyAny>) -> PyResult<Outcome> {
     Ok(match kind.as_str() {
         "rows" => Outcome::Rows {
             fields: fields(&item.get_item(1)?)?,
-            batches: Box::new(PyBatches(item.get_item(2)?.unbind())),
+            batches: batches(item.get_item(2)?)?,
             tag: if item.len()? > 3 {
                 item.get_item(3)?.extract()?
             } else {
@@ -122,14 +141,53 @@ fn outcome(item: &Bound<'_, PyAny>) -> PyResult<Outcome> {
     })
 }
 
-struct PySession(Py<PyAny>);
+/// A connection's session: the Python `WireSession`, and the descriptions it said
+/// stay the same until the design file changes, by statement and parameter types,
+/// with that file's modification time when described (a Describe before each Execute
+/// of a prepared query then costs no call into Python).
+struct PySession {
+    session: Py<PyAny>,
+    design: Option<PathBuf>,
+    described: Mutex<HashMap<Statement, (u128, Description)>>,
+}
+
+/// A statement's text and its parameters' types, as a Describe names them.
+type Statement = (String, Vec<Oid>);
+
+// statements whose descriptions a connection keeps; past it, they start again
+const DESCRIBED: usize = 256;
+
+impl PySession {
+    fn new(session: Bound<'_, PyAny>) -> Self {
+        let design = session
+            .getattr("design_path")
+            .and_then(|p| p.extract::<String>())
+            .ok()
+            .map(PathBuf::from);
+        PySession {
+            session: session.unbind(),
+            design,
+            described: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The design file's modification time (0 if it is not there), as the session's
+    /// own caches read it.
+    fn design_stamp(&self) -> Option<u128> {
+        let path = self.design.as_ref()?;
+        Some(match std::fs::metadata(path).and_then(|m| m.modified()) {
+            Ok(time) => time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+            Err(_) => 0,
+        })
+    }
+}
 
 impl Session for PySession {
     fn run(&self, sql: &str, params: &[Param]) -> Result<Vec<Outcome>, WireError> {
         Python::with_gil(|py| {
             let args: Vec<(Option<&str>, Oid)> =
                 params.iter().map(|p| (p.text.as_deref(), p.oid)).collect();
-            let result = self.0.bind(py).call_method1("run", (sql, args));
+            let result = self.session.bind(py).call_method1("run", (sql, args));
             result
                 .and_then(|items| {
                     items
@@ -142,32 +200,54 @@ impl Session for PySession {
     }
 
     fn describe(&self, sql: &str, param_oids: &[Oid]) -> Result<Description, WireError> {
-        Python::with_gil(|py| {
+        // read before the session describes: a design changed meanwhile leaves an older
+        // time beside the newer description, which the next Describe asks for again
+        let stamp = self.design_stamp();
+        let key = (sql.to_owned(), param_oids.to_vec());
+        if let Some(stamp) = stamp {
+            let kept = self.described.lock().unwrap();
+            if let Some((when, description)) = kept.get(&key) {
+                if *when == stamp {
+                    return Ok(description.clone());
+                }
+            }
+        }
+        let (description, keep) = Python::with_gil(|py| {
             let found = self
-                .0
+                .session
                 .bind(py)
                 .call_method1("describe", (sql, param_oids.to_vec()));
             found
                 .and_then(|d| {
-                    Ok(Description {
+                    let keep = d.len()? > 2 && d.get_item(2)?.extract::<bool>()?;
+                    let description = Description {
                         params: d.get_item(0)?.extract()?,
                         fields: fields(&d.get_item(1)?)?,
-                    })
+                    };
+                    Ok((description, keep))
                 })
                 .map_err(|e| wire_error(py, e))
-        })
+        })?;
+        if let (Some(stamp), true) = (stamp, keep) {
+            let mut kept = self.described.lock().unwrap();
+            if kept.len() >= DESCRIBED {
+                kept.clear();
+            }
+            kept.insert(key, (stamp, description.clone()));
+        }
+        Ok(description)
     }
 
     fn cancel(&self) {
         Python::with_gil(|py| {
-            let _ = self.0.bind(py).call_method0("cancel");
+            let _ = self.session.bind(py).call_method0("cancel");
         })
     }
 
     fn copy_in(&self, data: Vec<u8>) -> Result<usize, WireError> {
         Python::with_gil(|py| {
             let found = self
-                .0
+                .session
                 .bind(py)
                 .call_method1("copy_in", (PyBytes::new(py, &data),));
             found
@@ -178,7 +258,7 @@ impl Session for PySession {
 
     fn copy_abort(&self) {
         Python::with_gil(|py| {
-            let _ = self.0.bind(py).call_method0("copy_abort");
+            let _ = self.session.bind(py).call_method0("copy_abort");
         })
     }
 }
@@ -186,7 +266,7 @@ impl Session for PySession {
 impl Drop for PySession {
     fn drop(&mut self) {
         Python::with_gil(|py| {
-            let _ = self.0.bind(py).call_method0("close");
+            let _ = self.session.bind(py).call_method0("close");
         })
     }
 }
@@ -199,7 +279,7 @@ impl Engine for PyEngine {
             self.0
                 .bind(py)
                 .call_method1("open", (user, database))
-                .map(|s| Box::new(PySession(s.unbind())) as Box<dyn Session>)
+                .map(|s| Box::new(PySession::new(s)) as Box<dyn Session>)
                 .map_err(|e| wire_error(py, e))
         })
     }

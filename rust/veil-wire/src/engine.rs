@@ -81,6 +81,38 @@ pub struct Batch {
 /// into wire rows whole).
 pub trait Batches: Send {
     fn next_batch(&mut self) -> Result<Option<Batch>, WireError>;
+
+    /// Every batch at once, if the engine made them all already (a point
+    /// query's few rows): the server then sends them without asking the
+    /// engine again. `None`: ask `next_batch`.
+    fn take_ready(&mut self) -> Option<Vec<Batch>> {
+        None
+    }
+}
+
+/// A result whose batches the engine made whole.
+pub struct ReadyBatches(Option<Vec<Batch>>);
+
+impl ReadyBatches {
+    pub fn new(batches: Vec<Batch>) -> Self {
+        ReadyBatches(Some(batches))
+    }
+}
+
+impl Batches for ReadyBatches {
+    fn next_batch(&mut self) -> Result<Option<Batch>, WireError> {
+        Ok(self.0.as_mut().and_then(|batches| {
+            if batches.is_empty() {
+                None
+            } else {
+                Some(batches.remove(0))
+            }
+        }))
+    }
+
+    fn take_ready(&mut self) -> Option<Vec<Batch>> {
+        self.0.take()
+    }
 }
 
 /// What one statement did.

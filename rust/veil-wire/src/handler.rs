@@ -29,7 +29,9 @@ use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::OnceCell;
 
-use crate::engine::{Batch, Batches, Engine, Field, Oid, Outcome, Param, Session, WireError};
+use crate::engine::{
+    Batch, Batches, Engine, Field, Oid, Outcome, Param, ReadyBatches, Session, WireError,
+};
 use crate::rows::{encode_batch, Layout};
 use crate::values::binary_to_text;
 
@@ -99,6 +101,10 @@ async fn run_cancellable(
     outcomes
 }
 
+/// Rows of a ready result (`Batches::take_ready`) encoded on the connection's own task;
+/// more go through the blocking pool, batch by batch, as any result.
+const READY_ROWS: usize = 1024;
+
 /// Run engine work on tokio's blocking pool.
 pub async fn blocking<T, F>(work: F) -> PgWireResult<T>
 where
@@ -138,11 +144,32 @@ fn field_infos(fields: &[Field], format: &Format) -> Vec<FieldInfo> {
 
 /// The messages made of `batches`, one batch at a time on the blocking pool
 /// (`encode` turns a batch into its messages there too).
-fn batch_stream<T, F>(batches: Box<dyn Batches>, encode: F) -> BoxStream<'static, PgWireResult<T>>
+fn batch_stream<T, F>(
+    mut batches: Box<dyn Batches>,
+    encode: F,
+) -> BoxStream<'static, PgWireResult<T>>
 where
     T: Send + 'static,
     F: Fn(&Batch) -> Result<Vec<T>, WireError> + Send + Sync + 'static,
 {
+    if let Some(ready) = batches.take_ready() {
+        if ready.iter().map(|b| b.rows).sum::<usize>() <= READY_ROWS {
+            // a few rows made whole (a point query's): encoded here, where a trip to the
+            // blocking pool per batch and one more for the end cost more than the rows
+            let mut messages = Vec::new();
+            for batch in &ready {
+                match encode(batch) {
+                    Ok(encoded) => messages.extend(encoded.into_iter().map(Ok)),
+                    Err(err) => {
+                        messages.push(Err(user_error(err)));
+                        break;
+                    }
+                }
+            }
+            return stream::iter(messages).boxed();
+        }
+        batches = Box::new(ReadyBatches::new(ready));
+    }
     let encode = Arc::new(encode);
     stream::unfold(Some(batches), move |state| {
         let encode = encode.clone();
