@@ -49,7 +49,7 @@ from veil.sql.conjuncts import block_conjuncts, inner_joins_only
 from veil.sql.join_graph import equal_columns
 from veil.sql.plan import Scan, ServerPredicate
 from veil.sql.remote import OUTER, qualified
-from veil.sql.state import PlanState, ScanKey
+from veil.sql.state import PlanState, PushedSubquery, ScanKey
 
 _COMPARISONS: dict[type[exp.Expr], str] = {
     exp.EQ: DET,
@@ -67,18 +67,6 @@ _FLIPPED: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.LT: exp.GT,
     exp.LTE: exp.GTE,
 }
-
-
-@dataclass
-class PushedSubquery:
-    """A conjunct the server evaluates: the outer scan it filters and what it absorbed."""
-
-    scan: Scan
-    predicate: ServerPredicate
-    scopes: list[Scope]  # the subquery scopes whose scans are no longer fetched
-    # an uncorrelated IN left to the client's bind filters unless its scan is fetched by a
-    # server join (``veil.sql.passes.pushdown_joined_subqueries``)
-    joined_only: bool = False
 
 
 @dataclass

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from veil.design.model import PhysicalDesign
 from veil.sql.columns import BaseColumn
-from veil.sql.plan import JoinEdge, LateOutput, Scan
+from veil.sql.plan import JoinEdge, LateOutput, Scan, ServerPredicate
 from veil.sql.rewrite_server import ServerContext
 
-if TYPE_CHECKING:
-    from veil.sql.server_subquery import PushedSubquery
-
 ScanKey = tuple[int, str]  # (id of the scope, alias of the table reference)
+
+
+@dataclass
+class PushedSubquery:
+    """A conjunct the server evaluates: the outer scan it filters and what it absorbed."""
+
+    scan: Scan
+    predicate: ServerPredicate
+    scopes: list[Scope]  # the subquery scopes whose scans are no longer fetched
+    # an uncorrelated IN left to the client's bind filters unless its scan is fetched by a
+    # server join (``veil.sql.passes.pushdown_joined_subqueries``)
+    joined_only: bool = False
 
 
 @dataclass

@@ -46,8 +46,8 @@ from sqlglot import exp
 from veil.sql.conjuncts import columns_outside, drop_conjuncts
 from veil.sql.join_rows import kept_share_of
 from veil.sql.plan import JoinEdge, Scan
-from veil.sql.server_subquery import PushedSubquery, forget_absorbed
-from veil.sql.state import PlanState
+from veil.sql.server_subquery import forget_absorbed
+from veil.sql.state import PlanState, PushedSubquery
 from veil.sql.widths import encryption_width
 
 
