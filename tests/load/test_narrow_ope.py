@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-from tests.support.oracle import check_query, load_tables
+from tests.support.oracle import check_query, check_writes, load_tables
 from veil.ciphers.columns import BYTES_FORM, OPE_CIPHER_BITS
 from veil.design.model import OPE, Column, Encryption, PhysicalDesign, TableDesign
 from veil.load import narrow_ope
@@ -79,12 +79,7 @@ def test_queries_match_plaintext(pair: tuple[Session, duckdb.DuckDBPyConnection]
 def test_writes_of_the_types_extreme_values(
     pair: tuple[Session, duckdb.DuckDBPyConnection],
 ) -> None:
-    session, plain = pair
-    for statement in STATEMENTS:
-        session.run(statement)
-        plain.execute(statement)
-    for sql in QUERIES:
-        check_query(session, plain, sql)
+    check_writes(*pair, STATEMENTS, QUERIES)
 
 
 def _design(*tables: TableDesign) -> PhysicalDesign:

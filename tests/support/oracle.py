@@ -52,6 +52,17 @@ def check_query(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) ->
     assert_same(session.run(sql).table, plain.execute(sql).fetchall(), ordered, sql)
 
 
+def check_writes(
+    session: Session, plain: duckdb.DuckDBPyConnection, statements: list[str], queries: list[str]
+) -> None:
+    """``statements`` run on both sides, then every one of ``queries`` answers alike."""
+    for statement in statements:
+        session.run(statement)
+        plain.execute(statement)
+    for sql in queries:
+        check_query(session, plain, sql)
+
+
 def checked_plan(session: Session, plain: duckdb.DuckDBPyConnection, sql: str) -> SplitPlan:
     """The split plan of ``sql``, after checking its answer and that nothing fell back."""
     before = fallbacks.counts()

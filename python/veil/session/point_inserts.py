@@ -49,7 +49,7 @@ from veil.errors import VeilError
 from veil.exec.server import FetchStats
 from veil.session import dml
 from veil.session.context import SessionContext
-from veil.session.defaults import calls_sequences, is_default, number_rows
+from veil.session.defaults import calls_sequences, is_default, mentions_sequences, number_rows
 from veil.session.plan_cache import Recent
 from veil.session.result import Result
 from veil.sql.functions import is_repeatable
@@ -112,6 +112,11 @@ def answer(
     try:
         if insert is None:
             if fits is not None and not fits():
+                return None
+            if mentions_sequences(sql):
+                # admitting a statement evaluates its sequence calls: refused after that, it
+                # would take new numbers again on the general path (nextval gives one a call)
+                _KEPT.put(key, None)
                 return None
             insert = prepared(session, session.admitted(sql, list(params)))
             _KEPT.put(key, insert)

@@ -125,10 +125,6 @@ def answer(
     asked before a new shape is kept.
     """
     verb = sql.lstrip()[:6].upper()
-    if mentions_sequences(sql):
-        # admitting a statement evaluates its sequence calls: refused after that, it would
-        # take new numbers again on the general path (PostgreSQL's nextval gives one)
-        return None
     key = (scope, *shape)
     if verb == "INSERT":  # one row of VALUES (``point_inserts``)
         return point_inserts.answer(session, sql, params, key, fits)
@@ -139,6 +135,9 @@ def answer(
         return None  # a shape this path does not take
     if write is None:
         if fits is not None and not fits():
+            return None
+        if mentions_sequences(sql):  # admitting it would take their numbers (``point_inserts``)
+            _KEPT.put(key, None)
             return None
         tree = session.admitted(sql, list(params))
         write = prepared(session, tree)

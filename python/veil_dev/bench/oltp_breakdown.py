@@ -74,7 +74,7 @@ def measure(
                 row: dict[str, Any] = {"statement": name, "mode": mode}
                 for warm in (plain, veil):
                     _run(pgbench, script, mode, _WARM_SECONDS, warm)
-                done, plain_ms = _run(pgbench, script, mode, seconds, plain)
+                _, plain_ms = _run(pgbench, script, mode, seconds, plain)
                 row["plain_ms"] = plain_ms
                 pids = backends()
                 serve_before, server_before = time.process_time(), _cpu_seconds(pids)

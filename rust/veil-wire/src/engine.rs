@@ -5,6 +5,8 @@
 //! plans, talks to the database server), so the server makes them on tokio's
 //! blocking pool, never on the tasks that move bytes.
 
+use std::collections::VecDeque;
+
 use thiserror::Error;
 
 /// A PostgreSQL type OID (`pg_type.oid`).
@@ -91,27 +93,21 @@ pub trait Batches: Send {
 }
 
 /// A result whose batches the engine made whole.
-pub struct ReadyBatches(Option<Vec<Batch>>);
+pub struct ReadyBatches(Option<VecDeque<Batch>>);
 
 impl ReadyBatches {
     pub fn new(batches: Vec<Batch>) -> Self {
-        ReadyBatches(Some(batches))
+        ReadyBatches(Some(batches.into()))
     }
 }
 
 impl Batches for ReadyBatches {
     fn next_batch(&mut self) -> Result<Option<Batch>, WireError> {
-        Ok(self.0.as_mut().and_then(|batches| {
-            if batches.is_empty() {
-                None
-            } else {
-                Some(batches.remove(0))
-            }
-        }))
+        Ok(self.0.as_mut().and_then(VecDeque::pop_front))
     }
 
     fn take_ready(&mut self) -> Option<Vec<Batch>> {
-        self.0.take()
+        self.0.take().map(Vec::from)
     }
 }
 
