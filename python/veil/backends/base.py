@@ -434,6 +434,9 @@ class StatementLog:
         for listener in list(self._listeners):
             listener(sql, params)
 
+    def __bool__(self) -> bool:
+        return bool(self._listeners)
+
 
 class TransactionScope:
     """BEGIN ... COMMIT around a block, ROLLBACK if it raises; nested blocks join the outer one.

@@ -476,6 +476,15 @@ class PostgresBackend(StagedBackend):
                 "on the server machine (builds python/veil/backends/pgext)"
             )
 
+    def connection_pointer(self) -> int:
+        """The address of the connection's libpq ``PGconn`` (``veil.serve.native`` runs
+        statements on it between the session's own)."""
+        return int(self._con.pgconn.pgconn_ptr)  # type: ignore[attr-defined]  # binary/C impl
+
+    def statement_listeners(self) -> bool:
+        """Whether anything listens to the statements sent (``StatementLog``)."""
+        return bool(self._log)
+
     def close(self) -> None:
         self._close_autonomous()
         if self._arrow is not None:

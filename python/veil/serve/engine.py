@@ -21,6 +21,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -34,7 +35,7 @@ from veil.audit.timings import PhaseLog
 from veil.audit.timings import wanted as timings_wanted
 from veil.errors import VeilError
 from veil.load.ddl import DDL
-from veil.serve import catalog, copy, dialect, grants, settings, shapes, text, users
+from veil.serve import catalog, copy, dialect, grants, native, settings, shapes, text, users
 from veil.serve.errors import WireError, wire_error
 from veil.serve.metrics import Metrics
 from veil.serve.types import (
@@ -211,6 +212,11 @@ class WireSession:
         # the design file's stamp, read once per statement (its caches' keys): None until
         # the statement asks for it
         self._stamp: int | None = None
+        # prepared point queries the wire server answers without Python (``native``), the
+        # checks each statement had, and the call being answered (its text and parameters)
+        self.native_points = native.points_for(session) if engine is not None else None
+        self.native_tries: dict[tuple[str, tuple[int, ...]], int] = {}
+        self._native_call: tuple[str, Sequence[tuple[str | None, int]]] | None = None
 
     @property
     def zone(self) -> str:
@@ -261,7 +267,27 @@ class WireSession:
     def run(self, sql: str, params: Sequence[tuple[str | None, int]]) -> list[Outcome]:
         with self._lock:
             self._stamp = None
-            return self._guard(sql, lambda: self._run(sql, params))
+            try:
+                return self._guard(sql, lambda: self._run(sql, params))
+            finally:
+                self._native_call = None
+                if self.native_points is not None:
+                    self._native_state()
+
+    def _native_state(self) -> None:
+        """Tell the native plans whether they may run after this statement (``native``)."""
+        assert self.native_points is not None
+        # a result still streaming holds the local DuckDB, which native runs never touch
+        self.native_points.set_open(not self.veil.transaction_failed)
+
+    def native_failed(self, sqlstate: str, message: str) -> None:
+        """The server failed a statement the wire server ran natively: as for the session's
+        own, its transaction fails (a read's failure changes nothing else)."""
+        with self._lock:
+            self.veil.fail_transaction()
+            if self.native_points is not None:
+                self._native_state()
+        raise WireError(sqlstate, message)
 
     def describe(
         self, sql: str, oids: Sequence[int]
@@ -273,6 +299,11 @@ class WireSession:
             self._stamp = None
             described = self._guard(sql, lambda: self._describe(sql, oids))
             return (*described, _FETCH.match(sql.strip()) is None)
+
+    @property
+    def users_path(self) -> Path | None:
+        """The users file whose changes change this user's rights (None: no users)."""
+        return self._users
 
     @property
     def design_path(self) -> str:
@@ -374,6 +405,7 @@ class WireSession:
                 )
                 return [_watched(*shaped)]
         bound = bool(params)
+        self._native_call = (sql, params) if bound else None
         if observer is None:
             statements = [self._classified(t, bound=bound) for t in texts]
         else:
@@ -528,6 +560,8 @@ class WireSession:
         if kind not in _OUTSIDE_TRANSACTIONS:
             self.veil.check_transaction()
         if kind in ("set", "reset"):
+            if self.native_points is not None:
+                self.native_points.bump()  # text forms may change with a setting
             return self._set(statement.text, reset=kind == "reset")
         if kind == "show":
             return self._show(statement.text)
@@ -554,7 +588,10 @@ class WireSession:
         if kind in ("query", "dml") and values:  # the extended protocol's Bind
             translated, sql, order = self._prepared(statement)
             args = dialect.ordered(order, values)
-            return self._sent(kind, translated, sql, args, values, stream=stream)
+            outcome = self._sent(kind, translated, sql, args, values, stream=stream)
+            if kind == "query" and self._native_call is not None:
+                native.offer(self, *self._native_call, sql, args, order, outcome)
+            return outcome
         tree = settings.answer_settings(tree, self.settings)
         if kind in ("query", "dml"):
             tree = pg_types.zoned_literals(tree, self.schema, self.zone)

@@ -365,6 +365,16 @@ class Session:
                 "block: ROLLBACK it (a COMMIT also rolls it back)"
             )
 
+    @property
+    def transaction_failed(self) -> bool:
+        """Whether the open transaction failed (its statements wait for ROLLBACK)."""
+        return self._transaction == _FAILED
+
+    @property
+    def design_version(self) -> int:
+        """The design file's stamp when the session last read it (its plans are of it)."""
+        return self._design_stamp
+
     def fail_transaction(self) -> None:
         """A statement of the open transaction failed: the rest wait for ROLLBACK."""
         if self._transaction == _OPEN:
@@ -456,6 +466,15 @@ class Session:
 
     def _shape_key(self, sql: str, kinds: tuple[tuple[str, str], ...]) -> Key:
         return shape_key(sql, kinds, self._plan_key(sql, None)[2])
+
+    def plan_of_shape(self, sql: str, kinds: tuple[tuple[str, str], ...]) -> CachedPlan | None:
+        """The plan kept for ``sql``'s shape with parameters of ``kinds`` (its template, if
+        one), under the design now (``veil.session.native_plans``)."""
+        return self._cached(self._shape_key(sql, kinds), count=False)
+
+    def owner_of(self, enc: Encryption) -> TableDesign:
+        """The table whose server column ``enc`` is."""
+        return self._owners[enc.name]
 
     def _template(
         self,

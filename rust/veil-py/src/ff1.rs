@@ -36,7 +36,7 @@ pub(crate) enum IntArray<'py> {
 /// FF1 in radix 2 over signed `bits`-bit integers (DET for integer columns).
 #[pyclass(frozen, module = "veil._native")]
 pub struct Ff1Int {
-    inner: Ff1Binary,
+    pub(crate) inner: Ff1Binary,
 }
 
 #[pymethods]

@@ -16,6 +16,7 @@ mod kvpack;
 mod ope;
 mod ore;
 mod paillier;
+mod point;
 mod rnd;
 mod rowrnd;
 mod search;
@@ -34,6 +35,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ope::register(m)?;
     ore::register(m)?;
     paillier::register(m)?;
+    point::register(m)?;
     rnd::register(m)?;
     rowrnd::register(m)?;
     search::register(m)?;

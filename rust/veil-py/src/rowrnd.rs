@@ -13,7 +13,7 @@ use crate::errors::to_py;
 /// A row-bound RND key (the expanded AES-256 key is zeroized when dropped).
 #[pyclass(frozen, module = "veil._native")]
 pub struct RowRndKey {
-    inner: RowRnd,
+    pub(crate) inner: RowRnd,
 }
 
 #[pymethods]

@@ -29,6 +29,8 @@ use veil_wire::engine::{
 };
 use veil_wire::server::{serve, Config, Listen, SCRAM_ITERATIONS};
 
+use crate::point::{Answered, NativePoints, Registry};
+
 /// A Python exception as a wire error: its `sqlstate`, `hint` and
 /// `position` attributes when it has them (`veil.serve.errors.WireError`).
 fn wire_error(py: Python<'_>, err: PyErr) -> WireError {
@@ -149,6 +151,8 @@ struct PySession {
     session: Py<PyAny>,
     design: Option<PathBuf>,
     described: Mutex<HashMap<Statement, (u128, Description)>>,
+    /// The point statements answered without Python (`veil.serve.native`), if any.
+    native: Option<Arc<Registry>>,
 }
 
 /// A statement's text and its parameters' types, as a Describe names them.
@@ -164,10 +168,16 @@ impl PySession {
             .and_then(|p| p.extract::<String>())
             .ok()
             .map(PathBuf::from);
+        let native = session.getattr("native_points").ok().and_then(|n| {
+            n.downcast::<NativePoints>()
+                .ok()
+                .map(|n| n.get().registry.clone())
+        });
         PySession {
             session: session.unbind(),
             design,
             described: Mutex::new(HashMap::new()),
+            native,
         }
     }
 
@@ -184,6 +194,25 @@ impl PySession {
 
 impl Session for PySession {
     fn run(&self, sql: &str, params: &[Param]) -> Result<Vec<Outcome>, WireError> {
+        if let Some(native) = self.native.as_ref().filter(|_| !params.is_empty()) {
+            match native.answer(sql, params) {
+                Some(Answered::Rows(outcome)) => return Ok(vec![outcome]),
+                Some(Answered::Failed { code, message }) => {
+                    // the session's transaction fails with it, as for its own statements
+                    return Err(Python::with_gil(|py| {
+                        let failed = self
+                            .session
+                            .bind(py)
+                            .call_method1("native_failed", (code, message));
+                        match failed {
+                            Ok(_) => WireError::internal("a native statement failed"),
+                            Err(err) => wire_error(py, err),
+                        }
+                    }));
+                }
+                None => {}
+            }
+        }
         Python::with_gil(|py| {
             let args: Vec<(Option<&str>, Oid)> =
                 params.iter().map(|p| (p.text.as_deref(), p.oid)).collect();

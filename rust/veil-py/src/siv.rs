@@ -23,7 +23,7 @@ struct Batch<'a> {
 /// AES-SIV DET for byte strings (format `0x01 || SIV || ciphertext`).
 #[pyclass(frozen, module = "veil._native")]
 pub struct SivBytes {
-    inner: DetBytes,
+    pub(crate) inner: DetBytes,
 }
 
 #[pymethods]

@@ -1,0 +1,493 @@
+//! Point queries the wire server answers without entering Python (issue 41).
+//!
+//! A prepared statement the session has planned as a verified template whose
+//! answer is its fetched rows (`veil.session.templates`, `veil.exec.direct`)
+//! is handed here as a [`Plan`] (`veil.serve.native`): the server statement,
+//! where each parameter goes under which DET key, how each fetched column is
+//! decrypted and written as text. Each Execute of that statement then parses
+//! its parameters, encrypts them, runs the statement on the session's own
+//! PostgreSQL connection (libpq under psycopg) and decrypts the rows, all
+//! without the GIL.
+//!
+//! A plan runs only while everything it was made under holds: the design file
+//! and the users file unchanged (their stamps, read before and after), the
+//! session open for it (no failed transaction, no result streaming: the
+//! session says so after each statement it runs) and its epoch (a SET, a
+//! DEALLOCATE on the connection: the session moves it). Anything else, a value
+//! a parameter's place does not take as planned, a value that does not open,
+//! falls back to the session, which runs the statement as before; a read
+//! changes nothing, so running it again there is safe.
+
+mod libpq;
+mod values;
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use veil_wire::engine::{Batch, Column, Field, Oid, Outcome, Param, ReadyBatches};
+
+use crate::rowrnd::RowRndKey;
+use crate::siv::SivBytes;
+use libpq::{Connection, ServerError};
+use values::{DetInt, Format, Opener};
+
+/// Plans a connection keeps; past it, new ones are not kept.
+const KEPT: usize = 64;
+
+/// A file's stamp as the session reads it: modification time (ns) and size; None if
+/// the file is not there.
+fn stamp(path: &PathBuf) -> Option<(i128, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((
+        i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        meta.size(),
+    ))
+}
+
+/// Where a server parameter's value comes from.
+enum ServerParam {
+    /// Bytes sent as they are (a constant of the plan).
+    Fixed(Vec<u8>),
+    /// The DET ciphertext of the wire parameter `index` (an integer), as int8.
+    DetInt { index: usize, det: DetInt },
+}
+
+/// What a wire parameter must be to take the plan: an integer in `[low, high]`.
+struct WireParam {
+    low: i64,
+    high: i64,
+}
+
+/// One output column: the fetched column it decrypts and how.
+struct Output {
+    column: usize,
+    opener: Opener,
+    format: Format,
+}
+
+struct Plan {
+    epoch: u64,
+    connection: Connection,
+    sql: CString,
+    types: Vec<u32>,
+    server_params: Vec<ServerParam>,
+    wire_params: Vec<WireParam>,
+    outputs: Vec<Output>,
+    row_id: Option<usize>,
+    fields: Vec<Field>,
+    design: (PathBuf, Option<(i128, u64)>),
+    users: Option<(PathBuf, Option<(i128, u64)>)>,
+}
+
+/// A result's rows, each value's text (None: NULL).
+type Rows = Vec<Vec<Option<Vec<u8>>>>;
+
+/// Plans by statement text and parameter types.
+type Plans = HashMap<(String, Vec<Oid>), Arc<Plan>>;
+
+/// Why a run did not answer.
+enum Miss {
+    /// The session runs it (nothing happened that it would not redo).
+    Fallback,
+    /// The server failed the statement: the session's transaction fails with it.
+    Server(ServerError),
+}
+
+impl Plan {
+    fn current(&self) -> bool {
+        stamp(&self.design.0) == self.design.1
+            && self
+                .users
+                .as_ref()
+                .is_none_or(|(path, at)| stamp(path) == *at)
+    }
+
+    fn bound(&self, params: &[Option<&str>]) -> Option<Vec<Vec<u8>>> {
+        if params.len() != self.wire_params.len() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(params.len());
+        for (text, want) in params.iter().zip(&self.wire_params) {
+            let value = integer(text.as_deref()?)?;
+            if value < want.low || value > want.high {
+                return None;
+            }
+            values.push(value);
+        }
+        let mut bound = Vec::with_capacity(self.server_params.len());
+        for param in &self.server_params {
+            bound.push(match param {
+                ServerParam::Fixed(bytes) => bytes.clone(),
+                ServerParam::DetInt { index, det } => {
+                    det.run(values[*index], true)?.to_be_bytes().to_vec()
+                }
+            });
+        }
+        Some(bound)
+    }
+
+    fn run(&self, params: &[Option<&str>]) -> Result<Outcome, Miss> {
+        let bound = self.bound(params).ok_or(Miss::Fallback)?;
+        if !self.current() || !self.connection.usable() {
+            return Err(Miss::Fallback);
+        }
+        let answer = self
+            .connection
+            .query(&self.sql, &self.types, &bound)
+            .map_err(Miss::Server)?;
+        let batch = self.decrypted(&answer).ok_or(Miss::Fallback)?;
+        if !self.current() {
+            return Err(Miss::Fallback); // a peel may have landed while it ran
+        }
+        let batches = if batch.rows == 0 { vec![] } else { vec![batch] };
+        Ok(Outcome::Rows {
+            fields: self.fields.clone(),
+            batches: Box::new(ReadyBatches::new(batches)),
+            tag: None,
+        })
+    }
+
+    fn decrypted(&self, answer: &libpq::Answer<'_>) -> Option<Batch> {
+        let rows = answer.rows();
+        let types: Vec<u32> = (0..answer.columns())
+            .map(|c| answer.binary_type(c))
+            .collect::<Option<_>>()?;
+        let mut columns = Vec::with_capacity(self.outputs.len());
+        for output in &self.outputs {
+            let oid = *types.get(output.column)?;
+            let mut offsets = Vec::with_capacity(rows + 1);
+            let mut data = Vec::new();
+            let mut validity = vec![0u8; rows.div_ceil(8)];
+            let mut nulls = false;
+            offsets.push(0i64);
+            for row in 0..rows {
+                match answer.value(row, output.column) {
+                    None => nulls = true,
+                    Some(raw) => {
+                        let id = match self.row_id {
+                            Some(at) => {
+                                Some(match values::stored(types[at], answer.value(row, at)?)? {
+                                    values::Stored::Int(id) => id as u64,
+                                    values::Stored::Bytes(_) => return None,
+                                })
+                            }
+                            None => None,
+                        };
+                        let plain = output.opener.open(&values::stored(oid, raw)?, id)?;
+                        output.format.write(&plain, &mut data)?;
+                        validity[row / 8] |= 1 << (row % 8);
+                    }
+                }
+                offsets.push(data.len() as i64);
+            }
+            columns.push(Column {
+                raw_bytes: false,
+                offset: 0,
+                offsets,
+                data,
+                validity: nulls.then_some(validity),
+            });
+        }
+        Some(Batch { rows, columns })
+    }
+
+    /// Run the statement once with `params`: the rows' text, to be compared with the
+    /// session's own answer. Inside a transaction, under a savepoint,
+    /// so that a failure here leaves the transaction as it was.
+    fn check(&self, params: &[Option<&str>]) -> Result<Option<Rows>, String> {
+        let connection = self.connection;
+        let guarded = connection.transaction_status() == libpq::TRANS_INTRANS;
+        if !guarded && connection.transaction_status() != libpq::TRANS_IDLE {
+            return Ok(None);
+        }
+        let savepoint = |sql: &str| connection.command(&CString::new(sql).unwrap());
+        if guarded {
+            savepoint("SAVEPOINT veil_native_check").map_err(|e| e.message)?;
+        }
+        let ran = self.run(params);
+        if guarded {
+            if matches!(ran, Err(Miss::Server(_))) {
+                savepoint("ROLLBACK TO SAVEPOINT veil_native_check").map_err(|e| e.message)?;
+            }
+            savepoint("RELEASE SAVEPOINT veil_native_check").map_err(|e| e.message)?;
+        }
+        match ran {
+            Err(Miss::Server(error)) => Err(format!("{}: {}", error.code, error.message)),
+            Err(Miss::Fallback) => Ok(None),
+            Ok(Outcome::Rows { mut batches, .. }) => {
+                let mut rows = Vec::new();
+                while let Ok(Some(batch)) = batches.next_batch() {
+                    for row in 0..batch.rows {
+                        rows.push(
+                            batch
+                                .columns
+                                .iter()
+                                .map(|c| c.value(row).map(<[u8]>::to_vec))
+                                .collect(),
+                        );
+                    }
+                }
+                Ok(Some(rows))
+            }
+            Ok(_) => Ok(None),
+        }
+    }
+}
+
+/// PostgreSQL's integer input, strictly: an optional sign and ASCII digits (anything
+/// else, spaces included, goes to the session, which reads it as it always has).
+fn integer(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// The plans of one wire connection and what they run under.
+#[derive(Default)]
+pub struct Registry {
+    epoch: AtomicU64,
+    open: AtomicBool,
+    plans: Mutex<Plans>,
+    runs: AtomicU64,
+}
+
+/// What the wire server does with a statement the registry may answer.
+pub enum Answered {
+    Rows(Outcome),
+    /// The server failed it: the session must learn so (its transaction fails).
+    Failed {
+        code: String,
+        message: String,
+    },
+}
+
+impl Registry {
+    /// The answer of `sql` with `params`, if a current plan gives one.
+    pub fn answer(&self, sql: &str, params: &[Param]) -> Option<Answered> {
+        if !self.open.load(Ordering::Acquire) {
+            return None;
+        }
+        let key = (
+            sql.to_owned(),
+            params.iter().map(|p| p.oid).collect::<Vec<_>>(),
+        );
+        let plan = self.plans.lock().unwrap().get(&key).cloned()?;
+        if plan.epoch != self.epoch.load(Ordering::Acquire) {
+            return None;
+        }
+        let texts: Vec<Option<&str>> = params.iter().map(|p| p.text.as_deref()).collect();
+        match plan.run(&texts) {
+            Ok(outcome) => {
+                self.runs.fetch_add(1, Ordering::Relaxed);
+                Some(Answered::Rows(outcome))
+            }
+            Err(Miss::Fallback) => None,
+            Err(Miss::Server(error)) => Some(Answered::Failed {
+                code: error.code,
+                message: error.message,
+            }),
+        }
+    }
+}
+
+/// A wire connection's native plans (`veil.serve.native`): the session makes one,
+/// the wire server finds it as the session's `native_points`.
+#[pyclass(frozen, module = "veil._native")]
+pub struct NativePoints {
+    pub registry: Arc<Registry>,
+}
+
+fn det_int(spec: &Bound<'_, PyAny>) -> PyResult<DetInt> {
+    let kind: String = spec.get_item(0)?.extract()?;
+    Ok(match kind.as_str() {
+        "narrow" => DetInt::Narrow {
+            narrow: spec.get_item(1)?.extract()?,
+            wide: spec.get_item(2)?.extract()?,
+            bits: spec.get_item(3)?.extract()?,
+        },
+        "wide" => DetInt::Wide(spec.get_item(1)?.extract()?),
+        _ => return Err(PyValueError::new_err(format!("no DET integer form {kind}"))),
+    })
+}
+
+fn opener(spec: &Bound<'_, PyAny>) -> PyResult<Opener> {
+    let kind: String = spec.get_item(0)?.extract()?;
+    Ok(match kind.as_str() {
+        "rnd_word" => Opener::RndWord {
+            key: spec.get_item(1)?.extract::<Py<RowRndKey>>()?,
+            bits: spec.get_item(2)?.extract()?,
+        },
+        "rnd_fitted" => Opener::RndFitted {
+            key: spec.get_item(1)?.extract()?,
+            width: spec.get_item(2)?.extract()?,
+            low: spec.get_item(3)?.extract()?,
+            fit: spec.get_item(4)?.extract()?,
+        },
+        "rnd_bytes" => Opener::RndBytes(spec.get_item(1)?.extract()?),
+        "det_int" => Opener::DetInt(det_int(&spec.get_item(1)?)?),
+        "det_bytes" => Opener::DetBytes(spec.get_item(1)?.extract::<Py<SivBytes>>()?),
+        _ => return Err(PyValueError::new_err(format!("no opener {kind}"))),
+    })
+}
+
+fn format(spec: &Bound<'_, PyAny>) -> PyResult<Format> {
+    let kind: String = spec.get_item(0)?.extract()?;
+    Ok(match kind.as_str() {
+        "int" => Format::Int {
+            bits: spec.get_item(1)?.extract()?,
+        },
+        "decimal" => Format::Decimal {
+            scale: spec.get_item(1)?.extract()?,
+        },
+        "date" => Format::Date,
+        "text" => Format::Text,
+        _ => return Err(PyValueError::new_err(format!("no format {kind}"))),
+    })
+}
+
+fn file_stamp(
+    spec: Option<(String, Option<(i128, u64)>)>,
+) -> Option<(PathBuf, Option<(i128, u64)>)> {
+    spec.map(|(path, at)| (PathBuf::from(path), at))
+}
+
+#[pymethods]
+impl NativePoints {
+    #[new]
+    fn new() -> Self {
+        NativePoints {
+            registry: Arc::new(Registry::default()),
+        }
+    }
+
+    /// Plans made before this are not run again (a SET, a DEALLOCATE).
+    fn bump(&self) {
+        self.registry.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether the session lets plans run now (no failed transaction, no stream).
+    fn set_open(&self, open: bool) {
+        self.registry.open.store(open, Ordering::Release);
+    }
+
+    /// Statements answered natively so far.
+    #[getter]
+    fn runs(&self) -> u64 {
+        self.registry.runs.load(Ordering::Relaxed)
+    }
+
+    /// How many plans are kept.
+    fn __len__(&self) -> usize {
+        self.registry.plans.lock().unwrap().len()
+    }
+
+    /// Make a plan for `sql` with parameter types `oids`, run it once with `params`
+    /// and keep it if its rows are `expected` (the session's own answer, as text);
+    /// returns None when kept, else why not.
+    #[pyo3(signature = (sql, oids, libpq, connection, server_sql, server_params, wire_params, outputs, row_id, fields, design, users, params, expected))]
+    #[allow(clippy::too_many_arguments)]
+    fn install(
+        &self,
+        py: Python<'_>,
+        sql: String,
+        oids: Vec<Oid>,
+        libpq: &str,
+        connection: usize,
+        server_sql: &str,
+        server_params: Vec<Bound<'_, PyAny>>,
+        wire_params: Vec<(i64, i64)>,
+        outputs: Vec<(usize, Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+        row_id: Option<usize>,
+        fields: Vec<(String, Oid)>,
+        design: (String, Option<(i128, u64)>),
+        users: Option<(String, Option<(i128, u64)>)>,
+        params: Vec<Option<String>>,
+        expected: Rows,
+    ) -> PyResult<Option<String>> {
+        let libpq = libpq::load(libpq).map_err(PyOSError::new_err)?;
+        if self.registry.plans.lock().unwrap().len() >= KEPT {
+            return Ok(Some("the connection keeps enough plans".into()));
+        }
+        let mut types = Vec::with_capacity(server_params.len());
+        let mut made = Vec::with_capacity(server_params.len());
+        for spec in &server_params {
+            let kind: String = spec.get_item(0)?.extract()?;
+            made.push(match kind.as_str() {
+                "fixed" => {
+                    let oid: u32 = spec.get_item(2)?.extract()?;
+                    types.push(oid);
+                    ServerParam::Fixed(spec.get_item(1)?.extract()?)
+                }
+                "det_int" => {
+                    types.push(values::INT8);
+                    ServerParam::DetInt {
+                        index: spec.get_item(1)?.extract()?,
+                        det: det_int(&spec.get_item(2)?)?,
+                    }
+                }
+                _ => return Err(PyValueError::new_err(format!("no server parameter {kind}"))),
+            });
+        }
+        let plan = Plan {
+            epoch: self.registry.epoch.load(Ordering::Acquire),
+            connection: Connection {
+                libpq,
+                conn: connection,
+            },
+            sql: CString::new(server_sql)?,
+            types,
+            server_params: made,
+            wire_params: wire_params
+                .into_iter()
+                .map(|(low, high)| WireParam { low, high })
+                .collect(),
+            outputs: outputs
+                .iter()
+                .map(|(column, open, how)| {
+                    Ok(Output {
+                        column: *column,
+                        opener: opener(open)?,
+                        format: format(how)?,
+                    })
+                })
+                .collect::<PyResult<_>>()?,
+            row_id,
+            fields: fields
+                .into_iter()
+                .map(|(name, oid)| Field { name, oid })
+                .collect(),
+            design: file_stamp(Some(design)).unwrap(),
+            users: file_stamp(users),
+        };
+        let texts: Vec<Option<&str>> = params.iter().map(Option::as_deref).collect();
+        let checked = py.allow_threads(|| plan.check(&texts));
+        match checked {
+            Err(why) => Ok(Some(format!("the check run failed: {why}"))),
+            Ok(None) => Ok(Some("the check run did not answer".into())),
+            Ok(Some(rows)) if rows != expected => {
+                Ok(Some("the check run answered otherwise".into()))
+            }
+            Ok(Some(_)) => {
+                let key = (sql, oids);
+                self.registry
+                    .plans
+                    .lock()
+                    .unwrap()
+                    .insert(key, Arc::new(plan));
+                Ok(None)
+            }
+        }
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativePoints>()
+}

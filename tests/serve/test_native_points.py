@@ -1,0 +1,225 @@
+"""Prepared point queries the wire server answers without Python (``veil.serve.native``).
+
+Each answer must be the one the session gives: every type a native plan
+writes, NULLs, the extremes of each type, values a plan does not take (they
+fall back), a failed transaction, a table made anew under a kept plan, and
+no plaintext in what the server receives.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from veil._native import WireServer
+from veil.serve import native
+from veil.serve.engine import Engine
+from veil_dev.bench.oltp import empty_client_dir
+from veil_dev.servers.postgres import ThrowawayCluster
+
+pytestmark = pytest.mark.integration
+
+TABLE = (
+    "CREATE TABLE acc (aid INT NOT NULL PRIMARY KEY, big BIGINT, small SMALLINT, "
+    "bal INT, price DECIMAL(10,2), wide DECIMAL(18,4), day DATE, name VARCHAR(40), "
+    "note TEXT, code CHAR(6))"
+)
+COLUMNS = ["aid", "big", "small", "bal", "price", "wide", "day", "name", "note", "code"]
+
+
+class Served:
+    def __init__(self, client: Path, monkeypatch: pytest.MonkeyPatch):
+        self.points: list[Any] = []
+        made = native.points_for
+
+        def kept(session: Any) -> Any:
+            points = made(session)
+            if points is not None:
+                self.points.append(points)
+            return points
+
+        monkeypatch.setattr(native, "points_for", kept)
+        self.engine = Engine(client)
+        self.server = WireServer(self.engine, "127.0.0.1:0", None, None, True)
+        port = self.server.address.rsplit(":", 1)[1]
+        self.dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"
+
+    @property
+    def runs(self) -> int:
+        return sum(p.runs for p in self.points)
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.engine.close()
+
+
+@pytest.fixture
+def served(postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    found = Served(empty_client_dir(tmp_path / "client", postgres_url), monkeypatch)
+    try:
+        yield found
+    finally:
+        found.stop()
+
+
+def _rows(count: int, seed: int) -> list[tuple[Any, ...]]:
+    rng = random.Random(seed)
+    words = ["", "a", "ünïcödé ✓", "x" * 40, "O'Brien", "tab\there", "line\nbreak"]
+    rows: list[tuple[Any, ...]] = []
+    for aid in range(1, count + 1):
+        rows.append(
+            (
+                aid,
+                rng.choice([0, -1, 2**63 - 1, -(2**63), rng.randint(-(2**62), 2**62)]),
+                rng.choice([0, -(2**15), 2**15 - 1, rng.randint(-999, 999)]),
+                rng.choice([-(2**31), 2**31 - 1, rng.randint(-5000, 5000)]),
+                Decimal(rng.randint(-(10**10) + 1, 10**10 - 1)) / 100,
+                Decimal(rng.randint(-(10**18) + 1, 10**18 - 1)) / 10**4,
+                rng.choice([dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(2000, 2, 29)])
+                if aid % 3 == 0
+                else dt.date(1970, 1, 1) + dt.timedelta(days=rng.randint(-30000, 30000)),
+                rng.choice(words),
+                rng.choice(words) * rng.randint(1, 3),
+                rng.choice(["abc", "", "zzzzzz"]),
+            )
+        )
+    rows.append((count + 1, *([None] * (len(COLUMNS) - 1))))
+    return rows
+
+
+def _load(con: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
+    con.execute(TABLE)
+    marks = ", ".join(["%s"] * len(COLUMNS))
+    with con.transaction():
+        for row in rows:
+            con.execute(f"INSERT INTO acc VALUES ({marks})", row)
+
+
+def _warmed(con: psycopg.Connection[Any], query: str, seed: int, count: int = 20) -> int:
+    """A table loaded and ``query`` prepared once for each of its keys: native from then."""
+    _load(con, _rows(count, seed))
+    for key in range(1, count + 1):
+        con.execute(query, [key], prepare=True).fetchall()
+    return count
+
+
+def test_point_reads_match_what_was_written(served: Served) -> None:
+    rows = _rows(60, seed=7)
+    by_key = {row[0]: row for row in rows}
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, rows)
+        got_code = con.execute("SELECT code FROM acc WHERE aid = 1").fetchone()
+        assert got_code is not None  # CHAR(n) as the session writes it, whatever that is
+        for query, columns in [
+            ("SELECT * FROM acc WHERE aid = %s", COLUMNS),
+            ("SELECT bal FROM acc WHERE aid = %s", ["bal"]),
+            (
+                "SELECT name, day, price, big FROM acc WHERE aid = %s",
+                ["name", "day", "price", "big"],
+            ),
+        ]:
+            at = [COLUMNS.index(c) for c in columns]
+            for key in [*by_key, *by_key]:  # twice: planned, verified, then native
+                got = con.execute(query, [key], prepare=True).fetchall()
+                want = by_key[key]
+                session = con.execute(query.replace("%s", str(key))).fetchall()
+                assert got == session, (query, key)
+                expected = tuple(want[i] for i in at)
+                if "code" not in columns:
+                    assert got == [expected], (query, key)
+    assert served.runs > 100, "the prepared point reads were not answered natively"
+
+
+def test_values_a_plan_does_not_take_fall_back(served: Served) -> None:
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        query = "SELECT bal, name FROM acc WHERE aid = %s"
+        _warmed(con, query, seed=3)
+        runs = served.runs
+        assert runs > 0
+        assert con.execute(query, [2**40], prepare=True).fetchall() == []  # BIGINT: no INT key
+        assert con.execute(query, [None], prepare=True).fetchall() == []
+        want = con.execute(query, [5], prepare=True).fetchall()
+        with con.cursor() as cur:  # the key as text: another statement's parameter type
+            cur.execute("SELECT bal, name FROM acc WHERE aid = %s::int", ["5"], prepare=True)
+            assert cur.fetchall() == want
+        assert con.execute(query, [99], prepare=True).fetchall() == []
+        assert served.runs > runs
+
+
+def test_a_failed_transaction_refuses_them(served: Served) -> None:
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        query = "SELECT bal FROM acc WHERE aid = %s"
+        _warmed(con, query, seed=5)
+        runs = served.runs
+        con.execute("BEGIN")
+        con.execute(query, [3], prepare=True).fetchall()
+        assert served.runs == runs + 1
+        with pytest.raises(psycopg.Error):
+            con.execute("SELECT 1 / 0 FROM acc WHERE aid = 1").fetchall()
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            con.execute(query, [3], prepare=True).fetchall()
+        con.execute("ROLLBACK")
+        assert (
+            con.execute(query, [3], prepare=True).fetchall()
+            == con.execute("SELECT bal FROM acc WHERE aid = 3").fetchall()
+        )
+        assert served.runs >= runs + 2
+
+
+def test_inside_a_transaction_they_see_its_writes(served: Served) -> None:
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        query = "SELECT bal FROM acc WHERE aid = %s"
+        _warmed(con, query, seed=11)
+        before = con.execute(query, [4], prepare=True).fetchone()
+        assert before is not None
+        runs = served.runs
+        with con.transaction():
+            con.execute("UPDATE acc SET bal = %s WHERE aid = %s", [1234, 4], prepare=True)
+            assert con.execute(query, [4], prepare=True).fetchone() == (1234,)
+            assert served.runs > runs
+            raise psycopg.Rollback()
+        assert con.execute(query, [4], prepare=True).fetchone() == before
+
+
+def test_a_table_made_anew_is_read_anew(served: Served) -> None:
+    query = "SELECT bal, name FROM acc WHERE aid = %s"
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _warmed(con, query, seed=1)
+        assert served.runs > 0
+        with psycopg.connect(served.dsn, autocommit=True) as other:
+            other.execute("DROP TABLE acc")
+            _load(other, _rows(20, seed=2))
+            fresh = {k: other.execute(query.replace("%s", str(k))).fetchall() for k in range(1, 21)}
+        for key in range(1, 21):
+            assert con.execute(query, [key], prepare=True).fetchall() == fresh[key]
+
+
+def test_the_server_sees_no_plaintext(served: Served, postgres_cluster: ThrowawayCluster) -> None:
+    canary_key, canary_name = 7_654_321, "canary-name-5417"
+    rows = _rows(10, seed=9)
+    rows[4] = (canary_key, 11, 12, 4_242_424, Decimal("1.25"), Decimal("2.5"), dt.date(2001, 2, 3),
+               canary_name, "n", "c")  # fmt: skip
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, rows)
+        seen = len(postgres_cluster.read_log())
+        query = "SELECT name, bal FROM acc WHERE aid = %s"
+        for row in rows:
+            con.execute(query, [row[0]], prepare=True).fetchall()
+        runs = served.runs
+        for _ in range(3):
+            assert con.execute(query, [canary_key], prepare=True).fetchall() == [
+                (canary_name, 4_242_424)
+            ]
+        assert served.runs >= runs + 3
+    log = postgres_cluster.read_log()[seen:]
+    assert "execute <unnamed>: SELECT c_" in log  # the native statements were logged
+    for plaintext in (str(canary_key), canary_name, "4242424", "acc", "aid", "name", "bal"):
+        assert not re.search(rf"\b{re.escape(plaintext)}\b", log), plaintext
