@@ -96,7 +96,9 @@ def run_joined(
             part = fetched.select(indexes)
             pairs = [(column, enc) for owner, column, enc in wanted if owner is scan]
             blocks = BlockReader(backend, stats)
-            jobs.append(Decryption(part, scan.table, pairs, ciphers, blocks, ()))
+            # a grouped join's keys are decrypted (``det_fetched_columns`` leaves them)
+            encrypted = scan.ciphertext if fetch.groups is None else ()
+            jobs.append(Decryption(part, scan.table, pairs, ciphers, blocks, encrypted))
         results = run_all(jobs)  # every part's columns side by side
         if sums is not None:
             assert fetch.groups is not None

@@ -10,8 +10,13 @@ ciphertexts, so these can all run on the ciphertexts as fetched::
     scan 1: orders {o_custkey: kept encrypted, o_orderkey: kept encrypted}
     local:  ... customer LEFT JOIN orders ON c_custkey = o_custkey ... (unchanged)
 
-A column of a plain scan (not joined, aggregated or shared on the server)
-stays encrypted when every reference to it in the local plan is one of
+The same holds for the rows of a server join (``pushdown_joins``): TPC-DS q22
+joined ``inventory`` to ``date_dim`` on the server, then decrypted 2.3M
+``inv_item_sk`` values only to join them with ``item`` on the client.
+
+A column of a plain scan (not aggregated or shared on the server; joined
+there without grouping) stays encrypted when every reference to it in the
+local plan is one of
 
 - ``a = b`` with ``b`` another such column under the same key scope, form
   and type (a join or a correlation), anywhere a condition may be;
@@ -88,9 +93,10 @@ def _candidates(state: PlanState) -> dict[Key, _Candidate]:
 
 
 def det_fetched_columns(state: PlanState) -> list[tuple[Scan, str, Encryption]]:
-    """The columns of plain scans (not joined, aggregated or shared on the server) fetched
-    under DET, not floats, not yet kept encrypted: those whose ciphertexts the local plan
-    could use as they are (``compare_ciphertexts``, ``decrypt_outputs``)."""
+    """The columns of plain scans (not aggregated or shared on the server; joined on the
+    server without grouping: a row per joined row, each column as ``Scan.fetched`` names it)
+    fetched under DET, not floats, not yet kept encrypted: those whose ciphertexts the local
+    plan could use as they are (``compare_ciphertexts``, ``decrypt_outputs``)."""
     # a bind filter's key query reads its sources' columns outside the local plan, and
     # sends their values (``veil.exec.bind``): those are decrypted
     keyed = {
@@ -102,7 +108,8 @@ def det_fetched_columns(state: PlanState) -> list[tuple[Scan, str, Encryption]]:
     }
     found = []
     for scan in state.scans.values():
-        plain = scan.joined is None and scan.aggregation is None
+        joined = scan.joined is None or scan.joined.groups is None
+        plain = joined and scan.aggregation is None
         if not plain or scan.with_row_id or scan.late or scan.same_rows is not None:
             continue
         for column in sorted(scan.columns - scan.ciphertext):

@@ -11,8 +11,8 @@ encrypted through the local plan and only the result's rows are decrypted::
     local:  SELECT ..., customer.c_name AS c_name, ... GROUP BY ..., customer.c_name ...
     result: column 1 decrypted (20 values)
 
-A column of a plain scan (not joined, aggregated or shared on the server)
-fetched under DET qualifies when every reference to it in the local plan is
+A column of a plain scan (not aggregated or shared on the server; joined
+there without grouping) fetched under DET qualifies when every reference to it in the local plan is
 a bare output of the outermost SELECT (possibly aliased) or a key of that
 SELECT's GROUP BY, and that SELECT neither is DISTINCT nor orders, filters
 (HAVING, QUALIFY) or groups by the output's name or position. Floats are
