@@ -63,6 +63,53 @@ CASES = [
 ]
 
 
+# a key through the outputs of CTEs and derived tables (TPC-DS q01's, q30's, q81's
+# per-customer totals joined with customer)
+_TOTALS = (
+    "WITH t AS (SELECT o_custkey AS k, o_totalprice AS s FROM orders "
+    "WHERE o_comment LIKE '%pending%') "
+)
+CASES += [
+    (
+        _TOTALS + "SELECT c_mktsegment, SUM(s) FROM t, customer WHERE t.k = c_custkey "
+        "GROUP BY c_mktsegment ORDER BY 1",
+        {"customer.c_custkey", "orders.o_custkey"},
+    ),
+    # the CTE under two aliases, correlated on the key
+    (
+        _TOTALS + "SELECT c_mktsegment, COUNT(*) FROM t AS t1, customer WHERE t1.k = c_custkey "
+        "AND t1.s >= (SELECT AVG(s) FROM t AS t2 WHERE t2.k = t1.k) GROUP BY 1 ORDER BY 1",
+        {"customer.c_custkey", "orders.o_custkey"},
+    ),
+    # through a second CTE, and an output read by nobody
+    (
+        _TOTALS + ", u AS (SELECT k AS kk, s, k AS unread FROM t WHERE s > 1000) "
+        "SELECT COUNT(*), SUM(s) FROM u, customer WHERE u.kk = c_custkey AND c_acctbal > 0",
+        {"customer.c_custkey", "orders.o_custkey"},
+    ),
+    # the output the answer shows, compared with a constant, or read by a star
+    (
+        _TOTALS + "SELECT t.k, s FROM t, customer WHERE t.k = c_custkey ORDER BY s DESC, 1 LIMIT 5",
+        set(),
+    ),
+    (  # the key computed with inside the CTE: its output is plaintext
+        "WITH t AS (SELECT o_custkey AS k, o_totalprice AS s FROM orders "
+        "WHERE o_comment LIKE '%pending%' AND o_custkey % 3 = 0) "
+        "SELECT COUNT(*) FROM t, customer WHERE t.k = c_custkey",
+        {"orders.o_totalprice"},  # an output nobody reads
+    ),
+    (
+        _TOTALS + "SELECT COUNT(*) FROM t, customer WHERE t.k = c_custkey AND t.k < 100",
+        {"orders.o_totalprice"},  # an output nobody reads
+    ),
+    (
+        _TOTALS + "SELECT * FROM (SELECT t.k, t.s FROM t, customer WHERE t.k = c_custkey) AS x "
+        "ORDER BY 2 DESC, 1 LIMIT 5",
+        set(),
+    ),
+]
+
+
 def _kept(plan: SplitPlan | None) -> set[str]:
     assert plan is not None and plan.pushdown  # a failed split plan would hide the pass
     return {f"{s.table.name}.{c}" for s in plan.scans for c in s.ciphertext}

@@ -41,6 +41,7 @@ from sqlglot import exp
 
 from veil.design.model import DET, Encryption
 from veil.encoding import FLOAT_KIND
+from veil.sql.derived_outputs import derived_selects, output_references, projected_output
 from veil.sql.plan import Scan
 from veil.sql.state import PlanState
 
@@ -49,7 +50,7 @@ Key = tuple[int, str]  # (id of the scan, plaintext column)
 
 @dataclass
 class _Candidate:
-    scan: Scan
+    scan: Scan | None  # None: an output of a derived table or CTE (``_Outputs``)
     column: str
     enc: Encryption
     partners: set[Key] = field(default_factory=set)  # columns it is compared with
@@ -62,27 +63,81 @@ def compare_ciphertexts(state: PlanState) -> PlanState:
     if not candidates:
         return state
     read = _derived_outputs_read(state.query)
+    outputs = _Outputs(state, candidates)
     referenced: set[Key] = set()
     for node in state.query.find_all(exp.Column):
-        key = _key_of(node, state)
-        if key is None:
-            # a column a pass wrote (or an output alias): keep any candidate of its name
+        key = outputs.key_of(node)
+        if key is None or (key not in candidates and outputs.is_output(key)):
+            # a column a pass wrote (or an output alias; an output of no candidate, as
+            # before outputs were followed): keep any candidate of its name
             for known in [k for k, c in candidates.items() if c.column == node.name.lower()]:
                 del candidates[known]
             continue
         if key not in candidates:
             continue
         referenced.add(key)
-        partner = _allowed(node, candidates[key], candidates, state, read)
+        partner = _allowed(node, candidates[key], candidates, outputs, read)
         if partner is False:
             del candidates[key]
         elif partner is not True:
             candidates[key].partners.add(partner)
+            if outputs.projected(node) == partner:  # the output holds what its column holds
+                candidates[partner].partners.add(key)
     _drop_unpaired(candidates)
     for key, candidate in candidates.items():
-        if key in referenced:
+        if key in referenced and candidate.scan is not None:
             candidate.scan.ciphertext.add(candidate.column)
     return state
+
+
+class _Outputs:
+    """The outputs of derived tables and CTEs that project a candidate, as candidates.
+
+    TPC-DS q01 groups ``store_returns`` by ``sr_customer_sk`` in a CTE and
+    joins its output with ``c_customer_sk``: the output stays a ciphertext when
+    its column does, and every reference to it (through each alias of the
+    CTE) is held to the rules a column's are. Off when outputs are read by no
+    name (``SELECT * FROM cte``, a NATURAL JOIN).
+    """
+
+    def __init__(self, state: PlanState, candidates: dict[Key, _Candidate]):
+        self._state = state
+        unnamed = any(  # outputs read by no name: a star, a NATURAL JOIN's columns
+            (isinstance(n, exp.Star) and not isinstance(n.parent, exp.Count))
+            or (isinstance(n, exp.Join) and str(n.args.get("method") or "").upper() == "NATURAL")
+            for n in state.query.walk()
+        )
+        self._selects = {} if unnamed else derived_selects(state.scopes, state.query)
+        self._references = output_references(state.scopes, self._selects)
+        self._add(candidates)
+
+    def key_of(self, node: exp.Column) -> Key | None:
+        """A base column's (scan, column), or an output's (select, name); None: neither."""
+        return self._references.get(id(node)) or _key_of(node, self._state)
+
+    def is_output(self, key: Key) -> bool:
+        return key[0] in self._selects
+
+    def projected(self, node: exp.Column) -> Key | None:
+        """The output ``node`` is projected as, if its SELECT is a derived table or CTE."""
+        return projected_output(node, self._selects)
+
+    def _add(self, candidates: dict[Key, _Candidate]) -> None:
+        """Each output projecting a candidate (an output of an inner one: innermost first)."""
+        grew = True
+        while grew:
+            grew = False
+            for select in self._selects.values():
+                for projection in select.expressions:
+                    column = projection.this if isinstance(projection, exp.Alias) else projection
+                    if not isinstance(column, exp.Column):
+                        continue
+                    inner, output = self.key_of(column), self.projected(column)
+                    if inner in candidates and output is not None and output not in candidates:
+                        # paired from the start: a column decrypted makes its output plaintext
+                        found = _Candidate(None, output[1], candidates[inner].enc, {inner})
+                        candidates[output] = found
+                        grew = True
 
 
 def _candidates(state: PlanState) -> dict[Key, _Candidate]:
@@ -133,7 +188,7 @@ def _allowed(
     node: exp.Column,
     mine: _Candidate,
     candidates: dict[Key, _Candidate],
-    state: PlanState,
+    outputs: _Outputs,
     read: set[tuple[str, str]],
 ) -> bool | Key:
     """True: a context that needs no value; False: one that does; a key: equal to that column."""
@@ -150,11 +205,15 @@ def _allowed(
     if isinstance(parent, exp.Group):
         return True
     if isinstance(parent, exp.EQ):
-        key = _key_of(parent.expression if parent.this is node else parent.this, state)
+        other = parent.expression if parent.this is node else parent.this
+        key = outputs.key_of(other) if isinstance(other, exp.Column) else None
         theirs = candidates.get(key) if key is not None else None
         if key is None or theirs is None or not _same_ciphertexts(mine.enc, theirs.enc):
             return False
         return key
+    output = outputs.projected(node)
+    if output is not None:
+        return output if output in candidates else False
     return _unread_output(node, read)
 
 
