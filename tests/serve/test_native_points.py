@@ -9,9 +9,11 @@ no plaintext in what the server receives.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -223,3 +225,151 @@ def test_the_server_sees_no_plaintext(served: Served, postgres_cluster: Throwawa
     assert "execute <unnamed>: SELECT c_" in log  # the native statements were logged
     for plaintext in (str(canary_key), canary_name, "4242424", "acc", "aid", "name", "bal"):
         assert not re.search(rf"\b{re.escape(plaintext)}\b", log), plaintext
+
+
+# -- point UPDATEs --------------------------------------------------------------
+
+UPDATE = "UPDATE acc SET bal = bal + %s WHERE aid = %s"
+
+
+def _together(clients: list[Callable[[], None]], failures: list[BaseException]) -> None:
+    """Each client on a thread of its own, all at once; none may have failed."""
+    threads = [threading.Thread(target=client) for client in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+
+
+def _balances(con: psycopg.Connection[Any]) -> dict[int, int | None]:
+    return dict(con.execute("SELECT aid, bal FROM acc").fetchall())
+
+
+def test_updates_in_transactions_write_what_the_session_would(served: Served) -> None:
+    rows = _rows(40, seed=21)
+    rows = [(r[0], r[1], r[2], r[3] // 4 if r[3] is not None else None, *r[4:]) for r in rows]
+    rng = random.Random(5)
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, rows)
+        want = {r[0]: r[3] for r in rows}
+        others = {r[0]: r for r in con.execute("SELECT * FROM acc").fetchall()}
+        for _ in range(80):
+            with con.transaction():
+                for _ in range(3):
+                    aid, delta = rng.randint(1, 41), rng.randint(-(2**20), 2**20)
+                    done = con.execute(UPDATE, [delta, aid], prepare=True)
+                    assert done.rowcount == 1
+                    if want[aid] is not None:
+                        want[aid] += delta
+                    got = con.execute("SELECT bal FROM acc WHERE aid = %s", [aid], prepare=True)
+                    assert got.fetchone() == (want[aid],)
+        assert con.execute(UPDATE, [1, 999], prepare=True).rowcount == 0  # no such row
+        assert _balances(con) == want
+        after = {r[0]: r for r in con.execute("SELECT * FROM acc").fetchall()}
+        for aid, row in after.items():  # every other column kept, moved to the new row ids
+            assert row[:3] + row[4:] == others[aid][:3] + others[aid][4:]
+    assert served.runs > 300, "the UPDATEs were not run natively"
+
+
+def test_update_values_past_the_type_go_to_the_session(served: Served) -> None:
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, _rows(20, seed=8))
+        con.execute("UPDATE acc SET bal = 0 WHERE aid <= 20")
+        for key in range(1, 21):
+            with con.transaction():
+                con.execute(UPDATE, [key, key], prepare=True)
+        runs = served.runs
+        con.execute("UPDATE acc SET bal = 2147483000 WHERE aid = 3")
+        con.execute("BEGIN")
+        with pytest.raises(psycopg.Error) as raised:
+            con.execute(UPDATE, [10_000, 3], prepare=True)
+        assert raised.value.sqlstate is not None
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            con.execute(UPDATE, [1, 4], prepare=True)
+        con.execute("ROLLBACK")
+        with con.transaction():
+            con.execute(UPDATE, [5, 4], prepare=True)  # natively again
+            con.execute(UPDATE, [5, 21], prepare=True)  # a NULL balance: the session's
+        assert served.runs > runs
+        assert _balances(con)[4] == 9 and _balances(con)[21] is None
+        con.execute(UPDATE, [1, 4], prepare=True)  # autocommit
+        assert _balances(con)[4] == 10
+
+
+def test_concurrent_transfers_keep_the_total(served: Served) -> None:
+    accounts, clients, transfers = 6, 6, 25
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, _rows(accounts, seed=13))
+        con.execute("UPDATE acc SET bal = 1000 WHERE aid <= %s" % (accounts + 1))
+    failures: list[BaseException] = []
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            with psycopg.connect(served.dsn, autocommit=True) as mine:
+                done = 0
+                while done < transfers:
+                    a, b = rng.sample(range(1, accounts + 2), 2)
+                    amount = rng.randint(1, 50)
+                    try:
+                        with mine.transaction():
+                            mine.execute(UPDATE, [-amount, a], prepare=True)
+                            mine.execute(UPDATE, [amount, b], prepare=True)
+                        done += 1
+                    except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+                        continue
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    _together([functools.partial(client, i) for i in range(clients)], failures)
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        balances = _balances(con)
+        assert len(balances) == accounts + 1
+        assert sum(v for v in balances.values() if v is not None) == 1000 * (accounts + 1)
+        count = con.execute("SELECT count(*), count(DISTINCT aid) FROM acc").fetchone()
+        assert count == (accounts + 1, accounts + 1)
+    assert served.runs > clients * transfers
+
+
+def test_concurrent_increments_in_autocommit_lose_none(served: Served) -> None:
+    clients, each = 4, 30
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, _rows(4, seed=17))
+        con.execute("UPDATE acc SET bal = 0 WHERE aid <= 5")
+        for key in range(1, 6):  # the shape planned, verified and handed over
+            con.execute(UPDATE, [0, key], prepare=True)
+    runs = served.runs
+    failures: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            with psycopg.connect(served.dsn, autocommit=True) as mine:
+                for number in range(each):
+                    mine.execute(UPDATE, [1, 1 + number % 2], prepare=True)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    _together([client] * clients, failures)
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        balances = _balances(con)
+    assert balances[1] == balances[2] == clients * each // 2
+    assert served.runs > runs + clients
+
+
+def test_text_set_to_a_parameter(served: Served) -> None:
+    rng = random.Random(23)
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        rows = _rows(20, seed=19)
+        _load(con, rows)
+        want = {r[0]: r[7] for r in rows}
+        for _ in range(60):
+            aid = rng.randint(1, 21)
+            name = rng.choice(["", "ünï ✓", "x" * 40, f"n{rng.random()}"])
+            con.execute("UPDATE acc SET name = %s WHERE aid = %s", [name, aid], prepare=True)
+            want[aid] = name
+        runs = served.runs
+        con.execute("UPDATE acc SET name = %s WHERE aid = %s", ["last", 2], prepare=True)
+        want[2] = "last"
+        assert served.runs == runs + 1
+        assert dict(con.execute("SELECT aid, name FROM acc").fetchall()) == want

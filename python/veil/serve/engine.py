@@ -46,6 +46,7 @@ from veil.serve.types import (
     oid_of_duckdb,
     parameter_value,
 )
+from veil.session import native_plans
 from veil.session.dml import returning_query
 from veil.session.result import Streamed
 from veil.session.session import Session
@@ -279,6 +280,24 @@ class WireSession:
         assert self.native_points is not None
         # a result still streaming holds the local DuckDB, which native runs never touch
         self.native_points.set_open(not self.veil.transaction_failed)
+
+    def native_write_begin(self, name: str, server_name: str) -> int | None:
+        """Before a native point UPDATE of table ``name`` (``native``): its lock and its fresh
+        row id (``native_plans.write_begin``), unless the transaction failed; None: the
+        session runs the statement."""
+        with self._lock:
+            veil = self.veil
+            if veil.transaction_failed:
+                return None
+            found = native_plans.write_begin(veil, name, server_name)
+            self.written += veil.in_transaction and found is not None
+            return found
+
+    def native_write_end(self) -> None:
+        """After a native point UPDATE outside a transaction: its table lock goes, as at the
+        end of the session's own statements."""
+        with self._lock:
+            native_plans.write_end(self.veil)
 
     def native_failed(self, sqlstate: str, message: str) -> None:
         """The server failed a statement the wire server ran natively: as for the session's
@@ -591,6 +610,8 @@ class WireSession:
             outcome = self._sent(kind, translated, sql, args, values, stream=stream)
             if kind == "query" and self._native_call is not None:
                 native.offer(self, *self._native_call, sql, args, order, outcome)
+            elif isinstance(translated, exp.Update) and self._native_call is not None:
+                native.offer_write(self, *self._native_call, sql, args, order, outcome)
             return outcome
         tree = settings.answer_settings(tree, self.settings)
         if kind in ("query", "dml"):

@@ -17,6 +17,7 @@ transaction; a SET moves their epoch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -25,11 +26,13 @@ from typing import Any, cast
 
 from veil import _native
 from veil.backends.postgres import PostgresBackend
-from veil.session.native_plans import point_plan
+from veil.session.native_plans import TEXT, point_plan, point_update
 
 log = logging.getLogger(__name__)
 
-_TRIES = 3  # checks of one statement that may fail before its connection stops trying
+# tries of one statement before its connection stops trying: its shape's plan may need
+# a few runs to be verified (``veil.session.templates``), or may never be one to hand over
+_TRIES = 8
 
 
 def points_for(session: Any) -> Any | None:
@@ -53,6 +56,18 @@ def _libpq() -> str | None:
     return None
 
 
+def _eligible(wire: Any, key: tuple[str, tuple[int, ...]]) -> PostgresBackend | None:
+    """The session's backend if statement ``key`` may still be handed over: native plans,
+    tries left, a PostgreSQL server, nothing recording each statement in Python."""
+    backend = wire.veil.backend
+    if wire.native_points is None or wire.native_tries.get(key, 0) >= _TRIES:
+        return None
+    if not isinstance(backend, PostgresBackend) or backend.statement_listeners():
+        return None
+    engine = wire.engine
+    return None if engine is None or engine.observer is not None else backend
+
+
 def offer(
     wire: Any,  # veil.serve.engine.WireSession (which imports this module)
     sql: str,
@@ -65,38 +80,22 @@ def offer(
     """Hand ``sql`` (as the client sent it, with ``params``) to the connection's native
     plans if its plan (``marked`` with ``args``, ``order`` mapping them to ``params``)
     is one and a native run answers ``outcome``."""
-    points = wire.native_points
     key = (sql, tuple(oid for _, oid in params))
-    if points is None or wire.native_tries.get(key, 0) >= _TRIES:
+    backend = _eligible(wire, key)
+    if backend is None:
         return
-    engine, veil = wire.engine, wire.veil
-    backend = veil.backend
-    if not isinstance(backend, PostgresBackend):
-        return
-    if engine is None or engine.observer is not None or backend.statement_listeners():
-        return
+    points, veil = wire.native_points, wire.veil
     if outcome[0] != "rows" or not isinstance(outcome[2], list) or len(outcome) > 3:
         return
     wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
     made = point_plan(veil, marked, args)
     if made is None:
-        wire.native_tries[key] = _TRIES
         return
-    ranges: list[tuple[int, int] | None] = [None] * len(params)
-    for at, number in enumerate(order):
-        low, high = made.ranges[at]
-        found = ranges[number - 1]
-        ranges[number - 1] = (
-            (low, high) if found is None else (max(low, found[0]), min(high, found[1]))
-        )
-    if any(r is None or r[0] > r[1] for r in ranges):
-        wire.native_tries[key] = _TRIES
+    ranges = _wire_ranges(made.ranges, order, len(params))
+    if ranges is None:
         return
     # a DET parameter's place, among the statement's markers, as the client's parameter
-    server_params = [
-        ("det_int", order[cast(int, p[1])] - 1, p[2]) if p[0] == "det_int" else p
-        for p in made.server_params
-    ]
+    server_params = [_placed(p, order) for p in made.server_params]
     design = veil.client.design_path
     stat = os.stat(design)
     if stat.st_mtime_ns != veil.design_version:
@@ -122,6 +121,88 @@ def offer(
         wire.native_tries[key] = _TRIES
     else:
         log.debug("statement %r is not answered natively: %s", sql, why)
+
+
+def offer_write(
+    wire: Any,  # veil.serve.engine.WireSession
+    sql: str,
+    params: Sequence[tuple[str | None, int]],
+    marked: str,
+    args: list[object],
+    order: list[int],
+    outcome: tuple[Any, ...],
+) -> None:
+    """As ``offer``, for a point UPDATE (``veil.session.native_plans.point_update``): kept
+    at once, as a write cannot be run twice to compare."""
+    key = (sql, tuple(oid for _, oid in params))
+    backend = _eligible(wire, key)
+    if backend is None or outcome[:2] != ("command", "UPDATE"):
+        return
+    points, veil = wire.native_points, wire.veil
+    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
+    made = point_update(veil, marked, args)
+    ranges = None if made is None else _wire_ranges(made.ranges, order, len(params))
+    if made is None or ranges is None:
+        return
+    design = veil.client.design_path
+    stat = os.stat(design)
+    if stat.st_mtime_ns != veil.design_version:
+        return
+    users = wire.users_path
+    updates = [_placed_update(p, order) for p in made.update_params]
+    points.install_write(
+        sql,
+        list(key[1]),
+        _libpq(),
+        backend.connection_pointer(),
+        made.match_sql,
+        [_placed(p, order) for p in made.match_params],
+        ranges,
+        made.row_id,
+        made.update_sql,
+        made.update_types,
+        updates,
+        functools.partial(wire.native_write_begin, made.table, made.server_table),
+        wire.native_write_end,
+        (str(design), (stat.st_mtime_ns, stat.st_size)),
+        None if users is None else (str(users), _file_stamp(users)),
+    )
+    wire.native_tries[key] = _TRIES
+
+
+def _placed_update(param: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
+    """An UPDATE's parameter with a marker's place as the client's parameter."""
+    if param[0] == "assigned":
+        return ("assigned", *param[1:3], order[cast(int, param[3])] - 1, *param[4:])
+    if param[0] == "assigned_text":
+        return ("assigned_text", order[cast(int, param[1])] - 1, param[2])
+    return param
+
+
+def _wire_ranges(
+    ranges: list[tuple[int, int]], order: list[int], count: int
+) -> list[tuple[int, int]] | None:
+    """Each client parameter's range: those of the statement's markers it fills."""
+    found: list[tuple[int, int] | None] = [None] * count
+    for at, number in enumerate(order):
+        low, high = ranges[at]
+        was = found[number - 1]
+        if was is not None and (was == TEXT) != ((low, high) == TEXT):
+            return None  # one parameter both text and a number
+        if was is None or was == TEXT:
+            found[number - 1] = (low, high)
+        else:
+            found[number - 1] = (max(low, was[0]), min(high, was[1]))
+    if any(r is None or (r[0] > r[1] and r != TEXT) for r in found):
+        return None
+    return cast(list[tuple[int, int]], found)
+
+
+def _placed(param: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
+    """A server parameter with a marker's place (``det_int``) as the client's parameter."""
+    if param[0] != "det_int":
+        return param
+    return ("det_int", order[cast(int, param[1])] - 1, param[2])
 
 
 def _file_stamp(path: os.PathLike[str]) -> tuple[int, int] | None:

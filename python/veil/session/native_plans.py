@@ -27,10 +27,12 @@ from veil.ciphers.row_bound import RowBoundCipher
 from veil.crypto.det import DetBytes, DetInt
 from veil.crypto.det_narrow import NarrowDet
 from veil.crypto.rowrnd import RowRnd
-from veil.design.model import DET, Encryption
+from veil.design.model import DET, OPE, RND, Encryption, TableDesign
 from veil.encoding import DATE_KIND, DECIMAL_KIND, INT_KIND, STRING_KIND
 from veil.exec.direct import projection
-from veil.session.templates import shape
+from veil.session.row_ids import allocate
+from veil.session.set_values import Assignment
+from veil.session.templates import Template, shape
 from veil.sql.plan import RND_ROW_ID, ROW_ID
 from veil.sql.slots import PARAM, Pending
 
@@ -72,6 +74,29 @@ def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan 
     if not server_sql.startswith(f"SELECT {', '.join(names)} FROM "):
         return None  # the statement's columns are not the scan's, in its order
     ranges = [_range(value) for value in args]
+    server_params = _server_params(session, template, rendered, ranges)
+    if server_params is None:
+        return None
+    at = {column: i for i, (column, _) in enumerate(fetched)}
+    row_id = at.get(RND_ROW_ID, at.get(ROW_ID))
+    outputs = []
+    for column, _ in pairs:
+        index = at.get(column)
+        enc = fetched[index][1] if index is not None else None
+        if index is None or enc is None:
+            return None
+        made = _output(session, scan.table, enc)
+        if made is None:
+            return None
+        outputs.append((index, *made))
+    return PointPlan(server_sql, server_params, ranges, outputs, row_id)
+
+
+def _server_params(
+    session: Session, template: Template, rendered: list[object], ranges: list[tuple[int, int]]
+) -> list[tuple[object, ...]] | None:
+    """The server statement's parameters: DET slots of bare integer arguments (narrowing
+    ``ranges`` to their columns' types) and constants; None if another kind."""
     server_params: list[tuple[object, ...]] = []
     for param in rendered:
         if isinstance(param, Pending):
@@ -94,19 +119,10 @@ def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan 
             server_params.append(("fixed", param, BYTEA))
         else:
             return None
-    at = {column: i for i, (column, _) in enumerate(fetched)}
-    row_id = at.get(RND_ROW_ID, at.get(ROW_ID))
-    outputs = []
-    for column, _ in pairs:
-        index = at.get(column)
-        enc = fetched[index][1] if index is not None else None
-        if index is None or enc is None:
-            return None
-        made = _output(session, scan.table, enc)
-        if made is None:
-            return None
-        outputs.append((index, *made))
-    return PointPlan(server_sql, server_params, ranges, outputs, row_id)
+    return server_params
+
+
+TEXT = (1, 0)  # a parameter's range when it is text (``rust/veil-py/src/point``)
 
 
 def _range(value: object) -> tuple[int, int]:
@@ -168,3 +184,184 @@ def _output(
     else:
         return None
     return opener, how
+
+
+@dataclass(frozen=True)
+class PointUpdate:
+    """A point UPDATE in native terms (``rust/veil-py/src/point/write.rs``)."""
+
+    table: str
+    server_table: str
+    match_sql: str
+    match_params: list[tuple[object, ...]]
+    ranges: list[tuple[int, int]]
+    row_id: int  # the match's fetched column of row ids
+    update_sql: str
+    update_types: list[int]
+    # ("new_id",), ("old_id",), ("reseal_word", column, key, bits),
+    # ("reseal_bytes", column, key), ("assigned_text", param, key),
+    # ("assigned", key, bits, param, sign, source_bits,
+    # column_bits, (column, opener) or None)
+    update_params: list[tuple[object, ...]]
+
+
+def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpdate | None:
+    """The native parts of the kept point UPDATE of ``sql`` (``veil.session.point_writes``)
+    for arguments like ``args``; None unless every part is one written out here: integer
+    or text SET values of the table's row-bound RND columns, the row's other row-bound columns
+    moved to its new id as stored, nothing else of the table written (no Paillier
+    group, blocks, ASHE words, onion layers, foreign keys or CHECKs; no assigned column
+    with another copy or in a key)."""
+    from veil.session import point_writes  # (as the session imports it: when first needed)
+
+    kinds = shape(args)
+    if kinds is None or any(type(a) not in (int, str) for a in args):
+        return None
+    write = point_writes.kept(session.shape_scope, session.shape_key(sql, kinds))
+    if write is None or write.kind != "UPDATE" or write.fast is None or write.located:
+        return None
+    template, plan = write.template, write.plan
+    if template is None or plan is None or not template.verified or len(template.rendered) != 1:
+        return None
+    table = session.design.tables.get(write.table.name)
+    if table is None or not _plainly_written(session, table, write.assigned):
+        return None
+    texts = {a.param for a in write.fast if a.bits == 0}
+    if len(plan.scans) != 1 or any((type(v) is str) != (i in texts) for i, v in enumerate(args)):
+        return None  # a text value only where a text column is set to it
+    ranges = [TEXT if type(value) is str else _range(value) for value in args]
+    ((match_sql, rendered),) = template.rendered.values()
+    match_params = _server_params(session, template, rendered, ranges)
+    if match_params is None or any(p[0] == "det_int" and p[1] in texts for p in match_params):
+        return None
+    fetched = plan.scans[0].fetched()
+    names = [table.row_id if enc is None else enc.name for _, enc in fetched]
+    if not match_sql.startswith(f"SELECT {', '.join(names)} FROM "):
+        return None
+    by_source = {column: (i, enc) for i, (column, enc) in enumerate(fetched)}
+    found = by_source.get(ROW_ID, by_source.get(RND_ROW_ID))
+    if found is None:
+        return None
+    row_id = found[0]
+    assignments = {a.column: a for a in write.fast}
+    sets = [f"{_quoted(table.row_id)} = $1::bigint"]
+    params: list[tuple[object, ...]] = [("new_id",)]
+    types = [INT8]
+    for enc in table.encryptions:
+        if not enc.row_bound:
+            continue
+        made = _new_value(session, table, enc, assignments.get(enc.source), fetched)
+        if made is None:
+            return None
+        params.append(made)
+        bytes_ = made[0] in ("reseal_bytes", "assigned_text")
+        types.append(BYTEA if bytes_ else INT8)
+        sets.append(f"{_quoted(enc.name)} = ${len(params)}::{'bytea' if bytes_ else 'bigint'}")
+    params.append(("old_id",))
+    types.append(INT8)
+    update = (
+        f"UPDATE {_quoted(table.server_name)} SET {', '.join(sets)} "
+        f"WHERE {_quoted(table.row_id)} = ${len(params)}::bigint"
+    )
+    return PointUpdate(
+        table.name, table.server_name, match_sql, match_params, ranges, row_id, update, types,
+        params,
+    )  # fmt: skip
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _plainly_written(session: Session, table: TableDesign, assigned: set[str]) -> bool:
+    """Whether a row of ``table`` is rewritten by its row-bound RND columns alone."""
+    from veil.ciphers.blocks import block_columns
+    from veil.session import references
+
+    if table.hom is not None or table.sums is not None or table.layers_table:
+        return False
+    if table.checks or table.references or block_columns(table):
+        return False
+    if references.referencing(session.design, table.name):
+        return False
+    if any(assigned & set(key) for key in table.keys):
+        return False
+    for enc in table.encryptions:
+        if enc.outer is not None or enc.scheme not in (DET, RND, OPE):
+            return False
+        if enc.source in assigned and enc.scheme != RND:
+            return False  # another copy of an assigned value would need writing too
+    return True
+
+
+def _new_value(
+    session: Session,
+    table: TableDesign,
+    enc: Encryption,
+    assignment: Assignment | None,
+    fetched: list[tuple[str, Encryption | None]],
+) -> tuple[object, ...] | None:
+    """What the UPDATE writes into row-bound column ``enc``."""
+    cipher = session.ciphers.get(table, enc)
+    if type(cipher) is not RowBoundCipher or cipher._inner is not None:
+        return None  # (a fitted copy reseals otherwise)
+    layer = cipher._layer
+    if not isinstance(layer, RowRnd):
+        return None
+    key, bits = layer._cipher, cipher._bits or 0
+    integral = enc.sql_type.kind == INT_KIND
+    if assignment is None:
+        at = next(
+            (i for i, (_, e) in enumerate(fetched) if e is not None and e.name == enc.name), None
+        )
+        if at is None:
+            return None
+        if integral or enc.sql_type.kind in (DECIMAL_KIND, DATE_KIND):
+            return ("reseal_word", at, key, bits)
+        if enc.sql_type.kind == STRING_KIND:
+            return ("reseal_bytes", at, key)
+        return None
+    if assignment.bits == 0:  # text set to a parameter
+        if enc.sql_type.kind != STRING_KIND or enc.sql_type.name != "VARCHAR":
+            return None
+        return ("assigned_text", assignment.param, key)
+    if not integral or enc.sql_type.name not in _INT_BITS:
+        return None
+    source = None
+    if assignment.source is not None:
+        place = next(
+            (i for i, (c, e) in enumerate(fetched) if c == assignment.source and e is not None),
+            None,
+        )
+        if place is None:
+            return None
+        source_enc = fetched[place][1]
+        assert source_enc is not None
+        opened = _output(session, table, source_enc)
+        if opened is None or opened[0][0] not in ("rnd_word", "det_int"):
+            return None
+        source = (place, opened[0])
+    return (
+        "assigned", key, bits, assignment.param, assignment.sign, assignment.source_bits,
+        assignment.bits, source,
+    )  # fmt: skip
+
+
+def write_begin(session: Session, name: str, server_name: str) -> int | None:
+    """Before a native point UPDATE of table ``name``: its write lock held (until the
+    transaction ends, or ``write_end`` outside one, as for the session's own writes),
+    the design still the plan's, and the row's fresh id; None: the session writes it."""
+    session.table_locks.take(name)
+    if session.design_file_stamp() != session.design_version:
+        return None  # a rebuild swapped the table before the lock was had
+    table = session.design.tables.get(name)
+    if table is None or table.server_name != server_name:
+        return None
+    return allocate(session.backend, table, 1)
+
+
+def write_end(session: Session) -> None:
+    """After a native point UPDATE outside a transaction: the table locks ``write_begin``
+    took go, as at the end of the session's own autocommit writes."""
+    if not session.in_transaction and not session.writes_running:
+        session.table_locks.release()

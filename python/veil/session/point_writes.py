@@ -148,6 +148,12 @@ def answer(
     return _run(session, write, params, key, planned=False)
 
 
+def kept(scope: object, shape: Key) -> PointWrite | None:
+    """The write kept for a statement's ``shape`` (``answer``'s key; None: none yet, or not
+    one this path takes)."""
+    return _KEPT.peek((scope, *shape))
+
+
 def prepared(session: SessionContext, tree: exp.Expr) -> PointWrite | None:
     """``tree``'s point write, planned with its values; None if its shape is not one."""
     if not isinstance(tree, exp.Update | exp.Delete) or not _plain(tree):

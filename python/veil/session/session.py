@@ -423,7 +423,7 @@ class Session:
         if shaped is not None:
             answered = self._from_template(shaped, params or (), started)
             if answered is None:  # an UPDATE/DELETE of a shape planned before
-                scope = (str(self.client.path), self.external_access)
+                scope = self.shape_scope
                 written = None if normal is None else lambda: binds_as_written(original, normal)
                 from veil.session import point_writes  # (imported when first needed)
 
@@ -466,6 +466,15 @@ class Session:
 
     def _shape_key(self, sql: str, kinds: tuple[tuple[str, str], ...]) -> Key:
         return shape_key(sql, kinds, self._plan_key(sql, None)[2])
+
+    def shape_key(self, sql: str, kinds: tuple[tuple[str, str], ...]) -> Key:
+        """The key of ``sql``'s shape with parameters of ``kinds`` (``veil.session.templates``)."""
+        return self._shape_key(sql, kinds)
+
+    @property
+    def shape_scope(self) -> tuple[str, bool]:
+        """What a process's kept write shapes are kept apart by (``point_writes``)."""
+        return (str(self.client.path), self.external_access)
 
     def plan_of_shape(self, sql: str, kinds: tuple[tuple[str, str], ...]) -> CachedPlan | None:
         """The plan kept for ``sql``'s shape with parameters of ``kinds`` (its template, if

@@ -72,8 +72,13 @@ def register(benches: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.add_argument("-n", "--executions", type=int, default=1000, help="per statement")
     parser.add_argument("--scale", type=float, default=0.1, help="TPC-H scale (%(default)s)")
     parser.add_argument("--backend", choices=("duckdb", "postgres"), default="duckdb")
-    parser.add_argument("--json", help="results (default bench/point/point_<backend>.json)")
-    parser.add_argument("--png", help="plot (default bench/point/point_<backend>.png)")
+    parser.add_argument(
+        "--wire",
+        action="store_true",
+        help="Veil's side through veil serve (psycopg, prepared statements), not its DB-API",
+    )
+    parser.add_argument("--json", help="results (default bench/point/point_<backend>[_wire].json)")
+    parser.add_argument("--png", help="plot (default bench/point/point_<backend>[_wire].png)")
     parser.set_defaults(handler=run_point)
 
 
@@ -102,12 +107,20 @@ class Timed:
 
 def run_point(args: argparse.Namespace) -> int:
     source = _orders(args.scale)
-    json_path = args.json or f"bench/point/point_{args.backend}.json"
-    png_path = args.png or f"bench/point/point_{args.backend}.png"
+    name = f"point_{args.backend}{'_wire' if args.wire else ''}"
+    json_path = args.json or f"bench/point/{name}.json"
+    png_path = args.png or f"bench/point/{name}.png"
     work = Path(tempfile.mkdtemp(prefix="veil-point-"))
     try:
-        with _sides(args.backend, source, work) as (plain, veil, keys, customers):
-            results = _measure(args.executions, plain, veil, keys, customers)
+        with _sides(args.backend, source, work) as (plain, connection, keys, customers):
+            if not args.wire:
+                cursor = connection.cursor()
+                results = _measure(
+                    args.executions, plain, _dbapi(cursor), keys, customers, _splitter(cursor)
+                )
+            else:
+                with _wire(work / "client") as veil:
+                    results = _measure(args.executions, plain, veil, keys, customers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load = list(os.getloadavg())
@@ -122,8 +135,8 @@ def run_point(args: argparse.Namespace) -> int:
                 f"{v['median_ms'] / p['median_ms']:.1f}x",
                 f"{p['p99_ms']:.2f}",
                 f"{v['p99_ms']:.2f}",
-                " ".join(f"{k} {ms:.2f}" for k, ms in v["parts_median_ms"].items()),
-                f"{v['plan_hits']}/{args.executions}",
+                " ".join(f"{k} {ms:.2f}" for k, ms in v.get("parts_median_ms", {}).items()),
+                f"{v.get('plan_hits', '-')}/{args.executions}",
                 f"{v.get('server_statements_median', 0):g}",
             ]
         )
@@ -139,6 +152,7 @@ def run_point(args: argparse.Namespace) -> int:
         json_path,
         {
             "backend": args.backend,
+            "wire": args.wire,
             "scale": args.scale,
             "executions": args.executions,
             "load": load,
@@ -153,7 +167,8 @@ def run_point(args: argparse.Namespace) -> int:
             "plaintext": [r["plaintext"]["median_ms"] for r in results.values()],
             "veil": [r["veil"]["median_ms"] for r in results.values()],
         },
-        title=f"point statements, {args.backend}, TPC-H SF {args.scale:g} (median)",
+        title=f"point statements, {args.backend}{', wire' if args.wire else ''}, "
+        f"TPC-H SF {args.scale:g} (median)",
         ylabel="ms per execution",
     )
     print(f"wrote {json_path} and {png_path}")
@@ -261,16 +276,55 @@ def _pg_orders(pg: Any, orders: Path) -> None:
     pg.execute("ANALYZE orders")
 
 
+# Veil's side: a statement and its parameters -> its rows and the rows it changed
+VeilExecute = Callable[[str, list[Any]], tuple[list[tuple[Any, ...]], int]]
+
+
+def _dbapi(cursor: Any) -> VeilExecute:
+    def run(text: str, params: list[Any]) -> tuple[list[tuple[Any, ...]], int]:
+        cursor.execute(text, params)
+        return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+
+    return run
+
+
+def _splitter(cursor: Any) -> Callable[[Timed, float], None]:
+    return lambda timed, seconds: _split(timed, cursor, seconds)
+
+
+@contextmanager
+def _wire(client: Path) -> Iterator[VeilExecute]:
+    """Veil's side through ``veil serve`` (in this process, no audit log) and psycopg, each
+    statement with parameters prepared, as drivers and ORMs send them."""
+    import psycopg
+
+    from veil_dev.bench.oltp import served
+
+    with served(client) as port:
+        dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"
+        with psycopg.connect(dsn, autocommit=True) as con:
+
+            def run(text: str, params: list[Any]) -> tuple[list[tuple[Any, ...]], int]:
+                cursor = con.execute(text.replace("?", "%s"), params, prepare=bool(params))
+                return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+
+            yield run
+
+
 def _measure(
-    executions: int, plain: Execute, connection: Any, keys: list[int], customers: list[int]
+    executions: int,
+    plain: Execute,
+    veil: VeilExecute,
+    keys: list[int],
+    customers: list[int],
+    split: Callable[[Timed, float], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each statement ``executions`` times on both sides, taking turns, fresh values each time."""
     rng = random.Random(41)
-    cursor = connection.cursor()
     results: dict[str, dict[str, Any]] = {}
     for name, sql in STATEMENTS.items():
         plain_times = Timed([], {})
-        veil_times = Timed([], {part: [] for part in PARTS})
+        veil_times = Timed([], {part: [] for part in PARTS} if split else {})
         for number in range(executions):
             if name == "count by customer":
                 params: list[Any] = [rng.choice(customers)]
@@ -285,13 +339,13 @@ def _measure(
             expected = plain(text, params)
             plain_times.seconds.append(time.perf_counter() - started)
             started = time.perf_counter()
-            cursor.execute(text, params)
-            got = cursor.fetchall() if cursor.description else []
+            got, changed = veil(text, params)
             seconds = time.perf_counter() - started
             veil_times.seconds.append(seconds)
-            _split(veil_times, cursor, seconds)
+            if split is not None:
+                split(veil_times, seconds)
             if sql.startswith("UPDATE"):  # one row changed (plaintext DuckDB gives its count)
-                got, expected = [(cursor.rowcount,)], [(1,)]
+                got, expected = [(changed,)], [(1,)]
             if sorted(map(repr, got)) != sorted(map(repr, expected)):
                 raise AssertionError(f"{name} {params}: Veil gave {got}, plaintext {expected}")
         results[name] = {"plaintext": plain_times.summary(), "veil": veil_times.summary()}

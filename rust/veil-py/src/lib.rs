@@ -1,7 +1,8 @@
 //! `veil._native`: thin PyO3 glue over `veil-kernels`.
 //!
-//! This crate converts types and maps errors; it holds no algorithm code.
-//! Each scheme's glue lives in its own module and registers its functions.
+//! This crate converts types and maps errors; the schemes' algorithms are in
+//! `veil-kernels`. Each scheme's glue lives in its own module and registers its
+//! functions; `point` runs the wire server's native point statements (issue 41).
 
 use pyo3::prelude::*;
 

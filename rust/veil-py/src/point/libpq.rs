@@ -41,6 +41,7 @@ type CellInt = unsafe extern "C" fn(*const PgResult, c_int, c_int) -> c_int;
 type CellValue = unsafe extern "C" fn(*const PgResult, c_int, c_int) -> *const c_char;
 type ErrorField = unsafe extern "C" fn(*const PgResult, c_int) -> *const c_char;
 type Clear = unsafe extern "C" fn(*mut PgResult);
+type CmdTuples = unsafe extern "C" fn(*mut PgResult) -> *const c_char;
 type ConnInt = unsafe extern "C" fn(*const PgConn) -> c_int;
 
 /// The functions, resolved once per process.
@@ -57,6 +58,7 @@ pub struct Libpq {
     getisnull: CellInt,
     error_field: ErrorField,
     clear: Clear,
+    cmd_tuples: CmdTuples,
     transaction_status: ConnInt,
     connection_status: ConnInt,
 }
@@ -104,6 +106,7 @@ impl Libpq {
             getisnull: symbol(library, "PQgetisnull")?,
             error_field: symbol(library, "PQresultErrorField")?,
             clear: symbol(library, "PQclear")?,
+            cmd_tuples: symbol(library, "PQcmdTuples")?,
             transaction_status: symbol(library, "PQtransactionStatus")?,
             connection_status: symbol(library, "PQstatus")?,
         })
@@ -139,6 +142,15 @@ impl Answer<'_> {
         unsafe {
             ((self.libpq.fformat)(self.result, c) == 1).then(|| (self.libpq.ftype)(self.result, c))
         }
+    }
+
+    /// The rows a command changed (`UPDATE 1`'s 1); None if it says none.
+    pub fn changed(&self) -> Option<u64> {
+        let text = unsafe { (self.libpq.cmd_tuples)(self.result) };
+        if text.is_null() {
+            return None;
+        }
+        unsafe { CStr::from_ptr(text) }.to_str().ok()?.parse().ok()
     }
 
     pub fn value(&self, row: usize, column: usize) -> Option<&[u8]> {
@@ -222,19 +234,48 @@ impl Connection {
         self.finish(result, COMMAND_OK).map(drop)
     }
 
-    /// `sql` with binary parameters of `types`, its rows in binary format. The unnamed
-    /// statement, parsed each time: a named one would not survive psycopg's own
-    /// `DEALLOCATE ALL` (after a ROLLBACK or DDL on the connection).
+    /// `sql` with binary parameters of `types` (None: NULL), its rows in binary format.
+    /// The unnamed statement, parsed each time: a named one would not survive psycopg's
+    /// own `DEALLOCATE ALL` (after a ROLLBACK or DDL on the connection).
     pub fn query(
         &self,
         sql: &CStr,
         types: &[u32],
-        params: &[Vec<u8>],
+        params: &[Option<Vec<u8>>],
     ) -> Result<Answer<'static>, ServerError> {
-        let pointers: Vec<*const c_char> =
-            params.iter().map(|p| p.as_ptr() as *const c_char).collect();
-        let lengths: Vec<c_int> = params.iter().map(|p| p.len() as c_int).collect();
+        self.statement(sql, types, params, TUPLES_OK)
+    }
+
+    /// `sql` with binary parameters, a command without rows (an UPDATE).
+    pub fn change(
+        &self,
+        sql: &CStr,
+        types: &[u32],
+        params: &[Option<Vec<u8>>],
+    ) -> Result<Answer<'static>, ServerError> {
+        self.statement(sql, types, params, COMMAND_OK)
+    }
+
+    fn statement(
+        &self,
+        sql: &CStr,
+        types: &[u32],
+        params: &[Option<Vec<u8>>],
+        wanted: c_int,
+    ) -> Result<Answer<'static>, ServerError> {
+        let pointers: Vec<*const c_char> = params
+            .iter()
+            .map(|p| {
+                p.as_ref()
+                    .map_or(std::ptr::null(), |v| v.as_ptr() as *const c_char)
+            })
+            .collect();
+        let lengths: Vec<c_int> = params
+            .iter()
+            .map(|p| p.as_ref().map_or(0, |v| v.len() as c_int))
+            .collect();
         let formats: Vec<c_int> = vec![1; params.len()];
+        // SAFETY: the arrays live until the call returns; libpq copies what it sends
         let result = unsafe {
             (self.libpq.exec_params)(
                 self.pointer(),
@@ -247,6 +288,6 @@ impl Connection {
                 1,
             )
         };
-        self.finish(result, TUPLES_OK)
+        self.finish(result, wanted)
     }
 }

@@ -20,6 +20,7 @@
 
 mod libpq;
 mod values;
+mod write;
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -58,10 +59,26 @@ enum ServerParam {
     DetInt { index: usize, det: DetInt },
 }
 
-/// What a wire parameter must be to take the plan: an integer in `[low, high]`.
+/// What a wire parameter must be to take the plan: an integer in `[low, high]`
+/// (`low > high`: text, taken as it comes).
 struct WireParam {
     low: i64,
     high: i64,
+}
+
+/// A wire parameter's value as the plan takes it.
+pub enum WireValue<'a> {
+    Int(i64),
+    Text(&'a str),
+}
+
+impl WireValue<'_> {
+    fn int(&self) -> Option<i64> {
+        match self {
+            WireValue::Int(v) => Some(*v),
+            WireValue::Text(_) => None,
+        }
+    }
 }
 
 /// One output column: the fetched column it decrypts and how.
@@ -71,25 +88,89 @@ struct Output {
     format: Format,
 }
 
-struct Plan {
+/// What a plan runs under: its epoch, the session's connection, the files whose
+/// stamps it was made under.
+struct Frame {
     epoch: u64,
     connection: Connection,
+    design: (PathBuf, Option<(i128, u64)>),
+    users: Option<(PathBuf, Option<(i128, u64)>)>,
+}
+
+impl Frame {
+    fn current(&self) -> bool {
+        stamp(&self.design.0) == self.design.1
+            && self
+                .users
+                .as_ref()
+                .is_none_or(|(path, at)| stamp(path) == *at)
+    }
+}
+
+/// A server statement whose parameters come from the wire's integer parameters.
+struct Statement {
     sql: CString,
     types: Vec<u32>,
     server_params: Vec<ServerParam>,
     wire_params: Vec<WireParam>,
+}
+
+impl Statement {
+    /// The wire parameters as integers and the server parameters made of them; None if
+    /// one is not an integer its place takes.
+    fn bound<'a>(&self, params: &[Option<&'a str>]) -> Option<(Vec<WireValue<'a>>, Params)> {
+        if params.len() != self.wire_params.len() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(params.len());
+        for (text, want) in params.iter().zip(&self.wire_params) {
+            let text = (*text)?;
+            if want.low > want.high {
+                values.push(WireValue::Text(text));
+                continue;
+            }
+            let value = integer(text)?;
+            if value < want.low || value > want.high {
+                return None;
+            }
+            values.push(WireValue::Int(value));
+        }
+        let mut bound = Vec::with_capacity(self.server_params.len());
+        for param in &self.server_params {
+            bound.push(Some(match param {
+                ServerParam::Fixed(bytes) => bytes.clone(),
+                ServerParam::DetInt { index, det } => {
+                    det.run(values[*index].int()?, true)?.to_be_bytes().to_vec()
+                }
+            }));
+        }
+        Some((values, bound))
+    }
+}
+
+/// A point read.
+struct Plan {
+    frame: Frame,
+    statement: Statement,
     outputs: Vec<Output>,
     row_id: Option<usize>,
     fields: Vec<Field>,
-    design: (PathBuf, Option<(i128, u64)>),
-    users: Option<(PathBuf, Option<(i128, u64)>)>,
 }
+
+/// A kept plan: a point read or a point write.
+enum Kept {
+    Read(Plan),
+    Write(write::WritePlan),
+}
+
+/// A statement's binary parameters (None: NULL).
+pub type Params = Vec<Option<Vec<u8>>>;
 
 /// A result's rows, each value's text (None: NULL).
 type Rows = Vec<Vec<Option<Vec<u8>>>>;
 
 /// Plans by statement text and parameter types.
-type Plans = HashMap<(String, Vec<Oid>), Arc<Plan>>;
+type Plans = HashMap<(String, Vec<Oid>), Arc<Kept>>;
 
 /// Why a run did not answer.
 enum Miss {
@@ -100,49 +181,18 @@ enum Miss {
 }
 
 impl Plan {
-    fn current(&self) -> bool {
-        stamp(&self.design.0) == self.design.1
-            && self
-                .users
-                .as_ref()
-                .is_none_or(|(path, at)| stamp(path) == *at)
-    }
-
-    fn bound(&self, params: &[Option<&str>]) -> Option<Vec<Vec<u8>>> {
-        if params.len() != self.wire_params.len() {
-            return None;
-        }
-        let mut values = Vec::with_capacity(params.len());
-        for (text, want) in params.iter().zip(&self.wire_params) {
-            let value = integer(text.as_deref()?)?;
-            if value < want.low || value > want.high {
-                return None;
-            }
-            values.push(value);
-        }
-        let mut bound = Vec::with_capacity(self.server_params.len());
-        for param in &self.server_params {
-            bound.push(match param {
-                ServerParam::Fixed(bytes) => bytes.clone(),
-                ServerParam::DetInt { index, det } => {
-                    det.run(values[*index], true)?.to_be_bytes().to_vec()
-                }
-            });
-        }
-        Some(bound)
-    }
-
     fn run(&self, params: &[Option<&str>]) -> Result<Outcome, Miss> {
-        let bound = self.bound(params).ok_or(Miss::Fallback)?;
-        if !self.current() || !self.connection.usable() {
+        let (_, bound) = self.statement.bound(params).ok_or(Miss::Fallback)?;
+        let (frame, statement) = (&self.frame, &self.statement);
+        if !frame.current() || !frame.connection.usable() {
             return Err(Miss::Fallback);
         }
-        let answer = self
+        let answer = frame
             .connection
-            .query(&self.sql, &self.types, &bound)
+            .query(&statement.sql, &statement.types, &bound)
             .map_err(Miss::Server)?;
         let batch = self.decrypted(&answer).ok_or(Miss::Fallback)?;
-        if !self.current() {
+        if !frame.current() {
             return Err(Miss::Fallback); // a peel may have landed while it ran
         }
         let batches = if batch.rows == 0 { vec![] } else { vec![batch] };
@@ -201,26 +251,10 @@ impl Plan {
     /// session's own answer. Inside a transaction, under a savepoint,
     /// so that a failure here leaves the transaction as it was.
     fn check(&self, params: &[Option<&str>]) -> Result<Option<Rows>, String> {
-        let connection = self.connection;
-        let guarded = connection.transaction_status() == libpq::TRANS_INTRANS;
-        if !guarded && connection.transaction_status() != libpq::TRANS_IDLE {
-            return Ok(None);
-        }
-        let savepoint = |sql: &str| connection.command(&CString::new(sql).unwrap());
-        if guarded {
-            savepoint("SAVEPOINT veil_native_check").map_err(|e| e.message)?;
-        }
-        let ran = self.run(params);
-        if guarded {
-            if matches!(ran, Err(Miss::Server(_))) {
-                savepoint("ROLLBACK TO SAVEPOINT veil_native_check").map_err(|e| e.message)?;
-            }
-            savepoint("RELEASE SAVEPOINT veil_native_check").map_err(|e| e.message)?;
-        }
-        match ran {
-            Err(Miss::Server(error)) => Err(format!("{}: {}", error.code, error.message)),
-            Err(Miss::Fallback) => Ok(None),
-            Ok(Outcome::Rows { mut batches, .. }) => {
+        match guarded(self.frame.connection, || self.run(params))? {
+            None | Some(Err(Miss::Fallback)) => Ok(None),
+            Some(Err(Miss::Server(error))) => Err(format!("{}: {}", error.code, error.message)),
+            Some(Ok(Outcome::Rows { mut batches, .. })) => {
                 let mut rows = Vec::new();
                 while let Ok(Some(batch)) = batches.next_batch() {
                     for row in 0..batch.rows {
@@ -235,9 +269,34 @@ impl Plan {
                 }
                 Ok(Some(rows))
             }
-            Ok(_) => Ok(None),
+            Some(Ok(_)) => Ok(None),
         }
     }
+}
+
+/// `run()` under a savepoint inside a transaction, so that a failure leaves the
+/// transaction as it was; Ok(None) if the connection is in no state to try.
+fn guarded<T>(
+    connection: Connection,
+    run: impl FnOnce() -> Result<T, Miss>,
+) -> Result<Option<Result<T, Miss>>, String> {
+    let status = connection.transaction_status();
+    let inside = status == libpq::TRANS_INTRANS;
+    if !inside && status != libpq::TRANS_IDLE {
+        return Ok(None);
+    }
+    let savepoint = |sql: &str| connection.command(&CString::new(sql).unwrap());
+    if inside {
+        savepoint("SAVEPOINT veil_native_check").map_err(|e| e.message)?;
+    }
+    let ran = run();
+    if inside {
+        if ran.is_err() {
+            savepoint("ROLLBACK TO SAVEPOINT veil_native_check").map_err(|e| e.message)?;
+        }
+        savepoint("RELEASE SAVEPOINT veil_native_check").map_err(|e| e.message)?;
+    }
+    Ok(Some(ran))
 }
 
 /// PostgreSQL's integer input, strictly: an optional sign and ASCII digits (anything
@@ -279,12 +338,15 @@ impl Registry {
             sql.to_owned(),
             params.iter().map(|p| p.oid).collect::<Vec<_>>(),
         );
-        let plan = self.plans.lock().unwrap().get(&key).cloned()?;
-        if plan.epoch != self.epoch.load(Ordering::Acquire) {
-            return None;
-        }
+        let kept = self.plans.lock().unwrap().get(&key).cloned()?;
         let texts: Vec<Option<&str>> = params.iter().map(|p| p.text.as_deref()).collect();
-        match plan.run(&texts) {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let ran = match kept.as_ref() {
+            Kept::Read(plan) if plan.frame.epoch == epoch => plan.run(&texts),
+            Kept::Write(plan) if plan.frame.epoch == epoch => plan.run(&texts),
+            _ => return None,
+        };
+        match ran {
             Ok(outcome) => {
                 self.runs.fetch_add(1, Ordering::Relaxed);
                 Some(Answered::Rows(outcome))
@@ -359,6 +421,62 @@ fn file_stamp(
     spec.map(|(path, at)| (PathBuf::from(path), at))
 }
 
+/// A server statement from its parts as ``veil.session.native_plans`` gives them.
+fn statement(
+    sql: &str,
+    server_params: &[Bound<'_, PyAny>],
+    wire_params: Vec<(i64, i64)>,
+) -> PyResult<Statement> {
+    let mut types = Vec::with_capacity(server_params.len());
+    let mut made = Vec::with_capacity(server_params.len());
+    for spec in server_params {
+        let kind: String = spec.get_item(0)?.extract()?;
+        made.push(match kind.as_str() {
+            "fixed" => {
+                types.push(spec.get_item(2)?.extract()?);
+                ServerParam::Fixed(spec.get_item(1)?.extract()?)
+            }
+            "det_int" => {
+                types.push(values::INT8);
+                ServerParam::DetInt {
+                    index: spec.get_item(1)?.extract()?,
+                    det: det_int(&spec.get_item(2)?)?,
+                }
+            }
+            _ => return Err(PyValueError::new_err(format!("no server parameter {kind}"))),
+        });
+    }
+    Ok(Statement {
+        sql: CString::new(sql)?,
+        types,
+        server_params: made,
+        wire_params: wire_params
+            .into_iter()
+            .map(|(low, high)| WireParam { low, high })
+            .collect(),
+    })
+}
+
+impl NativePoints {
+    fn frame(
+        &self,
+        libpq: &str,
+        connection: usize,
+        design: (String, Option<(i128, u64)>),
+        users: Option<(String, Option<(i128, u64)>)>,
+    ) -> PyResult<Frame> {
+        Ok(Frame {
+            epoch: self.registry.epoch.load(Ordering::Acquire),
+            connection: Connection {
+                libpq: libpq::load(libpq).map_err(PyOSError::new_err)?,
+                conn: connection,
+            },
+            design: file_stamp(Some(design)).unwrap(),
+            users: file_stamp(users),
+        })
+    }
+}
+
 #[pymethods]
 impl NativePoints {
     #[new]
@@ -389,6 +507,52 @@ impl NativePoints {
         self.registry.plans.lock().unwrap().len()
     }
 
+    /// Keep a point UPDATE's plan for `sql` with parameter types `oids`: its match (as
+    /// a read's statement), the fetched column of the row ids, the UPDATE and what each
+    /// of its parameters holds; `begin()` is the session's call before each run, `end()`
+    /// after one outside a transaction.
+    #[pyo3(signature = (sql, oids, libpq, connection, match_sql, match_params, wire_params, row_id, update_sql, update_types, update_params, begin, end, design, users))]
+    #[allow(clippy::too_many_arguments)]
+    fn install_write(
+        &self,
+        sql: String,
+        oids: Vec<Oid>,
+        libpq: &str,
+        connection: usize,
+        match_sql: &str,
+        match_params: Vec<Bound<'_, PyAny>>,
+        wire_params: Vec<(i64, i64)>,
+        row_id: usize,
+        update_sql: &str,
+        update_types: Vec<u32>,
+        update_params: Vec<Bound<'_, PyAny>>,
+        begin: Py<PyAny>,
+        end: Py<PyAny>,
+        design: (String, Option<(i128, u64)>),
+        users: Option<(String, Option<(i128, u64)>)>,
+    ) -> PyResult<bool> {
+        if self.registry.plans.lock().unwrap().len() >= KEPT {
+            return Ok(false);
+        }
+        let plan = write::WritePlan {
+            frame: self.frame(libpq, connection, design, users)?,
+            matched: statement(match_sql, &match_params, wire_params)?,
+            row_id,
+            update: CString::new(update_sql)?,
+            update_types,
+            update_params: update_params
+                .iter()
+                .map(update_param)
+                .collect::<PyResult<_>>()?,
+            begin,
+            end,
+        };
+        let key = (sql, oids);
+        let kept = Arc::new(Kept::Write(plan));
+        self.registry.plans.lock().unwrap().insert(key, kept);
+        Ok(true)
+    }
+
     /// Make a plan for `sql` with parameter types `oids`, run it once with `params`
     /// and keep it if its rows are `expected` (the session's own answer, as text);
     /// returns None when kept, else why not.
@@ -412,43 +576,12 @@ impl NativePoints {
         params: Vec<Option<String>>,
         expected: Rows,
     ) -> PyResult<Option<String>> {
-        let libpq = libpq::load(libpq).map_err(PyOSError::new_err)?;
         if self.registry.plans.lock().unwrap().len() >= KEPT {
             return Ok(Some("the connection keeps enough plans".into()));
         }
-        let mut types = Vec::with_capacity(server_params.len());
-        let mut made = Vec::with_capacity(server_params.len());
-        for spec in &server_params {
-            let kind: String = spec.get_item(0)?.extract()?;
-            made.push(match kind.as_str() {
-                "fixed" => {
-                    let oid: u32 = spec.get_item(2)?.extract()?;
-                    types.push(oid);
-                    ServerParam::Fixed(spec.get_item(1)?.extract()?)
-                }
-                "det_int" => {
-                    types.push(values::INT8);
-                    ServerParam::DetInt {
-                        index: spec.get_item(1)?.extract()?,
-                        det: det_int(&spec.get_item(2)?)?,
-                    }
-                }
-                _ => return Err(PyValueError::new_err(format!("no server parameter {kind}"))),
-            });
-        }
         let plan = Plan {
-            epoch: self.registry.epoch.load(Ordering::Acquire),
-            connection: Connection {
-                libpq,
-                conn: connection,
-            },
-            sql: CString::new(server_sql)?,
-            types,
-            server_params: made,
-            wire_params: wire_params
-                .into_iter()
-                .map(|(low, high)| WireParam { low, high })
-                .collect(),
+            frame: self.frame(libpq, connection, design, users)?,
+            statement: statement(server_sql, &server_params, wire_params)?,
             outputs: outputs
                 .iter()
                 .map(|(column, open, how)| {
@@ -464,8 +597,6 @@ impl NativePoints {
                 .into_iter()
                 .map(|(name, oid)| Field { name, oid })
                 .collect(),
-            design: file_stamp(Some(design)).unwrap(),
-            users: file_stamp(users),
         };
         let texts: Vec<Option<&str>> = params.iter().map(Option::as_deref).collect();
         let checked = py.allow_threads(|| plan.check(&texts));
@@ -481,11 +612,56 @@ impl NativePoints {
                     .plans
                     .lock()
                     .unwrap()
-                    .insert(key, Arc::new(plan));
+                    .insert(key, Arc::new(Kept::Read(plan)));
                 Ok(None)
             }
         }
     }
+}
+
+fn update_param(spec: &Bound<'_, PyAny>) -> PyResult<write::UpdateParam> {
+    use write::UpdateParam as P;
+    let kind: String = spec.get_item(0)?.extract()?;
+    let item = |i: usize| spec.get_item(i);
+    Ok(match kind.as_str() {
+        "new_id" => P::NewId,
+        "old_id" => P::OldId,
+        "reseal_word" => P::ResealWord {
+            column: item(1)?.extract()?,
+            key: item(2)?.extract()?,
+            bits: item(3)?.extract()?,
+        },
+        "assigned_text" => P::AssignedText {
+            param: item(1)?.extract()?,
+            key: item(2)?.extract()?,
+        },
+        "reseal_bytes" => P::ResealBytes {
+            column: item(1)?.extract()?,
+            key: item(2)?.extract()?,
+        },
+        "assigned" => {
+            let source = item(7)?;
+            P::Assigned {
+                key: item(1)?.extract()?,
+                bits: item(2)?.extract()?,
+                value: write::Assigned {
+                    param: item(3)?.extract()?,
+                    sign: item(4)?.extract()?,
+                    source_bits: item(5)?.extract()?,
+                    column_bits: item(6)?.extract()?,
+                    source: if source.is_none() {
+                        None
+                    } else {
+                        Some((
+                            source.get_item(0)?.extract()?,
+                            opener(&source.get_item(1)?)?,
+                        ))
+                    },
+                },
+            }
+        }
+        _ => return Err(PyValueError::new_err(format!("no UPDATE parameter {kind}"))),
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
