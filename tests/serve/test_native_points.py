@@ -373,3 +373,23 @@ def test_text_set_to_a_parameter(served: Served) -> None:
         want[2] = "last"
         assert served.runs == runs + 1
         assert dict(con.execute("SELECT aid, name FROM acc").fetchall()) == want
+
+
+def test_one_key_updated_again_and_again(served: Served) -> None:
+    """pgbench at scale 1: one branch, its key always 1; the match is planned for it alone."""
+    rng = random.Random(29)
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, _rows(3, seed=31))
+        con.execute("UPDATE acc SET bal = 0 WHERE aid = 2")
+        total = 0
+        for _ in range(40):
+            delta = rng.randint(-5000, 5000)
+            with con.transaction():
+                con.execute(UPDATE, [delta, 2], prepare=True)
+            total += delta
+        runs = served.runs
+        with con.transaction():
+            con.execute(UPDATE, [7, 2], prepare=True)
+            con.execute(UPDATE, [7, 3], prepare=True)  # another key: the session's
+        assert served.runs == runs + 1
+        assert _balances(con)[2] == total + 7

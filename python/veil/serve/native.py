@@ -26,13 +26,13 @@ from typing import Any, cast
 
 from veil import _native
 from veil.backends.postgres import PostgresBackend
-from veil.session.native_plans import TEXT, point_plan, point_update
+from veil.session.native_plans import LATER, TEXT, PointPlan, PointUpdate, point_plan, point_update
 
 log = logging.getLogger(__name__)
 
-# tries of one statement before its connection stops trying: its shape's plan may need
-# a few runs to be verified (``veil.session.templates``), or may never be one to hand over
-_TRIES = 8
+# tries of one statement (once its shape's plan is verified, ``veil.session.templates``)
+# before its connection stops trying: a check run may meet a concurrent write
+_TRIES = 3
 
 
 def points_for(session: Any) -> Any | None:
@@ -87,9 +87,11 @@ def offer(
     points, veil = wire.native_points, wire.veil
     if outcome[0] != "rows" or not isinstance(outcome[2], list) or len(outcome) > 3:
         return
-    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
     made = point_plan(veil, marked, args)
-    if made is None:
+    if made is LATER:
+        return  # not a try: its plan is not verified yet
+    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
+    if not isinstance(made, PointPlan):
         return
     ranges = _wire_ranges(made.ranges, order, len(params))
     if ranges is None:
@@ -139,10 +141,14 @@ def offer_write(
     if backend is None or outcome[:2] != ("command", "UPDATE"):
         return
     points, veil = wire.native_points, wire.veil
-    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
     made = point_update(veil, marked, args)
-    ranges = None if made is None else _wire_ranges(made.ranges, order, len(params))
-    if made is None or ranges is None:
+    if made is LATER:
+        return  # not a try: its match is not verified yet
+    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
+    if not isinstance(made, PointUpdate):
+        return
+    ranges = _wire_ranges(made.ranges, order, len(params))
+    if ranges is None:
         return
     design = veil.client.design_path
     stat = os.stat(design)

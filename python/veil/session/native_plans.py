@@ -55,14 +55,22 @@ class PointPlan:
     row_id: int | None  # the fetched column of the row ids, if an opener needs them
 
 
-def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan | None:
-    """The native parts of ``sql``'s plan for arguments like ``args``; None if not one."""
+class _Later:
+    """A shape whose plan is not verified yet: ask again after another run."""
+
+
+LATER = _Later()
+
+
+def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan | _Later | None:
+    """The native parts of ``sql``'s plan for arguments like ``args``; None if not one,
+    ``LATER`` if its template is not verified yet."""
     kinds = shape(args)
     if kinds is None or any(type(a) is not int for a in args):
         return None
     found = session.plan_of_shape(sql, kinds)
     if found is None or found.template is None or not found.template.verified:
-        return None
+        return LATER
     plan, template = found.plan, found.template
     seen = projection(plan)
     if seen is None or seen[0].aggregation is not None or len(template.rendered) != 1:
@@ -205,9 +213,9 @@ class PointUpdate:
     update_params: list[tuple[object, ...]]
 
 
-def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpdate | None:
+def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpdate | _Later | None:
     """The native parts of the kept point UPDATE of ``sql`` (``veil.session.point_writes``)
-    for arguments like ``args``; None unless every part is one written out here: integer
+    for arguments like ``args``; ``LATER`` while its match is not verified; None unless every part is one written out here: integer
     or text SET values of the table's row-bound RND columns, the row's other row-bound columns
     moved to its new id as stored, nothing else of the table written (no Paillier
     group, blocks, ASHE words, onion layers, foreign keys or CHECKs; no assigned column
@@ -218,10 +226,22 @@ def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpd
     if kinds is None or any(type(a) not in (int, str) for a in args):
         return None
     write = point_writes.kept(session.shape_scope, session.shape_key(sql, kinds))
-    if write is None or write.kind != "UPDATE" or write.fast is None or write.located:
+    if write is None:
+        return LATER
+    if write.kind != "UPDATE" or write.fast is None or write.located:
         return None
     template, plan = write.template, write.plan
-    if template is None or plan is None or not template.verified or len(template.rendered) != 1:
+    if template is None or plan is None or template.refused:
+        return LATER if template is None or plan is None else None
+    pinned: dict[int, object] = {}
+    if not template.verified:  # it answers the values it was planned with (``_fits``)
+        values = [args[i] for i in write.where]
+        if any(
+            type(a) is not type(b) or a != b for a, b in zip(values, template.values, strict=True)
+        ):
+            return LATER  # its second planning, with other values, checks the first's
+        pinned = dict(zip(write.where, template.values, strict=True))
+    if len(template.rendered) != 1:
         return None
     table = session.design.tables.get(write.table.name)
     if table is None or not _plainly_written(session, table, write.assigned):
@@ -230,6 +250,10 @@ def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpd
     if len(plan.scans) != 1 or any((type(v) is str) != (i in texts) for i, v in enumerate(args)):
         return None  # a text value only where a text column is set to it
     ranges = [TEXT if type(value) is str else _range(value) for value in args]
+    for index, value in pinned.items():  # pgbench's one branch: its key never changes
+        if type(value) is not int:
+            return None
+        ranges[index] = (value, value)
     ((match_sql, rendered),) = template.rendered.values()
     match_params = _server_params(session, template, rendered, ranges)
     if match_params is None or any(p[0] == "det_int" and p[1] in texts for p in match_params):
