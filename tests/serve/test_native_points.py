@@ -393,3 +393,40 @@ def test_one_key_updated_again_and_again(served: Served) -> None:
             con.execute(UPDATE, [7, 3], prepare=True)  # another key: the session's
         assert served.runs == runs + 1
         assert _balances(con)[2] == total + 7
+
+
+# -- one-row INSERTs --------------------------------------------------------------
+
+HISTORY = (
+    "CREATE TABLE hist (tid INT, bid INT, aid BIGINT, delta INT, mtime TIMESTAMP, "
+    "note CHAR(4), label VARCHAR DEFAULT 'seen', amount DECIMAL(10,2) DEFAULT 1.5)"
+)
+INSERT = (
+    "INSERT INTO hist (tid, bid, aid, delta, mtime, note) "
+    "VALUES (%s, %s, %s, %s, CURRENT_TIMESTAMP, %s)"
+)
+
+
+def test_inserts_write_the_rows_given(served: Served) -> None:
+    rng = random.Random(37)
+    rows = [
+        (rng.randint(1, 10), 1, rng.randint(1, 10**6), rng.randint(-5000, 5000), "n")
+        for _ in range(60)
+    ]
+    rows += [(1, 1, 2**40, -(2**31), "ü✓"), (2, 2, -(2**40), 2**31 - 1, ""), (3, 3, 0, 0, "x")]
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        con.execute(HISTORY)
+        before = con.execute("SELECT CAST(now() AS TIMESTAMP)").fetchone()
+        assert before is not None
+        for number, row in enumerate(rows):
+            if number % 2:
+                with con.transaction():
+                    con.execute(INSERT, row, prepare=True)
+            else:
+                con.execute(INSERT, row, prepare=True)
+        got = con.execute("SELECT tid, bid, aid, delta, note, mtime, label, amount FROM hist")
+        found = got.fetchall()
+    assert sorted(r[:5] for r in found) == sorted(rows)
+    assert all(r[6:] == ("seen", Decimal("1.50")) for r in found)
+    assert all(dt.timedelta(0) <= r[5] - before[0] < dt.timedelta(minutes=5) for r in found)
+    assert served.runs > 40, "the INSERTs were not run natively"

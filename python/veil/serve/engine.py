@@ -610,8 +610,8 @@ class WireSession:
             outcome = self._sent(kind, translated, sql, args, values, stream=stream)
             if kind == "query" and self._native_call is not None:
                 native.offer(self, *self._native_call, sql, args, order, outcome)
-            elif isinstance(translated, exp.Update) and self._native_call is not None:
-                native.offer_write(self, *self._native_call, sql, args, order, outcome)
+            elif self._native_call is not None:  # an UPDATE or INSERT
+                native.offer_change(self, *self._native_call, sql, args, order, outcome)
             return outcome
         tree = settings.answer_settings(tree, self.settings)
         if kind in ("query", "dml"):

@@ -26,7 +26,16 @@ from typing import Any, cast
 
 from veil import _native
 from veil.backends.postgres import PostgresBackend
-from veil.session.native_plans import LATER, TEXT, PointPlan, PointUpdate, point_plan, point_update
+from veil.session.native_plans import (
+    LATER,
+    TEXT,
+    PointInsert,
+    PointPlan,
+    PointUpdate,
+    point_insert,
+    point_plan,
+    point_update,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +107,9 @@ def offer(
         return
     # a DET parameter's place, among the statement's markers, as the client's parameter
     server_params = [_placed(p, order) for p in made.server_params]
-    design = veil.client.design_path
-    stat = os.stat(design)
-    if stat.st_mtime_ns != veil.design_version:
-        return  # planned on a design the file no longer holds
-    users = wire.users_path
+    stamps = _stamps(wire)
+    if stamps is None:
+        return
     why = points.install(
         sql,
         list(key[1]),
@@ -114,8 +121,7 @@ def offer(
         made.outputs,
         made.row_id,
         outcome[1],
-        (str(design), (stat.st_mtime_ns, stat.st_size)),
-        None if users is None else (str(users), _file_stamp(users)),
+        *stamps,
         [text for text, _ in params],
         _rows(outcome[2]),
     )
@@ -125,7 +131,7 @@ def offer(
         log.debug("statement %r is not answered natively: %s", sql, why)
 
 
-def offer_write(
+def offer_change(
     wire: Any,  # veil.serve.engine.WireSession
     sql: str,
     params: Sequence[tuple[str | None, int]],
@@ -134,12 +140,26 @@ def offer_write(
     order: list[int],
     outcome: tuple[Any, ...],
 ) -> None:
-    """As ``offer``, for a point UPDATE (``veil.session.native_plans.point_update``): kept
-    at once, as a write cannot be run twice to compare."""
+    """As ``offer``, for a point UPDATE (``veil.session.native_plans.point_update``) or a
+    one-row INSERT (``point_insert``): kept at once, as a write cannot run twice to compare."""
     key = (sql, tuple(oid for _, oid in params))
     backend = _eligible(wire, key)
-    if backend is None or outcome[:2] != ("command", "UPDATE"):
+    if backend is None or outcome[0] != "command" or outcome[1] not in ("UPDATE", "INSERT"):
         return
+    if outcome[1] == "INSERT":
+        _offer_insert(wire, backend, key, marked, args, order)
+    else:
+        _offer_update(wire, backend, key, marked, args, order)
+
+
+def _offer_update(
+    wire: Any,
+    backend: PostgresBackend,
+    key: tuple[str, tuple[int, ...]],
+    marked: str,
+    args: list[object],
+    order: list[int],
+) -> None:
     points, veil = wire.native_points, wire.veil
     made = point_update(veil, marked, args)
     if made is LATER:
@@ -147,17 +167,15 @@ def offer_write(
     wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
     if not isinstance(made, PointUpdate):
         return
-    ranges = _wire_ranges(made.ranges, order, len(params))
+    ranges = _wire_ranges(made.ranges, order, len(key[1]))
     if ranges is None:
         return
-    design = veil.client.design_path
-    stat = os.stat(design)
-    if stat.st_mtime_ns != veil.design_version:
+    stamps = _stamps(wire)
+    if stamps is None:
         return
-    users = wire.users_path
     updates = [_placed_update(p, order) for p in made.update_params]
     points.install_write(
-        sql,
+        key[0],
         list(key[1]),
         _libpq(),
         backend.connection_pointer(),
@@ -170,10 +188,51 @@ def offer_write(
         updates,
         functools.partial(wire.native_write_begin, made.table, made.server_table),
         wire.native_write_end,
-        (str(design), (stat.st_mtime_ns, stat.st_size)),
-        None if users is None else (str(users), _file_stamp(users)),
+        *stamps,
     )
     wire.native_tries[key] = _TRIES
+
+
+def _offer_insert(
+    wire: Any,
+    backend: PostgresBackend,
+    key: tuple[str, tuple[int, ...]],
+    marked: str,
+    args: list[object],
+    order: list[int],
+) -> None:
+    points, veil = wire.native_points, wire.veil
+    made = point_insert(veil, marked, args)
+    if made is LATER:
+        return
+    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
+    if not isinstance(made, PointInsert):
+        return
+    ranges = _wire_ranges(made.ranges, order, len(key[1]))
+    stamps = _stamps(wire)
+    if ranges is None or stamps is None:
+        return
+    points.install_insert(
+        key[0],
+        list(key[1]),
+        _libpq(),
+        backend.connection_pointer(),
+        made.insert_sql,
+        made.insert_types,
+        ranges,
+        [_placed_value(v, order) for v in made.values],
+        functools.partial(wire.native_write_begin, made.table, made.server_table),
+        wire.native_write_end,
+        *stamps,
+    )
+    wire.native_tries[key] = _TRIES
+
+
+def _placed_value(value: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
+    """An INSERT's value with a marker's place as the client's parameter."""
+    if value[0] in ("int", "text"):
+        return (value[0], order[cast(int, value[1])] - 1, *value[2:])
+    return value
 
 
 def _placed_update(param: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
@@ -209,6 +268,24 @@ def _placed(param: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
     if param[0] != "det_int":
         return param
     return ("det_int", order[cast(int, param[1])] - 1, param[2])
+
+
+Stamp = tuple[str, tuple[int, int] | None]
+
+
+def _stamps(wire: Any) -> tuple[Stamp, Stamp | None] | None:
+    """The design file's and the users file's paths and stamps, as the native plans check
+    them; None if the design file is no longer the one the session planned on."""
+    veil = wire.veil
+    design = veil.client.design_path
+    stat = os.stat(design)
+    if stat.st_mtime_ns != veil.design_version:
+        return None
+    users = wire.users_path
+    return (
+        (str(design), (stat.st_mtime_ns, stat.st_size)),
+        None if users is None else (str(users), _file_stamp(users)),
+    )
 
 
 def _file_stamp(path: os.PathLike[str]) -> tuple[int, int] | None:

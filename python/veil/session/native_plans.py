@@ -389,3 +389,103 @@ def write_end(session: Session) -> None:
     took go, as at the end of the session's own autocommit writes."""
     if not session.in_transaction and not session.writes_running:
         session.table_locks.release()
+
+
+@dataclass(frozen=True)
+class PointInsert:
+    """A one-row INSERT in native terms (``rust/veil-py/src/point/write.rs``)."""
+
+    table: str
+    server_table: str
+    insert_sql: str
+    insert_types: list[int]
+    ranges: list[tuple[int, int]]  # per argument, as ``PointPlan``'s
+    # ("new_id",), ("int", param, negated, column bits, key, bits), ("text", param, key),
+    # ("fixed", encoded value or None, key, bits), ("clock", key, bits)
+    values: list[tuple[object, ...]]
+
+
+def point_insert(session: Session, sql: str, args: Sequence[object]) -> PointInsert | _Later | None:
+    """The native parts of the kept one-row INSERT of ``sql`` (``veil.session.point_inserts``)
+    for arguments like ``args``; None unless each column is stored as row-bound RND alone
+    and takes a bare integer or text parameter, a constant or ``CURRENT_TIMESTAMP``, on a
+    table written by its rows alone (``_plainly_written``; no identity, no key)."""
+    from veil.encoding import TIMESTAMP_KIND, TIMESTAMPTZ_KIND, encode
+    from veil.session import point_inserts
+
+    kinds = shape(args)
+    if kinds is None or any(type(a) not in (int, str) for a in args):
+        return None
+    kept = point_inserts.kept(session.shape_scope, session.shape_key(sql, kinds))
+    if kept is None:
+        return LATER
+    table = session.design.tables.get(kept.table.name)
+    if table is None or table.server_name != kept.table.server_name or table.keys:
+        return None
+    if not _plainly_written(session, table, set()):
+        return None
+    by_source = {e.source: e for e in table.encryptions}
+    if len(by_source) != len(table.encryptions) or set(by_source) != {
+        c.name for c in table.columns
+    }:
+        return None  # one stored form per column
+    ranges = [TEXT if type(v) is str else _range(v) for v in args]
+    names, types = [table.row_id], [INT8]
+    values: list[tuple[object, ...]] = [("new_id",)]
+    for column, source in zip(table.columns, kept.sources, strict=True):
+        enc = by_source[column.name]
+        cipher = session.ciphers.get(table, enc)
+        if column.identity or column.sequence or enc.scheme != RND:
+            return None
+        if type(cipher) is not RowBoundCipher or cipher._inner is not None:
+            return None
+        layer = cipher._layer
+        if not isinstance(layer, RowRnd):
+            return None
+        key, bits = layer._cipher, cipher._bits or 0
+        kind, name = enc.sql_type.kind, enc.sql_type.name
+        text = kind == STRING_KIND and name == "VARCHAR"
+        value: tuple[object, ...]
+        if source.param is not None:
+            given = args[source.param]
+            if type(given) is str and text and not source.negated:
+                value = ("text", source.param, key)
+            elif type(given) is int and kind == INT_KIND and name in _INT_BITS:
+                width = _INT_BITS[name]
+                value = ("int", source.param, source.negated, width, key, bits)
+                low, high = ranges[source.param]
+                half = 1 << (width - 1)
+                if source.negated:  # -value must lie in the column's range
+                    ranges[source.param] = (max(low, -half + 1), min(high, half))
+                else:
+                    ranges[source.param] = (max(low, -half), min(high, half - 1))
+            else:
+                return None
+        elif source.fixed is not None:
+            encoded = encode(source.fixed.cast(enc.sql_type.arrow_type()), enc.sql_type)
+            stored = encoded[0].as_py()
+            if stored is None and column.not_null:
+                return None
+            if stored is not None and type(stored) is not (bytes if text else int):
+                return None
+            value = ("fixed", stored, key, bits)
+        elif source.clock is not None:
+            utc = str(source.clock) in ("UTC", "Etc/UTC")
+            if not (kind == TIMESTAMPTZ_KIND or (kind == TIMESTAMP_KIND and utc)):
+                return None
+            value = ("clock", key, bits)
+        else:
+            return None  # a value the catalogue casts each run
+        names.append(enc.name)
+        values.append(value)
+        types.append(BYTEA if value[0] == "text" or (value[0] == "fixed" and text) else INT8)
+    if any(r[0] > r[1] and r != TEXT for r in ranges):
+        return None
+    marks = ", ".join(
+        f"${i}::{'bytea' if t == BYTEA else 'bigint'}" for i, t in enumerate(types, 1)
+    )
+    insert = (
+        f"INSERT INTO {_quoted(table.server_name)} ({', '.join(map(_quoted, names))}) "
+        f"VALUES ({marks})"
+    )
+    return PointInsert(table.name, table.server_name, insert, types, ranges, values)

@@ -50,7 +50,7 @@ from veil.exec.server import FetchStats
 from veil.session import dml
 from veil.session.context import SessionContext
 from veil.session.defaults import calls_sequences, is_default, mentions_sequences, number_rows
-from veil.session.plan_cache import Recent
+from veil.session.plan_cache import Key, Recent
 from veil.session.result import Result
 from veil.sql.functions import is_repeatable
 from veil.sql.parse import literal
@@ -92,6 +92,12 @@ class _Fallback(Exception):
 # the INSERT shapes of this process, by client directory, access and shape key (None: a
 # statement this path does not take)
 _KEPT: Recent[tuple[object, ...], PointInsert | None] = Recent(_KEPT_SIZE)
+
+
+def kept(scope: object, shape: Key) -> PointInsert | None:
+    """The INSERT kept for a statement's ``shape`` (``answer``'s key; None: none yet, or
+    not one this path takes)."""
+    return _KEPT.peek((scope, *shape))
 
 
 def answer(

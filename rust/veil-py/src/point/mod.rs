@@ -161,6 +161,7 @@ struct Plan {
 enum Kept {
     Read(Plan),
     Write(write::WritePlan),
+    Insert(write::InsertPlan),
 }
 
 /// A statement's binary parameters (None: NULL).
@@ -344,6 +345,7 @@ impl Registry {
         let ran = match kept.as_ref() {
             Kept::Read(plan) if plan.frame.epoch == epoch => plan.run(&texts),
             Kept::Write(plan) if plan.frame.epoch == epoch => plan.run(&texts),
+            Kept::Insert(plan) if plan.frame.epoch == epoch => plan.run(&texts),
             _ => return None,
         };
         match ran {
@@ -458,6 +460,16 @@ fn statement(
 }
 
 impl NativePoints {
+    /// Keep `kept` for the statement `key`; false if the connection keeps enough.
+    fn keep(&self, key: (String, Vec<Oid>), kept: Kept) -> bool {
+        let mut plans = self.registry.plans.lock().unwrap();
+        if plans.len() >= KEPT {
+            return false;
+        }
+        plans.insert(key, Arc::new(kept));
+        true
+    }
+
     fn frame(
         &self,
         libpq: &str,
@@ -531,9 +543,6 @@ impl NativePoints {
         design: (String, Option<(i128, u64)>),
         users: Option<(String, Option<(i128, u64)>)>,
     ) -> PyResult<bool> {
-        if self.registry.plans.lock().unwrap().len() >= KEPT {
-            return Ok(false);
-        }
         let plan = write::WritePlan {
             frame: self.frame(libpq, connection, design, users)?,
             matched: statement(match_sql, &match_params, wire_params)?,
@@ -547,9 +556,44 @@ impl NativePoints {
             begin,
             end,
         };
-        let key = (sql, oids);
-        let kept = Arc::new(Kept::Write(plan));
-        self.registry.plans.lock().unwrap().insert(key, kept);
+        Ok(self.keep((sql, oids), Kept::Write(plan)))
+    }
+
+    /// Keep a one-row INSERT's plan for `sql` with parameter types `oids`: the server's
+    /// INSERT, its parameters' types and what each holds; `begin()`/`end()` as for an
+    /// UPDATE.
+    #[pyo3(signature = (sql, oids, libpq, connection, insert_sql, insert_types, wire_params, values, begin, end, design, users))]
+    #[allow(clippy::too_many_arguments)]
+    fn install_insert(
+        &self,
+        sql: String,
+        oids: Vec<Oid>,
+        libpq: &str,
+        connection: usize,
+        insert_sql: &str,
+        insert_types: Vec<u32>,
+        wire_params: Vec<(i64, i64)>,
+        values: Vec<Bound<'_, PyAny>>,
+        begin: Py<PyAny>,
+        end: Py<PyAny>,
+        design: (String, Option<(i128, u64)>),
+        users: Option<(String, Option<(i128, u64)>)>,
+    ) -> PyResult<bool> {
+        let mut made = statement(insert_sql, &[], wire_params)?;
+        made.types = insert_types;
+        let plan = write::InsertPlan {
+            frame: self.frame(libpq, connection, design, users)?,
+            statement: made,
+            values: values.iter().map(insert_value).collect::<PyResult<_>>()?,
+            begin,
+            end,
+        };
+        let kept = Arc::new(Kept::Insert(plan));
+        self.registry
+            .plans
+            .lock()
+            .unwrap()
+            .insert((sql, oids), kept);
         Ok(true)
     }
 
@@ -661,6 +705,45 @@ fn update_param(spec: &Bound<'_, PyAny>) -> PyResult<write::UpdateParam> {
             }
         }
         _ => return Err(PyValueError::new_err(format!("no UPDATE parameter {kind}"))),
+    })
+}
+
+fn insert_value(spec: &Bound<'_, PyAny>) -> PyResult<write::InsertValue> {
+    use write::InsertValue as V;
+    let kind: String = spec.get_item(0)?.extract()?;
+    let item = |i: usize| spec.get_item(i);
+    Ok(match kind.as_str() {
+        "new_id" => V::NewId,
+        "int" => V::Int {
+            param: item(1)?.extract()?,
+            negated: item(2)?.extract()?,
+            column_bits: item(3)?.extract()?,
+            key: item(4)?.extract()?,
+            bits: item(5)?.extract()?,
+        },
+        "text" => V::Text {
+            param: item(1)?.extract()?,
+            key: item(2)?.extract()?,
+        },
+        "fixed" => {
+            let value = item(1)?;
+            V::Fixed {
+                value: if value.is_none() {
+                    None
+                } else if let Ok(v) = value.extract::<i64>() {
+                    Some(values::Plain::Int(v))
+                } else {
+                    Some(values::Plain::Bytes(value.extract()?))
+                },
+                key: item(2)?.extract()?,
+                bits: item(3)?.extract()?,
+            }
+        }
+        "clock" => V::Clock {
+            key: item(1)?.extract()?,
+            bits: item(2)?.extract()?,
+        },
+        _ => return Err(PyValueError::new_err(format!("no INSERT value {kind}"))),
     })
 }
 

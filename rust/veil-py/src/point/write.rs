@@ -128,25 +128,47 @@ impl Row<'_> {
     }
 }
 
+/// A write's `run` on the frame's connection, in or out of a transaction (out of one,
+/// the session's `end` afterwards); the session's own path if the frame moved.
+fn statement(
+    frame: &Frame,
+    end: &Py<PyAny>,
+    run: impl FnOnce(libpq::Connection) -> Result<Outcome, Miss>,
+) -> Result<Outcome, Miss> {
+    let connection = frame.connection;
+    let status = connection.transaction_status();
+    let alone = status == libpq::TRANS_IDLE;
+    if !frame.current() || !connection.usable() || !(alone || status == libpq::TRANS_INTRANS) {
+        return Err(Miss::Fallback);
+    }
+    let done = run(connection);
+    if alone {
+        Python::with_gil(|py| {
+            let _ = end.call0(py);
+        });
+    }
+    done
+}
+
+/// The session's `begin()`: the table's lock taken and the row's fresh id; the session's
+/// own path if it says None.
+fn fresh_id(begin: &Py<PyAny>) -> Result<u64, Miss> {
+    Python::with_gil(|py| {
+        begin
+            .call0(py)
+            .and_then(|id| id.extract::<Option<u64>>(py))
+            .ok()
+            .flatten()
+    })
+    .ok_or(Miss::Fallback)
+}
+
 impl WritePlan {
     pub fn run(&self, params: &[Option<&str>]) -> Result<Outcome, Miss> {
         let (wire, bound) = self.matched.bound(params).ok_or(Miss::Fallback)?;
-        let connection = self.frame.connection;
-        let status = connection.transaction_status();
-        let alone = status == libpq::TRANS_IDLE;
-        if !self.frame.current()
-            || !connection.usable()
-            || !(alone || status == libpq::TRANS_INTRANS)
-        {
-            return Err(Miss::Fallback);
-        }
-        let done = self.written(&wire, &bound, connection);
-        if alone {
-            Python::with_gil(|py| {
-                let _ = self.end.call0(py);
-            });
-        }
-        done
+        statement(&self.frame, &self.end, |connection| {
+            self.written(&wire, &bound, connection)
+        })
     }
 
     /// The statement's reads and write, once `begin` said it may (in autocommit, the
@@ -158,14 +180,7 @@ impl WritePlan {
         bound: &super::Params,
         connection: libpq::Connection,
     ) -> Result<Outcome, Miss> {
-        let new_id = Python::with_gil(|py| {
-            self.begin
-                .call0(py)
-                .and_then(|id| id.extract::<Option<u64>>(py))
-                .ok()
-                .flatten()
-        })
-        .ok_or(Miss::Fallback)?;
+        let new_id = fresh_id(&self.begin)?;
         let answer = connection
             .query(&self.matched.sql, &self.matched.types, bound)
             .map_err(Miss::Server)?;
@@ -273,5 +288,153 @@ fn updated(rows: usize) -> Outcome {
         tag: "UPDATE".into(),
         rows: Some(rows),
         status: Vec::new(),
+    }
+}
+
+/// What one value of a native INSERT's row holds.
+pub enum InsertValue {
+    NewId,
+    /// The wire integer `param` (negated: `-$n`, as pgbench `-M simple` writes it) into an
+    /// integer column of `column_bits`, encrypted under the new id in `bits` (0: 64).
+    Int {
+        param: usize,
+        negated: bool,
+        column_bits: u32,
+        key: Py<RowRndKey>,
+        bits: u32,
+    },
+    /// The wire text `param` into a text column (no NUL, which no SQL text holds).
+    Text {
+        param: usize,
+        key: Py<RowRndKey>,
+    },
+    /// A constant's encoding (None: NULL), encrypted under the new id.
+    Fixed {
+        value: Option<Plain>,
+        key: Py<RowRndKey>,
+        bits: u32,
+    },
+    /// `CURRENT_TIMESTAMP`: microseconds since the epoch, now (UTC).
+    Clock {
+        key: Py<RowRndKey>,
+        bits: u32,
+    },
+}
+
+/// A one-row `INSERT ... VALUES` (pgbench's history row), as
+/// `veil.session.point_inserts` writes it: the row's fresh id from the session, each
+/// value encoded and encrypted under it, one INSERT.
+pub struct InsertPlan {
+    pub frame: Frame,
+    /// The INSERT (its statement's wire parameters read by `bound`).
+    pub statement: Statement,
+    pub values: Vec<InsertValue>,
+    pub begin: Py<PyAny>,
+    pub end: Py<PyAny>,
+}
+
+fn sealed_word(key: &Py<RowRndKey>, id: u64, value: i64, bits: u32) -> Option<Option<Vec<u8>>> {
+    if !fits(value, if bits == 0 { 64 } else { bits }) {
+        return None;
+    }
+    let mut out = [0u64];
+    key.get()
+        .inner
+        .xor_words(&[id], &[value as u64], &mut out)
+        .ok()?;
+    Some(int8(mask(out[0], bits) as i64))
+}
+
+fn sealed_bytes(key: &Py<RowRndKey>, id: u64, value: &[u8]) -> Option<Option<Vec<u8>>> {
+    let offsets = [0i64, value.len() as i64];
+    let column = BinaryColumn::new(&offsets, value, None).ok()?;
+    Some(Some(key.get().inner.xor_column(&[id], &column).ok()?.data))
+}
+
+impl InsertValue {
+    fn sent(&self, wire: &[WireValue<'_>], id: u64) -> Option<Option<Vec<u8>>> {
+        match self {
+            InsertValue::NewId => Some(int8(id as i64)),
+            InsertValue::Int {
+                param,
+                negated,
+                column_bits,
+                key,
+                bits,
+            } => {
+                let given = wire[*param].int()?;
+                let value = if *negated {
+                    given.checked_neg()?
+                } else {
+                    given
+                };
+                if !fits(value, *column_bits) {
+                    return None;
+                }
+                sealed_word(key, id, value, *bits)
+            }
+            InsertValue::Text { param, key } => match &wire[*param] {
+                WireValue::Text(text) if !text.contains('\0') => {
+                    sealed_bytes(key, id, text.as_bytes())
+                }
+                _ => None,
+            },
+            InsertValue::Fixed { value, key, bits } => match value {
+                None => Some(None),
+                Some(Plain::Int(v)) => sealed_word(key, id, *v, *bits),
+                Some(Plain::Bytes(b)) => sealed_bytes(key, id, b),
+            },
+            InsertValue::Clock { key, bits } => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .ok()?;
+                sealed_word(key, id, i64::try_from(now.as_micros()).ok()?, *bits)
+            }
+        }
+    }
+}
+
+impl InsertPlan {
+    pub fn run(&self, params: &[Option<&str>]) -> Result<Outcome, Miss> {
+        let (wire, _) = self.statement.bound(params).ok_or(Miss::Fallback)?;
+        statement(&self.frame, &self.end, |connection| {
+            self.inserted(&wire, connection)
+        })
+    }
+
+    fn inserted(
+        &self,
+        wire: &[WireValue<'_>],
+        connection: libpq::Connection,
+    ) -> Result<Outcome, Miss> {
+        // the values first: one the plan does not take goes to the session before any id
+        let probe = self
+            .values
+            .iter()
+            .map(|v| v.sent(wire, 0))
+            .collect::<Option<Vec<_>>>();
+        probe.ok_or(Miss::Fallback)?;
+        let id = fresh_id(&self.begin)?;
+        let sent = self
+            .values
+            .iter()
+            .map(|v| v.sent(wire, id))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(Miss::Fallback)?;
+        let changed = connection
+            .change(&self.statement.sql, &self.statement.types, &sent)
+            .map_err(Miss::Server)?
+            .changed();
+        match changed {
+            Some(1) => Ok(Outcome::Command {
+                tag: "INSERT".into(),
+                rows: Some(1),
+                status: Vec::new(),
+            }),
+            _ => Err(Miss::Server(libpq::ServerError {
+                code: "XX000".into(),
+                message: "Veil's one-row INSERT wrote other than one row".into(),
+            })),
+        }
     }
 }
