@@ -87,6 +87,38 @@ CASES += [
         "SELECT COUNT(*), SUM(s) FROM u, customer WHERE u.kk = c_custkey AND c_acctbal > 0",
         {"customer.c_custkey", "orders.o_custkey"},
     ),
+    # a UNION ALL of two SELECTs (TPC-DS q04's year totals by channel), its outputs by position
+    (
+        "WITH t AS (SELECT o_custkey AS k, o_totalprice AS s FROM orders WHERE o_orderstatus = 'F' "
+        "UNION ALL SELECT o_custkey, o_totalprice FROM orders WHERE o_orderstatus = 'P') "
+        "SELECT c_mktsegment, COUNT(*) FROM t, customer WHERE t.k = c_custkey GROUP BY 1 ORDER BY 1",
+        {"customer.c_custkey", "orders.o_custkey", "orders.o_totalprice"},
+    ),
+    # ... where one SELECT computes the output: plaintext
+    (
+        "WITH t AS (SELECT o_custkey AS k FROM orders WHERE o_orderstatus = 'F' "
+        "UNION ALL SELECT o_custkey + 0 FROM orders WHERE o_orderstatus = 'P') "
+        "SELECT COUNT(*) FROM t, customer WHERE t.k = c_custkey",
+        set(),
+    ),
+    # outputs renamed by a column list, and a recursive CTE: not followed
+    (
+        "WITH t(a, b) AS (SELECT o_custkey, o_totalprice FROM orders "
+        "WHERE o_comment LIKE '%pending%') "
+        "SELECT COUNT(*) FROM t, customer WHERE t.a = c_custkey AND t.a < 100",
+        {"orders.o_totalprice"},  # b: read by nobody
+    ),
+    (
+        "SELECT COUNT(*) FROM (SELECT o_custkey, o_totalprice FROM orders "
+        "WHERE o_comment LIKE '%pending%') AS t(a, b), customer WHERE t.a = c_custkey AND t.a < 100",
+        {"orders.o_totalprice"},  # b: read by nobody
+    ),
+    (
+        "WITH RECURSIVE r(k, depth) AS (SELECT n_nationkey AS k, 0 AS depth FROM nation "
+        "WHERE n_regionkey = 1 UNION SELECT n.n_nationkey, 1 FROM nation AS n JOIN r "
+        "ON n.n_regionkey = r.k % 5) SELECT COUNT(*) FROM r, supplier WHERE r.k = s_nationkey",
+        set(),
+    ),
     # the output the answer shows, compared with a constant, or read by a star
     (
         _TOTALS + "SELECT t.k, s FROM t, customer WHERE t.k = c_custkey ORDER BY s DESC, 1 LIMIT 5",

@@ -41,7 +41,13 @@ from sqlglot import exp
 
 from veil.design.model import DET, Encryption
 from veil.encoding import FLOAT_KIND
-from veil.sql.derived_outputs import derived_selects, output_references, projected_output
+from veil.sql.derived_outputs import (
+    branches,
+    derived_selects,
+    output_names,
+    output_references,
+    projected_output,
+)
 from veil.sql.plan import Scan
 from veil.sql.state import PlanState
 
@@ -123,21 +129,28 @@ class _Outputs:
         return projected_output(node, self._selects)
 
     def _add(self, candidates: dict[Key, _Candidate]) -> None:
-        """Each output projecting a candidate (an output of an inner one: innermost first)."""
+        """Each output projecting a candidate in every SELECT (of a UNION) that returns it,
+        all under the same key scope (an output of an inner one: innermost first)."""
         grew = True
         while grew:
             grew = False
-            for select in self._selects.values():
-                for projection in select.expressions:
-                    column = projection.this if isinstance(projection, exp.Alias) else projection
-                    if not isinstance(column, exp.Column):
+            for body_id, body in self._selects.items():
+                for position, name in enumerate(output_names(body)):
+                    output = (body_id, name)
+                    inner = [self._projected_key(s, position) for s in branches(body)]
+                    if output in candidates or not all(k in candidates for k in inner):
                         continue
-                    inner, output = self.key_of(column), self.projected(column)
-                    if inner in candidates and output is not None and output not in candidates:
+                    encs = [candidates[k].enc for k in inner if k is not None]
+                    if all(_same_ciphertexts(encs[0], e) for e in encs):
                         # paired from the start: a column decrypted makes its output plaintext
-                        found = _Candidate(None, output[1], candidates[inner].enc, {inner})
-                        candidates[output] = found
+                        keys = {k for k in inner if k is not None}
+                        candidates[output] = _Candidate(None, name, encs[0], keys)
                         grew = True
+
+    def _projected_key(self, select: exp.Select, position: int) -> Key | None:
+        projection = select.expressions[position]
+        column = projection.this if isinstance(projection, exp.Alias) else projection
+        return self.key_of(column) if isinstance(column, exp.Column) else None
 
 
 def _candidates(state: PlanState) -> dict[Key, _Candidate]:
