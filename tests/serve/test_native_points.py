@@ -430,3 +430,29 @@ def test_inserts_write_the_rows_given(served: Served) -> None:
     assert all(r[6:] == ("seen", Decimal("1.50")) for r in found)
     assert all(dt.timedelta(0) <= r[5] - before[0] < dt.timedelta(minutes=5) for r in found)
     assert served.runs > 40, "the INSERTs were not run natively"
+
+
+def test_values_written_in(served: Served) -> None:
+    """pgbench -M simple: the integers written into the text are the plan's parameters."""
+    rng = random.Random(41)
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, _rows(30, seed=43))
+        con.execute("UPDATE acc SET bal = 0 WHERE aid <= 31")
+        con.execute(HISTORY)
+        want = dict.fromkeys(range(1, 32), 0)
+        for _ in range(120):
+            aid, delta = rng.randint(1, 31), rng.randint(-5000, 5000)
+            with con.transaction():
+                con.execute(f"UPDATE acc SET bal = bal + {delta} WHERE aid = {aid};")
+                got = con.execute(f"SELECT bal FROM acc WHERE aid = {aid}").fetchone()
+                con.execute(
+                    f"INSERT INTO hist (tid, bid, aid, delta, mtime) "
+                    f"VALUES (1, 2, {aid}, {delta}, CURRENT_TIMESTAMP)"
+                )
+            want[aid] += delta
+            assert got == (want[aid],)
+        assert _balances(con) == want
+        total = con.execute("SELECT sum(delta), count(*) FROM hist").fetchone()
+        assert total == (sum(want.values()), 120)
+        assert con.execute("SELECT bal FROM acc WHERE aid = 2 LIMIT 5").fetchone() == (want[2],)
+    assert served.runs > 200, "the statements were not answered natively"

@@ -469,7 +469,10 @@ class WireSession:
         self._authorize(found.tree)  # before anything is fetched or decrypted for this user
         if found.bound:  # its values as parameters (``shapes``)
             values = list(shape.values)
-            return self._sent(found.kind, found.tree, found.marked, values, values, stream=True)
+            outcome = self._sent(found.kind, found.tree, found.marked, values, values, stream=True)
+            if self.native_points is not None:  # the wire server reads the shape itself
+                native.offer_simple(self, shape, found.kind, found.marked, values, outcome)
+            return outcome
         sql = shapes.written(found, shape)
         return self._sent(found.kind, found.tree, sql, [], [], stream=True)
 

@@ -36,6 +36,7 @@ from veil.session.native_plans import (
     point_plan,
     point_update,
 )
+from veil.sql.literals import Normalized, TextInt
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,27 @@ def _offer_insert(
         *stamps,
     )
     wire.native_tries[key] = _TRIES
+
+
+def offer_simple(
+    wire: Any,
+    shape: Normalized,
+    kind: str,
+    marked: str,
+    values: list[object],
+    outcome: tuple[Any, ...],
+) -> None:
+    """As ``offer``/``offer_change``, for a simple-protocol statement with its integers
+    written in (``veil.serve.shapes``): kept under its shape, each integer an untyped
+    parameter, which the wire server reads off the text itself (``point/simple.rs``)."""
+    if not all(isinstance(v, TextInt) for v in values):
+        return
+    params = [(cast(TextInt, v).text, 0) for v in values]
+    order = list(range(1, len(values) + 1))
+    if kind == "query":
+        offer(wire, shape.text, params, marked, values, order, outcome)
+    else:
+        offer_change(wire, shape.text, params, marked, values, order, outcome)
 
 
 def _placed_value(value: tuple[object, ...], order: list[int]) -> tuple[object, ...]:

@@ -66,7 +66,7 @@ def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan 
     """The native parts of ``sql``'s plan for arguments like ``args``; None if not one,
     ``LATER`` if its template is not verified yet."""
     kinds = shape(args)
-    if kinds is None or any(type(a) is not int for a in args):
+    if kinds is None or not all(_integer(a) for a in args):
         return None
     found = session.plan_of_shape(sql, kinds)
     if found is None or found.template is None or not found.template.verified:
@@ -130,12 +130,17 @@ def _server_params(
     return server_params
 
 
+def _integer(value: object) -> bool:
+    """An int parameter, or an integer read off a statement's text (``TextInt``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 TEXT = (1, 0)  # a parameter's range when it is text (``rust/veil-py/src/point``)
 
 
 def _range(value: object) -> tuple[int, int]:
     """The integers of ``value``'s literal type and sign (``templates.shape``'s key)."""
-    assert type(value) is int
+    assert isinstance(value, int)
     if -(1 << 31) <= value < (1 << 31):
         return -(1 << 31), (1 << 31) - 1
     if value >= 0:
@@ -223,7 +228,7 @@ def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpd
     from veil.session import point_writes  # (as the session imports it: when first needed)
 
     kinds = shape(args)
-    if kinds is None or any(type(a) not in (int, str) for a in args):
+    if kinds is None or not all(_integer(a) or type(a) is str for a in args):
         return None
     write = point_writes.kept(session.shape_scope, session.shape_key(sql, kinds))
     if write is None:
@@ -251,9 +256,10 @@ def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpd
         return None  # a text value only where a text column is set to it
     ranges = [TEXT if type(value) is str else _range(value) for value in args]
     for index, value in pinned.items():  # pgbench's one branch: its key never changes
-        if type(value) is not int:
+        if not _integer(value):
             return None
-        ranges[index] = (value, value)
+        assert isinstance(value, int)
+        ranges[index] = (int(value), int(value))
     ((match_sql, rendered),) = template.rendered.values()
     match_params = _server_params(session, template, rendered, ranges)
     if match_params is None or any(p[0] == "det_int" and p[1] in texts for p in match_params):
@@ -414,7 +420,7 @@ def point_insert(session: Session, sql: str, args: Sequence[object]) -> PointIns
     from veil.session import point_inserts
 
     kinds = shape(args)
-    if kinds is None or any(type(a) not in (int, str) for a in args):
+    if kinds is None or not all(_integer(a) or type(a) is str for a in args):
         return None
     kept = point_inserts.kept(session.shape_scope, session.shape_key(sql, kinds))
     if kept is None:
@@ -450,7 +456,7 @@ def point_insert(session: Session, sql: str, args: Sequence[object]) -> PointIns
             given = args[source.param]
             if type(given) is str and text and not source.negated:
                 value = ("text", source.param, key)
-            elif type(given) is int and kind == INT_KIND and name in _INT_BITS:
+            elif _integer(given) and kind == INT_KIND and name in _INT_BITS:
                 width = _INT_BITS[name]
                 value = ("int", source.param, source.negated, width, key, bits)
                 low, high = ranges[source.param]

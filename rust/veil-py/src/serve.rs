@@ -194,8 +194,13 @@ impl PySession {
 
 impl Session for PySession {
     fn run(&self, sql: &str, params: &[Param]) -> Result<Vec<Outcome>, WireError> {
-        if let Some(native) = self.native.as_ref().filter(|_| !params.is_empty()) {
-            match native.answer(sql, params) {
+        if let Some(native) = self.native.as_ref() {
+            let answered = if params.is_empty() {
+                native.answer_simple(sql)
+            } else {
+                native.answer(sql, params)
+            };
+            match answered {
                 Some(Answered::Rows(outcome)) => return Ok(vec![outcome]),
                 Some(Answered::Failed { code, message }) => {
                     // the session's transaction fails with it, as for its own statements

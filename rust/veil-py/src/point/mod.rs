@@ -19,6 +19,7 @@
 //! changes nothing, so running it again there is safe.
 
 mod libpq;
+mod simple;
 mod values;
 mod write;
 
@@ -332,20 +333,32 @@ pub enum Answered {
 impl Registry {
     /// The answer of `sql` with `params`, if a current plan gives one.
     pub fn answer(&self, sql: &str, params: &[Param]) -> Option<Answered> {
+        let texts: Vec<Option<&str>> = params.iter().map(|p| p.text.as_deref()).collect();
+        let oids = params.iter().map(|p| p.oid).collect();
+        self.answered(sql.to_owned(), oids, &texts)
+    }
+
+    /// The answer of a simple-protocol `sql` with its integers written in: the plan kept
+    /// for its shape, those integers its untyped parameters (`simple`).
+    pub fn answer_simple(&self, sql: &str) -> Option<Answered> {
+        if !self.open.load(Ordering::Acquire) || self.plans.lock().unwrap().is_empty() {
+            return None;
+        }
+        let (shape, values) = simple::integers(sql)?;
+        let texts: Vec<Option<&str>> = values.iter().map(|v| Some(*v)).collect();
+        self.answered(shape, vec![0; values.len()], &texts)
+    }
+
+    fn answered(&self, sql: String, oids: Vec<Oid>, texts: &[Option<&str>]) -> Option<Answered> {
         if !self.open.load(Ordering::Acquire) {
             return None;
         }
-        let key = (
-            sql.to_owned(),
-            params.iter().map(|p| p.oid).collect::<Vec<_>>(),
-        );
-        let kept = self.plans.lock().unwrap().get(&key).cloned()?;
-        let texts: Vec<Option<&str>> = params.iter().map(|p| p.text.as_deref()).collect();
+        let kept = self.plans.lock().unwrap().get(&(sql, oids)).cloned()?;
         let epoch = self.epoch.load(Ordering::Acquire);
         let ran = match kept.as_ref() {
-            Kept::Read(plan) if plan.frame.epoch == epoch => plan.run(&texts),
-            Kept::Write(plan) if plan.frame.epoch == epoch => plan.run(&texts),
-            Kept::Insert(plan) if plan.frame.epoch == epoch => plan.run(&texts),
+            Kept::Read(plan) if plan.frame.epoch == epoch => plan.run(texts),
+            Kept::Write(plan) if plan.frame.epoch == epoch => plan.run(texts),
+            Kept::Insert(plan) if plan.frame.epoch == epoch => plan.run(texts),
             _ => return None,
         };
         match ran {
