@@ -456,3 +456,19 @@ def test_values_written_in(served: Served) -> None:
         assert total == (sum(want.values()), 120)
         assert con.execute("SELECT bal FROM acc WHERE aid = 2 LIMIT 5").fetchone() == (want[2],)
     assert served.runs > 200, "the statements were not answered natively"
+
+
+def test_counts_by_key(served: Served) -> None:
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        rows = _rows(40, seed=47)
+        _load(con, rows)
+        query = "SELECT count(*) FROM acc WHERE aid = %s"
+        for key in [*range(1, 42), 99, 0, -3]:
+            got = con.execute(query, [key], prepare=True).fetchall()
+            assert got == [(1 if 1 <= key <= 41 else 0,)]
+        runs = served.runs
+        with con.transaction():
+            con.execute("DELETE FROM acc WHERE aid = 7")
+            assert con.execute(query, [7], prepare=True).fetchall() == [(0,)]
+            assert con.execute(query, [8], prepare=True).fetchall() == [(1,)]
+        assert served.runs >= runs + 2

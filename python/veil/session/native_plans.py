@@ -33,7 +33,7 @@ from veil.exec.direct import projection
 from veil.session.row_ids import allocate
 from veil.session.set_values import Assignment
 from veil.session.templates import Template, shape
-from veil.sql.plan import RND_ROW_ID, ROW_ID
+from veil.sql.plan import RND_ROW_ID, ROW_ID, Aggregation
 from veil.sql.slots import PARAM, Pending
 
 if TYPE_CHECKING:
@@ -73,12 +73,18 @@ def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan 
         return LATER
     plan, template = found.plan, found.template
     seen = projection(plan)
-    if seen is None or seen[0].aggregation is not None or len(template.rendered) != 1:
+    if seen is None or len(template.rendered) != 1:
         return None
     scan, pairs = seen
     ((server_sql, rendered),) = template.rendered.values()
     fetched = scan.fetched()
-    names = [scan.table.row_id if enc is None else enc.name for _, enc in fetched]
+    counts = _counted(scan.aggregation)
+    if counts is None:
+        return None
+    if counts:  # COUNT(*) by key: the server's one row, as it comes
+        names = ["COUNT(*)"] * counts
+    else:
+        names = [scan.table.row_id if enc is None else enc.name for _, enc in fetched]
     if not server_sql.startswith(f"SELECT {', '.join(names)} FROM "):
         return None  # the statement's columns are not the scan's, in its order
     ranges = [_range(value) for value in args]
@@ -87,9 +93,12 @@ def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan 
         return None
     at = {column: i for i, (column, _) in enumerate(fetched)}
     row_id = at.get(RND_ROW_ID, at.get(ROW_ID))
-    outputs = []
+    outputs: list[tuple[int, tuple[object, ...], tuple[object, ...]]] = []
     for column, _ in pairs:
         index = at.get(column)
+        if index is not None and counts:
+            outputs.append((index, ("plain",), ("int", 64)))
+            continue
         enc = fetched[index][1] if index is not None else None
         if index is None or enc is None:
             return None
@@ -98,6 +107,23 @@ def point_plan(session: Session, sql: str, args: Sequence[object]) -> PointPlan 
             return None
         outputs.append((index, *made))
     return PointPlan(server_sql, server_params, ranges, outputs, row_id)
+
+
+def _counted(aggregation: Aggregation | None) -> int | None:
+    """How many ``COUNT(*)`` a whole-table aggregation is (0: none, a plain scan); None
+    if it is another aggregation."""
+    if aggregation is None:
+        return 0
+    if aggregation.keys or aggregation.hom_product is not None or aggregation.id_bit:
+        return None
+    if aggregation.word_sum is not None or not aggregation.items:
+        return None
+    for item in aggregation.items:
+        if item.kind != "COUNT" or item.enc is not None or item.count_key is not None:
+            return None
+        if item.null_field is not None or item.server is not None:
+            return None
+    return len(aggregation.items)
 
 
 def _server_params(

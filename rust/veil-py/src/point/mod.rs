@@ -411,6 +411,7 @@ fn opener(spec: &Bound<'_, PyAny>) -> PyResult<Opener> {
         "rnd_bytes" => Opener::RndBytes(spec.get_item(1)?.extract()?),
         "det_int" => Opener::DetInt(det_int(&spec.get_item(1)?)?),
         "det_bytes" => Opener::DetBytes(spec.get_item(1)?.extract::<Py<SivBytes>>()?),
+        "plain" => Opener::Plain,
         _ => return Err(PyValueError::new_err(format!("no opener {kind}"))),
     })
 }

@@ -81,6 +81,8 @@ pub enum Opener {
     DetInt(DetInt),
     /// `DetBytes`: AES-SIV.
     DetBytes(Py<SivBytes>),
+    /// Not encrypted: what the server computed (a `COUNT(*)`).
+    Plain,
 }
 
 /// An encoded plaintext: an integer or bytes.
@@ -140,6 +142,7 @@ impl Opener {
                 Some(Plain::Bytes(out.data))
             }
             (Opener::DetInt(det), Stored::Int(v)) => det.run(*v, false).map(Plain::Int),
+            (Opener::Plain, Stored::Int(v)) => Some(Plain::Int(*v)),
             (Opener::DetBytes(key), Stored::Bytes(data)) => {
                 let offsets = [0i32, data.len() as i32];
                 let mut out_offsets = [0i32; 2];
