@@ -472,3 +472,51 @@ def test_counts_by_key(served: Served) -> None:
             assert con.execute(query, [7], prepare=True).fetchall() == [(0,)]
             assert con.execute(query, [8], prepare=True).fetchall() == [(1,)]
         assert served.runs >= runs + 2
+
+
+KILLED = """
+import random, sys
+import psycopg
+con = psycopg.connect(sys.argv[1], autocommit=True)
+rng = random.Random(3)
+done = 0
+while True:
+    a, b = rng.sample(range(1, 9), 2)
+    with con.transaction():
+        con.execute("UPDATE acc SET bal = bal + %s WHERE aid = %s", [-1, a], prepare=True)
+        con.execute("UPDATE acc SET bal = bal + %s WHERE aid = %s", [1, b], prepare=True)
+    done += 1
+    if done == 50:
+        print("going", flush=True)
+"""
+
+
+def test_a_client_killed_between_its_updates(served: Served) -> None:
+    """SIGKILL of a client in the middle of its transactions of native UPDATEs: its
+    open transaction is undone, the total kept, every row there once, and another
+    client's transactions go on (the killed one's table locks went with it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, _rows(7, seed=53))
+        con.execute("UPDATE acc SET bal = 100 WHERE aid <= 8")
+    command = [sys.executable, "-c", KILLED, served.dsn]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as worker:
+        try:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "going"
+            time.sleep(0.3)  # in the middle of some transaction
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(30)
+    assert served.runs > 50
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        for _ in range(5):  # another client goes on
+            with con.transaction():
+                con.execute(UPDATE, [-2, 1], prepare=True)
+                con.execute(UPDATE, [2, 2], prepare=True)
+        balances = _balances(con)
+        assert sum(v for v in balances.values() if v is not None) == 800
+        assert con.execute("SELECT count(*), count(DISTINCT aid) FROM acc").fetchone() == (8, 8)
