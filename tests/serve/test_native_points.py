@@ -520,3 +520,25 @@ def test_a_client_killed_between_its_updates(served: Served) -> None:
         balances = _balances(con)
         assert sum(v for v in balances.values() if v is not None) == 800
         assert con.execute("SELECT count(*), count(DISTINCT aid) FROM acc").fetchone() == (8, 8)
+
+
+def test_parameters_in_another_order(served: Served) -> None:
+    """$2 before $1, and one parameter in two places: each value goes where it stands."""
+    rng = random.Random(59)
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _load(con, _rows(20, seed=61))
+        con.execute("UPDATE acc SET bal = 0 WHERE aid <= 21")
+        want = dict.fromkeys(range(1, 22), 0)
+        cursor = psycopg.RawCursor(con)
+        for _ in range(40):
+            aid, delta = rng.randint(1, 21), rng.randint(-99, 99)
+            cursor.execute(
+                "UPDATE acc SET bal = bal + $2 WHERE aid = $1", [aid, delta], prepare=True
+            )
+            want[aid] += delta
+            cursor.execute(
+                "SELECT bal, aid FROM acc WHERE aid = $1 AND $1 > 0", [aid], prepare=True
+            )
+            assert cursor.fetchall() == [(want[aid], aid)]
+        assert _balances(con) == want
+    assert served.runs > 30  # the UPDATEs (the SELECT's ``$1 > 0`` keeps it the session's)
