@@ -98,26 +98,17 @@ def offer(
     if outcome[0] != "rows" or not isinstance(outcome[2], list) or len(outcome) > 3:
         return
     made = point_plan(veil, marked, args)
-    if made is LATER:
-        return  # not a try: its plan is not verified yet
-    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
-    if not isinstance(made, PointPlan):
+    ready = _ready(wire, key, made, order)
+    if ready is None or not isinstance(made, PointPlan):
         return
-    ranges = _wire_ranges(made.ranges, order, len(params))
-    if ranges is None:
-        return
-    # a DET parameter's place, among the statement's markers, as the client's parameter
-    server_params = [_placed(p, order) for p in made.server_params]
-    stamps = _stamps(wire)
-    if stamps is None:
-        return
+    ranges, stamps = ready
     why = points.install(
         sql,
         list(key[1]),
         _libpq(),
         backend.connection_pointer(),
         made.server_sql,
-        server_params,
+        [_placed(p, order) for p in made.server_params],
         ranges,
         made.outputs,
         made.row_id,
@@ -163,18 +154,10 @@ def _offer_update(
 ) -> None:
     points, veil = wire.native_points, wire.veil
     made = point_update(veil, marked, args)
-    if made is LATER:
-        return  # not a try: its match is not verified yet
-    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
-    if not isinstance(made, PointUpdate):
+    ready = _ready(wire, key, made, order)
+    if ready is None or not isinstance(made, PointUpdate):
         return
-    ranges = _wire_ranges(made.ranges, order, len(key[1]))
-    if ranges is None:
-        return
-    stamps = _stamps(wire)
-    if stamps is None:
-        return
-    updates = [_placed_update(p, order) for p in made.update_params]
+    ranges, stamps = ready
     points.install_write(
         key[0],
         list(key[1]),
@@ -186,7 +169,7 @@ def _offer_update(
         made.row_id,
         made.update_sql,
         made.update_types,
-        updates,
+        [_placed(p, order) for p in made.update_params],
         functools.partial(wire.native_write_begin, made.table, made.server_table),
         wire.native_write_end,
         *stamps,
@@ -204,15 +187,10 @@ def _offer_insert(
 ) -> None:
     points, veil = wire.native_points, wire.veil
     made = point_insert(veil, marked, args)
-    if made is LATER:
+    ready = _ready(wire, key, made, order)
+    if ready is None or not isinstance(made, PointInsert):
         return
-    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
-    if not isinstance(made, PointInsert):
-        return
-    ranges = _wire_ranges(made.ranges, order, len(key[1]))
-    stamps = _stamps(wire)
-    if ranges is None or stamps is None:
-        return
+    ranges, stamps = ready
     points.install_insert(
         key[0],
         list(key[1]),
@@ -221,7 +199,7 @@ def _offer_insert(
         made.insert_sql,
         made.insert_types,
         ranges,
-        [_placed_value(v, order) for v in made.values],
+        [_placed(v, order) for v in made.values],
         functools.partial(wire.native_write_begin, made.table, made.server_table),
         wire.native_write_end,
         *stamps,
@@ -250,22 +228,6 @@ def offer_simple(
         offer_change(wire, shape.text, params, marked, values, order, outcome)
 
 
-def _placed_value(value: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
-    """An INSERT's value with a marker's place as the client's parameter."""
-    if value[0] in ("int", "text"):
-        return (value[0], order[cast(int, value[1])] - 1, *value[2:])
-    return value
-
-
-def _placed_update(param: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
-    """An UPDATE's parameter with a marker's place as the client's parameter."""
-    if param[0] == "assigned":
-        return ("assigned", *param[1:3], order[cast(int, param[3])] - 1, *param[4:])
-    if param[0] == "assigned_text":
-        return ("assigned_text", order[cast(int, param[1])] - 1, param[2])
-    return param
-
-
 def _wire_ranges(
     ranges: list[tuple[int, int]], order: list[int], count: int
 ) -> list[tuple[int, int]] | None:
@@ -285,14 +247,33 @@ def _wire_ranges(
     return cast(list[tuple[int, int]], found)
 
 
-def _placed(param: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
-    """A server parameter with a marker's place (``det_int``) as the client's parameter."""
-    if param[0] != "det_int":
-        return param
-    return ("det_int", order[cast(int, param[1])] - 1, param[2])
+Stamp = tuple[str, tuple[int, int] | None]  # a file's path and (mtime ns, size)
+
+# where a statement's marker index stands in each kind of native part (``native_plans``)
+_MARKER_AT = {"det_int": 1, "assigned": 3, "assigned_text": 1, "int": 1, "text": 1}
 
 
-Stamp = tuple[str, tuple[int, int] | None]
+def _placed(part: tuple[object, ...], order: list[int]) -> tuple[object, ...]:
+    """A native plan's part with its statement marker's index as the client's parameter."""
+    at = _MARKER_AT.get(cast(str, part[0]))
+    if at is None:
+        return part
+    return (*part[:at], order[cast(int, part[at])] - 1, *part[at + 1 :])
+
+
+def _ready(
+    wire: Any, key: tuple[str, tuple[int, ...]], made: object, order: list[int]
+) -> tuple[list[tuple[int, int]], tuple[Stamp, Stamp | None]] | None:
+    """The client parameters' ranges and the files' stamps for plan ``made`` of ``key``;
+    None if it is not one to hand over now (counted as a try unless not verified yet)."""
+    if made is LATER:
+        return None
+    wire.native_tries[key] = wire.native_tries.get(key, 0) + 1
+    if made is None:
+        return None
+    ranges = _wire_ranges(cast(Any, made).ranges, order, len(key[1]))
+    stamps = _stamps(wire)
+    return None if ranges is None or stamps is None else (ranges, stamps)
 
 
 def _stamps(wire: Any) -> tuple[Stamp, Stamp | None] | None:
@@ -300,14 +281,11 @@ def _stamps(wire: Any) -> tuple[Stamp, Stamp | None] | None:
     them; None if the design file is no longer the one the session planned on."""
     veil = wire.veil
     design = veil.client.design_path
-    stat = os.stat(design)
-    if stat.st_mtime_ns != veil.design_version:
+    stamp = _file_stamp(design)
+    if stamp is None or stamp[0] != veil.design_version:
         return None
     users = wire.users_path
-    return (
-        (str(design), (stat.st_mtime_ns, stat.st_size)),
-        None if users is None else (str(users), _file_stamp(users)),
-    )
+    return (str(design), stamp), None if users is None else (str(users), _file_stamp(users))
 
 
 def _file_stamp(path: os.PathLike[str]) -> tuple[int, int] | None:

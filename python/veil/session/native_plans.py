@@ -246,11 +246,12 @@ class PointUpdate:
 
 def point_update(session: Session, sql: str, args: Sequence[object]) -> PointUpdate | _Later | None:
     """The native parts of the kept point UPDATE of ``sql`` (``veil.session.point_writes``)
-    for arguments like ``args``; ``LATER`` while its match is not verified; None unless every part is one written out here: integer
-    or text SET values of the table's row-bound RND columns, the row's other row-bound columns
-    moved to its new id as stored, nothing else of the table written (no Paillier
-    group, blocks, ASHE words, onion layers, foreign keys or CHECKs; no assigned column
-    with another copy or in a key)."""
+    for arguments like ``args``; ``LATER`` while its match is not verified; None unless
+    every part is one written out here: integer or text SET values of the table's
+    row-bound RND columns, the row's other row-bound columns moved to its new id as
+    stored, nothing else of the table written (no Paillier group, blocks, ASHE words,
+    onion layers, foreign keys or CHECKs; no assigned column with another copy or in a
+    key)."""
     from veil.session import point_writes  # (as the session imports it: when first needed)
 
     kinds = shape(args)
@@ -350,6 +351,18 @@ def _plainly_written(session: Session, table: TableDesign, assigned: set[str]) -
     return True
 
 
+def _row_key(session: Session, table: TableDesign, enc: Encryption) -> tuple[object, int] | None:
+    """The row-bound RND key of column ``enc`` and its width (0: 64 bits), where its
+    cipher is that layer alone (a fitted copy, an onion or another scheme: None)."""
+    cipher = session.ciphers.get(table, enc)
+    if type(cipher) is not RowBoundCipher or cipher._inner is not None:
+        return None
+    layer = cipher._layer
+    if not isinstance(layer, RowRnd):
+        return None
+    return layer._cipher, cipher._bits or 0
+
+
 def _new_value(
     session: Session,
     table: TableDesign,
@@ -358,13 +371,10 @@ def _new_value(
     fetched: list[tuple[str, Encryption | None]],
 ) -> tuple[object, ...] | None:
     """What the UPDATE writes into row-bound column ``enc``."""
-    cipher = session.ciphers.get(table, enc)
-    if type(cipher) is not RowBoundCipher or cipher._inner is not None:
-        return None  # (a fitted copy reseals otherwise)
-    layer = cipher._layer
-    if not isinstance(layer, RowRnd):
+    found = _row_key(session, table, enc)
+    if found is None:
         return None
-    key, bits = layer._cipher, cipher._bits or 0
+    key, bits = found
     integral = enc.sql_type.kind == INT_KIND
     if assignment is None:
         at = next(
@@ -466,15 +476,10 @@ def point_insert(session: Session, sql: str, args: Sequence[object]) -> PointIns
     values: list[tuple[object, ...]] = [("new_id",)]
     for column, source in zip(table.columns, kept.sources, strict=True):
         enc = by_source[column.name]
-        cipher = session.ciphers.get(table, enc)
-        if column.identity or column.sequence or enc.scheme != RND:
+        found = _row_key(session, table, enc)
+        if column.identity or column.sequence or found is None:
             return None
-        if type(cipher) is not RowBoundCipher or cipher._inner is not None:
-            return None
-        layer = cipher._layer
-        if not isinstance(layer, RowRnd):
-            return None
-        key, bits = layer._cipher, cipher._bits or 0
+        key, bits = found
         kind, name = enc.sql_type.kind, enc.sql_type.name
         text = kind == STRING_KIND and name == "VARCHAR"
         value: tuple[object, ...]

@@ -210,6 +210,16 @@ impl Plan {
         let types: Vec<u32> = (0..answer.columns())
             .map(|c| answer.binary_type(c))
             .collect::<Option<_>>()?;
+        // each row's id, for the row-bound columns (read once, whatever they are)
+        let ids = (0..rows)
+            .map(|row| match self.row_id {
+                None => Some(None),
+                Some(at) => match values::stored(types[at], answer.value(row, at)?)? {
+                    values::Stored::Int(id) => Some(Some(id as u64)),
+                    values::Stored::Bytes(_) => None,
+                },
+            })
+            .collect::<Option<Vec<_>>>()?;
         let mut columns = Vec::with_capacity(self.outputs.len());
         for output in &self.outputs {
             let oid = *types.get(output.column)?;
@@ -222,16 +232,7 @@ impl Plan {
                 match answer.value(row, output.column) {
                     None => nulls = true,
                     Some(raw) => {
-                        let id = match self.row_id {
-                            Some(at) => {
-                                Some(match values::stored(types[at], answer.value(row, at)?)? {
-                                    values::Stored::Int(id) => id as u64,
-                                    values::Stored::Bytes(_) => return None,
-                                })
-                            }
-                            None => None,
-                        };
-                        let plain = output.opener.open(&values::stored(oid, raw)?, id)?;
+                        let plain = output.opener.open(&values::stored(oid, raw)?, ids[row])?;
                         output.format.write(&plain, &mut data)?;
                         validity[row / 8] |= 1 << (row % 8);
                     }

@@ -259,25 +259,12 @@ impl WritePlan {
                 }
                 Some(Stored::Int(_)) => return None,
             },
-            UpdateParam::AssignedText { param, key } => {
-                let WireValue::Text(text) = &wire[*param] else {
-                    return None;
-                };
-                let offsets = [0i64, text.len() as i64];
-                let column = BinaryColumn::new(&offsets, text.as_bytes(), None).ok()?;
-                Some(key.get().inner.xor_column(&[new], &column).ok()?.data)
-            }
+            UpdateParam::AssignedText { param, key } => match &wire[*param] {
+                WireValue::Text(text) => return sealed_bytes(key, new, text.as_bytes()),
+                WireValue::Int(_) => return None,
+            },
             UpdateParam::Assigned { value, key, bits } => {
-                let plain = value.value(wire, row)?;
-                if !fits(plain, if *bits == 0 { 64 } else { *bits }) {
-                    return None;
-                }
-                let mut out = [0u64];
-                key.get()
-                    .inner
-                    .xor_words(&[new], &[plain as u64], &mut out)
-                    .ok()?;
-                int8(mask(out[0], *bits) as i64)
+                return sealed_word(key, new, value.value(wire, row)?, *bits)
             }
         })
     }
