@@ -180,11 +180,12 @@ def run_load(args: argparse.Namespace) -> int:
             rows = sum(r.rows for r in reports)
             print(f"appended {rows:,} rows to {len(reports)} table(s) of {args.client_dir}")
             return 0
+    workload = read_workload(args.workload)
     reports += load(
         args.source,
         args.server,
         args.client_dir,
-        read_workload(args.workload),
+        workload,
         sums=args.sums,
         domains=args.domain,
         key_file=args.key,
@@ -197,6 +198,11 @@ def run_load(args: argparse.Namespace) -> int:
 
     rows = sum(r.rows for r in reports)
     print(f"loaded {len(reports)} table(s), {rows:,} rows, into {canonical_url(args.server)}")
+    if workload:
+        from veil.session.workload_plans import plan_workload
+
+        planned = plan_workload(args.client_dir, _as_written(args.workload))
+        _say(f"planned {len(planned)} of the workload's queries ahead (plans.sealed)")
     if new_key:
         print(
             f"veil: the data is encrypted under a new master key, {args.client_dir}/key.json: "
@@ -206,6 +212,20 @@ def run_load(args: argparse.Namespace) -> int:
         )
     print(f'next: veil query {args.client_dir} "SHOW TABLES"', file=sys.stderr)
     return 0
+
+
+def _as_written(paths: list[str]) -> list[str]:
+    """The statements of the workload's files as written (an application sends these texts,
+    which ``read_workload``'s renderings are not): their plans' keys."""
+    import duckdb
+
+    statements: list[str] = []
+    for path in paths:
+        try:
+            statements += [s.query for s in duckdb.extract_statements(Path(path).read_text())]
+        except duckdb.Error:  # (text DuckDB does not read: its queries plan at their first run)
+            continue
+    return statements
 
 
 def _say(message: str) -> None:

@@ -71,9 +71,16 @@ class CachedPlan:
 def plan_key(sql: str, params: Sequence[object] | None, settings: str) -> Key:
     """``sql`` with its parameter values and the planner's ``settings``.
 
-    The type is part of a value (1, 1.0 and True differ).
+    The type is part of a value (1, 1.0 and True differ). The text's surrounding
+    whitespace and final semicolon are not: a statement read from a file (a workload
+    planned at the load, ``veil.session.workload_plans``) and sent by itself are one.
     """
-    return sql, tuple((type(p).__qualname__, repr(p)) for p in params or ()), settings
+    return _bare(sql), tuple((type(p).__qualname__, repr(p)) for p in params or ()), settings
+
+
+def _bare(sql: str) -> str:
+    text = sql.strip()
+    return text[:-1].rstrip() if text.endswith(";") else text
 
 
 def shape_key(sql: str, shape: tuple[tuple[str, str], ...], settings: str) -> Key:

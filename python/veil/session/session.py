@@ -407,7 +407,7 @@ class Session:
         cached = self._cached(key)
         if cached is not None:  # the lookup is the plan's time, not the answer after it
             looked = time.perf_counter() - started
-            return _timed(self._answer(cached), plan=looked, hit=True)
+            return _timed(self._cached_answer(key, cached), plan=looked, hit=True)
         # literals as parameters (``veil.sql.literals``): the plan of the statement's shape
         normal = None if params or as_written else normalized(sql)
         original = sql
@@ -417,7 +417,7 @@ class Session:
             cached = self._cached(key)
             if cached is not None:
                 looked = time.perf_counter() - started
-                return _timed(self._answer(cached), plan=looked, hit=True)
+                return _timed(self._cached_answer(key, cached), plan=looked, hit=True)
         kinds = shape(params)
         shaped = None if kinds is None else self._shape_key(sql, kinds)
         if shaped is not None:
@@ -621,6 +621,15 @@ class Session:
             if found is not None:
                 return found
         return self.plans.get(key, count=count)
+
+    def _cached_answer(self, key: Key, cached: CachedPlan) -> Result:
+        """The answer of a cached plan; one that did not run as planned (a fallback, a plan
+        made again) is forgotten, as a first run keeps only a plan that ran as planned (a
+        plan kept at the load has not run yet: ``veil.session.workload_plans``)."""
+        result = self._answer(cached)
+        if result.plan is not cached.plan:
+            self._forget(key)
+        return result
 
     def _keep(self, key: Key, planned: CachedPlan) -> None:
         self._keeping().put(key, planned)
