@@ -7,6 +7,13 @@ and checked to have run as one grouped server statement. A join that would
 repeat the summed rows is left to the other plans; one that repeats them only
 after writes the statistics did not see is caught on the server's answer, and
 the query still gets the plaintext's result.
+
+A join grouped by a ROLLUP's or CUBE's columns: the server groups by all of
+them (the finest grouping set) and the client's GROUP BY ROLLUP / CUBE adds
+those groups up, with NULL keys beside ROLLUP's NULLs, an empty input (its
+grand total counts 0), GROUPING(), HAVING and a window over the groups
+(TPC-DS q86, q22); distinct counts, which do not add up, are left to the
+other plans.
 """
 
 from __future__ import annotations
@@ -50,7 +57,37 @@ REPEATING = (
     "SELECT l_qty, SUM(p_price), COUNT(*) FROM parts, lines WHERE p_id = l_part "
     "GROUP BY l_qty ORDER BY 1"
 )
-WORKLOAD = [*SUMMED, REPEATING]
+_ROLLED_JOIN = "FROM owners, parts, lines WHERE o_id = p_owner AND p_id = l_part"
+ROLLED_UP = [
+    f"SELECT o_region, p_owner, SUM(l_qty), COUNT(*), COUNT(l_qty), AVG(l_price) {_ROLLED_JOIN} "
+    "GROUP BY ROLLUP(o_region, p_owner) ORDER BY 1 NULLS FIRST, 2 NULLS FIRST",
+    # a NULL key (p_price) beside the NULLs ROLLUP makes; GROUPING() tells them apart
+    "SELECT p_price, p_owner, GROUPING(p_price) + GROUPING(p_owner) AS lvl, "
+    "MIN(l_day), MAX(l_day), COUNT(*) FROM parts, lines WHERE p_id = l_part "
+    "GROUP BY ROLLUP(p_price, p_owner) ORDER BY 3, 1 NULLS FIRST, 2 NULLS FIRST, 6",
+    f"SELECT o_region, p_owner, SUM(l_price * (1 - l_disc)) AS s {_ROLLED_JOIN} "
+    "GROUP BY CUBE(o_region, p_owner) ORDER BY 1 NULLS FIRST, 2 NULLS FIRST, s",
+    # a plain key beside the ROLLUP, and HAVING on a rolled-up sum
+    f"SELECT o_region, p_owner, p_price, SUM(l_qty) AS s {_ROLLED_JOIN} AND l_day < DATE '2020-03-01' "
+    "GROUP BY o_region, ROLLUP(p_owner, p_price) HAVING SUM(l_qty) > 10 "
+    "ORDER BY 1, 2 NULLS FIRST, 3 NULLS FIRST, s",
+    # an empty input: ROLLUP's grand total row, COUNT 0 and SUM NULL
+    f"SELECT o_region, p_owner, COUNT(*), COUNT(l_qty), SUM(l_qty), MIN(l_day) {_ROLLED_JOIN} "
+    "AND o_region = 99 GROUP BY ROLLUP(o_region, p_owner)",
+    # q86's shape: a rank within each parent over the rolled-up sums
+    "SELECT SUM(l_price) AS total, o_region, p_owner, "
+    "GROUPING(o_region) + GROUPING(p_owner) AS lvl, "
+    "RANK() OVER (PARTITION BY GROUPING(o_region) + GROUPING(p_owner), "
+    "CASE WHEN GROUPING(p_owner) = 0 THEN o_region END ORDER BY SUM(l_price) DESC) AS r "
+    f"{_ROLLED_JOIN} GROUP BY ROLLUP(o_region, p_owner) "
+    "ORDER BY lvl DESC, CASE WHEN lvl = 0 THEN o_region END NULLS FIRST, r, p_owner NULLS FIRST, total",
+]
+# distinct counts of finer groups do not add up to a coarser group's
+DISTINCT = (
+    f"SELECT o_region, p_owner, COUNT(DISTINCT l_qty) {_ROLLED_JOIN} "
+    "GROUP BY ROLLUP(o_region, p_owner) ORDER BY 1 NULLS FIRST, 2 NULLS FIRST"
+)
+WORKLOAD = [*SUMMED, REPEATING, *ROLLED_UP, DISTINCT]
 
 
 @pytest.fixture(
@@ -93,6 +130,31 @@ def test_a_join_that_repeats_the_summed_rows_is_not_summed_there(
     session, plain = tables
     check_query(session, plain, REPEATING)
     assert not _summed_on_server(session.run(REPEATING).plan)
+
+
+def _grouped_on_server(plan: SplitPlan | None) -> bool:
+    assert plan is not None
+    return any(s.joined is not None and s.joined.groups is not None for s in plan.scans)
+
+
+@pytest.mark.parametrize("sql", ROLLED_UP, ids=range(len(ROLLED_UP)))
+def test_rolled_up_groups_add_up_the_servers(
+    tables: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    session, plain = tables
+    for _ in range(2):  # the second run reuses the cached plan
+        check_query(session, plain, sql)
+    result = session.run(sql)
+    assert result.stats.statements == 1
+    assert _grouped_on_server(result.plan)
+
+
+def test_distinct_counts_are_not_added_up(
+    tables: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    session, plain = tables
+    check_query(session, plain, DISTINCT)
+    assert not _grouped_on_server(session.run(DISTINCT).plan)
 
 
 def test_rows_repeated_after_the_load_are_caught(

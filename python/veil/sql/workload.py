@@ -130,6 +130,9 @@ def _analyse(tree: exp.Expr, tables: set[str], needs: WorkloadNeeds) -> None:
         elif isinstance(node, exp.Group):
             keys = list(map(ref, node.expressions))
             needs.det.update(r for r in keys if r)
+            for levels in node.expressions:  # a ROLLUP's columns: the server groups by them
+                if isinstance(levels, exp.Rollup | exp.Cube):
+                    needs.det.update(r for r in map(ref, levels.expressions) if r)
             if keys and all(keys) and len({r[0] for r in keys if r}) == 1 and _one_table(node):
                 needs.group_keys.add((keys[0][0], tuple(sorted({r[1] for r in keys if r}))))  # type: ignore[index]
         elif isinstance(node, exp.Ordered | exp.Min | exp.Max) and ref(node.this):

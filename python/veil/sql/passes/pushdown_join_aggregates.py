@@ -31,8 +31,9 @@ ASHE sums one per group and block of ids, which ``join_sums`` prices).
 SUM / AVG under ASHE of one scan's expressions, when the join cannot repeat
 its rows and the server's (group, block) rows pay (``veil.sql.join_sums``);
 Windows run on the client over the groups (``_own_aggregates``); Paillier
-sums, DISTINCT aggregates, FILTER, correlated blocks and ROLLUP are left to the other
-passes.
+sums, DISTINCT aggregates, FILTER and correlated blocks are left to the other passes.
+A ROLLUP or CUBE of key columns groups by all of them on the server; the
+client's GROUP BY adds the groups up (``_group_value``).
 """
 
 from __future__ import annotations
@@ -111,8 +112,7 @@ def _join_group(
     select: exp.Select, members: list[Scan], edges: list[JoinEdge], state: PlanState
 ) -> tuple[JoinGroup, dict[int, str]] | None:
     """The block's keys and aggregates over the join, with each aggregate's SQL type."""
-    group = select.args.get("group")
-    if group is not None and any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
+    if _grouping_sets(select) is None:
         return None
     aliases = {id(s): joined_alias(i) for i, s in enumerate(members)}
     by_alias = {s.alias: s for s in members}
@@ -139,9 +139,9 @@ def _join_group(
             return None
         group.items.append(found[:2])
         types[id(node)] = found[2]
+    if (sums or _grouping_sets(select)) and any(_counts_distinct(i) for _, i in group.items):
+        return None  # distinct counts per block of ids, or per finest group, do not add up
     if sums:
-        if any(_counts_distinct(item) for _, item in group.items):
-            return None  # distinct counts per block of ids do not add up
         sum_types = join_sums(sums, group, members, edges, state)
         if sum_types is None:
             return None
@@ -160,14 +160,40 @@ def _join_group(
 
 
 def _grouped(select: exp.Select) -> list[exp.Expr]:
-    """The block's GROUP BY keys; for ``SELECT DISTINCT`` without one, its outputs."""
+    """The block's GROUP BY keys (a ROLLUP's or CUBE's columns among them); for
+    ``SELECT DISTINCT`` without one, its outputs."""
     group = select.args.get("group")
     if group is not None:
-        return list(group.expressions)
+        return [
+            key
+            for e in group.expressions
+            for key in (e.expressions if isinstance(e, exp.Rollup | exp.Cube) else [e])
+        ]
     distinct = select.args.get("distinct")
     if distinct is None:
         return []
     return [e.this if isinstance(e, exp.Alias) else e for e in select.expressions]
+
+
+def _grouping_sets(select: exp.Select) -> bool | None:
+    """Does the block group by a ROLLUP or CUBE of columns (None: by a shape not handled)?
+
+    The server then groups by all of their columns, the finest grouping set,
+    and the client's GROUP BY ROLLUP / CUBE adds its groups up (``_adopt``):
+    TPC-DS q86's and q36's classes ranked within their category, q22's
+    quantities by product, brand, class and category.
+    """
+    group = select.args.get("group")
+    if group is None:
+        return False
+    if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets", "totals", "all")):
+        return None
+    if any(isinstance(e, exp.GroupingSets) for e in group.expressions):
+        return None
+    sets = [e for e in group.expressions if isinstance(e, exp.Rollup | exp.Cube)]
+    if any(not isinstance(k, exp.Column) for e in sets for k in e.expressions):
+        return None  # ROLLUP((a, b), c): a composite level
+    return bool(sets)
 
 
 def _key_encryption(scan: Scan, column: str) -> Encryption | None:
@@ -232,16 +258,18 @@ def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> Non
     assert groups is not None
     drop_conjuncts(select, block_conjuncts(select))
     owners = {item.key: s for s, item in groups.items}
+    kinds = {item.key: item.kind for _, item in groups.items}
+    rolled_up = bool(_grouping_sets(select))
     for scan in fetch.scans:
         scan.columns = {c for s, c, _ in groups.keys if s is scan}
         scan.joined = fetch
         scan.reduction = None  # the server join does it
     for node in _own_aggregates(select):
-        value = _any_value(groups, id(node), owners)
+        value = _group_value(groups, id(node), owners, kinds, rolled_up)
         if isinstance(node, exp.Avg):  # the sum over the count of the expression's rows
             count_key = next(i.count_key for _, i in groups.items if i.key == id(node))
             assert count_key is not None
-            count = _any_value(groups, count_key, owners)
+            count = _group_value(groups, count_key, owners, kinds, rolled_up)
             value = exp.Div(
                 this=exp.cast(value, "DOUBLE"),
                 expression=exp.Nullif(this=count, expression=exp.Literal.number(0)),
@@ -264,14 +292,33 @@ def _own_aggregates(select: exp.Select) -> list[exp.AggFunc]:
         a
         for a in select.find_all(exp.AggFunc)
         if a.find_ancestor(exp.Select) is select
+        and not isinstance(a, exp.Grouping)  # the client's GROUP BY answers it
         and not (isinstance(a.parent, exp.Window) and a.parent.this is a)
     ]
 
 
-def _any_value(groups: JoinGroup, key: int, owners: dict[int, Scan]) -> exp.Expr:
-    """The group's value of an item, read from its scan's local table."""
+def _group_value(
+    groups: JoinGroup, key: int, owners: dict[int, Scan], kinds: dict[int, str], rolled_up: bool
+) -> exp.Expr:
+    """The group's value of an item, read from its scan's local table.
+
+    Each local group is one server group (ANY_VALUE), except under ROLLUP /
+    CUBE, whose coarser groups add up the server's finest ones: counts and
+    sums by SUM (a count over no rows, the grand total of an empty input,
+    is 0), extremes by MIN / MAX::
+
+        SUM(ws_net_paid) ... GROUP BY ROLLUP(i_category, i_class)
+          -> SUM(web_sales.__veil_agg_0) ... GROUP BY ROLLUP(i_category, i_class)
+    """
     column = exp.column(groups.local_name(key), table=owners[key].alias)
-    return exp.Anonymous(this="ANY_VALUE", expressions=[column])
+    if not rolled_up:
+        return exp.Anonymous(this="ANY_VALUE", expressions=[column])
+    kind = kinds[key]
+    if kind in ("MIN", "MAX"):
+        return exp.Min(this=column) if kind == "MIN" else exp.Max(this=column)
+    if kind == "COUNT":
+        return exp.Coalesce(this=exp.Sum(this=column), expressions=[exp.Literal.number(0)])
+    return exp.Sum(this=column)
 
 
 def _count_distinct(
