@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from veil.design.model import PhysicalDesign
+from veil.exec import server
 from veil.load.loader import load
 from veil.session import plan_cache, sealed_plans
 from veil.session.sealed_plans import FILE_NAME
@@ -71,6 +72,24 @@ def test_a_later_process_runs_the_planned_workload_without_planning(
     assert (client / FILE_NAME).exists()
     _new_process(monkeypatch)
     _no_planning(monkeypatch)
+    assert _answers(client) == expected
+
+
+def test_statements_rendered_for_a_planned_workload_are_kept_for_the_next_process(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _new_process(monkeypatch)
+    plan_workload(client, WORKLOAD)
+    _new_process(monkeypatch)
+    expected = _answers(client)  # its runs render the plans' statements, then close: saved
+    _new_process(monkeypatch)
+    _no_planning(monkeypatch)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("rendered again")
+
+    monkeypatch.setattr(server, "render", refuse)
+    monkeypatch.setattr(server, "render_sent", refuse)
     assert _answers(client) == expected
 
 

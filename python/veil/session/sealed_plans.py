@@ -30,8 +30,9 @@ same plan. ``plans.sealed`` keeps the plans of the process-wide cache
   place in the plan: in memory they are keyed by object ids, which mean
   nothing in another process.
 
-Saved when a session closes, if it planned something new; several processes
-closing at once keep the last one's plans (a lost plan costs its planning).
+Saved when a session closes, if it planned something new or rendered statements
+for a plan it read (a plan kept by the load has none: ``workload_plans``); several
+processes closing at once keep the last one's plans (a lost plan costs its planning).
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ class SealedPlans:
         self._read: dict[Key, bytes] | None = None  # the file's plans, pickled, on first use
         self._new: dict[Key, CachedPlan] = {}  # planned here since the last save
         self._dropped: set[Key] = set()  # failed here: out of the file at the next save
+        # read from the file, with how many rendered statements it held: one whose runs
+        # here rendered more (a plan the load kept: ``workload_plans``) is saved again
+        self._loaded: dict[Key, tuple[CachedPlan, int]] = {}
 
     def get(self, key: Key) -> CachedPlan | None:
         with self._lock:
@@ -102,6 +106,8 @@ class SealedPlans:
             _shaped_by_id(cached.plan, shaped)
         except Exception:  # (a class that moved: plan it again)
             return None
+        with self._lock:
+            self._loaded[key] = (cached, len(rendered) + len(shaped))
         return cached
 
     def add(self, key: Key, cached: CachedPlan) -> None:
@@ -114,6 +120,7 @@ class SealedPlans:
         """``key``'s plan failed when it ran: neither read nor kept any more."""
         with self._lock:
             self._new.pop(key, None)
+            self._loaded.pop(key, None)
             if self._read is not None:
                 self._read.pop(key, None)
             self._dropped.add(key)
@@ -124,19 +131,32 @@ class SealedPlans:
         with self._lock:
             self._read = {}
             self._new = {}
+            self._loaded = {}
 
     def save(self) -> None:
         """Write the file's plans and the new ones (newest last, bounded), if any are new;
         never fails its caller (closing a session): a plan not kept is planned again."""
         with self._lock:
-            if not self._new and not self._dropped:
+            grown = self._rendered_here()
+            if not self._new and not self._dropped and not grown:
                 return
-            new, self._new = self._new, {}
+            new, self._new = {**grown, **self._new}, {}
             dropped, self._dropped = self._dropped, set()
         try:
             self._save(new, dropped)
         except Exception as exc:  # (e.g. a module file removed while the stamp was taken)
             log.info("plans not kept for later processes (%s)", type(exc).__name__)
+
+    def _rendered_here(self) -> dict[Key, CachedPlan]:
+        """The plans read from the file whose runs here rendered statements it did not hold
+        (each counted as read again from now on)."""
+        grown: dict[Key, CachedPlan] = {}
+        for key, (cached, held) in self._loaded.items():
+            now = len(_by_place(cached.plan)) + len(_shaped_by_place(cached.plan))
+            if now > held:
+                grown[key] = cached
+                self._loaded[key] = (cached, now)
+        return grown
 
     def _save(self, new: dict[Key, CachedPlan], dropped: set[Key]) -> None:
         plans = self._opened()  # another process may have saved meanwhile
