@@ -29,10 +29,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     demo.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
     demo.add_argument("--dir", default=None, help="working directory (default: a temporary one)")
+    demo.add_argument("--json", default=None, help="write the table's figures here too")
     demo.set_defaults(handler=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
     from veil_dev.demo import demo
 
-    return 0 if demo(args.sf, args.dir) else 1
+    return 0 if demo(args.sf, args.dir, args.json) else 1

@@ -12,13 +12,14 @@ their ratios, the bytes received from the server, and whether the answers agree.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import sqlglot
@@ -28,14 +29,18 @@ from veil.load.loader import load
 from veil.session.session import Session
 from veil.session.workload_plans import plan_workload
 from veil_dev.bench.compare import difference
+from veil_dev.bench.report import write_json
 from veil_dev.tpch.gen import generate
 from veil_dev.tpch.queries import query_texts
 
 T = TypeVar("T")
 
 
-def demo(scale_factor: float = 0.1, workdir: str | None = None) -> bool:
-    """Run the demo; True when every query's answer matched plaintext DuckDB."""
+def demo(
+    scale_factor: float = 0.1, workdir: str | None = None, json_path: str | None = None
+) -> bool:
+    """Run the demo; True when every query's answer matched plaintext DuckDB. ``json_path``:
+    where to write the table's figures too (``bench/demo``)."""
     root = Path(workdir or tempfile.mkdtemp(prefix="veil-demo-"))
     data, client = root / "tpch", root / "client"
     print(f"generating TPC-H SF {scale_factor:g} in {data} ...", file=sys.stderr)
@@ -50,13 +55,19 @@ def demo(scale_factor: float = 0.1, workdir: str | None = None) -> bool:
     ahead = plan_workload(client, queries.values())
     print(f"planned {len(ahead)} queries in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     plain = _plaintext(data)
+    load_average = [os.getloadavg()[0]]
     session = Session(client)
     try:
-        rows = [
-            _run_one(number, sql, session, plain, ahead.get(sql)) for number, sql in queries.items()
-        ]
+        measured = {
+            f"Q{number}": _run_one(sql, session, plain, ahead.get(sql))
+            for number, sql in queries.items()
+        }
     finally:
         session.close()
+    load_average.append(os.getloadavg()[0])
+    rows = [_row(name, m) for name, m in measured.items()]
+    if json_path is not None:
+        write_json(json_path, _document(scale_factor, measured, load_average))
     header = ["query", "plaintext ms", "Veil ms", "ratio", "planned at the load ms"]
     header += ["again: plaintext ms", "Veil ms", "ratio", "bytes received", "correct"]
     print(format_grid(header, rows))
@@ -97,12 +108,8 @@ def _plaintext(data: Path) -> duckdb.DuckDBPyConnection:
 
 
 def _run_one(
-    number: int,
-    sql: str,
-    session: Session,
-    plain: duckdb.DuckDBPyConnection,
-    ahead: float | None,
-) -> list[object]:
+    sql: str, session: Session, plain: duckdb.DuckDBPyConnection, ahead: float | None
+) -> dict[str, Any]:
     """A query's first run on each side (Veil's on the plan the load kept, ``ahead`` seconds
     of planning there; planned now if None), then a run again (Veil's plan is cached, as an
     application's repeated query finds it)."""
@@ -112,21 +119,59 @@ def _run_one(
         plain_again, _ = _timed(lambda: plain.execute(sql).fetchall())
         veil_again, _ = _timed(lambda: session.run(sql))
     except Exception as exc:  # the demo reports a failure and goes on
-        return [f"Q{number}", f"{plain_ms:.1f}", *["-"] * 7, f"error: {exc}"[:60]]
+        return {"plaintext_ms": plain_ms, "error": f"{exc}"[:60]}
     ordered = sqlglot.parse_one(sql, read="duckdb").args.get("order") is not None
     problem = difference(result.table, expected, ordered)
+    return {
+        "plaintext_ms": plain_ms,
+        "veil_ms": veil_ms,
+        "ratio": veil_ms / max(plain_ms, 0.001),
+        "planning_ms": (result.stats.plan_seconds if ahead is None else ahead) * 1000,
+        "planned_ahead": ahead is not None,
+        "again_plaintext_ms": plain_again,
+        "again_veil_ms": veil_again,
+        "again_ratio": veil_again / max(plain_again, 0.001),
+        "bytes_received": result.stats.bytes_received,
+        "problem": problem,
+    }
+
+
+def _row(name: str, m: dict[str, Any]) -> list[object]:
+    """One query's line of the table."""
+    if "error" in m:
+        return [name, f"{m['plaintext_ms']:.1f}", *["-"] * 7, f"error: {m['error']}"]
     return [
-        f"Q{number}",
-        f"{plain_ms:.1f}",
-        f"{veil_ms:.1f}",
-        f"{veil_ms / max(plain_ms, 0.001):.1f}",
-        f"{(result.stats.plan_seconds if ahead is None else ahead) * 1000:.1f}",
-        f"{plain_again:.1f}",
-        f"{veil_again:.1f}",
-        f"{veil_again / max(plain_again, 0.001):.1f}",
-        f"{result.stats.bytes_received:,}",
-        "yes" if problem is None else f"NO: {problem}"[:60],
+        name,
+        f"{m['plaintext_ms']:.1f}",
+        f"{m['veil_ms']:.1f}",
+        f"{m['ratio']:.1f}",
+        f"{m['planning_ms']:.1f}",
+        f"{m['again_plaintext_ms']:.1f}",
+        f"{m['again_veil_ms']:.1f}",
+        f"{m['again_ratio']:.1f}",
+        f"{m['bytes_received']:,}",
+        "yes" if m["problem"] is None else f"NO: {m['problem']}"[:60],
     ]
+
+
+def _document(
+    scale_factor: float, measured: dict[str, dict[str, Any]], load_average: list[float]
+) -> dict[str, Any]:
+    """The JSON of ``bench/demo``: each query's figures, and each run's median ratio and the
+    queries over 4x plaintext."""
+    summary: dict[str, Any] = {}
+    for key, run in (("ratio", "first"), ("again_ratio", "again")):
+        ratios = {name: m[key] for name, m in measured.items() if key in m}
+        summary[f"{run}_median_ratio"] = statistics.median(ratios.values()) if ratios else None
+        summary[f"{run}_over_4x"] = [name for name, r in ratios.items() if r > 4]
+    summary["correct"] = sum(1 for m in measured.values() if m.get("problem", 1) is None)
+    summary["queries"] = len(measured)
+    return {
+        "scale": scale_factor,
+        "load": load_average,
+        "queries": measured,
+        "summary": summary,
+    }
 
 
 def _timed(work: Callable[[], T]) -> tuple[float, T]:
