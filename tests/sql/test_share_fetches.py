@@ -61,3 +61,13 @@ def test_other_rows_are_fetched_apart(session: Session, sql: str) -> None:
     result = session.run(sql)
     assert not any(s.same_rows is not None for s in result.plan.scans)  # type: ignore[union-attr]
     assert result.stats.statements == 2
+
+
+def test_a_plan_shared_for_equal_values_is_not_reused_for_others(
+    session: Session, plain: duckdb.DuckDBPyConnection
+) -> None:
+    """The literals are a template's parameters: planned with 'F' twice the fetches share,
+    and a second planning with 'O' twice agrees, but 'F' beside 'O' are other rows."""
+    query = SHARED[1].replace("'F'", "'{}'").format
+    for values in [("F", "F"), ("O", "O"), ("F", "O"), ("O", "F")]:
+        check_query(session, plain, query(*values))

@@ -518,6 +518,8 @@ class Session:
         found = self._cached(key, count=False)
         if found is None or found.template is None or not found.template.verified:
             return None
+        if not found.template.fits(params):
+            return None  # the plan may rest on parameters equal as planned (``Template.fits``)
         if direct and projection(found.plan) is None:
             return None
         stats, stamp = FetchStats(), self._design_stamp

@@ -99,9 +99,24 @@ class Template:
         self.verified = fingerprint == self.fingerprint
         self.refused = not self.verified
 
+    def fits(self, values: Sequence[object]) -> bool:
+        """Do ``values`` repeat one another where the planned values did?
+
+        A plan may rest on two parameters being equal, which no second planning
+        with other values in every parameter shows: two fetches whose filters
+        have the same values are one statement (``share_fetches``,
+        ``share_aggregates``), and answer wrongly once the values part.
+        """
+        return _repeats(values) == _repeats(self.values)
+
 
 def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
+
+
+def _repeats(values: Sequence[object]) -> tuple[int, ...]:
+    """Each value's first position among equal values (of the same type)."""
+    return tuple(next(j for j in range(i + 1) if _same(values[j], v)) for i, v in enumerate(values))
 
 
 def shape(params: Sequence[object] | None) -> tuple[tuple[str, str], ...] | None:
