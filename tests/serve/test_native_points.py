@@ -542,3 +542,51 @@ def test_parameters_in_another_order(served: Served) -> None:
             assert cursor.fetchall() == [(want[aid], aid)]
         assert _balances(con) == want
     assert served.runs > 30  # the UPDATEs (the SELECT's ``$1 > 0`` keeps it the session's)
+
+
+def test_statements_prepared_again_after_the_server_dropped_them(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Native statements are named server statements; psycopg's DEALLOCATE ALL (after a
+    ROLLBACK, a DROP, an ALTER it runs on the session's connection) drops them, and each
+    is prepared again before its next run, inside a transaction as outside."""
+    backends: list[Any] = []
+    made = native.points_for
+
+    def kept(session: Any) -> Any:
+        backends.append(session.backend)
+        return made(session)
+
+    monkeypatch.setattr(native, "points_for", kept)
+    read = "SELECT bal FROM acc WHERE aid = %s"
+    write = "UPDATE acc SET bal = bal + %s WHERE aid = %s"
+    with psycopg.connect(served.dsn, autocommit=True) as con:
+        _warmed(con, read, seed=67)
+        con.execute("UPDATE acc SET bal = 0 WHERE aid <= 21")
+        for key in range(1, 21):
+            con.execute(write, [0, key], prepare=True)
+        want = dict(con.execute("SELECT aid, bal FROM acc WHERE aid <= 20").fetchall())
+        generation = backends[-1].server_statements.generation
+        for drop in [
+            "ROLLBACK",
+            "CREATE TABLE gone (x INT); DROP TABLE gone",
+            "ALTER TABLE acc ADD COLUMN extra INT",
+        ]:
+            con.execute("BEGIN")
+            con.execute(write, [1, 3], prepare=True)
+            if drop == "ROLLBACK":
+                con.execute("ROLLBACK")
+            else:
+                con.execute("COMMIT")
+                for statement in drop.split("; "):
+                    con.execute(statement)
+                want[3] += 1
+            runs = served.runs
+            with con.transaction():
+                for key in range(1, 21):
+                    con.execute(write, [key, key], prepare=True)
+                    want[key] += key
+                    assert con.execute(read, [key], prepare=True).fetchone() == (want[key],)
+            assert served.runs >= runs + 30, drop  # after DDL: planned and handed over anew
+        assert backends[-1].server_statements.generation > generation
+        assert dict(con.execute("SELECT aid, bal FROM acc WHERE aid <= 20").fetchall()) == want

@@ -29,6 +29,7 @@ import functools
 import gc
 import itertools
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
@@ -40,6 +41,7 @@ import sqlglot
 from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from sqlglot import exp
 
+from veil._native import ServerStatements
 from veil.backends import pg_copy, pg_read
 from veil.backends.base import (
     OLD_KEY,
@@ -97,6 +99,9 @@ _PREPARED_MAX = 256  # psycopg's prepared statements per connection (it dealloca
 # cached plan must not change result type: a prepared statement over a table another
 # connection altered since
 _STALE_PREPARED = "0A000"
+# statements after which psycopg sends DEALLOCATE ALL (psycopg/_preparing.py's own list,
+# matched anywhere in the text: a statement that only names one costs a re-prepare)
+_DEALLOCATING = re.compile(r"\b(?:DROP|ALTER|ROLLBACK|DISCARD|DEALLOCATE)\b", re.IGNORECASE)
 
 # ``update_rows``: up to this many rows go as array parameters, more through COPY
 _UNNEST_ROWS = 512
@@ -133,6 +138,8 @@ class PostgresBackend(StagedBackend):
         self._con.adapters.register_dumper(int, Int8BinaryDumper)
         self._con.prepared_max = _PREPARED_MAX
         self._repeated = _Repeated()
+        # the named statements native point runs keep on this connection (``veil.serve.native``)
+        self.server_statements = ServerStatements()
         self._arrow = pg_read.ArrowReader(url, _CONNECT_SECONDS) if pg_read.available() else None
         self.has_wrapping_sum = False
         self.has_extension = self._create_extension()
@@ -211,6 +218,8 @@ class PostgresBackend(StagedBackend):
     ) -> Iterator[pa.RecordBatch]:
         self._log.emit(sql, params)
         cursor = psycopg.RawCursor(self._con)
+        if _DEALLOCATING.search(sql):
+            self.server_statements.dropped()
         try:
             rows = cursor.stream(sql, params, binary=True, size=batch_rows)
             first = list(itertools.islice(rows, batch_rows))
@@ -240,6 +249,8 @@ class PostgresBackend(StagedBackend):
         planned by the server once; None lets psycopg prepare what runs five times)."""
         self._log.emit(sql, params)
         cursor = psycopg.RawCursor(self._con)
+        if _DEALLOCATING.search(sql):  # before it runs: psycopg may clear even if it fails
+            self.server_statements.dropped()
         try:
             return cursor.execute(sql, params, binary=True, prepare=True if prepare else None)
         except psycopg.Error as exc:

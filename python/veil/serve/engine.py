@@ -217,6 +217,7 @@ class WireSession:
         # checks each statement had, and the call being answered (its text and parameters)
         self.native_points = native.points_for(session) if engine is not None else None
         self.native_tries: dict[tuple[str, tuple[int, ...]], int] = {}
+        self.native_version: object = None  # the design the tries were counted on
         self._native_call: tuple[str, Sequence[tuple[str | None, int]]] | None = None
 
     @property
@@ -584,6 +585,7 @@ class WireSession:
         if kind in ("set", "reset"):
             if self.native_points is not None:
                 self.native_points.bump()  # text forms may change with a setting
+                self.native_tries.clear()  # each statement is planned and handed over again
             return self._set(statement.text, reset=kind == "reset")
         if kind == "show":
             return self._show(statement.text)

@@ -49,7 +49,7 @@ def points_for(session: Any) -> Any | None:
     """A connection's ``NativePoints``, or None where a native run would skip something."""
     if not isinstance(session.backend, PostgresBackend) or _libpq() is None:
         return None
-    return _native.NativePoints()
+    return _native.NativePoints(session.backend.server_statements)
 
 
 @cache
@@ -70,7 +70,13 @@ def _eligible(wire: Any, key: tuple[str, tuple[int, ...]]) -> PostgresBackend | 
     """The session's backend if statement ``key`` may still be handed over: native plans,
     tries left, a PostgreSQL server, nothing recording each statement in Python."""
     backend = wire.veil.backend
-    if wire.native_points is None or wire.native_tries.get(key, 0) >= _TRIES:
+    if wire.native_points is None:
+        return None
+    version = wire.veil.design_version
+    if wire.native_version != version:  # plans kept on another design no longer run
+        wire.native_tries.clear()
+        wire.native_version = version
+    if wire.native_tries.get(key, 0) >= _TRIES:
         return None
     if not isinstance(backend, PostgresBackend) or backend.statement_listeners():
         return None

@@ -31,6 +31,38 @@ use veil_wire::server::{serve, Config, Listen, SCRAM_ITERATIONS};
 
 use crate::point::{Answered, NativePoints, Registry};
 
+thread_local! {
+    /// This runtime thread's Python thread state, kept from its start to its end.
+    static KEPT: std::cell::Cell<Option<(*mut pyo3::ffi::PyThreadState, pyo3::ffi::PyGILState_STATE)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Give a runtime thread a Python thread state for its whole life. Without one,
+/// each call into Python made and freed a thread state (a data stack mapped and
+/// unmapped, a gettid): 3-4 times a pgbench transaction, ~5% of the serving
+/// process's CPU (issue 41).
+fn keep_thread_state() {
+    // SAFETY: the interpreter runs (this server was started from Python); the GIL is
+    // taken and at once let go again, leaving this thread's state registered with it
+    let kept = unsafe {
+        let gil = pyo3::ffi::PyGILState_Ensure();
+        (pyo3::ffi::PyEval_SaveThread(), gil)
+    };
+    KEPT.with(|k| k.set(Some(kept)));
+}
+
+/// The thread state `keep_thread_state` kept, freed as the thread ends (the runtime's
+/// shutdown in `stop`, which lets the GIL go while it waits).
+fn drop_thread_state() {
+    if let Some((state, gil)) = KEPT.with(|k| k.take()) {
+        // SAFETY: the state is this thread's own, saved by `keep_thread_state`
+        unsafe {
+            pyo3::ffi::PyEval_RestoreThread(state);
+            pyo3::ffi::PyGILState_Release(gil);
+        }
+    }
+}
+
 /// A Python exception as a wire error: its `sqlstate`, `hint` and
 /// `position` attributes when it has them (`veil.serve.errors.WireError`).
 fn wire_error(py: Python<'_>, err: PyErr) -> WireError {
@@ -382,6 +414,11 @@ impl WireServer {
                 let runtime = match tokio::runtime::Builder::new_multi_thread()
                     .enable_all()
                     .thread_name("veil-wire")
+                    .on_thread_start(keep_thread_state)
+                    .on_thread_stop(drop_thread_state)
+                    // idle threads end only with the runtime (`stop`), never while the
+                    // interpreter may be finalizing (`drop_thread_state` takes the GIL)
+                    .thread_keep_alive(std::time::Duration::from_secs(u32::MAX.into()))
                     .build()
                 {
                     Ok(rt) => rt,

@@ -6,8 +6,10 @@
 //! session sends; the session never uses the connection at the same time (a
 //! wire connection runs one statement at a time).
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub type PgConn = c_void;
 type PgResult = c_void;
@@ -35,6 +37,23 @@ type ExecParams = unsafe extern "C" fn(
     c_int,
 ) -> *mut PgResult;
 type Exec = unsafe extern "C" fn(*mut PgConn, *const c_char) -> *mut PgResult;
+type Prepare = unsafe extern "C" fn(
+    *mut PgConn,
+    *const c_char,
+    *const c_char,
+    c_int,
+    *const u32,
+) -> *mut PgResult;
+type ExecPrepared = unsafe extern "C" fn(
+    *mut PgConn,
+    *const c_char,
+    c_int,
+    *const *const c_char,
+    *const c_int,
+    *const c_int,
+    c_int,
+) -> *mut PgResult;
+type ClosePrepared = unsafe extern "C" fn(*mut PgConn, *const c_char) -> *mut PgResult;
 type ResultInt = unsafe extern "C" fn(*const PgResult) -> c_int;
 type FieldInt = unsafe extern "C" fn(*const PgResult, c_int) -> u32;
 type CellInt = unsafe extern "C" fn(*const PgResult, c_int, c_int) -> c_int;
@@ -48,6 +67,10 @@ type ConnInt = unsafe extern "C" fn(*const PgConn) -> c_int;
 pub struct Libpq {
     exec_params: ExecParams,
     exec: Exec,
+    prepare: Prepare,
+    exec_prepared: ExecPrepared,
+    /// libpq 17 and later: a statement closed whether or not the server has it.
+    close_prepared: Option<ClosePrepared>,
     status: ResultInt,
     ntuples: ResultInt,
     nfields: ResultInt,
@@ -96,6 +119,9 @@ impl Libpq {
         Ok(Libpq {
             exec_params: symbol(library, "PQexecParams")?,
             exec: symbol(library, "PQexec")?,
+            prepare: symbol(library, "PQprepare")?,
+            exec_prepared: symbol(library, "PQexecPrepared")?,
+            close_prepared: symbol(library, "PQclosePrepared").ok(),
             status: symbol(library, "PQresultStatus")?,
             ntuples: symbol(library, "PQntuples")?,
             nfields: symbol(library, "PQnfields")?,
@@ -174,11 +200,34 @@ impl Drop for Answer<'_> {
     }
 }
 
+/// The named server statements native runs prepared on one connection.
+///
+/// The session's psycopg connection may drop every prepared statement on the
+/// server: psycopg sends `DEALLOCATE ALL` after a ROLLBACK, a DROP or an ALTER
+/// it ran (and the backend after a stale plan). The backend moves `generation`
+/// whenever it runs such a statement (`veil.backends.postgres`), before any
+/// native run can follow on the connection; a statement prepared under an older
+/// generation is closed and prepared again before its next run. Unnamed
+/// statements, as before, were parsed and planned by the server on every run.
+#[derive(Default)]
+pub struct Prepared {
+    pub generation: AtomicU64,
+    /// By statement text: its name and the generation it was prepared under.
+    names: Mutex<HashMap<CString, (CString, u64)>>,
+    /// Names handed out (each statement gets its own for the connection's life).
+    made: AtomicU64,
+}
+
+/// Statements one connection keeps prepared; past it, the rest run unnamed.
+const PREPARED: usize = 256;
+
 /// psycopg's connection, borrowed for one statement at a time.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Connection {
     pub libpq: &'static Libpq,
     pub conn: usize,
+    /// Its named statements (None: every statement runs unnamed).
+    pub prepared: Option<Arc<Prepared>>,
 }
 
 impl Connection {
@@ -234,9 +283,8 @@ impl Connection {
         self.finish(result, COMMAND_OK).map(drop)
     }
 
-    /// `sql` with binary parameters of `types` (None: NULL), its rows in binary format.
-    /// The unnamed statement, parsed each time: a named one would not survive psycopg's
-    /// own `DEALLOCATE ALL` (after a ROLLBACK or DDL on the connection).
+    /// `sql` with binary parameters of `types` (None: NULL), its rows in binary format;
+    /// a named statement prepared once per generation (`Prepared`).
     pub fn query(
         &self,
         sql: &CStr,
@@ -256,6 +304,55 @@ impl Connection {
         self.statement(sql, types, params, COMMAND_OK)
     }
 
+    /// The name `sql` runs under, prepared on the server now if it is not under the
+    /// current generation; None: it runs unnamed (no cache, or the cache is full).
+    fn prepared_name(&self, sql: &CStr, types: &[u32]) -> Result<Option<CString>, ServerError> {
+        let Some(prepared) = self.prepared.as_ref() else {
+            return Ok(None);
+        };
+        let generation = prepared.generation.load(Ordering::Acquire);
+        let mut names = prepared.names.lock().unwrap();
+        let known = names.get(sql).cloned();
+        if let Some((name, at)) = &known {
+            if *at == generation {
+                return Ok(Some(name.clone()));
+            }
+        }
+        let name = match (known, self.libpq.close_prepared) {
+            // the server may still hold it (the generation moved without a DEALLOCATE)
+            (Some((name, _)), Some(close)) => {
+                let closed = unsafe { close(self.pointer(), name.as_ptr()) };
+                self.finish(closed, COMMAND_OK)?;
+                name
+            }
+            _ => {
+                if names.len() >= PREPARED
+                    || prepared.made.load(Ordering::Relaxed) >= 4 * PREPARED as u64
+                {
+                    return Ok(None);
+                }
+                let n = prepared.made.fetch_add(1, Ordering::Relaxed);
+                CString::new(format!("veil_point_{n}")).expect("no NUL in a number")
+            }
+        };
+        // SAFETY: the strings and the types array live until the call returns
+        let result = unsafe {
+            (self.libpq.prepare)(
+                self.pointer(),
+                name.as_ptr(),
+                sql.as_ptr(),
+                types.len() as c_int,
+                types.as_ptr(),
+            )
+        };
+        if let Err(err) = self.finish(result, COMMAND_OK) {
+            names.remove(sql);
+            return Err(err);
+        }
+        names.insert(sql.to_owned(), (name.clone(), generation));
+        Ok(Some(name))
+    }
+
     fn statement(
         &self,
         sql: &CStr,
@@ -263,6 +360,7 @@ impl Connection {
         params: &[Option<Vec<u8>>],
         wanted: c_int,
     ) -> Result<Answer<'static>, ServerError> {
+        let name = self.prepared_name(sql, types)?;
         let pointers: Vec<*const c_char> = params
             .iter()
             .map(|p| {
@@ -277,16 +375,28 @@ impl Connection {
         let formats: Vec<c_int> = vec![1; params.len()];
         // SAFETY: the arrays live until the call returns; libpq copies what it sends
         let result = unsafe {
-            (self.libpq.exec_params)(
-                self.pointer(),
-                sql.as_ptr(),
-                params.len() as c_int,
-                types.as_ptr(),
-                pointers.as_ptr(),
-                lengths.as_ptr(),
-                formats.as_ptr(),
-                1,
-            )
+            if let Some(name) = &name {
+                (self.libpq.exec_prepared)(
+                    self.pointer(),
+                    name.as_ptr(),
+                    params.len() as c_int,
+                    pointers.as_ptr(),
+                    lengths.as_ptr(),
+                    formats.as_ptr(),
+                    1,
+                )
+            } else {
+                (self.libpq.exec_params)(
+                    self.pointer(),
+                    sql.as_ptr(),
+                    params.len() as c_int,
+                    types.as_ptr(),
+                    pointers.as_ptr(),
+                    lengths.as_ptr(),
+                    formats.as_ptr(),
+                    1,
+                )
+            }
         };
         self.finish(result, wanted)
     }

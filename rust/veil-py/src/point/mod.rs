@@ -254,7 +254,7 @@ impl Plan {
     /// session's own answer. Inside a transaction, under a savepoint,
     /// so that a failure here leaves the transaction as it was.
     fn check(&self, params: &[Option<&str>]) -> Result<Option<Rows>, String> {
-        match guarded(self.frame.connection, || self.run(params))? {
+        match guarded(&self.frame.connection, || self.run(params))? {
             None | Some(Err(Miss::Fallback)) => Ok(None),
             Some(Err(Miss::Server(error))) => Err(format!("{}: {}", error.code, error.message)),
             Some(Ok(Outcome::Rows { mut batches, .. })) => {
@@ -280,7 +280,7 @@ impl Plan {
 /// `run()` under a savepoint inside a transaction, so that a failure leaves the
 /// transaction as it was; Ok(None) if the connection is in no state to try.
 fn guarded<T>(
-    connection: Connection,
+    connection: &Connection,
     run: impl FnOnce() -> Result<T, Miss>,
 ) -> Result<Option<Result<T, Miss>>, String> {
     let status = connection.transaction_status();
@@ -319,6 +319,8 @@ pub struct Registry {
     open: AtomicBool,
     plans: Mutex<Plans>,
     runs: AtomicU64,
+    /// The connection's named server statements, if its backend keeps them.
+    prepared: Option<Arc<libpq::Prepared>>,
 }
 
 /// What the wire server does with a statement the registry may answer.
@@ -478,7 +480,7 @@ impl NativePoints {
     /// Keep `kept` for the statement `key`; false if the connection keeps enough.
     fn keep(&self, key: (String, Vec<Oid>), kept: Kept) -> bool {
         let mut plans = self.registry.plans.lock().unwrap();
-        if plans.len() >= KEPT {
+        if plans.len() >= KEPT && !plans.contains_key(&key) {
             return false;
         }
         plans.insert(key, Arc::new(kept));
@@ -497,6 +499,7 @@ impl NativePoints {
             connection: Connection {
                 libpq: libpq::load(libpq).map_err(PyOSError::new_err)?,
                 conn: connection,
+                prepared: self.registry.prepared.clone(),
             },
             design: file_stamp(Some(design)).unwrap(),
             users: file_stamp(users),
@@ -506,10 +509,16 @@ impl NativePoints {
 
 #[pymethods]
 impl NativePoints {
+    /// `statements`: the named statements of the session's server connection, which
+    /// its backend keeps (None: every statement runs unnamed).
     #[new]
-    fn new() -> Self {
+    #[pyo3(signature = (statements=None))]
+    fn new(statements: Option<&ServerStatements>) -> Self {
         NativePoints {
-            registry: Arc::new(Registry::default()),
+            registry: Arc::new(Registry {
+                prepared: statements.map(|s| s.inner.clone()),
+                ..Registry::default()
+            }),
         }
     }
 
@@ -762,6 +771,37 @@ fn insert_value(spec: &Bound<'_, PyAny>) -> PyResult<write::InsertValue> {
     })
 }
 
+/// The named server statements of one server connection (`libpq::Prepared`): its
+/// backend says when they may be gone (`dropped`, after a statement that makes psycopg
+/// send DEALLOCATE ALL); the connection's native plans prepare and run them.
+#[pyclass(frozen, module = "veil._native")]
+pub struct ServerStatements {
+    inner: Arc<libpq::Prepared>,
+}
+
+#[pymethods]
+impl ServerStatements {
+    #[new]
+    fn new() -> Self {
+        ServerStatements {
+            inner: Arc::new(libpq::Prepared::default()),
+        }
+    }
+
+    /// The server may have dropped every prepared statement: each is prepared again
+    /// before its next run.
+    fn dropped(&self) {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times `dropped` was called.
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<NativePoints>()
+    m.add_class::<NativePoints>()?;
+    m.add_class::<ServerStatements>()
 }
