@@ -146,6 +146,25 @@ def test_what_a_first_run_would_not_keep_is_not_planned(
         session.close()
 
 
+def test_a_planner_defect_leaves_the_query_to_its_first_run(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _new_process(monkeypatch)
+    real = Session.plan
+
+    def defect(self: Session, *args: object, **kwargs: object) -> object:
+        raise KeyError("a planner's defect")
+
+    monkeypatch.setattr(Session, "plan", defect)
+    assert plan_workload(client, WORKLOAD) == {}  # the load is done: nothing raised
+    monkeypatch.setattr(Session, "plan", real)
+    session = Session(client)
+    try:
+        assert session.run(COUNT).table.to_pylist() == [{"n": 2}]
+    finally:
+        session.close()
+
+
 @pytest.mark.fallback_expected
 def test_a_planned_workload_plan_that_falls_back_is_forgotten(
     client: Path, monkeypatch: pytest.MonkeyPatch
