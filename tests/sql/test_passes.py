@@ -40,6 +40,7 @@ from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.reduce_outer_joins import reduce_outer_joins
 from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.passes.share_aggregates import share_aggregates
 from veil.sql.passes.share_fetches import share_fetches
 from veil.sql.passes.simplify_outer_joins import simplify_outer_joins
 from veil.sql.passes.trim_reductions import trim_reductions
@@ -117,6 +118,7 @@ def test_passes_are_in_order() -> None:
         decrypt_outputs,
         fetch_expressions,
         share_fetches,
+        share_aggregates,
         count_repeats,
         rename_scans,
     ) == PASSES

@@ -1,4 +1,11 @@
-"""Two fetches of the same rows (same tables, joins, filters and parameters) are one statement."""
+"""Two fetches of the same rows (same tables, joins, filters and parameters) are one statement.
+
+Aggregates of one table under the same server filter too (``share_aggregates``):
+TPC-DS q09's shape, per range the row count and two averages, each a scalar
+subquery, computed in one statement (per block of ids once any is an ASHE
+sum; the client's re-aggregation adds the blocks up), the empty range's too
+(count 0, averages NULL).
+"""
 
 from __future__ import annotations
 
@@ -24,10 +31,34 @@ SHARED = [
     "WHERE o_orderpriority = '1-URGENT') b ON a.o_custkey = b.o_custkey "
     "WHERE a.o_totalprice > 100 * (b.o_orderdate - DATE '1992-01-01')",
 ]
+
+
+def _bucket(low: int, high: int) -> str:
+    """q09's bucket: the count decides which average the answer shows."""
+    where = f"FROM lineitem WHERE l_quantity BETWEEN {low} AND {high}"
+    return (
+        f"SELECT CASE WHEN (SELECT COUNT(*) {where}) > 100 THEN (SELECT AVG(l_extendedprice) "
+        f"{where}) ELSE (SELECT AVG(l_discount) {where}) END AS bucket, "
+        f"(SELECT SUM(l_quantity) {where}) AS total"
+    )
+
+
+SHARED += [
+    _bucket(1, 20),
+    _bucket(100, 200),  # no row: COUNT 0, AVG and SUM NULL
+    # grouped by the same keys, a count beside a sum and an extreme
+    "SELECT a.l_returnflag, a.c, b.s, b.m FROM (SELECT l_returnflag, COUNT(*) AS c "
+    "FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag) a, "
+    "(SELECT l_returnflag, SUM(l_quantity) AS s, MAX(l_shipdate) AS m FROM lineitem "
+    "WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag) b "
+    "WHERE a.c < b.s ORDER BY 1, 2, 3",
+]
 NOT_SHARED = [
     # other parameters: other rows
     "SELECT COUNT(*) FROM orders WHERE o_orderstatus = 'F' AND o_totalprice > "
     "(SELECT MEDIAN(o_totalprice) FROM orders WHERE o_orderstatus = 'O')",
+    "SELECT (SELECT COUNT(*) FROM lineitem WHERE l_quantity BETWEEN 1 AND 20), "
+    "(SELECT AVG(l_discount) FROM lineitem WHERE l_quantity BETWEEN 1 AND 21)",
 ]
 
 
@@ -71,3 +102,6 @@ def test_a_plan_shared_for_equal_values_is_not_reused_for_others(
     query = SHARED[1].replace("'F'", "'{}'").format
     for values in [("F", "F"), ("O", "O"), ("F", "O"), ("O", "F")]:
         check_query(session, plain, query(*values))
+    buckets = [_bucket(1, 20), _bucket(30, 40), _bucket(1, 20).replace("AND 20", "AND 21", 2)]
+    for sql in buckets:  # the same for aggregates of one filter (``share_aggregates``)
+        check_query(session, plain, sql)

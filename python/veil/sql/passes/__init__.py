@@ -32,6 +32,7 @@ from veil.sql.passes.pushdown_subqueries import pushdown_subqueries
 from veil.sql.passes.reduce_joins import reduce_joins
 from veil.sql.passes.reduce_outer_joins import reduce_outer_joins
 from veil.sql.passes.rename_scans import rename_scans
+from veil.sql.passes.share_aggregates import share_aggregates
 from veil.sql.passes.share_fetches import share_fetches
 from veil.sql.passes.simplify_outer_joins import simplify_outer_joins
 from veil.sql.passes.trim_reductions import trim_reductions
@@ -59,6 +60,7 @@ PASSES: tuple[Pass, ...] = (
     decrypt_outputs,  # columns only output (and grouped): decrypted in the result's rows
     fetch_expressions,  # the local plan reads the per-row expressions the design stores
     share_fetches,  # two fetches of the same rows: one statement
+    share_aggregates,  # aggregates of one table under the same server filter: one statement
     count_repeats,  # a fetch of few distinct rows: each once, with its count
     rename_scans,  # the local plan reads the scans' local tables
 )
