@@ -13,7 +13,7 @@ import pytest
 from veil.design.model import PhysicalDesign
 from veil.exec import server
 from veil.load.loader import load
-from veil.session import plan_cache, sealed_plans
+from veil.session import plan_cache, sealed_plans, workload_plans
 from veil.session.sealed_plans import FILE_NAME
 from veil.session.session import Session
 from veil.session.workload_plans import plan_workload
@@ -75,22 +75,44 @@ def test_a_later_process_runs_the_planned_workload_without_planning(
     assert _answers(client) == expected
 
 
-def test_statements_rendered_for_a_planned_workload_are_kept_for_the_next_process(
-    client: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _new_process(monkeypatch)
-    plan_workload(client, WORKLOAD)
-    _new_process(monkeypatch)
-    expected = _answers(client)  # its runs render the plans' statements, then close: saved
-    _new_process(monkeypatch)
-    _no_planning(monkeypatch)
-
+def _no_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("rendered again")
 
     monkeypatch.setattr(server, "render", refuse)
     monkeypatch.setattr(server, "render_sent", refuse)
-    assert _answers(client) == expected
+
+
+def _answered_as_kept(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[list[dict[str, object]]]:
+    """The workload's answers in a new process that may neither plan nor render."""
+    _new_process(monkeypatch)
+    _no_planning(monkeypatch)
+    _no_rendering(monkeypatch)
+    return _answers(client)
+
+
+def test_a_plan_without_bind_filters_is_kept_with_its_statements_rendered(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _new_process(monkeypatch)
+    expected = _answers(client)  # planned and rendered by their first runs
+    (client / FILE_NAME).unlink()
+    _new_process(monkeypatch)
+    plan_workload(client, WORKLOAD)
+    assert _answered_as_kept(client, monkeypatch) == expected
+
+
+def test_statements_rendered_for_a_planned_workload_are_kept_for_the_next_process(
+    client: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _new_process(monkeypatch)
+    monkeypatch.setattr(workload_plans, "render_statements", lambda plan, backend: None)
+    plan_workload(client, WORKLOAD)  # (as a plan with bind filters: nothing rendered ahead)
+    _new_process(monkeypatch)
+    expected = _answers(client)  # its runs render the plans' statements, then close: saved
+    assert _answered_as_kept(client, monkeypatch) == expected
 
 
 def test_a_statement_read_from_a_file_finds_its_plan_sent_bare(

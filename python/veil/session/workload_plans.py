@@ -12,7 +12,8 @@ cache and the client directory's ``plans.sealed`` (``veil.session.sealed_plans``
 sealed under the master key, mode 0600, ignored under any other design, server,
 key or code). The plan is the very one the first run would have made: the same
 session code keys it (its literals as parameters when they bind as written),
-plans it and renders its local SQL; nothing runs on the server.
+plans it and renders its local SQL and, where no bind filter can change them, its
+server statements; nothing runs on the server.
 
 What it does not plan: statements that are not queries (DML, DDL), those with
 markers of their own (``?``: their values come at run time), ``now()``/
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
+from veil.backends import Backend
 from veil.errors import VeilError
 from veil.session.onions import has_wrapped
 from veil.session.plan_cache import CachedPlan
@@ -43,6 +45,8 @@ from veil.session.templates import binds_as_written
 from veil.sql.catalog_queries import reads_only_catalog
 from veil.sql.functions import is_repeatable
 from veil.sql.literals import normalized
+from veil.sql.plan import SplitPlan
+from veil.sql.remote import joined_statement, render, scan_statement
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +98,26 @@ def plan_ahead(session: Session, sql: str) -> bool:
     if plan.peels:  # (no onions here: checked before) a plan after peels not made
         return False
     session._local_sql(plan)  # (kept on the plan: its first run renders it otherwise)
+    if not any(scan.binds for scan in plan.scans):
+        render_statements(plan, session.backend)
     session._keep(session._plan_key(text, params), CachedPlan(session.describe(tree), plan, tree))
     return True
+
+
+def render_statements(plan: SplitPlan, backend: Backend) -> None:
+    """Each fetch's statement rendered as its first run renders and keeps it
+    (``veil.exec.server.run_kept``, by id of the scan or of its server join).
+
+    Only for a plan without bind filters: a statement's run-time filters (``extras``)
+    come only from its scans' and its reduction's bind filters, so there every run
+    sends the statement built with none, and this is that statement."""
+    for scan in plan.scans:
+        if scan.same_rows is not None:
+            continue  # never fetched: it reads the rows of the scan it names
+        if scan.joined is not None and id(scan.joined) not in plan.rendered:
+            plan.rendered[id(scan.joined)] = render(joined_statement(scan.joined, {}), backend)
+        elif scan.joined is None and id(scan) not in plan.rendered:
+            plan.rendered[id(scan)] = render(scan_statement(scan, {}), backend)
 
 
 def _plannable(tree: exp.Expr) -> bool:
