@@ -229,3 +229,29 @@ def test_veil_load_with_a_workload_plans_its_queries(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "planned 2 of the workload's queries ahead" in done.stderr
     assert (client / FILE_NAME).exists()
+
+
+def test_a_script_that_never_closes_its_connection_keeps_its_plans(client: Path) -> None:
+    script = (
+        "import sys, veil\n"
+        "cursor = veil.connect(sys.argv[1]).cursor()\n"
+        "cursor.execute(sys.argv[2])\n"
+        "print(cursor.fetchall())\n"
+    )
+    (client / FILE_NAME).unlink(missing_ok=True)
+    first = subprocess.run(
+        [sys.executable, "-c", script, str(client), COUNT], capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    assert (client / FILE_NAME).exists()  # saved when the process exited
+    check = (
+        "import sys\n"
+        "from veil.session.session import Session\n"
+        "def refuse(*args, **kwargs): raise AssertionError('planned again')\n"
+        "Session.plan = refuse\n" + script
+    )
+    second = subprocess.run(
+        [sys.executable, "-c", check, str(client), COUNT], capture_output=True, text=True
+    )
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == first.stdout == "[(2,)]\n"

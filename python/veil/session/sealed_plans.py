@@ -31,12 +31,14 @@ same plan. ``plans.sealed`` keeps the plans of the process-wide cache
   nothing in another process.
 
 Saved when a session closes, if it planned something new or rendered statements
-for a plan it read (a plan kept by the load has none: ``workload_plans``); several
-processes closing at once keep the last one's plans (a lost plan costs its planning).
+for a plan it read (a plan kept by the load has none: ``workload_plans``), and when
+the process exits (a script need not close its connection); several processes
+closing at once keep the last one's plans (a lost plan costs its planning).
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import logging
@@ -189,6 +191,16 @@ class SealedPlans:
 
 _OPEN: dict[tuple[str, str], SealedPlans] = {}
 _OPEN_LOCK = threading.Lock()
+
+
+@atexit.register
+def _save_at_exit() -> None:
+    """The new plans of sessions never closed are kept when the process exits: a script
+    that ends without closing its connection planned its statements for nothing else."""
+    with _OPEN_LOCK:
+        opened = list(_OPEN.values())
+    for sealed in opened:
+        sealed.save()  # (never fails: a plan not kept is planned again)
 
 
 def _pickled(cached: CachedPlan) -> bytes | None:
