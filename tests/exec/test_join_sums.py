@@ -82,12 +82,27 @@ ROLLED_UP = [
     f"{_ROLLED_JOIN} GROUP BY ROLLUP(o_region, p_owner) "
     "ORDER BY lvl DESC, CASE WHEN lvl = 0 THEN o_region END NULLS FIRST, r, p_owner NULLS FIRST, total",
 ]
+# a WHERE conjunct the server cannot evaluate, over GROUP BY keys only: the client filters
+# the server's groups by it (q70's states ranked by a window, then rolled up with counties)
+KEY_FILTERED = [
+    f"SELECT o_region, p_owner, SUM(l_qty), COUNT(*) {_ROLLED_JOIN} AND o_region + p_owner > 3 "
+    "GROUP BY o_region, p_owner ORDER BY 1, 2",
+    f"SELECT o_region, p_owner, SUM(l_price) AS s {_ROLLED_JOIN} AND o_region IN (SELECT r "
+    "FROM (SELECT o_region AS r, RANK() OVER (ORDER BY SUM(l_qty) DESC) AS k FROM owners, "
+    "parts, lines WHERE o_id = p_owner AND p_id = l_part GROUP BY o_region) t WHERE k <= 2) "
+    "GROUP BY ROLLUP(o_region, p_owner) ORDER BY 1 NULLS FIRST, 2 NULLS FIRST, s",
+]
+# a conjunct the server cannot evaluate over a column that is not a key: rows, not groups
+ROW_FILTERED = (
+    f"SELECT o_region, SUM(l_qty), COUNT(*) {_ROLLED_JOIN} AND l_qty + p_price > 30 "
+    "GROUP BY o_region ORDER BY 1"
+)
 # distinct counts of finer groups do not add up to a coarser group's
 DISTINCT = (
     f"SELECT o_region, p_owner, COUNT(DISTINCT l_qty) {_ROLLED_JOIN} "
     "GROUP BY ROLLUP(o_region, p_owner) ORDER BY 1 NULLS FIRST, 2 NULLS FIRST"
 )
-WORKLOAD = [*SUMMED, REPEATING, *ROLLED_UP, DISTINCT]
+WORKLOAD = [*SUMMED, REPEATING, *ROLLED_UP, DISTINCT, *KEY_FILTERED, ROW_FILTERED]
 
 
 @pytest.fixture(
@@ -147,6 +162,29 @@ def test_rolled_up_groups_add_up_the_servers(
     result = session.run(sql)
     assert result.stats.statements == 1
     assert _grouped_on_server(result.plan)
+
+
+@pytest.mark.parametrize("sql", KEY_FILTERED, ids=range(len(KEY_FILTERED)))
+def test_a_filter_on_keys_filters_the_servers_groups(
+    tables: tuple[Session, duckdb.DuckDBPyConnection], sql: str
+) -> None:
+    """Every block grouped on the server, one statement each (the subquery's its own)."""
+    session, plain = tables
+    for _ in range(2):
+        check_query(session, plain, sql)
+    result = session.run(sql)
+    assert result.plan is not None
+    fetches = {id(s.joined) for s in result.plan.scans if s.joined is not None}
+    grouped = {id(s.joined) for s in result.plan.scans if s.joined and s.joined.groups}
+    assert fetches == grouped and result.stats.statements == len(grouped)
+
+
+def test_a_filter_on_rows_keeps_the_rows(
+    tables: tuple[Session, duckdb.DuckDBPyConnection],
+) -> None:
+    session, plain = tables
+    check_query(session, plain, ROW_FILTERED)
+    assert not _grouped_on_server(session.run(ROW_FILTERED).plan)
 
 
 def test_distinct_counts_are_not_added_up(

@@ -67,40 +67,83 @@ def pushdown_join_aggregates(state: PlanState) -> PlanState:
         if len(groups) != 1:
             continue
         members, member_edges = groups[0]
-        if not _whole_block(scope, select, members, member_edges):
+        local = _whole_block(scope, select, members, member_edges)
+        if local is None:
             continue
         members = _in_from_order(scope, members)
         fetch = JoinedFetch(members, member_edges)
         found = _join_group(select, members, member_edges, state)
-        if found is None:
+        if found is None or not _on_keys(local, scope, found[0], state):
             continue
         fetch.groups, types = found
         rows = joined_rows(members, member_edges, state)
         fetch.estimated_rows = grouped_rows(fetch.groups, rows, state)
         fetch.joined_rows = rows
-        _adopt(fetch, select, types)
+        _adopt(fetch, select, types, local)
     return state
 
 
 def _whole_block(
     scope: Scope, select: exp.Select, members: list[Scan], edges: list[JoinEdge]
-) -> bool:
-    """All of the block's sources are these scans, and every conjunct is on the server."""
+) -> list[exp.Expr] | None:
+    """All of the block's sources are these scans, and every conjunct is on the server
+    or a WHERE conjunct left to the client (returned: ``_on_keys`` checks what it reads)."""
     if len(members) != len(block_sources(scope)) or subqueries_outside_where(select):
-        return False
+        return None
     distinct = select.args.get("distinct")
     if distinct is not None and (distinct.args.get("on") or select.args.get("group")):
-        return False  # DISTINCT ON; DISTINCT over groups (their outputs may not be keys)
-    if any(w.find_ancestor(exp.Select) is not select for w in select.find_all(exp.Window)):
-        return False
+        return None  # DISTINCT ON; DISTINCT over groups (their outputs may not be keys)
     if not inner_joins_only(select):
-        return False
+        return None
     if any(s.aggregation or s.with_row_id or s.joined or s.residuals for s in members):
-        return False
+        return None
     on_server = {id(e.node) for e in edges} | {
         id(p.node) for s in members for p in s.predicates if p.exact
     }
-    return all(id(c) in on_server for c in block_conjuncts(select))
+    local = [c for c in block_conjuncts(select) if id(c) not in on_server]
+    if any(c.find_ancestor(exp.Where) is None for c in local):
+        return None  # an ON conjunct the server does not evaluate
+    inside = {id(w) for c in local for w in c.find_all(exp.Window)}  # its subqueries' own
+    windows = [w for w in select.find_all(exp.Window) if id(w) not in inside]
+    if any(w.find_ancestor(exp.Select) is not select for w in windows):
+        return None
+    return local
+
+
+def _on_keys(local: list[exp.Expr], scope: Scope, group: JoinGroup, state: PlanState) -> bool:
+    """Do the client's conjuncts read, of this block, only its GROUP BY keys?
+
+    Such a conjunct holds for a group's rows exactly when it holds for the
+    group (their keys are its keys), so the client applies it to the server's
+    groups, before its own GROUP BY (a ROLLUP's too): TPC-DS q70's
+    ``s_state IN (SELECT s_state ... ranked by profit)``, a window's answer the
+    server cannot give, over states grouped with their counties. Not with a
+    function whose value may change from row to row (``random()``).
+    """
+    if not local:
+        return True
+    if not group.keys:
+        return False
+    keys = {(s.alias, column) for s, column, _ in group.keys}
+    for conjunct in local:
+        if any(_volatile(f) for f in conjunct.find_all(exp.Func)):
+            return False
+        for column in conjunct.find_all(exp.Column):
+            ref = state.resolved.get(id(column))
+            if ref is None:
+                if column.find_ancestor(exp.Select) is scope.expression:
+                    return False  # not a base column of this block's: unknown
+                continue  # a subquery's own (a derived table's output)
+            if ref.scope_id == id(scope) and (ref.alias, ref.column) not in keys:
+                return False
+    return True
+
+
+def _volatile(node: exp.Func) -> bool:
+    if isinstance(node, exp.Rand):
+        return True
+    name = node.name.lower() if isinstance(node, exp.Anonymous) else ""
+    return name in ("random", "uuid", "gen_random_uuid", "setseed", "nextval")
 
 
 def _in_from_order(scope: Scope, members: list[Scan]) -> list[Scan]:
@@ -252,11 +295,15 @@ def _item(
     return scan, AggregateItem(id(node), kind, enc, server), column.type
 
 
-def _adopt(fetch: JoinedFetch, select: exp.Select, types: dict[int, str]) -> None:
-    """Commit: the scans fetch the groups; the local plan reads them once per group."""
+def _adopt(
+    fetch: JoinedFetch, select: exp.Select, types: dict[int, str], local: list[exp.Expr]
+) -> None:
+    """Commit: the scans fetch the groups; the local plan reads them once per group, and
+    filters them by the conjuncts left to it."""
     groups = fetch.groups
     assert groups is not None
-    drop_conjuncts(select, block_conjuncts(select))
+    kept = {id(c) for c in local}
+    drop_conjuncts(select, [c for c in block_conjuncts(select) if id(c) not in kept])
     owners = {item.key: s for s, item in groups.items}
     kinds = {item.key: item.kind for _, item in groups.items}
     rolled_up = bool(_grouping_sets(select))
