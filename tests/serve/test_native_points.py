@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import random
 import re
 import threading
@@ -38,18 +39,18 @@ COLUMNS = ["aid", "big", "small", "bal", "price", "wide", "day", "name", "note",
 
 
 class Served:
-    def __init__(self, client: Path, monkeypatch: pytest.MonkeyPatch):
+    def __init__(self, client: Path, monkeypatch: pytest.MonkeyPatch, *, audit: bool = False):
         self.points: list[Any] = []
         made = native.points_for
 
-        def kept(session: Any) -> Any:
-            points = made(session)
+        def kept(session: Any, engine: Any) -> Any:
+            points = made(session, engine)
             if points is not None:
                 self.points.append(points)
             return points
 
         monkeypatch.setattr(native, "points_for", kept)
-        self.engine = Engine(client)
+        self.engine = Engine(client, audit=audit)
         self.server = WireServer(self.engine, "127.0.0.1:0", None, None, True)
         port = self.server.address.rsplit(":", 1)[1]
         self.dsn = f"host=127.0.0.1 port={port} user=bench dbname=veil"
@@ -553,9 +554,9 @@ def test_statements_prepared_again_after_the_server_dropped_them(
     backends: list[Any] = []
     made = native.points_for
 
-    def kept(session: Any) -> Any:
+    def kept(session: Any, engine: Any) -> Any:
         backends.append(session.backend)
-        return made(session)
+        return made(session, engine)
 
     monkeypatch.setattr(native, "points_for", kept)
     read = "SELECT bal FROM acc WHERE aid = %s"
@@ -590,3 +591,51 @@ def test_statements_prepared_again_after_the_server_dropped_them(
             assert served.runs >= runs + 30, drop  # after DDL: planned and handed over anew
         assert backends[-1].server_statements.generation > generation
         assert dict(con.execute("SELECT aid, bal FROM acc WHERE aid <= 20").fetchall()) == want
+
+
+def test_native_runs_keep_the_audit_log(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the audit log (``veil serve``'s default) the statements still run natively,
+    and each leaves the line the session's run of it leaves: who, the statement's
+    shape, the columns it decrypted, its rows, its outcome."""
+    client = empty_client_dir(tmp_path / "client", postgres_url)
+    served = Served(client, monkeypatch, audit=True)
+    read = "SELECT bal, name FROM acc WHERE aid = %s"
+    write = "UPDATE acc SET bal = bal + %s WHERE aid = %s"
+    insert = "INSERT INTO acc (aid, bal, name) VALUES (%s, %s, %s)"
+    try:
+        with psycopg.connect(served.dsn, autocommit=True) as con:
+            _warmed(con, read, seed=71)
+            con.execute("UPDATE acc SET bal = 0 WHERE aid <= 21")
+            log = client / "audit.jsonl"
+            before = len(log.read_text().splitlines())
+            runs = served.runs
+            for key in range(1, 21):
+                assert con.execute(read, [key], prepare=True).fetchall()
+                con.execute(write, [key, key], prepare=True)
+                con.execute(insert, [1000 + key, key, f"n{key}"], prepare=True)
+                con.execute(f"SELECT bal, name FROM acc WHERE aid = {key}").fetchall()
+            assert served.runs >= runs + 40  # the native path still runs
+    finally:
+        served.stop()
+    lines = [json.loads(line) for line in log.read_text().splitlines()[before:]]
+    assert len(lines) == 80  # one line per statement, native or not
+    by_statement: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_statement.setdefault(line["statement"], []).append(line)
+    assert len(by_statement) == 3, sorted(by_statement)  # the read's two forms: one shape
+    for statement, records in by_statement.items():
+        fixed = {k: v for k, v in records[0].items() if k not in _CHANGING}
+        for record in records:
+            assert {k: v for k, v in record.items() if k not in _CHANGING} == fixed, statement
+            assert record["outcome"] == "ok" and record["sqlstate"] == "00000"
+            assert record["rows"] == 1 and record["user"] == "bench"
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["time"])
+            assert isinstance(record["seconds"], float) and record["seconds"] >= 0
+        if statement.startswith("SELECT"):
+            assert fixed["tables"] == {"acc": ["bal", "name"]}, fixed
+
+
+# what differs between runs of one statement (plan_cache: a native run's plan is kept)
+_CHANGING = {"time", "seconds", "phases", "plan_cache"}

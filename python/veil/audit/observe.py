@@ -179,6 +179,12 @@ class Watch:
         }
 
 
+def decrypted_tables(session: Session) -> dict[str, list[str]]:
+    """The tables and columns the statement running on ``session`` decrypted so far, as
+    its record's ``tables`` (``veil.serve.native`` pre-renders native runs' lines)."""
+    return _tables(session.seen.fetched) if isinstance(session, ObservedSession) else {}
+
+
 def _tables(fetched: list[tuple[SplitPlan, FetchStats]]) -> dict[str, list[str]]:
     """Each table's columns the statement's plans decrypted (kept encrypted ones left out)."""
     columns: dict[str, set[str]] = {}

@@ -215,7 +215,7 @@ class WireSession:
         self._stamp: int | None = None
         # prepared point queries the wire server answers without Python (``native``), the
         # checks each statement had, and the call being answered (its text and parameters)
-        self.native_points = native.points_for(session) if engine is not None else None
+        self.native_points = native.points_for(session, engine) if engine is not None else None
         self.native_tries: dict[tuple[str, tuple[int, ...]], int] = {}
         self.native_version: object = None  # the design the tries were counted on
         self._native_call: tuple[str, Sequence[tuple[str | None, int]]] | None = None
@@ -300,10 +300,14 @@ class WireSession:
         with self._lock:
             native_plans.write_end(self.veil)
 
-    def native_failed(self, sqlstate: str, message: str) -> None:
-        """The server failed a statement the wire server ran natively: as for the session's
-        own, its transaction fails (a read's failure changes nothing else)."""
+    def native_failed(self, sqlstate: str, message: str, sql: str) -> None:
+        """The server failed statement ``sql``, which the wire server ran natively: as for
+        the session's own, its transaction fails (a read's failure changes nothing else)
+        and the audit log records it."""
         with self._lock:
+            observer = self.engine.observer if self.engine is not None else None
+            if observer is not None:
+                observer.watch(self.veil, self.user, "serve", sql, None).failed(sqlstate)
             self.veil.fail_transaction()
             if self.native_points is not None:
                 self._native_state()

@@ -9,15 +9,19 @@ is kept only if a run of it answers what the session just answered for the
 same values.
 
 Only where nothing per statement happens in Python that a native run would
-skip: a PostgreSQL server, no audit log, metrics or debug timings
-(``Engine.observer``), no listener on the server statements. The session
-tells the plans when they may run (``set_open``): not inside a failed
-transaction; a SET moves their epoch.
+skip: a PostgreSQL server, no metrics or debug timings (``Engine.observer``),
+no listener on the server statements. The audit log (on by default) is kept
+natively too: each plan carries its statement's line, pre-rendered here
+around what changes from run to run (``audit_parts``), and a native run
+appends it as ``veil.audit.log`` does. The session tells the plans when they
+may run (``set_open``): not inside a failed transaction; a SET moves their
+epoch.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -25,6 +29,7 @@ from functools import cache
 from typing import Any, cast
 
 from veil import _native
+from veil.audit.observe import decrypted_tables
 from veil.backends.postgres import PostgresBackend
 from veil.session.native_plans import (
     LATER,
@@ -45,11 +50,14 @@ log = logging.getLogger(__name__)
 _TRIES = 3
 
 
-def points_for(session: Any) -> Any | None:
+def points_for(session: Any, engine: Any) -> Any | None:
     """A connection's ``NativePoints``, or None where a native run would skip something."""
     if not isinstance(session.backend, PostgresBackend) or _libpq() is None:
         return None
-    return _native.NativePoints(session.backend.server_statements)
+    audit = engine.audit
+    return _native.NativePoints(
+        session.backend.server_statements, None if audit is None else str(audit.path)
+    )
 
 
 @cache
@@ -81,7 +89,41 @@ def _eligible(wire: Any, key: tuple[str, tuple[int, ...]]) -> PostgresBackend | 
     if not isinstance(backend, PostgresBackend) or backend.statement_listeners():
         return None
     engine = wire.engine
-    return None if engine is None or engine.observer is not None else backend
+    if engine is None or not _audited_only(engine):
+        return None
+    return backend
+
+
+def _audited_only(engine: Any) -> bool:
+    """Whether each statement's observation is an audit line at most (which a native run
+    writes itself), not metrics or debug timings."""
+    observer = engine.observer
+    return observer is None or observer.sinks == [engine.audit]
+
+
+def audit_parts(wire: Any, sql: str, kind: str) -> tuple[bytes, bytes] | None:
+    """Statement ``sql``'s audit line around its time, rows and duration, as its watch
+    would record it (``veil.audit.observe``), for its native runs; None without an audit
+    log. The tables and columns are the ones the session's run of it just decrypted."""
+    engine = wire.engine
+    if engine is None or engine.audit is None or engine.observer is None:
+        return None
+    shape, _ = engine.observer.shapes.of(sql)
+    head = {
+        "user": wire.user,
+        "via": "serve",
+        "kind": kind,
+        "statement": shape,
+        "tables": decrypted_tables(wire.veil),
+    }
+    tail = {"peels": [], "plan_cache": True, "outcome": "ok", "sqlstate": "00000"}
+    return _fragment(head), _fragment(tail)
+
+
+def _fragment(values: dict[str, object]) -> bytes:
+    """``values`` as the middle of an audit line's JSON object, from its first comma."""
+    text = json.dumps(values, separators=(",", ":"), ensure_ascii=False)
+    return ("," + text[1:-1]).encode()
 
 
 def offer(
@@ -122,6 +164,7 @@ def offer(
         *stamps,
         [text for text, _ in params],
         _rows(outcome[2]),
+        audit_parts(wire, sql, "query"),
     )
     if why is None:
         wire.native_tries[key] = _TRIES
@@ -179,6 +222,7 @@ def _offer_update(
         functools.partial(wire.native_write_begin, made.table, made.server_table),
         wire.native_write_end,
         *stamps,
+        audit_parts(wire, key[0], "dml"),
     )
     wire.native_tries[key] = _TRIES
 
@@ -209,6 +253,7 @@ def _offer_insert(
         functools.partial(wire.native_write_begin, made.table, made.server_table),
         wire.native_write_end,
         *stamps,
+        audit_parts(wire, key[0], "dml"),
     )
     wire.native_tries[key] = _TRIES
 

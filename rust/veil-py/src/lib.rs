@@ -12,6 +12,7 @@ mod bsoncols;
 mod ecb;
 mod errors;
 mod ff1;
+mod gil;
 mod joinadj;
 mod kvpack;
 mod ope;

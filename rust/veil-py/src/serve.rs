@@ -29,39 +29,8 @@ use veil_wire::engine::{
 };
 use veil_wire::server::{serve, Config, Listen, SCRAM_ITERATIONS};
 
+use crate::gil::{finalizing, with_python, ConnectionThread};
 use crate::point::{Answered, NativePoints, Registry};
-
-thread_local! {
-    /// This runtime thread's Python thread state, kept from its start to its end.
-    static KEPT: std::cell::Cell<Option<(*mut pyo3::ffi::PyThreadState, pyo3::ffi::PyGILState_STATE)>> =
-        const { std::cell::Cell::new(None) };
-}
-
-/// Give a runtime thread a Python thread state for its whole life. Without one,
-/// each call into Python made and freed a thread state (a data stack mapped and
-/// unmapped, a gettid): 3-4 times a pgbench transaction, ~5% of the serving
-/// process's CPU (issue 41).
-fn keep_thread_state() {
-    // SAFETY: the interpreter runs (this server was started from Python); the GIL is
-    // taken and at once let go again, leaving this thread's state registered with it
-    let kept = unsafe {
-        let gil = pyo3::ffi::PyGILState_Ensure();
-        (pyo3::ffi::PyEval_SaveThread(), gil)
-    };
-    KEPT.with(|k| k.set(Some(kept)));
-}
-
-/// The thread state `keep_thread_state` kept, freed as the thread ends (the runtime's
-/// shutdown in `stop`, which lets the GIL go while it waits).
-fn drop_thread_state() {
-    if let Some((state, gil)) = KEPT.with(|k| k.take()) {
-        // SAFETY: the state is this thread's own, saved by `keep_thread_state`
-        unsafe {
-            pyo3::ffi::PyEval_RestoreThread(state);
-            pyo3::ffi::PyGILState_Release(gil);
-        }
-    }
-}
 
 /// A Python exception as a wire error: its `sqlstate`, `hint` and
 /// `position` attributes when it has them (`veil.serve.errors.WireError`).
@@ -119,7 +88,7 @@ fn batch(item: &Bound<'_, PyAny>) -> PyResult<Batch> {
 
 impl Batches for PyBatches {
     fn next_batch(&mut self) -> Result<Option<Batch>, WireError> {
-        Python::with_gil(|py| {
+        with_python(|py| {
             let item = match self.0.bind(py).call_method0("__next__") {
                 Ok(item) => item,
                 Err(err) if err.is_instance_of::<PyStopIteration>(py) => return Ok(None),
@@ -236,11 +205,11 @@ impl Session for PySession {
                 Some(Answered::Rows(outcome)) => return Ok(vec![outcome]),
                 Some(Answered::Failed { code, message }) => {
                     // the session's transaction fails with it, as for its own statements
-                    return Err(Python::with_gil(|py| {
+                    return Err(with_python(|py| {
                         let failed = self
                             .session
                             .bind(py)
-                            .call_method1("native_failed", (code, message));
+                            .call_method1("native_failed", (code, message, sql));
                         match failed {
                             Ok(_) => WireError::internal("a native statement failed"),
                             Err(err) => wire_error(py, err),
@@ -250,7 +219,7 @@ impl Session for PySession {
                 None => {}
             }
         }
-        Python::with_gil(|py| {
+        with_python(|py| {
             let args: Vec<(Option<&str>, Oid)> =
                 params.iter().map(|p| (p.text.as_deref(), p.oid)).collect();
             let result = self.session.bind(py).call_method1("run", (sql, args));
@@ -278,7 +247,7 @@ impl Session for PySession {
                 }
             }
         }
-        let (description, keep) = Python::with_gil(|py| {
+        let (description, keep) = with_python(|py| {
             let found = self
                 .session
                 .bind(py)
@@ -305,13 +274,13 @@ impl Session for PySession {
     }
 
     fn cancel(&self) {
-        Python::with_gil(|py| {
+        with_python(|py| {
             let _ = self.session.bind(py).call_method0("cancel");
         })
     }
 
     fn copy_in(&self, data: Vec<u8>) -> Result<usize, WireError> {
-        Python::with_gil(|py| {
+        with_python(|py| {
             let found = self
                 .session
                 .bind(py)
@@ -323,7 +292,7 @@ impl Session for PySession {
     }
 
     fn copy_abort(&self) {
-        Python::with_gil(|py| {
+        with_python(|py| {
             let _ = self.session.bind(py).call_method0("copy_abort");
         })
     }
@@ -331,7 +300,10 @@ impl Session for PySession {
 
 impl Drop for PySession {
     fn drop(&mut self) {
-        Python::with_gil(|py| {
+        if finalizing() {
+            return; // the interpreter is going: nothing to close in it
+        }
+        with_python(|py| {
             let _ = self.session.bind(py).call_method0("close");
         })
     }
@@ -341,7 +313,7 @@ struct PyEngine(Py<PyAny>);
 
 impl Engine for PyEngine {
     fn open(&self, user: &str, database: &str) -> Result<Box<dyn Session>, WireError> {
-        Python::with_gil(|py| {
+        with_python(|py| {
             self.0
                 .bind(py)
                 .call_method1("open", (user, database))
@@ -351,7 +323,7 @@ impl Engine for PyEngine {
     }
 
     fn verifier(&self, user: &str) -> Result<Option<Verifier>, WireError> {
-        Python::with_gil(|py| {
+        with_python(|py| {
             let found = self.0.bind(py).call_method1("verifier", (user,));
             found
                 .and_then(|v| v.extract::<Option<(Vec<u8>, Vec<u8>)>>())
@@ -389,6 +361,16 @@ impl WireServer {
         trust: bool,
         fd: Option<RawFd>,
     ) -> PyResult<Self> {
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        let mut registered = Ok(());
+        AT_EXIT.call_once(|| {
+            let hook = wrap_pyfunction!(crate::gil::_wire_finalizing, py);
+            registered = hook.and_then(|hook| {
+                py.import("atexit")?.call_method1("register", (hook,))?;
+                Ok(())
+            });
+        });
+        registered?;
         let listen = match fd {
             // SAFETY: the caller hands over a listening TCP socket it inherited for this
             // server alone (`veil.serve.workers`) and never uses or closes it itself; the
@@ -404,21 +386,21 @@ impl WireServer {
             (Some(c), Some(k)) => Some((c.as_bytes().to_vec(), k.as_bytes().to_vec())),
             _ => None,
         };
-        let config = Config { listen, tls, trust };
+        let config = Config {
+            listen,
+            tls,
+            trust,
+            thread_start: Some(Arc::new(|| Box::new(ConnectionThread::new()))),
+        };
         let engine: Arc<dyn Engine> = Arc::new(PyEngine(engine));
         let (stop, stopped) = watch::channel(false);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, WireError>>();
         let thread = std::thread::Builder::new()
             .name("veil-serve".to_owned())
             .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                // it only accepts: each connection has a thread and a runtime of its own
+                let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
-                    .thread_name("veil-wire")
-                    .on_thread_start(keep_thread_state)
-                    .on_thread_stop(drop_thread_state)
-                    // idle threads end only with the runtime (`stop`), never while the
-                    // interpreter may be finalizing (`drop_thread_state` takes the GIL)
-                    .thread_keep_alive(std::time::Duration::from_secs(u32::MAX.into()))
                     .build()
                 {
                     Ok(rt) => rt,

@@ -90,6 +90,12 @@ pub trait Batches: Send {
     fn take_ready(&mut self) -> Option<Vec<Batch>> {
         None
     }
+
+    /// The rows of the batches made already (what an audit line of a result made
+    /// whole counts); 0 if none are.
+    fn ready_rows(&self) -> usize {
+        0
+    }
 }
 
 /// A result whose batches the engine made whole.
@@ -108,6 +114,12 @@ impl Batches for ReadyBatches {
 
     fn take_ready(&mut self) -> Option<Vec<Batch>> {
         self.0.take().map(Vec::from)
+    }
+
+    fn ready_rows(&self) -> usize {
+        self.0
+            .as_ref()
+            .map_or(0, |batches| batches.iter().map(|b| b.rows).sum())
     }
 }
 

@@ -1,5 +1,6 @@
 //! pgwire's query handlers over an [`Engine`]: one engine session per connection.
 
+use std::cell::Cell;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -29,19 +30,37 @@ use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::PgWireBackendMessage;
 use tokio::sync::OnceCell;
 
+use crate::cancels::{Cancels, Running};
 use crate::engine::{
     Batch, Batches, Engine, Field, Oid, Outcome, Param, ReadyBatches, Session, WireError,
 };
 use crate::rows::{encode_batch, Layout};
 use crate::values::binary_to_text;
 
-/// The connection's engine session, opened on its first statement.
+thread_local! {
+    /// Whether this thread is a connection's own (`run_inline`): engine work runs on it.
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread serves one connection alone: engine work runs here, not on tokio's
+/// blocking pool (a trip there and back cost each statement two thread wake-ups).
+pub fn run_inline() {
+    INLINE.with(|inline| inline.set(true));
+}
+
+fn inline() -> bool {
+    INLINE.with(Cell::get)
+}
+
+/// The connection's engine session, opened on its first statement, and how a cancel
+/// request reaches it.
 #[derive(Default)]
-struct Slot(OnceCell<Arc<dyn Session>>);
+struct Slot(OnceCell<(Arc<dyn Session>, Arc<Running>)>);
 
 pub struct Handler {
     engine: Arc<dyn Engine>,
     parser: Arc<NoopQueryParser>,
+    pub cancels: Arc<Cancels>,
 }
 
 impl Handler {
@@ -49,20 +68,32 @@ impl Handler {
         Handler {
             engine,
             parser: Arc::new(NoopQueryParser::new()),
+            cancels: Arc::new(Cancels::default()),
         }
     }
 
     async fn session<C: ClientInfo>(&self, client: &C) -> PgWireResult<Arc<dyn Session>> {
+        self.running(client).await.map(|(session, _)| session)
+    }
+
+    async fn running<C: ClientInfo>(
+        &self,
+        client: &C,
+    ) -> PgWireResult<(Arc<dyn Session>, Arc<Running>)> {
         let slot = client
             .session_extensions()
             .get_or_insert_with(Slot::default);
         let meta = client.metadata();
         let user = meta.get(METADATA_USER).cloned().unwrap_or_default();
         let database = meta.get(METADATA_DATABASE).cloned().unwrap_or_default();
-        let engine = self.engine.clone();
+        let (pid, key) = client.pid_and_secret_key();
+        let (engine, cancels) = (self.engine.clone(), self.cancels.clone());
         slot.0
             .get_or_try_init(|| async move {
-                blocking(move || engine.open(&user, &database).map(Arc::from)).await
+                let session: Arc<dyn Session> =
+                    blocking(move || engine.open(&user, &database).map(Arc::from)).await?;
+                let running = cancels.register(pid, key.to_bytes(), &session);
+                Ok((session, running))
             })
             .await
             .cloned()
@@ -89,15 +120,21 @@ impl Drop for Interrupt {
     }
 }
 
-/// `session.run(sql, params)` on the blocking pool, interrupted if cancelled.
+/// `session.run(sql, params)`, interrupted if cancelled: on the blocking pool, by
+/// dropping its future (pgwire's way); inline, by a cancel request reaching the
+/// session (`cancels`), after which its failure is the cancellation.
 async fn run_cancellable(
-    session: Arc<dyn Session>,
+    (session, running): (Arc<dyn Session>, Arc<Running>),
     sql: String,
     params: Vec<Param>,
 ) -> PgWireResult<Vec<Outcome>> {
+    running.start();
     let interrupt = Interrupt(Some(session.clone()));
     let outcomes = blocking(move || session.run(&sql, &params)).await;
     interrupt.disarm();
+    if outcomes.is_err() && running.requested() {
+        return Err(PgWireError::QueryCanceled);
+    }
     outcomes
 }
 
@@ -111,6 +148,9 @@ where
     F: FnOnce() -> Result<T, WireError> + Send + 'static,
     T: Send + 'static,
 {
+    if inline() {
+        return work().map_err(user_error);
+    }
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => result.map_err(user_error),
         Err(join) => Err(user_error(WireError::internal(format!(
@@ -175,15 +215,19 @@ where
         let encode = encode.clone();
         async move {
             let mut batches = state?;
-            let next = tokio::task::spawn_blocking(move || {
+            let step = move || {
                 let messages = match batches.next_batch() {
                     Ok(Some(batch)) => encode(&batch).map(Some),
                     Ok(None) => Ok(None),
                     Err(err) => Err(err),
                 };
                 (batches, messages)
-            })
-            .await;
+            };
+            let next = if inline() {
+                Ok(step())
+            } else {
+                tokio::task::spawn_blocking(step).await
+            };
             match next {
                 Ok((batches, Ok(Some(messages)))) => Some((
                     stream::iter(messages.into_iter().map(Ok)).boxed(),
@@ -465,8 +509,8 @@ impl SimpleQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let session = self.session(client).await?;
-        let outcomes = run_cancellable(session, query.to_owned(), Vec::new()).await?;
+        let running = self.running(client).await?;
+        let outcomes = run_cancellable(running, query.to_owned(), Vec::new()).await?;
         report_status(client, changed_status(&outcomes)).await?;
         Ok(outcomes
             .into_iter()
@@ -496,10 +540,10 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let session = self.session(client).await?;
+        let running = self.running(client).await?;
         let params = bound_params(portal)?;
         let sql = portal.statement.statement.clone();
-        let mut outcomes = run_cancellable(session, sql, params).await?;
+        let mut outcomes = run_cancellable(running, sql, params).await?;
         report_status(client, changed_status(&outcomes)).await?;
         if outcomes.len() > 1 {
             return Err(user_error(WireError::new(

@@ -6,6 +6,7 @@
 //! Results arrive from the engine as batches of text columns and leave as
 //! `DataRow`s batch by batch, in text or binary per column as the client asks.
 
+mod cancels;
 pub mod engine;
 mod handler;
 mod rows;

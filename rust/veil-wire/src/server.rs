@@ -1,5 +1,13 @@
-//! The listener: TLS, authentication, cancellation, a task per connection.
+//! The listener: TLS, authentication, cancellation, a thread per connection.
+//!
+//! Each connection is served by a thread of its own with a single-threaded
+//! runtime, as PostgreSQL serves each by a process of its own: its messages
+//! are read, its statements run (inline, `handler::run_inline`) and its
+//! answers written on that one thread. On a shared multi-threaded runtime each
+//! statement went to tokio's blocking pool and back, two thread wake-ups that
+//! cost a point statement more than its own work (issue 41).
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::io;
 use std::net::SocketAddr;
@@ -15,9 +23,10 @@ use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers, METADATA_USER};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -28,8 +37,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::cancels::Cancels;
 use crate::engine::{Engine, WireError};
-use crate::handler::{blocking, user_error, Handler};
+use crate::handler::{blocking, run_inline, user_error, Handler};
 
 /// SCRAM's PBKDF2 rounds: PostgreSQL's default, and what stored verifiers use.
 pub const SCRAM_ITERATIONS: usize = 4096;
@@ -62,7 +72,16 @@ pub struct Config {
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
     /// Any user, no password (`--insecure-local`; loopback only, checked by the caller).
     pub trust: bool,
+    /// Made when a connection's thread starts and dropped when it ends, after its
+    /// session (the engine's per-thread state: a Python thread state).
+    pub thread_start: Option<ThreadStart>,
 }
+
+/// What a connection's thread holds for its whole life (`Config::thread_start`).
+pub type ThreadStart = Arc<dyn Fn() -> Box<dyn Any> + Send + Sync>;
+
+/// How long `serve` waits, once stopped, for its connections' threads to end.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 struct Verifiers(Arc<dyn Engine>);
 
@@ -176,7 +195,23 @@ impl StartupHandler for Startup {
 struct Handlers {
     handler: Arc<Handler>,
     startup: Arc<Startup>,
-    cancel: Arc<DefaultCancelHandler>,
+    cancel: Arc<CancelRoute>,
+}
+
+/// A cancel request: to the connection's running statement (`cancels`) and to pgwire,
+/// which drops the statement's future where one is awaited.
+struct CancelRoute {
+    cancels: Arc<Cancels>,
+    pgwire: DefaultCancelHandler,
+}
+
+#[async_trait]
+impl CancelHandler for CancelRoute {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        self.cancels
+            .cancel(request.pid, request.secret_key.to_bytes());
+        self.pgwire.on_cancel_request(request).await;
+    }
 }
 
 impl PgWireServerHandlers for Handlers {
@@ -232,10 +267,15 @@ fn handlers(engine: Arc<dyn Engine>, config: &Config) -> Result<Handlers, WireEr
                 .with_connection_manager(manager.clone()),
         )
     };
+    let handler = Handler::new(engine);
+    let cancel = CancelRoute {
+        cancels: handler.cancels.clone(),
+        pgwire: DefaultCancelHandler::new(manager),
+    };
     Ok(Handlers {
-        handler: Arc::new(Handler::new(engine)),
+        handler: Arc::new(handler),
         startup: Arc::new(startup),
-        cancel: Arc::new(DefaultCancelHandler::new(manager)),
+        cancel: Arc::new(cancel),
     })
 }
 
@@ -316,6 +356,7 @@ pub async fn serve(
         None => None,
     };
     let handlers = Arc::new(handlers(engine, &config)?);
+    let thread_start = config.thread_start.clone();
     let named = match &config.listen {
         Listen::Address(address) => address.to_string(),
         Listen::Shared(_) => "the shared socket".to_owned(),
@@ -329,21 +370,91 @@ pub async fn serve(
             .map_err(|e| WireError::internal(e.to_string()))?,
     );
     let open = Arc::new(AtomicUsize::new(0));
+    let mut connections: Vec<std::thread::JoinHandle<()>> = Vec::new();
     loop {
         tokio::select! {
             accepted = listener.accept(&open) => {
                 let Ok(socket) = accepted else { continue };
-                let (handlers, tls, counted) = (handlers.clone(), tls.clone(), Open::new(&open));
-                tokio::spawn(async move {
-                    let _counted = counted;
-                    process_socket(socket, tls, handlers).await
-                });
+                connections.retain(|c| !c.is_finished());
+                let connection = Connection {
+                    handlers: handlers.clone(),
+                    tls: tls.clone(),
+                    counted: Open::new(&open),
+                    stop: stop.clone(),
+                    thread_start: thread_start.clone(),
+                };
+                if let Ok(thread) = connection.start(socket) {
+                    connections.push(thread);
+                }
             }
             _ = stop.changed() => {
                 if *stop.borrow() {
-                    return Ok(());
+                    break;
                 }
             }
+        }
+    }
+    // each connection ends at its next message (one running a statement, once it ends)
+    let deadline = std::time::Instant::now() + STOP_WAIT;
+    while connections.iter().any(|c| !c.is_finished()) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// One accepted connection and what its thread needs.
+struct Connection {
+    handlers: Arc<Handlers>,
+    tls: Option<TlsAcceptor>,
+    counted: Open,
+    stop: watch::Receiver<bool>,
+    thread_start: Option<ThreadStart>,
+}
+
+impl Connection {
+    /// Serve the connection on a thread of its own until it ends or the server stops.
+    fn start(self, socket: TcpStream) -> io::Result<std::thread::JoinHandle<()>> {
+        let socket = socket.into_std()?; // registered again with the thread's own runtime
+        std::thread::Builder::new()
+            .name("veil-conn".to_owned())
+            .spawn(move || self.serve(socket))
+    }
+
+    fn serve(self, socket: std::net::TcpStream) {
+        let Connection {
+            handlers,
+            tls,
+            counted,
+            mut stop,
+            thread_start,
+        } = self;
+        let _counted = counted;
+        // dropped last, after the runtime and the session it ends
+        let _kept = thread_start.as_ref().map(|start| start());
+        run_inline();
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async move {
+            let Ok(socket) = TcpStream::from_std(socket) else {
+                return;
+            };
+            tokio::select! {
+                _ = process_socket(socket, tls, handlers) => {}
+                _ = stopped(&mut stop) => {}
+            }
+        });
+    }
+}
+
+/// Once the server is told to stop.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -18,6 +18,7 @@
 //! falls back to the session, which runs the statement as before; a read
 //! changes nothing, so running it again there is safe.
 
+mod audit;
 mod libpq;
 mod simple;
 mod values;
@@ -171,8 +172,23 @@ pub type Params = Vec<Option<Vec<u8>>>;
 /// A result's rows, each value's text (None: NULL).
 type Rows = Vec<Vec<Option<Vec<u8>>>>;
 
-/// Plans by statement text and parameter types.
-type Plans = HashMap<(String, Vec<Oid>), Arc<Kept>>;
+/// Plans by statement text and parameter types, each with its audit line if the
+/// session keeps an audit log.
+type Plans = HashMap<(String, Vec<Oid>), Arc<(Kept, Option<audit::AuditLine>)>>;
+
+/// A plan's audit line from the session's two pre-rendered parts.
+fn audit_line(parts: Option<(Vec<u8>, Vec<u8>)>) -> Option<audit::AuditLine> {
+    parts.map(|(head, tail)| audit::AuditLine { head, tail })
+}
+
+/// The rows a run's outcome answered or changed.
+fn rows_of(outcome: &Outcome) -> usize {
+    match outcome {
+        Outcome::Command { rows, .. } => rows.unwrap_or(0),
+        Outcome::Rows { batches, .. } => batches.ready_rows(),
+        _ => 0,
+    }
+}
 
 /// Why a run did not answer.
 enum Miss {
@@ -321,6 +337,8 @@ pub struct Registry {
     runs: AtomicU64,
     /// The connection's named server statements, if its backend keeps them.
     prepared: Option<Arc<libpq::Prepared>>,
+    /// The client directory's audit log, if the session keeps one.
+    audit: Option<audit::AuditFile>,
 }
 
 /// What the wire server does with a statement the registry may answer.
@@ -358,7 +376,8 @@ impl Registry {
         }
         let kept = self.plans.lock().unwrap().get(&(sql, oids)).cloned()?;
         let epoch = self.epoch.load(Ordering::Acquire);
-        let ran = match kept.as_ref() {
+        let started = (std::time::SystemTime::now(), std::time::Instant::now());
+        let ran = match &kept.0 {
             Kept::Read(plan) if plan.frame.epoch == epoch => plan.run(texts),
             Kept::Write(plan) if plan.frame.epoch == epoch => plan.run(texts),
             Kept::Insert(plan) if plan.frame.epoch == epoch => plan.run(texts),
@@ -367,6 +386,10 @@ impl Registry {
         match ran {
             Ok(outcome) => {
                 self.runs.fetch_add(1, Ordering::Relaxed);
+                if let (Some(file), Some(line)) = (&self.audit, &kept.1) {
+                    let seconds = started.1.elapsed().as_secs_f64();
+                    line.record(file, started.0, seconds, rows_of(&outcome));
+                }
                 Some(Answered::Rows(outcome))
             }
             Err(Miss::Fallback) => None,
@@ -478,12 +501,12 @@ fn statement(
 
 impl NativePoints {
     /// Keep `kept` for the statement `key`; false if the connection keeps enough.
-    fn keep(&self, key: (String, Vec<Oid>), kept: Kept) -> bool {
+    fn keep(&self, key: (String, Vec<Oid>), kept: Kept, audit: Option<audit::AuditLine>) -> bool {
         let mut plans = self.registry.plans.lock().unwrap();
         if plans.len() >= KEPT && !plans.contains_key(&key) {
             return false;
         }
-        plans.insert(key, Arc::new(kept));
+        plans.insert(key, Arc::new((kept, audit)));
         true
     }
 
@@ -510,16 +533,22 @@ impl NativePoints {
 #[pymethods]
 impl NativePoints {
     /// `statements`: the named statements of the session's server connection, which
-    /// its backend keeps (None: every statement runs unnamed).
+    /// its backend keeps (None: every statement runs unnamed); `audit`: the path of the
+    /// client directory's audit log, if the session keeps one.
     #[new]
-    #[pyo3(signature = (statements=None))]
-    fn new(statements: Option<&ServerStatements>) -> Self {
-        NativePoints {
+    #[pyo3(signature = (statements=None, audit=None))]
+    fn new(statements: Option<&ServerStatements>, audit: Option<&str>) -> PyResult<Self> {
+        let audit = audit
+            .map(audit::AuditFile::open)
+            .transpose()
+            .map_err(|e| PyOSError::new_err(format!("cannot open the audit log: {e}")))?;
+        Ok(NativePoints {
             registry: Arc::new(Registry {
                 prepared: statements.map(|s| s.inner.clone()),
+                audit,
                 ..Registry::default()
             }),
-        }
+        })
     }
 
     /// Plans made before this are not run again (a SET, a DEALLOCATE).
@@ -547,7 +576,7 @@ impl NativePoints {
     /// a read's statement), the fetched column of the row ids, the UPDATE and what each
     /// of its parameters holds; `begin()` is the session's call before each run, `end()`
     /// after one outside a transaction.
-    #[pyo3(signature = (sql, oids, libpq, connection, match_sql, match_params, wire_params, row_id, update_sql, update_types, update_params, begin, end, design, users))]
+    #[pyo3(signature = (sql, oids, libpq, connection, match_sql, match_params, wire_params, row_id, update_sql, update_types, update_params, begin, end, design, users, audit=None))]
     #[allow(clippy::too_many_arguments)]
     fn install_write(
         &self,
@@ -566,6 +595,7 @@ impl NativePoints {
         end: Py<PyAny>,
         design: (String, Option<(i128, u64)>),
         users: Option<(String, Option<(i128, u64)>)>,
+        audit: Option<(Vec<u8>, Vec<u8>)>,
     ) -> PyResult<bool> {
         let plan = write::WritePlan {
             frame: self.frame(libpq, connection, design, users)?,
@@ -580,13 +610,13 @@ impl NativePoints {
             begin,
             end,
         };
-        Ok(self.keep((sql, oids), Kept::Write(plan)))
+        Ok(self.keep((sql, oids), Kept::Write(plan), audit_line(audit)))
     }
 
     /// Keep a one-row INSERT's plan for `sql` with parameter types `oids`: the server's
     /// INSERT, its parameters' types and what each holds; `begin()`/`end()` as for an
     /// UPDATE.
-    #[pyo3(signature = (sql, oids, libpq, connection, insert_sql, insert_types, wire_params, values, begin, end, design, users))]
+    #[pyo3(signature = (sql, oids, libpq, connection, insert_sql, insert_types, wire_params, values, begin, end, design, users, audit=None))]
     #[allow(clippy::too_many_arguments)]
     fn install_insert(
         &self,
@@ -602,6 +632,7 @@ impl NativePoints {
         end: Py<PyAny>,
         design: (String, Option<(i128, u64)>),
         users: Option<(String, Option<(i128, u64)>)>,
+        audit: Option<(Vec<u8>, Vec<u8>)>,
     ) -> PyResult<bool> {
         let mut made = statement(insert_sql, &[], wire_params)?;
         made.types = insert_types;
@@ -612,19 +643,13 @@ impl NativePoints {
             begin,
             end,
         };
-        let kept = Arc::new(Kept::Insert(plan));
-        self.registry
-            .plans
-            .lock()
-            .unwrap()
-            .insert((sql, oids), kept);
-        Ok(true)
+        Ok(self.keep((sql, oids), Kept::Insert(plan), audit_line(audit)))
     }
 
     /// Make a plan for `sql` with parameter types `oids`, run it once with `params`
     /// and keep it if its rows are `expected` (the session's own answer, as text);
     /// returns None when kept, else why not.
-    #[pyo3(signature = (sql, oids, libpq, connection, server_sql, server_params, wire_params, outputs, row_id, fields, design, users, params, expected))]
+    #[pyo3(signature = (sql, oids, libpq, connection, server_sql, server_params, wire_params, outputs, row_id, fields, design, users, params, expected, audit=None))]
     #[allow(clippy::too_many_arguments)]
     fn install(
         &self,
@@ -643,6 +668,7 @@ impl NativePoints {
         users: Option<(String, Option<(i128, u64)>)>,
         params: Vec<Option<String>>,
         expected: Rows,
+        audit: Option<(Vec<u8>, Vec<u8>)>,
     ) -> PyResult<Option<String>> {
         if self.registry.plans.lock().unwrap().len() >= KEPT {
             return Ok(Some("the connection keeps enough plans".into()));
@@ -675,13 +701,11 @@ impl NativePoints {
                 Ok(Some("the check run answered otherwise".into()))
             }
             Ok(Some(_)) => {
-                let key = (sql, oids);
-                self.registry
-                    .plans
-                    .lock()
-                    .unwrap()
-                    .insert(key, Arc::new(Kept::Read(plan)));
-                Ok(None)
+                if self.keep((sql, oids), Kept::Read(plan), audit_line(audit)) {
+                    Ok(None)
+                } else {
+                    Ok(Some("the connection keeps enough plans".into()))
+                }
             }
         }
     }

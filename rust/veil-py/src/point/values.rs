@@ -248,7 +248,7 @@ fn write_decimal(value: i64, scale: u32, out: &mut Vec<u8>) {
 
 /// Days since 1970-01-01 as `YYYY-MM-DD` (proleptic Gregorian; Howard Hinnant's
 /// civil-from-days), for years 1 to 9999.
-fn write_date(days: i64, out: &mut Vec<u8>) -> Option<()> {
+pub(super) fn write_date(days: i64, out: &mut Vec<u8>) -> Option<()> {
     let z = days.checked_add(719_468)?;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

@@ -146,7 +146,7 @@ fn statement(
     }
     let done = run(connection);
     if alone {
-        Python::with_gil(|py| {
+        crate::gil::with_python(|py| {
             let _ = end.call0(py);
         });
     }
@@ -156,7 +156,7 @@ fn statement(
 /// The session's `begin()`: the table's lock taken and the row's fresh id; the session's
 /// own path if it says None.
 fn fresh_id(begin: &Py<PyAny>) -> Result<u64, Miss> {
-    Python::with_gil(|py| {
+    crate::gil::with_python(|py| {
         begin
             .call0(py)
             .and_then(|id| id.extract::<Option<u64>>(py))
