@@ -566,7 +566,9 @@ def test_statements_prepared_again_after_the_server_dropped_them(
         con.execute("UPDATE acc SET bal = 0 WHERE aid <= 21")
         for key in range(1, 21):
             con.execute(write, [0, key], prepare=True)
-        want = dict(con.execute("SELECT aid, bal FROM acc WHERE aid <= 20").fetchall())
+        want: dict[int, int] = dict(
+            con.execute("SELECT aid, bal FROM acc WHERE aid <= 20").fetchall()
+        )
         generation = backends[-1].server_statements.generation
         for drop in [
             "ROLLBACK",
