@@ -270,6 +270,19 @@ def test_a_line_cut_short_is_skipped_and_the_next_starts_clean(tmp_path: Path) -
     assert "skipped 1 damaged line" in shown.stderr and "(2 statements)" in shown.stdout
 
 
+def test_a_log_moved_away_is_started_again(tmp_path: Path) -> None:
+    """Rotated as any log (moved away, or removed): the next line starts a new file."""
+    log = AuditLog(tmp_path)
+    log.record({"user": "a"})
+    (tmp_path / AUDIT_FILE).rename(tmp_path / "audit.1.jsonl")
+    log.record({"user": "b"})
+    (tmp_path / AUDIT_FILE).unlink()
+    log.record({"user": "c"})
+    log.close()
+    assert read_records(tmp_path / "audit.1.jsonl") == ([{"user": "a"}], 0)
+    assert read_records(tmp_path / AUDIT_FILE) == ([{"user": "c"}], 0)
+
+
 def _veil(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "veil.cli", *argv], capture_output=True, text=True, check=False

@@ -619,9 +619,17 @@ def test_native_runs_keep_the_audit_log(
                 con.execute(insert, [1000 + key, key, f"n{key}"], prepare=True)
                 con.execute(f"SELECT bal, name FROM acc WHERE aid = {key}").fetchall()
             assert served.runs >= runs + 40  # the native path still runs
+            kept = log.read_text()
+            log.rename(log.with_name("audit.1.jsonl"))  # rotated: the next lines start anew
+            runs = served.runs
+            for key in range(1, 6):
+                assert con.execute(read, [key], prepare=True).fetchall()
+            assert served.runs == runs + 5
+            rotated = [json.loads(line) for line in log.read_text().splitlines()]
+            assert [r["statement"] for r in rotated] == [read.replace("%s", "?")] * 5
     finally:
         served.stop()
-    lines = [json.loads(line) for line in log.read_text().splitlines()[before:]]
+    lines = [json.loads(line) for line in kept.splitlines()[before:]]
     assert len(lines) == 80  # one line per statement, native or not
     by_statement: dict[str, list[dict[str, Any]]] = {}
     for line in lines:

@@ -26,13 +26,19 @@ class AuditLog:
 
     def __init__(self, client_dir: str | os.PathLike[str]):
         self.path = Path(client_dir) / AUDIT_FILE
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = self._open()
         self._lock = threading.Lock()  # flock is per open file: threads take turns here
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
 
     def record(self, record: dict[str, Any]) -> None:
         """Append ``record`` as one line (an ``Observer``'s sink)."""
         line = (json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
         with self._lock:
+            if _moved(self.path, self._fd):  # rotated away (docs/ops.md): a new log
+                os.close(self._fd)
+                self._fd = self._open()
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 if _ends_partial(self._fd):
@@ -46,6 +52,16 @@ class AuditLog:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _moved(path: Path, fd: int) -> bool:
+    """Whether ``path`` no longer names the file open as ``fd`` (moved away or removed)."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return True
+    held = os.fstat(fd)
+    return (named.st_ino, named.st_dev) != (held.st_ino, held.st_dev)
 
 
 def _ends_partial(fd: int) -> bool:

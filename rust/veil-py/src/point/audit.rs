@@ -11,43 +11,70 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::values;
 
-/// The client directory's `audit.jsonl`, opened for appending.
-pub struct AuditFile(File);
+/// The client directory's `audit.jsonl`, opened for appending (again once it was moved
+/// away: an operator rotates it as any log, docs/ops.md).
+pub struct AuditFile {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+fn opened(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .read(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Whether `path` no longer names `file` (moved away or removed).
+fn moved(path: &Path, file: &File) -> bool {
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(named), Ok(held)) => (named.ino(), named.dev()) != (held.ino(), held.dev()),
+        _ => true,
+    }
+}
 
 impl AuditFile {
     pub fn open(path: &str) -> std::io::Result<Self> {
-        OpenOptions::new()
-            .append(true)
-            .read(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)
-            .map(AuditFile)
+        let path = PathBuf::from(path);
+        let file = Mutex::new(opened(&path)?);
+        Ok(AuditFile { path, file })
     }
 
     /// Append `line` whole. A failure (a full disk) must not fail the statement that
     /// was answered: the line is lost, as the session's own sink only logs it.
     fn append(&self, line: &[u8]) {
-        let fd = self.0.as_raw_fd();
+        let mut file = self.file.lock().unwrap();
+        if moved(&self.path, &file) {
+            match opened(&self.path) {
+                Ok(again) => *file = again,
+                Err(_) => return,
+            }
+        }
+        let file = &*file;
+        let fd = file.as_raw_fd();
         // SAFETY: `fd` is this file's open descriptor for the whole call
         if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
             return;
         }
         let mut whole = Vec::with_capacity(line.len() + 1);
-        if let Ok(meta) = self.0.metadata() {
+        if let Ok(meta) = file.metadata() {
             let mut last = [0u8];
             let size = meta.len();
-            if size > 0 && self.0.read_exact_at(&mut last, size - 1).is_ok() && last[0] != b'\n' {
+            if size > 0 && file.read_exact_at(&mut last, size - 1).is_ok() && last[0] != b'\n' {
                 whole.push(b'\n'); // a writer died mid-line: that line stays apart
             }
         }
         whole.extend_from_slice(line);
-        let _ = (&self.0).write_all(&whole);
+        let _ = (&*file).write_all(&whole);
         // SAFETY: as above
         unsafe { libc::flock(fd, libc::LOCK_UN) };
     }
