@@ -216,10 +216,7 @@ class PostgresBackend(StagedBackend):
     def _execute_row_batches(
         self, sql: str, params: Params, batch_rows: int
     ) -> Iterator[pa.RecordBatch]:
-        self._log.emit(sql, params)
-        cursor = psycopg.RawCursor(self._con)
-        if _DEALLOCATING.search(sql):
-            self.server_statements.dropped()
+        cursor = self._raw_cursor(sql, params)
         try:
             rows = cursor.stream(sql, params, binary=True, size=batch_rows)
             first = list(itertools.islice(rows, batch_rows))
@@ -247,10 +244,7 @@ class PostgresBackend(StagedBackend):
     def _cursor(self, sql: str, params: Params, *, prepare: bool = False) -> Any:
         """``sql`` run on a new cursor (``prepare``: as the connection's prepared statement,
         planned by the server once; None lets psycopg prepare what runs five times)."""
-        self._log.emit(sql, params)
-        cursor = psycopg.RawCursor(self._con)
-        if _DEALLOCATING.search(sql):  # before it runs: psycopg may clear even if it fails
-            self.server_statements.dropped()
+        cursor = self._raw_cursor(sql, params)
         try:
             return cursor.execute(sql, params, binary=True, prepare=True if prepare else None)
         except psycopg.Error as exc:
@@ -261,6 +255,15 @@ class PostgresBackend(StagedBackend):
         self._repeated.forget(sql)
         self._run_quiet("DEALLOCATE ALL")
         return self._cursor(sql, params)
+
+    def _raw_cursor(self, sql: str, params: Params) -> Any:
+        """A cursor for sending ``sql`` on the session's connection, the statement logged and,
+        if psycopg may DEALLOCATE ALL after it, the native statements told first (it may
+        clear them even if ``sql`` fails)."""
+        self._log.emit(sql, params)
+        if _DEALLOCATING.search(sql):
+            self.server_statements.dropped()
+        return psycopg.RawCursor(self._con)
 
     def _run_quiet(self, sql: str) -> None:
         self._cursor(sql, None).close()

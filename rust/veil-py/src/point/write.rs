@@ -189,9 +189,8 @@ impl WritePlan {
         connection: &libpq::Connection,
     ) -> Result<Outcome, Miss> {
         for _ in 0..ATTEMPTS {
-            match self.attempt(wire, bound, connection)? {
-                Some(outcome) => return Ok(outcome),
-                None => continue,
+            if let Some(outcome) = self.attempt(wire, bound, connection)? {
+                return Ok(outcome);
             }
         }
         Err(Miss::Fallback)
